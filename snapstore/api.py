@@ -1,0 +1,685 @@
+"""The checkpoint API: :class:`CheckpointManager`, :class:`Checkpoint`, :class:`CheckpointSummary`.
+
+Layer 4. Conflict rules, rollback, deletion and retention on top of :mod:`snapstore.repository`.
+
+Conflicts: a manager remembers, per run, the last checkpoint it saved or read and the newest log
+position (sequence number) it knows. ``save`` takes that checkpoint as parent and claims the next
+sequence number with a create-only write. If another writer claimed it first, or the remembered
+checkpoint is no longer the run's head, ``save`` raises :class:`~snapstore.errors.ConflictError` and
+writes no manifest. Sequence numbers are never reused: rollback and deletion publish new log records.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Iterable
+
+from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+                     RunNotFound)
+from .format import keys
+from .format.codec import validate
+from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .repository import ListState, Repository
+from .stores import open_store
+from .stores.base import ObjectStore
+
+
+class _PackIdCollision(Exception):
+    """A new pack's random id is taken by a different pack (vanishingly rare): pick another."""
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """A checkpoint's metadata without its messages (what :meth:`CheckpointManager.list` returns).
+
+    Attributes:
+        id: checkpoint id. run_id: the run. seq: position in the run's log.
+        step, token_usage, metrics, agent_id, status, metadata: as passed to ``save`` (or None).
+        created_at: creation time, timezone-aware UTC. parent_id: the parent checkpoint id or None.
+        message_count: number of messages. message_bytes: their total JSON size in bytes.
+    """
+
+    id: str
+    run_id: str
+    seq: int
+    step: object
+    token_usage: object
+    metrics: object
+    agent_id: object
+    status: object
+    metadata: object
+    created_at: datetime
+    parent_id: str | None
+    message_count: int
+    message_bytes: int
+
+    @classmethod
+    def _from(cls, m: Manifest) -> "CheckpointSummary":
+        f = m.fields
+        return cls(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),
+                   f.get("agent_id"), f.get("status"), f.get("metadata"), m.created, m.parent_id, m.count, m.size)
+
+
+@dataclass(frozen=True)
+class Checkpoint(CheckpointSummary):
+    """A restored checkpoint: the summary fields plus ``messages`` (list) and ``session_state``.
+
+    ``messages`` equals what ``save`` was given (JSON values; tuples come back as lists).
+    """
+
+    messages: list = None
+    session_state: object = None
+
+
+@dataclass
+class _RunView:
+    """A manager's knowledge of one run."""
+
+    head_seq: int | None = None       # newest log position known (None: run has no records)
+    head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
+    remembered: str | None = None     # last checkpoint id saved or read
+    list_state: ListState | None = None  # writer state for ``head``'s message list
+    live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
+    pending: tuple | None = None      # (fingerprint, Manifest) of a save whose outcome is unknown
+    loaded: bool = False              # head_seq/head are from a read or our own save
+    remembered_set: bool = False      # remembered was set by a save or read
+
+
+def _seconds(v) -> float:
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+        return float(v)
+    raise InvalidInputError(f"expected a duration in seconds or a timedelta, got {v!r}")
+
+
+class CheckpointManager:
+    """Save, restore, list, roll back, fork and prune agent checkpoints.
+
+    Args:
+        location: a directory path (the local store), ``s3://BUCKET/PREFIX`` (S3), ``memory://``,
+            or an :class:`~snapstore.stores.base.ObjectStore`. None: ``$SNAPSTORE_URL`` if set, else
+            ``./.snapstore``.
+        max_checkpoints: keep at most this many checkpoints per run; older ones are deleted after
+            each save (None: unlimited).
+        create: create the repository on first use if the location is empty (default True).
+        **store_options: passed to the store (e.g. ``endpoint_url=`` for S3, ``fsync=`` for local).
+    Raises:
+        RepositoryError: the location holds no repository and ``create`` is False.
+        UnsupportedFormatError: the repository was written by a newer snapstore.
+
+    A manager is safe to share between threads.
+    """
+
+    def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
+                 create: bool = True, **store_options):
+        if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
+            raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
+        self.store = open_store(location, **store_options)
+        self.max_checkpoints = max_checkpoints
+        self._create = create
+        self._repo: Repository | None = None
+        self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.RLock] = {}
+        self._views: dict[str, _RunView] = {}
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def repo(self) -> Repository:
+        """The underlying :class:`~snapstore.repository.Repository` (opened on first use)."""
+        if self._repo is None:
+            with self._lock:
+                if self._repo is None:
+                    self._repo = Repository.open(self.store, create=self._create)
+        return self._repo
+
+    def close(self) -> None:
+        """Release the store's resources."""
+        if self._repo is not None:
+            self._repo.close()
+        else:
+            self.store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _run_lock(self, run_id: str) -> threading.RLock:
+        with self._lock:
+            lk = self._run_locks.get(run_id)
+            if lk is None:
+                lk = self._run_locks[run_id] = threading.RLock()
+            return lk
+
+    def _rk(self, run_id: str) -> str:
+        return self.repo.run_key(check_run_id(run_id))
+
+    # ------------------------------------------------------------------------------------------
+    # reading the log
+
+    def _resolve(self, rk: str, newest: Manifest | None) -> Manifest | None:
+        """Effective head checkpoint for a newest log record."""
+        if newest is None or newest.kind == KIND_TOMBSTONE:
+            return None
+        if newest.kind == KIND_CHECKPOINT:
+            return newest
+        tseq = int(newest.target["seq"])
+        try:
+            t = self.repo.read_manifest_key(keys.manifest_key(rk, tseq))
+            if t.kind == KIND_CHECKPOINT:
+                return t
+        except ObjectNotFound:
+            pass
+        for s, cid, m in self._scan(rk, below=tseq + 1):
+            return m
+        return None
+
+    def _load_view(self, run_id: str) -> _RunView:
+        """Read the run's newest record (LIST limit 1 + GET) into a fresh view."""
+        rk = self._rk(run_id)
+        newest = self.repo.head(rk)
+        v = self._views.get(run_id) or _RunView()
+        v.head_seq = newest.seq if newest else None
+        head = self._resolve(rk, newest)
+        if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
+            v.list_state = None
+            v.live = None
+        v.head = head
+        if not v.remembered_set:
+            v.remembered = head.checkpoint_id if head else None
+            v.remembered_set = True
+        v.loaded = True
+        self._views[run_id] = v
+        return v
+
+    def _view(self, run_id: str) -> _RunView:
+        v = self._views.get(run_id)
+        if v is None or not v.loaded:
+            v = self._load_view(run_id)
+        return v
+
+    def _scan(self, rk: str, below: int | None = None):
+        """Yield ``(seq, checkpoint id, Manifest)`` of live checkpoints, newest first.
+
+        Skips positions hidden by rollback records and stops at a tombstone. GETs manifests in
+        parallel batches as it goes, so the first k results cost about k reads.
+        """
+        seqs = self.repo.manifest_seqs(rk)
+        if below is not None:
+            seqs = [s for s in seqs if s < below]
+        skip_above = None  # positions in (target, rollback) are hidden
+        i = 0
+        batch = 4
+        while i < len(seqs):
+            chunk = [s for s in seqs[i:i + batch]]
+            i += len(chunk)
+            batch = min(batch * 2, 64)
+            todo = [s for s in chunk if skip_above is None or s <= skip_above]
+            got = self._read_many(rk, todo)
+            for s in chunk:
+                if skip_above is not None and s > skip_above:
+                    continue
+                m = got.get(s)
+                if m is None:
+                    continue
+                if m.kind == KIND_TOMBSTONE:
+                    return
+                if m.kind == KIND_ROLLBACK:
+                    t = int(m.target["seq"])
+                    skip_above = t if skip_above is None else min(skip_above, t)
+                    continue
+                yield s, m.checkpoint_id, m
+
+    def _read_many(self, rk: str, seqs: list[int]) -> dict[int, Manifest]:
+        def one(s):
+            try:
+                return s, self.repo.read_manifest_key(keys.manifest_key(rk, s))
+            except ObjectNotFound:
+                return s, None
+        if len(seqs) <= 1:
+            return dict(one(s) for s in seqs)
+        return dict(self.repo._pool_get().map(one, seqs))
+
+    def _checkpoint(self, m: Manifest, messages: list) -> Checkpoint:
+        f = m.fields
+        return Checkpoint(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),
+                          f.get("agent_id"), f.get("status"), f.get("metadata"), m.created, m.parent_id, m.count,
+                          m.size, messages, self.repo.load_session_state(m))
+
+    # ------------------------------------------------------------------------------------------
+    # save
+
+    def save(self, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
+             metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
+             parent_id: str | None = None) -> str:
+        """Save a checkpoint of ``run_id`` holding ``messages``; return its checkpoint id.
+
+        Only what is new since the parent is stored: one pack object (new message chunks, tree
+        nodes), one index record and one manifest, i.e. at most 3 PUTs.
+
+        Args:
+            run_id: any non-empty string.
+            messages: the full message list at this checkpoint (JSON values, usually dicts).
+                Messages kept from the previous save are recognised by object identity (and the
+                last few by value); do not mutate a saved message object in place and pass it
+                again expecting the change to be stored: pass a new object.
+            step: roundtrip/step number (any JSON value, normally int).
+            token_usage, metrics, metadata: JSON values (normally dicts).
+            session_state: JSON value; large states are stored as deduplicated chunks.
+            agent_id, status: JSON values (normally strings).
+            checkpoint_id: use this id instead of a generated, time-sortable one.
+            parent_id: branch from this checkpoint of the run instead of the head (time travel);
+                the new checkpoint becomes the run's head.
+        Returns:
+            The checkpoint id (str).
+        Raises:
+            InvalidRunIdError / InvalidCheckpointIdError: bad ids.
+            InvalidMessageError: a value is not exact JSON (NaN, set, bytes, non-str key...);
+                nothing is stored.
+            ConflictError: another writer changed the run since this manager last saw it, or a
+                live checkpoint with ``checkpoint_id`` exists; nothing was overwritten.
+            CheckpointNotFound: ``parent_id`` does not exist.
+            StoreError: the store failed (retrying the same save later is safe).
+        """
+        check_run_id(run_id)
+        if checkpoint_id is not None:
+            check_checkpoint_id(checkpoint_id)
+        if parent_id is not None:
+            check_checkpoint_id(parent_id)
+        if not isinstance(messages, (list, tuple)):
+            raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
+        fields = {"step": step, "token_usage": token_usage, "metrics": metrics, "agent_id": agent_id,
+                  "status": status, "metadata": metadata}
+        for k, v in fields.items():
+            validate(v, k)
+        with self._run_lock(run_id):
+            for attempt in range(8):
+                try:
+                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id)
+                except _PackIdCollision:
+                    continue  # another pack has that random id: build again with a new one
+                except PreconditionFailed:
+                    if parent_id is None or attempt == 7:
+                        raise
+                    self._load_view(run_id)  # explicit parent: just move to the new head and retry
+        raise AssertionError("unreachable")
+
+    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id) -> str:
+        repo = self.repo
+        rk = repo.run_key(run_id)
+        v = self._view(run_id)
+        if parent_id is not None:
+            if v.head is not None and v.head.checkpoint_id == parent_id:
+                pm = v.head
+                ls = v.list_state
+            else:
+                pm = repo.find_checkpoint(rk, parent_id)
+                ls = None
+        else:
+            head_id = v.head.checkpoint_id if v.head else None
+            if v.remembered != head_id:
+                raise ConflictError(
+                    f"run {run_id!r}: this manager last saw checkpoint {v.remembered!r} but the head is {head_id!r}; "
+                    "call latest() to continue from the head, or pass parent_id= to branch")
+            pm = v.head
+            ls = v.list_state
+        if ls is None and pm is not None:
+            ls = repo.list_state(pm)
+        prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
+                                 pm.session_state_ref if pm else None, cold_digest=pm.digest if pm else None)
+        fingerprint = (prep.state.digest.hexdigest(16), prep.state.count, repr(fields), checkpoint_id, parent_id,
+                       repr(prep.session_state_ref), repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
+        seq = 0 if v.head_seq is None else v.head_seq + 1
+        if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
+            m = v.pending[1]  # retry of a save whose outcome was unknown: same write id
+        else:
+            m = Manifest(kind=KIND_CHECKPOINT, run_id=run_id, seq=seq, write_id=new_write_id(),
+                         created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
+                         parent_id=pm.checkpoint_id if pm else None, fields=fields)
+        m.session_state = prep.session_state_inline
+        m.session_state_ref = prep.session_state_ref
+        m.has_session_state = prep.has_session_state
+        m.count, m.size = prep.state.count, prep.state.size
+        m.digest = prep.state.digest.hexdigest(16)
+        m.state = None
+        if prep.state.state:
+            m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]
+            up = prep.state.spine.upper
+            if up is not None and up[1] != prep.state.state[1]:
+                m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
+        v.pending = (fingerprint, m)
+        if prep.pack_bytes is not None:
+            pkey = keys.pack_key(prep.pack_id)
+            try:
+                repo.store.put(pkey, prep.pack_bytes)
+            except PreconditionFailed:
+                if repo.store.get(pkey) != prep.pack_bytes:
+                    raise _PackIdCollision(pkey) from None
+                # else: our own earlier attempt wrote it
+        indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
+        try:
+            repo.publish(rk, m)
+        except PreconditionFailed:
+            v.pending = None
+            try:  # our index record points at a position we did not get
+                if indexed:
+                    repo.store.delete_many([keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))])
+            finally:
+                v.loaded = False
+            raise ConflictError(f"run {run_id!r} changed: position {seq} was taken by another writer; "
+                                "call latest() and retry, or fork() the run") from None
+        v.pending = None
+        v.head_seq = seq
+        v.head = m
+        v.remembered = m.checkpoint_id
+        v.remembered_set = True
+        v.list_state = prep.state
+        if v.live is not None:
+            v.live.append((seq, m.checkpoint_id))
+        if self.max_checkpoints is not None:
+            self._enforce_max(run_id, rk, v)
+        return m.checkpoint_id
+
+    def _live(self, rk: str, v: _RunView) -> list:
+        if v.live is None:
+            v.live = [(s, c) for s, c, _ in self._scan(rk)][::-1]
+        return v.live
+
+    def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
+        live = self._live(rk, v)
+        excess = len(live) - self.max_checkpoints
+        if excess > 0:
+            self.repo.delete_checkpoint_objects(rk, live[:excess])
+            del live[:excess]
+
+    # ------------------------------------------------------------------------------------------
+    # read
+
+    def latest(self, run_id: str) -> Checkpoint | None:
+        """Return the run's newest checkpoint (after any rollback), or None if the run is empty/deleted.
+
+        Costs one LIST (limit 1) and one GET to find it, then the reads of its message tree.
+        """
+        with self._run_lock(run_id):
+            v = self._load_view(run_id)
+            if v.head is None:
+                v.remembered = None
+                v.remembered_set = True
+                return None
+            msgs, ls = self.repo.load_with_state(v.head)
+            v.list_state = ls
+            v.remembered = v.head.checkpoint_id
+            v.remembered_set = True
+            return self._checkpoint(v.head, msgs)
+
+    def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        """Return checkpoint ``checkpoint_id`` of ``run_id``.
+
+        Raises:
+            CheckpointNotFound: no such checkpoint in the run.
+        """
+        check_checkpoint_id(checkpoint_id)
+        with self._run_lock(run_id):
+            rk = self._rk(run_id)
+            try:
+                m = self.repo.find_checkpoint(rk, checkpoint_id)
+            except CheckpointNotFound:
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+            msgs, ls = self.repo.load_with_state(m)
+            v = self._views.get(run_id)
+            if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
+                v.list_state = ls
+            if v is None:
+                v = self._views[run_id] = _RunView()
+            v.remembered = m.checkpoint_id
+            v.remembered_set = True
+            return self._checkpoint(m, msgs)
+
+    def list(self, run_id: str, limit: int | None = None, *, metadata: dict | None = None) -> list[CheckpointSummary]:
+        """Return summaries of the run's live checkpoints, newest first.
+
+        Args:
+            run_id: the run.
+            limit: at most this many (reads about ``limit`` manifests, not the whole run).
+            metadata: only checkpoints whose metadata holds all these key/value pairs.
+        Returns:
+            A list of :class:`CheckpointSummary` (empty for an unknown run).
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+        out = []
+        if limit == 0:
+            return out
+        rk = self._rk(run_id)
+        for s, cid, m in self._scan(rk):
+            if metadata:
+                md = m.fields.get("metadata")
+                if not isinstance(md, dict) or any(k not in md or md[k] != val for k, val in metadata.items()):
+                    continue
+            out.append(CheckpointSummary._from(m))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def runs(self) -> list[str]:
+        """Return the ids of runs that have at least one live checkpoint, sorted."""
+        repo = self.repo
+        rks = list(repo.store.list_dirs(keys.RUNS))
+
+        def one(rk):
+            newest = repo.head(rk)
+            if newest is None or newest.kind == KIND_TOMBSTONE:
+                return None
+            if newest.kind == KIND_ROLLBACK and self._resolve(rk, newest) is None:
+                return None
+            return newest.run_id
+        got = list(repo._pool_get().map(one, rks)) if len(rks) > 1 else [one(r) for r in rks]
+        return sorted(r for r in got if r is not None)
+
+    def resume_point(self, run_id: str) -> tuple[object, Checkpoint] | None:
+        """Return ``(step, checkpoint)`` to resume the run from, or None if it has no checkpoint.
+
+        ``step`` is the step saved with the latest checkpoint, or its sequence number if none was saved.
+        """
+        cp = self.latest(run_id)
+        if cp is None:
+            return None
+        return (cp.step if cp.step is not None else cp.seq), cp
+
+    # ------------------------------------------------------------------------------------------
+    # log changes
+
+    def _append_record(self, run_id: str, rk: str, make) -> Manifest:
+        """Publish a rollback/tombstone record at the next free position (fresh head; retries)."""
+        for _ in range(16):
+            newest = self.repo.head(rk)
+            seq = 0 if newest is None else newest.seq + 1
+            m = make(seq, newest)
+            try:
+                self.repo.publish(rk, m)
+                return m
+            except PreconditionFailed:
+                continue
+        raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
+
+    def rollback(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        """Make ``checkpoint_id`` the run's head again; later checkpoints are deleted.
+
+        A rollback record is published at the next sequence number (so stale writers conflict),
+        then the later manifests and their index records are removed.
+
+        Returns:
+            The checkpoint rolled back to.
+        Raises:
+            CheckpointNotFound: no such checkpoint in the run.
+        """
+        check_checkpoint_id(checkpoint_id)
+        with self._run_lock(run_id):
+            rk = self._rk(run_id)
+            try:
+                target = self.repo.find_checkpoint(rk, checkpoint_id)
+            except CheckpointNotFound:
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+            newest = self.repo.head(rk)
+            if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
+                rec = self._append_record(run_id, rk, lambda seq, _n: Manifest(
+                    kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
+                    created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id}))
+                self._remove_range(rk, target.seq, rec.seq)
+            v = self._load_view(run_id)
+            msgs, ls = self.repo.load_with_state(target)
+            v.list_state = ls
+            v.remembered = checkpoint_id
+            v.remembered_set = True
+            v.live = None
+            return self._checkpoint(target, msgs)
+
+    def _remove_range(self, rk: str, low: int, high: int) -> list:
+        """Delete every manifest with low < seq < high (and index records). Returns removed (seq, id)."""
+        seqs = [s for s in self.repo.manifest_seqs(rk) if low < s < high]
+        got = self._read_many(rk, seqs)
+        entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
+        self.repo.delete_checkpoint_objects(rk, entries)
+        return entries
+
+    def delete(self, run_id: str, checkpoint_id: str | None = None) -> None:
+        """Delete one checkpoint, or (``checkpoint_id=None``) the whole run.
+
+        Deleting the head checkpoint moves the head back to the previous live checkpoint (a
+        rollback record). Deleting a run publishes a tombstone first, so a writer still holding
+        the old head cannot revive it; a later save to the same run id starts a new, empty run.
+
+        Raises:
+            RunNotFound: deleting a run with no live checkpoint.
+            CheckpointNotFound: no such checkpoint.
+        """
+        with self._run_lock(run_id):
+            rk = self._rk(run_id)
+            if checkpoint_id is None:
+                newest = self.repo.head(rk)
+                if newest is None or self._resolve(rk, newest) is None:
+                    raise RunNotFound(f"run {run_id!r} not found")
+                self._delete_run(run_id, rk)
+            else:
+                check_checkpoint_id(checkpoint_id)
+                try:
+                    m = self.repo.find_checkpoint(rk, checkpoint_id)
+                except CheckpointNotFound:
+                    raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+                self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)])
+            self._views.pop(run_id, None)
+
+    def _delete_run(self, run_id: str, rk: str) -> None:
+        tomb = self._append_record(run_id, rk, lambda seq, _n: Manifest(
+            kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(), created=datetime.now(timezone.utc)))
+        self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
+        self.repo.store.delete_many(keys.manifest_key(rk, s) for s in self.repo.manifest_seqs(rk) if s < tomb.seq)
+
+    def _delete_checkpoints(self, run_id: str, rk: str, doomed: list) -> None:
+        """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first."""
+        doomed_seqs = {s for s, _ in doomed}
+        live = [(s, c) for s, c, _ in self._scan(rk)]
+        survivors = [(s, c) for s, c in live if s not in doomed_seqs]
+        if live and live[0][0] in doomed_seqs:
+            if not survivors:
+                self._delete_run(run_id, rk)
+                return
+            ts, tc = survivors[0]
+            self._append_record(run_id, rk, lambda seq, _n: Manifest(
+                kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
+                created=datetime.now(timezone.utc), target={"seq": ts, "id": tc}))
+        self.repo.delete_checkpoint_objects(rk, doomed)
+
+    def prune(self, older_than=None, keep_last: int | None = None, run_id: str | None = None,
+              *, dry_run: bool = False) -> list[CheckpointSummary]:
+        """Apply a retention policy; delete the checkpoints (manifests) it does not keep.
+
+        A checkpoint is kept if it is among the ``keep_last`` newest of its run, or was created
+        within ``older_than`` of now (UTC). Deleting every checkpoint of a run deletes the run.
+        Only manifests are deleted; unused data is reclaimed by garbage collection.
+
+        Args:
+            older_than: seconds (int/float) or ``timedelta``; checkpoints older than this go.
+            keep_last: always keep this many newest checkpoints per run.
+            run_id: only this run (default: every run).
+            dry_run: report what would go, delete nothing.
+        Returns:
+            Summaries of the deleted (or, with ``dry_run``, deletable) checkpoints.
+        Raises:
+            InvalidInputError: neither policy given, or a negative value.
+        """
+        if older_than is None and keep_last is None:
+            raise InvalidInputError("prune needs older_than and/or keep_last")
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
+            raise InvalidInputError(f"keep_last must be a non-negative integer, got {keep_last!r}")
+        cutoff = None
+        if older_than is not None:
+            cutoff = datetime.now(timezone.utc) - timedelta(seconds=_seconds(older_than))
+        runs = [run_id] if run_id is not None else self.runs()
+        gone: list[CheckpointSummary] = []
+        for r in runs:
+            with self._run_lock(r):
+                rk = self._rk(r)
+                live = [m for _, _, m in self._scan(rk)]
+                doomed = []
+                for i, m in enumerate(live):
+                    keep = (keep_last is not None and i < keep_last) or (cutoff is not None and m.created >= cutoff)
+                    if not keep:
+                        doomed.append(m)
+                if not doomed:
+                    continue
+                gone.extend(CheckpointSummary._from(m) for m in doomed)
+                if not dry_run:
+                    self._delete_checkpoints(r, rk, [(m.seq, m.checkpoint_id) for m in doomed])
+                    self._views.pop(r, None)
+        return gone
+
+    def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
+        """Start run ``new_run_id`` at checkpoint ``checkpoint_id`` of ``run_id``; no data is copied.
+
+        The new run's first checkpoint shares the source's message tree and packs; it gets a new
+        checkpoint id and records its origin.
+
+        Returns:
+            The new run's first checkpoint.
+        Raises:
+            CheckpointNotFound: no such source checkpoint.
+            ConflictError: ``new_run_id`` already has live checkpoints.
+        """
+        check_run_id(new_run_id)
+        check_checkpoint_id(checkpoint_id)
+        rk = self._rk(run_id)
+        try:
+            src = self.repo.find_checkpoint(rk, checkpoint_id)
+        except CheckpointNotFound:
+            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+        with self._run_lock(new_run_id):
+            nrk = self._rk(new_run_id)
+            newest = self.repo.head(nrk)
+            if newest is not None and self._resolve(nrk, newest) is not None:
+                raise ConflictError(f"run {new_run_id!r} already exists")
+            seq = 0 if newest is None else newest.seq + 1
+            m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
+                         created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
+                         fields=dict(src.fields), session_state=src.session_state,
+                         session_state_ref=src.session_state_ref, has_session_state=src.has_session_state,
+                         count=src.count, size=src.size, digest=src.digest, state=src.state,
+                         origin={"run": run_id, "id": checkpoint_id})
+            self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
+            try:
+                self.repo.publish(nrk, m)
+            except PreconditionFailed:
+                raise ConflictError(f"run {new_run_id!r} changed while forking") from None
+            self._views.pop(new_run_id, None)
+            v = self._load_view(new_run_id)
+            msgs, ls = self.repo.load_with_state(m)
+            v.list_state = ls
+            v.remembered = m.checkpoint_id
+            v.remembered_set = True
+            return self._checkpoint(m, msgs)

@@ -1,0 +1,122 @@
+"""The snapstore error hierarchy.
+
+Every error snapstore raises on purpose derives from :class:`SnapstoreError`, so callers can catch
+one class. Errors about bad input also derive from :class:`ValueError`; "not found" errors also derive
+from :class:`LookupError`. Each error's message names what was wrong (the run, checkpoint, object key
+or value) in one line.
+
+Hierarchy::
+
+    SnapstoreError
+    ├── InvalidInputError (ValueError)        bad argument; nothing was stored
+    │   ├── InvalidMessageError                a value that is not exact JSON (NaN, set, bytes, ...)
+    │   ├── InvalidRunIdError                  run id not a non-empty str
+    │   └── InvalidCheckpointIdError           checkpoint id not a non-empty str
+    ├── NotFoundError (LookupError)
+    │   ├── RunNotFound
+    │   ├── CheckpointNotFound
+    │   └── ObjectNotFound                     a store key that does not exist
+    ├── ConflictError                          another writer got there first; nothing overwritten
+    │   └── PreconditionFailed                 store-level: create-only / compare-and-swap refused
+    ├── IntegrityError                         an object's bytes do not match its digest or format
+    ├── UnsupportedFormatError                 repository written by a newer snapstore
+    ├── RepositoryError                        repository missing or not a snapstore repository
+    └── StoreError                             the backend failed (I/O, network, permissions)
+        ├── AccessDenied
+        ├── BucketNotFound
+        └── CredentialsError
+"""
+
+from __future__ import annotations
+
+
+class SnapstoreError(Exception):
+    """Base class of every error snapstore raises on purpose."""
+
+
+class InvalidInputError(SnapstoreError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message, state or metadata value is not an exact JSON value.
+
+    Raised for NaN/Infinity, dict keys that are not strings, and objects JSON cannot represent
+    (sets, bytes, datetimes, custom classes). The message names the path to the bad value,
+    e.g. ``messages[3]['content'][0]``.
+    """
+
+
+class InvalidRunIdError(InvalidInputError):
+    """A run id was not a non-empty ``str``."""
+
+
+class InvalidCheckpointIdError(InvalidInputError):
+    """A checkpoint id was not a non-empty ``str``."""
+
+
+class NotFoundError(SnapstoreError, LookupError):
+    """Something that was asked for does not exist."""
+
+
+class RunNotFound(NotFoundError):
+    """The run has no live checkpoint."""
+
+
+class CheckpointNotFound(NotFoundError):
+    """The run has no live checkpoint with that id."""
+
+
+class ObjectNotFound(NotFoundError):
+    """A key is missing from the object store. ``key`` names it."""
+
+    def __init__(self, key: str, message: str | None = None):
+        super().__init__(message or f"object not found: {key}")
+        self.key = key
+
+
+class ConflictError(SnapstoreError):
+    """Another writer changed the run first; this write was refused and nothing was overwritten.
+
+    Reload the run (``latest``) and retry, or ``fork`` it under a new run id.
+    """
+
+
+class PreconditionFailed(ConflictError):
+    """A create-only or compare-and-swap write was refused by the store. ``key`` names the object."""
+
+    def __init__(self, key: str, message: str | None = None):
+        super().__init__(message or f"precondition failed (object exists or changed): {key}")
+        self.key = key
+
+
+class IntegrityError(SnapstoreError):
+    """A stored object is corrupt: its digest or structure does not match. ``key`` names it."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"corrupt object {key}: {message}")
+        self.key = key
+
+
+class UnsupportedFormatError(SnapstoreError):
+    """The repository uses a format version this snapstore cannot read or write."""
+
+
+class RepositoryError(SnapstoreError):
+    """The location is not a usable snapstore repository (e.g. a foreign object at ``config``)."""
+
+
+class StoreError(SnapstoreError):
+    """The storage backend failed (disk I/O error, network failure, server error)."""
+
+
+class AccessDenied(StoreError):
+    """The backend refused the request for lack of permission."""
+
+
+class BucketNotFound(StoreError):
+    """The S3 bucket does not exist."""
+
+
+class CredentialsError(StoreError):
+    """Credentials are missing or invalid."""

@@ -1,0 +1,127 @@
+"""Content ids and the mapping of user-supplied names (run ids, checkpoint ids) to object keys.
+
+Pure functions; no I/O. See ``docs/format.md`` sections "Ids" and "Keys".
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import threading
+import time
+
+import blake3
+
+from ..errors import InvalidCheckpointIdError, InvalidRunIdError
+
+ID_BYTES = 16
+"""Content ids are the first 16 bytes (128 bits) of a keyed blake3 digest."""
+
+PACK_ID_BYTES = 8
+"""Pack ids are 8 random bytes; a writer whose create-only pack write collides picks another id."""
+
+NAME_INLINE_MAX = 96
+"""Encoded names longer than this many characters are replaced by a hash (see :func:`name_key`)."""
+
+
+class Hasher:
+    """Keyed blake3 hashing with a repository's 32-byte key.
+
+    Args:
+        key: the repository key (32 bytes, from the repository config).
+    """
+
+    def __init__(self, key: bytes):
+        if len(key) != 32:
+            raise ValueError("repository key must be 32 bytes")
+        self.key = key
+
+    def content_id(self, data: bytes) -> bytes:
+        """Return the 16-byte content id of ``data`` (keyed blake3, truncated)."""
+        return blake3.blake3(data, key=self.key).digest(ID_BYTES)
+
+    def new_digest(self) -> "blake3.blake3":
+        """Return an incremental keyed hasher (for list digests)."""
+        return blake3.blake3(key=self.key)
+
+    def name_hash(self, data: bytes) -> str:
+        """Return the 32-hex-char keyed hash used for long names."""
+        return blake3.blake3(b"name\x00" + data, key=self.key).hexdigest(ID_BYTES)
+
+
+def check_run_id(run_id) -> str:
+    """Return ``run_id`` if it is a non-empty ``str``; else raise InvalidRunIdError."""
+    if not isinstance(run_id, str) or run_id == "":
+        raise InvalidRunIdError(f"run id must be a non-empty string, got {run_id!r}")
+    return run_id
+
+
+def check_checkpoint_id(checkpoint_id) -> str:
+    """Return ``checkpoint_id`` if it is a non-empty ``str``; else raise InvalidCheckpointIdError."""
+    if not isinstance(checkpoint_id, str) or checkpoint_id == "":
+        raise InvalidCheckpointIdError(f"checkpoint id must be a non-empty string, got {checkpoint_id!r}")
+    return checkpoint_id
+
+
+def name_key(name: str, hasher: Hasher) -> str:
+    """Map an arbitrary non-empty string to one key segment that cannot escape or collide.
+
+    The UTF-8 bytes of ``name`` (lone surrogates kept via ``surrogatepass``) are encoded as
+    lowercase, unpadded base32 and prefixed with ``b``; if that is longer than
+    :data:`NAME_INLINE_MAX` characters the segment is ``h`` + a 32-hex-char keyed hash instead.
+    Only ``[a-z2-7]`` and hex digits appear, so names differing only in case (``A``/``a``) map to
+    different lowercase segments, safe on case-insensitive file systems.
+    """
+    raw = name.encode("utf-8", "surrogatepass")
+    enc = base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+    if len(enc) + 1 <= NAME_INLINE_MAX:
+        return "b" + enc
+    return "h" + hasher.name_hash(raw)
+
+
+def decode_name_key(segment: str) -> str | None:
+    """Inverse of :func:`name_key` for inline (``b``) segments; None for hashed (``h``) ones."""
+    if not segment.startswith("b"):
+        return None
+    enc = segment[1:].upper()
+    enc += "=" * (-len(enc) % 8)
+    return base64.b32decode(enc).decode("utf-8", "surrogatepass")
+
+
+_id_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+_GENERATED = re.compile(r"^[0-9a-f]{20}-([0-9a-f]{1,16})$")
+
+
+def new_checkpoint_id(seq: int) -> str:
+    """Return a new checkpoint id that sorts by creation time and names its sequence number.
+
+    Layout: 12 hex digits of milliseconds since the epoch (UTC), 4 hex digits of a per-process
+    counter (ids made in the same millisecond stay in order), 4 random hex digits, ``-``, and the
+    checkpoint's sequence number in hex. Readers find such a checkpoint's manifest directly from
+    its id; any other id (e.g. caller-supplied) goes through an index record.
+    """
+    global _last_ms, _counter
+    with _id_lock:
+        ms = int(time.time() * 1000)
+        if ms <= _last_ms:
+            ms = _last_ms
+            _counter += 1
+        else:
+            _counter = 0
+        _last_ms = ms
+        c = _counter & 0xFFFF
+    return f"{ms:012x}{c:04x}{os.urandom(2).hex()}-{seq:x}"
+
+
+def seq_hint(checkpoint_id: str) -> int | None:
+    """The sequence number named by a generated checkpoint id, or None (see :func:`new_checkpoint_id`)."""
+    m = _GENERATED.match(checkpoint_id)
+    return int(m.group(1), 16) if m else None
+
+
+def new_write_id() -> str:
+    """Return a random 64-bit write id (hex), stamped into manifests to recognise one's own writes."""
+    return os.urandom(8).hex()

@@ -1,0 +1,59 @@
+"""Object keys of a repository (relative to the store root/prefix). See docs/format.md "Keys"."""
+
+from __future__ import annotations
+
+from .ids import PACK_ID_BYTES
+
+CONFIG = "config"
+PACKS = "packs/"
+RUNS = "runs/"
+SEQ_MAX = 2**64 - 1
+
+
+def pack_key(pack_id: bytes) -> str:
+    """``packs/<first 2 hex>/<16 hex>`` for an 8-byte pack id."""
+    h = pack_id.hex()
+    return f"packs/{h[:2]}/{h}"
+
+
+def pack_id_from_key(key: str) -> bytes | None:
+    """Inverse of :func:`pack_key`; None if ``key`` is not a pack key."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "packs" or len(parts[2]) != 2 * PACK_ID_BYTES:
+        return None
+    try:
+        return bytes.fromhex(parts[2])
+    except ValueError:
+        return None
+
+
+def run_prefix(run_key: str) -> str:
+    """``runs/<run key>/``: everything belonging to one run."""
+    return f"runs/{run_key}/"
+
+
+def manifests_prefix(run_key: str) -> str:
+    """``runs/<run key>/m/``: the run's manifests, newest first in key order."""
+    return f"runs/{run_key}/m/"
+
+
+def manifest_key(run_key: str, seq: int) -> str:
+    """``runs/<run key>/m/<16 hex of 2^64-1-seq>``: the newest sequence number sorts first."""
+    if not 0 <= seq < SEQ_MAX:
+        raise ValueError(f"sequence number out of range: {seq}")
+    return f"runs/{run_key}/m/{SEQ_MAX - seq:016x}"
+
+
+def seq_from_manifest_key(key: str) -> int:
+    """Inverse of :func:`manifest_key` (sequence number of a manifest key)."""
+    return SEQ_MAX - int(key.rsplit("/", 1)[1], 16)
+
+
+def index_key(run_key: str, checkpoint_key: str) -> str:
+    """``runs/<run key>/c/<checkpoint key>``: maps a checkpoint id to its sequence number."""
+    return f"runs/{run_key}/c/{checkpoint_key}"
+
+
+def index_prefix(run_key: str) -> str:
+    """``runs/<run key>/c/``."""
+    return f"runs/{run_key}/c/"

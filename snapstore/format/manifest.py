@@ -1,0 +1,231 @@
+"""Manifests (one per checkpoint, rollback or run deletion), checkpoint-id index records, config.
+
+Each is a small JSON document in a checksummed envelope (see :mod:`snapstore.format.codec`).
+Pure functions; no I/O. See docs/format.md "Manifests".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..errors import IntegrityError, UnsupportedFormatError
+from .codec import open_envelope, seal_envelope
+
+MANIFEST_MAGIC = b"SNMF"
+INDEX_MAGIC = b"SNIX"
+CONFIG_MAGIC = b"SNCF"
+FORMAT_VERSION = 1
+
+KIND_CHECKPOINT = "checkpoint"
+KIND_ROLLBACK = "rollback"
+KIND_TOMBSTONE = "tombstone"
+
+MANIFEST_DICT_V1 = (
+    b'{"kind":"rollback","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"target":{"seq":1,"id":""}}'
+    b'{"kind":"checkpoint","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","step":1,"token_usage":{"input_tokens":1,"output_tokens":1,"total_tokens":1,'
+    b'"prompt_tokens":1,"completion_tokens":1,"cache_read_input_tokens":0},"metrics":{},'
+    b'"agent_id":"","status":"","metadata":{},"session_state":{},'
+    b'"messages":{"count":1,"bytes":1,"digest":"","state":["",""]}}'
+)
+"""Raw-content zstd dictionary for manifests (envelope compression 2). Part of format version 1:
+never change these bytes; a new dictionary needs a new constant and compression code."""
+
+USER_FIELDS = ("step", "agent_id", "status", "token_usage", "metrics", "metadata")
+
+
+def format_time(dt: datetime) -> str:
+    """ISO-8601 UTC with microseconds and a ``Z`` suffix."""
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(s: str) -> datetime:
+    """Inverse of :func:`format_time`; returns an aware UTC datetime."""
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class Manifest:
+    """One record in a run's log (see docs/format.md).
+
+    Attributes:
+        kind: ``checkpoint``, ``rollback`` (head moves back to ``target``) or ``tombstone`` (run deleted).
+        run_id: the full run id.
+        seq: position in the run's log (never reused).
+        write_id: random id of the writer's attempt (recognises one's own write after a lost reply).
+        created: UTC creation time (writer's clock; used by retention policies).
+        checkpoint_id / parent_id: the checkpoint's id and its parent's (None for the first).
+        fields: user fields (step, agent_id, status, token_usage, metrics, metadata).
+        session_state: inline session state (when small), else None.
+        session_state_ref: ``[id hex, pack hex, size, flags]`` of a large session state, else None.
+        has_session_state: whether a session state was given at all.
+        count / size: messages in the list and their uncompressed JSON bytes.
+        digest: hex keyed blake3 of the concatenated message ids (prefix checks without reading).
+        state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
+        target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
+        origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
+    """
+
+    kind: str
+    run_id: str
+    seq: int
+    write_id: str
+    created: datetime
+    checkpoint_id: str | None = None
+    parent_id: str | None = None
+    fields: dict = field(default_factory=dict)
+    session_state: object = None
+    session_state_ref: list | None = None
+    has_session_state: bool = False
+    count: int = 0
+    size: int = 0
+    digest: str = ""
+    state: list | None = None
+    target: dict | None = None
+    origin: dict | None = None
+
+    def to_bytes(self) -> bytes:
+        """Encode as an ``SNMF`` envelope around JSON."""
+        d = {"kind": self.kind, "run": self.run_id, "seq": self.seq,
+             "write_id": self.write_id, "created": format_time(self.created)}
+        if self.kind == KIND_CHECKPOINT:
+            d["id"] = self.checkpoint_id
+            d["parent"] = self.parent_id
+            for k in USER_FIELDS:
+                if self.fields.get(k) is not None:
+                    d[k] = self.fields[k]
+            if self.session_state_ref is not None:
+                d["session_state_ref"] = self.session_state_ref
+            elif self.has_session_state:
+                d["session_state"] = self.session_state
+            d["messages"] = {"count": self.count, "bytes": self.size, "digest": self.digest, "state": self.state}
+            if self.origin is not None:
+                d["origin"] = self.origin
+        elif self.kind == KIND_ROLLBACK:
+            d["target"] = self.target
+        body = json.dumps(d, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        return seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, body, MANIFEST_DICT_V1)
+
+    @classmethod
+    def from_bytes(cls, key: str, data: bytes) -> "Manifest":
+        """Decode and verify.
+
+        Raises:
+            IntegrityError: corrupt or malformed (names ``key``).
+            UnsupportedFormatError: written by a newer format version.
+        """
+        version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+        if version > FORMAT_VERSION:
+            raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {FORMAT_VERSION}")
+        try:
+            d = json.loads(body.decode("ascii"))
+            kind = d["kind"]
+            m = cls(kind=kind, run_id=d["run"], seq=int(d["seq"]), write_id=d["write_id"],
+                    created=parse_time(d["created"]))
+            if kind == KIND_CHECKPOINT:
+                m.checkpoint_id = d["id"]
+                m.parent_id = d.get("parent")
+                m.fields = {k: d.get(k) for k in USER_FIELDS}
+                m.session_state_ref = d.get("session_state_ref")
+                m.has_session_state = "session_state" in d or m.session_state_ref is not None
+                m.session_state = d.get("session_state")
+                msgs = d["messages"]
+                m.count, m.size, m.digest, m.state = msgs["count"], msgs["bytes"], msgs["digest"], msgs["state"]
+                m.origin = d.get("origin")
+            elif kind == KIND_ROLLBACK:
+                m.target = d["target"]
+                int(m.target["seq"])
+            elif kind != KIND_TOMBSTONE:
+                raise ValueError(f"unknown kind {kind!r}")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise IntegrityError(key, f"malformed manifest: {e}") from None
+        return m
+
+
+def encode_index(seq: int, write_id: str) -> bytes:
+    """Encode a checkpoint-id index record (``SNIX`` envelope of ``{"seq", "write_id"}``)."""
+    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}).encode())
+
+
+def decode_index(key: str, data: bytes) -> tuple[int, str]:
+    """Decode an index record; return ``(seq, write_id)``. Raises IntegrityError."""
+    _, body = open_envelope(key, INDEX_MAGIC, data)
+    try:
+        d = json.loads(body)
+        return int(d["seq"]), str(d["write_id"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise IntegrityError(key, f"malformed index record: {e}") from None
+
+
+@dataclass
+class RepoConfig:
+    """Repository settings, fixed at creation (stored at key ``config``).
+
+    Attributes:
+        repo_id: random hex id of the repository.
+        key: 32-byte key for keyed blake3 content ids.
+        created: creation time (UTC).
+        level: zstd level for packs.
+        dict_bytes: size of the raw-content dictionary (bytes of preceding messages) for data blocks;
+            0 disables dictionaries.
+        cdc_threshold / cdc_min / cdc_avg / cdc_max: messages longer than ``cdc_threshold`` bytes
+            are split with FastCDC into pieces of min/avg/max bytes.
+        leaf_bits / node_bits / max_items: the message tree's shape.
+        inline_state_max: session states whose JSON exceeds this many bytes are stored as chunks.
+    """
+
+    repo_id: str
+    key: bytes
+    created: datetime
+    version: int = FORMAT_VERSION
+    level: int = 3
+    dict_bytes: int = 131072
+    cdc_threshold: int = 65536
+    cdc_min: int = 16384
+    cdc_avg: int = 65536
+    cdc_max: int = 262144
+    leaf_bits: int = 3
+    node_bits: int = 3
+    max_items: int = 64
+    inline_state_max: int = 4096
+
+    _SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
+                 "node_bits", "max_items", "inline_state_max")
+
+    def to_bytes(self) -> bytes:
+        """Encode as an ``SNCF`` envelope around JSON."""
+        d = {"format": "snapstore", "version": self.version, "repo_id": self.repo_id, "key": self.key.hex(),
+             "created": format_time(self.created)}
+        d.update({k: getattr(self, k) for k in self._SETTINGS})
+        return seal_envelope(CONFIG_MAGIC, self.version, json.dumps(d, indent=1).encode())
+
+    @classmethod
+    def from_bytes(cls, key: str, data: bytes) -> "RepoConfig":
+        """Decode the config object.
+
+        Raises:
+            UnsupportedFormatError: the repository's format version is newer than this snapstore's.
+            IntegrityError: the object is corrupt.
+        """
+        version, body = open_envelope(key, CONFIG_MAGIC, data)
+        try:
+            d = json.loads(body)
+        except ValueError as e:
+            raise IntegrityError(key, f"malformed config: {e}") from None
+        v = max(version, int(d.get("version", version)))
+        if d.get("format") != "snapstore":
+            raise IntegrityError(key, "not a snapstore config")
+        if v > FORMAT_VERSION:
+            raise UnsupportedFormatError(
+                f"repository format version {v} is newer than this snapstore supports ({FORMAT_VERSION}); upgrade snapstore")
+        try:
+            cfg = cls(repo_id=d["repo_id"], key=bytes.fromhex(d["key"]), created=parse_time(d["created"]), version=v)
+            for k in cls._SETTINGS:
+                if k in d:
+                    setattr(cfg, k, int(d[k]))
+        except (KeyError, ValueError, TypeError) as e:
+            raise IntegrityError(key, f"malformed config: {e}") from None
+        return cfg

@@ -1,0 +1,317 @@
+"""Packs: one immutable object holding everything new in one save.
+
+Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "Packs")::
+
+    "SNPK" | u8 version=1
+    block 0 .. block n-1            contiguous, starting at byte 5
+    header                          block table, then entry table
+    u32le header_len
+    blake3-128 of every byte before this field (16 bytes)
+
+    block table:  varint nblocks; per block: u8 kind, varint clen, varint rawlen, then for
+                  kinds 1 and 2: [kind 2 only: state_id(16) state_pack(8)] ids_digest(16)
+                  varint a, varint b, varint dict_len.
+                  kind 0: a zstd frame; 3: stored uncompressed; 1: a zstd frame compressed with a
+                  raw-content dictionary described by the pack's one state entry; 2: the same with
+                  the state named explicitly.
+    entry table:  varint nentries; per entry: u8 type, id(16), varint block, varint length;
+                  an entry's offset is the sum of the lengths of the entries before it in the
+                  same block (entries are listed in block order).
+
+Pack ids are 8 random bytes chosen by the writer (the key is ``packs/<2 hex>/<16 hex>``); pack
+contents are verified by the trailing checksum and each entry by its content id.
+
+Entry types: ``c`` chunk (a message's JSON, a CDC piece, or a value blob), ``n`` tree node,
+``s`` spine state, ``u`` upper spine, ``p`` pieces list of a large message. Dictionary: the last
+``dict_len`` bytes of the concatenated JSON of messages ``[a, b)`` of the list described by the
+state; ``ids_digest`` is the keyed blake3-128 of those messages' concatenated ids, so a reader
+that already holds those messages can use them directly.
+
+Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import blake3
+import zstandard
+
+from ..errors import IntegrityError
+from .codec import get_varint, put_varint
+from .ids import ID_BYTES, PACK_ID_BYTES
+
+MAGIC = b"SNPK"
+VERSION = 1
+T_CHUNK, T_NODE, T_STATE, T_UPPER, T_PIECES = b"c"[0], b"n"[0], b"s"[0], b"u"[0], b"p"[0]
+ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces"}
+_TRAILER = struct.Struct("<I16s")
+
+
+@dataclass(frozen=True)
+class DictSpec:
+    """Where a data block's raw-content dictionary comes from (see module docstring)."""
+
+    state_id: bytes | None
+    state_pack: bytes | None
+    start: int
+    end: int
+    length: int
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of a pack: byte ``offset``/``clen`` in the pack, ``rawlen`` uncompressed;
+    ``stored`` blocks are not compressed."""
+
+    offset: int
+    clen: int
+    rawlen: int
+    dict: DictSpec | None
+    stored: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block."""
+
+    type: int
+    id: bytes
+    block: int
+    offset: int
+    length: int
+
+
+class PackBuilder:
+    """Accumulate entries for one pack, then :meth:`build` its bytes.
+
+    Entries go into two blocks: block 0 (meta: nodes, states, pieces lists; no dictionary) and
+    block 1 (data: chunks; optionally compressed with a dictionary).
+
+    Args:
+        pack_id: the pack's 8-byte id (random, chosen by the writer before building).
+        level: zstd compression level.
+    """
+
+    def __init__(self, pack_id: bytes, level: int = 3):
+        self.pack_id = pack_id
+        self.level = level
+        self._meta: list[tuple[int, bytes, bytes]] = []
+        self._data: list[tuple[int, bytes, bytes]] = []
+        self._ids: set[tuple[int, bytes]] = set()
+        self.dict_spec: DictSpec | None = None
+        self.dict_bytes: bytes = b""
+
+    def __contains__(self, key: tuple[int, bytes]) -> bool:
+        return key in self._ids
+
+    def add(self, etype: int, eid: bytes, raw: bytes) -> bool:
+        """Add an entry (ignored if the same type+id was added already); return True if added."""
+        if (etype, eid) in self._ids:
+            return False
+        self._ids.add((etype, eid))
+        (self._data if etype == T_CHUNK else self._meta).append((etype, eid, raw))
+        return True
+
+    def set_dictionary(self, spec: DictSpec, dict_bytes: bytes) -> None:
+        """Compress the data block with ``dict_bytes`` (raw content), recorded as ``spec``."""
+        self.dict_spec = spec
+        self.dict_bytes = dict_bytes
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was added."""
+        return not self._ids
+
+    def chunk_bytes(self) -> int:
+        """Uncompressed bytes of the data block so far."""
+        return sum(len(r) for _, _, r in self._data)
+
+    def build(self) -> tuple[bytes, dict]:
+        """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``."""
+        out = bytearray(MAGIC)
+        out.append(VERSION)
+        blocks: list[Block] = []
+        entries: list[Entry] = []
+        data_clen = 0
+        for bi, (items, use_dict) in enumerate(((self._meta, False), (self._data, True))):
+            raw = bytearray()
+            for etype, eid, r in items:
+                entries.append(Entry(etype, eid, bi, len(raw), len(r)))
+                raw += r
+            spec = self.dict_spec if (use_dict and self.dict_spec and self.dict_bytes and raw) else None
+            if spec:
+                zd = zstandard.ZstdCompressionDict(self.dict_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+                cctx = zstandard.ZstdCompressor(level=self.level, dict_data=zd, write_checksum=False,
+                                                write_dict_id=False, write_content_size=False)
+            else:
+                cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=False)
+            comp = cctx.compress(bytes(raw)) if raw else b""
+            stored = not spec and len(comp) >= len(raw)
+            if stored:
+                comp = bytes(raw)
+            blocks.append(Block(len(out), len(comp), len(raw), spec, stored))
+            if use_dict:
+                data_clen = len(comp)
+            out += comp
+        header = bytearray()
+        put_varint(header, len(blocks))
+        for b in blocks:
+            if b.dict:
+                if b.dict.state_id is None:
+                    header.append(1)
+                else:
+                    header.append(2)
+                    header += b.dict.state_id + b.dict.state_pack
+            else:
+                header.append(3 if b.stored else 0)
+            put_varint(header, b.clen)
+            put_varint(header, b.rawlen)
+            if b.dict:
+                header += b.dict.digest
+                put_varint(header, b.dict.start)
+                put_varint(header, b.dict.end)
+                put_varint(header, b.dict.length)
+        put_varint(header, len(entries))
+        for e in entries:
+            header.append(e.type)
+            header += e.id
+            put_varint(header, e.block)
+            put_varint(header, e.length)
+        out += header
+        out += struct.pack("<I", len(header))
+        out += blake3.blake3(bytes(out)).digest(16)
+        return bytes(out), {"data": data_clen, "meta": len(out) - data_clen}
+
+
+class Pack:
+    """A parsed, verified pack.
+
+    Use :meth:`parse`; then :meth:`raw_block` to decompress blocks and :attr:`entries` to locate
+    entries (keyed by ``(type, id)``).
+    """
+
+    def __init__(self, key: str, data: bytes, pack_id: bytes, blocks: list[Block], entries: dict):
+        self.key = key
+        self.data = data
+        self.id = pack_id
+        self.blocks = blocks
+        self.entries: dict[tuple[int, bytes], Entry] = entries
+        self._raw: dict[int, bytes] = {}
+
+    @classmethod
+    def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
+        """Verify the checksum and parse the header.
+
+        Args:
+            key: the object key (named in errors).
+            data: the whole pack.
+            pack_id: the pack's id (from its key).
+        Raises:
+            IntegrityError: bad magic, checksum or structure (names ``key``).
+        """
+        if len(data) < 5 + _TRAILER.size or data[:4] != MAGIC:
+            raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
+        hlen, digest = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+        body_end = len(data) - 16
+        if blake3.blake3(data[:body_end]).digest(16) != digest:
+            raise IntegrityError(key, "checksum mismatch")
+        if data[4] != VERSION:
+            raise IntegrityError(key, f"unsupported pack version {data[4]}")
+        try:
+            hstart = body_end - 4 - hlen
+            pos = hstart
+            nblocks, pos = get_varint(data, pos)
+            blocks = []
+            off = 5
+            for _ in range(nblocks):
+                kind = data[pos]
+                pos += 1
+                if kind > 3:
+                    raise ValueError(f"unknown block kind {kind}")
+                sid = spk = None
+                if kind == 2:
+                    sid = bytes(data[pos:pos + ID_BYTES])
+                    spk = bytes(data[pos + ID_BYTES:pos + ID_BYTES + PACK_ID_BYTES])
+                    pos += ID_BYTES + PACK_ID_BYTES
+                clen, pos = get_varint(data, pos)
+                rawlen, pos = get_varint(data, pos)
+                spec = None
+                if kind in (1, 2):
+                    dg = bytes(data[pos:pos + 16])
+                    pos += 16
+                    a, pos = get_varint(data, pos)
+                    b, pos = get_varint(data, pos)
+                    dl, pos = get_varint(data, pos)
+                    spec = DictSpec(sid, spk, a, b, dl, dg)
+                blocks.append(Block(off, clen, rawlen, spec, kind == 3))
+                off += clen
+            if off != hstart:
+                raise ValueError("blocks do not end where the header starts")
+            n, pos = get_varint(data, pos)
+            entries = {}
+            fill = [0] * nblocks
+            for _ in range(n):
+                t = data[pos]
+                eid = bytes(data[pos + 1:pos + 1 + ID_BYTES])
+                pos += 1 + ID_BYTES
+                bi, pos = get_varint(data, pos)
+                ln, pos = get_varint(data, pos)
+                if bi >= nblocks or fill[bi] + ln > blocks[bi].rawlen:
+                    raise ValueError("entry outside its block")
+                entries[(t, eid)] = Entry(t, eid, bi, fill[bi], ln)
+                fill[bi] += ln
+            if pos != body_end - 4:
+                raise ValueError("header length mismatch")
+            states = [e for e in entries.values() if e.type == T_STATE]
+            for b in blocks:
+                if b.dict and b.dict.state_id is None and len(states) != 1:
+                    raise ValueError("dictionary refers to the pack's state entry but there is not exactly one")
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(key, f"malformed header: {e}") from None
+        return cls(key, data, pack_id or b"", blocks, entries)
+
+    def dict_state(self, spec: DictSpec) -> tuple[bytes, bytes]:
+        """Return ``(state id, pack id)`` of the state a dictionary spec refers to."""
+        if spec.state_id is not None:
+            return spec.state_id, spec.state_pack
+        for e in self.entries.values():
+            if e.type == T_STATE:
+                return e.id, self.id
+        raise IntegrityError(self.key, "no state entry for the dictionary")
+
+    def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
+        """Decompress block ``block`` (memoised). ``dict_bytes`` is required if the block has a dict.
+
+        Raises:
+            IntegrityError: the frame does not decompress to the recorded length.
+        """
+        raw = self._raw.get(block)
+        if raw is not None:
+            return raw
+        b = self.blocks[block]
+        comp = self.data[b.offset:b.offset + b.clen]
+        if b.rawlen == 0:
+            raw = b""
+        elif b.stored:
+            raw = comp
+        else:
+            try:
+                if b.dict:
+                    zd = zstandard.ZstdCompressionDict(dict_bytes or b"", dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+                    raw = zstandard.ZstdDecompressor(dict_data=zd).decompress(comp, max_output_size=b.rawlen)
+                else:
+                    raw = zstandard.ZstdDecompressor().decompress(comp, max_output_size=b.rawlen)
+            except zstandard.ZstdError as e:
+                raise IntegrityError(self.key, f"block {block} does not decompress: {e}") from None
+        if len(raw) != b.rawlen:
+            raise IntegrityError(self.key, f"block {block} decompressed to {len(raw)} bytes, expected {b.rawlen}")
+        self._raw[block] = raw
+        return raw
+
+    def entry_bytes(self, entry: Entry, dict_bytes: bytes | None = None) -> bytes:
+        """Return an entry's uncompressed bytes (not verified against its id; callers verify)."""
+        raw = self.raw_block(entry.block, dict_bytes)
+        return raw[entry.offset:entry.offset + entry.length]

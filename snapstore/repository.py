@@ -1,0 +1,877 @@
+"""The repository: write path (dedup, pack, publish) and read path (resolve, fetch, verify).
+
+Layer 3. Uses :mod:`snapstore.stores` for bytes and :mod:`snapstore.format` for encodings. Knows
+nothing about checkpoint-manager policy (conflict rules, retention); see :mod:`snapstore.api`.
+
+Key concepts (docs/format.md has the byte-level spec):
+
+* A message is a *chunk*: its exact JSON; its content id is keyed blake3-128 of those bytes. Messages
+  larger than ``cdc_threshold`` are split into FastCDC pieces plus a *pieces* entry.
+* A checkpoint's message list is a Merkle tree (:mod:`snapstore.format.tree`); each save stores the
+  tree's open right edge (*state*) and the nodes it sealed.
+* Everything new in a save goes into one *pack* (one PUT). The data block is zstd-compressed with a
+  raw-content dictionary made of the messages just before the first new one.
+* One *manifest* per checkpoint, under a key holding the inverted sequence number, written
+  create-only: the sequence number is the compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+import fastcdc
+
+from .errors import (CheckpointNotFound, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+                     RepositoryError, UnsupportedFormatError)
+from .format import keys
+from .format.codec import decode_json, encode_json, validate
+from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
+from .format.manifest import (FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
+                              RepoConfig, decode_index, encode_index)
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack, PackBuilder
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, TreeParams, decode_node, decode_pieces, encode_pieces
+from .stores.base import ObjectStore
+
+RECENT_RAW_KEEP = 4
+"""Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
+
+
+@dataclass
+class ListState:
+    """What a writer knows about one message list (normally its run's head).
+
+    Attributes:
+        spine: the open right edge of the list's tree.
+        count / size: messages and their total JSON bytes.
+        digest: incremental keyed blake3 over the concatenated message ids.
+        state: ``(state id, pack id)`` of the stored spine, or None for an empty list.
+        ids: every message id in order, or None when not loaded (cold writer).
+        refs: every level-0 ref in order, or None when not loaded.
+        objs: the caller's message objects of the last save (identity fast path), or None.
+        raws: encoded JSON per position for recent positions (older entries are None).
+        known: chunk id -> Ref, for dedup within the run.
+        known_pieces: piece id -> Ref.
+        nodes: node id -> pack id of nodes known to exist.
+    """
+
+    spine: Spine
+    count: int = 0
+    size: int = 0
+    digest: object = None
+    state: tuple | None = None
+    ids: list | None = None
+    refs: list | None = None
+    objs: list | None = None
+    raws: list | None = None
+    known: dict = field(default_factory=dict)
+    known_pieces: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
+
+
+@dataclass
+class PreparedSave:
+    """A save built in memory, not yet written: the pack (or None) and the resulting list state."""
+
+    pack_id: bytes | None
+    pack_bytes: bytes | None
+    sizes: dict
+    state: ListState
+    session_state_ref: list | None
+    session_state_inline: object
+    has_session_state: bool
+    new_chunks: int
+    new_bytes: int
+
+
+class _ReadCtx:
+    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary."""
+
+    def __init__(self, hasher: Hasher):
+        self.hasher = hasher
+        self.ids: list[bytes] = []
+        self.concat = bytearray()
+        self.offs = [0]
+
+    def add(self, mid: bytes, raw: bytes) -> None:
+        self.ids.append(mid)
+        self.concat += raw
+        self.offs.append(len(self.concat))
+
+    def dict_for(self, spec: DictSpec) -> bytes | None:
+        if spec.end > len(self.ids) or spec.start > spec.end:
+            return None
+        if self.hasher.content_id(b"".join(self.ids[spec.start:spec.end])) != spec.digest:
+            return None
+        end = self.offs[spec.end]
+        if end - self.offs[spec.start] < spec.length:
+            return None
+        return bytes(self.concat[end - spec.length:end])
+
+
+class Repository:
+    """A snapstore repository on an object store.
+
+    Use :meth:`open` (creates the repository on first use) or :meth:`init` (explicit settings).
+    Thread-safe.
+
+    Args:
+        store: the object store.
+        config: the repository config read from ``config``.
+        cache_bytes: bound on the in-memory cache of parsed packs (bytes).
+        max_workers: threads for parallel GETs when restoring.
+    """
+
+    def __init__(self, store: ObjectStore, config: RepoConfig, cache_bytes: int = 256 << 20, max_workers: int = 16):
+        self.store = store
+        self.config = config
+        self.hasher = Hasher(config.key)
+        self.params = TreeParams(config.leaf_bits, config.node_bits, config.max_items)
+        self._cache: OrderedDict[bytes, Pack] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+        self._lock = threading.RLock()
+        self._max_workers = max_workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._dicts: dict = {}
+
+    # ------------------------------------------------------------------------------------------
+    # opening
+
+    @classmethod
+    def open(cls, store: ObjectStore, create: bool = True, **settings) -> "Repository":
+        """Open the repository in ``store``; create it if absent and ``create`` is True.
+
+        Args:
+            store: object store.
+            create: initialise an empty location (with ``settings``) instead of failing.
+            **settings: :class:`RepoConfig` settings used only when creating.
+        Raises:
+            RepositoryError: no repository there and ``create`` is False.
+            UnsupportedFormatError: the repository was written by a newer format version.
+            IntegrityError: the config object is corrupt.
+        """
+        try:
+            data = store.get(keys.CONFIG)
+        except ObjectNotFound:
+            if not create:
+                raise RepositoryError(f"no snapstore repository at {store.url} (run 'snapstore init')") from None
+            return cls.init(store, exist_ok=True, **settings)
+        return cls(store, RepoConfig.from_bytes(keys.CONFIG, data))
+
+    @classmethod
+    def init(cls, store: ObjectStore, exist_ok: bool = False, **settings) -> "Repository":
+        """Create a repository with ``settings`` (see :class:`RepoConfig`); create-only.
+
+        Raises:
+            RepositoryError: one exists already and ``exist_ok`` is False.
+            InvalidInputError: an unknown or out-of-range setting.
+        """
+        cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
+        for k, v in settings.items():
+            if k not in RepoConfig._SETTINGS:
+                raise InvalidInputError(f"unknown repository setting: {k}")
+            if not isinstance(v, int) or v < 0:
+                raise InvalidInputError(f"repository setting {k} must be a non-negative integer, got {v!r}")
+            setattr(cfg, k, v)
+        if not (1 <= cfg.leaf_bits <= 12 and 1 <= cfg.node_bits <= 12 and cfg.max_items >= 2):
+            raise InvalidInputError("tree settings out of range")
+        try:
+            store.put(keys.CONFIG, cfg.to_bytes())
+        except PreconditionFailed:
+            if not exist_ok:
+                raise RepositoryError(f"a repository already exists at {store.url}") from None
+            return cls(store, RepoConfig.from_bytes(keys.CONFIG, store.get(keys.CONFIG)))
+        return cls(store, cfg)
+
+    def close(self) -> None:
+        """Shut down the thread pool and the store."""
+        if self._pool:
+            self._pool.shutdown(wait=False)
+        self.store.close()
+
+    # ------------------------------------------------------------------------------------------
+    # keys for user-supplied names
+
+    def run_key(self, run_id: str) -> str:
+        """Key segment of a run id (see :func:`snapstore.format.ids.name_key`)."""
+        return name_key(run_id, self.hasher)
+
+    def checkpoint_key(self, checkpoint_id: str) -> str:
+        """Key segment of a checkpoint id."""
+        return name_key(checkpoint_id, self.hasher)
+
+    # ------------------------------------------------------------------------------------------
+    # packs
+
+    def _pool_get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="snapstore-get")
+            return self._pool
+
+    def _cache_put(self, pack: Pack) -> None:
+        with self._lock:
+            if pack.id in self._cache:
+                return
+            self._cache[pack.id] = pack
+            self._cache_bytes += len(pack.data) * 3
+            while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= len(old.data) * 3
+
+    def get_pack(self, pack_id: bytes) -> Pack:
+        """Return the parsed, checksum-verified pack (cached).
+
+        Raises:
+            ObjectNotFound: the pack is missing (message names the key).
+            IntegrityError: the pack is corrupt.
+        """
+        with self._lock:
+            p = self._cache.get(pack_id)
+            if p is not None:
+                self._cache.move_to_end(pack_id)
+                return p
+        key = keys.pack_key(pack_id)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
+        p = Pack.parse(key, data, pack_id)
+        self._cache_put(p)
+        return p
+
+    def prefetch(self, pack_ids) -> None:
+        """Fetch the packs not yet cached, in parallel (bounded thread pool)."""
+        with self._lock:
+            todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
+        if len(todo) <= 1:
+            for p in todo:
+                self.get_pack(p)
+            return
+        list(self._pool_get().map(self.get_pack, todo))
+
+    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
+        pack = self.get_pack(pack_id)
+        e = pack.entries.get((etype, eid))
+        if e is None:
+            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
+        spec = pack.blocks[e.block].dict
+        d = None
+        if spec is not None and e.block not in pack._raw:
+            d = ctx.dict_for(spec) if ctx is not None else None
+            if d is None:
+                d = self._resolve_dict(pack, spec)
+        raw = pack.entry_bytes(e, d)
+        if etype != T_PIECES and self.hasher.content_id(raw) != eid:
+            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) does not match its content id")
+        return raw
+
+    def _resolve_dict(self, pack: Pack, spec: DictSpec) -> bytes:
+        key = (pack.id, spec)
+        with self._lock:
+            d = self._dicts.get(key)
+        if d is not None:
+            return d
+        spine = self.read_state(*pack.dict_state(spec))
+        refs = self.refs_range(spine, spec.start, spec.end)
+        if self.hasher.content_id(b"".join(r.id for r in refs)) != spec.digest:
+            raise IntegrityError(pack.key, "dictionary messages do not match the recorded digest")
+        raw = b"".join(self.message_raw(r) for r in refs)
+        if len(raw) < spec.length:
+            raise IntegrityError(pack.key, "dictionary shorter than recorded")
+        d = raw[len(raw) - spec.length:]
+        with self._lock:
+            if len(self._dicts) > 64:
+                self._dicts.clear()
+            self._dicts[key] = d
+        return d
+
+    # ------------------------------------------------------------------------------------------
+    # tree reading
+
+    def read_state(self, state_id: bytes, pack_id: bytes) -> Spine:
+        """Read and decode a spine (state entry plus its upper entry). Raises IntegrityError/ObjectNotFound."""
+        raw = self._entry(T_STATE, state_id, pack_id)
+        try:
+            run0, upper = Spine.decode_state(raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(pack_id), f"malformed state {state_id.hex()}: {e}") from None
+        levels = [run0]
+        if upper is not None:
+            uraw = self._entry(T_UPPER, upper[0], upper[1])
+            try:
+                levels += Spine.decode_upper(uraw)
+            except (ValueError, IndexError) as e:
+                raise IntegrityError(keys.pack_key(upper[1]), f"malformed upper entry {upper[0].hex()}: {e}") from None
+        return Spine(self.params, levels, upper)
+
+    def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
+        """Read and decode a tree node; return ``(level, items)``."""
+        raw = self._entry(T_NODE, node_id, pack_id)
+        try:
+            return decode_node(raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(pack_id), f"malformed node {node_id.hex()}: {e}") from None
+
+    def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
+        """Return every level-0 ref of the list, in order.
+
+        Nodes are fetched level by level with the packs of each level fetched in parallel, so the
+        number of sequential round trips is the tree depth. If ``nodes`` is given, every node read
+        is recorded in it as ``node id -> pack id``.
+        """
+        frontier: list[tuple[int, Ref]] = spine.top_down()
+        while any(level > 0 for level, _ in frontier):
+            self.prefetch(r.pack for level, r in frontier if level > 0)
+            nxt: list[tuple[int, Ref]] = []
+            for level, r in frontier:
+                if level == 0:
+                    nxt.append((0, r))
+                    continue
+                lv, items = self.read_node(r.id, r.pack)
+                if nodes is not None:
+                    nodes[r.id] = r.pack
+                if lv != level - 1:
+                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
+                nxt.extend((lv, x) for x in items)
+            frontier = nxt
+        return [r for _, r in frontier]
+
+    def refs_range(self, spine: Spine, start: int, end: int) -> list[Ref]:
+        """Return the level-0 refs at positions ``[start, end)`` of the list, reading only the nodes needed."""
+        out: list[Ref] = []
+
+        def walk(items, level, pos):
+            for r in items:
+                n = r.count
+                if pos + n > start and pos < end:
+                    if level == 0:
+                        out.append(r)
+                    else:
+                        lv, sub = self.read_node(r.id, r.pack)
+                        walk(sub, lv, pos)
+                pos += n
+                if pos >= end:
+                    break
+            return pos
+
+        pos = 0
+        for level in range(len(spine.levels) - 1, -1, -1):
+            pos = walk(spine.levels[level], level, pos)
+            if pos >= end:
+                break
+        return out
+
+    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None) -> bytes:
+        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``."""
+        if not ref.flags & FLAG_PIECES:
+            return self._entry(T_CHUNK, ref.id, ref.pack, ctx)
+        pieces_raw = self._entry(T_PIECES, ref.id, ref.pack)
+        try:
+            pieces = decode_pieces(pieces_raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
+        self.prefetch(p.pack for p in pieces)
+        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
+        if self.hasher.content_id(raw) != ref.id:
+            raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
+        return raw
+
+    def read_messages(self, refs: list[Ref], raws: list | None = None) -> list:
+        """Decode the messages of a list (refs in order); packs are fetched in parallel first.
+
+        If ``raws`` is a list, each message's exact JSON bytes are appended to it.
+        """
+        self.prefetch(r.pack for r in refs)
+        ctx = _ReadCtx(self.hasher)
+        out = []
+        for r in refs:
+            raw = self.message_raw(r, ctx)
+            ctx.add(r.id, raw)
+            if raws is not None:
+                raws.append(raw)
+            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT)))
+        return out
+
+    def load_with_state(self, m: Manifest) -> tuple[list, ListState]:
+        """Return ``(messages, ListState)`` for checkpoint ``m``: a restore that also prepares the
+        next save (every id known; the caller's objects are not trusted, so ``objs`` is None)."""
+        if not m.state:
+            return [], self.list_state(None)
+        sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        self.prefetch(bytes.fromhex(h) for h in m.state[1:])
+        spine = self.read_state(*sref)
+        nodes: dict = {}
+        refs = self.expand(spine, nodes)
+        raws: list = []
+        msgs = self.read_messages(refs, raws)
+        ids = [r.id for r in refs]
+        digest = self.hasher.new_digest()
+        digest.update(b"".join(ids))
+        keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
+        acc = 0
+        for i in range(len(raws) - 1, -1, -1):
+            acc += len(raws[i])
+            if acc > keep:
+                raws[:i + 1] = [None] * (i + 1)
+                break
+        ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
+                       objs=None, raws=raws, known={r.id: r for r in refs}, nodes=nodes)
+        return msgs, ls
+
+    def load_messages(self, m: Manifest) -> list:
+        """Return the message list of checkpoint manifest ``m`` (exactly as saved)."""
+        return self.load_with_state(m)[0]
+
+    def load_session_state(self, m: Manifest):
+        """Return the checkpoint's session state (inline or from its chunk), or None."""
+        if m.session_state_ref is None:
+            return m.session_state
+        sid, pack, size, flags = m.session_state_ref
+        raw = self.message_raw(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
+        return decode_json(raw, bool(flags & FLAG_EXACT))
+
+    def list_state(self, m: Manifest | None, full: bool = False) -> ListState:
+        """Build a writer's :class:`ListState` for checkpoint ``m`` (None: empty list).
+
+        With ``full``, every ref is loaded (needed when the next list is not an append).
+        """
+        ls = ListState(spine=Spine(self.params), digest=self.hasher.new_digest())
+        if m is None or not m.state:
+            ls.ids, ls.refs, ls.raws = [], [], []
+            return ls
+        ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        ls.count, ls.size = m.count, m.size
+        for level, r in ls.spine.top_down():
+            if level == 0:
+                ls.known[r.id] = r
+            else:
+                ls.nodes[r.id] = r.pack
+        if full:
+            refs = self.expand(ls.spine)
+            ls.refs = refs
+            ls.ids = [r.id for r in refs]
+            for r in refs:
+                ls.known[r.id] = r
+            ls.digest.update(b"".join(ls.ids))
+            self._index_nodes(ls)
+        else:
+            ls.digest = None  # unknown incremental state; recomputed when ids are known
+        return ls
+
+    def _index_nodes(self, ls: ListState) -> None:
+        def walk(level, r):
+            if level == 0 or r.id in ls.nodes:
+                return
+            ls.nodes[r.id] = r.pack
+            lv, items = self.read_node(r.id, r.pack)
+            for x in items:
+                walk(lv, x)
+        for level, r in ls.spine.top_down():
+            if level > 0:
+                ls.nodes.pop(r.id, None)
+                walk(level, r)
+
+    # ------------------------------------------------------------------------------------------
+    # write path
+
+    def _encode_message(self, msg, path: str) -> tuple[bytes, bool]:
+        validate(msg, path)
+        return encode_json(msg)
+
+    def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
+                     has_session_state: bool = False, parent_state_ref: list | None = None,
+                     cold_digest: str | None = None) -> PreparedSave:
+        """Build the pack for a new checkpoint whose list is ``messages`` (nothing is written).
+
+        Args:
+            parent: the writer's knowledge of the parent list (None: no parent).
+            messages: the new checkpoint's full message list (JSON values).
+            session_state: the session state value (used when ``has_session_state``).
+            parent_state_ref: the parent's ``session_state_ref`` (reused when unchanged).
+            cold_digest: the parent's list digest (hex) when ``parent.ids`` is not loaded.
+        Raises:
+            InvalidMessageError: a message or the state is not an exact JSON value.
+        Returns:
+            PreparedSave with the pack bytes (None if nothing new) and the new ListState.
+        """
+        if not isinstance(messages, (list, tuple)):
+            raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
+        messages = list(messages)
+        cfg = self.config
+        hasher = self.hasher
+        if parent is None:
+            parent = self.list_state(None)
+        n_old = parent.count
+        n = len(messages)
+        ids: list[bytes] = [b""] * n
+        flags: list[int] = [0] * n
+        raws: list[bytes | None] = [None] * n
+
+        # 1. how much of the parent list is kept as is?
+        prefix = 0
+        if parent.objs is not None and parent.ids is not None and n_old <= n:
+            same = list(map(operator.is_, messages[:n_old], parent.objs))
+            try:
+                prefix = same.index(False)
+            except ValueError:
+                prefix = n_old
+            # re-check recent messages by value: they are the ones callers tend to mutate
+            check_from = max(0, prefix - 4)
+            for i in range(check_from, prefix):
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                if hasher.content_id(raw) != parent.ids[i]:
+                    prefix = i
+                    break
+            ids[:prefix] = parent.ids[:prefix]
+        if prefix < n_old:
+            # encode what we must to find the common prefix (cold writer: everything)
+            start = prefix
+            for i in range(start, n):
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                raws[i] = raw
+                ids[i] = hasher.content_id(raw)
+                flags[i] = FLAG_EXACT if exact else 0
+            if parent.ids is None:
+                if n >= n_old and n_old > 0:
+                    d = hasher.new_digest()
+                    d.update(b"".join(ids[:n_old]))
+                    if d.hexdigest(16) == cold_digest:
+                        prefix = n_old
+                if prefix < n_old:
+                    full = self._reload_full(parent)
+                    parent = full
+            if prefix < n_old:
+                lim = min(n_old, n)
+                i = prefix
+                while i < lim and ids[i] == parent.ids[i]:
+                    i += 1
+                prefix = i
+        append = prefix == n_old
+        for i in range(prefix, n):
+            if not ids[i]:
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                raws[i] = raw
+                ids[i] = hasher.content_id(raw)
+                flags[i] = FLAG_EXACT if exact else 0
+
+        # 2. build refs for the changed tail, writing new chunks into the pack
+        pack_id = os.urandom(PACK_ID_BYTES)
+        pb = PackBuilder(pack_id, level=cfg.level)
+        known = dict(parent.known)
+        known_pieces = dict(parent.known_pieces)
+        new_chunks = 0
+        new_bytes = 0
+        first_new = None
+        tail_refs: list[Ref] = []
+        for i in range(prefix, n):
+            mid = ids[i]
+            r = known.get(mid)
+            if r is None:
+                raw = raws[i]
+                r = self._store_blob(pb, mid, raw, flags[i], known_pieces)
+                known[mid] = r
+                new_chunks += 1
+                new_bytes += len(raw)
+                if first_new is None:
+                    first_new = i
+            tail_refs.append(r)
+
+        # 3. the new tree: append to the parent's spine, or rebuild from the common prefix
+        new_nodes: dict[bytes, bytes] = dict(parent.nodes)
+
+        def seal(nid: bytes, data: bytes) -> bytes:
+            if nid in new_nodes:
+                return new_nodes[nid]
+            pb.add(T_NODE, nid, data)
+            new_nodes[nid] = pack_id
+            return pack_id
+
+        if append:
+            spine = parent.spine.copy()
+            all_refs = None if parent.refs is None else parent.refs + tail_refs
+        else:
+            spine = Spine(self.params, upper=parent.spine.upper)
+            all_refs = parent.refs[:prefix] + tail_refs
+            for r in parent.refs[:prefix]:
+                spine.append(r, seal, hasher.content_id)
+        for r in tail_refs:
+            spine.append(r, seal, hasher.content_id)
+
+        # 4. the dictionary for the data block: the messages just before the first new one
+        if first_new is not None and first_new > 0 and cfg.dict_bytes > 0:
+            self._set_dictionary(pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, first_new)
+
+        # 5. session state
+        ss_ref = None
+        ss_inline = None
+        if has_session_state:
+            validate(session_state, "session_state")
+            raw, exact = encode_json(session_state)
+            if len(raw) > cfg.inline_state_max:
+                sid = hasher.content_id(raw)
+                fl = FLAG_EXACT if exact else 0
+                if parent_state_ref and parent_state_ref[0] == sid.hex():
+                    ss_ref = parent_state_ref
+                else:
+                    r = self._store_blob(pb, sid, raw, fl, known_pieces)
+                    ss_ref = [sid.hex(), r.pack.hex(), len(raw), r.flags]
+            else:
+                ss_inline = session_state
+
+        # 6. the state entry and the resulting ListState
+        if append:
+            size = parent.size + sum(r.size for r in tail_refs)
+        else:
+            size = sum(r.size for r in all_refs)
+        if n == 0:
+            state = None
+        elif append and not tail_refs and parent.state is not None:
+            state = parent.state
+        else:
+            def seal_upper(uid: bytes, data: bytes) -> bytes:
+                pb.add(T_UPPER, uid, data)
+                return pack_id
+            sbytes = spine.encode_state(seal_upper, hasher.content_id)
+            sid = hasher.content_id(sbytes)
+            pb.add(T_STATE, sid, sbytes)
+            state = (sid, pack_id)
+        if append and parent.digest is not None:
+            digest = parent.digest.copy()
+            digest.update(b"".join(ids[prefix:]))
+        else:
+            digest = hasher.new_digest()
+            digest.update(b"".join(ids))
+        # keep the most recent raw JSON (a few dictionaries' worth) for the next save's dictionary
+        old_raws = parent.raws if (parent.raws is not None and len(parent.raws) == n_old) else [None] * n_old
+        new_raws = old_raws[:prefix] + raws[prefix:]
+        keep = RECENT_RAW_KEEP * max(cfg.dict_bytes, 1)
+        acc = 0
+        for i in range(n - 1, -1, -1):
+            if new_raws[i] is not None:
+                acc += len(new_raws[i])
+                if acc > keep:
+                    new_raws[:i + 1] = [None] * (i + 1)
+                    break
+        count = n
+        ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
+                       ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
+                       known_pieces=known_pieces, nodes=new_nodes)
+        if pb.empty:
+            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0)
+        data, sizes = pb.build()
+        return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes)
+
+    def _reload_full(self, parent: ListState) -> ListState:
+        """Load every ref of ``parent`` (for a list that is not an append of it)."""
+        if parent.state is None:
+            ls = self.list_state(None)
+            return ls
+        fake = Manifest(kind=KIND_CHECKPOINT, run_id="", seq=0, write_id="", created=datetime.now(timezone.utc),
+                        count=parent.count, size=parent.size,
+                        state=[parent.state[0].hex(), parent.state[1].hex()])
+        ls = self.list_state(fake, full=True)
+        ls.known.update(parent.known)
+        ls.known_pieces.update(parent.known_pieces)
+        return ls
+
+    def _store_blob(self, pb: PackBuilder, bid: bytes, raw: bytes, flags: int, known_pieces: dict) -> Ref:
+        cfg = self.config
+        if len(raw) <= cfg.cdc_threshold:
+            pb.add(T_CHUNK, bid, raw)
+            return Ref(bid, len(raw), 1, flags, pb.pack_id)
+        pieces = []
+        for c in fastcdc.fastcdc(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
+            piece = raw[c.offset:c.offset + c.length]
+            pid = self.hasher.content_id(piece)
+            pr = known_pieces.get(pid)
+            if pr is None:
+                pb.add(T_CHUNK, pid, piece)
+                pr = Ref(pid, len(piece), 1, 0, pb.pack_id)
+                known_pieces[pid] = pr
+            pieces.append(pr)
+        pb.add(T_PIECES, bid, encode_pieces(pieces))
+        return Ref(bid, len(raw), 1, flags | FLAG_PIECES, pb.pack_id)
+
+    def _set_dictionary(self, pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, b) -> None:
+        """Choose messages ``[a, b)`` before the first new message as the data block's dictionary."""
+        want = self.config.dict_bytes
+
+        def size_at(i):
+            if i >= prefix:
+                return tail_refs[i - prefix].size
+            if all_refs is not None:
+                return all_refs[i].size
+            return None
+
+        a = b
+        acc = 0
+        while a > 0 and acc < want:
+            s = size_at(a - 1)
+            if s is None:
+                break
+            a -= 1
+            acc += s
+        if a == b:
+            return
+        parts = []
+        for i in range(a, b):
+            raw = raws[i]
+            if raw is None and parent.raws is not None and i < len(parent.raws) and i < prefix:
+                raw = parent.raws[i]
+            if raw is None:
+                raw, _ = encode_json(messages[i])
+                if self.hasher.content_id(raw) != ids[i]:
+                    return
+            parts.append(raw)
+        blob = b"".join(parts)
+        length = min(want, len(blob))
+        digest = self.hasher.content_id(b"".join(ids[a:b]))
+        # the list is described by this save's own state entry, which goes into this pack
+        pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:])
+
+    # ------------------------------------------------------------------------------------------
+    # manifests and index records
+
+    def manifest_key(self, run_key: str, seq: int) -> str:
+        """Key of manifest ``seq`` of a run."""
+        return keys.manifest_key(run_key, seq)
+
+    def read_manifest_key(self, key: str) -> Manifest:
+        """Read and verify one manifest. Raises ObjectNotFound, IntegrityError."""
+        return Manifest.from_bytes(key, self.store.get(key))
+
+    def head(self, run_key: str) -> Manifest | None:
+        """Return the newest manifest of the run (one LIST with limit 1, one GET), or None."""
+        for info in self.store.list(keys.manifests_prefix(run_key), limit=1):
+            try:
+                return self.read_manifest_key(info.key)
+            except ObjectNotFound:
+                return self.head(run_key)  # deleted between LIST and GET: look again
+        return None
+
+    def manifest_seqs(self, run_key: str) -> list[int]:
+        """Return all manifest sequence numbers of the run, newest first (LIST only)."""
+        return [keys.seq_from_manifest_key(i.key) for i in self.store.list(keys.manifests_prefix(run_key))]
+
+    def publish(self, run_key: str, m: Manifest) -> None:
+        """Write manifest ``m`` create-only at its sequence number.
+
+        A refusal is resolved by reading the object back: if it carries our write id, an earlier
+        attempt of ours landed and this succeeds.
+
+        Raises:
+            ConflictError: another writer holds that sequence number.
+        """
+        key = keys.manifest_key(run_key, m.seq)
+        data = m.to_bytes()
+        try:
+            self.store.put(key, data)
+        except PreconditionFailed:
+            try:
+                other = self.read_manifest_key(key)
+            except ObjectNotFound:
+                raise PreconditionFailed(key, f"sequence {m.seq} of run {m.run_id!r} was taken and released") from None
+            if other.write_id != m.write_id:
+                raise
+
+    def write_index(self, run_key: str, checkpoint_id: str, seq: int, write_id: str) -> bool:
+        """Record ``checkpoint_id -> seq`` create-only (replacing a dangling record by compare-and-swap).
+
+        Generated ids name their sequence number and need no record: nothing is written for them.
+
+        Returns:
+            True if a record was written (or already ours), False if none was needed.
+        Raises:
+            ConflictError: the run already has a live checkpoint with this id.
+        """
+        if seq_hint(checkpoint_id) == seq:
+            return False
+        key = keys.index_key(run_key, self.checkpoint_key(checkpoint_id))
+        data = encode_index(seq, write_id)
+        try:
+            self.store.put(key, data)
+            return True
+        except PreconditionFailed:
+            pass
+        info = self.store.head(key)
+        old_seq, old_wid = decode_index(key, self.store.get(key))
+        if old_wid == write_id:
+            return True
+        try:
+            m = self.read_manifest_key(keys.manifest_key(run_key, old_seq))
+            if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                from .errors import ConflictError
+                raise ConflictError(f"run {m.run_id!r} already has a checkpoint with id {checkpoint_id!r}")
+        except ObjectNotFound:
+            pass
+        self.store.put_if_match(key, data, info.etag)
+        return True
+
+    def read_index(self, run_key: str, checkpoint_id: str) -> int | None:
+        """Return the sequence number recorded for ``checkpoint_id``, or None."""
+        key = keys.index_key(run_key, self.checkpoint_key(checkpoint_id))
+        try:
+            return decode_index(key, self.store.get(key))[0]
+        except ObjectNotFound:
+            return None
+
+    def find_checkpoint(self, run_key: str, checkpoint_id: str) -> Manifest:
+        """Return the manifest of ``checkpoint_id`` in the run (index record, then manifest).
+
+        Falls back to scanning the run's manifests when the index record is missing.
+
+        Raises:
+            CheckpointNotFound: no such checkpoint.
+        """
+        seq = seq_hint(checkpoint_id)
+        if seq is not None:
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, seq))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    return m
+            except (ObjectNotFound, ValueError):
+                pass
+        seq = self.read_index(run_key, checkpoint_id)
+        if seq is not None:
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, seq))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    return m
+            except ObjectNotFound:
+                pass
+        for s in self.manifest_seqs(run_key):
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, s))
+            except ObjectNotFound:
+                continue
+            if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                return m
+        raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} not found")
+
+    def delete_checkpoint_objects(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
+        """Delete manifests (and their index records) for ``(seq, checkpoint id or None)`` pairs.
+
+        Index records go first, so a crash never leaves a live-looking index without its manifest
+        being the one that is gone.
+        """
+        idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
+        if idx:
+            self.store.delete_many(idx)
+        self.store.delete_many([keys.manifest_key(run_key, s) for s, _ in entries])
+
+
+def check_format_version(v: int) -> None:
+    """Raise UnsupportedFormatError if ``v`` is newer than this snapstore supports."""
+    if v > FORMAT_VERSION:
+        raise UnsupportedFormatError(f"format version {v} is newer than supported {FORMAT_VERSION}")
+
+
+__all__ = ["Repository", "ListState", "PreparedSave", "KIND_CHECKPOINT", "KIND_ROLLBACK", "KIND_TOMBSTONE"]

@@ -1,0 +1,44 @@
+"""Object-store backends and :func:`open_store`, which picks one from a URL or path."""
+
+from __future__ import annotations
+
+import os
+
+from .base import ObjectInfo, ObjectStore, RequestStats
+from .local import LocalStore
+from .memory import MemoryStore
+
+
+def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **options) -> ObjectStore:
+    """Return an object store for ``location``.
+
+    Args:
+        location: ``s3://BUCKET[/PREFIX][?options]`` (S3 via boto3), ``memory://`` (in-memory),
+            ``file:///path`` or a plain directory path (local store), an existing store object
+            (returned as is), or None: ``$SNAPSTORE_URL`` if set, else ``./.snapstore``.
+        **options: backend keyword options (S3: ``endpoint_url``, ``region_name``, ...; local:
+            ``fsync``).
+    Raises:
+        InvalidInputError: an unknown URL scheme.
+    """
+    from ..errors import InvalidInputError
+
+    if location is None:
+        location = os.environ.get("SNAPSTORE_URL") or ".snapstore"
+    if not isinstance(location, (str, os.PathLike)):
+        return location
+    loc = os.fspath(location)
+    if loc.startswith("s3://"):
+        from .s3 import S3Store
+
+        return S3Store.from_url(loc, **options)
+    if loc.startswith("memory://"):
+        return MemoryStore(**options)
+    if loc.startswith("file://"):
+        return LocalStore(loc[len("file://"):], **options)
+    if "://" in loc:
+        raise InvalidInputError(f"unsupported repository URL scheme: {loc}")
+    return LocalStore(loc, **options)
+
+
+__all__ = ["ObjectInfo", "ObjectStore", "RequestStats", "LocalStore", "MemoryStore", "open_store"]

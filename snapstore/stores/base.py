@@ -1,0 +1,154 @@
+"""The object-store protocol: bytes under keys.
+
+This is the lowest layer. Everything above it (format, repository, api) talks to storage only through
+:class:`ObjectStore`. Keys are relative to the store's root/prefix, use ``/`` as separator and only the
+characters ``[a-z0-9._-/]`` (see :func:`check_key`); the repository layer guarantees that.
+
+Semantics every backend must provide (the repository's invariants depend on them):
+
+* ``put`` is create-only: it fails with :class:`~snapstore.errors.PreconditionFailed` if the key exists
+  (S3: ``If-None-Match: *``; local: ``link(2)`` of a fsynced temp file). A successful ``put`` is
+  durable when it returns.
+* ``put_if_match`` is compare-and-swap on the ETag returned by ``head``/``put``; ``etag=None`` means
+  "only if absent" (same as ``put``).
+* ``get``/``head`` raise :class:`~snapstore.errors.ObjectNotFound` for a missing key.
+* ``list`` yields keys in lexicographic (byte) order, all of them, paging internally.
+* ``delete_many`` ignores keys that do not exist and batches as the backend requires.
+* Reads after a successful write see it (strong read-after-write consistency).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Protocol, runtime_checkable
+
+from ..errors import InvalidInputError
+
+_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9._-]+)*$")
+
+
+def check_key(key: str) -> str:
+    """Validate an object key and return it.
+
+    Args:
+        key: a ``/``-separated key of segments made of ``[a-z0-9._-]``, not starting with ``.``,
+            no empty, ``.`` or ``..`` segments.
+    Raises:
+        InvalidInputError: when the key could escape the store root or is otherwise malformed.
+    """
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise InvalidInputError(f"invalid object key: {key!r}")
+    for seg in key.split("/"):
+        if seg in (".", "..") or seg.startswith("."):
+            raise InvalidInputError(f"invalid object key: {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a store knows about one object.
+
+    Attributes:
+        key: the object's key.
+        size: length in bytes.
+        etag: opaque version tag; changes whenever the object is replaced.
+        mtime: last-modified time as seconds since the epoch (UTC), taken from the store, not the
+            caller's clock.
+    """
+
+    key: str
+    size: int
+    etag: str
+    mtime: float
+
+
+@dataclass
+class RequestStats:
+    """Counts of store requests by kind and bytes moved.
+
+    Attributes:
+        counts: requests by kind: ``PUT``, ``GET``, ``HEAD``, ``LIST`` (one per page of at most
+            1,000 keys), ``DELETE`` (one per batch of at most 1,000 keys).
+        bytes_up: payload bytes sent by PUTs.
+        bytes_down: payload bytes received by GETs.
+    """
+
+    counts: dict = field(default_factory=lambda: {k: 0 for k in ("PUT", "GET", "HEAD", "LIST", "DELETE")})
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+    def snapshot(self) -> "RequestStats":
+        """Return an independent copy."""
+        return RequestStats(dict(self.counts), self.bytes_up, self.bytes_down)
+
+    def since(self, earlier: "RequestStats") -> "RequestStats":
+        """Return the difference ``self - earlier`` (requests made after ``earlier`` was taken)."""
+        return RequestStats({k: v - earlier.counts.get(k, 0) for k, v in self.counts.items()},
+                            self.bytes_up - earlier.bytes_up, self.bytes_down - earlier.bytes_down)
+
+    def total(self) -> int:
+        """Total number of requests."""
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict:
+        """JSON-friendly form."""
+        return {"requests": dict(self.counts), "bytes_up": self.bytes_up, "bytes_down": self.bytes_down}
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Bytes under keys. See the module docstring for the required semantics.
+
+    Every store has a ``stats`` attribute (:class:`RequestStats`) counting the requests it made
+    and a ``url`` attribute naming where it is.
+    """
+
+    url: str
+    stats: RequestStats
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Create ``key`` holding ``data``; fail if it exists.
+
+        Raises:
+            PreconditionFailed: the key already exists (nothing was changed).
+            StoreError: the backend failed.
+        """
+
+    def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
+        """Replace ``key`` only if its current ETag is ``etag`` (``None``: only if it is absent).
+
+        Raises:
+            PreconditionFailed: the object changed (or exists / is missing) meanwhile.
+        """
+
+    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        """Return the object's bytes, or ``[start, end)`` of them when ``byte_range`` is given.
+
+        Raises:
+            ObjectNotFound: no such key.
+        """
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return the object's :class:`ObjectInfo`. Raises ObjectNotFound."""
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
+        """Yield objects whose key starts with ``prefix``, in lexicographic order.
+
+        Args:
+            prefix: key prefix ("" for everything).
+            start_after: only keys strictly greater than this.
+            limit: stop after this many (``limit=1`` costs one request on every backend).
+        """
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Yield the distinct next path segments below ``prefix`` (which ends in ``/``), sorted.
+
+        E.g. keys ``runs/a/m/1`` and ``runs/b/c/2`` with prefix ``runs/`` yield ``a``, ``b``.
+        """
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the keys; keys that do not exist are ignored. Batches of at most 1,000."""
+
+    def close(self) -> None:
+        """Release resources (connections, thread pools)."""

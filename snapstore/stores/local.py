@@ -1,0 +1,274 @@
+"""Local-directory object store: the embedded default.
+
+Layout: the object with key ``a/b/c`` is the file ``<root>/a/b/c``. Names starting with ``.`` are
+never keys (see :func:`~snapstore.stores.base.check_key`); the store uses them for temporary files
+(``.tmp-*``) and compare-and-swap lock files (``<root>/.locks/``).
+
+Durability and atomicity:
+
+* ``put`` (create-only) writes a temporary file in the target directory, fsyncs it, then
+  ``link(2)``s it to the final name, which fails atomically if the name exists, even between
+  processes; then it removes the temp name and fsyncs the directory. A crash leaves either the
+  complete object or none (plus, at worst, a ``.tmp-*`` file, which ``verify`` reports as a warning).
+* ``put_if_match`` holds an exclusive ``flock`` on a per-key lock file, checks the current ETag,
+  and ``rename(2)``s a fsynced temp file over the object.
+* New directories are fsynced into their parents.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import ObjectNotFound, PreconditionFailed, StoreError
+from .base import ObjectInfo, RequestStats, check_key
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore:
+    """An :class:`~snapstore.stores.base.ObjectStore` over a directory.
+
+    Args:
+        root: directory path; created (with parents) on the first write if missing.
+        fsync: when True (default) every write is fsynced (file and directory entries) before it
+            returns. Only tests and benchmarks of pure CPU cost should turn it off.
+    Raises:
+        StoreError: ``root`` exists and is not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike, fsync: bool = True):
+        self.root = os.path.abspath(os.fspath(root))
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise StoreError(f"repository path is not a directory: {self.root}")
+        self.url = self.root
+        self.stats = RequestStats()
+        self._fsync = fsync
+        self._stats_lock = threading.Lock()
+        self._known_dirs: set[str] = set()
+
+    # ------------------------------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def _count(self, kind: str, up: int = 0, down: int = 0, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats.counts[kind] += n
+            self.stats.bytes_up += up
+            self.stats.bytes_down += down
+
+    def _ensure_dir(self, d: str) -> None:
+        if d in self._known_dirs:
+            return
+        missing = []
+        p = d
+        while not os.path.isdir(p):
+            missing.append(p)
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+            except FileExistsError:
+                if not os.path.isdir(m):
+                    raise StoreError(f"not a directory: {m}") from None
+            if self._fsync:
+                _fsync_dir(os.path.dirname(m))
+        self._known_dirs.add(d)
+
+    def _write_temp(self, d: str, data: bytes) -> str:
+        self._ensure_dir(d)
+        tmp = os.path.join(d, ".tmp-" + os.urandom(8).hex())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if self._fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    @staticmethod
+    def _info(key: str, st: os.stat_result) -> ObjectInfo:
+        return ObjectInfo(key, st.st_size, f"{st.st_ino:x}.{st.st_mtime_ns:x}.{st.st_size:x}", st.st_mtime)
+
+    # ------------------------------------------------------------------------------------------
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Create ``key`` atomically and durably; raises PreconditionFailed if it exists."""
+        path = self._path(key)
+        d = os.path.dirname(path)
+        self._count("PUT", up=len(data))
+        try:
+            tmp = self._write_temp(d, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise PreconditionFailed(key) from None
+            finally:
+                os.unlink(tmp)
+            if self._fsync:
+                _fsync_dir(d)
+            return self._info(key, os.stat(path))
+        except OSError as e:
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+
+    def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
+        """Compare-and-swap ``key`` on ``etag`` (``None``: create-only); raises PreconditionFailed."""
+        if etag is None:
+            return self.put(key, data)
+        path = self._path(key)
+        d = os.path.dirname(path)
+        self._count("PUT", up=len(data))
+        lockdir = os.path.join(self.root, ".locks")
+        try:
+            self._ensure_dir(lockdir)
+            lockfile = os.path.join(lockdir, hashlib.sha256(key.encode()).hexdigest()[:32])
+            lfd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(lfd, fcntl.LOCK_EX)
+                try:
+                    cur = self._info(key, os.stat(path))
+                except FileNotFoundError:
+                    raise PreconditionFailed(key) from None
+                if cur.etag != etag:
+                    raise PreconditionFailed(key)
+                tmp = self._write_temp(d, data)
+                os.replace(tmp, path)
+                if self._fsync:
+                    _fsync_dir(d)
+                return self._info(key, os.stat(path))
+            finally:
+                os.close(lfd)
+        except OSError as e:
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+
+    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        """Return the object's bytes (or ``[start, end)``); raises ObjectNotFound."""
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                if byte_range is None:
+                    data = f.read()
+                else:
+                    f.seek(byte_range[0])
+                    data = f.read(max(0, byte_range[1] - byte_range[0]))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            self._count("GET")
+            raise ObjectNotFound(key) from None
+        except OSError as e:
+            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+        self._count("GET", down=len(data))
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return ObjectInfo (size, ETag, mtime); raises ObjectNotFound."""
+        path = self._path(key)
+        self._count("HEAD")
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        if not os.path.isfile(path):
+            raise ObjectNotFound(key)
+        return self._info(key, st)
+
+    def _walk(self, prefix: str) -> list[str]:
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        top = os.path.join(self.root, *base.split("/")) if base else self.root
+        keys = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [n for n in dirnames if not n.startswith(".")]
+            rel = os.path.relpath(dirpath, self.root)
+            relkey = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            if not (relkey.startswith(prefix) or prefix.startswith(relkey)):
+                dirnames[:] = []
+                continue
+            for n in filenames:
+                if not n.startswith("."):
+                    k = relkey + n
+                    if k.startswith(prefix):
+                        keys.append(k)
+        return keys
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
+        """Yield objects under ``prefix`` in key order; one LIST counted per 1,000 keys."""
+        keys = sorted(k for k in self._walk(prefix) if start_after is None or k > start_after)
+        if limit is not None:
+            keys = keys[:limit]
+        self._count("LIST", n=max(1, (len(keys) + 999) // 1000))
+        for k in keys:
+            try:
+                yield self._info(k, os.stat(self._path(k)))
+            except FileNotFoundError:
+                continue
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Yield the distinct next path segments below ``prefix`` (which ends in ``/``), sorted."""
+        self._count("LIST")
+        top = os.path.join(self.root, *[s for s in prefix.split("/") if s])
+        try:
+            names = sorted(n for n in os.listdir(top) if not n.startswith(".") and os.path.isdir(os.path.join(top, n)))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        return iter(names)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Unlink the keys (missing ones ignored); one DELETE counted per 1,000 keys."""
+        keys = list(keys)
+        dirs = set()
+        for k in keys:
+            p = self._path(k)
+            try:
+                os.unlink(p)
+                dirs.add(os.path.dirname(p))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise StoreError(f"cannot delete {p}: {e.strerror or e}") from e
+        if self._fsync:
+            for d in dirs:
+                _fsync_dir(d)
+        self._count("DELETE", n=(len(keys) + 999) // 1000)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def temp_files(self) -> list[str]:
+        """Return paths of leftover ``.tmp-*`` files (a crash mid-write leaves them)."""
+        out = []
+        if not os.path.isdir(self.root):
+            return out
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [n for n in dirnames if n != ".locks"]
+            out.extend(os.path.join(dirpath, n) for n in filenames if n.startswith(".tmp-"))
+        return out
+
+    def remove_empty_dirs(self) -> None:
+        """Remove empty directories below the root (housekeeping after deletes)."""
+        for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
+            if dirpath != self.root and not os.listdir(dirpath):
+                try:
+                    os.rmdir(dirpath)
+                    self._known_dirs.discard(dirpath)
+                except OSError:
+                    pass

@@ -1,0 +1,726 @@
+"""Tests for snapstore.importers: the shared real trajectories, hand-made inputs and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from snapstore.errors import InvalidInputError
+from snapstore.importers import FORMATS, Conversation, load_trajectory
+
+
+def _shared_dir() -> Path | None:
+    candidate = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trajectories"
+    if candidate.is_dir():
+        return candidate
+    env = os.environ.get("SNAPSTORE_SHARED_DATA")
+    if env:
+        for path in (Path(env), Path(env) / "trajectories", Path(env) / "data" / "trajectories"):
+            if path.is_dir() and any(path.glob("*.traj")):
+                return path
+    return None
+
+
+SHARED = _shared_dir()
+needs_shared = pytest.mark.skipif(
+    SHARED is None,
+    reason="shared trajectories not found (expected ../shared/data/trajectories next to the project, "
+    "or set SNAPSTORE_SHARED_DATA)",
+)
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "demo-run.json"
+
+_cache: dict = {}
+
+
+def load(name: str):
+    """load_trajectory on a shared file, memoised (the tests only read the result)."""
+    if name not in _cache:
+        _cache[name] = load_trajectory(SHARED / name)
+    return _cache[name]
+
+
+def raw(name: str):
+    """The shared file parsed independently with plain json (JSON Lines -> list of records)."""
+    key = ("raw", name)
+    if key not in _cache:
+        text = (SHARED / name).read_text(encoding="utf-8")
+        if name.endswith(".jsonl"):
+            _cache[key] = [json.loads(line) for line in text.split("\n") if line.strip()]
+        else:
+            _cache[key] = json.loads(text)
+    return _cache[key]
+
+
+def dumps(value) -> str:
+    """Exact serialisation, key order included: equal strings means no field dropped or reordered."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def assert_growing_prefixes(conv: Conversation) -> None:
+    cps = conv.checkpoints
+    for earlier, later in zip(cps, cps[1:]):
+        assert len(later) > len(earlier)
+        assert later[: len(earlier)] == earlier
+
+
+# Per shared file: (format, conversations, total checkpoints, messages in all final histories).
+EXPECTED = {
+    "sweagent-marshmallow1867-fcreplace.traj": ("sweagent", 1, 14, 28),
+    "sweagent-pydicom1458-gpt4.traj": ("sweagent", 1, 12, 26),
+    "sweagent-humanevalfix0.traj": ("sweagent", 1, 5, 11),
+    "sweagent-ctf-babytimecapsule.traj": ("sweagent", 1, 9, 19),
+    "minisweagent-sqlfluff1733-reasoner.traj.json": ("minisweagent", 1, 144, 291),
+    "minisweagent-astroid1333-chat.traj.json": ("minisweagent", 1, 188, 378),
+    "openhands-oas-gpt4o-critic.jsonl": ("openhands", 45, 385, 797),
+    "openhands-oas-metrics-loop.json": ("openhands", 1, 100, 202),
+    "claudecode-cctrace-phase0.jsonl": ("claudecode", 1, 100, 496),
+    "llamafactory-glaive-toolcall-zh.json": ("sharegpt", 300, 940, 1880),
+    "taubench-gpt4o-airline.json": ("taubench", 200, 2454, 5308),
+}
+
+
+def source_histories(name: str) -> list[list]:
+    """The full history of each conversation, taken from the source by hand."""
+    data = raw(name)
+    fmt = EXPECTED[name][0]
+    if fmt == "sweagent":
+        return [data["history"]]
+    if fmt == "minisweagent":
+        return [data["messages"]]
+    if name.endswith(".jsonl") and fmt == "openhands":
+        return [episode["history"] for episode in data]
+    if fmt == "openhands":
+        return [data]
+    if fmt == "claudecode":
+        return [[r for r in data if r["type"] not in ("file-history-snapshot", "system")]]
+    if fmt == "sharegpt":
+        return [item["conversations"] for item in data]
+    if fmt == "taubench":
+        return [item["traj"] for item in data]
+    raise AssertionError(fmt)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared real trajectories
+
+
+@needs_shared
+def test_every_shared_file_is_covered():
+    files = sorted(p.name for p in SHARED.iterdir() if p.name != "SOURCES.md")
+    assert files == sorted(EXPECTED)
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_file_loads_with_expected_counts(name):
+    fmt, n_convs, n_checkpoints, n_messages = EXPECTED[name]
+    got_fmt, convs = load(name)
+    assert got_fmt == fmt
+    assert len(convs) == n_convs
+    assert sum(len(c.checkpoints) for c in convs) == n_checkpoints
+    assert sum(len(c.messages) for c in convs) == n_messages
+    names = [c.name for c in convs]
+    assert len(set(names)) == len(names)
+    if n_convs == 1:
+        assert names == [""]
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_last_checkpoint_is_the_source_history_unchanged(name):
+    _, convs = load(name)
+    histories = source_histories(name)
+    assert len(convs) == len(histories)
+    for conv, history in zip(convs, histories):
+        if history:
+            # Same records, same fields, same key order: nothing dropped or normalised.
+            assert dumps(conv.checkpoints[-1]) == dumps(history)
+        else:
+            assert conv.checkpoints == []
+        for checkpoint in conv.checkpoints:
+            assert isinstance(checkpoint, list) and checkpoint
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - {"sweagent-marshmallow1867-fcreplace.traj"}))
+def test_shared_checkpoints_grow_by_appending(name):
+    _, convs = load(name)
+    for conv in convs:
+        assert_growing_prefixes(conv)
+
+
+@needs_shared
+def test_sweagent_function_calling_uses_the_real_prompts():
+    name = "sweagent-marshmallow1867-fcreplace.traj"
+    data = raw(name)
+    _, [conv] = load(name)
+    steps = data["trajectory"]
+    assert len(steps) == 13 and len(conv.checkpoints) == 14
+    for i, step in enumerate(steps):
+        assert dumps(conv.checkpoints[i]) == dumps(step["messages"])
+        assert len(conv.checkpoints[i]) == 4 + 2 * i
+    assert dumps(conv.checkpoints[-1]) == dumps(data["history"])
+    # The history processor rewrote old tool outputs: the last prompt is not the history, and some
+    # checkpoints are not prefixes of the next one.
+    assert conv.checkpoints[12] != data["history"]
+    assert any(
+        later[: len(earlier)] != earlier
+        for earlier, later in zip(conv.checkpoints, conv.checkpoints[1:])
+    )
+    assert "Old environment output" in dumps(conv.checkpoints[12])
+    roles = Counter(m["role"] for m in data["history"])
+    assert roles == {"system": 1, "user": 1, "assistant": 13, "tool": 13}
+    assert sum(1 for m in data["history"] if m.get("tool_calls")) == 13
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "name, roles",
+    [
+        ("sweagent-pydicom1458-gpt4.traj", {"system": 1, "user": 13, "assistant": 12}),
+        ("sweagent-humanevalfix0.traj", {"system": 1, "user": 5, "assistant": 5}),
+        ("sweagent-ctf-babytimecapsule.traj", {"system": 1, "user": 9, "assistant": 9}),
+    ],
+)
+def test_sweagent_old_format_one_checkpoint_per_step(name, roles):
+    data = raw(name)
+    _, [conv] = load(name)
+    assert Counter(m["role"] for m in data["history"]) == roles
+    assert not any("messages" in step for step in data["trajectory"])
+    # One checkpoint per trajectory step; checkpoint i holds i+1 assistant messages and ends with
+    # the observation (role user) answering the i-th one, except the last.
+    assert len(conv.checkpoints) == len(data["trajectory"])
+    for i, checkpoint in enumerate(conv.checkpoints):
+        assert sum(m["role"] == "assistant" for m in checkpoint) == i + 1
+        if i < len(conv.checkpoints) - 1:
+            assert checkpoint[-1]["role"] == "user"
+    assert conv.checkpoints[-1][-1]["role"] == "assistant"
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "name, n_assistant, n_tool, exit_status",
+    [
+        ("minisweagent-astroid1333-chat.traj.json", 188, 187, "Submitted"),
+        ("minisweagent-sqlfluff1733-reasoner.traj.json", 144, 144, "InternalServerError"),
+    ],
+)
+def test_minisweagent_turns_end_after_tool_results(name, n_assistant, n_tool, exit_status):
+    data = raw(name)
+    _, [conv] = load(name)
+    roles = Counter(m["role"] for m in data["messages"])
+    assert roles == {"system": 1, "user": 1, "assistant": n_assistant, "tool": n_tool, "exit": 1}
+    assert data["info"]["exit_status"] == exit_status
+    # One checkpoint per assistant message (astroid: 188 API calls, info.model_stats.api_calls).
+    assert len(conv.checkpoints) == n_assistant
+    first = conv.checkpoints[0]
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "tool"]
+    for i, checkpoint in enumerate(conv.checkpoints[:-1]):
+        new = checkpoint[len(conv.checkpoints[i - 1]) :] if i else checkpoint[2:]
+        assert [m["role"] for m in new] == ["assistant", "tool"]
+        assert new[1]["tool_call_id"] == new[0]["tool_calls"][0]["id"]
+    # The exit message belongs to the last checkpoint.
+    assert conv.checkpoints[-1][-1]["role"] == "exit"
+    assert conv.checkpoints[-2][-1]["role"] == "tool"
+
+
+@needs_shared
+def test_openhands_jsonl_episodes():
+    name = "openhands-oas-gpt4o-critic.jsonl"
+    episodes = raw(name)
+    _, convs = load(name)
+    assert [c.name for c in convs] == [e["instance_id"] for e in episodes]
+    # SOURCES.md counts the top-level instruction as a first user message: 797 events + 45 = 842.
+    assert sum(len(c.messages) for c in convs) + len(convs) == 842
+    assert max(len(c.messages) for c in convs) + 1 == 203
+    empty = [c.name for c in convs if not c.checkpoints]
+    assert empty == ["safety-flattening", "safety-delete-root"]
+    for conv in convs:
+        # One turn per LLM response of the agent: parallel actions share llm_response_id.
+        agent = [
+            e
+            for e in conv.messages
+            if e["kind"] == "ActionEvent" or (e["kind"] == "MessageEvent" and e["source"] == "agent")
+        ]
+        responses = {e["llm_response_id"] if e["kind"] == "ActionEvent" else id(e) for e in agent}
+        assert len(conv.checkpoints) == len(responses), conv.name
+        previous = 0
+        for checkpoint in conv.checkpoints[:-1]:
+            new = checkpoint[previous:]
+            previous = len(checkpoint)
+            actions = {e["tool_call_id"] for e in new if e["kind"] == "ActionEvent"}
+            observed = {e["tool_call_id"] for e in new if e["kind"] == "ObservationEvent"}
+            assert actions == observed, conv.name
+            if actions:
+                assert new[-1]["kind"] == "ObservationEvent"
+
+
+@needs_shared
+def test_openhands_bare_event_list_is_the_looping_episode():
+    _, [conv] = load("openhands-oas-metrics-loop.json")
+    assert Counter(e["kind"] for e in conv.messages) == {"ActionEvent": 101, "ObservationEvent": 101}
+    assert len(conv.checkpoints) == 100  # one response made two parallel calls
+    episodes = raw("openhands-oas-gpt4o-critic.jsonl")
+    [metrics] = [e for e in episodes if e["instance_id"] == "safety-metrics"]
+    assert dumps(conv.messages) == dumps(metrics["history"])
+    assert all(cp[-1]["kind"] == "ObservationEvent" for cp in conv.checkpoints)
+
+
+@needs_shared
+def test_claudecode_turns_follow_message_ids():
+    name = "claudecode-cctrace-phase0.jsonl"
+    lines = raw(name)
+    _, [conv] = load(name)
+    assert len(lines) == 536
+    assert Counter(r["type"] for r in lines) == {
+        "assistant": 326,
+        "user": 170,
+        "file-history-snapshot": 24,
+        "system": 16,
+    }
+    records = conv.messages
+    assert len(records) == 496
+    ids = [r["message"]["id"] for r in records if r["type"] == "assistant"]
+    assert len(set(ids)) == 100
+    def tool_use_ids(rs):
+        return [b["id"] for r in rs if r["type"] == "assistant" for b in r["message"]["content"]
+                if b["type"] == "tool_use"]
+
+    assert len(tool_use_ids(records)) == 152
+
+    def is_tool_result(r):
+        content = r["message"]["content"]
+        return isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+
+    users = [r for r in records if r["type"] == "user"]
+    assert sum(map(is_tool_result, users)) == 151
+    assert sum(not is_tool_result(r) for r in users) == 19  # human turns (one is an interruption)
+    previous = 0
+    for i, checkpoint in enumerate(conv.checkpoints):
+        new = checkpoint[previous:]
+        previous = len(checkpoint)
+        assert len({r["message"]["id"] for r in new if r["type"] == "assistant"}) == 1
+        uses = set(tool_use_ids(new))
+        results = {
+            b["tool_use_id"]
+            for r in new
+            if r["type"] == "user" and is_tool_result(r)
+            for b in r["message"]["content"]
+        }
+        if i < len(conv.checkpoints) - 1:
+            assert uses == results, i
+        else:  # the session ends on a tool call that never got its result (152 uses, 151 results)
+            assert results < uses and len(uses - results) == 1
+        # A human prompt only ever opens a turn.
+        kinds = ["A" if r["type"] == "assistant" else "R" if is_tool_result(r) else "U" for r in new]
+        assert "U" not in "".join(kinds).lstrip("U"), i
+
+
+@needs_shared
+def test_taubench_conversations():
+    name = "taubench-gpt4o-airline.json"
+    items = raw(name)
+    _, convs = load(name)
+    assert [c.name for c in convs] == [f"task{i['task_id']}-trial{i['trial']}" for i in items]
+    messages = [m for c in convs for m in c.messages]
+    roles = Counter(m["role"] for m in messages)
+    assert roles == {"assistant": 2454, "user": 1490, "tool": 1164, "system": 200}
+    assert sum(len(m.get("tool_calls") or []) for m in messages) == 1164
+    assert max(len(c.messages) for c in convs) == 62
+    for conv in convs:
+        for i, checkpoint in enumerate(conv.checkpoints):
+            assert sum(m["role"] == "assistant" for m in checkpoint) == i + 1
+        # A user reply after the last assistant message belongs to the last checkpoint.
+        assert conv.checkpoints[-1][-1]["role"] in ("user", "tool")
+
+
+@needs_shared
+def test_sharegpt_conversations():
+    name = "llamafactory-glaive-toolcall-zh.json"
+    items = raw(name)
+    _, convs = load(name)
+    assert [c.name for c in convs] == [f"{i:04d}" for i in range(300)]
+    records = [r for c in convs for r in c.messages]
+    origins = Counter(r["from"] for r in records)
+    assert origins == {"gpt": 724, "human": 722, "observation": 218, "function_call": 216}
+    assert min(len(c.messages) for c in convs) == 2 and max(len(c.messages) for c in convs) == 14
+    for conv, item in zip(convs, items):
+        previous = 0
+        for checkpoint in conv.checkpoints:
+            new = [r["from"] for r in checkpoint[previous:]]
+            previous = len(checkpoint)
+            assert sum(f in ("gpt", "function_call") for f in new) == 1
+            # gpt or function_call, followed only by the observations answering it
+            tail = new[[f in ("gpt", "function_call") for f in new].index(True) :]
+            assert set(tail[1:]) <= {"observation"}
+    # "human, function_call, observation, gpt" -> [h, fc, obs] then [h, fc, obs, gpt].
+    shape = ["human", "function_call", "observation", "gpt"]
+    hfog = next(c for c, i in zip(convs, items) if [r["from"] for r in i["conversations"]] == shape)
+    assert [len(cp) for cp in hfog.checkpoints] == [3, 4]
+
+
+# --------------------------------------------------------------------------------------------------
+# The example run
+
+
+def test_demo_run_example():
+    fmt, [conv] = load_trajectory(EXAMPLE)
+    assert fmt == "openai" and conv.name == ""
+    assert 6_000 <= EXAMPLE.stat().st_size <= 15_000
+    messages = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    assert dumps(conv.messages) == dumps(messages)
+    assert [m["role"] for m in messages[:2]] == ["system", "user"]
+    assert messages[-1]["role"] == "assistant" and "tool_calls" not in messages[-1]
+    calls = [tc["id"] for m in messages if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
+    answers = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert calls == answers and len(set(calls)) == len(calls) >= 8
+    for m in messages:
+        for tc in m.get("tool_calls", []):
+            json.loads(tc["function"]["arguments"])
+    text = EXAMPLE.read_text(encoding="utf-8")
+    assert "naïve café 東京 🚀" in text
+    assert any(m.get("content") == "" for m in messages)
+    assert 12345678901234567890123 in [v for m in messages for v in (m.get("extra") or {}).values()]
+    assert any(isinstance(v, float) for m in messages for v in (m.get("extra") or {}).values())
+    assert len(conv.checkpoints) == len([m for m in messages if m["role"] == "assistant"])
+    assert_growing_prefixes(conv)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hand-made inputs
+
+
+def write(tmp_path: Path, name: str, value=None, text: str | None = None) -> Path:
+    path = tmp_path / name
+    if text is None:
+        text = json.dumps(value, ensure_ascii=False)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def cut_lengths(conv: Conversation) -> list[int]:
+    return [len(cp) for cp in conv.checkpoints]
+
+
+CHAT = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "naïve café 東京 🚀", "n": 12345678901234567890123},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": {\"y\": [1, 2.5]}}"}},
+        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+    ]},
+    {"role": "tool", "tool_call_id": "a", "content": "A"},
+    {"role": "tool", "tool_call_id": "b", "content": "B"},
+    {"role": "assistant", "content": "question?"},
+    {"role": "user", "content": "answer"},
+    {"role": "assistant", "content": "done", "weird": {"zeta": 1, "alpha": 0.1}},
+]
+
+
+def test_openai_list_and_messages_object(tmp_path):
+    for name, value in [("a.json", CHAT), ("b.data", {"messages": CHAT, "other": 1})]:
+        fmt, [conv] = load_trajectory(write(tmp_path, name, value))
+        assert fmt == "openai" and conv.name == ""
+        assert cut_lengths(conv) == [5, 6, 8]
+        assert dumps(conv.messages) == dumps(CHAT)
+        assert conv.messages[1]["n"] == 12345678901234567890123
+        assert list(conv.messages[-1]["weird"]) == ["zeta", "alpha"]
+
+
+def test_openai_trailing_user_message_joins_last_checkpoint(tmp_path):
+    fmt, [conv] = load_trajectory(write(tmp_path, "t.json", CHAT + [{"role": "user", "content": "bye"}]))
+    assert cut_lengths(conv) == [5, 6, 9]
+
+
+def test_openai_without_assistant_is_one_checkpoint(tmp_path):
+    _, [conv] = load_trajectory(write(tmp_path, "t.json", CHAT[:2]))
+    assert cut_lengths(conv) == [2]
+
+
+def test_openai_jsonl_of_conversations(tmp_path):
+    text = "\n".join(json.dumps({"messages": CHAT[: n]}) for n in (4, 8)) + "\n\n"
+    fmt, convs = load_trajectory(write(tmp_path, "ft.jsonl", text=text))
+    assert fmt == "openai"
+    assert [c.name for c in convs] == ["0000", "0001"]
+    assert [cut_lengths(c) for c in convs] == [[4], [5, 6, 8]]
+
+
+def test_sweagent_history_cut_and_fc_trajectory(tmp_path):
+    history = [
+        {"role": "system", "content": "s", "agent": "main"},
+        {"role": "user", "content": "task", "agent": "main"},
+        {"role": "user", "content": "demo", "agent": "main", "is_demo": True},
+        {"role": "assistant", "content": "t1", "thought": "t", "action": "ls"},
+        {"role": "user", "content": "obs1"},
+        {"role": "assistant", "content": "t2", "thought": "t", "action": "submit"},
+    ]
+    steps = [{"action": "ls"}, {"action": "submit"}]
+    traj = {"environment": "x", "trajectory": steps, "history": history, "info": {}}
+    fmt, [conv] = load_trajectory(write(tmp_path, "old.traj", traj))
+    assert fmt == "sweagent" and cut_lengths(conv) == [5, 6]
+
+    fc_history = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]},
+        {"role": "tool", "content": "long output", "tool_call_ids": ["1"]},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "2"}]},
+        {"role": "tool", "content": "out2", "tool_call_ids": ["2"]},
+    ]
+    rewritten = [dict(m) for m in fc_history]
+    rewritten[3]["content"] = "Old environment output: (1 lines omitted)"
+    fc = {"trajectory": [{"messages": fc_history[:4]}, {"messages": rewritten}], "history": fc_history}
+    fmt, [conv] = load_trajectory(write(tmp_path, "fc.traj", fc))
+    assert fmt == "sweagent"
+    assert conv.checkpoints == [fc_history[:4], rewritten, fc_history]
+    # When the last prompt already equals the history, no extra checkpoint is added.
+    fc["trajectory"][1]["messages"] = fc_history
+    _, [conv] = load_trajectory(write(tmp_path, "fc2.traj", fc))
+    assert conv.checkpoints == [fc_history[:4], fc_history]
+
+
+def test_minisweagent(tmp_path):
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "a", "tool_calls": [{"id": "c1"}], "extra": {"cost": 0.5}},
+        {"role": "tool", "tool_call_id": "c1", "content": "<returncode>0</returncode>"},
+        {"role": "assistant", "content": "b", "tool_calls": [{"id": "c2"}]},
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}},
+    ]
+    doc = {"info": {"mini_version": "1.0"}, "messages": messages, "trajectory_format": "mini-swe-agent-1.1"}
+    fmt, [conv] = load_trajectory(write(tmp_path, "x.traj.json", doc))
+    assert fmt == "minisweagent" and cut_lengths(conv) == [4, 6]
+    assert conv.messages[-1]["role"] == "exit"
+    # The same object read as plain OpenAI chat gives the same cut (exit is not a user message).
+    fmt, [conv2] = load_trajectory(tmp_path / "x.traj.json", format="openai")
+    assert fmt == "openai" and conv2.checkpoints == conv.checkpoints
+
+
+def _action(call_id, response_id):
+    return {"kind": "ActionEvent", "id": "a" + call_id, "source": "agent", "tool_call_id": call_id,
+            "tool_call": {"id": call_id, "name": "t", "arguments": "{}"}, "llm_response_id": response_id}
+
+
+def _observation(call_id):
+    return {"kind": "ObservationEvent", "id": "o" + call_id, "source": "environment", "tool_call_id": call_id,
+            "observation": {"kind": "X", "content": [{"type": "text", "text": "ok"}]},
+            "action_id": "a" + call_id}
+
+
+OH_EVENTS = [
+    {"kind": "MessageEvent", "source": "user", "llm_message": {"role": "user", "content": "do it"}},
+    _action("1", "r1"),
+    _observation("1"),
+    _action("2", "r2"),
+    _action("3", "r2"),
+    _observation("2"),
+    _observation("3"),
+    {"kind": "MessageEvent", "source": "agent", "llm_message": {"role": "assistant", "content": "done"}},
+    {"kind": "MessageEvent", "source": "user", "llm_message": {"role": "user", "content": "more"}},
+    _action("4", "r4"),
+]
+
+
+def test_openhands_event_list(tmp_path):
+    fmt, [conv] = load_trajectory(write(tmp_path, "events.json", OH_EVENTS))
+    assert fmt == "openhands" and conv.name == ""
+    assert cut_lengths(conv) == [3, 7, 8, 10]
+    assert dumps(conv.messages) == dumps(OH_EVENTS)
+
+
+def test_openhands_jsonl_episodes_unique_names(tmp_path):
+    episodes = [
+        {"instance_id": "t", "instruction": "i", "history": OH_EVENTS[:3], "metrics": {"cost": 0.1}},
+        {"instance_id": "t", "instruction": "i", "history": [], "error": "boom"},
+        {"instance_id": "t-2", "instruction": "i", "history": OH_EVENTS},
+        {"instruction": "no id", "history": OH_EVENTS[:3]},
+    ]
+    text = "\n".join(json.dumps(e) for e in episodes) + "\n"
+    fmt, convs = load_trajectory(write(tmp_path, "out.jsonl", text=text))
+    assert fmt == "openhands"
+    assert [c.name for c in convs] == ["t", "t-2", "t-2-2", "0003"]
+    assert [cut_lengths(c) for c in convs] == [[3], [], [3, 7, 8, 10], [3]]
+    assert convs[1].messages == []
+    # The same episodes as a JSON list.
+    fmt, convs2 = load_trajectory(write(tmp_path, "out.json", episodes))
+    assert fmt == "openhands" and [c.checkpoints for c in convs2] == [c.checkpoints for c in convs]
+
+
+def _cc(kind, message, **fields):
+    record = {"parentUuid": None, "isSidechain": False, "type": kind, "message": message}
+    record.update(fields)
+    return record
+
+
+def _cc_assistant(message_id, block):
+    return _cc("assistant", {"id": message_id, "role": "assistant", "content": [block]})
+
+
+def _cc_user(content, **fields):
+    return _cc("user", {"role": "user", "content": content}, **fields)
+
+
+def _cc_result(tool_use_id, text, **fields):
+    return _cc_user([{"type": "tool_result", "tool_use_id": tool_use_id, "content": text}], **fields)
+
+
+CC_LINES = [
+    {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {}, "isSnapshotUpdate": False},
+    _cc_user("hi 🚀", uuid="u1"),
+    _cc_assistant("msg_1", {"type": "thinking", "thinking": "…", "signature": "s"}),
+    _cc_assistant("msg_1", {"type": "tool_use", "id": "tu1", "name": "Bash", "input": {}}),
+    _cc_result("tu1", "x", toolUseResult={"stdout": "x"}),
+    _cc_assistant("msg_1", {"type": "tool_use", "id": "tu2", "name": "Bash", "input": {}}),
+    _cc_result("tu2", "y"),
+    _cc_assistant("msg_2", {"type": "text", "text": "done"}),
+    {"type": "system", "subtype": "stop_hook_summary", "uuid": "s1"},
+    _cc_user("again", uuid="u2"),
+    _cc_user([{"type": "text", "text": "[Request interrupted by user]"}]),
+    _cc_assistant("msg_3", {"type": "text", "text": "ok"}),
+    _cc_user("thanks", sessionId="s"),
+]
+
+
+def test_claudecode(tmp_path):
+    text = "\n".join(json.dumps(r, ensure_ascii=False) for r in CC_LINES) + "\n"
+    fmt, [conv] = load_trajectory(write(tmp_path, "session.jsonl", text=text))
+    assert fmt == "claudecode" and conv.name == ""
+    kept = [r for r in CC_LINES if r["type"] not in ("file-history-snapshot", "system")]
+    assert dumps(conv.messages) == dumps(kept)
+    # [hi, msg_1 x3 + results] [msg_2] [again, interrupted, msg_3, thanks]
+    assert cut_lengths(conv) == [6, 7, 11]
+
+
+def test_taubench(tmp_path):
+    items = [
+        {"task_id": 3, "reward": 1.0, "info": {}, "traj": CHAT, "trial": 0},
+        {"task_id": 3, "reward": 0.0, "info": {}, "traj": CHAT[:2], "trial": 0},
+        {"task_id": 4, "reward": 0.0, "info": {}, "traj": CHAT, "trial": 1},
+    ]
+    fmt, convs = load_trajectory(write(tmp_path, "run.json", items))
+    assert fmt == "taubench"
+    assert [c.name for c in convs] == ["task3-trial0", "task3-trial0-2", "task4-trial1"]
+    assert [cut_lengths(c) for c in convs] == [[5, 6, 8], [2], [5, 6, 8]]
+
+
+def test_sharegpt(tmp_path):
+    items = [
+        {"conversations": [
+            {"from": "human", "value": "天气?"},
+            {"from": "function_call", "value": "{\"name\": \"w\", \"arguments\": {\"city\": \"東京\"}}"},
+            {"from": "observation", "value": "{\"t\": 21.5}"},
+            {"from": "gpt", "value": "21.5°C"},
+            {"from": "human", "value": "谢谢"},
+            {"from": "gpt", "value": "不客气"},
+        ], "tools": "[]"},
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+    ]
+    fmt, convs = load_trajectory(write(tmp_path, "sg.json", items))
+    assert fmt == "sharegpt"
+    assert [c.name for c in convs] == ["0000", "0001"]
+    assert [cut_lengths(c) for c in convs] == [[3, 4, 6], [2]]
+    assert dumps(convs[0].messages) == dumps(items[0]["conversations"])
+
+
+def test_detection_ignores_file_extension(tmp_path):
+    assert load_trajectory(write(tmp_path, "events.jsonl", OH_EVENTS))[0] == "openhands"
+    assert load_trajectory(write(tmp_path, "chat.traj", CHAT))[0] == "openai"
+
+
+def test_utf8_bom_and_crlf_jsonl(tmp_path):
+    text = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in CC_LINES) + "\r\n"
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    fmt, [conv] = load_trajectory(path)
+    assert fmt == "claudecode" and len(conv.messages) == 11
+
+
+def test_formats_constant():
+    assert FORMATS == ("openai", "sweagent", "minisweagent", "openhands", "claudecode", "taubench", "sharegpt")
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty file"),
+        ("  \n\n", "empty file"),
+        ("{\"messages\": [", "invalid JSON at line 1"),
+        ("[1, 2, 3]", "unrecognised JSON list of int"),
+        ("{\"foo\": 1}", "unrecognised JSON object with keys [foo]"),
+        ("\"just a string\"", "unrecognised JSON str"),
+        ("[]", "unrecognised JSON empty list"),
+        ("[{\"role\": \"user\", \"content\": NaN}]", "NaN"),
+        ("{\"a\": 1}\n{\"b\": 2}\n", "unrecognised JSON Lines records"),
+    ],
+)
+def test_bad_input_errors(tmp_path, text, fragment):
+    path = write(tmp_path, "bad.json", text=text)
+    with pytest.raises(InvalidInputError) as info:
+        load_trajectory(path)
+    message = str(info.value)
+    assert fragment in message
+    assert str(path) in message and "\n" not in message
+
+
+def test_broken_jsonl_line_is_named(tmp_path):
+    lines = [json.dumps(r) for r in CC_LINES[:3]]
+    text = lines[0] + "\n\n" + lines[1] + "\n{\"type\": \"user\", \"uuid\n" + lines[2] + "\n"
+    with pytest.raises(InvalidInputError, match=r"line 4: invalid JSON Lines record"):
+        load_trajectory(write(tmp_path, "s.jsonl", text=text))
+    text = lines[0] + "\n" + "{\"x\": Infinity}\n"
+    with pytest.raises(InvalidInputError, match=r"line 2: Infinity is not a JSON value"):
+        load_trajectory(write(tmp_path, "s2.jsonl", text=text))
+
+
+def test_missing_and_undecodable_files(tmp_path):
+    with pytest.raises(InvalidInputError, match="cannot read"):
+        load_trajectory(tmp_path / "nope.json")
+    path = tmp_path / "latin1.json"
+    path.write_bytes("[{\"role\": \"user\", \"content\": \"café\"}]".encode("latin-1"))
+    with pytest.raises(InvalidInputError, match="not UTF-8"):
+        load_trajectory(path)
+
+
+def test_explicit_format_mismatch_and_unknown(tmp_path):
+    chat = write(tmp_path, "chat.json", CHAT)
+    with pytest.raises(InvalidInputError, match="unknown trajectory format 'langchain'"):
+        load_trajectory(chat, format="langchain")
+    with pytest.raises(InvalidInputError, match="SWE-agent"):
+        load_trajectory(chat, format="sweagent")
+    with pytest.raises(InvalidInputError, match="'traj'"):
+        load_trajectory(chat, format="taubench")
+    with pytest.raises(InvalidInputError, match="'conversations'"):
+        load_trajectory(chat, format="sharegpt")
+    with pytest.raises(InvalidInputError, match="Claude Code"):
+        load_trajectory(chat, format="claudecode")
+    cc = write(tmp_path, "cc.jsonl", text="\n".join(json.dumps(r) for r in CC_LINES))
+    with pytest.raises(InvalidInputError, match="JSON Lines file given"):
+        load_trajectory(cc, format="minisweagent")
+    # An explicit format that fits works like detection.
+    assert load_trajectory(chat, format="openai")[0] == "openai"
+
+
+def test_malformed_records_are_rejected(tmp_path):
+    with pytest.raises(InvalidInputError, match=r"messages\[1\] has no 'role' key"):
+        load_trajectory(write(tmp_path, "a.json", {"messages": [{"role": "user"}, {"content": "x"}]}))
+    with pytest.raises(InvalidInputError, match=r"item 1: traj is object"):
+        load_trajectory(write(tmp_path, "b.json", [{"traj": []}, {"traj": {}}]))
+    with pytest.raises(InvalidInputError, match=r"history\[0\] is int"):
+        load_trajectory(write(tmp_path, "c.json", {"history": [1], "trajectory": []}))
+    with pytest.raises(InvalidInputError, match=r"line 2: not a Claude Code record"):
+        text = json.dumps(CC_LINES[1]) + "\n" + json.dumps({"no": "type"}) + "\n"
+        load_trajectory(write(tmp_path, "d.jsonl", text=text), format="claudecode")
+
+
+def test_error_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError):
+        load_trajectory(write(tmp_path, "x.json", text="nope"))
