@@ -683,3 +683,27 @@ class CheckpointManager:
             v.remembered = m.checkpoint_id
             v.remembered_set = True
             return self._checkpoint(m, msgs)
+
+    # ------------------------------------------------------------------------------------------
+    # whole-repository operations
+
+    def verify(self, read_data: bool = False, progress=None):
+        """Check the repository; return a :class:`snapstore.check.VerifyReport`.
+
+        Every object a live checkpoint reaches must exist and parse (pack checksums, node ids);
+        with ``read_data`` every message chunk is decompressed and hashed too. Crash leftovers
+        (unreferenced packs, temp files, hidden manifests) are reported as warnings.
+
+        Args:
+            read_data: also read and hash every chunk.
+            progress: optional callable ``progress(phase: str, done: int, total: int)``.
+        """
+        from .check import verify
+        return verify(self.repo, read_data=read_data, progress=progress)
+
+    def stats(self) -> dict:
+        """Return repository statistics (see :func:`snapstore.check.stats`): runs, checkpoints,
+        logical_bytes, stored_bytes, ratio, objects by category, and this process's requests."""
+        from .check import stats
+        return stats(self.repo)
+

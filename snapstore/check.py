@@ -1,0 +1,405 @@
+"""Whole-repository walks: the live set of every run, reachability (mark), ``verify`` and ``stats``.
+
+Layer 4 (uses :mod:`snapstore.repository`). The mark phase here is shared by ``verify`` and garbage
+collection: starting from every live manifest it walks each message tree (memoised by node id) and
+collects every pack a live checkpoint needs, including the packs that data-block dictionaries depend
+on.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from .format import keys
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
+from .format.tree import FLAG_PIECES, Ref, decode_pieces
+from .repository import Repository
+
+
+@dataclass
+class Problem:
+    """One finding of ``verify``: a ``code`` (e.g. ``corrupt-pack``), the object ``key``, a ``message``."""
+
+    code: str
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.key}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify`.
+
+    Attributes:
+        errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
+        warnings: leftovers a crash or an interrupted operation may leave (unreferenced packs,
+            temp files, orphaned manifests/index records); harmless, reclaimed by GC.
+        checked: counts of what was examined.
+    """
+
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    checked: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no errors (warnings allowed)."""
+        return not self.errors
+
+
+@dataclass
+class RunLog:
+    """All log records of one run, classified.
+
+    Attributes:
+        run_key: the run's key segment.
+        manifests: seq -> Manifest for every readable manifest.
+        live: live checkpoint manifests, newest first.
+        hidden: seqs of manifests hidden by a rollback record or an older tombstone (leftovers of an
+            interrupted rollback/delete; they are not part of the run).
+        head: the newest record (or None).
+        corrupt: ``(key, error)`` for manifests that could not be read.
+    """
+
+    run_key: str
+    manifests: dict
+    live: list
+    hidden: list
+    head: Manifest | None
+    corrupt: list
+
+
+def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None = None) -> RunLog:
+    """Compute which manifests of a run are live (pure function of the records).
+
+    Walking newest first: a rollback record at seq s with target t hides every record with
+    t < seq < s; a tombstone hides every older record; other checkpoints are live.
+    """
+    live, hidden = [], []
+    skip_above = None
+    dead = False
+    seqs = sorted(manifests, reverse=True)
+    head = manifests[seqs[0]] if seqs else None
+    for s in seqs:
+        m = manifests[s]
+        if dead or (skip_above is not None and s > skip_above):
+            hidden.append(s)
+            continue
+        if m.kind == KIND_TOMBSTONE:
+            dead = True
+            continue
+        if m.kind == KIND_ROLLBACK:
+            t = int(m.target["seq"])
+            skip_above = t if skip_above is None else min(skip_above, t)
+            continue
+        live.append(m)
+    return RunLog(run_key, manifests, live, hidden, head, corrupt or [])
+
+
+def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
+                  on_error: Callable[[str, Exception], None] | None = None) -> dict[str, RunLog]:
+    """Read every manifest of every run (in parallel) and classify them.
+
+    Args:
+        repo: the repository.
+        keys_by_run: run key -> manifest keys, if already listed (else listed here).
+        on_error: called with ``(key, error)`` for unreadable manifests (default: recorded in ``corrupt``).
+    Returns:
+        run key -> :class:`RunLog`.
+    """
+    if keys_by_run is None:
+        keys_by_run = defaultdict(list)
+        for info in repo.store.list(keys.RUNS):
+            parts = info.key.split("/")
+            if len(parts) == 4 and parts[2] == "m":
+                keys_by_run[parts[1]].append(info.key)
+    flat = [(rk, k) for rk, ks in keys_by_run.items() for k in ks]
+
+    def one(item):
+        rk, k = item
+        try:
+            return rk, k, repo.read_manifest_key(k), None
+        except ObjectNotFound as e:
+            return rk, k, None, e
+        except SnapstoreError as e:
+            return rk, k, None, e
+    results = list(repo._pool_get().map(one, flat)) if len(flat) > 1 else [one(x) for x in flat]
+    per: dict[str, dict] = defaultdict(dict)
+    bad: dict[str, list] = defaultdict(list)
+    for rk, k, m, err in results:
+        if m is not None:
+            per[rk][keys.seq_from_manifest_key(k)] = m
+        elif not isinstance(err, ObjectNotFound):
+            bad[rk].append((k, err))
+            if on_error:
+                on_error(k, err)
+    return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in set(keys_by_run) | set(per)}
+
+
+@dataclass
+class Reach:
+    """What live checkpoints need: packs, and each pack's needed entries ``(type, id)``."""
+
+    packs: dict = field(default_factory=lambda: defaultdict(set))
+    nodes_seen: set = field(default_factory=set)
+    refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
+
+    def need(self, pack: bytes, etype: int, eid: bytes) -> None:
+        self.packs[pack].add((etype, eid))
+
+
+def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
+    """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
+
+    Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
+    O(checkpoints x history). Packs whose data blocks use a dictionary keep the dictionary's
+    state (and through it the messages it names) live.
+
+    Args:
+        repo: the repository.
+        manifests: iterable of checkpoint :class:`Manifest` objects.
+        problems: if a list, unreadable parts are appended as :class:`Problem` instead of raising.
+    Raises:
+        IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
+    """
+    reach = Reach()
+
+    def fail(code, key, err):
+        if problems is None:
+            raise err
+        problems.append(Problem(code, key, str(err)))
+
+    def code_of(err):
+        return "missing-pack" if isinstance(err, NotFoundError) else "corrupt-object"
+
+    def visit_ref(r: Ref, level: int):
+        if level == 0:
+            if (r.id, r.pack) in reach.refs:
+                return
+            reach.refs[(r.id, r.pack)] = r
+            if r.flags & FLAG_PIECES:
+                reach.need(r.pack, T_PIECES, r.id)
+                try:
+                    pieces = decode_pieces(repo._entry(T_PIECES, r.id, r.pack))
+                except (SnapstoreError, ValueError) as e:
+                    fail(code_of(e), keys.pack_key(r.pack), e)
+                    return
+                for p in pieces:
+                    reach.need(p.pack, T_CHUNK, p.id)
+            else:
+                reach.need(r.pack, T_CHUNK, r.id)
+            return
+        if r.id in reach.nodes_seen:
+            return
+        reach.nodes_seen.add(r.id)
+        reach.need(r.pack, T_NODE, r.id)
+        try:
+            lv, items = repo.read_node(r.id, r.pack)
+        except SnapstoreError as e:
+            fail(code_of(e), keys.pack_key(r.pack), e)
+            return
+        for x in items:
+            visit_ref(x, lv)
+
+    seen_states = set()
+    for m in manifests:
+        if m.kind != KIND_CHECKPOINT:
+            continue
+        if m.session_state_ref:
+            sid, pack, size, flags = m.session_state_ref
+            visit_ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)), 0)
+        if not m.state:
+            continue
+        sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
+        if (sid, spack) in seen_states:
+            continue
+        seen_states.add((sid, spack))
+        reach.need(spack, T_STATE, sid)
+        try:
+            spine = repo.read_state(sid, spack)
+        except SnapstoreError as e:
+            fail(code_of(e), keys.pack_key(spack), e)
+            continue
+        if spine.upper:
+            reach.need(spine.upper[1], T_UPPER, spine.upper[0])
+        repo.prefetch(r.pack for _, r in spine.top_down())
+        for level, r in spine.top_down():
+            visit_ref(r, level)
+    # dictionaries: a pack whose data block has a dictionary needs that state's messages
+    todo = list(reach.packs)
+    done = set()
+    while todo:
+        pid = todo.pop()
+        if pid in done:
+            continue
+        done.add(pid)
+        try:
+            pack = repo.get_pack(pid)
+        except SnapstoreError as e:
+            fail(code_of(e), keys.pack_key(pid), e)
+            continue
+        for b in pack.blocks:
+            if b.dict is None:
+                continue
+            try:
+                st_id, st_pack = pack.dict_state(b.dict)
+                reach.need(st_pack, T_STATE, st_id)
+                spine = repo.read_state(st_id, st_pack)
+                if spine.upper:
+                    reach.need(spine.upper[1], T_UPPER, spine.upper[0])
+                before = set(reach.packs)
+                for r in repo.refs_range(spine, b.dict.start, b.dict.end):
+                    visit_ref(r, 0)
+            except SnapstoreError as e:
+                fail(code_of(e), pack.key, e)
+                continue
+            todo.extend(p for p in reach.packs if p not in before and p not in done)
+    return reach
+
+
+def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
+    """Check the repository.
+
+    Every reachable object must exist and parse: manifests, packs (checksums), tree nodes and
+    states (content ids), and every entry a live checkpoint references. With ``read_data`` every
+    message chunk is also decompressed and hashed. Leftovers of crashes or interrupted operations
+    (unreferenced packs, temp files, hidden manifests, dangling index records) are warnings.
+
+    Args:
+        repo: the repository.
+        read_data: also read and hash every chunk.
+        progress: called as ``progress(phase, done, total)``.
+    Returns:
+        A :class:`VerifyReport`.
+    """
+    rep = VerifyReport()
+    store = repo.store
+    all_keys = [i.key for i in store.list("")]
+    packs_present = {}
+    keys_by_run: dict[str, list[str]] = defaultdict(list)
+    index_keys: dict[str, list[str]] = defaultdict(list)
+    for k in all_keys:
+        if k == keys.CONFIG:
+            continue
+        pid = keys.pack_id_from_key(k)
+        if pid is not None:
+            packs_present[pid] = k
+            continue
+        parts = k.split("/")
+        if len(parts) == 4 and parts[0] == "runs" and parts[2] == "m":
+            keys_by_run[parts[1]].append(k)
+        elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "c":
+            index_keys[parts[1]].append(k)
+        else:
+            rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
+    logs = read_all_runs(repo, keys_by_run)
+    live = []
+    for rk, log in logs.items():
+        for k, err in log.corrupt:
+            rep.errors.append(Problem("corrupt-manifest", k, str(err)))
+        for s in log.hidden:
+            rep.warnings.append(Problem("orphaned-manifest", keys.manifest_key(rk, s),
+                                        "hidden by a rollback or deletion (interrupted cleanup); reclaimed by GC"))
+        if log.head is not None and log.head.kind == KIND_ROLLBACK:
+            t = int(log.head.target["seq"])
+            if t not in log.manifests:
+                rep.errors.append(Problem("missing-checkpoint", keys.manifest_key(rk, t),
+                                          f"head of run {log.head.run_id!r} rolls back to a checkpoint that is gone"))
+        live.extend(log.live)
+        live_seqs = {m.seq: m for m in log.live}
+        for ik in index_keys.get(rk, []):
+            try:
+                seq, _ = decode_index(ik, store.get(ik))
+            except ObjectNotFound:
+                continue
+            except SnapstoreError as e:
+                rep.errors.append(Problem("corrupt-index", ik, str(e)))
+                continue
+            if seq not in live_seqs:
+                rep.warnings.append(Problem("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint"))
+    if progress:
+        progress("manifests", len(live), len(live))
+    problems: list[Problem] = []
+    reach = mark(repo, live, problems)
+    rep.errors.extend(problems)
+    # every needed entry must be in its pack
+    for i, (pid, needed) in enumerate(reach.packs.items()):
+        if pid not in packs_present:
+            if not any(p.key == keys.pack_key(pid) for p in rep.errors):
+                rep.errors.append(Problem("missing-pack", keys.pack_key(pid), "referenced by a live checkpoint"))
+            continue
+        try:
+            pack = repo.get_pack(pid)
+        except SnapstoreError as e:
+            if not any(p.key == keys.pack_key(pid) for p in rep.errors):
+                rep.errors.append(Problem("corrupt-pack", keys.pack_key(pid), str(e)))
+            continue
+        for etype, eid in needed:
+            if (etype, eid) not in pack.entries:
+                rep.errors.append(Problem("missing-entry", pack.key, f"entry {chr(etype)} {eid.hex()} is referenced but absent"))
+        if progress:
+            progress("packs", i + 1, len(reach.packs))
+    if read_data:
+        refs = list(reach.refs.values())
+        for i, r in enumerate(refs):
+            try:
+                repo.message_raw(r)
+            except SnapstoreError as e:
+                rep.errors.append(Problem("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack",
+                                          keys.pack_key(r.pack), str(e)))
+            if progress and (i % 500 == 0 or i + 1 == len(refs)):
+                progress("data", i + 1, len(refs))
+    for pid, k in packs_present.items():
+        if pid not in reach.packs:
+            rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (crash leftover or garbage); reclaimed by GC"))
+    temp = getattr(store, "temp_files", None)
+    if temp:
+        for t in temp():
+            rep.warnings.append(Problem("temp-file", t, "temporary file of an interrupted write"))
+    rep.checked = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
+                   "packs": len(reach.packs), "nodes": len(reach.nodes_seen), "messages": len(reach.refs),
+                   "objects": len(all_keys)}
+    return rep
+
+
+def stats(repo: Repository) -> dict:
+    """Repository statistics.
+
+    Returns:
+        dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (sum of message JSON bytes
+        over live checkpoints: the cost of storing every checkpoint whole), ``stored_bytes`` (all
+        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
+        ``requests`` (this process's store requests so far).
+    """
+    cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
+    keys_by_run: dict[str, list[str]] = defaultdict(list)
+    total = 0
+    for info in repo.store.list(""):
+        k = info.key
+        parts = k.split("/")
+        if k == keys.CONFIG:
+            c = "config"
+        elif parts[0] == "packs":
+            c = "packs"
+        elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "m":
+            c = "manifests"
+            keys_by_run[parts[1]].append(k)
+        elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":
+            c = "index"
+        else:
+            c = "other"
+        cats[c]["count"] += 1
+        cats[c]["bytes"] += info.size
+        total += info.size
+    logs = read_all_runs(repo, keys_by_run)
+    live = [m for log in logs.values() for m in log.live]
+    logical = sum(m.size for m in live)
+    return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
+            "logical_bytes": logical, "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
+            "objects": dict(cats), "requests": repo.store.stats.as_dict()}
