@@ -1,0 +1,219 @@
+"""pytest fixtures and helpers for S3 (moto) and the other object stores.
+
+Import into ``conftest.py`` with ``from s3_fixtures import *``.
+
+Fixtures:
+    moto_server: session-scoped moto HTTP server on 127.0.0.1 (random port); yields its endpoint URL.
+        Sets dummy AWS credentials/region in the environment for the session.
+    s3_inprocess_store: an :class:`S3Store` on a fresh bucket inside moto's in-process ``mock_aws``
+        (under the key prefix ``repo``, so prefix handling is always exercised).
+    s3_http_store: an :class:`S3Store` on a fresh bucket of the moto HTTP server (path-style, no prefix).
+    store_factory: ``store_factory(kind)`` -> a store made by :func:`make_store`, closed at teardown.
+
+Helpers:
+    make_store(kind, tmp_path): a store of kind ``memory``, ``local``, ``s3`` or ``s3-http``.
+    new_bucket_name(): a unique valid bucket name.
+
+moto facts to keep in mind (moto 5.x):
+    * The threaded server runs in this process and shares moto's global backends with ``mock_aws``.
+      Entering or leaving ``mock_aws`` RESETS all moto state, including the HTTP server's buckets, so
+      every fixture here creates its bucket per test, after any ``mock_aws`` has started.
+    * IAM is only enforced while ``moto.core.authorization.enable_iam_authentication()`` is active (the
+      in-process equivalent of starting the server with ``INITIAL_NO_AUTH_ACTION_COUNT=0``); it is
+      process-wide, so it also applies to the HTTP server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import uuid
+
+import pytest
+
+__all__ = ["moto_server", "s3_inprocess_store", "s3_http_store", "store_factory", "make_store",
+           "new_bucket_name", "start_moto_server", "DUMMY_ENV", "STORE_KINDS"]
+
+#: Dummy credentials/region for moto. Never real secrets.
+DUMMY_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+#: Environment variables that could point boto3 at a real account or endpoint; cleared for tests.
+_UNSET_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+STORE_KINDS = ("memory", "local", "s3", "s3-http")
+
+_counter = itertools.count()
+_server_lock = threading.Lock()
+_server = None  # (ThreadedMotoServer, endpoint_url)
+
+
+def new_bucket_name() -> str:
+    """Return a unique, valid S3 bucket name."""
+    return f"snapstore-test-{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+def _dummy_env(mp: pytest.MonkeyPatch) -> None:
+    for k, v in DUMMY_ENV.items():
+        mp.setenv(k, v)
+    for k in _UNSET_ENV:
+        mp.delenv(k, raising=False)
+
+
+def start_moto_server() -> str:
+    """Start (once per process) moto's threaded HTTP server on 127.0.0.1 and return its endpoint URL."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            from moto.server import ThreadedMotoServer
+
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            host, port = server.get_host_and_port()
+            _server = (server, f"http://{host}:{port}")
+        return _server[1]
+
+
+def _stop_moto_server() -> None:
+    global _server
+    with _server_lock:
+        if _server is not None:
+            _server[0].stop()
+            _server = None
+
+
+def _http_store(endpoint: str, **kwargs):
+    import boto3
+
+    from snapstore.stores.s3 import S3Store
+
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                 aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+                 aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+                 ).create_bucket(Bucket=bucket)
+    kwargs.setdefault("region_name", "us-east-1")
+    kwargs.setdefault("addressing_style", "path")
+    return S3Store(bucket, endpoint_url=endpoint, **kwargs)
+
+
+def _inprocess_store(prefix: str = "repo", **kwargs):
+    """Start a ``mock_aws`` and return (store, mock); the caller stops the mock."""
+    import boto3
+    from moto import mock_aws
+
+    from snapstore.stores.s3 import S3Store
+
+    mock = mock_aws()
+    mock.start()
+    try:
+        bucket = new_bucket_name()
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        kwargs.setdefault("region_name", "us-east-1")
+        store = S3Store(bucket, prefix, **kwargs)
+    except BaseException:
+        mock.stop()
+        raise
+    return store, mock
+
+
+def make_store(kind: str, tmp_path, **kwargs):
+    """Return a fresh, empty store of ``kind``.
+
+    Args:
+        kind: ``"memory"`` (MemoryStore), ``"local"`` (LocalStore under ``tmp_path/store``), ``"s3"``
+            (S3Store in moto's in-process ``mock_aws``, prefix ``repo``) or ``"s3-http"`` (S3Store on a
+            fresh bucket of the process-wide moto HTTP server).
+        tmp_path: a directory for the local store (pytest's ``tmp_path``).
+        **kwargs: extra constructor arguments for the store.
+    Close the store when done (``store_factory`` does it for you): for ``"s3"`` that also stops the
+    ``mock_aws`` it started, which would otherwise stay active for later tests.
+    Environment: sets dummy AWS credentials if none are set (for the S3 kinds).
+    """
+    if kind == "memory":
+        from snapstore.stores.memory import MemoryStore
+
+        return MemoryStore(**kwargs)
+    if kind == "local":
+        from snapstore.stores.local import LocalStore
+
+        return LocalStore(os.path.join(os.fspath(tmp_path), "store"), **kwargs)
+    if kind in ("s3", "s3-http"):
+        for k, v in DUMMY_ENV.items():
+            os.environ.setdefault(k, v)
+    if kind == "s3":
+        store, mock = _inprocess_store(**kwargs)
+        close = store.close
+        stopped = []
+
+        def close_and_stop() -> None:
+            close()
+            if not stopped:
+                stopped.append(True)
+                mock.stop()
+
+        store.close = close_and_stop
+        return store
+    if kind == "s3-http":
+        return _http_store(start_moto_server(), **kwargs)
+    raise ValueError(f"unknown store kind {kind!r}; expected one of {STORE_KINDS}")
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's HTTP server on 127.0.0.1 (random free port) for the session; yields the endpoint URL."""
+    mp = pytest.MonkeyPatch()
+    _dummy_env(mp)
+    try:
+        yield start_moto_server()
+    finally:
+        _stop_moto_server()
+        mp.undo()
+
+
+@pytest.fixture
+def s3_inprocess_store(monkeypatch):
+    """An S3Store (prefix ``repo``) on a fresh bucket in moto's in-process ``mock_aws``."""
+    _dummy_env(monkeypatch)
+    store, mock = _inprocess_store()
+    try:
+        yield store
+    finally:
+        store.close()
+        mock.stop()
+
+
+@pytest.fixture
+def s3_http_store(moto_server, monkeypatch):
+    """An S3Store (path-style, no prefix) on a fresh bucket of the moto HTTP server."""
+    _dummy_env(monkeypatch)
+    store = _http_store(moto_server)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def store_factory(tmp_path, monkeypatch):
+    """``store_factory(kind, **kwargs)`` -> :func:`make_store` result; every store is closed at teardown."""
+    _dummy_env(monkeypatch)
+    made = []
+
+    def factory(kind: str, **kwargs):
+        store = make_store(kind, tmp_path / f"s{len(made)}", **kwargs)
+        made.append(store)
+        return store
+
+    try:
+        yield factory
+    finally:
+        for store in reversed(made):
+            store.close()
