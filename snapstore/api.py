@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
-                     RunNotFound)
+                     RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
@@ -126,6 +127,7 @@ class CheckpointManager:
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.RLock] = {}
         self._views: dict[str, _RunView] = {}
+        self.versioned = False
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -134,7 +136,19 @@ class CheckpointManager:
         if self._repo is None:
             with self._lock:
                 if self._repo is None:
-                    self._repo = Repository.open(self.store, create=self._create)
+                    repo = Repository.open(self.store, create=self._create)
+                    check = getattr(self.store, "check_versioning", None)
+                    if check is not None:
+                        try:
+                            self.versioned = bool(check())
+                        except SnapstoreError:
+                            self.versioned = False
+                        if self.versioned:
+                            warnings.warn(
+                                f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
+                                "so garbage collection reclaims nothing without a noncurrent-version expiration "
+                                "rule (see infra/aws/README.md)", stacklevel=3)
+                    self._repo = repo
         return self._repo
 
     def close(self) -> None:
@@ -701,9 +715,10 @@ class CheckpointManager:
         from .check import verify
         return verify(self.repo, read_data=read_data, progress=progress)
 
-    def stats(self) -> dict:
+    def stats(self, prices: dict | None = None) -> dict:
         """Return repository statistics (see :func:`snapstore.check.stats`): runs, checkpoints,
-        logical_bytes, stored_bytes, ratio, objects by category, and this process's requests."""
+        logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
+        estimated cost at S3 Standard list prices (override with ``prices``)."""
         from .check import stats
-        return stats(self.repo)
+        return stats(self.repo, prices)
 

@@ -368,14 +368,40 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     return rep
 
 
-def stats(repo: Repository) -> dict:
+S3_STANDARD_PRICES = {"gb_month": 0.023, "PUT": 0.005 / 1000, "LIST": 0.005 / 1000, "GET": 0.0004 / 1000,
+                      "HEAD": 0.0004 / 1000, "DELETE": 0.0}
+"""S3 Standard list prices, us-east-1 (USD): storage per GB-month, and per request by kind."""
+
+
+def estimate_cost(stored_bytes: int, requests: dict, prices: dict | None = None) -> dict:
+    """Estimate S3 cost in USD.
+
+    Args:
+        stored_bytes: bytes stored.
+        requests: request counts by kind (``PUT``, ``GET``, ...).
+        prices: overrides for :data:`S3_STANDARD_PRICES` (``gb_month`` and per-request prices).
+    Returns:
+        ``{"prices": ..., "storage_per_month": usd, "requests": usd}``.
+    """
+    p = dict(S3_STANDARD_PRICES)
+    p.update(prices or {})
+    return {"prices": p, "storage_per_month": stored_bytes / 1e9 * p["gb_month"],
+            "requests": sum(n * p.get(k, 0.0) for k, n in requests.items())}
+
+
+def stats(repo: Repository, prices: dict | None = None) -> dict:
     """Repository statistics.
 
+    Args:
+        repo: the repository.
+        prices: price overrides for the cost estimate (see :func:`estimate_cost`).
     Returns:
         dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (sum of message JSON bytes
         over live checkpoints: the cost of storing every checkpoint whole), ``stored_bytes`` (all
         objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
-        ``requests`` (this process's store requests so far).
+        ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
+        Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
+        counted), with the prices used.
     """
     cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
     keys_by_run: dict[str, list[str]] = defaultdict(list)
@@ -402,4 +428,5 @@ def stats(repo: Repository) -> dict:
     logical = sum(m.size for m in live)
     return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
             "logical_bytes": logical, "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
-            "objects": dict(cats), "requests": repo.store.stats.as_dict()}
+            "objects": dict(cats), "requests": repo.store.stats.as_dict(),
+            "cost": estimate_cost(total, repo.store.stats.counts, prices)}
