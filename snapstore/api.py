@@ -87,15 +87,8 @@ class _RunView:
     live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
     pending: tuple | None = None      # (fingerprint, Manifest) of a save whose outcome is unknown
     loaded: bool = False              # head_seq/head are from a read or our own save
+    confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
     remembered_set: bool = False      # remembered was set by a save or read
-
-
-def _seconds(v) -> float:
-    if isinstance(v, timedelta):
-        return v.total_seconds()
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
-        return float(v)
-    raise InvalidInputError(f"expected a duration in seconds or a timedelta, got {v!r}")
 
 
 class CheckpointManager:
@@ -108,6 +101,11 @@ class CheckpointManager:
         max_checkpoints: keep at most this many checkpoints per run; older ones are deleted after
             each save (None: unlimited).
         create: create the repository on first use if the location is empty (default True).
+        gc_grace_period: the garbage collector's grace period in seconds (GC safety): a writer
+            that has not confirmed its parent checkpoint within half of it re-reads the run's head
+            before publishing (at most one extra read per half grace period). It must not exceed
+            the grace period GC runs with (both default to 3600).
+        clock: monotonic clock for that rule (tests); default ``time.monotonic``.
         **store_options: passed to the store (e.g. ``endpoint_url=`` for S3, ``fsync=`` for local).
     Raises:
         RepositoryError: the location holds no repository and ``create`` is False.
@@ -117,7 +115,7 @@ class CheckpointManager:
     """
 
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
-                 create: bool = True, **store_options):
+                 create: bool = True, gc_grace_period: float = 3600.0, clock=None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
         self.store = open_store(location, **store_options)
@@ -128,6 +126,11 @@ class CheckpointManager:
         self._run_locks: dict[str, threading.RLock] = {}
         self._views: dict[str, _RunView] = {}
         self.versioned = False
+        if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
+            raise InvalidInputError(f"gc_grace_period must be a non-negative number of seconds, got {gc_grace_period!r}")
+        self.gc_grace_period = float(gc_grace_period)
+        self._clock = clock or time.monotonic
+        self.hooks: dict = {}  # test hooks: name -> callable(**info), see _hook()
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -163,6 +166,11 @@ class CheckpointManager:
 
     def __exit__(self, *exc):
         self.close()
+
+    def _hook(self, name: str, **info) -> None:
+        fn = self.hooks.get(name)
+        if fn is not None:
+            fn(**info)
 
     def _run_lock(self, run_id: str) -> threading.RLock:
         with self._lock:
@@ -205,6 +213,7 @@ class CheckpointManager:
             v.list_state = None
             v.live = None
         v.head = head
+        v.confirmed_at = self._clock()
         if not v.remembered_set:
             v.remembered = head.checkpoint_id if head else None
             v.remembered_set = True
@@ -368,6 +377,7 @@ class CheckpointManager:
             if up is not None and up[1] != prep.state.state[1]:
                 m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
         v.pending = (fingerprint, m)
+        self._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
         if prep.pack_bytes is not None:
             pkey = keys.pack_key(prep.pack_id)
             try:
@@ -376,7 +386,20 @@ class CheckpointManager:
                 if repo.store.get(pkey) != prep.pack_bytes:
                     raise _PackIdCollision(pkey) from None
                 # else: our own earlier attempt wrote it
+        self._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
         indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
+        if self._clock() - v.confirmed_at > self.gc_grace_period / 2:
+            # GC safety: our parent (and so the data we dedup against) must still exist
+            newest = repo.head(rk)
+            if (newest.seq if newest else None) != v.head_seq:
+                v.pending = None
+                v.loaded = False
+                if indexed:
+                    repo.store.delete_many([keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))])
+                raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
+                                    "(re-checked before publishing); call latest() and retry")
+            v.confirmed_at = self._clock()
+        self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
             repo.publish(rk, m)
         except PreconditionFailed:
@@ -391,6 +414,7 @@ class CheckpointManager:
         v.pending = None
         v.head_seq = seq
         v.head = m
+        v.confirmed_at = self._clock()
         v.remembered = m.checkpoint_id
         v.remembered_set = True
         v.list_state = prep.state
@@ -610,42 +634,67 @@ class CheckpointManager:
                 created=datetime.now(timezone.utc), target={"seq": ts, "id": tc}))
         self.repo.delete_checkpoint_objects(rk, doomed)
 
-    def prune(self, older_than=None, keep_last: int | None = None, run_id: str | None = None,
-              *, dry_run: bool = False) -> list[CheckpointSummary]:
-        """Apply a retention policy; delete the checkpoints (manifests) it does not keep.
-
-        A checkpoint is kept if it is among the ``keep_last`` newest of its run, or was created
-        within ``older_than`` of now (UTC). Deleting every checkpoint of a run deletes the run.
-        Only manifests are deleted; unused data is reclaimed by garbage collection.
+    def retention_plan(self, run_id: str | None = None, **policy) -> list:
+        """Decide, without deleting, which live checkpoints a retention policy keeps and why.
 
         Args:
-            older_than: seconds (int/float) or ``timedelta``; checkpoints older than this go.
+            run_id: only this run (default: every run).
+            **policy: rules of :class:`snapstore.retention.Policy` (``keep_last``, ``keep_within``,
+                ``older_than``, ``keep_hourly`` ... ``keep_yearly``); durations as seconds,
+                ``timedelta`` or text like ``"7d"``.
+        Returns:
+            :class:`snapstore.retention.Decision` objects (``checkpoint`` is a CheckpointSummary,
+            ``keep``, ``reasons``), per run newest first.
+        Raises:
+            InvalidInputError: no rule or a bad value.
+        """
+        from .retention import Policy, plan
+        pol = Policy.make(**policy)
+        now = datetime.now(timezone.utc)
+        runs = [run_id] if run_id is not None else self.runs()
+        out = []
+        for r in runs:
+            rk = self._rk(r)
+            out.extend(plan([CheckpointSummary._from(m) for _, _, m in self._scan(rk)], pol, now))
+        return out
+
+    def prune(self, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
+              keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
+              keep_weekly: int | None = None, keep_monthly: int | None = None, keep_yearly: int | None = None,
+              dry_run: bool = False) -> list[CheckpointSummary]:
+        """Apply a retention policy; delete the checkpoints (manifests) it does not keep.
+
+        A checkpoint is kept if any rule keeps it (restic ``forget`` semantics, see
+        :mod:`snapstore.retention`): among the ``keep_last`` newest of its run, created less than
+        ``older_than`` ago, within ``keep_within`` of the run's newest, or the newest of one of the
+        last N hours/days/weeks/months/years. Deleting every checkpoint of a run deletes the run.
+        Only manifests are deleted; unused data is reclaimed by :meth:`gc`.
+
+        Args:
+            older_than: seconds, ``timedelta`` or text (``"7d"``): checkpoints older than this go.
             keep_last: always keep this many newest checkpoints per run.
             run_id: only this run (default: every run).
+            keep_within, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_yearly: more rules.
             dry_run: report what would go, delete nothing.
         Returns:
-            Summaries of the deleted (or, with ``dry_run``, deletable) checkpoints.
+            Summaries of the deleted (with ``dry_run``: deletable) checkpoints.
         Raises:
-            InvalidInputError: neither policy given, or a negative value.
+            InvalidInputError: no rule given, or a bad value.
         """
-        if older_than is None and keep_last is None:
-            raise InvalidInputError("prune needs older_than and/or keep_last")
-        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
-            raise InvalidInputError(f"keep_last must be a non-negative integer, got {keep_last!r}")
-        cutoff = None
-        if older_than is not None:
-            cutoff = datetime.now(timezone.utc) - timedelta(seconds=_seconds(older_than))
+        policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
+                      keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
+                      keep_yearly=keep_yearly)
+        from .retention import Policy, plan
+        pol = Policy.make(**policy)
+        now = datetime.now(timezone.utc)
         runs = [run_id] if run_id is not None else self.runs()
         gone: list[CheckpointSummary] = []
         for r in runs:
             with self._run_lock(r):
                 rk = self._rk(r)
                 live = [m for _, _, m in self._scan(rk)]
-                doomed = []
-                for i, m in enumerate(live):
-                    keep = (keep_last is not None and i < keep_last) or (cutoff is not None and m.created >= cutoff)
-                    if not keep:
-                        doomed.append(m)
+                decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
+                doomed = [m for m, d in zip(live, decisions) if not d.keep]
                 if not doomed:
                     continue
                 gone.extend(CheckpointSummary._from(m) for m in doomed)
@@ -714,6 +763,28 @@ class CheckpointManager:
         """
         from .check import verify
         return verify(self.repo, read_data=read_data, progress=progress)
+
+    def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, **options):
+        """Garbage-collect: reclaim what no live checkpoint needs; repack small and mostly-dead packs.
+
+        Args:
+            grace_period: seconds an unreferenced object must stay unreferenced before deletion
+                (default: this manager's ``gc_grace_period``). 0 asserts no other writer is active;
+                then everything unreachable is reclaimed within two calls.
+            dry_run: report only.
+            progress: optional ``progress(phase, done, total)``.
+            **options: see :func:`snapstore.gc.gc` (``max_unused``, ``small_pack_bytes``, ...).
+        Returns:
+            :class:`snapstore.gc.GCReport`.
+        Raises:
+            ConflictError: another GC is running.
+        """
+        from .gc import gc
+        g = self.gc_grace_period if grace_period is None else grace_period
+        rep = gc(self.repo, grace_period=g, dry_run=dry_run, progress=progress, **options)
+        if not dry_run:
+            self._views.clear()
+        return rep
 
     def stats(self, prices: dict | None = None) -> dict:
         """Return repository statistics (see :func:`snapstore.check.stats`): runs, checkpoints,

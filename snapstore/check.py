@@ -149,12 +149,37 @@ class Reach:
     packs: dict = field(default_factory=lambda: defaultdict(set))
     nodes_seen: set = field(default_factory=set)
     refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
+    fwd_used: set = field(default_factory=set)  # retired packs named by live hints (keep their fwd records)
+    fwd: dict = field(default_factory=dict)  # retired pack -> packs its entries moved to
+    unresolved: list = field(default_factory=list)  # (pack, type, id) that no forwarding record resolves
 
-    def need(self, pack: bytes, etype: int, eid: bytes) -> None:
-        self.packs[pack].add((etype, eid))
+    def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, depth: int = 0) -> bytes | None:
+        """The pack that now holds an entry hinted at ``pack`` (following forwarding records)."""
+        if pack not in self.fwd or depth > 8:
+            return pack
+        self.fwd_used.add(pack)
+        for new in self.fwd[pack]:
+            if new in self.fwd:
+                h = self.home(repo, new, etype, eid, depth + 1)
+                if h is not None:
+                    return h
+                continue
+            try:
+                if (etype, eid) in repo.get_pack(new).entries:
+                    return new
+            except NotFoundError:
+                continue
+        return None
+
+    def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
+        h = self.home(repo, pack, etype, eid)
+        if h is None:
+            self.unresolved.append((pack, etype, eid))
+            return
+        self.packs[h].add((etype, eid))
 
 
-def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
+def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -165,10 +190,12 @@ def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
         repo: the repository.
         manifests: iterable of checkpoint :class:`Manifest` objects.
         problems: if a list, unreadable parts are appended as :class:`Problem` instead of raising.
+        fwd: forwarding records (retired pack -> new packs); needs are attributed to the packs that
+            now hold the entries, and the retired packs named by live hints go to ``fwd_used``.
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
-    reach = Reach()
+    reach = Reach(fwd=dict(fwd or {}))
 
     def fail(code, key, err):
         if problems is None:
@@ -184,21 +211,21 @@ def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
                 return
             reach.refs[(r.id, r.pack)] = r
             if r.flags & FLAG_PIECES:
-                reach.need(r.pack, T_PIECES, r.id)
+                reach.need(repo, r.pack, T_PIECES, r.id)
                 try:
                     pieces = decode_pieces(repo._entry(T_PIECES, r.id, r.pack))
                 except (SnapstoreError, ValueError) as e:
                     fail(code_of(e), keys.pack_key(r.pack), e)
                     return
                 for p in pieces:
-                    reach.need(p.pack, T_CHUNK, p.id)
+                    reach.need(repo, p.pack, T_CHUNK, p.id)
             else:
-                reach.need(r.pack, T_CHUNK, r.id)
+                reach.need(repo, r.pack, T_CHUNK, r.id)
             return
         if r.id in reach.nodes_seen:
             return
         reach.nodes_seen.add(r.id)
-        reach.need(r.pack, T_NODE, r.id)
+        reach.need(repo, r.pack, T_NODE, r.id)
         try:
             lv, items = repo.read_node(r.id, r.pack)
         except SnapstoreError as e:
@@ -220,14 +247,14 @@ def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
         if (sid, spack) in seen_states:
             continue
         seen_states.add((sid, spack))
-        reach.need(spack, T_STATE, sid)
+        reach.need(repo, spack, T_STATE, sid)
         try:
             spine = repo.read_state(sid, spack)
         except SnapstoreError as e:
             fail(code_of(e), keys.pack_key(spack), e)
             continue
         if spine.upper:
-            reach.need(spine.upper[1], T_UPPER, spine.upper[0])
+            reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
         repo.prefetch(r.pack for _, r in spine.top_down())
         for level, r in spine.top_down():
             visit_ref(r, level)
@@ -236,7 +263,7 @@ def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
     done = set()
     while todo:
         pid = todo.pop()
-        if pid in done:
+        if pid in done or pid in reach.fwd:
             continue
         done.add(pid)
         try:
@@ -249,10 +276,10 @@ def mark(repo: Repository, manifests, problems: list | None = None) -> Reach:
                 continue
             try:
                 st_id, st_pack = pack.dict_state(b.dict)
-                reach.need(st_pack, T_STATE, st_id)
+                reach.need(repo, st_pack, T_STATE, st_id)
                 spine = repo.read_state(st_id, st_pack)
                 if spine.upper:
-                    reach.need(spine.upper[1], T_UPPER, spine.upper[0])
+                    reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
                 before = set(reach.packs)
                 for r in repo.refs_range(spine, b.dict.start, b.dict.end):
                     visit_ref(r, 0)
@@ -284,8 +311,14 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     packs_present = {}
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_keys: dict[str, list[str]] = defaultdict(list)
+    fwd_keys = []
     for k in all_keys:
         if k == keys.CONFIG:
+            continue
+        if k.startswith(keys.FWD):
+            fwd_keys.append(k)
+            continue
+        if k.startswith(keys.GC):
             continue
         pid = keys.pack_id_from_key(k)
         if pid is not None:
@@ -299,6 +332,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
         else:
             rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
     logs = read_all_runs(repo, keys_by_run)
+    fwd = {}
+    for fk in fwd_keys:
+        pid = bytes.fromhex(fk.split("/")[1])
+        try:
+            fwd[pid] = repo.forward(pid)
+        except SnapstoreError as e:
+            rep.errors.append(Problem("corrupt-forward", fk, str(e)))
     live = []
     for rk, log in logs.items():
         for k, err in log.corrupt:
@@ -326,8 +366,14 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
-    reach = mark(repo, live, problems)
+    reach = mark(repo, live, problems, fwd)
     rep.errors.extend(problems)
+    for pid, etype, eid in reach.unresolved:
+        rep.errors.append(Problem("missing-entry", keys.fwd_key(pid),
+                                  f"entry {chr(etype)} {eid.hex()} of a retired pack is in none of its forward packs"))
+    for pid in fwd:
+        if pid not in reach.fwd_used:
+            rep.warnings.append(Problem("unreferenced-forward", keys.fwd_key(pid), "no live hint names the retired pack; reclaimed by GC"))
     # every needed entry must be in its pack
     for i, (pid, needed) in enumerate(reach.packs.items()):
         if pid not in packs_present:
@@ -418,6 +464,10 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             keys_by_run[parts[1]].append(k)
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":
             c = "index"
+        elif parts[0] == "fwd":
+            c = "forward"
+        elif parts[0] == "gc":
+            c = "gc"
         else:
             c = "other"
         cats[c]["count"] += 1

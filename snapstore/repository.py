@@ -33,7 +33,7 @@ from .format import keys
 from .format.codec import decode_json, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
 from .format.manifest import (FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
-                              RepoConfig, decode_index, encode_index)
+                              RepoConfig, decode_forward, decode_index, encode_index)
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, TreeParams, decode_node, decode_pieces, encode_pieces
 from .stores.base import ObjectStore
@@ -139,6 +139,7 @@ class Repository:
         self._max_workers = max_workers
         self._pool: ThreadPoolExecutor | None = None
         self._dicts: dict = {}
+        self._fwd: dict = {}
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -250,17 +251,59 @@ class Repository:
         """Fetch the packs not yet cached, in parallel (bounded thread pool)."""
         with self._lock:
             todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
+        def one(p):
+            try:
+                self.get_pack(p)
+            except ObjectNotFound:
+                pass  # possibly retired by GC: readers follow its forwarding record
         if len(todo) <= 1:
             for p in todo:
-                self.get_pack(p)
+                one(p)
             return
-        list(self._pool_get().map(self.get_pack, todo))
+        list(self._pool_get().map(one, todo))
+
+    def forward(self, pack_id: bytes) -> list[bytes] | None:
+        """Return the packs a retired (repacked) pack's entries moved to, or None if not retired."""
+        with self._lock:
+            if pack_id in self._fwd:
+                return self._fwd[pack_id]
+        key = keys.fwd_key(pack_id)
+        try:
+            to = decode_forward(key, self.store.get(key))
+        except ObjectNotFound:
+            to = None
+        with self._lock:
+            self._fwd[pack_id] = to
+        return to
+
+    def locate(self, pack_id: bytes, etype: int, eid: bytes, _depth: int = 0) -> Pack:
+        """Return the pack holding entry ``(etype, eid)``, starting at the hinted pack.
+
+        If the hinted pack was retired by garbage collection, its forwarding record names the packs
+        its live entries moved to.
+
+        Raises:
+            ObjectNotFound: the pack is gone and no forwarding record leads to the entry.
+            IntegrityError: the pack exists but lacks the entry.
+        """
+        try:
+            pack = self.get_pack(pack_id)
+        except ObjectNotFound:
+            to = self.forward(pack_id) if _depth < 8 else None
+            if to:
+                for new in to:
+                    try:
+                        return self.locate(new, etype, eid, _depth + 1)
+                    except (ObjectNotFound, IntegrityError):
+                        continue
+            raise
+        if (etype, eid) not in pack.entries:
+            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
+        return pack
 
     def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
-        pack = self.get_pack(pack_id)
-        e = pack.entries.get((etype, eid))
-        if e is None:
-            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
+        pack = self.locate(pack_id, etype, eid)
+        e = pack.entries[(etype, eid)]
         spec = pack.blocks[e.block].dict
         d = None
         if spec is not None and e.block not in pack._raw:

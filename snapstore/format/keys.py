@@ -27,6 +27,15 @@ def pack_id_from_key(key: str) -> bytes | None:
         return None
 
 
+FWD = "fwd/"
+GC = "gc/"
+
+
+def fwd_key(pack_id: bytes) -> str:
+    """``fwd/<16 hex>``: forwarding record of a pack retired by repacking."""
+    return f"fwd/{pack_id.hex()}"
+
+
 def run_prefix(run_key: str) -> str:
     """``runs/<run key>/``: everything belonging to one run."""
     return f"runs/{run_key}/"

@@ -16,6 +16,7 @@ from .codec import open_envelope, seal_envelope
 MANIFEST_MAGIC = b"SNMF"
 INDEX_MAGIC = b"SNIX"
 CONFIG_MAGIC = b"SNCF"
+FORWARD_MAGIC = b"SNFW"
 FORMAT_VERSION = 1
 
 KIND_CHECKPOINT = "checkpoint"
@@ -158,6 +159,20 @@ def decode_index(key: str, data: bytes) -> tuple[int, str]:
         return int(d["seq"]), str(d["write_id"])
     except (ValueError, KeyError, TypeError) as e:
         raise IntegrityError(key, f"malformed index record: {e}") from None
+
+
+def encode_forward(to: list[bytes]) -> bytes:
+    """Encode a forwarding record: the packs a retired pack's live entries moved to."""
+    return seal_envelope(FORWARD_MAGIC, FORMAT_VERSION, json.dumps({"to": [p.hex() for p in to]}).encode())
+
+
+def decode_forward(key: str, data: bytes) -> list[bytes]:
+    """Decode a forwarding record; return the list of pack ids. Raises IntegrityError."""
+    _, body = open_envelope(key, FORWARD_MAGIC, data)
+    try:
+        return [bytes.fromhex(h) for h in json.loads(body)["to"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise IntegrityError(key, f"malformed forwarding record: {e}") from None
 
 
 @dataclass

@@ -1,0 +1,416 @@
+"""Garbage collection: mark-and-sweep with two-phase deletion and a grace period, plus repacking.
+
+Layer 4 (uses :mod:`snapstore.repository` and the mark phase of :mod:`snapstore.check`). The safety
+argument is in docs/format.md, section 13. In short:
+
+* Mark walks every live manifest (trees memoised by node id) and finds, per pack, the entries live
+  checkpoints need (following forwarding records of retired packs).
+* An unreferenced pack first becomes a *candidate* (listed in a ``gc/candidates/<id>`` record whose
+  store timestamp says when). A later GC deletes it only if the record is older than the grace
+  period, the pack is still unreferenced and the pack itself is older than the grace period. With
+  ``grace_period=0`` (the caller asserts no other writers) unreferenced objects go at once.
+* Mostly-dead packs, and small live packs (the per-save packs), are *repacked*: live entries are
+  copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record
+  ``fwd/<old>`` names the new packs, and the old pack is retired (it becomes a candidate).
+* Ages come from the store's object timestamps, never the local clock.
+* One GC at a time: ``gc/lock`` is created create-only and removed at the end; a lock older than
+  ``lock_timeout`` seconds (store time) is considered stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .check import mark, read_all_runs
+from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
+from .format import keys
+from .format.codec import open_envelope, seal_envelope
+from .format.ids import PACK_ID_BYTES
+from .format.manifest import FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, decode_index, encode_forward
+from .format.pack import T_CHUNK, PackBuilder
+from .repository import Repository
+
+CANDIDATES_MAGIC = b"SNGC"
+LOCK_KEY = "gc/lock"
+CANDIDATES_PREFIX = "gc/candidates/"
+
+
+@dataclass
+class GCReport:
+    """What a GC run did (or, with ``dry_run``, would do).
+
+    Attributes:
+        dry_run: nothing was changed.
+        grace_period: seconds.
+        store_time: the store's clock at the start (seconds since the epoch, UTC).
+        live_checkpoints / live_packs: what mark found live.
+        deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``gc``).
+        reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
+        reclaimed_objects: objects deleted minus objects written.
+        repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
+        pending_candidates: unreferenced packs waiting for the grace period to pass.
+        elapsed: seconds.
+    """
+
+    dry_run: bool
+    grace_period: float
+    store_time: float = 0.0
+    live_checkpoints: int = 0
+    live_packs: int = 0
+    deleted: dict = field(default_factory=lambda: defaultdict(int))
+    deleted_bytes: int = 0
+    written_bytes: int = 0
+    written_objects: int = 0
+    repacked_packs: int = 0
+    new_packs: int = 0
+    repack_bytes_in: int = 0
+    repack_bytes_out: int = 0
+    pending_candidates: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return self.deleted_bytes - self.written_bytes
+
+    @property
+    def reclaimed_objects(self) -> int:
+        return sum(self.deleted.values()) - self.written_objects
+
+    def as_dict(self) -> dict:
+        """JSON-friendly form."""
+        return {"dry_run": self.dry_run, "grace_period": self.grace_period, "store_time": self.store_time,
+                "live_checkpoints": self.live_checkpoints, "live_packs": self.live_packs,
+                "deleted": dict(self.deleted), "reclaimed_bytes": self.reclaimed_bytes,
+                "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
+                "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
+                "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
+                "elapsed": round(self.elapsed, 3)}
+
+
+def _encode_candidates(packs: list[str], fwd: list[str]) -> bytes:
+    return seal_envelope(CANDIDATES_MAGIC, FORMAT_VERSION, json.dumps({"packs": packs, "fwd": fwd}).encode())
+
+
+def _decode_candidates(key: str, data: bytes) -> tuple[set, set]:
+    _, body = open_envelope(key, CANDIDATES_MAGIC, data)
+    d = json.loads(body)
+    return set(d.get("packs", [])), set(d.get("fwd", []))
+
+
+class _Hooks:
+    def __init__(self, hooks: dict | None):
+        self.hooks = hooks or {}
+
+    def __call__(self, name: str, **info) -> None:
+        fn = self.hooks.get(name)
+        if fn is not None:
+            fn(**info)
+
+
+def store_now(repo: Repository) -> float:
+    """Return the store's current time (seconds since the epoch): the mtime of a probe object."""
+    key = f"gc/clock-{os.urandom(8).hex()}"
+    info = repo.store.put(key, b"")
+    repo.store.delete_many([key])
+    return info.mtime
+
+
+def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
+       small_pack_bytes: int = 1 << 20, target_pack_bytes: int = 8 << 20, repack_level: int = 9,
+       lock_timeout: float = 1800.0, progress: Callable[[str, int, int], None] | None = None,
+       hooks: dict | None = None) -> GCReport:
+    """Collect garbage: delete what no live checkpoint needs, repack what is mostly dead or small.
+
+    Args:
+        repo: the repository.
+        grace_period: seconds an unreferenced object must stay unreferenced (and exist) before it is
+            deleted. 0 asserts that nothing else writes to the repository: then unreferenced objects
+            are deleted by this call.
+        dry_run: compute and report, change nothing.
+        max_unused: repack a live pack when more than this fraction of its bytes is dead.
+        small_pack_bytes: live packs smaller than this are merged (when there are at least two).
+        target_pack_bytes: uncompressed size at which a new pack is closed during repacking.
+        repack_level: zstd level for repacked packs.
+        lock_timeout: seconds after which another GC's lock is considered stale.
+        progress: optional ``progress(phase, done, total)``.
+        hooks: test hooks called between phases: ``after_list``, ``after_mark``, ``after_repack``,
+            ``before_sweep``, ``after_sweep`` (keyword arguments describe the state).
+    Returns:
+        A :class:`GCReport`.
+    Raises:
+        ConflictError: another GC holds the lock.
+        InvalidInputError: a negative grace period or a bad threshold.
+        IntegrityError / ObjectNotFound: a live checkpoint is unreadable (GC deletes nothing then).
+    """
+    if grace_period < 0 or not 0 <= max_unused <= 1:
+        raise InvalidInputError("grace_period must be >= 0 and max_unused within [0, 1]")
+    t0 = time.monotonic()
+    hook = _Hooks(hooks)
+    rep = GCReport(dry_run=dry_run, grace_period=grace_period)
+    store = repo.store
+    now = store_now(repo)
+    rep.store_time = now
+    if not dry_run:
+        _lock(repo, now, lock_timeout)
+    try:
+        _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
+             repack_level, progress, hook)
+    finally:
+        if not dry_run:
+            store.delete_many([LOCK_KEY])
+    if hasattr(store, "remove_empty_dirs") and not dry_run:
+        store.remove_empty_dirs()
+    rep.elapsed = time.monotonic() - t0
+    return rep
+
+
+def _lock(repo: Repository, now: float, timeout: float) -> None:
+    body = json.dumps({"host": os.uname().nodename, "pid": os.getpid()}).encode()
+    try:
+        repo.store.put(LOCK_KEY, body)
+        return
+    except PreconditionFailed:
+        pass
+    try:
+        info = repo.store.head(LOCK_KEY)
+    except ObjectNotFound:
+        repo.store.put(LOCK_KEY, body)
+        return
+    if now - info.mtime < timeout:
+        raise ConflictError(f"another garbage collection is running (lock {LOCK_KEY} is {now - info.mtime:.0f}s old)")
+    repo.store.put_if_match(LOCK_KEY, body, info.etag)  # stale lock: take it over
+
+
+def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook):
+    store = repo.store
+    mature = now - grace
+    # ---- list everything once
+    packs, fwds, cands, others = {}, {}, {}, []
+    keys_by_run: dict[str, list[str]] = defaultdict(list)
+    index_by_run: dict[str, list] = defaultdict(list)
+    for info in store.list(""):
+        k = info.key
+        pid = keys.pack_id_from_key(k)
+        if pid is not None:
+            packs[pid] = info
+        elif k.startswith(keys.FWD):
+            fwds[bytes.fromhex(k[len(keys.FWD):])] = info
+        elif k.startswith(CANDIDATES_PREFIX):
+            cands[k] = info
+        elif k.startswith(keys.RUNS):
+            parts = k.split("/")
+            if len(parts) == 4 and parts[2] == "m":
+                keys_by_run[parts[1]].append(k)
+            elif len(parts) == 4 and parts[2] == "c":
+                index_by_run[parts[1]].append(info)
+            else:
+                others.append(info)
+        else:
+            others.append(info)
+    hook("after_list", packs=set(packs))
+    logs = read_all_runs(repo, keys_by_run)
+    for log in logs.values():
+        if log.corrupt:
+            k, err = log.corrupt[0]
+            raise err if isinstance(err, SnapstoreError) else SnapstoreError(str(err))
+    live = [m for log in logs.values() for m in log.live]
+    rep.live_checkpoints = len(live)
+    fwd = {pid: repo.forward(pid) or [] for pid in fwds}
+
+    # ---- mark
+    reach = mark(repo, live, None, fwd)
+    if reach.unresolved:
+        pid, etype, eid = reach.unresolved[0]
+        raise ObjectNotFound(keys.fwd_key(pid), f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
+    for pid in reach.packs:
+        if pid not in packs:
+            raise ObjectNotFound(keys.pack_key(pid), f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
+    rep.live_packs = len(reach.packs)
+    hook("after_mark", live=set(reach.packs))
+    if progress:
+        progress("mark", len(reach.packs), len(reach.packs))
+
+    # ---- repack: mostly-dead packs and small live packs
+    retired_now: list[bytes] = []
+    select = []
+    for pid, needed in reach.packs.items():
+        if pid in fwd:
+            continue
+        pack = repo.get_pack(pid)
+        total = sum(e.length for e in pack.entries.values()) or 1
+        live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
+        unused = 1 - live_raw / total
+        if unused > max_unused or packs[pid].size < small_pack_bytes:
+            select.append((packs[pid].mtime, pid, unused))
+    select.sort()
+    worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
+    if select and worth:
+        retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
+                              dry_run, progress)
+    hook("after_repack", retired=set(retired_now))
+
+    # ---- decide what to delete
+    unref_packs = {pid for pid in packs if pid not in reach.packs} | set(retired_now)
+    unref_fwd = {pid for pid in fwds if pid not in reach.fwd_used}
+    matured_p, matured_f, matured_keys = set(), set(), []
+    pending_p, pending_f = set(), set()
+    for k, info in cands.items():
+        try:
+            ps, fs = _decode_candidates(k, store.get(k))
+        except (ObjectNotFound, SnapstoreError, ValueError):
+            matured_keys.append(k)
+            continue
+        if info.mtime <= mature:
+            matured_p |= ps
+            matured_f |= fs
+            matured_keys.append(k)
+        else:
+            pending_p |= ps
+            pending_f |= fs
+    if grace == 0:
+        del_packs = {p for p in unref_packs if p in packs or p in retired_now}
+        del_fwd = set(unref_fwd)
+    else:
+        del_packs = {p for p in unref_packs if p.hex() in matured_p and p in packs and packs[p].mtime <= mature}
+        del_fwd = {p for p in unref_fwd if p.hex() in matured_f and fwds[p].mtime <= mature}
+    new_cand_p = sorted(p.hex() for p in unref_packs - del_packs if p.hex() not in pending_p)
+    new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f)
+    rep.pending_candidates = len(unref_packs - del_packs)
+
+    # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records
+    del_keys: list[tuple[str, int, str]] = []
+    for rk, log in logs.items():
+        for s in log.hidden:
+            del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+        hidden = set(log.hidden)
+        remaining = sorted(s for s in log.manifests if s not in hidden)
+        head_seq = remaining[-1] if remaining else None
+        for s in remaining:
+            m = log.manifests[s]
+            if s == head_seq:
+                if m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1:
+                    info_mtime = _mtime(store, keys.manifest_key(rk, s))
+                    if grace == 0 or (info_mtime is not None and info_mtime <= mature):
+                        del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+                continue
+            if m.kind == KIND_ROLLBACK:
+                t = int(m.target["seq"])
+                if not any(t < x < s for x in log.manifests if x not in hidden):
+                    del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+            elif m.kind == KIND_TOMBSTONE:
+                del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+        live_seq = {m.seq: m.checkpoint_id for m in log.live}
+        for info in index_by_run.get(rk, []):
+            try:
+                seq, _ = decode_index(info.key, store.get(info.key))
+            except (ObjectNotFound, SnapstoreError):
+                continue
+            if seq not in live_seq and (grace == 0 or info.mtime <= mature):
+                del_keys.append((info.key, info.size, "index"))
+    for rk in index_by_run:
+        if rk not in logs:
+            for info in index_by_run[rk]:
+                if grace == 0 or info.mtime <= mature:
+                    del_keys.append((info.key, info.size, "index"))
+
+    hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
+    if dry_run:
+        for p in del_packs:
+            rep.deleted["packs"] += 1
+            rep.deleted_bytes += packs[p].size if p in packs else 0
+        rep.deleted["forward"] += len(del_fwd)
+        for k, size, cat in del_keys:
+            rep.deleted[cat] += 1
+        return
+
+    # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
+    if new_cand_p or new_cand_f:
+        ck = CANDIDATES_PREFIX + f"{int(now * 1000):013x}-{os.urandom(4).hex()}"
+        store.put(ck, _encode_candidates(new_cand_p, new_cand_f))
+    doomed = [keys.pack_key(p) for p in del_packs]
+    for i in range(0, len(doomed), 1000):
+        store.delete_many(doomed[i:i + 1000])
+        if progress:
+            progress("sweep", min(i + 1000, len(doomed)), len(doomed))
+    for p in del_packs:
+        rep.deleted["packs"] += 1
+        rep.deleted_bytes += packs[p].size if p in packs else 0
+    if del_fwd:
+        store.delete_many(keys.fwd_key(p) for p in del_fwd)
+        rep.deleted["forward"] += len(del_fwd)
+        rep.deleted_bytes += sum(fwds[p].size for p in del_fwd)
+    if del_keys:
+        # index records before manifests; hidden manifests before the records that hide them
+        idx = [k for k, _, c in del_keys if c == "index"]
+        store.delete_many(idx)
+        man = [k for k, _, c in del_keys if c == "manifests"]
+        hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
+        store.delete_many(hidden_first[::-1])
+        for k, size, cat in del_keys:
+            rep.deleted[cat] += 1
+            rep.deleted_bytes += size
+    if matured_keys:
+        store.delete_many(matured_keys)
+        rep.deleted["gc"] += len(matured_keys)
+    hook("after_sweep")
+
+
+def _mtime(store, key: str) -> float | None:
+    try:
+        return store.head(key).mtime
+    except ObjectNotFound:
+        return None
+
+
+def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
+            dry_run: bool, progress) -> list[bytes]:
+    """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids."""
+    store = repo.store
+    # decode in list order where possible so dictionaries come from the fast path
+    builders: list[PackBuilder] = []
+    cur = None
+    moved: dict[bytes, set] = defaultdict(set)
+    size_in = 0
+    for i, pid in enumerate(pids):
+        pack = repo.get_pack(pid)
+        size_in += len(pack.data)
+        needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
+        for etype, eid in needed:
+            if (etype, eid) not in pack.entries:
+                continue
+            raw = repo._entry(etype, eid, pid)
+            if cur is None or cur.chunk_bytes() + sum(len(r) for _, _, r in cur._meta) > target:
+                cur = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
+                builders.append(cur)
+            cur.add(etype, eid, raw)
+            moved[pid].add(cur.pack_id)
+        if progress:
+            progress("repack", i + 1, len(pids))
+    rep.repacked_packs = len(pids)
+    rep.repack_bytes_in = size_in
+    if dry_run:
+        rep.new_packs = len(builders)
+        return list(pids)
+    for b in builders:
+        if b.empty:
+            continue
+        data, _ = b.build()
+        store.put(keys.pack_key(b.pack_id), data)
+        rep.new_packs += 1
+        rep.repack_bytes_out += len(data)
+        rep.written_bytes += len(data)
+        rep.written_objects += 1
+    for pid in pids:
+        fw = encode_forward(sorted(moved.get(pid, ())))
+        try:
+            store.put(keys.fwd_key(pid), fw)
+        except PreconditionFailed:
+            pass
+        rep.written_bytes += len(fw)
+        rep.written_objects += 1
+    return list(pids)

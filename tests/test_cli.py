@@ -1,0 +1,457 @@
+"""Tests for the ``snapstore`` command line (snapstore.cli)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from snapstore import CheckpointManager
+from snapstore import cli as cli_mod
+from snapstore.cli import cli, parse_duration
+from snapstore.errors import InvalidInputError
+from snapstore.importers import load_trajectory
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "demo-run.json"
+OPENHANDS = ROOT.parent / "shared" / "data" / "trajectories" / "openhands-oas-gpt4o-critic.jsonl"
+needs_openhands = pytest.mark.skipif(not OPENHANDS.is_file(), reason=f"shared trajectory {OPENHANDS} not found")
+
+HAS_STATS = hasattr(CheckpointManager, "stats")
+HAS_VERIFY = hasattr(CheckpointManager, "verify")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return str(tmp_path / "repo")
+
+
+def run(repo, *args, input=None, ok=True, env=None):
+    """Invoke the CLI in-process; assert success unless ok=False."""
+    result = CliRunner().invoke(cli, ["--repo", repo, *args], input=input, env=env, catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def import_json(repo, path, *args):
+    r = run(repo, "import", str(path), "--json", *args)
+    return json.loads(r.stdout)
+
+
+def ids(repo, run_id):
+    return [d["id"] for d in json.loads(run(repo, "list", run_id, "--json").stdout)]
+
+
+def one_line_error(result, code=None, contains=""):
+    assert result.exit_code != 0
+    if code is not None:
+        assert result.exit_code == code, (result.exit_code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("snapstore: error: "), lines[0]
+    assert contains in lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------------
+# import / export
+
+def test_import_then_export_equals_file(repo):
+    s = import_json(repo, EXAMPLE)
+    _, convs = load_trajectory(EXAMPLE)
+    assert s["format"] == "openai" and s["conversations"] == 1
+    assert s["saved"] == len(convs[0].checkpoints) == 10 and s["skipped"] == 0
+    assert s["runs"] == [{"run": "demo-run", "checkpoints": 10, "saved": 10, "skipped": 0}]
+    assert s["requests"]["PUT"] >= 10 and s["bytes_written"] > 0
+    assert s["logical_bytes"] == sum(d["message_bytes"] for d in json.loads(run(repo, "list", "demo-run", "--json").stdout))
+
+    out = run(repo, "export", "demo-run").stdout_bytes
+    original = json.loads(EXAMPLE.read_bytes())
+    exported = json.loads(out)  # stdout holds nothing but the JSON document
+    assert exported == original
+    assert json.dumps(exported, ensure_ascii=False) == json.dumps(original, ensure_ascii=False)  # key order
+    assert out == json.dumps(original, ensure_ascii=False).encode("utf-8")
+    assert 12345678901234567890123 in [m.get("extra", {}).get("parsed_quantity") for m in exported]
+
+
+def test_import_summary_on_stderr(repo):
+    r = run(repo, "import", str(EXAMPLE))
+    assert r.stdout == ""
+    err = r.stderr
+    for word in ("conversations", "10 saved", "logical bytes", "bytes written", "requests", "PUT", "elapsed"):
+        assert word in err, err
+    r = run(repo, "import", str(EXAMPLE), "-q")
+    assert r.stdout == "" and r.stderr == ""
+
+
+def test_import_resume(repo):
+    assert import_json(repo, EXAMPLE)["saved"] == 10
+    again = import_json(repo, EXAMPLE)
+    assert again["saved"] == 0 and again["skipped"] == 10
+    assert again["requests"]["PUT"] == 0 and again["bytes_written"] == 0
+    cps = ids(repo, "demo-run")  # newest first
+    run(repo, "rollback", "demo-run", cps[6])  # back to checkpoint index 3
+    assert len(ids(repo, "demo-run")) == 4
+    resumed = import_json(repo, EXAMPLE)
+    assert resumed["saved"] == 6 and resumed["skipped"] == 4
+    listed = json.loads(run(repo, "list", "demo-run", "--json").stdout)
+    assert [d["step"] for d in listed] == list(range(9, -1, -1))
+    assert json.loads(run(repo, "export", "demo-run").stdout) == json.loads(EXAMPLE.read_bytes())
+
+
+def test_import_refuses_foreign_run(repo, tmp_path):
+    mgr = CheckpointManager(repo)
+    mgr.save("demo-run", [{"role": "user", "content": "something else"}])
+    mgr.close()
+    r = run(repo, "import", str(EXAMPLE), ok=False)
+    one_line_error(r, 1, "matches none")
+    assert len(ids(repo, "demo-run")) == 1  # untouched
+    assert import_json(repo, EXAMPLE, "--run", "other")["saved"] == 10
+
+
+@needs_openhands
+def test_import_multi_conversation(repo, tmp_path):
+    f = tmp_path / "oh3.jsonl"
+    with open(OPENHANDS, "rb") as src:
+        f.write_bytes(b"".join(src.readline() for _ in range(3)))
+    _, convs = load_trajectory(f)
+    assert len(convs) == 3 and all(c.name for c in convs)
+    s = import_json(repo, f, "--run", "oh")
+    assert s["conversations"] == 3
+    expected = sorted(f"oh/{c.name}" for c in convs)
+    assert sorted(r["run"] for r in s["runs"]) == expected
+    assert s["saved"] == sum(len(c.checkpoints) for c in convs)
+    assert run(repo, "runs").stdout.splitlines() == expected
+    for c in convs:
+        assert json.loads(run(repo, "export", f"oh/{c.name}").stdout) == c.messages
+    assert import_json(repo, f, "--run", "oh")["saved"] == 0
+    # default prefix: the file's stem
+    s = import_json(repo, f)
+    assert sorted(r["run"] for r in s["runs"]) == sorted(f"oh3/{c.name}" for c in convs)
+
+
+def test_import_bad_input(repo, tmp_path):
+    one_line_error(run(repo, "import", str(tmp_path / "missing.json"), ok=False), 2, "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a trajectory"}')
+    one_line_error(run(repo, "import", str(bad), ok=False), 2, "bad.json")
+    bad.write_text("[1, 2")
+    one_line_error(run(repo, "import", str(bad), ok=False), 2, "invalid JSON")
+    r = run(repo, "import", str(EXAMPLE), "--format", "nope", ok=False)
+    assert r.exit_code == 2
+
+
+def test_export_checkpoint_and_output_file(repo, tmp_path):
+    import_json(repo, EXAMPLE)
+    _, convs = load_trajectory(EXAMPLE)
+    cps = ids(repo, "demo-run")
+    first = run(repo, "export", "demo-run", "--checkpoint", cps[-1])
+    assert json.loads(first.stdout) == convs[0].checkpoints[0]
+    out = tmp_path / "out.json"
+    r = run(repo, "export", "demo-run", "-c", cps[-2], "-o", str(out))
+    assert r.stdout == ""
+    assert json.loads(out.read_bytes()) == convs[0].checkpoints[1]
+    assert out.read_bytes() == json.dumps(convs[0].checkpoints[1], ensure_ascii=False).encode("utf-8")
+
+
+def test_export_surrogates_and_big_ints(repo):
+    msgs = [{"role": "user", "content": "lone \ud800 surrogate", "n": 10**40, "z": -(2**70)},
+            {"role": "assistant", "content": "naïve café 東京 🚀", "f": 0.1}]
+    with CheckpointManager(repo) as mgr:
+        mgr.save("weird", msgs)
+    r = run(repo, "export", "weird")
+    back = json.loads(r.stdout_bytes.decode("ascii"))  # fell back to ensure_ascii=True
+    assert back == msgs and back[0]["n"] == 10**40
+    with CheckpointManager(repo) as mgr:
+        mgr.save("nice", msgs[1:])
+    assert run(repo, "export", "nice").stdout_bytes == json.dumps(msgs[1:], ensure_ascii=False).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------------
+# reading commands
+
+def test_runs_list_show(repo):
+    run(repo, "init")
+    assert run(repo, "runs").stdout == ""  # empty repository
+    import_json(repo, EXAMPLE)
+    with CheckpointManager(repo) as mgr:
+        mgr.save("b-run", [{"role": "user", "content": "hi"}], step=7, status="ok",
+                 token_usage={"input_tokens": 12, "output_tokens": 3}, metadata={"k": "v"})
+    assert run(repo, "runs").stdout == "b-run\ndemo-run\n"
+    assert json.loads(run(repo, "runs", "--json").stdout) == ["b-run", "demo-run"]
+
+    table = run(repo, "list", "demo-run").stdout.splitlines()
+    assert table[0].split() == ["ID", "SEQ", "STEP", "CREATED", "(UTC)", "MESSAGES", "STATUS"]
+    assert len(table) == 11
+    row = table[1].split()
+    assert row[1] == "9" and row[2] == "9" and row[3].endswith("Z") and row[4] == "22"
+    assert len(run(repo, "list", "demo-run", "--limit", "3").stdout.splitlines()) == 4
+    listed = json.loads(run(repo, "list", "demo-run", "-n", "2", "--json").stdout)
+    assert [d["seq"] for d in listed] == [9, 8]
+    assert {"id", "seq", "step", "created_at", "message_count", "message_bytes", "status"} <= set(listed[0])
+
+    show = json.loads(run(repo, "show", "b-run", "--json").stdout)
+    assert show["step"] == 7 and show["status"] == "ok" and show["message_count"] == 1
+    assert show["token_usage"] == {"input_tokens": 12, "output_tokens": 3}
+    assert "messages" not in show
+    text = run(repo, "show", "b-run").stdout
+    assert "input_tokens=12" in text and "messages:" in text and "hi" not in text
+    cp0 = listed[-1]["id"]
+    shown = json.loads(run(repo, "show", "demo-run", cp0, "--json").stdout)
+    assert shown["id"] == cp0 and shown["message_count"] == 21
+
+
+def test_not_found_errors(repo, tmp_path):
+    import_json(repo, EXAMPLE)
+    for args in (["list", "nope"], ["show", "nope"], ["export", "nope"], ["delete", "nope", "--yes"]):
+        one_line_error(run(repo, *args, ok=False), 1, "'nope'")
+    for args in (["show", "demo-run", "bogus"], ["export", "demo-run", "-c", "bogus"],
+                 ["rollback", "demo-run", "bogus"], ["fork", "demo-run", "bogus", "x"],
+                 ["delete", "demo-run", "bogus"]):
+        one_line_error(run(repo, *args, ok=False), 1, "bogus")
+
+
+def test_bad_repo(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("not a directory")
+    one_line_error(run(str(f), "runs", ok=False), 1, "not a directory")
+    one_line_error(run(str(f), "import", str(EXAMPLE), ok=False), 1, "not a directory")
+    # a directory without a repository: read commands do not create one
+    one_line_error(run(str(tmp_path / "empty"), "runs", ok=False), 1, "snapstore init")
+    assert not (tmp_path / "empty").exists()
+    one_line_error(run("ftp://x/y", "runs", ok=False), 2, "ftp://")
+
+
+def test_repo_from_environment(tmp_path):
+    repo = str(tmp_path / "envrepo")
+    r = CliRunner().invoke(cli, ["import", str(EXAMPLE), "-q"], env={"SNAPSTORE_URL": repo})
+    assert r.exit_code == 0, r.stderr
+    r = CliRunner().invoke(cli, ["runs"], env={"SNAPSTORE_URL": repo})
+    assert r.stdout == "demo-run\n"
+
+
+def test_init(repo):
+    r = run(repo, "init", "--leaf-bits", "4", "--dict-bytes", "64K", "--level", "5")
+    assert "initialized" in r.stdout
+    with CheckpointManager(repo, create=False) as mgr:
+        cfg = mgr.repo.config
+        assert (cfg.leaf_bits, cfg.dict_bytes, cfg.level) == (4, 65536, 5)
+    one_line_error(run(repo, "init", ok=False), 1, "already exists")
+    assert run(repo, "init", "--leaf-bits", "99", ok=False).exit_code == 2
+    assert run(repo, "init", "--dict-bytes", "lots", ok=False).exit_code == 2
+    import_json(repo, EXAMPLE)  # import uses the existing repository and its settings
+
+
+def test_version_and_help(repo):
+    r = CliRunner().invoke(cli, ["--version"])
+    assert r.exit_code == 0 and r.stdout.startswith("snapstore ")
+    r = CliRunner().invoke(cli, ["--help"])
+    for cmd in ("init", "import", "runs", "list", "show", "export", "rollback", "fork", "delete", "prune",
+                "stats", "verify"):
+        assert cmd in r.stdout
+    assert CliRunner().invoke(cli, ["nosuchcommand"]).exit_code == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# changing runs
+
+def test_rollback_fork_delete(repo, monkeypatch):
+    import_json(repo, EXAMPLE)
+    cps = ids(repo, "demo-run")
+    r = run(repo, "rollback", "demo-run", cps[4])
+    assert cps[4] in r.stdout and "seq 5" in r.stdout
+    assert ids(repo, "demo-run") == cps[4:]
+
+    r = run(repo, "fork", "demo-run", cps[5], "forked")  # seq 4: checkpoints[4] of the file
+    assert "forked" in r.stdout
+    f = json.loads(run(repo, "show", "forked", "--json").stdout)
+    assert f["message_count"] == 12 and f["step"] == 4
+    assert run(repo, "export", "forked").stdout == run(repo, "export", "demo-run", "-c", cps[5]).stdout
+    one_line_error(run(repo, "fork", "demo-run", cps[5], "forked", ok=False), 1, "already exists")
+
+    # one checkpoint: no confirmation needed
+    run(repo, "delete", "demo-run", cps[-1])
+    assert ids(repo, "demo-run") == cps[4:-1]
+
+    # whole run: non-interactive stdin without --yes is refused
+    one_line_error(run(repo, "delete", "forked", ok=False), 2, "--yes")
+    assert "forked" in run(repo, "runs").stdout
+    # interactive: asks; "n" keeps the run, "y" deletes it
+    monkeypatch.setattr(cli_mod, "_stdin_interactive", lambda: True)
+    r = run(repo, "delete", "forked", input="n\n", ok=False)
+    assert r.exit_code == 1 and "forked" in run(repo, "runs").stdout
+    r = run(repo, "delete", "forked", input="y\n")
+    assert "Delete run 'forked'" in r.stderr and "deleted run forked" in r.stdout
+    assert run(repo, "runs").stdout == "demo-run\n"
+    run(repo, "delete", "demo-run", "--yes")
+    assert run(repo, "runs").stdout == ""
+
+
+def test_prune(repo):
+    import_json(repo, EXAMPLE)
+    import_json(repo, EXAMPLE, "--run", "other")
+    assert run(repo, "prune", ok=False).exit_code == 2  # no policy
+    assert run(repo, "prune", "--older-than", "soon", ok=False).exit_code == 2
+
+    r = run(repo, "prune", "--keep-last", "3", "--run", "demo-run", "--dry-run")
+    lines = r.stdout.splitlines()
+    assert len(lines) == 8 and all(l.startswith("would delete demo-run ") for l in lines[:-1])
+    assert "not among the 3 newest" in lines[0] and "would delete 7 checkpoint(s) from 1 run(s)" == lines[-1]
+    assert len(ids(repo, "demo-run")) == 10
+
+    # recent checkpoints are kept by --older-than even when --keep-last would drop them
+    r = run(repo, "prune", "--keep-last", "1", "--older-than", "1h")
+    assert r.stdout == "nothing to prune\n"
+
+    out = json.loads(run(repo, "prune", "--keep-last", "2", "--json").stdout)
+    assert out["dry_run"] is False and len(out["pruned"]) == 16
+    assert {p["run_id"] for p in out["pruned"]} == {"demo-run", "other"}
+    assert all("not among the 2 newest" in p["reason"] for p in out["pruned"])
+    assert len(ids(repo, "demo-run")) == 2 and len(ids(repo, "other")) == 2
+
+    r = run(repo, "prune", "--older-than", "0", "--run", "other")
+    assert "deleted 2 checkpoint(s) from 1 run(s)" in r.stdout and "older than 0s" in r.stdout
+    assert run(repo, "runs").stdout == "demo-run\n"  # pruning every checkpoint deletes the run
+
+
+def test_parse_duration():
+    assert parse_duration("3600") == timedelta(seconds=3600)
+    assert parse_duration("90s") == timedelta(seconds=90)
+    assert parse_duration("30m") == timedelta(minutes=30)
+    assert parse_duration("12h") == timedelta(hours=12)
+    assert parse_duration("7d") == timedelta(days=7)
+    assert parse_duration("2w") == timedelta(weeks=2)
+    assert parse_duration("1h30m") == timedelta(minutes=90)
+    assert parse_duration("1.5h") == timedelta(minutes=90)
+    for bad in ("", "h", "-5", "5x", "3 4", "1h-2m"):
+        with pytest.raises(InvalidInputError):
+            parse_duration(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# stats / verify: output formatting against the contract (fake results), then the real thing
+
+FAKE_STATS = {"runs": 2, "checkpoints": 20, "logical_bytes": 93368, "stored_bytes": 20000, "ratio": 4.6684,
+              "objects": {"packs": {"count": 20, "bytes": 15000}, "manifests": {"count": 20, "bytes": 4800},
+                          "config": {"count": 1, "bytes": 200}},
+              "requests": {"requests": {"PUT": 0, "GET": 3, "HEAD": 0, "LIST": 4, "DELETE": 0},
+                           "bytes_up": 0, "bytes_down": 99}}
+
+
+def test_stats_output_contract(repo, monkeypatch):
+    import_json(repo, EXAMPLE)
+    monkeypatch.setattr(CheckpointManager, "stats", lambda self: FAKE_STATS, raising=False)
+    assert json.loads(run(repo, "stats", "--json").stdout) == FAKE_STATS
+    text = run(repo, "stats").stdout
+    assert "checkpoints:" in text and "91.2 KiB" in text and "4.67x" in text
+    assert "packs" in text and "manifests" in text and "GET 3" in text
+
+
+def _problem(code, key, message):
+    return SimpleNamespace(code=code, key=key, message=message)
+
+
+@pytest.mark.parametrize("codes, expected", [
+    ([], 0), (["corrupt-pack"], 1), (["missing-pack"], 2), (["bad-config"], 3),
+    (["bad-config", "missing-pack"], 2), (["missing-manifest", "corrupt-pack", "other"], 1),
+])
+def test_verify_exit_codes_contract(repo, monkeypatch, codes, expected):
+    import_json(repo, EXAMPLE)
+    calls = []
+
+    def fake_verify(self, read_data=False):
+        calls.append(read_data)
+        return SimpleNamespace(errors=[_problem(c, f"key/{c}", f"{c} happened") for c in codes],
+                               warnings=[_problem("stray-temp", "packs/.tmp-1", "leftover temp file")],
+                               checked={"packs": 10, "manifests": 10})
+    monkeypatch.setattr(CheckpointManager, "verify", fake_verify, raising=False)
+    r = run(repo, "verify", "--read-data", ok=False)
+    assert r.exit_code == expected and calls == [True]
+    assert "stray-temp" in r.stdout and ("OK" if not codes else "FAILED") in r.stdout.splitlines()[-1]
+    for c in codes:
+        assert f"error: {c}: key/{c}" in r.stdout
+    r = run(repo, "verify", "--json", ok=False)
+    assert r.exit_code == expected and calls[-1] is False
+    d = json.loads(r.stdout)
+    assert d["ok"] is (not codes) and [e["code"] for e in d["errors"]] == codes and len(d["warnings"]) == 1
+
+
+@pytest.mark.skipif(not HAS_STATS, reason="CheckpointManager.stats() not implemented yet (being written concurrently)")
+def test_stats_real(repo):
+    import_json(repo, EXAMPLE)
+    d = json.loads(run(repo, "stats", "--json").stdout)
+    assert d["runs"] == 1 and d["checkpoints"] == 10
+    listed = json.loads(run(repo, "list", "demo-run", "--json").stdout)
+    assert d["logical_bytes"] == sum(x["message_bytes"] for x in listed)
+    assert d["stored_bytes"] > 0 and d["ratio"] > 1
+    assert "packs" in d["objects"]
+    assert "logical" in run(repo, "stats").stdout
+
+
+@pytest.mark.skipif(not HAS_VERIFY, reason="CheckpointManager.verify() not implemented yet (being written concurrently)")
+def test_verify_real(repo):
+    import_json(repo, EXAMPLE)
+    r = run(repo, "verify", "--read-data")
+    assert "OK" in r.stdout
+    d = json.loads(run(repo, "verify", "--json").stdout)
+    assert d["ok"] is True and d["errors"] == []
+    # corrupt a pack: verify --read-data must fail with exit code 1 (corrupt)
+    packs = sorted(p for p in Path(repo, "packs").rglob("*") if p.is_file())
+    data = bytearray(packs[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.chmod(packs[0], 0o644)
+    packs[0].write_bytes(bytes(data))
+    assert run(repo, "verify", "--read-data", ok=False).exit_code == 1
+    # remove a pack: missing object -> exit code 2 (or 1 if the corrupt one is still reported)
+    packs[1].unlink()
+    assert run(repo, "verify", ok=False).exit_code in (1, 2)
+    packs[0].unlink()
+    assert run(repo, "verify", ok=False).exit_code == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# the real entry point in a subprocess
+
+def test_subprocess_entry_point(tmp_path):
+    repo = str(tmp_path / "repo")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("SNAPSTORE_URL", None)
+    base = [sys.executable, "-c", "from snapstore.cli import main; main()", "--repo", repo]
+
+    p = subprocess.run(base + ["import", str(EXAMPLE)], capture_output=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == b"" and b"10 saved" in p.stderr
+
+    p = subprocess.run(base + ["export", "demo-run"], capture_output=True, env=env, timeout=60)
+    assert p.returncode == 0 and p.stderr == b""
+    assert json.loads(p.stdout) == json.loads(EXAMPLE.read_bytes())
+    assert p.stdout == json.dumps(json.loads(EXAMPLE.read_bytes()), ensure_ascii=False).encode("utf-8")
+
+    p = subprocess.run(base + ["show", "no-such-run"], capture_output=True, env=env, timeout=60)
+    assert p.returncode == 1 and p.stdout == b""
+    assert p.stderr.decode().strip() == "snapstore: error: run 'no-such-run' not found"
+
+    p = subprocess.run(base + ["delete", "demo-run"], capture_output=True, env=env, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and b"--yes" in p.stderr and b"Traceback" not in p.stderr
+
+    p = subprocess.run([sys.executable, "-m", "snapstore.cli", "--repo", repo, "runs"], capture_output=True,
+                       env=env, timeout=60)
+    assert p.returncode == 0 and p.stdout == b"demo-run\n"
+
+
+def test_keyboard_interrupt_exits_130_quietly(repo, monkeypatch):
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(CheckpointManager, "save", interrupted)
+    r = run(repo, "import", str(EXAMPLE), ok=False)
+    assert r.exit_code == 130 and r.stdout == "" and "Traceback" not in r.stderr and "error" not in r.stderr
