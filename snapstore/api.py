@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
-                     RunNotFound, SnapstoreError)
+                     RepositoryError, RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
@@ -173,6 +173,7 @@ class CheckpointManager:
             fn(**info)
 
     def _run_lock(self, run_id: str) -> threading.RLock:
+        check_run_id(run_id)
         with self._lock:
             lk = self._run_locks.get(run_id)
             if lk is None:
@@ -321,6 +322,14 @@ class CheckpointManager:
                   "status": status, "metadata": metadata}
         for k, v in fields.items():
             validate(v, k)
+        if self._repo is None:
+            # the first write into an empty location must not create the repository for bad input
+            try:
+                self._repo = Repository.open(self.store, create=False)
+            except RepositoryError:
+                for i, msg in enumerate(messages):
+                    validate(msg, f"messages[{i}]")
+                validate(session_state, "session_state")
         with self._run_lock(run_id):
             for attempt in range(8):
                 try:
@@ -356,7 +365,7 @@ class CheckpointManager:
             ls = repo.list_state(pm)
         prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
                                  pm.session_state_ref if pm else None, cold_digest=pm.digest if pm else None)
-        fingerprint = (prep.state.digest.hexdigest(16), prep.state.count, repr(fields), checkpoint_id, parent_id,
+        fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
                        repr(prep.session_state_ref), repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1
         if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
@@ -369,7 +378,7 @@ class CheckpointManager:
         m.session_state_ref = prep.session_state_ref
         m.has_session_state = prep.has_session_state
         m.count, m.size = prep.state.count, prep.state.size
-        m.digest = prep.state.digest.hexdigest(16)
+        m.digest = prep.state.digest_hex()
         m.state = None
         if prep.state.state:
             m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]
@@ -409,6 +418,8 @@ class CheckpointManager:
                     repo.store.delete_many([keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))])
             finally:
                 v.loaded = False
+            if parent_id is not None:
+                raise  # explicit parent: the caller's save loop moves to the new head and retries
             raise ConflictError(f"run {run_id!r} changed: position {seq} was taken by another writer; "
                                 "call latest() and retry, or fork() the run") from None
         v.pending = None

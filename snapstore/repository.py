@@ -27,10 +27,11 @@ from datetime import datetime, timezone
 
 import fastcdc
 
-from .errors import (CheckpointNotFound, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, InvalidMessageError, ObjectNotFound, PreconditionFailed,
                      RepositoryError, UnsupportedFormatError)
 from .format import keys
-from .format.codec import decode_json, encode_json, validate
+from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
+import orjson
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
 from .format.manifest import (FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
                               RepoConfig, decode_forward, decode_index, encode_index)
@@ -49,7 +50,8 @@ class ListState:
     Attributes:
         spine: the open right edge of the list's tree.
         count / size: messages and their total JSON bytes.
-        digest: incremental keyed blake3 over the concatenated message ids.
+        digest: incremental keyed blake3 over the list's JSON without the closing bracket
+            (``[`` + the messages' JSON joined by ``,``); see :meth:`ListState.digest_hex`.
         state: ``(state id, pack id)`` of the stored spine, or None for an empty list.
         ids: every message id in order, or None when not loaded (cold writer).
         refs: every level-0 ref in order, or None when not loaded.
@@ -72,6 +74,28 @@ class ListState:
     known: dict = field(default_factory=dict)
     known_pieces: dict = field(default_factory=dict)
     nodes: dict = field(default_factory=dict)
+    digest_hex_value: str | None = None
+
+    def digest_hex(self) -> str:
+        """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
+        if self.digest is None:
+            return self.digest_hex_value or ""
+        d = self.digest.copy()
+        d.update(b"]")
+        return d.hexdigest(16)
+
+
+def _json_digest(hasher: "Hasher", raws) -> object:
+    """Incremental list digest over ``[`` + raws joined by ``,`` (no closing bracket)."""
+    d = hasher.new_digest()
+    d.update(b"[")
+    first = True
+    for r in raws:
+        if not first:
+            d.update(b",")
+        d.update(r)
+        first = False
+    return d
 
 
 @dataclass
@@ -455,8 +479,7 @@ class Repository:
         raws: list = []
         msgs = self.read_messages(refs, raws)
         ids = [r.id for r in refs]
-        digest = self.hasher.new_digest()
-        digest.update(b"".join(ids))
+        digest = _json_digest(self.hasher, raws)
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
         acc = 0
         for i in range(len(raws) - 1, -1, -1):
@@ -485,10 +508,12 @@ class Repository:
 
         With ``full``, every ref is loaded (needed when the next list is not an append).
         """
-        ls = ListState(spine=Spine(self.params), digest=self.hasher.new_digest())
+        ls = ListState(spine=Spine(self.params), digest=_json_digest(self.hasher, []))
         if m is None or not m.state:
             ls.ids, ls.refs, ls.raws = [], [], []
             return ls
+        ls.digest = None
+        ls.digest_hex_value = m.digest
         ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.count, ls.size = m.count, m.size
@@ -503,10 +528,7 @@ class Repository:
             ls.ids = [r.id for r in refs]
             for r in refs:
                 ls.known[r.id] = r
-            ls.digest.update(b"".join(ls.ids))
             self._index_nodes(ls)
-        else:
-            ls.digest = None  # unknown incremental state; recomputed when ids are known
         return ls
 
     def _index_nodes(self, ls: ListState) -> None:
@@ -560,43 +582,55 @@ class Repository:
 
         # 1. how much of the parent list is kept as is?
         prefix = 0
+        digest = None  # list digest state after position `prefix` (None: compute at the end)
         if parent.objs is not None and parent.ids is not None and n_old <= n:
+            # warm writer: the caller's objects from the last save, by identity ...
             same = list(map(operator.is_, messages[:n_old], parent.objs))
             try:
                 prefix = same.index(False)
             except ValueError:
                 prefix = n_old
-            # re-check recent messages by value: they are the ones callers tend to mutate
-            check_from = max(0, prefix - 4)
-            for i in range(check_from, prefix):
+            # ... and the most recent ones by value: they are the ones callers tend to mutate
+            for i in range(max(0, prefix - 4), prefix):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
                 if hasher.content_id(raw) != parent.ids[i]:
                     prefix = i
                     break
-            ids[:prefix] = parent.ids[:prefix]
+            if prefix == n_old:
+                digest = parent.digest.copy() if parent.digest is not None else None
+        elif 0 < n_old <= n:
+            # cold writer: compare the JSON digest of the prefix with the parent's, in one pass
+            for i in range(n_old):
+                validate(messages[i], f"messages[{i}]")
+            try:
+                blob = orjson.dumps(messages[:n_old], option=_ORJSON_OPTS)
+            except TypeError:
+                blob = None  # big ints or surrogates: fall back to message-by-message
+            if blob is not None:
+                d = hasher.new_digest()
+                d.update(blob[:-1])
+                chk = d.copy()
+                chk.update(b"]")
+                if chk.hexdigest(16) == parent.digest_hex():
+                    prefix = n_old
+                    digest = d
+                    self._window(messages, n_old, ids, raws, flags, parent)
+                del blob
         if prefix < n_old:
-            # encode what we must to find the common prefix (cold writer: everything)
-            start = prefix
-            for i in range(start, n):
+            # the list was rewritten (or could not be compared cheaply): compare message by message
+            if parent.ids is None or not all(parent.ids[:n_old]):
+                parent = self._reload_full(parent)
+            for i in range(n):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
                 raws[i] = raw
                 ids[i] = hasher.content_id(raw)
                 flags[i] = FLAG_EXACT if exact else 0
-            if parent.ids is None:
-                if n >= n_old and n_old > 0:
-                    d = hasher.new_digest()
-                    d.update(b"".join(ids[:n_old]))
-                    if d.hexdigest(16) == cold_digest:
-                        prefix = n_old
-                if prefix < n_old:
-                    full = self._reload_full(parent)
-                    parent = full
-            if prefix < n_old:
-                lim = min(n_old, n)
-                i = prefix
-                while i < lim and ids[i] == parent.ids[i]:
-                    i += 1
-                prefix = i
+            lim = min(n_old, n)
+            i = 0
+            while i < lim and ids[i] == parent.ids[i]:
+                i += 1
+            prefix = i
+            digest = None
         append = prefix == n_old
         for i in range(prefix, n):
             if not ids[i]:
@@ -604,6 +638,8 @@ class Repository:
                 raws[i] = raw
                 ids[i] = hasher.content_id(raw)
                 flags[i] = FLAG_EXACT if exact else 0
+        if parent.ids is not None and append:
+            ids[:prefix] = [x if x else y for x, y in zip(ids[:prefix], parent.ids[:prefix])]
 
         # 2. build refs for the changed tail, writing new chunks into the pack
         pack_id = os.urandom(PACK_ID_BYTES)
@@ -686,12 +722,14 @@ class Repository:
             sid = hasher.content_id(sbytes)
             pb.add(T_STATE, sid, sbytes)
             state = (sid, pack_id)
-        if append and parent.digest is not None:
-            digest = parent.digest.copy()
-            digest.update(b"".join(ids[prefix:]))
+        if digest is not None:
+            for i in range(prefix, n):
+                if i > 0:
+                    digest.update(b",")
+                digest.update(raws[i])
         else:
-            digest = hasher.new_digest()
-            digest.update(b"".join(ids))
+            digest = _json_digest(hasher, (raws[i] if raws[i] is not None else encode_json(messages[i])[0]
+                                           for i in range(n)))
         # keep the most recent raw JSON (a few dictionaries' worth) for the next save's dictionary
         old_raws = parent.raws if (parent.raws is not None and len(parent.raws) == n_old) else [None] * n_old
         new_raws = old_raws[:prefix] + raws[prefix:]
@@ -711,6 +749,19 @@ class Repository:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0)
         data, sizes = pb.build()
         return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes)
+
+    def _window(self, messages, n_old, ids, raws, flags, parent) -> None:
+        """Encode the last messages before ``n_old`` (about a dictionary's worth) for the dictionary."""
+        want = max(self.config.dict_bytes, 1)
+        acc = 0
+        i = n_old
+        while i > 0 and acc < want:
+            i -= 1
+            raw, exact = encode_json(messages[i])
+            raws[i] = raw
+            ids[i] = self.hasher.content_id(raw)
+            flags[i] = FLAG_EXACT if exact else 0
+            acc += len(raw)
 
     def _reload_full(self, parent: ListState) -> ListState:
         """Load every ref of ``parent`` (for a list that is not an append of it)."""
@@ -752,6 +803,10 @@ class Repository:
                 return tail_refs[i - prefix].size
             if all_refs is not None:
                 return all_refs[i].size
+            if raws[i] is not None:
+                return len(raws[i])
+            if parent.raws is not None and i < len(parent.raws) and parent.raws[i] is not None:
+                return len(parent.raws[i])
             return None
 
         a = b
@@ -788,8 +843,13 @@ class Repository:
         return keys.manifest_key(run_key, seq)
 
     def read_manifest_key(self, key: str) -> Manifest:
-        """Read and verify one manifest. Raises ObjectNotFound, IntegrityError."""
-        return Manifest.from_bytes(key, self.store.get(key))
+        """Read and verify one manifest (also that it belongs under ``key``: its run and sequence
+        number must match). Raises ObjectNotFound, IntegrityError."""
+        m = Manifest.from_bytes(key, self.store.get(key))
+        parts = key.split("/")
+        if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
+            raise IntegrityError(key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of this key")
+        return m
 
     def head(self, run_key: str) -> Manifest | None:
         """Return the newest manifest of the run (one LIST with limit 1, one GET), or None."""
@@ -835,8 +895,17 @@ class Repository:
         Raises:
             ConflictError: the run already has a live checkpoint with this id.
         """
-        if seq_hint(checkpoint_id) == seq:
+        hint = seq_hint(checkpoint_id)
+        if hint == seq:
             return False
+        if hint is not None:
+            # a caller-supplied id shaped like a generated one: it may name a live checkpoint
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, hint))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    raise ConflictError(f"run {m.run_id!r} already has a checkpoint with id {checkpoint_id!r}")
+            except (ObjectNotFound, ValueError):
+                pass
         key = keys.index_key(run_key, self.checkpoint_key(checkpoint_id))
         data = encode_index(seq, write_id)
         try:
@@ -851,7 +920,6 @@ class Repository:
         try:
             m = self.read_manifest_key(keys.manifest_key(run_key, old_seq))
             if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
-                from .errors import ConflictError
                 raise ConflictError(f"run {m.run_id!r} already has a checkpoint with id {checkpoint_id!r}")
         except ObjectNotFound:
             pass

@@ -5,9 +5,9 @@ Pure functions over bytes; no I/O.
 Exact JSON
     A value is encoded as compact JSON (no spaces, dict key order kept). Most values go through
     orjson (fast); values orjson cannot represent exactly (integers outside the 64-bit range, strings
-    holding lone surrogates) are encoded by the stdlib encoder with ``ensure_ascii=True`` and flagged
-    ``exact``: a reader must decode those with a parser that keeps arbitrary-precision integers and
-    ``\\uD800``-style escapes (Python's ``json``). Tuples encode as lists. NaN/Infinity, non-string
+    holding surrogate code points) are encoded by :func:`dumps_exact` and flagged ``exact``: a reader
+    must decode those with a parser that keeps arbitrary-precision integers, after decoding the bytes
+    with ``surrogatepass`` (Python: :func:`loads_exact`). Tuples encode as lists. NaN/Infinity, non-string
     keys and any non-JSON object raise :class:`~snapstore.errors.InvalidMessageError`.
 """
 
@@ -89,15 +89,30 @@ def encode_json(value) -> tuple[bytes, bool]:
         if "64-bit" not in msg and "surrogates" not in msg and "Integer" not in msg:
             raise InvalidMessageError(msg) from None
     try:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii"), True
+        return dumps_exact(value), True
     except (TypeError, ValueError) as e:
         raise InvalidMessageError(str(e)) from None
+
+
+def dumps_exact(value) -> bytes:
+    """Compact JSON that keeps big integers and surrogate code points exactly.
+
+    Strings are written as UTF-8, except that surrogate code points (which UTF-8 cannot hold) are
+    written as their 3-byte generalised-UTF-8 form (Python's ``surrogatepass``), so that two
+    adjacent surrogates stay two code points instead of being merged by a JSON parser.
+    """
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
+
+
+def loads_exact(data: bytes):
+    """Inverse of :func:`dumps_exact`."""
+    return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
 def decode_json(data: bytes, exact: bool):
     """Decode bytes written by :func:`encode_json` (``exact`` as returned there)."""
     if exact:
-        return json.loads(data.decode("ascii"))
+        return loads_exact(data)
     return orjson.loads(data)
 
 
@@ -136,7 +151,9 @@ _ENV_HEADER = struct.Struct("<4sBB16s")  # magic, version, compression (0 none, 
 
 
 def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None = None) -> bytes:
-    """Wrap ``body`` as ``magic(4) | version(1) | compression(1) | blake3-128(stored body) | stored body``.
+    """Wrap ``body`` as ``magic(4) | version(1) | compression(1) | checksum(16) | stored body``.
+
+    The checksum is blake3-128 of ``magic | version | compression | stored body``.
 
     Compression: 0 none, 1 zstd, 2 zstd with ``zdict`` as a raw-content dictionary (a constant of
     the format, see docs/format.md); the smallest is used.
@@ -147,7 +164,8 @@ def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None =
         options.append((zstandard.ZstdCompressor(level=19, dict_data=zd, write_checksum=False,
                                                  write_dict_id=False).compress(body), 2))
     stored, flag = min(options, key=lambda o: len(o[0]))
-    return _ENV_HEADER.pack(magic, version, flag, blake3.blake3(stored).digest(16)) + stored
+    digest = blake3.blake3(magic + bytes([version, flag]) + stored).digest(16)
+    return _ENV_HEADER.pack(magic, version, flag, digest) + stored
 
 
 def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = None) -> tuple[int, bytes]:
@@ -167,8 +185,10 @@ def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = Non
     if m != magic:
         raise IntegrityError(key, f"bad magic {m!r}, expected {magic!r}")
     stored = data[_ENV_HEADER.size:]
-    if blake3.blake3(stored).digest(16) != digest:
+    if blake3.blake3(data[:6] + stored).digest(16) != digest:
         raise IntegrityError(key, "checksum mismatch")
+    if version < 1:
+        raise IntegrityError(key, f"invalid format version {version}")
     if flag in (1, 2):
         try:
             if flag == 2:

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ..errors import IntegrityError, UnsupportedFormatError
-from .codec import open_envelope, seal_envelope
+from ..errors import IntegrityError, RepositoryError, UnsupportedFormatError
+from .codec import dumps_exact, loads_exact, open_envelope, seal_envelope
 
 MANIFEST_MAGIC = b"SNMF"
 INDEX_MAGIC = b"SNIX"
@@ -107,7 +107,7 @@ class Manifest:
                 d["origin"] = self.origin
         elif self.kind == KIND_ROLLBACK:
             d["target"] = self.target
-        body = json.dumps(d, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        body = dumps_exact(d)
         return seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, body, MANIFEST_DICT_V1)
 
     @classmethod
@@ -122,7 +122,7 @@ class Manifest:
         if version > FORMAT_VERSION:
             raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {FORMAT_VERSION}")
         try:
-            d = json.loads(body.decode("ascii"))
+            d = loads_exact(body)
             kind = d["kind"]
             m = cls(kind=kind, run_id=d["run"], seq=int(d["seq"]), write_id=d["write_id"],
                     created=parse_time(d["created"]))
@@ -224,7 +224,10 @@ class RepoConfig:
         Raises:
             UnsupportedFormatError: the repository's format version is newer than this snapstore's.
             IntegrityError: the object is corrupt.
+            RepositoryError: the object is not a snapstore config at all (a foreign file).
         """
+        if data[:4] != CONFIG_MAGIC:
+            raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
         version, body = open_envelope(key, CONFIG_MAGIC, data)
         try:
             d = json.loads(body)

@@ -2,8 +2,8 @@
 
 Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "Packs")::
 
-    "SNPK" | u8 version=1
-    block 0 .. block n-1            contiguous, starting at byte 5
+    "SNPK" | u8 version=1 | pack id (8)
+    block 0 .. block n-1            contiguous, starting at byte 13
     header                          block table, then entry table
     u32le header_len
     blake3-128 of every byte before this field (16 bytes)
@@ -133,6 +133,7 @@ class PackBuilder:
         """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``."""
         out = bytearray(MAGIC)
         out.append(VERSION)
+        out += self.pack_id
         blocks: list[Block] = []
         entries: list[Entry] = []
         data_clen = 0
@@ -212,7 +213,7 @@ class Pack:
         Raises:
             IntegrityError: bad magic, checksum or structure (names ``key``).
         """
-        if len(data) < 5 + _TRAILER.size or data[:4] != MAGIC:
+        if len(data) < 5 + PACK_ID_BYTES + _TRAILER.size or data[:4] != MAGIC:
             raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
         hlen, digest = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
         body_end = len(data) - 16
@@ -220,12 +221,15 @@ class Pack:
             raise IntegrityError(key, "checksum mismatch")
         if data[4] != VERSION:
             raise IntegrityError(key, f"unsupported pack version {data[4]}")
+        stored_id = bytes(data[5:5 + PACK_ID_BYTES])
+        if pack_id is not None and stored_id != pack_id:
+            raise IntegrityError(key, f"holds pack {stored_id.hex()}, not the pack its key names")
         try:
             hstart = body_end - 4 - hlen
             pos = hstart
             nblocks, pos = get_varint(data, pos)
             blocks = []
-            off = 5
+            off = 5 + PACK_ID_BYTES
             for _ in range(nblocks):
                 kind = data[pos]
                 pos += 1
@@ -271,7 +275,7 @@ class Pack:
                     raise ValueError("dictionary refers to the pack's state entry but there is not exactly one")
         except (ValueError, IndexError) as e:
             raise IntegrityError(key, f"malformed header: {e}") from None
-        return cls(key, data, pack_id or b"", blocks, entries)
+        return cls(key, data, stored_id, blocks, entries)
 
     def dict_state(self, spec: DictSpec) -> tuple[bytes, bytes]:
         """Return ``(state id, pack id)`` of the state a dictionary spec refers to."""

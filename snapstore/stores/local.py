@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import heapq
 import os
 import threading
 from pathlib import Path
@@ -192,6 +193,14 @@ class LocalStore:
         return self._info(key, st)
 
     def _walk(self, prefix: str) -> list[str]:
+        if prefix.endswith("/"):
+            top = os.path.join(self.root, *prefix[:-1].split("/"))
+            try:
+                entries = list(os.scandir(top))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            if not any(e.is_dir(follow_symlinks=False) for e in entries):
+                return [prefix + e.name for e in entries if not e.name.startswith(".")]
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         top = os.path.join(self.root, *base.split("/")) if base else self.root
         keys = []
@@ -211,7 +220,8 @@ class LocalStore:
 
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
         """Yield objects under ``prefix`` in key order; one LIST counted per 1,000 keys."""
-        keys = sorted(k for k in self._walk(prefix) if start_after is None or k > start_after)
+        found = (k for k in self._walk(prefix) if start_after is None or k > start_after)
+        keys = heapq.nsmallest(limit, found) if limit is not None and limit < 64 else sorted(found)
         if limit is not None:
             keys = keys[:limit]
         self._count("LIST", n=max(1, (len(keys) + 999) // 1000))

@@ -56,6 +56,7 @@ class MemoryStore:
 
     def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
         """Return the bytes (or ``[start, end)`` of them); raises ObjectNotFound."""
+        check_key(key)
         with self._lock:
             self.stats.counts["GET"] += 1
             try:
@@ -69,6 +70,7 @@ class MemoryStore:
 
     def head(self, key: str) -> ObjectInfo:
         """Return ObjectInfo; raises ObjectNotFound."""
+        check_key(key)
         with self._lock:
             self.stats.counts["HEAD"] += 1
             try:
@@ -97,7 +99,7 @@ class MemoryStore:
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete keys (missing ones ignored); one DELETE counted per 1,000 keys."""
-        keys = list(keys)
+        keys = [check_key(k) for k in keys]
         with self._lock:
             for k in keys:
                 self._objects.pop(k, None)
