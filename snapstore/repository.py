@@ -700,7 +700,9 @@ class Repository:
                 if parent_state_ref and parent_state_ref[0] == sid.hex():
                     ss_ref = parent_state_ref
                 else:
-                    r = self._store_blob(pb, sid, raw, fl, known_pieces)
+                    # not added to known_pieces: a later save must never dedup against data that only
+                    # an older checkpoint's session state keeps alive (it may be pruned and collected)
+                    r = self._store_blob(pb, sid, raw, fl, {})
                     ss_ref = [sid.hex(), r.pack.hex(), len(raw), r.flags]
             else:
                 ss_inline = session_state
@@ -742,6 +744,11 @@ class Repository:
                     new_raws[:i + 1] = [None] * (i + 1)
                     break
         count = n
+        if not append:
+            # dedup only ever against data the new checkpoint itself keeps alive (GC safety): drop
+            # what the rewritten list no longer references
+            known = {r.id: r for r in all_refs}
+            known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
                        known_pieces=known_pieces, nodes=new_nodes)
