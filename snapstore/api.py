@@ -364,7 +364,7 @@ class CheckpointManager:
         if ls is None and pm is not None:
             ls = repo.list_state(pm)
         prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
-                                 pm.session_state_ref if pm else None, cold_digest=pm.digest if pm else None)
+                                 pm.session_state_ref if pm else None)
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
                        repr(prep.session_state_ref), repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1

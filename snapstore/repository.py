@@ -59,7 +59,7 @@ class ListState:
         raws: encoded JSON per position for recent positions (older entries are None).
         known: chunk id -> Ref, for dedup within the run.
         known_pieces: piece id -> Ref.
-        nodes: node id -> pack id of nodes known to exist.
+        nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
     """
 
     spine: Spine
@@ -552,8 +552,7 @@ class Repository:
         return encode_json(msg)
 
     def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
-                     has_session_state: bool = False, parent_state_ref: list | None = None,
-                     cold_digest: str | None = None) -> PreparedSave:
+                     has_session_state: bool = False, parent_state_ref: list | None = None) -> PreparedSave:
         """Build the pack for a new checkpoint whose list is ``messages`` (nothing is written).
 
         Args:
@@ -561,7 +560,6 @@ class Repository:
             messages: the new checkpoint's full message list (JSON values).
             session_state: the session state value (used when ``has_session_state``).
             parent_state_ref: the parent's ``session_state_ref`` (reused when unchanged).
-            cold_digest: the parent's list digest (hex) when ``parent.ids`` is not loaded.
         Raises:
             InvalidMessageError: a message or the state is not an exact JSON value.
         Returns:
@@ -664,14 +662,16 @@ class Repository:
             tail_refs.append(r)
 
         # 3. the new tree: append to the parent's spine, or rebuild from the common prefix
-        new_nodes: dict[bytes, bytes] = dict(parent.nodes)
+        new_nodes: dict[bytes, bytes] = dict(parent.nodes) if append else {}
 
         def seal(nid: bytes, data: bytes) -> bytes:
-            if nid in new_nodes:
-                return new_nodes[nid]
-            pb.add(T_NODE, nid, data)
-            new_nodes[nid] = pack_id
-            return pack_id
+            # reuse a node only if the parent's tree has it (data the parent keeps alive)
+            pack = new_nodes.get(nid) or parent.nodes.get(nid)
+            if pack is None:
+                pb.add(T_NODE, nid, data)
+                pack = pack_id
+            new_nodes[nid] = pack
+            return pack
 
         if append:
             spine = parent.spine.copy()
