@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
-                     RepositoryError, RunNotFound, SnapstoreError)
+                     RepositoryError, RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
@@ -135,11 +135,15 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------
     @property
     def repo(self) -> Repository:
-        """The underlying :class:`~snapstore.repository.Repository` (opened on first use)."""
+        """The underlying :class:`~snapstore.repository.Repository`, opened on first use (and created
+        if the location is empty and the manager was made with ``create=True``)."""
+        return self._open(self._create)
+
+    def _open(self, create: bool) -> Repository:
         if self._repo is None:
             with self._lock:
                 if self._repo is None:
-                    repo = Repository.open(self.store, create=self._create)
+                    repo = Repository.open(self.store, create=create)
                     check = getattr(self.store, "check_versioning", None)
                     if check is not None:
                         try:
@@ -150,9 +154,17 @@ class CheckpointManager:
                             warnings.warn(
                                 f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
                                 "so garbage collection reclaims nothing without a noncurrent-version expiration "
-                                "rule (see infra/aws/README.md)", stacklevel=3)
+                                "rule (see infra/aws/README.md)", stacklevel=4)
                     self._repo = repo
         return self._repo
+
+    def _exists(self) -> bool:
+        """True if the location holds a repository (reads never create one)."""
+        try:
+            self._open(False)
+            return True
+        except RepositoryNotFound:
+            return False
 
     def close(self) -> None:
         """Release the store's resources."""
@@ -326,7 +338,7 @@ class CheckpointManager:
             # the first write into an empty location must not create the repository for bad input
             try:
                 self._repo = Repository.open(self.store, create=False)
-            except RepositoryError:
+            except RepositoryNotFound:
                 for i, msg in enumerate(messages):
                     validate(msg, f"messages[{i}]")
                 validate(session_state, "session_state")
@@ -387,24 +399,37 @@ class CheckpointManager:
                 m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
         v.pending = (fingerprint, m)
         self._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
+        # index record first (a refused duplicate id writes nothing), then data, then the manifest
+        indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
+        wrote_pack = False
+
+        def undo() -> None:
+            # a definite conflict: nothing references our index record or pack, remove them
+            v.pending = None
+            v.loaded = False
+            junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
+            if wrote_pack:
+                junk.append(keys.pack_key(prep.pack_id))
+            if junk:
+                try:
+                    repo.store.delete_many(junk)
+                except SnapstoreError:
+                    pass  # left for GC
         if prep.pack_bytes is not None:
             pkey = keys.pack_key(prep.pack_id)
             try:
                 repo.store.put(pkey, prep.pack_bytes)
+                wrote_pack = True
             except PreconditionFailed:
                 if repo.store.get(pkey) != prep.pack_bytes:
                     raise _PackIdCollision(pkey) from None
-                # else: our own earlier attempt wrote it
+                wrote_pack = True  # our own earlier attempt wrote it
         self._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
-        indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
         if self._clock() - v.confirmed_at > self.gc_grace_period / 2:
             # GC safety: our parent (and so the data we dedup against) must still exist
             newest = repo.head(rk)
             if (newest.seq if newest else None) != v.head_seq:
-                v.pending = None
-                v.loaded = False
-                if indexed:
-                    repo.store.delete_many([keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))])
+                undo()
                 raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
                                     "(re-checked before publishing); call latest() and retry")
             v.confirmed_at = self._clock()
@@ -412,12 +437,7 @@ class CheckpointManager:
         try:
             repo.publish(rk, m)
         except PreconditionFailed:
-            v.pending = None
-            try:  # our index record points at a position we did not get
-                if indexed:
-                    repo.store.delete_many([keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))])
-            finally:
-                v.loaded = False
+            undo()
             if parent_id is not None:
                 raise  # explicit parent: the caller's save loop moves to the new head and retries
             raise ConflictError(f"run {run_id!r} changed: position {seq} was taken by another writer; "
@@ -456,6 +476,11 @@ class CheckpointManager:
         Costs one LIST (limit 1) and one GET to find it, then the reads of its message tree.
         """
         with self._run_lock(run_id):
+            if not self._exists():
+                # nothing there yet: remember that this manager saw the run empty
+                self._views[run_id] = _RunView(head_seq=None, head=None, remembered=None, loaded=True,
+                                               remembered_set=True, confirmed_at=self._clock())
+                return None
             v = self._load_view(run_id)
             if v.head is None:
                 v.remembered = None
@@ -475,6 +500,8 @@ class CheckpointManager:
         """
         check_checkpoint_id(checkpoint_id)
         with self._run_lock(run_id):
+            if not self._exists():
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
             try:
                 m = self.repo.find_checkpoint(rk, checkpoint_id)
@@ -503,7 +530,8 @@ class CheckpointManager:
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
         out = []
-        if limit == 0:
+        check_run_id(run_id)
+        if limit == 0 or not self._exists():
             return out
         rk = self._rk(run_id)
         for s, cid, m in self._scan(rk):
@@ -518,6 +546,8 @@ class CheckpointManager:
 
     def runs(self) -> list[str]:
         """Return the ids of runs that have at least one live checkpoint, sorted."""
+        if not self._exists():
+            return []
         repo = self.repo
         rks = list(repo.store.list_dirs(keys.RUNS))
 
@@ -570,6 +600,8 @@ class CheckpointManager:
         """
         check_checkpoint_id(checkpoint_id)
         with self._run_lock(run_id):
+            if not self._exists():
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
             try:
                 target = self.repo.find_checkpoint(rk, checkpoint_id)
@@ -609,6 +641,12 @@ class CheckpointManager:
             CheckpointNotFound: no such checkpoint.
         """
         with self._run_lock(run_id):
+            if checkpoint_id is not None:
+                check_checkpoint_id(checkpoint_id)
+            if not self._exists():
+                if checkpoint_id is None:
+                    raise RunNotFound(f"run {run_id!r} not found")
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
             if checkpoint_id is None:
                 newest = self.repo.head(rk)
@@ -640,9 +678,12 @@ class CheckpointManager:
                 self._delete_run(run_id, rk)
                 return
             ts, tc = survivors[0]
-            self._append_record(run_id, rk, lambda seq, _n: Manifest(
+            rec = self._append_record(run_id, rk, lambda seq, _n: Manifest(
                 kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                 created=datetime.now(timezone.utc), target={"seq": ts, "id": tc}))
+            # everything between the new head and the record is now hidden: remove it (incl. doomed)
+            done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
+            doomed = [(s, c) for s, c in doomed if s not in done]
         self.repo.delete_checkpoint_objects(rk, doomed)
 
     def retention_plan(self, run_id: str | None = None, **policy) -> list:
@@ -662,6 +703,8 @@ class CheckpointManager:
         from .retention import Policy, plan
         pol = Policy.make(**policy)
         now = datetime.now(timezone.utc)
+        if not self._exists():
+            return []
         runs = [run_id] if run_id is not None else self.runs()
         out = []
         for r in runs:
@@ -698,6 +741,8 @@ class CheckpointManager:
         from .retention import Policy, plan
         pol = Policy.make(**policy)
         now = datetime.now(timezone.utc)
+        if not self._exists():
+            return []
         runs = [run_id] if run_id is not None else self.runs()
         gone: list[CheckpointSummary] = []
         for r in runs:
@@ -728,6 +773,9 @@ class CheckpointManager:
         """
         check_run_id(new_run_id)
         check_checkpoint_id(checkpoint_id)
+        check_run_id(run_id)
+        if not self._exists():
+            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
         rk = self._rk(run_id)
         try:
             src = self.repo.find_checkpoint(rk, checkpoint_id)

@@ -345,7 +345,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             rep.errors.append(Problem("corrupt-manifest", k, str(err)))
         for s in log.hidden:
             rep.warnings.append(Problem("orphaned-manifest", keys.manifest_key(rk, s),
-                                        "hidden by a rollback or deletion (interrupted cleanup); reclaimed by GC"))
+                                        "hidden by a rollback or deletion (cleanup not finished); removed by 'snapstore gc'"))
         if log.head is not None and log.head.kind == KIND_ROLLBACK:
             t = int(log.head.target["seq"])
             if t not in log.manifests:
@@ -362,7 +362,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 rep.errors.append(Problem("corrupt-index", ik, str(e)))
                 continue
             if seq not in live_seqs:
-                rep.warnings.append(Problem("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint"))
+                rep.warnings.append(Problem("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint; removed by 'snapstore gc'"))
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
@@ -403,7 +403,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 progress("data", i + 1, len(refs))
     for pid, k in packs_present.items():
         if pid not in reach.packs:
-            rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (crash leftover or garbage); reclaimed by GC"))
+            rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a conflict or an interrupted save); reclaimed by 'snapstore gc'"))
     temp = getattr(store, "temp_files", None)
     if temp:
         for t in temp():

@@ -12,8 +12,9 @@ else ``./.snapstore``). Commands::
     rollback  make an earlier checkpoint the run's head again
     fork      start a new run at a checkpoint
     delete    delete a checkpoint or a whole run
-    prune     apply a retention policy (--keep-last / --older-than)
-    stats     repository size, dedup ratio and object counts
+    prune     apply a retention policy (--keep-last, --keep-daily, --older-than, ...)
+    gc        reclaim the space of deleted checkpoints; repack small packs
+    stats     repository size, dedup ratio, object counts, requests and cost estimate
     verify    check the repository's integrity
 
 Machine-readable output (``--json``, ``export``) goes to stdout and nothing else does; progress,
@@ -29,6 +30,7 @@ warnings never fail it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -166,34 +168,71 @@ def _kv(pairs: list[tuple[str, str]], width: int | None = None) -> str:
     return "".join(f"{(k + ':').ljust(width)}  {v}\n" for k, v in pairs)
 
 
+def _usd(x: float) -> str:
+    """US dollars with two significant digits below one cent: ``$1.50``, ``$0.00022``, ``$0``."""
+    x = float(x)
+    if x == 0:
+        return "$0"
+    if abs(x) >= 0.01:
+        return f"${x:,.2f}"
+    decimals = min(12, 1 - math.floor(math.log10(abs(x))))
+    return f"${x:.{decimals}f}"
+
+
+def _price(x: float) -> str:
+    """A price without trailing zeros: ``$0.0004``, ``$0.023``, ``$0``."""
+    text = f"{float(x):.10f}".rstrip("0").rstrip(".")
+    return f"${text}"
+
+
+_REQUEST_KINDS = ("PUT", "LIST", "GET", "HEAD", "DELETE")
+
+
+def _prices_text(prices: dict, storage: bool = True) -> str:
+    """``$0.023/GB-month; PUT/LIST $0.005, GET/HEAD $0.0004, DELETE $0 per 1,000 requests``."""
+    groups: dict[float, list[str]] = {}
+    for k in _REQUEST_KINDS:
+        if isinstance(prices.get(k), (int, float)):
+            groups.setdefault(round(prices[k] * 1000, 12), []).append(k)
+    req = ", ".join(f"{'/'.join(ks)} {_price(p)}" for p, ks in groups.items()) + " per 1,000 requests"
+    if storage and isinstance(prices.get("gb_month"), (int, float)):
+        return f"storage {_price(prices['gb_month'])}/GB-month; {req}"
+    return req
+
+
+def _is_s3(store) -> bool:
+    return str(getattr(store, "url", "")).startswith("s3://")
+
+
+def _request_cost(counts: dict) -> dict:
+    """``{"requests": usd, "prices": ...}`` for request counts at S3 Standard list prices."""
+    from .check import estimate_cost
+    return estimate_cost(0, counts)
+
+
 # ------------------------------------------------------------------------------------------------
 # parameter types
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", re.I)
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_duration(text: str) -> timedelta:
-    """Parse ``3600``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (or combinations like ``1h30m``).
+    """Parse ``3600``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w``, ``1y`` (or combinations like ``1h30m``).
+
+    The syntax of :func:`snapstore.retention.parse_duration` (what the library accepts), also allowing
+    blanks around units (``1h 30m``, ``90 s``).
 
     Raises:
         InvalidInputError: not a duration.
     """
-    s = str(text).strip().lower()
-    pos, total, parts = 0, 0.0, 0
-    while pos < len(s):
-        m = _DURATION_RE.match(s, pos)
-        if not m or (m.group(2) == "" and m.end() != len(s)):
-            raise InvalidInputError(
-                f"invalid duration {text!r} (expected seconds or a number with a unit s/m/h/d/w, e.g. 90s, 12h, 7d)")
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        parts += 1
-        pos = m.end()
-        while pos < len(s) and s[pos] == " ":
-            pos += 1
-    if parts == 0:
-        raise InvalidInputError(f"invalid duration {text!r} (expected e.g. 3600, 90s, 30m, 12h, 7d, 2w)")
-    return timedelta(seconds=total)
+    from .retention import parse_duration as _parse
+
+    s = re.sub(r"\s+(?=[a-z])|(?<=[a-z])\s+", "", str(text).strip().lower())
+    try:
+        return timedelta(seconds=_parse(s))
+    except InvalidInputError:
+        raise InvalidInputError(
+            f"invalid duration {text!r} (expected seconds or a number with a unit s/m/h/d/w/y, e.g. 90s, 12h, 7d)"
+        ) from None
+    except OverflowError:
+        raise InvalidInputError(f"duration {text!r} is too large") from None
 
 
 class _Duration(click.ParamType):
@@ -264,8 +303,11 @@ class _State:
     def manager(self, create: bool = False) -> CheckpointManager:
         """The checkpoint manager (repository must exist unless ``create``)."""
         if self._mgr is None:
-            self._mgr = CheckpointManager(self.location, create=create)
-            click.get_current_context().find_root().call_on_close(self._mgr.close)
+            mgr = CheckpointManager(self.location, create=create)
+            click.get_current_context().find_root().call_on_close(mgr.close)
+            if not create:
+                mgr.repo  # open now: a missing repository is an error, not an empty one
+            self._mgr = mgr
         return self._mgr
 
 
@@ -473,10 +515,12 @@ def import_cmd(ctx, file, run_prefix, fmt, as_json, quiet):
 
     used = mgr.store.stats.since(before)
     elapsed = time.monotonic() - t0
+    cost = _request_cost(used.counts) if _is_s3(mgr.store) else None
     summary = {
         "file": file, "format": fmt_name, "conversations": len(conversations), "runs": per_run,
         "saved": saved, "skipped": skipped, "logical_bytes": logical, "bytes_written": used.bytes_up,
         "bytes_read": used.bytes_down, "requests": dict(used.counts), "elapsed_s": round(elapsed, 3),
+        "request_cost_usd": None if cost is None else cost["requests"],
     }
     if as_json:
         _emit_json(summary)
@@ -485,14 +529,18 @@ def import_cmd(ctx, file, run_prefix, fmt, as_json, quiet):
     req = ", ".join(f"{k} {v}" for k, v in used.counts.items() if v) or "none"
     runs_text = per_run[0]["run"] if len(per_run) == 1 else f"{len(per_run)} runs under {prefix}/"
     ratio = f" ({logical / used.bytes_up:.1f}x smaller)" if used.bytes_up and saved else ""
-    _write(f"imported {file} ({fmt_name}) into {runs_text}\n" + _kv([
+    pairs = [
         ("  conversations", str(len(conversations))),
         ("  checkpoints", f"{saved} saved, {skipped} already present"),
         ("  logical bytes", f"{human_size(logical)} ({logical})"),
         ("  bytes written", f"{human_size(used.bytes_up)} ({used.bytes_up}){ratio}"),
         ("  requests", f"{req} ({used.total()} total)"),
-        ("  elapsed", f"{elapsed:.2f} s"),
-    ]), err=True)
+    ]
+    if cost is not None:
+        pairs.append(("  request cost", f"~{_usd(cost['requests'])} at {_prices_text(cost['prices'], storage=False)} "
+                                        "(S3 Standard list prices, us-east-1)"))
+    pairs.append(("  elapsed", f"{elapsed:.2f} s"))
+    _write(f"imported {file} ({fmt_name}) into {runs_text}\n" + _kv(pairs), err=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -660,64 +708,234 @@ def delete_cmd(ctx, run, checkpoint, yes):
     _write(f"deleted run {run}\n")
 
 
+_COUNT_RULES = (("keep_last", "newest"), ("keep_hourly", "hour"), ("keep_daily", "day"),
+                ("keep_weekly", "ISO week"), ("keep_monthly", "month"), ("keep_yearly", "year"))
+_RULE_ORDER = ("keep_last", "keep_within", "older_than", "keep_hourly", "keep_daily", "keep_weekly",
+               "keep_monthly", "keep_yearly")
+_GC_HINT = "space is reclaimed by 'snapstore gc' (prune deletes checkpoint records, not the data they used)"
+
+
+def _policy_text(policy: dict) -> str:
+    """``keep-last 3, older-than 7d`` (rules in the CLI's spelling)."""
+    out = []
+    for k in _RULE_ORDER:
+        v = policy.get(k)
+        if v is None:
+            continue
+        if isinstance(v, timedelta):
+            v = _human_duration(v.total_seconds())
+        out.append(f"{k.replace('_', '-')} {v}")
+    return ", ".join(out)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 @cli.command("prune")
 @click.option("--keep-last", type=click.IntRange(min=0), metavar="N",
-              help="Always keep the N newest checkpoints of each run.")
+              help="Keep the N newest checkpoints of each run.")
+@click.option("--keep-within", type=DURATION, metavar="DURATION",
+              help="Keep checkpoints created within DURATION of their run's newest checkpoint.")
 @click.option("--older-than", type=DURATION, metavar="DURATION",
-              help="Delete checkpoints older than this: seconds or 90s, 30m, 12h, 7d, 2w.")
+              help="Keep checkpoints created less than DURATION ago (older ones go).")
+@click.option("--keep-hourly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N hours that have checkpoints.")
+@click.option("--keep-daily", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N days that have checkpoints.")
+@click.option("--keep-weekly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N ISO weeks that have checkpoints.")
+@click.option("--keep-monthly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N months that have checkpoints.")
+@click.option("--keep-yearly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N years that have checkpoints.")
 @click.option("--run", "run_id", metavar="RUN", help="Only this run (default: every run).")
-@click.option("-n", "--dry-run", is_flag=True, help="Only report what would be deleted.")
-@click.option("--json", "as_json", is_flag=True, help="Print the pruned checkpoints as JSON.")
+@click.option("-n", "--dry-run", is_flag=True, help="Show what each checkpoint's fate would be and why; "
+              "delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def prune_cmd(ctx, keep_last, older_than, run_id, dry_run, as_json):
-    """Delete checkpoints by retention policy.
+def prune_cmd(ctx, run_id, dry_run, as_json, **rules):
+    """Delete checkpoints by retention policy (restic 'forget' rules).
 
-    A checkpoint is kept if it is among the --keep-last newest of its run or younger than
-    --older-than; everything else goes. Deleting every checkpoint of a run deletes the run. Unused
-    data is reclaimed by garbage collection, not here.
+    A checkpoint is kept if ANY rule keeps it; every rule that keeps it is shown as a reason.
+    Durations: seconds or 90s, 30m, 12h, 7d, 2w, 1y (or combinations like 1d12h). Times are UTC.
+    Deleting every checkpoint of a run deletes the run.
+
+    Pruning deletes checkpoint records only: the space their data used is reclaimed by
+    'snapstore gc'.
     """
-    if keep_last is None and older_than is None:
-        raise click.UsageError("give --keep-last and/or --older-than")
-    gone = _state(ctx).manager().prune(older_than=older_than, keep_last=keep_last, run_id=run_id, dry_run=dry_run)
-    now = datetime.now(timezone.utc)
+    policy = {k: v for k, v in rules.items() if v is not None}
+    if not policy:
+        raise click.UsageError("give at least one retention rule: --keep-last, --keep-within, --older-than, "
+                               "--keep-hourly, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly")
+    mgr = _state(ctx).manager()
+    decisions = mgr.retention_plan(run_id, **policy)
+    by_key = {(d.checkpoint.run_id, d.checkpoint.id): d for d in decisions}
+    if dry_run:
+        gone = [(d.checkpoint, list(d.reasons)) for d in decisions if not d.keep]
+        kept = [(d.checkpoint, list(d.reasons)) for d in decisions if d.keep]
+    else:
+        deleted = mgr.prune(run_id=run_id, dry_run=False, **policy)
+        gone, gone_keys = [], set()
+        for s in deleted:
+            d = by_key.get((s.run_id, s.id))
+            # the plan was made a moment earlier: a checkpoint that aged past --older-than meanwhile
+            # is deleted although the plan kept it
+            gone.append((s, list(d.reasons) if d is not None and not d.keep else ["matched no keep rule"]))
+            gone_keys.add((s.run_id, s.id))
+        kept = [(d.checkpoint, list(d.reasons)) for d in decisions
+                if d.keep and (d.checkpoint.run_id, d.checkpoint.id) not in gone_keys]
+
     if as_json:
-        out = []
-        for s in gone:
+        def item(s, reasons):
             d = _summary_dict(s)
-            d["reason"] = _prune_reason(s, now, older_than, keep_last)
-            out.append(d)
-        _emit_json({"dry_run": dry_run, "pruned": out})
+            d["reasons"] = reasons
+            d["reason"] = "; ".join(reasons)
+            return d
+        out = {"dry_run": dry_run,
+               "policy": {k: (v.total_seconds() if isinstance(v, timedelta) else v) for k, v in policy.items()},
+               "pruned": [item(s, r) for s, r in gone], "kept": [item(s, r) for s, r in kept]}
+        if gone:
+            out["note"] = _GC_HINT
+        _emit_json(out)
         return
-    verb = "would delete" if dry_run else "deleted"
-    lines = [f"{verb} {s.run_id} {s.id} (seq {s.seq}, created {_iso(s.created_at)}): "
-             f"{_prune_reason(s, now, older_than, keep_last)}\n" for s in gone]
-    runs = len({s.run_id for s in gone})
-    lines.append(f"{verb} {len(gone)} checkpoint(s) from {runs} run(s)\n" if gone else "nothing to prune\n")
+
+    def line(verb, s, reasons):
+        return f"{verb} {s.run_id} {s.id} (seq {s.seq}, created {_iso(s.created_at)}): {'; '.join(reasons)}\n"
+
+    lines = []
+    if dry_run:
+        fate = {(s.run_id, s.id): False for s, _ in gone}
+        for d in decisions:
+            lines.append(line("would keep  " if fate.get((d.checkpoint.run_id, d.checkpoint.id), True)
+                              else "would delete", d.checkpoint, d.reasons))
+    else:
+        lines += [line("deleted", s, r) for s, r in gone]
+    runs = len({s.run_id for s, _ in gone})
+    ptext = _policy_text(policy)
+    if gone:
+        verb, keep = ("would delete", "would keep") if dry_run else ("deleted", "kept")
+        lines.append(f"{verb} {len(gone)} checkpoint(s) from {runs} run(s); {keep} {len(kept)} "
+                     f"(policy: {ptext})\n")
+        lines.append(f"note: {_GC_HINT}\n")
+    else:
+        lines.append(f"nothing to prune: {len(kept)} checkpoint(s) kept (policy: {ptext})\n")
     _write("".join(lines))
-
-
-def _prune_reason(s, now: datetime, older_than: timedelta | None, keep_last: int | None) -> str:
-    parts = []
-    if older_than is not None:
-        age = (now - s.created_at).total_seconds()
-        parts.append(f"older than {_human_duration(older_than.total_seconds())} (age {_human_duration(age)})")
-    if keep_last is not None:
-        parts.append(f"not among the {keep_last} newest of its run" if keep_last else "--keep-last 0 keeps none")
-    return " and ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------
 # repository-wide
 
+_GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index record"),
+                  ("forward", "forwarding record"), ("gc", "gc record"))
+
+
+def _gc_lines(rep) -> list[tuple[str, str]]:
+    """Human-readable rows of a :class:`snapstore.gc.GCReport`."""
+    dry = bool(rep.dry_run)
+    would = "would " if dry else ""
+    deleted = {k: int(v) for k, v in dict(rep.deleted).items() if v}
+    n_deleted = sum(deleted.values())
+    known = dict(_GC_CATEGORIES)
+    what = ", ".join(_plural(deleted[k], known[k]) for k, _ in _GC_CATEGORIES if k in deleted)
+    what = ", ".join(x for x in [what] + [f"{v} {k}" for k, v in deleted.items() if k not in known] if x)
+    rows = [("live", f"{_plural(rep.live_checkpoints, 'checkpoint')} using {_plural(rep.live_packs, 'pack')}")]
+    if n_deleted:
+        rows.append((f"{would}delete" if dry else "deleted",
+                     f"{_plural(n_deleted, 'object')}, {human_size(rep.deleted_bytes)} ({what})"))
+    else:
+        rows.append((f"{would}delete" if dry else "deleted", "nothing"))
+    if rep.repacked_packs:
+        into = _plural(rep.new_packs, "new pack")
+        if not dry:
+            into += f" ({human_size(rep.repack_bytes_out)})"
+        rows.append((f"{would}repack" if dry else "repacked",
+                     f"{_plural(rep.repacked_packs, 'pack')} ({human_size(rep.repack_bytes_in)}) into {into}"))
+    b, o = rep.reclaimed_bytes, rep.reclaimed_objects
+    if b >= 0:
+        rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes), {_plural(o, 'object')}"))
+    else:
+        rows.append(("reclaimed", f"none yet: {human_size(-b)} ({-b} bytes) and {_plural(-o, 'object')} more "
+                                  "until the repacked packs are deleted"))
+    if rep.pending_candidates:
+        rows.append(("pending", f"{_plural(rep.pending_candidates, 'unreferenced pack')} "
+                                f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
+                                f"({_human_duration(rep.grace_period)}); a gc run after it has passed deletes "
+                                f"{'them' if rep.pending_candidates != 1 else 'it'}"))
+    rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
+    return rows
+
+
+@cli.command("gc")
+@click.option("--grace-period", type=DURATION, metavar="DURATION",
+              help="How long unreferenced data must stay unreferenced before it is deleted: seconds or "
+                   "90s, 30m, 12h, 7d. 0 deletes it at once: only safe when nothing else writes to the "
+                   "repository. [default: 1h]")
+@click.option("-n", "--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option("--max-unused", type=click.FloatRange(0, 1), metavar="FRACTION",
+              help="Repack a pack when more than this fraction of its bytes is unused. [default: 0.25]")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json):
+    """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
+
+    Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
+    the grace period has passed (so a concurrent writer that still relies on it is safe). Only one
+    gc runs at a time.
+    """
+    mgr = _state(ctx).manager()
+    kwargs = {}
+    if grace_period is not None:
+        kwargs["grace_period"] = grace_period.total_seconds()
+        if kwargs["grace_period"] == 0:
+            _write("snapstore: note: --grace-period 0 assumes no other process is writing to this repository "
+                   "(unreferenced data is deleted at once)\n", err=True)
+        elif kwargs["grace_period"] < mgr.gc_grace_period:
+            g = _human_duration(kwargs["grace_period"])
+            _write(f"snapstore: note: --grace-period {g} is shorter than the default "
+                   f"{_human_duration(mgr.gc_grace_period)}: safe only if every active writer uses "
+                   f"gc_grace_period={kwargs['grace_period']:g} or less\n", err=True)
+    if max_unused is not None:
+        kwargs["max_unused"] = max_unused
+    progress = _Progress(True)
+    try:
+        rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
+            f"gc {phase}: {done}/{total}"), **kwargs)
+    finally:
+        progress.clear()
+    if as_json:
+        d = rep.as_dict()
+        d.setdefault("deleted_bytes", rep.deleted_bytes)
+        d.setdefault("written_bytes", rep.written_bytes)
+        _emit_json(d)
+        return
+    head = "dry run: nothing was changed\n" if dry_run else ""
+    _write(head + _kv(_gc_lines(rep)))
+
+
 @cli.command("stats")
+@click.option("--price-gb-month", type=click.FloatRange(min=0), metavar="USD",
+              help="Storage price per GB-month for the cost estimate. [default: S3 Standard, 0.023]")
+@click.option("--price-put", type=click.FloatRange(min=0), metavar="USD",
+              help="Price per 1,000 PUT and LIST requests. [default: S3 Standard, 0.005]")
+@click.option("--price-get", type=click.FloatRange(min=0), metavar="USD",
+              help="Price per 1,000 GET and HEAD requests. [default: S3 Standard, 0.0004]")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.pass_context
-def stats_cmd(ctx, as_json):
-    """Repository size, deduplication ratio and object counts."""
+def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
+    """Repository size, deduplication ratio, object counts, this command's store requests and an
+    estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
     mgr = _state(ctx).manager()
     if not hasattr(mgr, "stats"):
         raise CommandError("this snapstore version has no repository statistics (CheckpointManager.stats)", 1)
-    st = mgr.stats()
+    prices = {}
+    if price_gb_month is not None:
+        prices["gb_month"] = price_gb_month
+    if price_put is not None:
+        prices["PUT"] = prices["LIST"] = price_put / 1000
+    if price_get is not None:
+        prices["GET"] = prices["HEAD"] = price_get / 1000
+    st = mgr.stats(prices=prices) if prices else mgr.stats()
     if as_json:
         _emit_json(st)
         return
@@ -727,7 +945,7 @@ def stats_cmd(ctx, as_json):
              ("logical size", f"{human_size(logical)} ({logical} bytes)"),
              ("stored size", f"{human_size(stored)} ({stored} bytes)"),
              ("ratio", f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "-")]
-    width = max(len(k) for k in [k for k, _ in pairs] + ["S3 estimate"]) + 1
+    width = max(len(k) for k in [k for k, _ in pairs] + ["cost estimate"]) + 1
     out = _kv(pairs, width)
     objects = st.get("objects") or {}
     if objects:
@@ -738,16 +956,25 @@ def stats_cmd(ctx, as_json):
         out += "objects:\n" + "".join(_table(["", "COUNT", "SIZE"], rows, right={1, 2}).splitlines(True)[1:])
     tail = []
     req = st.get("requests")
+    n_requests = None
     if isinstance(req, dict):
         counts = req.get("requests", req)
         if isinstance(counts, dict):
+            n_requests = sum(v for v in counts.values() if isinstance(v, int))
             text = ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
-            tail.append(("requests", f"{text} (this command)"))
+            down = req.get("bytes_down")
+            extra = f", {human_size(down)} read" if isinstance(down, int) and down else ""
+            tail.append(("requests", f"{text} ({n_requests} total, made by this command{extra})"))
     cost = st.get("cost")
     if isinstance(cost, dict) and isinstance(cost.get("storage_per_month"), (int, float)):
-        usd = cost["storage_per_month"]
-        tail.append(("S3 estimate", f"{'< $0.0001' if usd < 0.0001 else f'${usd:.4f}'}/month storage "
-                                    "at S3 Standard prices"))
+        text = f"{_usd(cost['storage_per_month'])}/month to store {human_size(stored)}"
+        if isinstance(cost.get("requests"), (int, float)):
+            text += f"; {_usd(cost['requests'])} for "
+            text += f"this command's {n_requests} requests" if n_requests is not None else "the requests"
+        tail.append(("cost estimate", text))
+        if isinstance(cost.get("prices"), dict):
+            source = "S3 Standard list prices, us-east-1" + (", with the prices given" if prices else "")
+            tail.append(("prices", f"{_prices_text(cost['prices'])} ({source})"))
     if tail:
         out += _kv(tail, width)
     _write(out)

@@ -20,7 +20,8 @@ Hierarchy::
     │   └── PreconditionFailed                 store-level: create-only / compare-and-swap refused
     ├── IntegrityError                         an object's bytes do not match its digest or format
     ├── UnsupportedFormatError                 repository written by a newer snapstore
-    ├── RepositoryError                        repository missing or not a snapstore repository
+    ├── RepositoryError                        not a snapstore repository (e.g. a foreign ``config``)
+    │   └── RepositoryNotFound                 nothing at the location yet
     └── StoreError                             the backend failed (I/O, network, permissions)
         ├── AccessDenied
         ├── BucketNotFound
@@ -104,6 +105,10 @@ class UnsupportedFormatError(SnapstoreError):
 
 class RepositoryError(SnapstoreError):
     """The location is not a usable snapstore repository (e.g. a foreign object at ``config``)."""
+
+
+class RepositoryNotFound(RepositoryError):
+    """The location holds no repository (no ``config`` object)."""
 
 
 class StoreError(SnapstoreError):

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 import fastcdc
 
 from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, InvalidMessageError, ObjectNotFound, PreconditionFailed,
-                     RepositoryError, UnsupportedFormatError)
+                     RepositoryError, RepositoryNotFound, UnsupportedFormatError)
 from .format import keys
 from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
 import orjson
@@ -185,7 +185,7 @@ class Repository:
             data = store.get(keys.CONFIG)
         except ObjectNotFound:
             if not create:
-                raise RepositoryError(f"no snapstore repository at {store.url} (run 'snapstore init')") from None
+                raise RepositoryNotFound(f"no snapstore repository at {store.url} (run 'snapstore init')") from None
             return cls.init(store, exist_ok=True, **settings)
         return cls(store, RepoConfig.from_bytes(keys.CONFIG, data))
 

@@ -256,7 +256,7 @@ def test_version_and_help(repo):
     assert r.exit_code == 0 and r.stdout.startswith("snapstore ")
     r = CliRunner().invoke(cli, ["--help"])
     for cmd in ("init", "import", "runs", "list", "show", "export", "rollback", "fork", "delete", "prune",
-                "stats", "verify"):
+                "gc", "stats", "verify"):
         assert cmd in r.stdout
     assert CliRunner().invoke(cli, ["nosuchcommand"]).exit_code == 2
 
@@ -301,26 +301,89 @@ def test_prune(repo):
     import_json(repo, EXAMPLE, "--run", "other")
     assert run(repo, "prune", ok=False).exit_code == 2  # no policy
     assert run(repo, "prune", "--older-than", "soon", ok=False).exit_code == 2
+    assert run(repo, "prune", "--keep-daily", "-1", ok=False).exit_code == 2
 
     r = run(repo, "prune", "--keep-last", "3", "--run", "demo-run", "--dry-run")
     lines = r.stdout.splitlines()
-    assert len(lines) == 8 and all(l.startswith("would delete demo-run ") for l in lines[:-1])
-    assert "not among the 3 newest" in lines[0] and "would delete 7 checkpoint(s) from 1 run(s)" == lines[-1]
+    assert len(lines) == 12, r.stdout  # every checkpoint with its fate, the summary, the gc reminder
+    assert all(l.startswith("would keep   demo-run ") and l.endswith(": keep-last 3") for l in lines[:3])
+    assert all(l.startswith("would delete demo-run ") and l.endswith(": matched no keep rule") for l in lines[3:10])
+    assert lines[10] == "would delete 7 checkpoint(s) from 1 run(s); would keep 3 (policy: keep-last 3)"
+    assert "snapstore gc" in lines[11]
     assert len(ids(repo, "demo-run")) == 10
 
     # recent checkpoints are kept by --older-than even when --keep-last would drop them
     r = run(repo, "prune", "--keep-last", "1", "--older-than", "1h")
-    assert r.stdout == "nothing to prune\n"
+    assert r.stdout == "nothing to prune: 20 checkpoint(s) kept (policy: keep-last 1, older-than 1h)\n"
 
     out = json.loads(run(repo, "prune", "--keep-last", "2", "--json").stdout)
-    assert out["dry_run"] is False and len(out["pruned"]) == 16
+    assert out["dry_run"] is False and len(out["pruned"]) == 16 and out["policy"] == {"keep_last": 2}
     assert {p["run_id"] for p in out["pruned"]} == {"demo-run", "other"}
-    assert all("not among the 2 newest" in p["reason"] for p in out["pruned"])
+    assert all(p["reasons"] == ["matched no keep rule"] == [p["reason"]] for p in out["pruned"])
+    assert [(k["run_id"], k["seq"], k["reasons"]) for k in out["kept"]] == [
+        ("demo-run", 9, ["keep-last 2"]), ("demo-run", 8, ["keep-last 2"]),
+        ("other", 9, ["keep-last 2"]), ("other", 8, ["keep-last 2"])]
+    assert "snapstore gc" in out["note"]
     assert len(ids(repo, "demo-run")) == 2 and len(ids(repo, "other")) == 2
 
     r = run(repo, "prune", "--older-than", "0", "--run", "other")
-    assert "deleted 2 checkpoint(s) from 1 run(s)" in r.stdout and "older than 0s" in r.stdout
+    assert r.stdout.splitlines()[-2] == "deleted 2 checkpoint(s) from 1 run(s); kept 0 (policy: older-than 0s)"
+    assert r.stdout.count(": matched no keep rule\n") == 2 and "snapstore gc" in r.stdout.splitlines()[-1]
     assert run(repo, "runs").stdout == "demo-run\n"  # pruning every checkpoint deletes the run
+    assert run(repo, "prune", "--keep-last", "1", "--run", "nope").stdout.startswith("nothing to prune: 0 ")
+
+
+def _fates(out: dict) -> dict:
+    """``{seq: (kept, reasons)}`` of one run's ``prune --json`` output."""
+    d = {p["seq"]: (False, p["reasons"]) for p in out["pruned"]}
+    d.update({k["seq"]: (True, k["reasons"]) for k in out["kept"]})
+    return d
+
+
+def test_prune_rule_combinations_and_reasons(repo):
+    import_json(repo, EXAMPLE)  # 10 checkpoints created within a second or so
+
+    def plan(*rules):
+        out = json.loads(run(repo, "prune", "--run", "demo-run", "--dry-run", "--json", *rules).stdout)
+        assert out["dry_run"] is True
+        return _fates(out)
+
+    # any rule keeps: --keep-within (relative to the run's newest) keeps all, --keep-last names 2 too
+    f = plan("--keep-last", "2", "--keep-within", "1h")
+    assert all(kept for kept, _ in f.values()) and len(f) == 10
+    assert f[9][1][0] == "keep-last 2" and f[9][1][1].startswith("within ") and len(f[9][1]) == 2
+    assert len(f[7][1]) == 1 and f[7][1][0].startswith("within ")
+    # calendar buckets with N=1 keep exactly the newest; every rule that keeps it is named
+    f = plan("--keep-last", "1", "--keep-daily", "1", "--keep-weekly", "1", "--keep-yearly", "1")
+    assert f[9] == (True, ["keep-last 1", "daily 1/1", "weekly 1/1", "yearly 1/1"])
+    assert all(f[s] == (False, ["matched no keep rule"]) for s in range(9))
+    f = plan("--keep-hourly", "1", "--keep-monthly", "1")
+    assert f[9] == (True, ["hourly 1/1", "monthly 1/1"]) and sum(k for k, _ in f.values()) == 1
+    # --older-than keeps what is younger; a zero count keeps nothing
+    f = plan("--older-than", "1d", "--keep-last", "0")
+    assert all(kept and len(r) == 1 and r[0].startswith("newer than ") for kept, r in f.values())
+    f = plan("--keep-hourly", "0")
+    assert not any(kept for kept, _ in f.values())
+    assert len(ids(repo, "demo-run")) == 10  # dry runs deleted nothing
+
+    # the human dry run joins the reasons
+    text = run(repo, "prune", "--keep-last", "1", "--keep-daily", "1", "--dry-run").stdout
+    assert text.splitlines()[0].endswith(": keep-last 1; daily 1/1")
+    assert "policy: keep-last 1, keep-daily 1" in text
+
+    # for real: deleted checkpoints are shown with their reasons; the kept ones are reported in JSON
+    r = run(repo, "prune", "--keep-last", "3", "--keep-monthly", "1", "--keep-within", "0s")
+    lines = r.stdout.splitlines()
+    assert len(lines) == 9 and all(l.startswith("deleted demo-run ") for l in lines[:7])
+    assert lines[7] == ("deleted 7 checkpoint(s) from 1 run(s); kept 3 "
+                        "(policy: keep-last 3, keep-within 0s, keep-monthly 1)")
+    assert lines[8].startswith("note: ") and "snapstore gc" in lines[8]
+    assert [d["seq"] for d in json.loads(run(repo, "list", "demo-run", "--json").stdout)] == [9, 8, 7]
+    out = json.loads(run(repo, "prune", "--keep-last", "2", "--keep-monthly", "1", "--json").stdout)
+    f = _fates(out)
+    assert f == {9: (True, ["keep-last 2", "monthly 1/1"]), 8: (True, ["keep-last 2"]),
+                 7: (False, ["matched no keep rule"])}
+    assert ids(repo, "demo-run") == [k["id"] for k in out["kept"]]
 
 
 def test_parse_duration():
@@ -332,7 +395,9 @@ def test_parse_duration():
     assert parse_duration("2w") == timedelta(weeks=2)
     assert parse_duration("1h30m") == timedelta(minutes=90)
     assert parse_duration("1.5h") == timedelta(minutes=90)
-    for bad in ("", "h", "-5", "5x", "3 4", "1h-2m"):
+    assert parse_duration("1h 30m") == parse_duration("90 m") == timedelta(minutes=90)
+    assert parse_duration("1y") == timedelta(days=365) and parse_duration("0") == timedelta(0)
+    for bad in ("", "h", "-5", "5x", "3 4", "1h-2m", "1e3", "9" * 400 + "w"):
         with pytest.raises(InvalidInputError):
             parse_duration(bad)
 
@@ -416,6 +481,167 @@ def test_verify_real(repo):
     assert run(repo, "verify", ok=False).exit_code in (1, 2)
     packs[0].unlink()
     assert run(repo, "verify", ok=False).exit_code == 2
+
+
+@pytest.mark.skipif(not HAS_STATS, reason="CheckpointManager.stats() not implemented yet")
+def test_stats_prices_and_requests(repo):
+    import_json(repo, EXAMPLE)
+    text = run(repo, "stats").stdout
+    assert "requests:" in text and "LIST" in text and "made by this command" in text
+    assert "cost estimate:" in text and "/month to store" in text
+    prices = [l for l in text.splitlines() if l.startswith("prices:")]
+    assert len(prices) == 1 and "$0.023/GB-month" in prices[0] and "PUT/LIST $0.005" in prices[0]
+    assert "GET/HEAD $0.0004, DELETE $0 per 1,000 requests" in prices[0] and "S3 Standard" in prices[0]
+
+    args = ("--price-gb-month", "0.5", "--price-put", "10", "--price-get", "1")
+    d = json.loads(run(repo, "stats", "--json", *args).stdout)
+    p = d["cost"]["prices"]
+    assert (p["gb_month"], p["PUT"], p["LIST"], p["GET"], p["HEAD"]) == (0.5, 0.01, 0.01, 0.001, 0.001)
+    assert d["cost"]["storage_per_month"] == pytest.approx(d["stored_bytes"] / 1e9 * 0.5)
+    req = d["requests"]["requests"]
+    assert req["GET"] + req["LIST"] > 0 and req["PUT"] == 0  # this process's requests: reading only
+    expected = 0.01 * (req["PUT"] + req["LIST"]) + 0.001 * (req["GET"] + req["HEAD"])
+    assert d["cost"]["requests"] == pytest.approx(expected)
+    text = run(repo, "stats", *args).stdout
+    assert "$0.5/GB-month" in text and "PUT/LIST $10, GET/HEAD $1" in text and "with the prices given" in text
+    assert run(repo, "stats", "--price-put", "-1", ok=False).exit_code == 2
+    assert run(repo, "stats", "--price-get", "cheap", ok=False).exit_code == 2
+
+
+def test_import_request_cost_only_for_s3(repo, s3_inprocess_store):
+    local = import_json(repo, EXAMPLE)
+    assert local["request_cost_usd"] is None
+    assert "request cost" not in run(repo, "import", str(EXAMPLE), "--run", "again").stderr
+
+    url = s3_inprocess_store.url  # s3://BUCKET/repo?region=...
+    d = import_json(url, EXAMPLE)
+    req = d["requests"]
+    assert d["saved"] == 10 and req["PUT"] >= 10 and d["bytes_written"] > 0
+    expected = (req["PUT"] + req["LIST"]) * 0.005 / 1000 + (req["GET"] + req["HEAD"]) * 0.0004 / 1000
+    assert d["request_cost_usd"] == pytest.approx(expected) and d["request_cost_usd"] > 0
+    err = run(url, "import", str(EXAMPLE), "--run", "again").stderr
+    line = [l for l in err.splitlines() if "request cost" in l]
+    assert len(line) == 1 and "~$0.0" in line[0] and "PUT/LIST $0.005" in line[0] and "S3 Standard" in line[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# gc
+
+def _files(repo) -> dict:
+    """Every file of a local repository with its size and mtime."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in Path(repo).rglob("*") if p.is_file()}
+
+
+def _stored(repo) -> int:
+    return json.loads(run(repo, "stats", "--json").stdout)["stored_bytes"]
+
+
+def test_gc_after_prune_reclaims(repo):
+    import_json(repo, EXAMPLE)
+    with CheckpointManager(repo) as mgr:  # a run with data of its own (nothing shared with demo-run)
+        for i in range(3):
+            mgr.save("scratch", [{"role": "user", "content": os.urandom(6000).hex()},
+                                 {"role": "user", "content": str(i)}])
+    full = _stored(repo)
+
+    # nothing to collect yet (the default grace period keeps the fresh packs): no deletion
+    d = json.loads(run(repo, "gc", "--json").stdout)
+    assert d["dry_run"] is False and d["grace_period"] == 3600 and d["deleted"].get("packs", 0) == 0
+    assert _stored(repo) >= full  # repacking the small packs added a pack; the old ones are pending
+
+    r = run(repo, "prune", "--older-than", "0", "--run", "scratch")
+    assert "deleted 3 checkpoint(s)" in r.stdout and "snapstore gc" in r.stdout
+    pruned = _stored(repo)
+
+    # dry run: a report, no change
+    before = _files(repo)
+    r = run(repo, "gc", "--dry-run", "--grace-period", "0")
+    assert r.stdout.startswith("dry run: nothing was changed\n") and "would reclaim:" in r.stdout
+    assert "no other process" in r.stderr and len(r.stderr.splitlines()) == 1
+    d = json.loads(run(repo, "gc", "--dry-run", "--grace-period", "0", "--json").stdout)
+    assert d["dry_run"] is True and d["deleted"]["packs"] >= 3 and d["reclaimed_bytes"] > 12000
+    assert _files(repo) == before
+
+    # default grace period: the scratch run's packs only become candidates
+    d = json.loads(run(repo, "gc", "--json").stdout)
+    assert d["pending_candidates"] >= 3 and d["deleted"].get("packs", 0) == 0
+    assert "pending:" in run(repo, "gc", "--dry-run").stdout
+
+    # --grace-period 0: reclaimed now
+    r = run(repo, "gc", "--grace-period", "0s")
+    assert r.stderr.startswith("snapstore: note: --grace-period 0 assumes no other process")
+    assert r.stderr.count("\n") == 1
+    out = dict(l.split(":", 1) for l in r.stdout.splitlines())
+    assert "packs" in out["deleted"] and "bytes" in out["reclaimed"] and "pending" not in out
+    after = _stored(repo)
+    assert after < pruned - 12000 and after < full
+    assert json.loads(run(repo, "gc", "--grace-period", "0", "--json").stdout)["reclaimed_bytes"] == 0  # idempotent
+    assert json.loads(run(repo, "export", "demo-run").stdout) == json.loads(EXAMPLE.read_bytes())
+    if HAS_VERIFY:
+        assert json.loads(run(repo, "verify", "--json").stdout)["errors"] == []
+
+
+def test_gc_lock_conflict(repo):
+    import_json(repo, EXAMPLE)
+    with CheckpointManager(repo) as mgr:
+        mgr.repo.store.put("gc/lock", b'{"host": "elsewhere", "pid": 1}')
+    one_line_error(run(repo, "gc", ok=False), 1, "another garbage collection is running")
+    one_line_error(run(repo, "gc", "--json", ok=False), 1, "another garbage collection is running")
+    assert json.loads(run(repo, "gc", "--dry-run", "--json").stdout)["dry_run"] is True  # takes no lock
+
+
+def test_gc_options_and_output_contract(repo, monkeypatch):
+    from snapstore.gc import GCReport
+
+    import_json(repo, EXAMPLE)
+    calls = []
+
+    def fake_gc(self, grace_period=None, dry_run=False, progress=None, **options):
+        calls.append(dict(grace_period=grace_period, dry_run=dry_run, **options))
+        progress("repack", 1, 2)
+        rep = GCReport(dry_run=dry_run, grace_period=self.gc_grace_period if grace_period is None else grace_period,
+                       live_checkpoints=10, live_packs=12, deleted_bytes=3000, written_bytes=5000, written_objects=3,
+                       repacked_packs=5, new_packs=1, repack_bytes_in=4096, repack_bytes_out=4900,
+                       pending_candidates=5, elapsed=0.25)
+        rep.deleted["manifests"] += 2
+        return rep
+    monkeypatch.setattr(CheckpointManager, "gc", fake_gc)
+
+    r = run(repo, "gc")
+    assert calls[-1] == {"grace_period": None, "dry_run": False} and r.stderr == ""
+    rows = dict((k, v.strip()) for k, v in (l.split(":", 1) for l in r.stdout.splitlines()))
+    assert rows["live"] == "10 checkpoints using 12 packs"
+    assert rows["deleted"] == "2 objects, 2.9 KiB (2 manifests)"
+    assert rows["repacked"] == "5 packs (4.0 KiB) into 1 new pack (4.8 KiB)"
+    assert rows["reclaimed"].startswith("none yet: 2.0 KiB (2000 bytes) and 1 object more")
+    assert rows["pending"].startswith("5 unreferenced packs wait for the grace period (1h)")
+
+    d = json.loads(run(repo, "gc", "--grace-period", "1h30m", "--max-unused", "0.5", "--dry-run", "--json").stdout)
+    assert calls[-1] == {"grace_period": 5400.0, "dry_run": True, "max_unused": 0.5}
+    assert d["dry_run"] is True and d["grace_period"] == 5400 and d["reclaimed_bytes"] == -2000
+    assert d["deleted"] == {"manifests": 2} and d["new_packs"] == 1 and d["pending_candidates"] == 5
+    r = run(repo, "gc", "--dry-run", "--grace-period", "0")
+    assert calls[-1]["grace_period"] == 0 and "would repack:" in r.stdout and "would delete:" in r.stdout
+    assert "(4.8 KiB)" not in r.stdout  # a dry run writes no pack: no output size
+    assert r.stderr.startswith("snapstore: note: --grace-period 0 assumes") and r.stderr.count("\n") == 1
+    r = run(repo, "gc", "--grace-period", "10m")  # shorter than the writers' default: a note too
+    assert calls[-1]["grace_period"] == 600 and "gc_grace_period=600 or less" in r.stderr
+    assert r.stderr.count("\n") == 1 and run(repo, "gc", "--grace-period", "2h").stderr == ""
+
+    for bad in (["--grace-period", "soon"], ["--grace-period", "-1"], ["--max-unused", "1.5"]):
+        assert run(repo, "gc", *bad, ok=False).exit_code == 2
+    n = len(calls)
+
+    # progress: one updating line on a terminal's stderr, cleared at the end; stdout untouched
+    orig = cli_mod._Progress.__init__
+
+    def tty_init(self, enabled):
+        orig(self, enabled)
+        self.tty = enabled
+    monkeypatch.setattr(cli_mod._Progress, "__init__", tty_init)
+    r = run(repo, "gc", "--json")
+    assert len(calls) == n + 1 and "gc repack: 1/2" in r.stderr and r.stderr.endswith("\r\x1b[K")
+    assert json.loads(r.stdout)["live_packs"] == 12
 
 
 # ------------------------------------------------------------------------------------------------

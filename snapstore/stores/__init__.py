@@ -28,6 +28,8 @@ def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **opti
     if not isinstance(location, (str, os.PathLike)):
         return location
     loc = os.fspath(location)
+    if loc == "":
+        raise InvalidInputError("empty repository location (give a directory, s3://BUCKET/PREFIX or memory://)")
     if loc.startswith("s3://"):
         from .s3 import S3Store
 
