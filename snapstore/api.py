@@ -33,6 +33,10 @@ class _PackIdCollision(Exception):
     """A new pack's random id is taken by a different pack (vanishingly rare): pick another."""
 
 
+class _Stale(Exception):
+    """A save paused longer than half the GC grace period after writing its pack: build it again."""
+
+
 @dataclass(frozen=True)
 class CheckpointSummary:
     """A checkpoint's metadata without its messages (what :meth:`CheckpointManager.list` returns).
@@ -81,6 +85,7 @@ class _RunView:
     """A manager's knowledge of one run."""
 
     head_seq: int | None = None       # newest log position known (None: run has no records)
+    head_write_id: str | None = None  # write id of that newest record (identifies it across deletions)
     head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
     remembered: str | None = None     # last checkpoint id saved or read
     list_state: ListState | None = None  # writer state for ``head``'s message list
@@ -221,6 +226,7 @@ class CheckpointManager:
         newest = self.repo.head(rk)
         v = self._views.get(run_id) or _RunView()
         v.head_seq = newest.seq if newest else None
+        v.head_write_id = newest.write_id if newest else None
         head = self._resolve(rk, newest)
         if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
             v.list_state = None
@@ -346,8 +352,8 @@ class CheckpointManager:
             for attempt in range(8):
                 try:
                     return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id)
-                except _PackIdCollision:
-                    continue  # another pack has that random id: build again with a new one
+                except (_PackIdCollision, _Stale):
+                    continue  # build again (new pack id; fresh view if the run changed)
                 except PreconditionFailed:
                     if parent_id is None or attempt == 7:
                         raise
@@ -355,6 +361,7 @@ class CheckpointManager:
         raise AssertionError("unreachable")
 
     def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id) -> str:
+        t_start = self._clock()
         repo = self.repo
         rk = repo.run_key(run_id)
         v = self._view(run_id)
@@ -378,7 +385,7 @@ class CheckpointManager:
         prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
                                  pm.session_state_ref if pm else None)
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
-                       repr(prep.session_state_ref), repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
+                       prep.session_state_ref[0] if prep.session_state_ref else None, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1
         if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
             m = v.pending[1]  # retry of a save whose outcome was unknown: same write id
@@ -415,6 +422,7 @@ class CheckpointManager:
                     repo.store.delete_many(junk)
                 except SnapstoreError:
                     pass  # left for GC
+        t_pack = self._clock()
         if prep.pack_bytes is not None:
             pkey = keys.pack_key(prep.pack_id)
             try:
@@ -425,14 +433,27 @@ class CheckpointManager:
                     raise _PackIdCollision(pkey) from None
                 wrote_pack = True  # our own earlier attempt wrote it
         self._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
-        if self._clock() - v.confirmed_at > self.gc_grace_period / 2:
-            # GC safety: our parent (and so the data we dedup against) must still exist
+        half = self.gc_grace_period / 2
+        if self._clock() - v.confirmed_at > half or (parent_id is not None and self._clock() - t_start > half):
+            # GC safety: our parent (and so the data we dedup against) must still exist, and the
+            # run must be the one we know (same newest record, not a re-created run)
             newest = repo.head(rk)
-            if (newest.seq if newest else None) != v.head_seq:
+            same = (newest.write_id if newest else None) == v.head_write_id and \
+                (newest.seq if newest else None) == v.head_seq
+            if same and pm is not None and parent_id is not None:
+                try:
+                    same = repo.read_manifest_key(keys.manifest_key(rk, pm.seq)).write_id == pm.write_id
+                except ObjectNotFound:
+                    same = False
+            if not same:
                 undo()
                 raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
                                     "(re-checked before publishing); call latest() and retry")
             v.confirmed_at = self._clock()
+        if self._clock() - t_pack > half:
+            # our pack may already be a GC deletion candidate: build the save again
+            undo()
+            raise _Stale()
         self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
             repo.publish(rk, m)
@@ -444,6 +465,7 @@ class CheckpointManager:
                                 "call latest() and retry, or fork() the run") from None
         v.pending = None
         v.head_seq = seq
+        v.head_write_id = m.write_id
         v.head = m
         v.confirmed_at = self._clock()
         v.remembered = m.checkpoint_id
@@ -461,11 +483,20 @@ class CheckpointManager:
         return v.live
 
     def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
-        live = self._live(rk, v)
-        excess = len(live) - self.max_checkpoints
-        if excess > 0:
-            self.repo.delete_checkpoint_objects(rk, live[:excess])
-            del live[:excess]
+        """Delete the oldest checkpoints beyond ``max_checkpoints`` (best effort: the save already
+        succeeded; a failure here leaves extra checkpoints for the next save or prune)."""
+        try:
+            if len(self._live(rk, v)) <= self.max_checkpoints:
+                return
+            v.live = None  # another manager may have deleted some: count afresh before deleting
+            live = self._live(rk, v)
+            excess = len(live) - self.max_checkpoints
+            if excess > 0:
+                self.repo.delete_checkpoint_objects(rk, live[:excess])
+                del live[:excess]
+        except SnapstoreError as e:
+            v.live = None
+            warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=4)
 
     # ------------------------------------------------------------------------------------------
     # read
@@ -669,21 +700,39 @@ class CheckpointManager:
         self.repo.store.delete_many(keys.manifest_key(rk, s) for s in self.repo.manifest_seqs(rk) if s < tomb.seq)
 
     def _delete_checkpoints(self, run_id: str, rk: str, doomed: list) -> None:
-        """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first."""
+        """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
+
+        The record that moves the head is published at exactly the position after the head the
+        decision was based on, so a checkpoint saved concurrently is never hidden by it.
+        """
         doomed_seqs = {s for s, _ in doomed}
-        live = [(s, c) for s, c, _ in self._scan(rk)]
-        survivors = [(s, c) for s, c in live if s not in doomed_seqs]
-        if live and live[0][0] in doomed_seqs:
-            if not survivors:
-                self._delete_run(run_id, rk)
-                return
-            ts, tc = survivors[0]
-            rec = self._append_record(run_id, rk, lambda seq, _n: Manifest(
-                kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                created=datetime.now(timezone.utc), target={"seq": ts, "id": tc}))
+        for _ in range(16):
+            newest = self.repo.head(rk)
+            live = [(s, c) for s, c, _ in self._scan(rk)]
+            if newest is None or not live or live[0][0] not in doomed_seqs:
+                break
+            survivors = [(s, c) for s, c in live if s not in doomed_seqs]
+            seq = newest.seq + 1
+            if survivors:
+                ts, tc = survivors[0]
+                rec = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
+                               created=datetime.now(timezone.utc), target={"seq": ts, "id": tc})
+            else:
+                ts = -1
+                rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
+                               created=datetime.now(timezone.utc))
+            try:
+                self.repo.publish(rk, rec)
+            except PreconditionFailed:
+                continue  # the run moved on: decide again
             # everything between the new head and the record is now hidden: remove it (incl. doomed)
             done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
+            if not survivors:
+                self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
             doomed = [(s, c) for s, c in doomed if s not in done]
+            break
+        else:
+            raise ConflictError(f"run {run_id!r} is changing too fast; gave up deleting")
         self.repo.delete_checkpoint_objects(rk, doomed)
 
     def retention_plan(self, run_id: str | None = None, **policy) -> list:

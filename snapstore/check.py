@@ -150,28 +150,47 @@ class Reach:
     nodes_seen: set = field(default_factory=set)
     refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
     fwd_used: set = field(default_factory=set)  # retired packs named by live hints (keep their fwd records)
+    hinted: set = field(default_factory=set)  # packs named directly by live hints
+    present: set | None = None  # packs known to exist (from a listing); None: ask the store
     fwd: dict = field(default_factory=dict)  # retired pack -> packs its entries moved to
     unresolved: list = field(default_factory=list)  # (pack, type, id) that no forwarding record resolves
 
-    def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, depth: int = 0) -> bytes | None:
-        """The pack that now holds an entry hinted at ``pack`` (following forwarding records)."""
-        if pack not in self.fwd or depth > 8:
+    def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, seen: set | None = None) -> bytes | None:
+        """The pack that now holds an entry hinted at ``pack`` (following forwarding records).
+
+        A retired pack that still exists and holds the entry is its own home when none of the packs
+        it forwards to has the entry (a reference made after the repack that dropped it).
+        """
+        if pack not in self.fwd:
             return pack
+        seen = seen if seen is not None else set()
+        if pack in seen:
+            return None
+        seen.add(pack)
         self.fwd_used.add(pack)
         for new in self.fwd[pack]:
             if new in self.fwd:
-                h = self.home(repo, new, etype, eid, depth + 1)
+                h = self.home(repo, new, etype, eid, seen)
                 if h is not None:
                     return h
                 continue
+            if self.present is not None and new not in self.present:
+                continue  # cached copies of deleted packs do not count
             try:
                 if (etype, eid) in repo.get_pack(new).entries:
                     return new
             except NotFoundError:
                 continue
+        if self.present is None or pack in self.present:
+            try:
+                if (etype, eid) in repo.get_pack(pack).entries:
+                    return pack
+            except NotFoundError:
+                pass
         return None
 
     def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
+        self.hinted.add(pack)
         h = self.home(repo, pack, etype, eid)
         if h is None:
             self.unresolved.append((pack, etype, eid))
@@ -179,7 +198,8 @@ class Reach:
         self.packs[h].add((etype, eid))
 
 
-def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None) -> Reach:
+def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
+         present: set | None = None) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -192,10 +212,12 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         problems: if a list, unreadable parts are appended as :class:`Problem` instead of raising.
         fwd: forwarding records (retired pack -> new packs); needs are attributed to the packs that
             now hold the entries, and the retired packs named by live hints go to ``fwd_used``.
+        present: ids of the packs that exist (from a listing), so cached copies of deleted packs
+            are never taken for live ones.
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
-    reach = Reach(fwd=dict(fwd or {}))
+    reach = Reach(fwd=dict(fwd or {}), present=present)
 
     def fail(code, key, err):
         if problems is None:
@@ -366,7 +388,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
-    reach = mark(repo, live, problems, fwd)
+    reach = mark(repo, live, problems, fwd, set(packs_present))
     rep.errors.extend(problems)
     for pid, etype, eid in reach.unresolved:
         rep.errors.append(Problem("missing-entry", keys.fwd_key(pid),

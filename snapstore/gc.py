@@ -155,22 +155,32 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     store = repo.store
     now = store_now(repo)
     rep.store_time = now
+    token = os.urandom(8).hex()
     if not dry_run:
-        _lock(repo, now, lock_timeout)
+        _lock(repo, now, lock_timeout, token)
     try:
         _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-             repack_level, progress, hook)
+             repack_level, progress, hook, lock_timeout)
     finally:
         if not dry_run:
-            store.delete_many([LOCK_KEY])
+            _unlock(repo, token)
     if hasattr(store, "remove_empty_dirs") and not dry_run:
         store.remove_empty_dirs()
     rep.elapsed = time.monotonic() - t0
     return rep
 
 
-def _lock(repo: Repository, now: float, timeout: float) -> None:
-    body = json.dumps({"host": os.uname().nodename, "pid": os.getpid()}).encode()
+def _unlock(repo: Repository, token: str) -> None:
+    """Remove the lock if it is still ours (a stale-lock takeover may have replaced it)."""
+    try:
+        if json.loads(repo.store.get(LOCK_KEY)).get("token") == token:
+            repo.store.delete_many([LOCK_KEY])
+    except (ObjectNotFound, ValueError):
+        pass
+
+
+def _lock(repo: Repository, now: float, timeout: float, token: str) -> None:
+    body = json.dumps({"host": os.uname().nodename, "pid": os.getpid(), "token": token}).encode()
     try:
         repo.store.put(LOCK_KEY, body)
         return
@@ -186,15 +196,20 @@ def _lock(repo: Repository, now: float, timeout: float) -> None:
     repo.store.put_if_match(LOCK_KEY, body, info.etag)  # stale lock: take it over
 
 
-def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook):
+def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook,
+         lock_timeout):
     store = repo.store
-    mature = now - grace
+    mature = now - grace          # unreferenced that long ago: deletable (two-phase)
+    settled = now - grace / 2     # older than this, a pack's writer can no longer publish it (see docs)
+    infos: dict[str, object] = {}
+    probes = []
     # ---- list everything once
     packs, fwds, cands, others = {}, {}, {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_by_run: dict[str, list] = defaultdict(list)
     for info in store.list(""):
         k = info.key
+        infos[k] = info
         pid = keys.pack_id_from_key(k)
         if pid is not None:
             packs[pid] = info
@@ -202,6 +217,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             fwds[bytes.fromhex(k[len(keys.FWD):])] = info
         elif k.startswith(CANDIDATES_PREFIX):
             cands[k] = info
+        elif k.startswith("gc/clock-"):
+            if info.mtime <= now - lock_timeout:
+                probes.append(info)  # left by an interrupted GC
         elif k.startswith(keys.RUNS):
             parts = k.split("/")
             if len(parts) == 4 and parts[2] == "m":
@@ -220,10 +238,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             raise err if isinstance(err, SnapstoreError) else SnapstoreError(str(err))
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
+    with repo._lock:
+        repo._fwd.clear()  # forwarding records change (GC redirects them): read them afresh
     fwd = {pid: repo.forward(pid) or [] for pid in fwds}
 
     # ---- mark
-    reach = mark(repo, live, None, fwd)
+    reach = mark(repo, live, None, fwd, set(packs))
     if reach.unresolved:
         pid, etype, eid = reach.unresolved[0]
         raise ObjectNotFound(keys.fwd_key(pid), f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
@@ -251,7 +271,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
     if select and worth:
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress)
+                              dry_run, progress, fwd, fwds)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -278,32 +298,46 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     else:
         del_packs = {p for p in unref_packs if p.hex() in matured_p and p in packs and packs[p].mtime <= mature}
         del_fwd = {p for p in unref_fwd if p.hex() in matured_f and fwds[p].mtime <= mature}
-    new_cand_p = sorted(p.hex() for p in unref_packs - del_packs if p.hex() not in pending_p)
-    new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f)
+    # a pack becomes a candidate only once its writer can no longer publish it (older than grace/2):
+    # a reference made to it after it was marked would otherwise go unseen (docs/format.md §13)
+    new_cand_p = sorted(p.hex() for p in unref_packs - del_packs
+                        if p.hex() not in pending_p and (p in retired_now or packs[p].mtime <= settled))
+    new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f and fwds[p].mtime <= settled)
     rep.pending_candidates = len(unref_packs - del_packs)
 
-    # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records
+    # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records. Log records
+    # go only once older than the grace period: a writer whose knowledge of the run is older than
+    # half of it re-reads the head, so no writer can still be aiming at a freed position.
+    def old(key: str) -> bool:
+        info = infos.get(key)
+        return grace == 0 or (info is not None and info.mtime <= mature)
+
     del_keys: list[tuple[str, int, str]] = []
     for rk, log in logs.items():
-        for s in log.hidden:
-            del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
         hidden = set(log.hidden)
-        remaining = sorted(s for s in log.manifests if s not in hidden)
+        for s_ in log.hidden:
+            k = keys.manifest_key(rk, s_)
+            if old(k):
+                del_keys.append((k, infos[k].size if k in infos else 0, "manifests"))
+        remaining = sorted(x for x in log.manifests if x not in hidden)
         head_seq = remaining[-1] if remaining else None
-        for s in remaining:
-            m = log.manifests[s]
-            if s == head_seq:
-                if m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1:
-                    info_mtime = _mtime(store, keys.manifest_key(rk, s))
-                    if grace == 0 or (info_mtime is not None and info_mtime <= mature):
-                        del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+        for s_ in remaining:
+            m = log.manifests[s_]
+            k = keys.manifest_key(rk, s_)
+            size = infos[k].size if k in infos else 0
+            if s_ == head_seq:
+                if m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1 and not log.hidden and old(k):
+                    del_keys.append((k, size, "manifests"))
+                continue
+            if not old(k):
                 continue
             if m.kind == KIND_ROLLBACK:
                 t = int(m.target["seq"])
-                if not any(t < x < s for x in log.manifests if x not in hidden):
-                    del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
-            elif m.kind == KIND_TOMBSTONE:
-                del_keys.append((keys.manifest_key(rk, s), 0, "manifests"))
+                if not any(t < x < s_ for x in log.manifests if x not in hidden) and not any(
+                        t < x < s_ for x in log.hidden):
+                    del_keys.append((k, size, "manifests"))
+            elif m.kind == KIND_TOMBSTONE and not any(x < s_ for x in log.manifests):
+                del_keys.append((k, size, "manifests"))
         live_seq = {m.seq: m.checkpoint_id for m in log.live}
         for info in index_by_run.get(rk, []):
             try:
@@ -317,6 +351,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             for info in index_by_run[rk]:
                 if grace == 0 or info.mtime <= mature:
                     del_keys.append((info.key, info.size, "index"))
+    for info in probes:
+        del_keys.append((info.key, info.size, "gc"))
 
     hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
     if dry_run:
@@ -324,14 +360,25 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             rep.deleted["packs"] += 1
             rep.deleted_bytes += packs[p].size if p in packs else 0
         rep.deleted["forward"] += len(del_fwd)
+        rep.deleted_bytes += sum(fwds[p].size for p in del_fwd)
         for k, size, cat in del_keys:
             rep.deleted[cat] += 1
+            rep.deleted_bytes += size
+        if matured_keys:
+            rep.deleted["gc"] += len(matured_keys)
+            rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
+        if new_cand_p or new_cand_f:
+            rep.written_objects += 1
+            rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
         return
 
     # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
     if new_cand_p or new_cand_f:
         ck = CANDIDATES_PREFIX + f"{int(now * 1000):013x}-{os.urandom(4).hex()}"
-        store.put(ck, _encode_candidates(new_cand_p, new_cand_f))
+        body = _encode_candidates(new_cand_p, new_cand_f)
+        store.put(ck, body)
+        rep.written_objects += 1
+        rep.written_bytes += len(body)
     doomed = [keys.pack_key(p) for p in del_packs]
     for i in range(0, len(doomed), 1000):
         store.delete_many(doomed[i:i + 1000])
@@ -346,8 +393,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted_bytes += sum(fwds[p].size for p in del_fwd)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
-        idx = [k for k, _, c in del_keys if c == "index"]
-        store.delete_many(idx)
+        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc")])
         man = [k for k, _, c in del_keys if c == "manifests"]
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])
@@ -357,6 +403,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if matured_keys:
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
+        rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
     hook("after_sweep")
 
 
@@ -368,7 +415,7 @@ def _mtime(store, key: str) -> float | None:
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
-            dry_run: bool, progress) -> list[bytes]:
+            dry_run: bool, progress, fwd: dict, fwd_infos: dict) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids."""
     store = repo.store
     # decode in list order where possible so dictionaries come from the fast path
@@ -406,6 +453,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         rep.written_bytes += len(data)
         rep.written_objects += 1
     for pid in pids:
+        if pid not in reach.hinted:
+            continue  # reached only through older forwarding records, which are redirected below
         fw = encode_forward(sorted(moved.get(pid, ())))
         try:
             store.put(keys.fwd_key(pid), fw)
@@ -413,4 +462,22 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             pass
         rep.written_bytes += len(fw)
         rep.written_objects += 1
+    # keep forwarding one hop deep: older records that point at a pack retired now point past it
+    retired = set(pids)
+    for old, targets in fwd.items():
+        if old in retired or not retired.intersection(targets):
+            continue
+        new_targets = [t for t in targets if t not in retired]
+        for t in targets:
+            if t in retired:
+                new_targets.extend(sorted(moved.get(t, ())))
+        new_targets = list(dict.fromkeys(new_targets))
+        info = fwd_infos.get(old)
+        try:
+            store.put_if_match(keys.fwd_key(old), encode_forward(new_targets), info.etag if info else None)
+            fwd[old] = new_targets
+            with repo._lock:
+                repo._fwd[old] = new_targets
+        except (PreconditionFailed, ObjectNotFound):
+            pass  # changed meanwhile: readers follow the chain instead
     return list(pids)

@@ -300,7 +300,7 @@ class Repository:
             self._fwd[pack_id] = to
         return to
 
-    def locate(self, pack_id: bytes, etype: int, eid: bytes, _depth: int = 0) -> Pack:
+    def locate(self, pack_id: bytes, etype: int, eid: bytes, _seen: set | None = None) -> Pack:
         """Return the pack holding entry ``(etype, eid)``, starting at the hinted pack.
 
         If the hinted pack was retired by garbage collection, its forwarding record names the packs
@@ -313,13 +313,20 @@ class Repository:
         try:
             pack = self.get_pack(pack_id)
         except ObjectNotFound:
-            to = self.forward(pack_id) if _depth < 8 else None
-            if to:
-                for new in to:
+            seen = _seen if _seen is not None else set()
+            if pack_id in seen:
+                raise
+            seen.add(pack_id)
+            for attempt in range(2):
+                to = self.forward(pack_id)
+                for new in to or ():
                     try:
-                        return self.locate(new, etype, eid, _depth + 1)
+                        return self.locate(new, etype, eid, seen)
                     except (ObjectNotFound, IntegrityError):
                         continue
+                with self._lock:  # GC may have redirected the record since we cached it
+                    self._fwd.pop(pack_id, None)
+                seen.difference_update(to or ())
             raise
         if (etype, eid) not in pack.entries:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")

@@ -1,0 +1,450 @@
+"""Garbage collection reclaims space (docs/format.md §13): after retention on real trajectories, after
+deleting everything, with a grace period on a controllable clock; dry runs change nothing; the report's
+numbers match what happened to the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from snapstore import CheckpointManager
+from snapstore.errors import ConflictError, InvalidInputError, StoreError
+from snapstore.importers import load_trajectory
+from snapstore.stores import LocalStore, MemoryStore
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
+TRAJECTORIES = ["minisweagent-astroid1333-chat.traj.json", "claudecode-cctrace-phase0.jsonl",
+                "sweagent-marshmallow1867-fcreplace.traj"]
+G = 100.0
+
+
+class Clock:
+    def __init__(self, t: float = 1_750_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def stored(store) -> tuple[int, int]:
+    """(bytes, objects) in the store."""
+    raw = store.raw()
+    return sum(len(v) for v in raw.values()), len(raw)
+
+
+def trajectory(name: str) -> list:
+    path = SHARED / name
+    if not path.is_file():
+        pytest.skip(f"shared trajectory {name} not found")
+    _, convs = load_trajectory(path)
+    assert len(convs) == 1
+    return convs[0].checkpoints
+
+
+def replay(store, cps: list, run: str = "r", **kw) -> tuple[CheckpointManager, list]:
+    mgr = CheckpointManager(store, **kw)
+    ids = [mgr.save(run, cp, step=i) for i, cp in enumerate(cps)]
+    return mgr, ids
+
+
+def assert_clean(store, expect: dict) -> None:
+    """verify(read_data) has no errors and every expected checkpoint restores exactly."""
+    clean = CheckpointManager(store)
+    rep = clean.verify(read_data=True)
+    assert not rep.errors, [str(e) for e in rep.errors]
+    for (run, cid), messages in expect.items():
+        assert json.dumps(clean.get(run, cid).messages) == json.dumps(messages)
+
+
+def msg(tag, i, size=200):
+    return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
+
+
+def garbage_repo(clock=None):
+    """A repository with garbage of every kind: pruned checkpoints, a rolled-back branch, a deleted
+    run, a crash-leftover pack and a dangling index record. Returns (store, manager, expected)."""
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, gc_grace_period=G, clock=clock)
+    expect = {}
+    msgs = []
+    ids = []
+    for i in range(8):
+        msgs = msgs + [msg("a", i)]
+        ids.append(m.save("a", msgs))
+    m.prune(keep_last=3, run_id="a")
+    for i, cid in enumerate(ids[-3:]):
+        expect[("a", cid)] = msgs[:6 + i]
+    b = []
+    bids = []
+    for i in range(5):
+        b = b + [msg("b", i)]
+        bids.append(m.save("b", b, checkpoint_id=f"b-step-{i}"))
+    m.rollback("b", bids[1])
+    for i in range(2):
+        expect[("b", bids[i])] = b[:i + 1]
+    for i in range(3):
+        m.save("c", [msg("c", j) for j in range(i + 1)])
+    m.delete("c")
+    # a save that failed after writing its pack and index record (crash leftovers)
+    class Boom(Exception):
+        pass
+
+    def fail(**info):
+        raise Boom()
+    m.hooks["before_publish"] = fail
+    with pytest.raises(Boom):
+        m.save("a", msgs + [msg("a", 99)], checkpoint_id="never-published")
+    m.hooks.clear()
+    return store, m, expect
+
+
+# ------------------------------------------------------------------------------------------------
+# reclaim on real trajectories
+
+
+@pytest.mark.parametrize("name", TRAJECTORIES)
+def test_prune_keep_last_then_gc_reclaims_to_near_fresh_size(name):
+    cps = trajectory(name)
+    store = MemoryStore()
+    mgr, ids = replay(store, cps)
+    full, _ = stored(store)
+    gone = mgr.prune(keep_last=1)
+    assert len(gone) == len(cps) - 1
+    for _ in range(2):  # at most two calls
+        mgr.gc(grace_period=0)
+    after, _ = stored(store)
+    fresh_store = MemoryStore()
+    replay(fresh_store, cps[-1:])
+    fresh, _ = stored(fresh_store)
+    assert after <= 1.5 * fresh, (after, fresh, full)
+    assert_clean(store, {("r", ids[-1]): cps[-1]})
+    rep = CheckpointManager(store).verify()
+    assert not [w for w in rep.warnings if w.code != "temp-file"], [str(w) for w in rep.warnings]
+    # deleting every run and collecting leaves only the config
+    mgr.delete("r")
+    for _ in range(2):
+        mgr.gc(grace_period=0)
+    assert sorted(store.raw()) == ["config"]
+
+
+def test_delete_every_run_leaves_only_config_on_local_store(tmp_path):
+    cps = trajectory(TRAJECTORIES[0])[:40]
+    root = tmp_path / "repo"
+    mgr = CheckpointManager(LocalStore(root, fsync=False))
+    for run in ("x", "y"):
+        for i, cp in enumerate(cps):
+            mgr.save(run, cp, step=i)
+    mgr.fork("x", mgr.list("x")[5].id, "z")
+    mgr.rollback("y", mgr.list("y")[10].id)
+    mgr.prune(keep_last=2, run_id="x")
+    for run in mgr.runs():
+        mgr.delete(run)
+    assert mgr.runs() == []
+    for _ in range(2):
+        mgr.gc(grace_period=0)
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert files == ["config"], files
+
+
+def test_everything_unreachable_goes_within_two_gcs():
+    store, m, expect = garbage_repo()
+    for run in m.runs():
+        m.delete(run)
+    for _ in range(2):
+        m.gc(grace_period=0)
+    assert sorted(store.raw()) == ["config"]
+
+
+def test_gc_cleans_every_kind_of_leftover():
+    store, m, expect = garbage_repo()
+    codes = {w.code for w in CheckpointManager(store).verify().warnings}
+    assert {"unreferenced-pack", "orphaned-index"} <= codes
+    for _ in range(2):
+        m.gc(grace_period=0)
+    rep = CheckpointManager(store).verify()
+    assert not rep.errors and not rep.warnings, [str(p) for p in rep.errors + rep.warnings]
+    assert_clean(store, expect)
+    assert not [k for k in store.raw() if k.startswith("gc/")]
+    # a second pass has nothing left to do
+    rep = m.gc(grace_period=0)
+    assert rep.reclaimed_bytes == 0 and not any(rep.deleted.values()), rep.as_dict()
+
+
+# ------------------------------------------------------------------------------------------------
+# grace period
+
+
+def test_grace_period_two_phase_deletion():
+    clock = Clock()
+    store, m, expect = garbage_repo(clock)
+    clock.advance(3 * G)  # everything is older than the grace period: only the two phases protect it
+    before_keys = {k for k in store.raw() if k.startswith("packs/")}
+    rep1 = m.gc(grace_period=G)
+    assert rep1.deleted.get("packs", 0) == 0, rep1.as_dict()  # nothing is deleted on first sight
+    assert rep1.pending_candidates > 0
+    assert before_keys <= set(store.raw())
+    assert_clean(store, expect)
+    clock.advance(G / 2)
+    rep2 = m.gc(grace_period=G)
+    assert rep2.deleted.get("packs", 0) == 0, rep2.as_dict()  # candidates have not matured yet
+    assert before_keys <= set(store.raw())
+    clock.advance(G / 2 + 1)
+    size_before, _ = stored(store)
+    rep3 = m.gc(grace_period=G)
+    assert rep3.deleted.get("packs", 0) > 0, rep3.as_dict()
+    assert stored(store)[0] < size_before
+    assert_clean(store, expect)
+    # eventually the same as collecting with grace 0
+    clock.advance(2 * G)
+    m.gc(grace_period=G)
+    clock.advance(2 * G)
+    m.gc(grace_period=G)
+    rep = CheckpointManager(store).verify()
+    assert not rep.warnings, [str(w) for w in rep.warnings]
+    assert_clean(store, expect)
+
+
+def test_crash_leftover_pack_is_deleted_one_grace_period_after_it_was_first_seen():
+    """The pack of a save that never published: first GC records it, a GC within the grace period
+    keeps it, the first GC after the grace period deletes it."""
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock, gc_grace_period=G)
+    m.save("r", [msg("a", 0)])
+    m.save("r", [msg("a", 0), msg("a", 1)])
+    live_packs = {k for k in store.raw() if k.startswith("packs/")}
+    m.hooks["before_publish"] = lambda **kw: (_ for _ in ()).throw(StoreError("crash"))
+    with pytest.raises(StoreError):
+        m.save("r", [msg("a", 0), msg("a", 1), msg("a", 2)])
+    m.hooks.clear()
+    orphan = {k for k in store.raw() if k.startswith("packs/")} - live_packs
+    assert len(orphan) == 1
+    clock.advance(2 * G)   # the orphan itself is old: only its candidate record's age protects it
+    m.gc(grace_period=G)
+    clock.advance(G - 1)
+    m.gc(grace_period=G)
+    assert orphan <= set(store.raw())
+    clock.advance(2)
+    m.gc(grace_period=G)  # the candidate record has matured
+    assert not orphan & set(store.raw())
+    assert_clean(store, {})
+
+
+def test_gc_default_grace_is_the_managers():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock, gc_grace_period=G)
+    m.save("r", [msg("a", 0)])
+    m.save("r", [msg("a", 1)])
+    m.prune(keep_last=1)
+    clock.advance(3 * G)
+    assert m.gc().grace_period == G
+    assert m.gc().deleted.get("packs", 0) == 0
+    clock.advance(G + 1)
+    assert m.gc().deleted.get("packs", 0) >= 1
+
+
+def test_invalid_arguments():
+    m = CheckpointManager(MemoryStore())
+    m.save("r", [msg("a", 0)])
+    with pytest.raises(InvalidInputError):
+        m.gc(grace_period=-1)
+    with pytest.raises(InvalidInputError):
+        m.gc(grace_period=0, max_unused=1.5)
+
+
+# ------------------------------------------------------------------------------------------------
+# dry run and report
+
+
+def _matured_repo():
+    clock = Clock()
+    store, m, expect = garbage_repo(clock)
+    clock.advance(3 * G)
+    m.gc(grace_period=G)      # candidate records exist ...
+    clock.advance(2 * G)      # ... and have matured
+    return store, m, expect
+
+
+def test_dry_run_changes_nothing():
+    store, m, expect = _matured_repo()
+    for grace in (G, 0.0):
+        before = store.raw()
+        dry = m.gc(grace_period=grace, dry_run=True)
+        assert store.raw() == before
+        assert dry.dry_run
+        assert dry.deleted.get("packs", 0) > 0
+    assert_clean(store, expect)
+
+
+def test_dry_run_predicts_the_real_run():
+    """BUG (minor): a dry run does not report the candidate records it would delete (category
+    ``gc``), and reports 0 written bytes although the real run writes the repacked packs and
+    forwarding records, so its ``reclaimed_bytes`` is not what the real run reclaims."""
+    store, m, expect = _matured_repo()
+    dry = m.gc(grace_period=G, dry_run=True)
+    real = m.gc(grace_period=G)
+    nz = lambda d: {k: v for k, v in d.items() if v}
+    assert dry.repacked_packs == real.repacked_packs
+    assert nz(dry.deleted) == nz(real.deleted)
+    assert dry.reclaimed_bytes == real.reclaimed_bytes, (dry.as_dict(), real.as_dict())
+    assert_clean(store, expect)
+
+
+def _report_matches_store(store, run_gc):
+    b0, n0 = stored(store)
+    rep = run_gc()
+    b1, n1 = stored(store)
+    return rep, (b0 - b1, n0 - n1)
+
+
+def test_report_numbers_are_consistent_simple():
+    """Only packs change hands (prune keeps the head; one GC with grace 0)."""
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    msgs = []
+    for i in range(6):
+        msgs = msgs + [msg("a", i)]
+        m.save("r", msgs)
+    m.prune(keep_last=1)
+    rep, (db, dn) = _report_matches_store(store, lambda: m.gc(grace_period=0))
+    assert rep.reclaimed_bytes == db and rep.reclaimed_objects == dn, (rep.as_dict(), db, dn)
+    assert rep.live_checkpoints == 1
+    assert rep.live_packs >= 1
+    assert rep.repack_bytes_out == rep.written_bytes - sum(
+        len(v) for k, v in store.raw().items() if k.startswith("fwd/"))
+
+
+@pytest.mark.parametrize("scenario", ["delete-run", "rollback-leftovers", "grace-candidates"])
+def test_report_numbers_are_consistent(scenario):
+    """BUG: ``reclaimed_bytes``/``reclaimed_objects`` are not ``before - after``.
+
+    gc.py counts deleted manifests (hidden ones, rollback records, tombstones) as 0 bytes
+    (``del_keys.append((key, 0, "manifests"))``), and neither the candidate record it writes nor the
+    matured candidate records it deletes enter ``written_*``/``deleted_bytes``."""
+    clock = Clock()
+    store, m, expect = garbage_repo(clock)
+    if scenario == "delete-run":
+        m.delete("a")
+        grace = 0.0
+    elif scenario == "rollback-leftovers":
+        grace = 0.0
+    else:
+        clock.advance(3 * G)
+        m.gc(grace_period=G)
+        clock.advance(2 * G)
+        grace = G
+        m.save("d", [msg("d", 0)])
+        m.prune(keep_last=1, run_id="a")  # new garbage: this GC writes a new candidate record
+    rep, (db, dn) = _report_matches_store(store, lambda: m.gc(grace_period=grace))
+    assert (rep.reclaimed_bytes, rep.reclaimed_objects) == (db, dn), rep.as_dict()
+
+
+def test_report_lists_live_set():
+    store, m, expect = garbage_repo()
+    rep = m.gc(grace_period=0)
+    assert rep.live_checkpoints == len(expect)
+    rep2 = m.gc(grace_period=0)
+    packs = [k for k in store.raw() if k.startswith("packs/")]
+    assert rep2.live_packs == len(packs)
+    d = rep2.as_dict()
+    assert json.loads(json.dumps(d)) == d
+
+
+def test_gc_lock_blocks_a_second_gc_and_is_released():
+    store, m, expect = garbage_repo()
+    seen = []
+
+    def inner(**kw):
+        with pytest.raises(ConflictError):
+            CheckpointManager(store).gc(grace_period=0)
+        seen.append(True)
+    m.gc(grace_period=0, hooks={"after_mark": inner})
+    assert seen and "gc/lock" not in store.raw()
+    assert_clean(store, expect)
+
+
+# ------------------------------------------------------------------------------------------------
+# what mark must keep: dictionaries, pieces, session states
+
+
+def _text(seed: int, n: int) -> str:
+    import random
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    return " ".join(rng.choice(words) for _ in range(n // 6))
+
+
+@pytest.mark.parametrize("repack", [False, True])
+def test_dictionary_messages_of_a_live_pack_stay(repack):
+    """A live pack's data block is compressed against earlier messages (its dictionary). When the
+    checkpoints holding those messages are pruned (the list was rewritten), GC must keep them as
+    long as the pack is not repacked, and may drop them once it is."""
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    A, B, C = ({"role": "user", "content": _text(i, 3000)} for i in range(3))
+    D = {"role": "assistant", "content": _text(1, 3000) + " and something new"}  # compresses against B
+    m.save("r", [A, B, C])
+    m.save("r", [A, B, C, D])
+    X = {"role": "system", "content": "summary"}
+    last = m.save("r", [X, D])  # rewritten: D is reused from the previous save's pack
+    m.prune(keep_last=1)
+    opts = {} if repack else {"small_pack_bytes": 0, "max_unused": 1.0}
+    for _ in range(2):
+        m.gc(grace_period=0, **opts)
+    assert_clean(store, {("r", last): [X, D]})
+    rep = CheckpointManager(store).verify()
+    assert not rep.warnings, [str(w) for w in rep.warnings]
+
+
+def test_pieces_and_session_states_are_collected_with_their_checkpoints():
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    big1 = {"role": "tool", "content": _text(7, 200_000)}           # stored as FastCDC pieces
+    big2 = {"role": "tool", "content": _text(7, 200_000) + " tail"}  # shares most pieces with big1
+    s1 = {"scratch": _text(8, 20_000)}
+    s2 = {"scratch": _text(9, 20_000)}
+    expect = {}
+    m.save("r", [big1], session_state=s1)
+    m.save("r", [big1, big2], session_state=s1)
+    c3 = m.save("r", [big2], session_state=s2)
+    expect[("r", c3)] = [big2]
+    m.prune(keep_last=1)
+    for _ in range(2):
+        m.gc(grace_period=0)
+    assert_clean(store, expect)
+    assert CheckpointManager(store).get("r", c3).session_state == s2
+    size_one, _ = stored(store)
+    fresh = MemoryStore()
+    CheckpointManager(fresh).save("r", [big2], session_state=s2)
+    assert size_one <= 1.5 * stored(fresh)[0]
+    m.delete("r")
+    for _ in range(2):
+        m.gc(grace_period=0)
+    assert sorted(store.raw()) == ["config"]
+
+
+def test_identical_content_in_several_runs_and_a_fork_survives_repacking():
+    """The same chunk stored in several packs (dedup is per run) is merged by repacking; every run
+    and the fork still restore."""
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    msgs = [msg("same", i) for i in range(5)]
+    expect = {}
+    for run in ("a", "b", "c"):
+        for i in range(1, 6):
+            expect[(run, m.save(run, msgs[:i]))] = msgs[:i]
+    fk = m.fork("a", m.list("a")[2].id, "f")
+    expect[("f", fk.id)] = msgs[:3]
+    for run in ("b", "c"):
+        for s in m.prune(keep_last=2, run_id=run):
+            del expect[(run, s.id)]
+    for _ in range(3):
+        m.gc(grace_period=0)
+    assert_clean(store, expect)
+    assert len([k for k in store.raw() if k.startswith("packs/")]) == 1
