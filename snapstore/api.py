@@ -343,7 +343,7 @@ class CheckpointManager:
         if self._repo is None:
             # the first write into an empty location must not create the repository for bad input
             try:
-                self._repo = Repository.open(self.store, create=False)
+                self._open(False)
             except RepositoryNotFound:
                 for i, msg in enumerate(messages):
                     validate(msg, f"messages[{i}]")

@@ -164,6 +164,7 @@ class Repository:
         self._pool: ThreadPoolExecutor | None = None
         self._dicts: dict = {}
         self._fwd: dict = {}
+        self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -257,15 +258,19 @@ class Repository:
             ObjectNotFound: the pack is missing (message names the key).
             IntegrityError: the pack is corrupt.
         """
+        key = keys.pack_key(pack_id)
         with self._lock:
             p = self._cache.get(pack_id)
             if p is not None:
                 self._cache.move_to_end(pack_id)
                 return p
-        key = keys.pack_key(pack_id)
+            if pack_id in self._gone:
+                raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)")
         try:
             data = self.store.get(key)
         except ObjectNotFound:
+            with self._lock:
+                self._gone.add(pack_id)
             raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
         p = Pack.parse(key, data, pack_id)
         self._cache_put(p)
@@ -275,11 +280,22 @@ class Repository:
         """Fetch the packs not yet cached, in parallel (bounded thread pool)."""
         with self._lock:
             todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
-        def one(p):
+        claimed = set(todo)
+        claim_lock = threading.Lock()
+
+        def one(p, depth=0):
             try:
                 self.get_pack(p)
             except ObjectNotFound:
-                pass  # possibly retired by GC: readers follow its forwarding record
+                # retired by GC: fetch where its entries went, in this same parallel wave (once)
+                for t in (self.forward(p) or ()) if depth < 4 else ():
+                    with claim_lock:
+                        if t in claimed:
+                            continue
+                        claimed.add(t)
+                    one(t, depth + 1)
+            except IntegrityError:
+                pass  # corrupt: the read that needs it reports it
         if len(todo) <= 1:
             for p in todo:
                 one(p)
