@@ -270,8 +270,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     select.sort()
     worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
     if select and worth:
+        heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fwds)
+                              dry_run, progress, fwd, fwds, heads)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -415,9 +416,14 @@ def _mtime(store, key: str) -> float | None:
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
-            dry_run: bool, progress, fwd: dict, fwd_infos: dict) -> list[bytes]:
+            dry_run: bool, progress, fwd: dict, fwd_infos: dict, heads: list) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids."""
     store = repo.store
+    for m in heads:  # decode each run's newest list in order: dictionaries then come for free
+        try:
+            repo.decode_blocks(m)
+        except SnapstoreError:
+            pass  # the copy below reads entries one by one and reports what is wrong
     # decode in list order where possible so dictionaries come from the fast path
     builders: list[PackBuilder] = []
     cur = None
@@ -431,7 +437,7 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             if (etype, eid) not in pack.entries:
                 continue
             raw = repo._entry(etype, eid, pid)
-            if cur is None or cur.chunk_bytes() + sum(len(r) for _, _, r in cur._meta) > target:
+            if cur is None or cur.raw_bytes > target:
                 cur = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
                 builders.append(cur)
             cur.add(etype, eid, raw)

@@ -165,6 +165,7 @@ class Repository:
         self._dicts: dict = {}
         self._fwd: dict = {}
         self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
+        self._nodes: dict = {}  # node id -> decoded (level, items)
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -402,12 +403,21 @@ class Repository:
         return Spine(self.params, levels, upper)
 
     def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
-        """Read and decode a tree node; return ``(level, items)``."""
+        """Read and decode a tree node; return ``(level, items)`` (decoded nodes are cached: a node's
+        content never changes, its id is its content id)."""
+        hit = self._nodes.get(node_id)
+        if hit is not None:
+            return hit
         raw = self._entry(T_NODE, node_id, pack_id)
         try:
-            return decode_node(raw)
+            node = decode_node(raw)
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(pack_id), f"malformed node {node_id.hex()}: {e}") from None
+        with self._lock:
+            if len(self._nodes) >= 200_000:
+                self._nodes.clear()
+            self._nodes[node_id] = node
+        return node
 
     def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
         """Return every level-0 ref of the list, in order.
@@ -488,6 +498,18 @@ class Repository:
                 raws.append(raw)
             out.append(decode_json(raw, bool(r.flags & FLAG_EXACT)))
         return out
+
+    def decode_blocks(self, m: Manifest) -> None:
+        """Decompress every data block checkpoint ``m``'s messages live in, in list order, so that
+        dictionaries come from the in-order fast path (used before bulk copies such as repacking)."""
+        if not m.state:
+            return
+        spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        refs = self.expand(spine)
+        self.prefetch(r.pack for r in refs)
+        ctx = _ReadCtx(self.hasher)
+        for r in refs:
+            ctx.add(r.id, self.message_raw(r, ctx))
 
     def load_with_state(self, m: Manifest) -> tuple[list, ListState]:
         """Return ``(messages, ListState)`` for checkpoint ``m``: a restore that also prepares the

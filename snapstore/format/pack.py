@@ -103,6 +103,7 @@ class PackBuilder:
         self._ids: set[tuple[int, bytes]] = set()
         self.dict_spec: DictSpec | None = None
         self.dict_bytes: bytes = b""
+        self.raw_bytes = 0  # uncompressed bytes of all entries added so far
 
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._ids
@@ -113,6 +114,7 @@ class PackBuilder:
             return False
         self._ids.add((etype, eid))
         (self._data if etype == T_CHUNK else self._meta).append((etype, eid, raw))
+        self.raw_bytes += len(raw)
         return True
 
     def set_dictionary(self, spec: DictSpec, dict_bytes: bytes) -> None:
