@@ -642,23 +642,30 @@ class Repository:
             if prefix == n_old:
                 digest = parent.digest.copy() if parent.digest is not None else None
         elif 0 < n_old <= n:
-            # cold writer: compare the JSON digest of the prefix with the parent's, in one pass
-            for i in range(n_old):
-                validate(messages[i], f"messages[{i}]")
+            # cold writer: compare the JSON digest of the prefix with the parent's, encoding it in
+            # slices (bounded memory). orjson writes NaN/Infinity as null, so a slice that contains
+            # null is validated in full; orjson refuses other non-JSON values itself.
+            d = hasher.new_digest()
+            d.update(b"[")
             try:
-                blob = orjson.dumps(messages[:n_old], option=_ORJSON_OPTS)
+                for j in range(0, n_old, 256):
+                    part = orjson.dumps(messages[j:min(j + 256, n_old)], option=_ORJSON_OPTS)
+                    if b"null" in part:
+                        for i in range(j, min(j + 256, n_old)):
+                            validate(messages[i], f"messages[{i}]")
+                    if j:
+                        d.update(b",")
+                    d.update(memoryview(part)[1:-1])
+                    del part
             except TypeError:
-                blob = None  # big ints or surrogates: fall back to message-by-message
-            if blob is not None:
-                d = hasher.new_digest()
-                d.update(blob[:-1])
+                d = None  # big ints, surrogates or non-JSON values: message by message below
+            if d is not None:
                 chk = d.copy()
                 chk.update(b"]")
                 if chk.hexdigest(16) == parent.digest_hex():
                     prefix = n_old
                     digest = d
                     self._window(messages, n_old, ids, raws, flags, parent)
-                del blob
         if prefix < n_old:
             # the list was rewritten (or could not be compared cheaply): compare message by message
             if parent.ids is None or not all(parent.ids[:n_old]):
