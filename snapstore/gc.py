@@ -207,35 +207,41 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     packs, fwds, cands, others = {}, {}, {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_by_run: dict[str, list] = defaultdict(list)
-    for info in store.list(""):
+    # the run log first, then the data: every pack a manifest read here references was written
+    # before that manifest, so the data listing below contains it (a writer publishing meanwhile
+    # only adds packs that are newer than grace/2 and so are not deletion candidates)
+    for info in store.list(keys.RUNS):
         k = info.key
         infos[k] = info
-        pid = keys.pack_id_from_key(k)
-        if pid is not None:
-            packs[pid] = info
-        elif k.startswith(keys.FWD):
-            fwds[bytes.fromhex(k[len(keys.FWD):])] = info
-        elif k.startswith(CANDIDATES_PREFIX):
-            cands[k] = info
-        elif k.startswith("gc/clock-"):
-            if info.mtime <= now - lock_timeout:
-                probes.append(info)  # left by an interrupted GC
-        elif k.startswith(keys.RUNS):
-            parts = k.split("/")
-            if len(parts) == 4 and parts[2] == "m":
-                keys_by_run[parts[1]].append(k)
-            elif len(parts) == 4 and parts[2] == "c":
-                index_by_run[parts[1]].append(info)
-            else:
-                others.append(info)
+        parts = k.split("/")
+        if len(parts) == 4 and parts[2] == "m":
+            keys_by_run[parts[1]].append(k)
+        elif len(parts) == 4 and parts[2] == "c":
+            index_by_run[parts[1]].append(info)
         else:
             others.append(info)
-    hook("after_list", packs=set(packs))
     logs = read_all_runs(repo, keys_by_run)
     for log in logs.values():
         if log.corrupt:
             k, err = log.corrupt[0]
             raise err if isinstance(err, SnapstoreError) else SnapstoreError(str(err))
+    for prefix in (keys.PACKS, keys.FWD, keys.GC):
+        for info in store.list(prefix):
+            k = info.key
+            infos[k] = info
+            pid = keys.pack_id_from_key(k)
+            if pid is not None:
+                packs[pid] = info
+            elif k.startswith(keys.FWD):
+                fwds[bytes.fromhex(k[len(keys.FWD):])] = info
+            elif k.startswith(CANDIDATES_PREFIX):
+                cands[k] = info
+            elif k.startswith("gc/clock-"):
+                if info.mtime <= now - lock_timeout:
+                    probes.append(info)  # left by an interrupted GC
+            else:
+                others.append(info)
+    hook("after_list", packs=set(packs))
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
     with repo._lock:

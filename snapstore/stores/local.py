@@ -72,28 +72,44 @@ class LocalStore:
     def _ensure_dir(self, d: str) -> None:
         if d in self._known_dirs:
             return
-        missing = []
-        p = d
-        while not os.path.isdir(p):
-            missing.append(p)
-            parent = os.path.dirname(p)
-            if parent == p:
-                break
-            p = parent
-        for m in reversed(missing):
+        for attempt in range(5):
+            missing = []
+            p = d
+            while not os.path.isdir(p):
+                missing.append(p)
+                parent = os.path.dirname(p)
+                if parent == p:
+                    break
+                p = parent
             try:
-                os.mkdir(m)
-            except FileExistsError:
-                if not os.path.isdir(m):
-                    raise StoreError(f"not a directory: {m}") from None
-            if self._fsync:
-                _fsync_dir(os.path.dirname(m))
+                for m in reversed(missing):
+                    try:
+                        os.mkdir(m)
+                    except FileExistsError:
+                        if not os.path.isdir(m):
+                            raise StoreError(f"not a directory: {m}") from None
+                    if self._fsync:
+                        _fsync_dir(os.path.dirname(m))
+                break
+            except FileNotFoundError:
+                # a parent was removed meanwhile (GC prunes empty directories): start again
+                if attempt == 4:
+                    raise
         self._known_dirs.add(d)
 
     def _write_temp(self, d: str, data: bytes) -> str:
         self._ensure_dir(d)
         tmp = os.path.join(d, ".tmp-" + os.urandom(8).hex())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        for attempt in range(5):
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:
+                # the directory was removed meanwhile (GC prunes empty directories): create it again
+                if attempt == 4:
+                    raise
+                self._known_dirs.discard(d)
+                self._ensure_dir(d)
         try:
             view = memoryview(data)
             while view:
@@ -119,13 +135,22 @@ class LocalStore:
         d = os.path.dirname(path)
         self._count("PUT", up=len(data))
         try:
-            tmp = self._write_temp(d, data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise PreconditionFailed(key) from None
-            finally:
-                os.unlink(tmp)
+            for attempt in range(5):
+                tmp = self._write_temp(d, data)
+                try:
+                    os.link(tmp, path)
+                    break
+                except FileExistsError:
+                    raise PreconditionFailed(key) from None
+                except FileNotFoundError:
+                    if attempt == 4:  # directory removed between the temp write and the link
+                        raise
+                    self._known_dirs.discard(d)
+                finally:
+                    try:
+                        os.unlink(tmp)
+                    except FileNotFoundError:
+                        pass
             if self._fsync:
                 _fsync_dir(d)
             return self._info(key, os.stat(path))
