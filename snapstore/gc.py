@@ -282,7 +282,11 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
-    unref_packs = {pid for pid in packs if pid not in reach.packs} | set(retired_now)
+    # packs retired by this repack become candidates only when a later GC finds them unreferenced
+    # (through their forwarding records), unless nothing else writes (grace 0)
+    unref_packs = {pid for pid in packs if pid not in reach.packs}
+    if grace == 0:
+        unref_packs |= set(retired_now)
     unref_fwd = {pid for pid in fwds if pid not in reach.fwd_used}
     matured_p, matured_f, matured_keys = set(), set(), []
     pending_p, pending_f = set(), set()
@@ -308,7 +312,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # a pack becomes a candidate only once its writer can no longer publish it (older than grace/2):
     # a reference made to it after it was marked would otherwise go unseen (docs/format.md §13)
     new_cand_p = sorted(p.hex() for p in unref_packs - del_packs
-                        if p.hex() not in pending_p and (p in retired_now or packs[p].mtime <= settled))
+                        if p.hex() not in pending_p and p in packs and packs[p].mtime <= settled)
     new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f and fwds[p].mtime <= settled)
     rep.pending_candidates = len(unref_packs - del_packs)
 

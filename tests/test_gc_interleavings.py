@@ -236,8 +236,10 @@ def test_repack_under_a_warm_writer(grace):
     w.check()
     old = {f"packs/{p.hex()[:2]}/{p.hex()}" for p in retired}
     if grace:
-        assert old <= w.packs()          # retired packs wait for the grace period
+        assert old <= w.packs()          # retired packs wait: candidates at the next GC ...
         w.clock.advance(1.5 * G)
+        w.gc()
+        w.clock.advance(1.5 * G)         # ... deleted a grace period after that
         w.gc()
     assert not (old & w.packs())         # retired packs are gone now
     assert fwd <= set(w.store.raw())     # ... but their forwarding records are still needed
