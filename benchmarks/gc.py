@@ -387,21 +387,23 @@ def child_main(argv: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 # orchestration
 
-PHASES = [("list", "start", "after_list"), ("manifests", "after_list", "after_read_manifests"),
-          ("fwd", "after_read_manifests", "before_mark"), ("mark", "before_mark", "after_mark"), ("repack", "after_mark", "after_repack"),
-          ("decide", "after_repack", "before_sweep"), ("sweep", "before_sweep", "after_sweep"),
-          ("finish", "after_sweep", "end")]
+# each phase is the interval that ends at this event (events sorted by time, so the split works
+# whichever order the GC lists and reads in: older GCs list everything and then read manifests,
+# newer ones list and read the run log first and list the data afterwards)
+PHASE_OF_EVENT = {"after_list": "list", "after_read_manifests": "manifests", "before_mark": "fwd",
+                  "after_mark": "mark", "after_repack": "repack", "before_sweep": "decide",
+                  "after_sweep": "sweep", "end": "finish"}
 
 
 def phase_split(res: dict) -> dict:
-    m = dict(res["marks"])
-    m["start"] = 0.0
+    """Phase name -> {"seconds", "requests"} from the child's event timestamps and request counts."""
+    events = sorted((t, name) for name, t in res["marks"].items() if name in PHASE_OF_EVENT)
     out = {}
-    for name, a, b in PHASES:
-        if a in m and b in m:
-            out[name] = {"seconds": round(m[b] - m[a], 3),
-                         "requests": {k: res["phase_requests"][b][k] - res["phase_requests"][a][k]
-                                      for k in res["phase_requests"][b]}}
+    prev_t, prev = 0.0, "start"
+    for t, name in events:
+        a, b = res["phase_requests"][prev], res["phase_requests"][name]
+        out[PHASE_OF_EVENT[name]] = {"seconds": round(t - prev_t, 3), "requests": {k: b[k] - a[k] for k in b}}
+        prev_t, prev = t, name
     return out
 
 
@@ -413,6 +415,7 @@ def summarise(res: dict) -> dict:
     mark_s = sum(ph.get(n, {}).get("seconds", 0) for n in ("manifests", "fwd", "mark"))
     sweep_s = ph.get("sweep", {}).get("seconds", 0)
     return {"seconds": round(res["seconds"], 3), "cpu_seconds": round(res["cpu_seconds"], 2),
+            "events": {k: round(v, 3) for k, v in res["marks"].items()},
             "loadavg": [res["loadavg_before"], res["loadavg_after"]], "phases": ph, "live_checkpoints": live,
             "live_packs": rep["live_packs"], "keys_listed": res["keys_listed"], "deleted": rep["deleted"],
             "deleted_objects": deleted, "deleted_bytes": res["deleted_bytes"], "written_bytes": res["written_bytes"],

@@ -247,6 +247,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     with repo._lock:
         repo._fwd.clear()  # forwarding records change (GC redirects them): read them afresh
     fwd = {pid: repo.forward(pid) or [] for pid in fwds}
+    with repo._lock:  # retired packs already deleted: go straight to their forwarding records
+        repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
     reach = mark(repo, live, None, fwd, set(packs))
