@@ -15,11 +15,10 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from datetime import datetime, timezone
 
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
-                     RepositoryError, RepositoryNotFound, RunNotFound, SnapstoreError)
+                     RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id

@@ -31,8 +31,8 @@ from .errors import ConflictError, InvalidInputError, ObjectNotFound, Preconditi
 from .format import keys
 from .format.codec import open_envelope, seal_envelope
 from .format.ids import PACK_ID_BYTES
-from .format.manifest import FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, decode_index, encode_forward
-from .format.pack import T_CHUNK, PackBuilder
+from .format.manifest import FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_index, encode_forward
+from .format.pack import PackBuilder
 from .repository import Repository
 
 CANDIDATES_MAGIC = b"SNGC"
@@ -418,13 +418,6 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
     hook("after_sweep")
-
-
-def _mtime(store, key: str) -> float | None:
-    try:
-        return store.head(key).mtime
-    except ObjectNotFound:
-        return None
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,

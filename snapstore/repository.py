@@ -22,18 +22,18 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import fastcdc
+import orjson
 
-from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, InvalidMessageError, ObjectNotFound, PreconditionFailed,
-                     RepositoryError, RepositoryNotFound, UnsupportedFormatError)
+from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, ObjectNotFound,
+                     PreconditionFailed, RepositoryError, RepositoryNotFound)
 from .format import keys
 from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
-import orjson
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
-from .format.manifest import (FORMAT_VERSION, KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
+from .format.manifest import (KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
                               RepoConfig, decode_forward, decode_index, encode_index)
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, TreeParams, decode_node, decode_pieces, encode_pieces
@@ -1036,12 +1036,6 @@ class Repository:
         if idx:
             self.store.delete_many(idx)
         self.store.delete_many([keys.manifest_key(run_key, s) for s, _ in entries])
-
-
-def check_format_version(v: int) -> None:
-    """Raise UnsupportedFormatError if ``v`` is newer than this snapstore supports."""
-    if v > FORMAT_VERSION:
-        raise UnsupportedFormatError(f"format version {v} is newer than supported {FORMAT_VERSION}")
 
 
 __all__ = ["Repository", "ListState", "PreparedSave", "KIND_CHECKPOINT", "KIND_ROLLBACK", "KIND_TOMBSTONE"]

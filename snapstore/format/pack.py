@@ -127,10 +127,6 @@ class PackBuilder:
         """True when nothing was added."""
         return not self._ids
 
-    def chunk_bytes(self) -> int:
-        """Uncompressed bytes of the data block so far."""
-        return sum(len(r) for _, _, r in self._data)
-
     def build(self) -> tuple[bytes, dict]:
         """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``."""
         out = bytearray(MAGIC)

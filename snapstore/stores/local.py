@@ -23,7 +23,6 @@ import hashlib
 import heapq
 import os
 import threading
-from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import ObjectNotFound, PreconditionFailed, StoreError
