@@ -306,19 +306,21 @@ def check(root: str, expected: dict, grace: float) -> dict:
 def snapshot_package(dest: Path, code: str = "head") -> tuple[Path, str]:
     """Copy the snapstore package to ``dest/snapstore``; return ``(dest, description)``.
 
-    ``code="head"``: the package as committed at HEAD (``git archive``, read-only), so edits in
-    progress in the working tree are not measured; ``"worktree"``: the working tree as it is now.
+    ``code="head"`` (or any git revision): the package as committed there (``git archive``,
+    read-only), so edits in progress in the working tree are not measured; ``"worktree"``: the
+    working tree as it is now.
     """
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    if code == "head":
-        arch = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", "HEAD", "snapstore"], capture_output=True,
+    rev = "HEAD" if code == "head" else code
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD" if code == "worktree" else rev],
+                            capture_output=True, text=True).stdout.strip()
+    if code != "worktree":
+        arch = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit, "snapstore"], capture_output=True,
                               check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
-        desc = f"commit {commit[:10]} (HEAD, committed code)"
+        desc = f"commit {commit[:10]} ({rev}, committed code)"
     else:
         shutil.copytree(REPO_ROOT / "snapstore", dest / "snapstore",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -345,8 +347,9 @@ def main() -> int:
     ap.add_argument("--dir", help="working directory (default: a new temp dir, removed at the end unless --keep)")
     ap.add_argument("--keep", action="store_true", help="keep the repository")
     ap.add_argument("--json", help="write the results to this file")
-    ap.add_argument("--code", choices=("head", "worktree"), default="head",
-                    help="test the snapstore package as committed at HEAD (default) or the working tree")
+    ap.add_argument("--code", default="head",
+                    help="test the snapstore package as committed at HEAD (default), at a git revision, "
+                         "or 'worktree' for the working tree")
     args = ap.parse_args()
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="snapstore-load-"))
