@@ -303,7 +303,9 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 if spine.upper:
                     reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
                 before = set(reach.packs)
-                for r in repo.refs_range(spine, b.dict.start, b.dict.end):
+                # the nodes read to find the range are needed too (they may be in no live tree)
+                for r in repo.refs_range(spine, b.dict.start, b.dict.end,
+                                         on_node=lambda r: reach.need(repo, r.pack, T_NODE, r.id)):
                     visit_ref(r, 0)
             except SnapstoreError as e:
                 fail(code_of(e), pack.key, e)

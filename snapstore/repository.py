@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime, timezone
 
 import fastcdc
@@ -443,8 +444,13 @@ class Repository:
             frontier = nxt
         return [r for _, r in frontier]
 
-    def refs_range(self, spine: Spine, start: int, end: int) -> list[Ref]:
-        """Return the level-0 refs at positions ``[start, end)`` of the list, reading only the nodes needed."""
+    def refs_range(self, spine: Spine, start: int, end: int,
+                   on_node: Callable[[Ref], None] | None = None) -> list[Ref]:
+        """Return the level-0 refs at positions ``[start, end)`` of the list, reading only the nodes needed.
+
+        ``on_node(ref)`` is called for every tree node read on the way (GC's mark uses it: those nodes
+        are needed to find the range again).
+        """
         out: list[Ref] = []
 
         def walk(items, level, pos):
@@ -454,6 +460,8 @@ class Repository:
                     if level == 0:
                         out.append(r)
                     else:
+                        if on_node is not None:
+                            on_node(r)
                         lv, sub = self.read_node(r.id, r.pack)
                         walk(sub, lv, pos)
                 pos += n

@@ -402,6 +402,29 @@ def test_dictionary_messages_of_a_live_pack_stay(repack):
     assert not rep.warnings, [str(w) for w in rep.warnings]
 
 
+@pytest.mark.parametrize("per_save,size,max_unused", [(1, 300, 0.25), (10, 300, 0.0), (5, 600, 0.1)])
+def test_tree_nodes_leading_to_dictionary_messages_stay(per_save, size, max_unused):
+    """A live pack's dictionary is found through its own state's tree. When the list was rewritten
+    and the old checkpoints pruned, the tree nodes on the way to the dictionary's messages are in no
+    live tree; GC must keep them (or copy them when repacking) as long as the live pack needs its
+    dictionary, or the rewritten checkpoint no longer restores."""
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    msgs = []
+    for i in range(0, 200 if size == 300 else 400, per_save):
+        msgs = msgs + [{"role": "user", "content": _text(i + j, size)} for j in range(per_save)]
+        m.save("r", msgs)  # many small packs, tree nodes sealed along the way
+    D = {"role": "assistant", "content": msgs[-1]["content"] + " and more " + _text(5, 3000)}
+    m.save("r", msgs + [D])  # D's pack is compressed against the messages before it
+    X = {"role": "system", "content": "summary"}
+    last = m.save("r", [X, D])
+    m.prune(keep_last=1)
+    for _ in range(3):
+        # D's pack is not repacked (no small-pack merging); the mostly-dead older packs are
+        m.gc(grace_period=0, small_pack_bytes=0, max_unused=max_unused)
+        assert_clean(store, {("r", last): [X, D]})
+
+
 def test_pieces_and_session_states_are_collected_with_their_checkpoints():
     store = MemoryStore()
     m = CheckpointManager(store)
