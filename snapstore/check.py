@@ -148,6 +148,7 @@ class Reach:
 
     packs: dict = field(default_factory=lambda: defaultdict(set))
     nodes_seen: set = field(default_factory=set)
+    node_hints: set = field(default_factory=set)  # (node id, pack) pairs needed
     refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
     fwd_used: set = field(default_factory=set)  # retired packs named by live hints (keep their fwd records)
     hinted: set = field(default_factory=set)  # packs named directly by live hints
@@ -244,10 +245,15 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             else:
                 reach.need(repo, r.pack, T_CHUNK, r.id)
             return
+        # a node's id covers its children (and their hints), so it is walked once; but the same
+        # node may be stored in several packs (a rewritten list seals it again): each hint is needed
+        if (r.id, r.pack) in reach.node_hints:
+            return
+        reach.node_hints.add((r.id, r.pack))
+        reach.need(repo, r.pack, T_NODE, r.id)
         if r.id in reach.nodes_seen:
             return
         reach.nodes_seen.add(r.id)
-        reach.need(repo, r.pack, T_NODE, r.id)
         try:
             lv, items = repo.read_node(r.id, r.pack)
         except SnapstoreError as e:
