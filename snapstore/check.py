@@ -149,6 +149,7 @@ class Reach:
     packs: dict = field(default_factory=lambda: defaultdict(set))
     nodes_seen: set = field(default_factory=set)
     node_hints: set = field(default_factory=set)  # (node id, pack) pairs needed
+    order: list = field(default_factory=list)  # the keys of ``packs`` in the order they were found
     refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
     fwd_used: set = field(default_factory=set)  # retired packs named by live hints (keep their fwd records)
     hinted: set = field(default_factory=set)  # packs named directly by live hints
@@ -196,7 +197,11 @@ class Reach:
         if h is None:
             self.unresolved.append((pack, etype, eid))
             return
-        self.packs[h].add((etype, eid))
+        got = self.packs.get(h)
+        if got is None:
+            got = self.packs[h] = set()
+            self.order.append(h)
+        got.add((etype, eid))
 
 
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
@@ -263,9 +268,10 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             visit_ref(x, lv)
 
     seen_states = set()
-    for m in manifests:
-        if m.kind != KIND_CHECKPOINT:
-            continue
+    checkpoints = [m for m in manifests if m.kind == KIND_CHECKPOINT]
+    for n, m in enumerate(checkpoints):
+        if n % 256 == 0:  # fetch the next state packs in one parallel wave
+            repo.prefetch(bytes.fromhex(x.state[1]) for x in checkpoints[n:n + 256] if x.state)
         if m.session_state_ref:
             sid, pack, size, flags = m.session_state_ref
             visit_ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)), 0)
@@ -287,13 +293,13 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         for level, r in spine.top_down():
             visit_ref(r, level)
     # dictionaries: a pack whose data block has a dictionary needs that state's messages
-    todo = list(reach.packs)
-    done = set()
-    while todo:
-        pid = todo.pop()
-        if pid in done or pid in reach.fwd:
+    # (packs found on the way are appended to reach.order and visited in turn)
+    i = 0
+    while i < len(reach.order):
+        pid = reach.order[i]
+        i += 1
+        if pid in reach.fwd:
             continue
-        done.add(pid)
         try:
             pack = repo.get_pack(pid)
         except SnapstoreError as e:
@@ -308,7 +314,6 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 spine = repo.read_state(st_id, st_pack)
                 if spine.upper:
                     reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
-                before = set(reach.packs)
                 # the nodes read to find the range are needed too (they may be in no live tree)
                 for r in repo.refs_range(spine, b.dict.start, b.dict.end,
                                          on_node=lambda r: reach.need(repo, r.pack, T_NODE, r.id)):
@@ -316,7 +321,6 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             except SnapstoreError as e:
                 fail(code_of(e), pack.key, e)
                 continue
-            todo.extend(p for p in reach.packs if p not in before and p not in done)
     return reach
 
 
