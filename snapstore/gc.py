@@ -23,6 +23,7 @@ import json
 import os
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -420,6 +421,30 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_sweep")
 
 
+PUT_PARALLEL = 16
+"""Writes GC keeps in flight when it writes many objects (new packs, forwarding records)."""
+
+
+def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> None:
+    """Create every ``(key, data)``, ``PUT_PARALLEL`` at a time. An existing key is left as it is
+    when ``exist_ok`` (a rerun of an interrupted GC), else PreconditionFailed is raised (a pack id
+    collision). Raises the first error after all writes have finished."""
+    def one(item):
+        try:
+            store.put(*item)
+        except PreconditionFailed:
+            if not exist_ok:
+                raise
+    if len(items) <= 1:
+        for it in items:
+            one(it)
+        return
+    with ThreadPoolExecutor(min(PUT_PARALLEL, len(items)), thread_name_prefix="snapstore-gc-put") as pool:
+        futures = [pool.submit(one, it) for it in items]
+    for f in futures:
+        f.result()
+
+
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fwd_infos: dict, heads: list) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids."""
@@ -454,23 +479,19 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     if dry_run:
         rep.new_packs = len(builders)
         return list(pids)
-    for b in builders:
-        if b.empty:
-            continue
-        data, _ = b.build()
-        store.put(keys.pack_key(b.pack_id), data)
+    # the new packs first (all of them durable before any forwarding record names one), then the
+    # forwarding records; each group is written PUT_PARALLEL at a time
+    new = [(keys.pack_key(b.pack_id), b.build()[0]) for b in builders if not b.empty]
+    _put_all(store, new, exist_ok=False)
+    for _, data in new:
         rep.new_packs += 1
         rep.repack_bytes_out += len(data)
         rep.written_bytes += len(data)
         rep.written_objects += 1
-    for pid in pids:
-        if pid not in reach.hinted:
-            continue  # reached only through older forwarding records, which are redirected below
-        fw = encode_forward(sorted(moved.get(pid, ())))
-        try:
-            store.put(keys.fwd_key(pid), fw)
-        except PreconditionFailed:
-            pass
+    # packs reached only through older forwarding records get none: those are redirected below
+    fws = [(keys.fwd_key(pid), encode_forward(sorted(moved.get(pid, ())))) for pid in pids if pid in reach.hinted]
+    _put_all(store, fws, exist_ok=True)
+    for _, fw in fws:
         rep.written_bytes += len(fw)
         rep.written_objects += 1
     # keep forwarding one hop deep: older records that point at a pack retired now point past it
