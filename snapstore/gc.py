@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+import zstandard
+
 from .check import mark, read_all_runs
 from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
@@ -237,6 +239,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                 fwds[bytes.fromhex(k[len(keys.FWD):])] = info
             elif k.startswith(CANDIDATES_PREFIX):
                 cands[k] = info
+            elif k == FWD_CACHE_KEY:
+                pass
             elif k.startswith("gc/clock-"):
                 if info.mtime <= now - lock_timeout:
                     probes.append(info)  # left by an interrupted GC
@@ -245,9 +249,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_list", packs=set(packs))
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
-    with repo._lock:
-        repo._fwd.clear()  # forwarding records change (GC redirects them): read them afresh
-    fwd = {pid: repo.forward(pid) or [] for pid in fwds}
+    fwd = _read_forwards(repo, fwds, infos.get(FWD_CACHE_KEY))
     with repo._lock:  # retired packs already deleted: go straight to their forwarding records
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
@@ -266,6 +268,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
 
     # ---- repack: mostly-dead packs and small live packs
     retired_now: list[bytes] = []
+    changed_fwd: set = set()
     select = []
     for pid, needed in reach.packs.items():
         if pid in fwd:
@@ -281,7 +284,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if select and worth:
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fwds, heads)
+                              dry_run, progress, fwd, fwds, heads, changed_fwd)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -418,7 +421,66 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
+    # the forwarding records this GC neither wrote, redirected nor deleted, for the next GC
+    _write_forward_cache(repo, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd
+                                and p not in changed_fwd}, infos.get(FWD_CACHE_KEY))
     hook("after_sweep")
+
+
+FWD_CACHE_MAGIC = b"SNFC"
+FWD_CACHE_KEY = "gc/fwd-cache"
+
+
+def _read_forwards(repo: Repository, fwds: dict, cache_info) -> dict[bytes, list[bytes]]:
+    """Every forwarding record listed in ``fwds`` (pack id -> ObjectInfo): retired pack -> new packs.
+
+    Records whose listed ETag equals the one in ``gc/fwd-cache`` (written by the previous GC) come
+    from the cache; the others are read, ``PUT_PARALLEL`` at a time. Also primes the repository's
+    forwarding cache and its set of deleted packs.
+    """
+    cache: dict = {}
+    if cache_info is not None:
+        try:
+            _, body = open_envelope(FWD_CACHE_KEY, FWD_CACHE_MAGIC, repo.store.get(FWD_CACHE_KEY))
+            cache = json.loads(zstandard.ZstdDecompressor().decompress(body))
+        except (ObjectNotFound, SnapstoreError, ValueError, zstandard.ZstdError):
+            cache = {}  # advisory only: read every record
+    out: dict[bytes, list[bytes]] = {}
+    todo = []
+    for pid, info in fwds.items():
+        c = cache.get(pid.hex())
+        if c is not None and c[0] == info.etag:
+            out[pid] = [bytes.fromhex(t) for t in c[1]]
+        else:
+            todo.append(pid)
+    with repo._lock:
+        repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
+        repo._fwd.update(out)
+    if len(todo) > 1:
+        with ThreadPoolExecutor(min(PUT_PARALLEL, len(todo)), thread_name_prefix="snapstore-gc-get") as pool:
+            got = list(pool.map(repo.forward, todo))
+    else:
+        got = [repo.forward(p) for p in todo]
+    for pid, to in zip(todo, got):
+        out[pid] = to or []  # deleted since the listing: forwards nowhere
+    return out
+
+
+def _write_forward_cache(repo: Repository, entries: dict, cache_info) -> None:
+    """Replace ``gc/fwd-cache`` with ``entries`` (pack id -> (ETag, targets)); remove it when empty.
+    Failures are ignored: the cache only saves the next GC some reads."""
+    store = repo.store
+    try:
+        if not entries:
+            if cache_info is not None:
+                store.delete_many([FWD_CACHE_KEY])
+            return
+        body = json.dumps({p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()},
+                          separators=(",", ":")).encode()
+        data = seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
+        store.put_if_match(FWD_CACHE_KEY, data, cache_info.etag if cache_info is not None else None)
+    except SnapstoreError:
+        pass
 
 
 PUT_PARALLEL = 16
@@ -446,8 +508,9 @@ def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> None:
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
-            dry_run: bool, progress, fwd: dict, fwd_infos: dict, heads: list) -> list[bytes]:
-    """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids."""
+            dry_run: bool, progress, fwd: dict, fwd_infos: dict, heads: list, changed: set) -> list[bytes]:
+    """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids.
+    The retired packs whose existing forwarding records were rewritten are added to ``changed``."""
     store = repo.store
     for m in heads:  # decode each run's newest list in order: dictionaries then come for free
         try:
@@ -505,6 +568,7 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
                 new_targets.extend(sorted(moved.get(t, ())))
         new_targets = list(dict.fromkeys(new_targets))
         info = fwd_infos.get(old)
+        changed.add(old)
         try:
             store.put_if_match(keys.fwd_key(old), encode_forward(new_targets), info.etag if info else None)
             fwd[old] = new_targets
