@@ -393,6 +393,9 @@ def main() -> int:
     deleted_cat: Counter = Counter()
     t_start = time.monotonic()
     deadline = t_start + args.seconds
+    # with --keep, every GC cycle's pack sets (listed, live, retired, deleted, new candidates) go to
+    # gc-events.jsonl next to the repository, to trace a failure back to the GC that caused it
+    events_file = open(work / "gc-events.jsonl", "w") if args.keep else None
     next_report = t_start + 30
     loads = []
     dead_writers = []
@@ -401,8 +404,18 @@ def main() -> int:
     while time.monotonic() < deadline:
         t = time.perf_counter()
         t_wall = time.time()
+        event = {"cycle": gc_cycles + len(gc_errors), "t": round(time.monotonic() - t_start, 3)}
+
+        def hooks_for(ev):
+            def note(name):
+                def f(**info):
+                    ev[name] = {k: sorted(x.hex() if isinstance(x, bytes) else x for x in v) if isinstance(v, (set, frozenset)) else v
+                                for k, v in info.items() if isinstance(v, (set, frozenset, int, float, str))}
+                    ev[name]["t"] = round(time.monotonic() - t_start, 3)
+                return f
+            return {n: note(n) for n in ("after_list", "after_mark", "after_repack", "before_sweep")}
         try:
-            rep = gmgr.gc(grace_period=args.grace)
+            rep = gmgr.gc(grace_period=args.grace, hooks=hooks_for(event))
             gc_cycles += 1
             gc_log.append({"t": round(time.monotonic() - t_start, 2), "seconds": round(rep.elapsed, 3),
                            "live_checkpoints": rep.live_checkpoints, "live_packs": rep.live_packs,
@@ -429,6 +442,8 @@ def main() -> int:
                 except FileNotFoundError:
                     gc_diag.append(f"{key}: does not exist now")
         gc_times.append(time.perf_counter() - t)
+        if events_file is not None:
+            events_file.write(json.dumps(event) + "\n")
         dead_writers = [p.name for p in procs if not p.is_alive()]
         if dead_writers:
             print(f"writer(s) died: {dead_writers}", flush=True)
@@ -507,8 +522,14 @@ def main() -> int:
             print(f"  first error of writer {wr['writer']}: " + short_tb(wr["errors"][0]))
             break
 
+    if events_file is not None:
+        events_file.close()
     print("\ncheck A (right after the load) ...", flush=True)
     chk_a = check(root, expected, args.grace)
+    if args.keep and (chk_a["errors"] or chk_a["mismatches"]):
+        # objects are immutable: a hard-link copy is a snapshot of the repository at check A
+        subprocess.run(["cp", "-al", root, root.rstrip("/") + "-check-a"], check=False)
+        print(f"  snapshot of the failing repository: {root.rstrip('/')}-check-a")
     print(f"  verify(read_data=True): {len(chk_a['errors'])} errors, warnings {chk_a['warnings']}, checked "
           f"{chk_a['checked']} ({chk_a['verify_seconds']}s)")
     print(f"  latest() of {chk_a['runs_compared']} runs vs writers' records: {len(chk_a['mismatches'])} mismatches")

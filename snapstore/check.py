@@ -292,14 +292,13 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         repo.prefetch(r.pack for _, r in spine.top_down())
         for level, r in spine.top_down():
             visit_ref(r, level)
-    # dictionaries: a pack whose data block has a dictionary needs that state's messages
-    # (packs found on the way are appended to reach.order and visited in turn)
+    # dictionaries: a pack whose data block has a dictionary needs that state's messages (packs
+    # found on the way are appended to reach.order and visited in turn). This includes a retired
+    # pack that still holds a live entry its repack did not copy: readers read that entry there.
     i = 0
     while i < len(reach.order):
         pid = reach.order[i]
         i += 1
-        if pid in reach.fwd:
-            continue
         try:
             pack = repo.get_pack(pid)
         except SnapstoreError as e:

@@ -30,7 +30,7 @@ import fastcdc
 import orjson
 
 from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, ObjectNotFound,
-                     PreconditionFailed, RepositoryError, RepositoryNotFound)
+                     PreconditionFailed, RepositoryError, RepositoryNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
@@ -352,6 +352,21 @@ class Repository:
 
     def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
         pack = self.locate(pack_id, etype, eid)
+        try:
+            return self._entry_in(pack, etype, eid, ctx)
+        except SnapstoreError:
+            # A retired pack exists until GC deletes it, but what its data block's dictionary is
+            # made of may already be gone: GC keeps a retired pack's dependencies only while the pack
+            # itself holds a live entry. Its live entries were copied (without a dictionary) to the
+            # packs its forwarding record names, so read the entry there.
+            for new in self.forward(pack.id) or ():
+                try:
+                    return self._entry_in(self.locate(new, etype, eid, {pack.id}), etype, eid, ctx)
+                except (ObjectNotFound, IntegrityError):
+                    continue
+            raise
+
+    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None) -> bytes:
         e = pack.entries[(etype, eid)]
         spec = pack.blocks[e.block].dict
         d = None

@@ -527,3 +527,42 @@ def test_forwarding_records_are_read_once_then_come_from_the_cache():
     for _ in range(2):
         m.gc(grace_period=0)
     assert sorted(store.raw()) == ["config"]
+
+
+def test_retired_pack_whose_dictionary_is_gone_is_read_through_its_forwarding_record():
+    """A retired pack exists until GC deletes it (a grace period after it became a candidate), but
+    once retired, what its data block's dictionary is made of is no longer kept: a later repack may
+    drop it. A reader that finds an entry in such a pack must read it from the pack's forwarding
+    targets (the load test found this: verify and out-of-order reads failed while the pack was
+    waiting for deletion)."""
+    import base64
+    import random
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, gc_grace_period=G, clock=clock)
+    a = [{"role": "user", "content": _text(i, 3000)} for i in range(5)]
+    d = {"role": "assistant", "content": _text(2, 3000) + " and something new"}  # compressed against a
+    e = {"role": "tool", "content": base64.b64encode(random.Random(5).randbytes(40_000)).decode()}
+    X = {"role": "system", "content": "summary"}
+    m.save("r", a)                   # pack A
+    m.save("r", a + [d, e])          # pack P: d's block uses a dictionary made of a's messages
+    last = m.save("r", [X, d, e])    # rewritten: only P's entries are reused
+    m.prune(keep_last=1)
+    expect = {("r", last): [X, d, e]}
+
+    def gc(**kw):
+        clock.advance(G + 1)
+        m.gc(**kw)
+        assert_clean(store, expect)
+    gc(small_pack_bytes=20_000)  # A and the last save's pack are repacked; P (big) is not
+    gc(small_pack_bytes=20_000)  # A becomes a candidate (its entries moved)
+    gc(small_pack_bytes=20_000)  # A is deleted; a's messages live on in A's successor (P's dictionary)
+    gc(small_pack_bytes=1 << 20)  # now P is repacked and retired, and still exists
+    # P is retired: a's messages are needed by nothing now, so the next repack drops them
+    clock.advance(G + 1)
+    m.gc(max_unused=0.0)
+    packs = [k for k in store.raw() if k.startswith("packs/")]
+    assert len(packs) >= 2  # P is still there, waiting for its grace period
+    assert_clean(store, expect)
+    got = CheckpointManager(store).get("r", last).messages
+    assert json.dumps(got) == json.dumps([X, d, e])
