@@ -56,6 +56,7 @@ class GCReport:
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
+        redirected_forward: existing forwarding records rewritten to point past a pack retired now.
         pending_candidates: unreferenced packs waiting for the grace period to pass.
         elapsed: seconds.
     """
@@ -74,6 +75,7 @@ class GCReport:
     repack_bytes_in: int = 0
     repack_bytes_out: int = 0
     pending_candidates: int = 0
+    redirected_forward: int = 0
     elapsed: float = 0.0
 
     @property
@@ -92,6 +94,7 @@ class GCReport:
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
                 "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
                 "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
+                "redirected_forward": self.redirected_forward,
                 "elapsed": round(self.elapsed, 3)}
 
 
@@ -279,6 +282,13 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         unused = 1 - live_raw / total
         if unused > max_unused or packs[pid].size < small_pack_bytes:
             select.append((packs[pid].mtime, pid, unused))
+    # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite of
+    # each of those records when it is merged again; merge such packs only MERGE_OUTPUTS at a time,
+    # so that a record is rewritten O(log) times, not once per GC, while writers keep adding packs.
+    targets = {t for ts in fwd.values() for t in ts}
+    small_targets = [x for x in select if x[1] in targets and x[2] <= max_unused]
+    if len(small_targets) < MERGE_OUTPUTS:
+        select = [x for x in select if not (x[1] in targets and x[2] <= max_unused)]
     select.sort()
     worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
     if select and worth:
@@ -387,6 +397,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if new_cand_p or new_cand_f:
             rep.written_objects += 1
             rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
+        _write_forward_cache(repo, rep, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd},
+                             infos.get(FWD_CACHE_KEY), dry_run=True)
         return
 
     # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
@@ -422,7 +434,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
     # the forwarding records this GC neither wrote, redirected nor deleted, for the next GC
-    _write_forward_cache(repo, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd
+    _write_forward_cache(repo, rep, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd
                                 and p not in changed_fwd}, infos.get(FWD_CACHE_KEY))
     hook("after_sweep")
 
@@ -466,22 +478,31 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> dict[bytes, list
     return out
 
 
-def _write_forward_cache(repo: Repository, entries: dict, cache_info) -> None:
+def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cache_info, dry_run: bool = False) -> None:
     """Replace ``gc/fwd-cache`` with ``entries`` (pack id -> (ETag, targets)); remove it when empty.
-    Failures are ignored: the cache only saves the next GC some reads."""
+    Failures are ignored: the cache only saves the next GC some reads. ``dry_run``: count only."""
     store = repo.store
     try:
         if not entries:
             if cache_info is not None:
-                store.delete_many([FWD_CACHE_KEY])
+                if not dry_run:
+                    store.delete_many([FWD_CACHE_KEY])
+                rep.deleted["gc"] += 1
+                rep.deleted_bytes += cache_info.size
             return
         body = json.dumps({p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()},
                           separators=(",", ":")).encode()
         data = seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
-        store.put_if_match(FWD_CACHE_KEY, data, cache_info.etag if cache_info is not None else None)
+        if not dry_run:
+            store.put_if_match(FWD_CACHE_KEY, data, cache_info.etag if cache_info is not None else None)
+        rep.written_bytes += len(data) - (cache_info.size if cache_info is not None else 0)
+        rep.written_objects += 1 if cache_info is None else 0
     except SnapstoreError:
         pass
 
+
+MERGE_OUTPUTS = 8
+"""Small packs that forwarding records point at are merged only when at least this many are small."""
 
 PUT_PARALLEL = 16
 """Writes GC keeps in flight when it writes many objects (new packs, forwarding records)."""
@@ -570,7 +591,10 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         info = fwd_infos.get(old)
         changed.add(old)
         try:
-            store.put_if_match(keys.fwd_key(old), encode_forward(new_targets), info.etag if info else None)
+            fw = encode_forward(new_targets)
+            store.put_if_match(keys.fwd_key(old), fw, info.etag if info else None)
+            rep.redirected_forward += 1
+            rep.written_bytes += len(fw) - (info.size if info else 0)
             fwd[old] = new_targets
             with repo._lock:
                 repo._fwd[old] = new_targets

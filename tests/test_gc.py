@@ -566,3 +566,25 @@ def test_retired_pack_whose_dictionary_is_gone_is_read_through_its_forwarding_re
     assert_clean(store, expect)
     got = CheckpointManager(store).get("r", last).messages
     assert json.dumps(got) == json.dumps([X, d, e])
+
+
+def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_gc():
+    """A writer saving between GCs: each GC merges the new per-save packs, and a small pack that
+    forwarding records point at is merged again only with enough others (gc.MERGE_OUTPUTS), so a
+    forwarding record is redirected O(log) times rather than once per GC (which was quadratic)."""
+    from snapstore.gc import MERGE_OUTPUTS
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    msgs = []
+    redirects = 0
+    for cycle in range(40):
+        for i in range(5):
+            msgs = msgs + [{"role": "user", "content": f"msg {cycle} {i} " + "x y z " * 50}]
+            last = m.save("r", msgs)
+        redirects += m.gc(grace_period=0).redirected_forward
+    fwd = sum(k.startswith("fwd/") for k in store.raw())
+    packs = sum(k.startswith("packs/") for k in store.raw())
+    assert fwd == 200
+    assert redirects <= 4 * fwd, (redirects, fwd)   # merging on every GC: about 2,700
+    assert packs <= MERGE_OUTPUTS + 1
+    assert_clean(store, {("r", last): msgs})
