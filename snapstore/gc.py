@@ -252,7 +252,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_list", packs=set(packs))
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
-    fwd = _read_forwards(repo, fwds, infos.get(FWD_CACHE_KEY))
+    fwd, fwd_cached = _read_forwards(repo, fwds, infos.get(FWD_CACHE_KEY))
+    cur = dict(fwds)  # forwarding record -> its current ObjectInfo (updated as this GC writes)
     with repo._lock:  # retired packs already deleted: go straight to their forwarding records
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
@@ -271,10 +272,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
 
     # ---- repack: mostly-dead packs and small live packs
     retired_now: list[bytes] = []
-    changed_fwd: set = set()
     select = []
     for pid, needed in reach.packs.items():
         if pid in fwd:
+            # retired, yet it holds live entries its forwarding record does not lead to (referenced
+            # again after its repack dropped them): move them too, and extend its record
+            select.append((packs[pid].mtime, pid, 1.0))
             continue
         pack = repo.get_pack(pid)
         total = sum(e.length for e in pack.entries.values()) or 1
@@ -294,7 +297,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if select and worth:
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fwds, heads, changed_fwd)
+                              dry_run, progress, fwd, cur, heads, grace)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -322,6 +325,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if grace == 0:
         del_packs = {p for p in unref_packs if p in packs or p in retired_now}
         del_fwd = set(unref_fwd)
+        # the records of deleted packs that no hint names directly: the sweep rewrites the records
+        # that lead to them, so nothing will (with grace > 0 the next GC finds them unreferenced)
+        del_fwd |= {p for p in del_packs if p in fwds and p not in reach.hinted}
     else:
         del_packs = {p for p in unref_packs if p.hex() in matured_p and p in packs and packs[p].mtime <= mature}
         del_fwd = {p for p in unref_fwd if p.hex() in matured_f and fwds[p].mtime <= mature}
@@ -397,8 +403,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if new_cand_p or new_cand_f:
             rep.written_objects += 1
             rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
-        _write_forward_cache(repo, rep, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd},
-                             infos.get(FWD_CACHE_KEY), dry_run=True)
+        _write_forward_cache(repo, rep, {p: (cur[p].etag, fwd[p]) for p in cur if p not in del_fwd and p in fwd},
+                             fwd_cached, infos.get(FWD_CACHE_KEY), dry_run=True)
         return
 
     # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
@@ -408,6 +414,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.put(ck, body)
         rep.written_objects += 1
         rep.written_bytes += len(body)
+    kept = _splice_forwards(repo, rep, del_packs, del_fwd, fwd, cur, fwds)
+    del_packs -= kept
     doomed = [keys.pack_key(p) for p in del_packs]
     for i in range(0, len(doomed), 1000):
         store.delete_many(doomed[i:i + 1000])
@@ -434,8 +442,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
     # the forwarding records this GC neither wrote, redirected nor deleted, for the next GC
-    _write_forward_cache(repo, rep, {p: (fwds[p].etag, fwd[p]) for p in fwds if p not in del_fwd and p in fwd
-                                and p not in changed_fwd}, infos.get(FWD_CACHE_KEY))
+    _write_forward_cache(repo, rep, {p: (cur[p].etag, fwd[p]) for p in cur if p not in del_fwd and p in fwd},
+                         fwd_cached, infos.get(FWD_CACHE_KEY))
     hook("after_sweep")
 
 
@@ -443,8 +451,9 @@ FWD_CACHE_MAGIC = b"SNFC"
 FWD_CACHE_KEY = "gc/fwd-cache"
 
 
-def _read_forwards(repo: Repository, fwds: dict, cache_info) -> dict[bytes, list[bytes]]:
-    """Every forwarding record listed in ``fwds`` (pack id -> ObjectInfo): retired pack -> new packs.
+def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes, list[bytes]], dict]:
+    """Every forwarding record listed in ``fwds`` (pack id -> ObjectInfo): retired pack -> new packs;
+    and the cache as read (its JSON form, empty if none).
 
     Records whose listed ETag equals the one in ``gc/fwd-cache`` (written by the previous GC) come
     from the cache; the others are read, ``PUT_PARALLEL`` at a time. Also primes the repository's
@@ -475,13 +484,17 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> dict[bytes, list
         got = [repo.forward(p) for p in todo]
     for pid, to in zip(todo, got):
         out[pid] = to or []  # deleted since the listing: forwards nowhere
-    return out
+    return out, cache
 
 
-def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cache_info, dry_run: bool = False) -> None:
-    """Replace ``gc/fwd-cache`` with ``entries`` (pack id -> (ETag, targets)); remove it when empty.
-    Failures are ignored: the cache only saves the next GC some reads. ``dry_run``: count only."""
+def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cached: dict, cache_info,
+                         dry_run: bool = False) -> None:
+    """Replace ``gc/fwd-cache`` with ``entries`` (pack id -> (ETag, targets)) unless it already says
+    that (``cached``: its content as read); remove it when empty. Failures are ignored: the cache
+    only saves the next GC some reads. ``dry_run``: count only."""
     store = repo.store
+    if cache_info is not None and cached == {p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()}:
+        return
     try:
         if not entries:
             if cache_info is not None:
@@ -508,30 +521,68 @@ PUT_PARALLEL = 16
 """Writes GC keeps in flight when it writes many objects (new packs, forwarding records)."""
 
 
-def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> None:
+def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> dict:
     """Create every ``(key, data)``, ``PUT_PARALLEL`` at a time. An existing key is left as it is
     when ``exist_ok`` (a rerun of an interrupted GC), else PreconditionFailed is raised (a pack id
-    collision). Raises the first error after all writes have finished."""
+    collision). Returns key -> ObjectInfo (None for a key that existed). Raises the first error
+    after all writes have finished."""
     def one(item):
         try:
-            store.put(*item)
+            return store.put(*item)
         except PreconditionFailed:
             if not exist_ok:
                 raise
+            return None
     if len(items) <= 1:
-        for it in items:
-            one(it)
-        return
+        return {it[0]: one(it) for it in items}
     with ThreadPoolExecutor(min(PUT_PARALLEL, len(items)), thread_name_prefix="snapstore-gc-put") as pool:
-        futures = [pool.submit(one, it) for it in items]
-    for f in futures:
-        f.result()
+        futures = [(it[0], pool.submit(one, it)) for it in items]
+    return {k: f.result() for k, f in futures}
+
+
+def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict, cur: dict,
+                     listed: dict) -> set:
+    """Before packs are deleted, rewrite every forwarding record that names one of them to name
+    that pack's own targets instead (so chains through deleted packs disappear). Records are
+    rewritten only here, never when a pack is retired: until the retired pack is deleted (after
+    a grace period and a new mark) a record still leads to it. Returns the packs that must not be
+    deleted after all (a record naming them could not be rewritten)."""
+    def expand(t, seen):
+        if t not in del_packs:
+            return [t]
+        if t in seen:
+            return []
+        seen.add(t)
+        return [x for n in fwd.get(t, ()) for x in expand(n, seen)]
+
+    kept: set = set()
+    todo = []
+    for old, targets in fwd.items():
+        if old in del_fwd or old not in listed or not del_packs.intersection(targets):
+            continue  # (records not listed were written by this GC and name new packs only)
+        new = list(dict.fromkeys(x for t in targets for x in expand(t, set())))
+        todo.append((old, new))
+    for old, new in todo:
+        info = cur.get(old)
+        fw = encode_forward(new)
+        try:
+            got = repo.store.put_if_match(keys.fwd_key(old), fw, info.etag if info else None)
+        except (PreconditionFailed, ObjectNotFound):
+            kept |= del_packs.intersection(fwd[old])  # unexpected (GC holds the lock): keep them
+            continue
+        cur[old] = got
+        fwd[old] = new
+        rep.redirected_forward += 1
+        rep.written_bytes += len(fw) - (info.size if info else 0)
+        with repo._lock:
+            repo._fwd[old] = new
+    return kept
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
-            dry_run: bool, progress, fwd: dict, fwd_infos: dict, heads: list, changed: set) -> list[bytes]:
+            dry_run: bool, progress, fwd: dict, fwd_info: dict, heads: list, grace: float) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids.
-    The retired packs whose existing forwarding records were rewritten are added to ``changed``."""
+    ``fwd`` (record -> targets) and ``fwd_info`` (record -> ObjectInfo) are updated with what is written."""
     store = repo.store
     for m in heads:  # decode each run's newest list in order: dictionaries then come for free
         try:
@@ -572,32 +623,34 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         rep.repack_bytes_out += len(data)
         rep.written_bytes += len(data)
         rep.written_objects += 1
-    # packs reached only through older forwarding records get none: those are redirected below
-    fws = [(keys.fwd_key(pid), encode_forward(sorted(moved.get(pid, ())))) for pid in pids if pid in reach.hinted]
-    _put_all(store, fws, exist_ok=True)
+    # a forwarding record for every retired pack that hints or older records lead to; a pack
+    # retired before (see the selection) keeps its targets and gets the new ones added
+    named = {t for ts in fwd.values() for t in ts}
+    fws = []
+    for pid in pids:
+        if pid in fwd:
+            to = list(dict.fromkeys(list(fwd[pid]) + sorted(moved.get(pid, ()))))
+            info = fwd_info.get(pid)
+            fw = encode_forward(to)
+            try:
+                fwd_info[pid] = store.put_if_match(keys.fwd_key(pid), fw, info.etag if info else None)
+            except (PreconditionFailed, ObjectNotFound):
+                continue  # changed meanwhile: the pack stays retired-but-live, next GC tries again
+            fwd[pid] = to
+            rep.written_bytes += len(fw) - (info.size if info else 0)
+        else:
+            fwd[pid] = sorted(moved.get(pid, ()))
+            if pid in reach.hinted or (grace and pid in named):
+                fws.append((keys.fwd_key(pid), encode_forward(fwd[pid])))
+            # else nothing leads to it but records that are spliced when it is deleted, which with
+            # grace 0 is in this GC: the record would be unreferenced at once
+    for k, info in _put_all(store, fws, exist_ok=True).items():
+        if info is not None:
+            fwd_info[bytes.fromhex(k[len(keys.FWD):])] = info
     for _, fw in fws:
         rep.written_bytes += len(fw)
         rep.written_objects += 1
-    # keep forwarding one hop deep: older records that point at a pack retired now point past it
-    retired = set(pids)
-    for old, targets in fwd.items():
-        if old in retired or not retired.intersection(targets):
-            continue
-        new_targets = [t for t in targets if t not in retired]
-        for t in targets:
-            if t in retired:
-                new_targets.extend(sorted(moved.get(t, ())))
-        new_targets = list(dict.fromkeys(new_targets))
-        info = fwd_infos.get(old)
-        changed.add(old)
-        try:
-            fw = encode_forward(new_targets)
-            store.put_if_match(keys.fwd_key(old), fw, info.etag if info else None)
-            rep.redirected_forward += 1
-            rep.written_bytes += len(fw) - (info.size if info else 0)
-            fwd[old] = new_targets
-            with repo._lock:
-                repo._fwd[old] = new_targets
-        except (PreconditionFailed, ObjectNotFound):
-            pass  # changed meanwhile: readers follow the chain instead
+    with repo._lock:
+        for pid in pids:
+            repo._fwd.pop(pid, None)
     return list(pids)

@@ -672,3 +672,65 @@ def test_stale_gc_lock_is_taken_over():
     w.gc(lock_timeout=1800)
     assert LOCK_KEY not in w.store.raw()
     w.check()
+
+
+# ------------------------------------------------------------------------------------------------
+# GC reads a run's manifests while its writer saves and prunes
+
+
+class _FirstManifestGet:
+    """Runs ``action`` inside the first GET of a manifest key (then never again). The GC using it
+    reads with one thread, so no other manifest is read before the action has finished."""
+
+    def __init__(self, store: MemoryStore, prefix: str, action):
+        self.store, self.prefix, self.action = store, prefix, action
+        self.fired = False
+        self.real_get = store.get
+        store.get = self.get
+
+    def get(self, key, *a, **kw):
+        if key.startswith(self.prefix) and not self.fired:
+            self.fired = True
+            self.action()
+        return self.real_get(key, *a, **kw)
+
+    def remove(self):
+        self.store.get = self.real_get
+
+
+def test_run_pruned_and_extended_while_gc_reads_its_manifests():
+    """GC lists the run log, then the run's writer saves a new checkpoint and prunes every older one,
+    then GC reads the listed manifests: they are gone, and the new one was not listed, so the run
+    looks empty to this GC. A pack shared with another live run is then mostly dead and is repacked
+    without the run's entries. The new checkpoint (an in-flight write from GC's view) still reaches
+    those entries through the forwarding records of the packs it names; repacking must not point
+    those records away from the retired pack that holds them (only its deletion, after a grace
+    period and a new mark, may)."""
+    w = World(G)
+    A, a_msgs, _ = warm_writer(w, "a", n=6, tag="a")
+    _, b_msgs, _ = warm_writer(w, "b", n=6, tag="b")
+    w.clock.advance(G)
+    w.gc()  # the per-save packs of both runs are merged into one pack, with forwarding records
+    for _ in range(2):  # the per-save packs become candidates, then are deleted
+        w.clock.advance(G + 1)
+        w.gc()
+    assert len(w.packs()) == 1
+    w.clock.advance(G)
+
+    def writer_moves_on():
+        a_new = a_msgs + [msg("a", 99)]
+        w.save(A, "a", a_new)
+        for s in A.prune(keep_last=1, run_id="a"):
+            w.gone("a", s.id)
+        w.clock.advance(1)
+    trigger = _FirstManifestGet(w.store, "runs/", writer_moves_on)
+    repo = CheckpointManager(w.store).repo
+    repo._max_workers = 1  # one reader thread: the first manifest GET runs the writer to completion
+    gc(repo, grace_period=G)
+    trigger.remove()
+    assert trigger.fired
+    w.check()
+    for _ in range(4):  # later GCs see the new checkpoint; retired packs are deleted on schedule
+        w.clock.advance(G + 1)
+        w.gc()
+        w.check()
