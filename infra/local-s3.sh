@@ -150,7 +150,8 @@ cmd_stop() {
     say "local-s3: pid $pid did not exit on TERM; sending KILL"
     kill -9 "$pid" 2>/dev/null || true
   fi
-  rm -f "$PIDFILE"
+  rm -f "$PIDFILE" "$LOGFILE"
+  rmdir "$STATE" 2>/dev/null || true
   say "local-s3: stopped (pid $pid)"
 }
 

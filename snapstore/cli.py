@@ -852,11 +852,19 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
         rows.append((f"{would}repack" if dry else "repacked",
                      f"{_plural(rep.repacked_packs, 'pack')} ({human_size(rep.repack_bytes_in)}) into {into}"))
     b, o = rep.reclaimed_bytes, rep.reclaimed_objects
+    if o >= 0:
+        objs = f"{_plural(o, 'object')} fewer"
+    else:  # new packs and forwarding records outnumber what was deleted
+        objs = f"{_plural(-o, 'object')} more (new packs and forwarding records)"
     if b >= 0:
-        rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes), {_plural(o, 'object')}"))
+        rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes); {objs}"))
+    elif rep.repacked_packs and rep.grace_period > 0:
+        rows.append((f"{would}reclaim" if dry else "reclaimed",
+                     f"none yet: {human_size(-b)} ({-b} bytes) more stored until the repacked packs are "
+                     f"deleted (after the grace period, by a later gc); {objs}"))
     else:
-        rows.append(("reclaimed", f"none yet: {human_size(-b)} ({-b} bytes) and {_plural(-o, 'object')} more "
-                                  "until the repacked packs are deleted"))
+        rows.append((f"{would}reclaim" if dry else "reclaimed",
+                     f"nothing: {human_size(-b)} ({-b} bytes) more stored; {objs}"))
     if rep.pending_candidates:
         rows.append(("pending", f"{_plural(rep.pending_candidates, 'unreferenced pack')} "
                                 f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
