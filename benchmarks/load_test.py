@@ -97,7 +97,7 @@ def fwd_chains(repo) -> dict:
     fwd = {}
     for info in repo.store.list("fwd/"):
         pid = info.key.split("/")[1]
-        fwd[pid] = [p.hex() for p in (repo.forward(bytes.fromhex(pid)) or [])]
+        fwd[pid] = [p.hex() for p in (repo.forward(bytes.fromhex(pid), fresh=True) or [])]
     memo: dict = {}
 
     def hops(p, depth=0):

@@ -369,7 +369,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     for fk in fwd_keys:
         pid = bytes.fromhex(fk.split("/")[1])
         try:
-            fwd[pid] = repo.forward(pid)
+            fwd[pid] = repo.forward(pid, fresh=True)
         except SnapstoreError as e:
             rep.errors.append(Problem("corrupt-forward", fk, str(e)))
     live = []

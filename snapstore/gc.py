@@ -27,14 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-import zstandard
-
 from .check import mark, read_all_runs
 from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
 from .format.codec import open_envelope, seal_envelope
 from .format.ids import PACK_ID_BYTES
-from .format.manifest import FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_index, encode_forward
+from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
+                              encode_forward, encode_forward_cache)
 from .format.pack import PackBuilder
 from .repository import Repository
 
@@ -447,13 +446,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_sweep")
 
 
-FWD_CACHE_MAGIC = b"SNFC"
-FWD_CACHE_KEY = "gc/fwd-cache"
+FWD_CACHE_KEY = keys.FWD_CACHE
 
 
 def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes, list[bytes]], dict]:
     """Every forwarding record listed in ``fwds`` (pack id -> ObjectInfo): retired pack -> new packs;
-    and the cache as read (its JSON form, empty if none).
+    and the cache as read (empty if none).
 
     Records whose listed ETag equals the one in ``gc/fwd-cache`` (written by the previous GC) come
     from the cache; the others are read, ``PUT_PARALLEL`` at a time. Also primes the repository's
@@ -462,16 +460,15 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes
     cache: dict = {}
     if cache_info is not None:
         try:
-            _, body = open_envelope(FWD_CACHE_KEY, FWD_CACHE_MAGIC, repo.store.get(FWD_CACHE_KEY))
-            cache = json.loads(zstandard.ZstdDecompressor().decompress(body))
-        except (ObjectNotFound, SnapstoreError, ValueError, zstandard.ZstdError):
+            cache = decode_forward_cache(FWD_CACHE_KEY, repo.store.get(FWD_CACHE_KEY))
+        except (ObjectNotFound, SnapstoreError):
             cache = {}  # advisory only: read every record
     out: dict[bytes, list[bytes]] = {}
     todo = []
     for pid, info in fwds.items():
-        c = cache.get(pid.hex())
+        c = cache.get(pid)
         if c is not None and c[0] == info.etag:
-            out[pid] = [bytes.fromhex(t) for t in c[1]]
+            out[pid] = list(c[1])
         else:
             todo.append(pid)
     with repo._lock:
@@ -479,9 +476,9 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes
         repo._fwd.update(out)
     if len(todo) > 1:
         with ThreadPoolExecutor(min(PUT_PARALLEL, len(todo)), thread_name_prefix="snapstore-gc-get") as pool:
-            got = list(pool.map(repo.forward, todo))
+            got = list(pool.map(lambda p: repo.forward(p, fresh=True), todo))
     else:
-        got = [repo.forward(p) for p in todo]
+        got = [repo.forward(p, fresh=True) for p in todo]
     for pid, to in zip(todo, got):
         out[pid] = to or []  # deleted since the listing: forwards nowhere
     return out, cache
@@ -493,7 +490,7 @@ def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cached:
     that (``cached``: its content as read); remove it when empty. Failures are ignored: the cache
     only saves the next GC some reads. ``dry_run``: count only."""
     store = repo.store
-    if cache_info is not None and cached == {p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()}:
+    if cache_info is not None and cached == {p: (etag, list(to)) for p, (etag, to) in entries.items()}:
         return
     try:
         if not entries:
@@ -503,9 +500,7 @@ def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cached:
                 rep.deleted["gc"] += 1
                 rep.deleted_bytes += cache_info.size
             return
-        body = json.dumps({p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()},
-                          separators=(",", ":")).encode()
-        data = seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
+        data = encode_forward_cache(entries)
         if not dry_run:
             store.put_if_match(FWD_CACHE_KEY, data, cache_info.etag if cache_info is not None else None)
         rep.written_bytes += len(data) - (cache_info.size if cache_info is not None else 0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,8 +35,8 @@ from .errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidI
 from .format import keys
 from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
-from .format.manifest import (KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest,
-                              RepoConfig, decode_forward, decode_index, encode_index)
+from .format.manifest import (KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, RepoConfig,
+                              decode_forward, decode_forward_cache, decode_index, encode_index)
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, TreeParams, decode_node, decode_pieces, encode_pieces
 from .stores.base import ObjectStore
@@ -166,6 +167,9 @@ class Repository:
         self._dicts: dict = {}
         self._fwd: dict = {}
         self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
+        self._hints: dict | None = None  # retired pack -> targets, from gc/fwd-cache (advisory)
+        self._hints_at = 0.0
+        self._hints_lock = threading.Lock()
         self._nodes: dict = {}  # node id -> decoded (level, items)
 
     # ------------------------------------------------------------------------------------------
@@ -285,7 +289,18 @@ class Repository:
         claimed = set(todo)
         claim_lock = threading.Lock()
 
+        hints = self.forward_hints(load=False)
+
         def one(p, depth=0):
+            hint = hints.get(p)
+            if hint and depth < 4:  # retired as of the last GC: fetch where its entries went
+                for t in hint:
+                    with claim_lock:
+                        if t in claimed:
+                            continue
+                        claimed.add(t)
+                    one(t, depth + 1)
+                return
             try:
                 self.get_pack(p)
             except ObjectNotFound:
@@ -304,11 +319,51 @@ class Repository:
             return
         list(self._pool_get().map(one, todo))
 
-    def forward(self, pack_id: bytes) -> list[bytes] | None:
-        """Return the packs a retired (repacked) pack's entries moved to, or None if not retired."""
+    HINTS_MAX_AGE = 60.0
+    """Seconds after which a failed forwarding hint makes the reader load ``gc/fwd-cache`` again."""
+
+    def forward_hints(self, load: bool = True) -> dict:
+        """Retired pack -> the packs its entries moved to, as of the last GC (``gc/fwd-cache``).
+
+        Advisory: GC may have changed a record since, so a reader uses a hint only as the first
+        place to look (entries are verified by content id) and falls back to the record itself.
+        Loaded with one GET the first time a reader meets a retired pack (``load``); ``{}`` when
+        there is no cache or it is unreadable.
+        """
         with self._lock:
-            if pack_id in self._fwd:
-                return self._fwd[pack_id]
+            if self._hints is not None or not load:
+                return self._hints or {}
+        with self._hints_lock:  # one GET, whichever thread gets here first
+            with self._lock:
+                if self._hints is not None:
+                    return self._hints
+            try:
+                hints = {p: to for p, (_, to) in
+                         decode_forward_cache(keys.FWD_CACHE, self.store.get(keys.FWD_CACHE)).items()}
+            except SnapstoreError:  # none (ObjectNotFound) or unreadable: read the records themselves
+                hints = {}
+            with self._lock:
+                self._hints, self._hints_at = hints, time.monotonic()
+            return hints
+
+    def _hint_failed(self) -> None:
+        with self._lock:
+            if self._hints is not None and time.monotonic() - self._hints_at > self.HINTS_MAX_AGE:
+                self._hints = None  # load again on the next miss
+
+    def forward(self, pack_id: bytes, fresh: bool = False) -> list[bytes] | None:
+        """Return the packs a retired (repacked) pack's entries moved to, or None if not retired.
+
+        Answers from memory, then from the forwarding hints (:meth:`forward_hints`), then by reading
+        ``fwd/<pack>``; ``fresh`` skips memory and hints.
+        """
+        if not fresh:
+            with self._lock:
+                if pack_id in self._fwd:
+                    return self._fwd[pack_id]
+            hint = self.forward_hints().get(pack_id)
+            if hint is not None:
+                return hint
         key = keys.fwd_key(pack_id)
         try:
             to = decode_forward(key, self.store.get(key))
@@ -328,6 +383,17 @@ class Repository:
             ObjectNotFound: the pack is gone and no forwarding record leads to the entry.
             IntegrityError: the pack exists but lacks the entry.
         """
+        with self._lock:
+            cached = pack_id in self._cache
+        hint = None if cached else self.forward_hints(load=False).get(pack_id)
+        if hint:  # retired as of the last GC: look where its entries went first (no GET of a 404)
+            seen = set(_seen or ()) | {pack_id}
+            for new in hint:
+                try:
+                    return self.locate(new, etype, eid, seen)
+                except (ObjectNotFound, IntegrityError):
+                    continue
+            self._hint_failed()
         try:
             pack = self.get_pack(pack_id)
         except ObjectNotFound:
@@ -336,7 +402,7 @@ class Repository:
                 raise
             seen.add(pack_id)
             for attempt in range(2):
-                to = self.forward(pack_id)
+                to = self.forward(pack_id, fresh=attempt > 0)
                 for new in to or ():
                     try:
                         return self.locate(new, etype, eid, seen)

@@ -505,16 +505,10 @@ def test_forwarding_records_are_read_once_then_come_from_the_cache():
     assert_clean(store, expect)
 
     # a cache entry whose ETag no longer matches is ignored, whatever it says
-    import json as _json
-    import zstandard
-    from snapstore.format.codec import open_envelope, seal_envelope
-    from snapstore.gc import FWD_CACHE_MAGIC
-    _, body = open_envelope(FWD_CACHE_KEY, FWD_CACHE_MAGIC, real_get(FWD_CACHE_KEY))
-    cache = _json.loads(zstandard.ZstdDecompressor().decompress(body))
-    for k in cache:
-        cache[k] = ["not-the-etag", ["00" * 8]]
-    data = seal_envelope(FWD_CACHE_MAGIC, 1, zstandard.ZstdCompressor().compress(_json.dumps(cache).encode()))
-    store.put_if_match(FWD_CACHE_KEY, data, store.head(FWD_CACHE_KEY).etag)
+    from snapstore.format.manifest import decode_forward_cache, encode_forward_cache
+    cache = decode_forward_cache(FWD_CACHE_KEY, real_get(FWD_CACHE_KEY))
+    cache = {p: ("not-the-etag", [b"\0" * 8]) for p in cache}
+    store.put_if_match(FWD_CACHE_KEY, encode_forward_cache(cache), store.head(FWD_CACHE_KEY).etag)
     gets.clear()
     m.gc(grace_period=0)
     assert len([k for k in gets if k.startswith("fwd/")]) == len(cache)
@@ -588,3 +582,57 @@ def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_g
     assert redirects <= 4 * fwd, (redirects, fwd)   # merging on every GC: about 2,700
     assert packs <= MERGE_OUTPUTS + 1
     assert_clean(store, {("r", last): msgs})
+
+
+def test_cold_restore_after_gc_uses_the_forwarding_hints():
+    """After GC retired every per-save pack, a new reader restoring the newest checkpoint reads
+    ``gc/fwd-cache`` once instead of a 404 and a forwarding record per retired pack; hints that went
+    stale (GC changed records since) still lead to the data through the records themselves."""
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock)
+    msgs = []
+    for i in range(60):
+        msgs = msgs + [msg("h", i)]
+        last = m.save("r", msgs)
+    for _ in range(3):
+        clock.advance(3 * G)
+        m.gc(grace_period=G)
+    retired = [k for k in store.raw() if k.startswith("fwd/")]
+    assert len(retired) >= 50 and "gc/fwd-cache" in store.raw()
+
+    def cold_restore():
+        gets, misses = [], []
+        real_get = store.get
+
+        def counting_get(key, *a, **kw):
+            gets.append(key)
+            try:
+                return real_get(key, *a, **kw)
+            except Exception:
+                misses.append(key)
+                raise
+        store.get = counting_get
+        try:
+            got = CheckpointManager(store).get("r", last).messages
+        finally:
+            store.get = real_get
+        assert json.dumps(got) == json.dumps(msgs)
+        return gets, misses
+
+    gets, misses = cold_restore()
+    assert gets.count("gc/fwd-cache") == 1
+    assert not [k for k in gets if k.startswith("fwd/")] and len(misses) <= 2, (len(gets), misses)
+    assert len(gets) <= 8, gets
+
+    # stale hints: records rewritten and packs deleted by GCs after the cache was written
+    stale = store.raw()["gc/fwd-cache"]
+    for i in range(60, 80):
+        msgs = msgs + [msg("h", i)]
+        last = m.save("r", msgs)
+    for _ in range(3):
+        clock.advance(3 * G)
+        m.gc(grace_period=G, max_unused=0.0)
+    store.put_if_match("gc/fwd-cache", stale, store.head("gc/fwd-cache").etag)
+    gets, misses = cold_restore()
+    assert CheckpointManager(store).verify(read_data=True).ok

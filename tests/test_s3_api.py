@@ -561,16 +561,10 @@ def test_restore_of_10k_messages_takes_depth_plus_3_round_trips(store):
 
 def test_restore_after_gc_repack_stays_bounded(s3_inprocess_store):
     """After gc() merges a run's small packs, restoring must stay cheap: every object fetched once,
-    and a bounded number of round trips (here: at most 3 per restore step, i.e. 3 x (depth + 3),
-    allowing a missing-pack GET, a forwarding-record GET and the new pack's GET per step).
-
-    Fails (snapstore bug): tree nodes and refs keep their hints to the retired packs (by design,
-    format.md section 13), but ``Repository.get_pack`` does not remember that a pack is gone and
-    ``prefetch`` does not follow forwarding records. So every entry read first re-GETs its retired
-    pack (404) on the calling thread, then follows the cached forwarding record: about one
-    sequential GET per message and node. With 400 messages in 200 saves: ~930 GETs of which ~530
-    repeat a 404 of one of the 200 retired keys, in ~670 sequential round trips (vs about 7 round
-    trips and 201 GETs before gc). (In-process moto: the count matters here, not the latency.)
+    and a bounded number of round trips (at most 3 per restore step, i.e. 3 x (depth + 3)). Tree
+    nodes keep their hints to the retired packs (format.md section 13); the reader meets one 404,
+    loads ``gc/fwd-cache`` once and from then on fetches the new packs directly (before the cache
+    and the gone-pack memory, every entry re-GET its retired pack: ~930 GETs in ~670 round trips).
     """
     store = s3_inprocess_store
     mem = MemoryStore()

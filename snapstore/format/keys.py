@@ -29,6 +29,8 @@ def pack_id_from_key(key: str) -> bytes | None:
 
 FWD = "fwd/"
 GC = "gc/"
+FWD_CACHE = "gc/fwd-cache"
+"""Written by GC: every forwarding record it knows, with its ETag (advisory; see docs/format.md §13)."""
 
 
 def fwd_key(pack_id: bytes) -> str:

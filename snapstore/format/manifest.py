@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import zstandard
+
 from ..errors import IntegrityError, RepositoryError, UnsupportedFormatError
 from .codec import dumps_exact, loads_exact, open_envelope, seal_envelope
 
@@ -173,6 +175,26 @@ def decode_forward(key: str, data: bytes) -> list[bytes]:
         return [bytes.fromhex(h) for h in json.loads(body)["to"]]
     except (ValueError, KeyError, TypeError) as e:
         raise IntegrityError(key, f"malformed forwarding record: {e}") from None
+
+
+FWD_CACHE_MAGIC = b"SNFC"
+
+
+def encode_forward_cache(entries: dict[bytes, tuple[str, list[bytes]]]) -> bytes:
+    """Encode the forwarding-record cache: retired pack -> (the record's ETag, its targets)."""
+    body = json.dumps({p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()},
+                      separators=(",", ":")).encode()
+    return seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
+
+
+def decode_forward_cache(key: str, data: bytes) -> dict[bytes, tuple[str, list[bytes]]]:
+    """Inverse of :func:`encode_forward_cache`. Raises IntegrityError on a malformed object."""
+    _, body = open_envelope(key, FWD_CACHE_MAGIC, data)
+    try:
+        d = json.loads(zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30))
+        return {bytes.fromhex(p): (str(v[0]), [bytes.fromhex(t) for t in v[1]]) for p, v in d.items()}
+    except (ValueError, KeyError, TypeError, IndexError, zstandard.ZstdError) as e:
+        raise IntegrityError(key, f"malformed forwarding-record cache: {e}") from None
 
 
 @dataclass
