@@ -535,6 +535,44 @@ def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> dict:
     return {k: f.result() for k, f in futures}
 
 
+class _PackWriter:
+    """Builds and creates new packs as the repack closes them, ``PUT_PARALLEL`` writes at a time and
+    at most ``MAX_PENDING`` bytes in flight; counts them in the report. ``finish`` waits for every
+    write and raises the first error (a pack id collision raises PreconditionFailed)."""
+
+    MAX_PENDING = 64 << 20
+
+    def __init__(self, store, rep: GCReport, dry_run: bool):
+        self.store, self.rep, self.dry_run = store, rep, dry_run
+        self.pool = None if dry_run else ThreadPoolExecutor(PUT_PARALLEL, thread_name_prefix="snapstore-gc-put")
+        self.pending: list = []  # (future, bytes)
+        self.done: list = []
+
+    def close(self, b: PackBuilder) -> None:
+        if b.empty:
+            return
+        if self.dry_run:
+            self.rep.new_packs += 1
+            return
+        data, _ = b.build()
+        self.rep.new_packs += 1
+        self.rep.repack_bytes_out += len(data)
+        self.rep.written_bytes += len(data)
+        self.rep.written_objects += 1
+        self.pending.append((self.pool.submit(self.store.put, keys.pack_key(b.pack_id), data), len(data)))
+        while sum(n for _, n in self.pending) > self.MAX_PENDING:
+            f, _ = self.pending.pop(0)
+            f.exception()  # wait; errors are raised by finish()
+            self.done.append(f)
+
+    def finish(self) -> None:
+        if self.pool is None:
+            return
+        self.pool.shutdown(wait=True)
+        for f in self.done + [f for f, _ in self.pending]:
+            f.result()
+
+
 def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict, cur: dict,
                      listed: dict) -> set:
     """Before packs are deleted, rewrite every forwarding record that names one of them to name
@@ -584,40 +622,37 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             repo.decode_blocks(m)
         except SnapstoreError:
             pass  # the copy below reads entries one by one and reports what is wrong
-    # decode in list order where possible so dictionaries come from the fast path
-    builders: list[PackBuilder] = []
+    # new packs are built and written as they fill up (at most _PackWriter.MAX_PENDING bytes in
+    # flight), so memory stays bounded by one open pack plus the writes in progress
+    writer = _PackWriter(store, rep, dry_run)
     cur = None
     moved: dict[bytes, set] = defaultdict(set)
     size_in = 0
-    for i, pid in enumerate(pids):
-        pack = repo.get_pack(pid)
-        size_in += len(pack.data)
-        needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
-        for etype, eid in needed:
-            if (etype, eid) not in pack.entries:
-                continue
-            raw = repo._entry(etype, eid, pid)
-            if cur is None or cur.raw_bytes > target:
-                cur = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
-                builders.append(cur)
-            cur.add(etype, eid, raw)
-            moved[pid].add(cur.pack_id)
-        if progress:
-            progress("repack", i + 1, len(pids))
+    try:
+        for i, pid in enumerate(pids):
+            pack = repo.get_pack(pid)
+            size_in += len(pack.data)
+            needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
+            for etype, eid in needed:
+                if (etype, eid) not in pack.entries:
+                    continue
+                raw = repo._entry(etype, eid, pid)
+                if cur is None or cur.raw_bytes > target:
+                    if cur is not None:
+                        writer.close(cur)
+                    cur = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
+                cur.add(etype, eid, raw)
+                moved[pid].add(cur.pack_id)
+            if progress:
+                progress("repack", i + 1, len(pids))
+        if cur is not None:
+            writer.close(cur)
+    finally:
+        writer.finish()  # every new pack is durable before any forwarding record names one
     rep.repacked_packs = len(pids)
     rep.repack_bytes_in = size_in
     if dry_run:
-        rep.new_packs = len(builders)
         return list(pids)
-    # the new packs first (all of them durable before any forwarding record names one), then the
-    # forwarding records; each group is written PUT_PARALLEL at a time
-    new = [(keys.pack_key(b.pack_id), b.build()[0]) for b in builders if not b.empty]
-    _put_all(store, new, exist_ok=False)
-    for _, data in new:
-        rep.new_packs += 1
-        rep.repack_bytes_out += len(data)
-        rep.written_bytes += len(data)
-        rep.written_objects += 1
     # a forwarding record for every retired pack that hints or older records lead to; a pack
     # retired before (see the selection) keeps its targets and gets the new ones added
     named = {t for ts in fwd.values() for t in ts}
