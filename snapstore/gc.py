@@ -11,7 +11,11 @@ argument is in docs/format.md, section 13. In short:
   ``grace_period=0`` (the caller asserts no other writers) unreferenced objects go at once.
 * Mostly-dead packs, and small live packs (the per-save packs), are *repacked*: live entries are
   copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record
-  ``fwd/<old>`` names the new packs, and the old pack is retired (it becomes a candidate).
+  ``fwd/<old>`` names the new packs, and the old pack is retired (the next GC makes it a
+  candidate). Forwarding records that name a pack are rewritten to name its targets only when that
+  pack is deleted, so a retired pack stays reachable for as long as it exists.
+* ``gc/fwd-cache`` keeps every forwarding record with its ETag: the next GC reads only the records
+  that changed, and readers use it as hints (see :meth:`Repository.forward_hints`).
 * Ages come from the store's object timestamps, never the local clock.
 * One GC at a time: ``gc/lock`` is created create-only and removed at the end; a lock older than
   ``lock_timeout`` seconds (store time) is considered stale.
