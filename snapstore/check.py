@@ -103,8 +103,9 @@ def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None 
 
 
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
-                  on_error: Callable[[str, Exception], None] | None = None) -> dict[str, RunLog]:
-    """Read every manifest of every run (in parallel) and classify them.
+                  on_error: Callable[[str, Exception], None] | None = None, light: bool = False) -> dict[str, RunLog]:
+    """Read every manifest of every run (in parallel) and classify them (``light``: without user
+    fields and inline session states, see :meth:`Manifest.from_bytes`).
 
     Args:
         repo: the repository.
@@ -124,7 +125,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
     def one(item):
         rk, k = item
         try:
-            return rk, k, repo.read_manifest_key(k), None
+            return rk, k, repo.read_manifest_key(k, light), None
         except ObjectNotFound as e:
             return rk, k, None, e
         except SnapstoreError as e:

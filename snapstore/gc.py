@@ -229,7 +229,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             index_by_run[parts[1]].append(info)
         else:
             others.append(info)
-    logs = read_all_runs(repo, keys_by_run)
+    logs = read_all_runs(repo, keys_by_run, light=True)
     for log in logs.values():
         if log.corrupt:
             k, err = log.corrupt[0]

@@ -990,10 +990,11 @@ class Repository:
         """Key of manifest ``seq`` of a run."""
         return keys.manifest_key(run_key, seq)
 
-    def read_manifest_key(self, key: str) -> Manifest:
+    def read_manifest_key(self, key: str, light: bool = False) -> Manifest:
         """Read and verify one manifest (also that it belongs under ``key``: its run and sequence
-        number must match). Raises ObjectNotFound, IntegrityError."""
-        m = Manifest.from_bytes(key, self.store.get(key))
+        number must match); ``light``: see :meth:`Manifest.from_bytes`. Raises ObjectNotFound,
+        IntegrityError."""
+        m = Manifest.from_bytes(key, self.store.get(key), light)
         parts = key.split("/")
         if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
             raise IntegrityError(key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of this key")

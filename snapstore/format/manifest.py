@@ -113,8 +113,9 @@ class Manifest:
         return seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, body, MANIFEST_DICT_V1)
 
     @classmethod
-    def from_bytes(cls, key: str, data: bytes) -> "Manifest":
-        """Decode and verify.
+    def from_bytes(cls, key: str, data: bytes, light: bool = False) -> "Manifest":
+        """Decode and verify. ``light``: drop the user fields and an inline session state (what
+        garbage collection does not need; saves memory when every manifest is held at once).
 
         Raises:
             IntegrityError: corrupt or malformed (names ``key``).
@@ -131,10 +132,10 @@ class Manifest:
             if kind == KIND_CHECKPOINT:
                 m.checkpoint_id = d["id"]
                 m.parent_id = d.get("parent")
-                m.fields = {k: d.get(k) for k in USER_FIELDS}
+                m.fields = {} if light else {k: d.get(k) for k in USER_FIELDS}
                 m.session_state_ref = d.get("session_state_ref")
                 m.has_session_state = "session_state" in d or m.session_state_ref is not None
-                m.session_state = d.get("session_state")
+                m.session_state = None if light else d.get("session_state")
                 msgs = d["messages"]
                 m.count, m.size, m.digest, m.state = msgs["count"], msgs["bytes"], msgs["digest"], msgs["state"]
                 m.origin = d.get("origin")
