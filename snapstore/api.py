@@ -460,8 +460,9 @@ class CheckpointManager:
             undo()
             if parent_id is not None:
                 raise  # explicit parent: the caller's save loop moves to the new head and retries
-            raise ConflictError(f"run {run_id!r} changed: position {seq} was taken by another writer; "
-                                "call latest() and retry, or fork() the run") from None
+            raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
+                                f"checkpoints after the one this save continues (log position {seq} is "
+                                "taken); call latest() and retry, or fork() the run") from None
         v.pending = None
         v.head_seq = seq
         v.head_write_id = m.write_id

@@ -321,7 +321,7 @@ def test_lost_reply_on_publish_returns_the_same_checkpoint():
 @pytest.mark.parametrize("state", [{"small": 1}, {"blob": "s" * 5000}], ids=["inline-state", "large-state"])
 def test_lost_reply_retry_with_session_state(state):
     """BUG: retrying a save whose manifest PUT landed but whose reply was lost gets ConflictError
-    ("position 1 was taken by another writer") when the save has a session state larger than
+    ("another writer saved ... (log position 1 is taken)") when the save has a session state larger than
     ``inline_state_max`` (4 KiB): the writer's own checkpoint is taken for another writer's.
 
     The retry is recognised by a fingerprint of the prepared save (api.py, ``_save_once``), which
