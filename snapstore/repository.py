@@ -24,8 +24,8 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 from datetime import datetime, timezone
+from typing import Callable
 
 import fastcdc
 import orjson
@@ -292,27 +292,23 @@ class Repository:
         hints = self.forward_hints(load=False)
 
         def one(p, depth=0):
-            hint = hints.get(p)
-            if hint and depth < 4:  # retired as of the last GC: fetch where its entries went
-                for t in hint:
-                    with claim_lock:
-                        if t in claimed:
-                            continue
-                        claimed.add(t)
-                    one(t, depth + 1)
-                return
-            try:
-                self.get_pack(p)
-            except ObjectNotFound:
-                # retired by GC: fetch where its entries went, in this same parallel wave (once)
-                for t in (self.forward(p) or ()) if depth < 4 else ():
-                    with claim_lock:
-                        if t in claimed:
-                            continue
-                        claimed.add(t)
-                    one(t, depth + 1)
-            except IntegrityError:
-                pass  # corrupt: the read that needs it reports it
+            # retired by GC (as of the last GC's hints, or found missing): fetch where its entries
+            # went instead, in this same parallel wave (each target once)
+            to = hints.get(p) if depth < 4 else None
+            if not to:
+                try:
+                    self.get_pack(p)
+                    return
+                except ObjectNotFound:
+                    to = self.forward(p)
+                except IntegrityError:
+                    return  # corrupt: the read that needs it reports it
+            for t in (to or ()) if depth < 4 else ():
+                with claim_lock:
+                    if t in claimed:
+                        continue
+                    claimed.add(t)
+                one(t, depth + 1)
         if len(todo) <= 1:
             for p in todo:
                 one(p)
