@@ -444,7 +444,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
-    # the forwarding records this GC neither wrote, redirected nor deleted, for the next GC
+    # every forwarding record left, with its current ETag (as listed, or as this GC wrote it)
     _write_forward_cache(repo, rep, {p: (cur[p].etag, fwd[p]) for p in cur if p not in del_fwd and p in fwd},
                          fwd_cached, infos.get(FWD_CACHE_KEY))
     hook("after_sweep")
@@ -458,14 +458,14 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes
     and the cache as read (empty if none).
 
     Records whose listed ETag equals the one in ``gc/fwd-cache`` (written by the previous GC) come
-    from the cache; the others are read, ``PUT_PARALLEL`` at a time. Also primes the repository's
-    forwarding cache and its set of deleted packs.
+    from the cache; the others are read afresh, in parallel on the repository's GET pool. The
+    repository's in-memory forwarding cache is reset to what the cache says.
     """
     cache: dict = {}
     if cache_info is not None:
         try:
             cache = decode_forward_cache(FWD_CACHE_KEY, repo.store.get(FWD_CACHE_KEY))
-        except (ObjectNotFound, SnapstoreError):
+        except SnapstoreError:  # gone since the listing, or unreadable
             cache = {}  # advisory only: read every record
     out: dict[bytes, list[bytes]] = {}
     todo = []
@@ -479,8 +479,7 @@ def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes
         repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
         repo._fwd.update(out)
     if len(todo) > 1:
-        with ThreadPoolExecutor(min(PUT_PARALLEL, len(todo)), thread_name_prefix="snapstore-gc-get") as pool:
-            got = list(pool.map(lambda p: repo.forward(p, fresh=True), todo))
+        got = list(repo._pool_get().map(lambda p: repo.forward(p, fresh=True), todo))
     else:
         got = [repo.forward(p, fresh=True) for p in todo]
     for pid, to in zip(todo, got):
@@ -520,17 +519,14 @@ PUT_PARALLEL = 16
 """Writes GC keeps in flight when it writes many objects (new packs, forwarding records)."""
 
 
-def _put_all(store, items: list[tuple[str, bytes]], exist_ok: bool) -> dict:
-    """Create every ``(key, data)``, ``PUT_PARALLEL`` at a time. An existing key is left as it is
-    when ``exist_ok`` (a rerun of an interrupted GC), else PreconditionFailed is raised (a pack id
-    collision). Returns key -> ObjectInfo (None for a key that existed). Raises the first error
-    after all writes have finished."""
+def _put_all(store, items: list[tuple[str, bytes]]) -> dict:
+    """Create every ``(key, data)``, ``PUT_PARALLEL`` at a time; an existing key is left as it is (a
+    rerun of an interrupted GC). Returns key -> ObjectInfo (None for a key that existed). Raises the
+    first other error after all writes have finished."""
     def one(item):
         try:
             return store.put(*item)
         except PreconditionFailed:
-            if not exist_ok:
-                raise
             return None
     if len(items) <= 1:
         return {it[0]: one(it) for it in items}
@@ -678,7 +674,7 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
                 fws.append((keys.fwd_key(pid), encode_forward(fwd[pid])))
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
-    for k, info in _put_all(store, fws, exist_ok=True).items():
+    for k, info in _put_all(store, fws).items():
         if info is not None:
             fwd_info[bytes.fromhex(k[len(keys.FWD):])] = info
     for _, fw in fws:
