@@ -31,6 +31,8 @@ from snapstore.errors import (CheckpointNotFound, ConflictError, RunNotFound, Sn
 from snapstore.importers import load_trajectory
 from snapstore.stores import LocalStore, MemoryStore
 
+from fake_clock import Clock
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
 WRITES = ("put", "put_if_match", "delete_many")
@@ -39,17 +41,6 @@ G = 100.0
 # A save whose own retention step (max_checkpoints) hits an injected fault still succeeds and warns
 # that retention was not applied: that is the behaviour under test, not a problem of the run.
 pytestmark = pytest.mark.filterwarnings("ignore:run 'r'. could not apply max_checkpoints:UserWarning")
-
-
-class Clock:
-    def __init__(self, t: float = 1_750_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 class InjectedFault(StoreError):

@@ -14,21 +14,12 @@ from snapstore.errors import ConflictError, InvalidInputError, StoreError
 from snapstore.importers import load_trajectory
 from snapstore.stores import LocalStore, MemoryStore
 
+from fake_clock import Clock
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
 TRAJECTORIES = ["minisweagent-astroid1333-chat.traj.json", "claudecode-cctrace-phase0.jsonl",
                 "sweagent-marshmallow1867-fcreplace.traj"]
 G = 100.0
-
-
-class Clock:
-    def __init__(self, t: float = 1_750_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def stored(store) -> tuple[int, int]:

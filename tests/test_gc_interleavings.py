@@ -25,20 +25,9 @@ from snapstore.errors import ConflictError, ObjectNotFound
 from snapstore.gc import LOCK_KEY, gc
 from snapstore.stores import MemoryStore
 
+from fake_clock import Clock
+
 G = 100.0  # the grace period used by GC and by the writers' re-check rule
-
-
-class Clock:
-    """One controllable clock for store timestamps (seconds since the epoch) and writers' monotonic time."""
-
-    def __init__(self, t: float = 1_750_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def msg(tag: str, i: int, size: int = 120) -> dict:
