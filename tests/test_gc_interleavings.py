@@ -60,6 +60,12 @@ class World:
         kw.setdefault("grace_period", self.grace)
         return gc(CheckpointManager(self.store).repo, **kw)
 
+    def collect(self, times: int) -> None:
+        """``times`` GCs, each 1.5 x G after the previous step (so candidates mature)."""
+        for _ in range(times):
+            self.clock.advance(1.5 * G)
+            self.gc()
+
     def packs(self) -> set:
         return {k for k in self.store.raw() if k.startswith("packs/")}
 
@@ -196,10 +202,7 @@ def test_writer_step_x_gc_phase(step, phase, action, advance):
     else:
         w.save(W, "r", new)
     w.check()
-    w.clock.advance(1.5 * G)
-    w.gc()
-    w.clock.advance(1.5 * G)
-    w.gc()
+    w.collect(times=2)
     w.check()
 
 
@@ -236,10 +239,7 @@ def test_repack_under_a_warm_writer(grace):
     msgs = msgs + [msg("a", 7)]
     w.save(W, "r", msgs)                 # still hinting at packs that no longer exist
     w.check()
-    w.clock.advance(1.5 * G)
-    w.gc()
-    w.clock.advance(1.5 * G)
-    w.gc()
+    w.collect(times=2)
     w.check()
 
 
