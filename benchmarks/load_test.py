@@ -64,6 +64,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+from package_snapshot import snapshot_package  # noqa: E402  (benchmarks/ is on sys.path)
+
 _WORDS = """the a to of and in is that for it this with on be as are we not file function test should
 will can now let me check see need error value return code change fix issue line call class method
 module import output run first then look at from by if which when case expected result update use
@@ -301,36 +303,6 @@ def check(root: str, expected: dict, grace: float) -> dict:
             "warnings": dict(Counter(p.code for p in rep.warnings)), "checked": rep.checked,
             "runs_compared": len(expected), "mismatches": mismatches,
             "stored_bytes": stats["stored_bytes"], "objects": {k: v["count"] for k, v in stats["objects"].items()}}
-
-
-def snapshot_package(dest: Path, code: str = "head") -> tuple[Path, str]:
-    """Copy the snapstore package to ``dest/snapstore``; return ``(dest, description)``.
-
-    ``code="head"`` (or any git revision): the package as committed there (``git archive``,
-    read-only), so edits in progress in the working tree are not measured; ``"worktree"``: the
-    working tree as it is now.
-    """
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    rev = "HEAD" if code == "head" else code
-    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD" if code == "worktree" else rev],
-                            capture_output=True, text=True).stdout.strip()
-    if code != "worktree":
-        arch = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit, "snapstore"], capture_output=True,
-                              check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
-        desc = f"commit {commit[:10]} ({rev}, committed code)"
-    else:
-        shutil.copytree(REPO_ROOT / "snapstore", dest / "snapstore",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "snapstore"],
-                               capture_output=True, text=True).stdout.strip()
-        desc = f"working tree at {commit[:10]}" + (" (with uncommitted changes)" if dirty else "")
-    h = hashlib.sha256()
-    for f in sorted((dest / "snapstore").rglob("*.py")):
-        h.update(str(f.relative_to(dest)).encode() + b"\0" + f.read_bytes())
-    return dest, f"{desc}, package sha256 {h.hexdigest()[:12]}"
 
 
 def main() -> int:
