@@ -28,6 +28,8 @@ from snapstore.stores.local import LocalStore
 from snapstore.stores.s3 import S3Store
 
 from s3_fixtures import _dummy_env, make_store, new_bucket_name
+from fake_text import WORDS as _WORDS
+from fake_text import text as _text
 
 KINDS = ["local", "s3", "s3-http"]
 HTTP_PREFIX = "agents/team-a"
@@ -147,21 +149,6 @@ def mgr_factory(request, tmp_path, monkeypatch):
 
 
 # --- messages ---------------------------------------------------------------------------------------
-
-_WORDS = ("the a to of and in is that for it this with on be as are we not file function test should "
-          "will can now let me check see need error value return code change fix issue line call class "
-          "method module import output run first then look at from by if which when case expected result "
-          "update use add new make sure works def self None True raise except traceback assert").split()
-
-
-def _text(rng: random.Random, nbytes: int) -> str:
-    out, n = [], 0
-    while n < nbytes:
-        w = rng.choice(_WORDS)
-        out.append(w)
-        n += len(w) + 1
-    return " ".join(out)
-
 
 def turn(i: int, seed: int = 0) -> list[dict]:
     """One agent turn: an assistant tool call and its tool result (~300-600 bytes of JSON)."""
