@@ -17,6 +17,7 @@ from .format import keys
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
+from .forwarding import ForwardMap
 from .repository import Repository
 
 
@@ -341,16 +342,16 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     """
     rep = VerifyReport()
     store = repo.store
-    all_keys = [i.key for i in store.list("")]
+    all_infos = list(store.list(""))
+    all_keys = [i.key for i in all_infos]
+    fwd_infos = [i for i in all_infos if i.key.startswith(keys.FWD)]
     packs_present = {}
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_keys: dict[str, list[str]] = defaultdict(list)
-    fwd_keys = []
     for k in all_keys:
         if k == keys.CONFIG:
             continue
         if k.startswith(keys.FWD):
-            fwd_keys.append(k)
             continue
         if k.startswith(keys.GC):
             continue
@@ -366,13 +367,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
         else:
             rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
     logs = read_all_runs(repo, keys_by_run)
-    fwd = {}
-    for fk in fwd_keys:
-        pid = bytes.fromhex(fk.split("/")[1])
-        try:
-            fwd[pid] = repo.forward(pid, fresh=True)
-        except SnapstoreError as e:
-            rep.errors.append(Problem("corrupt-forward", fk, str(e)))
+    fmap = ForwardMap.load(repo, fwd_infos)
+    for fk, err in fmap.errors:
+        rep.errors.append(Problem("corrupt-forward", fk, str(err)))
+    for fk in fwd_infos:
+        if keys.parse_fwd_key(fk.key) is None:
+            rep.warnings.append(Problem("unknown-object", fk.key, "not part of the snapstore layout"))
+    fwd = dict(fmap.to)
     live = []
     for rk, log in logs.items():
         for k, err in log.corrupt:
@@ -403,11 +404,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     reach = mark(repo, live, problems, fwd, set(packs_present))
     rep.errors.extend(problems)
     for pid, etype, eid in reach.unresolved:
-        rep.errors.append(Problem("missing-entry", keys.fwd_key(pid),
-                                  f"entry {chr(etype)} {eid.hex()} of a retired pack is in none of its forward packs"))
+        rep.errors.append(Problem("missing-entry", keys.fwd_shard_key(pid),
+                                  f"entry {chr(etype)} {eid.hex()} of retired pack {pid.hex()} is in none of "
+                                  "the packs its forwarding record names"))
     for pid in fwd:
         if pid not in reach.fwd_used:
-            rep.warnings.append(Problem("unreferenced-forward", keys.fwd_key(pid), "no live hint names the retired pack; reclaimed by GC"))
+            rep.warnings.append(Problem("unreferenced-forward", keys.fwd_shard_key(pid),
+                                        f"no live hint names retired pack {pid.hex()}; its record is dropped by GC"))
     # every needed entry must be in its pack
     for i, (pid, needed) in enumerate(reach.packs.items()):
         if pid not in packs_present:

@@ -827,7 +827,7 @@ def prune_cmd(ctx, run_id, dry_run, as_json, **rules):
 # repository-wide
 
 _GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index record"),
-                  ("forward", "forwarding record"), ("gc", "gc record"))
+                  ("forward", "forwarding-map object"), ("gc", "gc record"))
 
 
 def _gc_lines(rep) -> list[tuple[str, str]]:
@@ -854,8 +854,8 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
     b, o = rep.reclaimed_bytes, rep.reclaimed_objects
     if o >= 0:
         objs = f"{_plural(o, 'object')} fewer"
-    else:  # new packs and forwarding records outnumber what was deleted
-        objs = f"{_plural(-o, 'object')} more (new packs and forwarding records)"
+    else:  # new packs and forwarding-map shards outnumber what was deleted
+        objs = f"{_plural(-o, 'object')} more (new packs and forwarding-map shards)"
     if b >= 0:
         rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes); {objs}"))
     elif rep.repacked_packs and rep.grace_period > 0:

@@ -10,12 +10,13 @@ argument is in docs/format.md, section 13. In short:
   period, the pack is still unreferenced and the pack itself is older than the grace period. With
   ``grace_period=0`` (the caller asserts no other writers) unreferenced objects go at once.
 * Mostly-dead packs, and small live packs (the per-save packs), are *repacked*: live entries are
-  copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record
-  ``fwd/<old>`` names the new packs, and the old pack is retired (the next GC makes it a
-  candidate). Forwarding records that name a pack are rewritten to name its targets only when that
-  pack is deleted, so a retired pack stays reachable for as long as it exists.
-* ``gc/fwd-cache`` keeps every forwarding record with its ETag: the next GC reads only the records
-  that changed, and readers use it as hints (see :meth:`Repository.forward_hints`).
+  copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record in
+  the forwarding map (:mod:`snapstore.forwarding`, shards ``fwd/<2 hex>``) names the new packs,
+  and the old pack is retired (the next GC makes it a candidate). Forwarding records that name a
+  pack are rewritten to name its targets only when that pack is deleted, so a retired pack stays
+  reachable for as long as it exists.
+* ``gc/fwd-cache`` keeps the whole map in one object; readers use it as hints (see
+  :meth:`Repository.forward_hints`).
 * Ages come from the store's object timestamps, never the local clock.
 * One GC at a time: ``gc/lock`` is created create-only and removed at the end; a lock older than
   ``lock_timeout`` seconds (store time) is considered stale.
@@ -37,7 +38,8 @@ from .format import keys
 from .format.codec import open_envelope, seal_envelope
 from .format.ids import PACK_ID_BYTES
 from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
-                              encode_forward, encode_forward_cache)
+                              encode_forward_cache)
+from .forwarding import ForwardMap
 from .format.pack import PackBuilder
 from .repository import Repository
 
@@ -59,7 +61,10 @@ class GCReport:
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
-        redirected_forward: existing forwarding records rewritten to point past a pack retired now.
+        redirected_forward: existing forwarding records rewritten to point past a pack deleted now.
+        removed_forward: forwarding records dropped from the map (nothing leads to them any more).
+        deleted["forward"] counts forwarding-map objects deleted: shards left empty, and per-pack
+            records of the older layout once their shard holds them.
         pending_candidates: unreferenced packs waiting for the grace period to pass.
         elapsed: seconds.
     """
@@ -79,6 +84,7 @@ class GCReport:
     repack_bytes_out: int = 0
     pending_candidates: int = 0
     redirected_forward: int = 0
+    removed_forward: int = 0
     elapsed: float = 0.0
 
     @property
@@ -97,7 +103,7 @@ class GCReport:
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
                 "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
                 "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
-                "redirected_forward": self.redirected_forward,
+                "redirected_forward": self.redirected_forward, "removed_forward": self.removed_forward,
                 "elapsed": round(self.elapsed, 3)}
 
 
@@ -213,7 +219,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     infos: dict[str, object] = {}
     probes = []
     # ---- list everything once
-    packs, fwds, cands, others = {}, {}, {}, []
+    packs, fwd_listing, cands, others = {}, [], {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_by_run: dict[str, list] = defaultdict(list)
     # the run log first, then the data: every pack a manifest read here references was written
@@ -242,7 +248,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             if pid is not None:
                 packs[pid] = info
             elif k.startswith(keys.FWD):
-                fwds[bytes.fromhex(k[len(keys.FWD):])] = info
+                fwd_listing.append(info)
             elif k.startswith(CANDIDATES_PREFIX):
                 cands[k] = info
             elif k == FWD_CACHE_KEY:
@@ -255,9 +261,17 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     hook("after_list", packs=set(packs))
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
-    fwd, fwd_cached = _read_forwards(repo, fwds, infos.get(FWD_CACHE_KEY))
-    cur = dict(fwds)  # forwarding record -> its current ObjectInfo (updated as this GC writes)
-    with repo._lock:  # retired packs already deleted: go straight to their forwarding records
+    fwd_cached = _read_forward_cache(repo, infos.get(FWD_CACHE_KEY))
+    fmap = ForwardMap.load(repo, fwd_listing, fwd_cached)
+    if fmap.errors:
+        k, err = fmap.errors[0]
+        raise err if isinstance(err, SnapstoreError) else SnapstoreError(f"{k}: {err}")
+    listed = dict(fmap.time)  # forwarding records as read -> store time they were last written
+    fwd = dict(fmap.to)       # retired pack -> targets, including those of packs this GC retires
+    with repo._lock:
+        repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
+        repo._fwd.update(fwd)
+        # retired packs already deleted: go straight to their forwarding records
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
@@ -300,7 +314,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if select and worth:
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, cur, heads, grace)
+                              dry_run, progress, fwd, fmap, heads, grace, now)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -309,7 +323,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     unref_packs = {pid for pid in packs if pid not in reach.packs}
     if grace == 0:
         unref_packs |= set(retired_now)
-    unref_fwd = {pid for pid in fwds if pid not in reach.fwd_used}
+    unref_fwd = {pid for pid in listed if pid not in reach.fwd_used}
     matured_p, matured_f, matured_keys = set(), set(), []
     pending_p, pending_f = set(), set()
     for k, info in cands.items():
@@ -330,15 +344,15 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         del_fwd = set(unref_fwd)
         # the records of deleted packs that no hint names directly: the sweep rewrites the records
         # that lead to them, so nothing will (with grace > 0 the next GC finds them unreferenced)
-        del_fwd |= {p for p in del_packs if p in fwds and p not in reach.hinted}
+        del_fwd |= {p for p in del_packs if p in listed and p not in reach.hinted}
     else:
         del_packs = {p for p in unref_packs if p.hex() in matured_p and p in packs and packs[p].mtime <= mature}
-        del_fwd = {p for p in unref_fwd if p.hex() in matured_f and fwds[p].mtime <= mature}
+        del_fwd = {p for p in unref_fwd if p.hex() in matured_f and listed[p] <= mature}
     # a pack becomes a candidate only once its writer can no longer publish it (older than grace/2):
     # a reference made to it after it was marked would otherwise go unseen (docs/format.md §13)
     new_cand_p = sorted(p.hex() for p in unref_packs - del_packs
                         if p.hex() not in pending_p and p in packs and packs[p].mtime <= settled)
-    new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f and fwds[p].mtime <= settled)
+    new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f and listed[p] <= settled)
     rep.pending_candidates = len(unref_packs - del_packs)
 
     # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records. Log records
@@ -395,8 +409,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         for p in del_packs:
             rep.deleted["packs"] += 1
             rep.deleted_bytes += packs[p].size if p in packs else 0
-        rep.deleted["forward"] += len(del_fwd)
-        rep.deleted_bytes += sum(fwds[p].size for p in del_fwd)
+        _update_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now, dry_run=True)
         for k, size, cat in del_keys:
             rep.deleted[cat] += 1
             rep.deleted_bytes += size
@@ -406,8 +419,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if new_cand_p or new_cand_f:
             rep.written_objects += 1
             rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
-        _write_forward_cache(repo, rep, {p: (cur[p].etag, fwd[p]) for p in cur if p not in del_fwd and p in fwd},
-                             fwd_cached, infos.get(FWD_CACHE_KEY), dry_run=True)
+        _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY), dry_run=True)
         return
 
     # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
@@ -417,8 +429,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.put(ck, body)
         rep.written_objects += 1
         rep.written_bytes += len(body)
-    kept = _splice_forwards(repo, rep, del_packs, del_fwd, fwd, cur, fwds)
-    del_packs -= kept
+    _update_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now)
     doomed = [keys.pack_key(p) for p in del_packs]
     for i in range(0, len(doomed), 1000):
         store.delete_many(doomed[i:i + 1000])
@@ -427,10 +438,6 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     for p in del_packs:
         rep.deleted["packs"] += 1
         rep.deleted_bytes += packs[p].size if p in packs else 0
-    if del_fwd:
-        store.delete_many(keys.fwd_key(p) for p in del_fwd)
-        rep.deleted["forward"] += len(del_fwd)
-        rep.deleted_bytes += sum(fwds[p].size for p in del_fwd)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c in ("index", "gc")])
@@ -444,56 +451,32 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
-    # every forwarding record left, with its current ETag (as listed, or as this GC wrote it)
-    _write_forward_cache(repo, rep, {p: (cur[p].etag, fwd[p]) for p in cur if p not in del_fwd and p in fwd},
-                         fwd_cached, infos.get(FWD_CACHE_KEY))
+    # every forwarding record left, with the ETag of its shard
+    _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY))
     hook("after_sweep")
 
 
 FWD_CACHE_KEY = keys.FWD_CACHE
 
 
-def _read_forwards(repo: Repository, fwds: dict, cache_info) -> tuple[dict[bytes, list[bytes]], dict]:
-    """Every forwarding record listed in ``fwds`` (pack id -> ObjectInfo): retired pack -> new packs;
-    and the cache as read (empty if none).
-
-    Records whose listed ETag equals the one in ``gc/fwd-cache`` (written by the previous GC) come
-    from the cache; the others are read afresh, in parallel on the repository's GET pool. The
-    repository's in-memory forwarding cache is reset to what the cache says.
-    """
-    cache: dict = {}
-    if cache_info is not None:
-        try:
-            cache = decode_forward_cache(FWD_CACHE_KEY, repo.store.get(FWD_CACHE_KEY))
-        except SnapstoreError:  # gone since the listing, or unreadable
-            cache = {}  # advisory only: read every record
-    out: dict[bytes, list[bytes]] = {}
-    todo = []
-    for pid, info in fwds.items():
-        c = cache.get(pid)
-        if c is not None and c[0] == info.etag:
-            out[pid] = list(c[1])
-        else:
-            todo.append(pid)
-    with repo._lock:
-        repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
-        repo._fwd.update(out)
-    if len(todo) > 1:
-        got = list(repo._pool_get().map(lambda p: repo.forward(p, fresh=True), todo))
-    else:
-        got = [repo.forward(p, fresh=True) for p in todo]
-    for pid, to in zip(todo, got):
-        out[pid] = to or []  # deleted since the listing: forwards nowhere
-    return out, cache
+def _read_forward_cache(repo: Repository, cache_info) -> dict:
+    """``gc/fwd-cache`` as stored (``{}`` if absent or unreadable: it is advisory)."""
+    if cache_info is None:
+        return {}
+    try:
+        return decode_forward_cache(FWD_CACHE_KEY, repo.store.get(FWD_CACHE_KEY))
+    except SnapstoreError:
+        return {}
 
 
-def _write_forward_cache(repo: Repository, rep: GCReport, entries: dict, cached: dict, cache_info,
+def _write_forward_cache(repo: Repository, rep: GCReport, fmap: ForwardMap, cached: dict, cache_info,
                          dry_run: bool = False) -> None:
-    """Replace ``gc/fwd-cache`` with ``entries`` (pack id -> (ETag, targets)) unless it already says
-    that (``cached``: its content as read); remove it when empty. Failures are ignored: the cache
-    only saves the next GC some reads. ``dry_run``: count only."""
+    """Replace ``gc/fwd-cache`` with every record of ``fmap`` (pack id -> (its shard's ETag,
+    targets)) unless it already says that (``cached``: its content as read); remove it when the
+    map is empty. Failures are ignored: readers use the cache only as hints. ``dry_run``: count only."""
     store = repo.store
-    if cache_info is not None and cached == {p: (etag, list(to)) for p, (etag, to) in entries.items()}:
+    entries = {p: (fmap.shard_etag(p), to, fmap.time[p]) for p, to in fmap.to.items()}
+    if cache_info is not None and cached == {p: (etag, list(to), t) for p, (etag, to, t) in entries.items()}:
         return
     try:
         if not entries:
@@ -516,23 +499,7 @@ MERGE_OUTPUTS = 8
 """Small packs that forwarding records point at are merged only when at least this many are small."""
 
 PUT_PARALLEL = 16
-"""Writes GC keeps in flight when it writes many objects (new packs, forwarding records)."""
-
-
-def _put_all(store, items: list[tuple[str, bytes]]) -> dict:
-    """Create every ``(key, data)``, ``PUT_PARALLEL`` at a time; an existing key is left as it is (a
-    rerun of an interrupted GC). Returns key -> ObjectInfo (None for a key that existed). Raises the
-    first other error after all writes have finished."""
-    def one(item):
-        try:
-            return store.put(*item)
-        except PreconditionFailed:
-            return None
-    if len(items) <= 1:
-        return {it[0]: one(it) for it in items}
-    with ThreadPoolExecutor(min(PUT_PARALLEL, len(items)), thread_name_prefix="snapstore-gc-put") as pool:
-        futures = [(it[0], pool.submit(one, it)) for it in items]
-    return {k: f.result() for k, f in futures}
+"""Pack writes GC keeps in flight while repacking."""
 
 
 class _PackWriter:
@@ -573,13 +540,18 @@ class _PackWriter:
             f.result()
 
 
-def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict, cur: dict,
-                     listed: dict) -> set:
-    """Before packs are deleted, rewrite every forwarding record that names one of them to name
-    that pack's own targets instead (so chains through deleted packs disappear). Records are
-    rewritten only here, never when a pack is retired: until the retired pack is deleted (after
-    a grace period and a new mark) a record still leads to it. Returns the packs that must not be
-    deleted after all (a record naming them could not be rewritten)."""
+def _update_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict,
+                     fmap: ForwardMap, listed: dict, now: float, dry_run: bool = False) -> None:
+    """Before packs are deleted: rewrite ("splice") every forwarding record that names one of them
+    to name that pack's own targets instead (so chains through deleted packs disappear), drop the
+    records in ``del_fwd``, and write the changed shards (``dry_run``: count only).
+
+    Records are spliced only here, never when a pack is retired: until the retired pack is deleted
+    (after a grace period and a new mark) a record still leads to it.
+
+    Raises:
+        ConflictError: a shard changed meanwhile (see :meth:`ForwardMap.flush`): nothing is deleted.
+    """
     def expand(t, seen):
         if t not in del_packs:
             return [t]
@@ -588,34 +560,41 @@ def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: s
         seen.add(t)
         return [x for n in fwd.get(t, ()) for x in expand(n, seen)]
 
-    kept: set = set()
-    todo = []
+    spliced = {}
     for old, targets in fwd.items():
         if old in del_fwd or old not in listed or not del_packs.intersection(targets):
             continue  # (records not listed were written by this GC and name new packs only)
-        new = list(dict.fromkeys(x for t in targets for x in expand(t, set())))
-        todo.append((old, new))
-    for old, new in todo:
-        info = cur.get(old)
-        fw = encode_forward(new)
-        try:
-            got = repo.store.put_if_match(keys.fwd_key(old), fw, info.etag if info else None)
-        except (PreconditionFailed, ObjectNotFound):
-            kept |= del_packs.intersection(fwd[old])  # unexpected (GC holds the lock): keep them
-            continue
-        cur[old] = got
+        spliced[old] = list(dict.fromkeys(x for t in targets for x in expand(t, set())))
+    for old, new in spliced.items():
         fwd[old] = new
-        rep.redirected_forward += 1
-        rep.written_bytes += len(fw) - (info.size if info else 0)
+        fmap.set(old, new, now)
+    rep.redirected_forward += len(spliced)
+    removed = [p for p in del_fwd if p in fmap.to]
+    for p in removed:
+        fmap.remove(p)
+    rep.removed_forward += len(removed)
+    _account_flush(rep, fmap.flush(dry_run=dry_run))
+    if not dry_run:
         with repo._lock:
-            repo._fwd[old] = new
-    return kept
+            repo._fwd.update(spliced)
+
+
+def _account_flush(rep: GCReport, res) -> None:
+    rep.written_bytes += res.written_bytes
+    rep.written_objects += res.written_objects
+    rep.deleted["forward"] += res.deleted_objects
+    rep.deleted_bytes += res.deleted_bytes
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
-            dry_run: bool, progress, fwd: dict, fwd_info: dict, heads: list, grace: float) -> list[bytes]:
-    """Copy the live entries of ``pids`` into new packs, write forwarding records; return retired ids.
-    ``fwd`` (record -> targets) and ``fwd_info`` (record -> ObjectInfo) are updated with what is written."""
+            dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
+            now: float) -> list[bytes]:
+    """Copy the live entries of ``pids`` into new packs, then write their forwarding records (in
+    ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids.
+
+    Raises:
+        ConflictError: a forwarding-map shard changed meanwhile (the retired packs stay live).
+    """
     store = repo.store
     for m in heads:  # decode each run's newest list in order: dictionaries then come for free
         try:
@@ -656,30 +635,17 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     # a forwarding record for every retired pack that hints or older records lead to; a pack
     # retired before (see the selection) keeps its targets and gets the new ones added
     named = {t for ts in fwd.values() for t in ts}
-    fws = []
     for pid in pids:
         if pid in fwd:
-            to = list(dict.fromkeys(list(fwd[pid]) + sorted(moved.get(pid, ()))))
-            info = fwd_info.get(pid)
-            fw = encode_forward(to)
-            try:
-                fwd_info[pid] = store.put_if_match(keys.fwd_key(pid), fw, info.etag if info else None)
-            except (PreconditionFailed, ObjectNotFound):
-                continue  # changed meanwhile: the pack stays retired-but-live, next GC tries again
-            fwd[pid] = to
-            rep.written_bytes += len(fw) - (info.size if info else 0)
+            fwd[pid] = list(dict.fromkeys(list(fwd[pid]) + sorted(moved.get(pid, ()))))
+            fmap.set(pid, fwd[pid], now)
         else:
             fwd[pid] = sorted(moved.get(pid, ()))
             if pid in reach.hinted or (grace and pid in named):
-                fws.append((keys.fwd_key(pid), encode_forward(fwd[pid])))
+                fmap.set(pid, fwd[pid], now)
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
-    for k, info in _put_all(store, fws).items():
-        if info is not None:
-            fwd_info[bytes.fromhex(k[len(keys.FWD):])] = info
-    for _, fw in fws:
-        rep.written_bytes += len(fw)
-        rep.written_objects += 1
+    _account_flush(rep, fmap.flush())  # after the new packs are durable (writer.finish above)
     with repo._lock:
         for pid in pids:
             repo._fwd.pop(pid, None)

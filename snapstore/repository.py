@@ -36,7 +36,7 @@ from .format import keys
 from .format.codec import _ORJSON_OPTS, decode_json, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher, name_key, seq_hint
 from .format.manifest import (KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, RepoConfig,
-                              decode_forward, decode_forward_cache, decode_index, encode_index)
+                              decode_forward, decode_forward_cache, decode_forward_shard, decode_index, encode_index)
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, TreeParams, decode_node, decode_pieces, encode_pieces
 from .stores.base import ObjectStore
@@ -334,7 +334,7 @@ class Repository:
                 if self._hints is not None:
                     return self._hints
             try:
-                hints = {p: to for p, (_, to) in
+                hints = {p: v[1] for p, v in
                          decode_forward_cache(keys.FWD_CACHE, self.store.get(keys.FWD_CACHE)).items()}
             except SnapstoreError:  # none (ObjectNotFound) or unreadable: read the records themselves
                 hints = {}
@@ -351,7 +351,12 @@ class Repository:
         """Return the packs a retired (repacked) pack's entries moved to, or None if not retired.
 
         Answers from memory, then from the forwarding hints (:meth:`forward_hints`), then by reading
-        ``fwd/<pack>``; ``fresh`` skips memory and hints.
+        the forwarding-map shard ``fwd/<2 hex>`` (one GET; every record in it is remembered), and
+        for a pack the shard does not name, a per-pack record ``fwd/<16 hex>`` of a repository not
+        yet migrated (one more GET). ``fresh`` skips memory and hints.
+
+        Raises:
+            IntegrityError: the shard or record is corrupt.
         """
         if not fresh:
             with self._lock:
@@ -360,12 +365,22 @@ class Repository:
             hint = self.forward_hints().get(pack_id)
             if hint is not None:
                 return hint
-        key = keys.fwd_key(pack_id)
+        key = keys.fwd_shard_key(pack_id)
         try:
-            to = decode_forward(key, self.store.get(key))
+            shard = decode_forward_shard(key, self.store.get(key), pack_id[:1])
         except ObjectNotFound:
-            to = None
+            shard = {}
+        if pack_id in shard:
+            to = shard[pack_id][0]
+        else:
+            key = keys.fwd_key(pack_id)
+            try:
+                to = decode_forward(key, self.store.get(key))
+            except ObjectNotFound:
+                to = None
         with self._lock:
+            for p, (t, _) in shard.items():
+                self._fwd[p] = t
             self._fwd[pack_id] = to
         return to
 

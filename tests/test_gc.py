@@ -12,6 +12,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, InvalidInputError, StoreError
 from snapstore.importers import load_trajectory
+from snapstore.forwarding import read_forward_map
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
@@ -466,8 +467,8 @@ def test_identical_content_in_several_runs_and_a_fork_survives_repacking():
 
 
 def test_forwarding_records_are_read_once_then_come_from_the_cache():
-    """GC keeps the forwarding records it read (with their ETags) in ``gc/fwd-cache``; the next GC
-    reads only the records whose listed ETag differs. A stale or unreadable cache is never trusted."""
+    """GC keeps the forwarding map it read (with each shard's ETag) in ``gc/fwd-cache``; the next GC
+    reads only the shards whose listed ETag differs. A stale or unreadable cache is never trusted."""
     from snapstore.gc import FWD_CACHE_KEY
     store = MemoryStore()
     m = CheckpointManager(store)
@@ -478,8 +479,7 @@ def test_forwarding_records_are_read_once_then_come_from_the_cache():
     for s in m.prune(keep_last=3):
         del expect[("r", s.id)]
     m.gc(grace_period=0)
-    fwd_keys = [k for k in store.raw() if k.startswith("fwd/")]
-    assert len(fwd_keys) > 5
+    assert len(read_forward_map(m.repo).to) > 5
     while m.gc(grace_period=0).repacked_packs:  # until nothing is left to repack; each GC reads
         pass                                      # the records written (or redirected) before it
     assert FWD_CACHE_KEY in store.raw()
@@ -498,11 +498,11 @@ def test_forwarding_records_are_read_once_then_come_from_the_cache():
     # a cache entry whose ETag no longer matches is ignored, whatever it says
     from snapstore.format.manifest import decode_forward_cache, encode_forward_cache
     cache = decode_forward_cache(FWD_CACHE_KEY, real_get(FWD_CACHE_KEY))
-    cache = {p: ("not-the-etag", [b"\0" * 8]) for p in cache}
+    cache = {p: ("not-the-etag", [b"\0" * 8], v[2]) for p, v in cache.items()}
     store.put_if_match(FWD_CACHE_KEY, encode_forward_cache(cache), store.head(FWD_CACHE_KEY).etag)
     gets.clear()
     m.gc(grace_period=0)
-    assert len([k for k in gets if k.startswith("fwd/")]) == len(cache)
+    assert sorted(k for k in gets if k.startswith("fwd/")) == sorted({f"fwd/{p[:1].hex()}" for p in cache})
     assert_clean(store, expect)
     # an unreadable cache is ignored too
     store.put_if_match(FWD_CACHE_KEY, b"garbage", store.head(FWD_CACHE_KEY).etag)
@@ -567,9 +567,10 @@ def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_g
             msgs = msgs + [{"role": "user", "content": f"msg {cycle} {i} " + "x y z " * 50}]
             last = m.save("r", msgs)
         redirects += m.gc(grace_period=0).redirected_forward
-    fwd = sum(k.startswith("fwd/") for k in store.raw())
+    fwd = len(read_forward_map(m.repo).to)
     packs = sum(k.startswith("packs/") for k in store.raw())
     assert fwd == 200
+    assert sum(k.startswith("fwd/") for k in store.raw()) <= 256  # the map's shards
     assert redirects <= 4 * fwd, (redirects, fwd)   # merging on every GC: about 2,700
     assert packs <= MERGE_OUTPUTS + 1
     assert_clean(store, {("r", last): msgs})
@@ -589,7 +590,7 @@ def test_cold_restore_after_gc_uses_the_forwarding_hints():
     for _ in range(3):
         clock.advance(3 * G)
         m.gc(grace_period=G)
-    retired = [k for k in store.raw() if k.startswith("fwd/")]
+    retired = read_forward_map(m.repo).to
     assert len(retired) >= 50 and "gc/fwd-cache" in store.raw()
 
     def cold_restore():

@@ -33,9 +33,33 @@ FWD_CACHE = "gc/fwd-cache"
 """Written by GC: every forwarding record it knows, with its ETag (advisory; see docs/format.md §13)."""
 
 
+def fwd_shard_key(pack_id: bytes) -> str:
+    """``fwd/<2 hex>``: the forwarding-map shard holding the record of a retired pack whose id
+    starts with that byte (at most 256 shards, written only by GC)."""
+    return f"fwd/{pack_id[:1].hex()}"
+
+
 def fwd_key(pack_id: bytes) -> str:
-    """``fwd/<16 hex>``: forwarding record of a pack retired by repacking."""
+    """``fwd/<16 hex>``: a per-pack forwarding record, the layout before the forwarding map.
+    Still read (and migrated into the map by GC); never written."""
     return f"fwd/{pack_id.hex()}"
+
+
+def parse_fwd_key(key: str) -> tuple[str, bytes] | None:
+    """``("shard", <1-byte prefix>)`` for a forwarding-map shard key, ``("record", <pack id>)`` for a
+    per-pack record key, None for anything else."""
+    if not key.startswith(FWD):
+        return None
+    rest = key[len(FWD):]
+    try:
+        raw = bytes.fromhex(rest)
+    except ValueError:
+        return None
+    if len(rest) == 2:
+        return "shard", raw
+    if len(rest) == 2 * PACK_ID_BYTES:
+        return "record", raw
+    return None
 
 
 def run_prefix(run_key: str) -> str:

@@ -165,7 +165,8 @@ def decode_index(key: str, data: bytes) -> tuple[int, str]:
 
 
 def encode_forward(to: list[bytes]) -> bytes:
-    """Encode a forwarding record: the packs a retired pack's live entries moved to."""
+    """Encode a per-pack forwarding record (the layout before the forwarding map; only tests and
+    migration use it): the packs a retired pack's live entries moved to."""
     return seal_envelope(FORWARD_MAGIC, FORMAT_VERSION, json.dumps({"to": [p.hex() for p in to]}).encode())
 
 
@@ -178,23 +179,57 @@ def decode_forward(key: str, data: bytes) -> list[bytes]:
         raise IntegrityError(key, f"malformed forwarding record: {e}") from None
 
 
+FWD_MAP_MAGIC = b"SNFM"
+
+
+def encode_forward_shard(entries: dict[bytes, tuple[list[bytes], float]]) -> bytes:
+    """Encode a forwarding-map shard: retired pack id -> (the packs its live entries moved to, store
+    time in seconds since the epoch (UTC) at which GC last wrote the record). ``SNFM`` envelope
+    around zstd-compressed JSON ``{"<pack hex>": [<ms>, ["<pack hex>", ...]], ...}`` (sorted)."""
+    body = json.dumps({p.hex(): [int(round(t * 1000)), [x.hex() for x in to]]
+                       for p, (to, t) in sorted(entries.items())}, separators=(",", ":")).encode()
+    return seal_envelope(FWD_MAP_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
+
+
+def decode_forward_shard(key: str, data: bytes, prefix: bytes | None = None) -> dict[bytes, tuple[list[bytes], float]]:
+    """Inverse of :func:`encode_forward_shard`. ``prefix``: the shard's first byte; every record
+    must belong to it. Raises IntegrityError on a malformed shard."""
+    _, body = open_envelope(key, FWD_MAP_MAGIC, data)
+    try:
+        d = json.loads(zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30))
+        out = {bytes.fromhex(p): ([bytes.fromhex(x) for x in v[1]], int(v[0]) / 1000.0) for p, v in d.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, zstandard.ZstdError) as e:
+        raise IntegrityError(key, f"malformed forwarding-map shard: {e}") from None
+    if prefix is not None and any(p[:1] != prefix for p in out):
+        raise IntegrityError(key, "forwarding-map shard holds a record of another shard")
+    return out
+
+
 FWD_CACHE_MAGIC = b"SNFC"
 
 
-def encode_forward_cache(entries: dict[bytes, tuple[str, list[bytes]]]) -> bytes:
-    """Encode the forwarding-record cache: retired pack -> (the record's ETag, its targets)."""
-    body = json.dumps({p.hex(): [etag, [t.hex() for t in to]] for p, (etag, to) in entries.items()},
-                      separators=(",", ":")).encode()
+def encode_forward_cache(entries: dict[bytes, tuple]) -> bytes:
+    """Encode the forwarding-record cache: retired pack -> ``(ETag of the shard the record was read
+    from, its targets)`` or ``(ETag, targets, store time the record was written in seconds)``.
+    ``SNFC`` envelope around zstd-compressed JSON ``{"<pack hex>": ["<etag>", ["<hex>", ...], <ms>?]}``."""
+    def value(v):
+        out = [v[0], [t.hex() for t in v[1]]]
+        if len(v) > 2 and v[2] is not None:
+            out.append(int(round(v[2] * 1000)))
+        return out
+    body = json.dumps({p.hex(): value(v) for p, v in entries.items()}, separators=(",", ":")).encode()
     return seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
 
 
-def decode_forward_cache(key: str, data: bytes) -> dict[bytes, tuple[str, list[bytes]]]:
-    """Inverse of :func:`encode_forward_cache`. Raises IntegrityError on a malformed object."""
+def decode_forward_cache(key: str, data: bytes) -> dict[bytes, tuple[str, list[bytes], float | None]]:
+    """Inverse of :func:`encode_forward_cache`: pack -> ``(etag, targets, time or None)``.
+    Raises IntegrityError on a malformed object."""
     _, body = open_envelope(key, FWD_CACHE_MAGIC, data)
     try:
         d = json.loads(zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30))
-        return {bytes.fromhex(p): (str(v[0]), [bytes.fromhex(t) for t in v[1]]) for p, v in d.items()}
-    except (ValueError, KeyError, TypeError, IndexError, zstandard.ZstdError) as e:
+        return {bytes.fromhex(p): (str(v[0]), [bytes.fromhex(t) for t in v[1]],
+                                   int(v[2]) / 1000.0 if len(v) > 2 else None) for p, v in d.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, zstandard.ZstdError) as e:
         raise IntegrityError(key, f"malformed forwarding-record cache: {e}") from None
 
 
