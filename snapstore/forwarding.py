@@ -21,6 +21,7 @@ from .errors import ConflictError, ObjectNotFound, PreconditionFailed, Snapstore
 from .format import keys
 from .format.manifest import decode_forward, decode_forward_shard, encode_forward_shard
 from .repository import Repository
+from .stores.base import ObjectInfo
 
 WRITE_PARALLEL = 16
 """Shard writes in flight during :meth:`ForwardMap.flush`."""
@@ -149,7 +150,8 @@ class ForwardMap:
         new), delete shards left empty, then delete per-pack records whose shard now holds them.
 
         Returns:
-            A :class:`FlushResult` (``dry_run``: what would be written, nothing is).
+            A :class:`FlushResult` (``dry_run``: what would be written; nothing is, but the map
+            then describes the shards as if it had been, so it must not be flushed for real).
         Raises:
             ConflictError: a shard changed since it was read (another GC took over the lock).
             StoreError: the store failed; shards written before the failure stay written.
@@ -170,8 +172,8 @@ class ForwardMap:
 
         def write(item):
             k, data, old = item
-            if dry_run:
-                return k, None
+            if dry_run:  # what the shard would look like (so a later flush counts from there)
+                return k, ObjectInfo(k, len(data), "(dry run)", 0.0)
             try:
                 return k, self.repo.store.put_if_match(k, data, old.etag if old is not None else None)
             except PreconditionFailed:
@@ -186,25 +188,19 @@ class ForwardMap:
         for (k, data, old), (_, info) in zip(writes, done):
             res.written_bytes += len(data) - (old.size if old is not None else 0)
             res.written_objects += old is None
-            if info is not None:
-                self.shards[k] = info
-        gone = [k for k, _ in deletes]
+            self.shards[k] = info
         migrated = [k for k in self.legacy
                     if keys.fwd_shard_key(keys.parse_fwd_key(k)[1]) in by_shard]
-        if not dry_run and gone + migrated:
-            self.repo.store.delete_many(gone + migrated)
+        if not dry_run and deletes + migrated:
+            self.repo.store.delete_many([k for k, _ in deletes] + migrated)
         for k, old in deletes:
             res.deleted_objects += 1
             res.deleted_bytes += old.size
-            if not dry_run:
-                del self.shards[k]
+            del self.shards[k]
         for k in migrated:
             res.deleted_objects += 1
-            res.deleted_bytes += self.legacy[k].size
-            if not dry_run:
-                del self.legacy[k]
-        if not dry_run:
-            self._dirty.clear()
+            res.deleted_bytes += self.legacy.pop(k).size
+        self._dirty.clear()
         return res
 
 

@@ -409,7 +409,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         for p in del_packs:
             rep.deleted["packs"] += 1
             rep.deleted_bytes += packs[p].size if p in packs else 0
-        _update_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now, dry_run=True)
+        _splice_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now, dry_run=True)
+        _drop_forwards(rep, del_fwd, fmap, dry_run=True)
         for k, size, cat in del_keys:
             rep.deleted[cat] += 1
             rep.deleted_bytes += size
@@ -429,7 +430,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.put(ck, body)
         rep.written_objects += 1
         rep.written_bytes += len(body)
-    _update_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now)
+    _splice_forwards(repo, rep, del_packs, del_fwd, fwd, fmap, listed, now)
     doomed = [keys.pack_key(p) for p in del_packs]
     for i in range(0, len(doomed), 1000):
         store.delete_many(doomed[i:i + 1000])
@@ -438,6 +439,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     for p in del_packs:
         rep.deleted["packs"] += 1
         rep.deleted_bytes += packs[p].size if p in packs else 0
+    _drop_forwards(rep, del_fwd, fmap)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c in ("index", "gc")])
@@ -540,11 +542,12 @@ class _PackWriter:
             f.result()
 
 
-def _update_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict,
+def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict,
                      fmap: ForwardMap, listed: dict, now: float, dry_run: bool = False) -> None:
     """Before packs are deleted: rewrite ("splice") every forwarding record that names one of them
-    to name that pack's own targets instead (so chains through deleted packs disappear), drop the
-    records in ``del_fwd``, and write the changed shards (``dry_run``: count only).
+    to name that pack's own targets instead (so chains through deleted packs disappear), and write
+    the changed shards (``dry_run``: count only). Records in ``del_fwd`` are left to
+    :func:`_drop_forwards`, after the packs are deleted.
 
     Records are spliced only here, never when a pack is retired: until the retired pack is deleted
     (after a grace period and a new mark) a record still leads to it.
@@ -569,14 +572,20 @@ def _update_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: s
         fwd[old] = new
         fmap.set(old, new, now)
     rep.redirected_forward += len(spliced)
+    _account_flush(rep, fmap.flush(dry_run=dry_run))
+    if not dry_run:
+        with repo._lock:
+            repo._fwd.update(spliced)
+
+
+def _drop_forwards(rep: GCReport, del_fwd: set, fmap: ForwardMap, dry_run: bool = False) -> None:
+    """After packs are deleted: drop the records in ``del_fwd`` from the map and write the changed
+    shards (and, once, migrate per-pack records of the older layout)."""
     removed = [p for p in del_fwd if p in fmap.to]
     for p in removed:
         fmap.remove(p)
     rep.removed_forward += len(removed)
     _account_flush(rep, fmap.flush(dry_run=dry_run))
-    if not dry_run:
-        with repo._lock:
-            repo._fwd.update(spliced)
 
 
 def _account_flush(rep: GCReport, res) -> None:
