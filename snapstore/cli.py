@@ -643,11 +643,13 @@ def export_cmd(ctx, run, checkpoint, output):
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, output)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):  # name the file asked for, not the temporary one
+            raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
         raise
     _write(f"wrote {cp.message_count} messages of {run} checkpoint {cp.id} to {output}\n", err=True)
 
@@ -1034,7 +1036,7 @@ def verify_cmd(ctx, read_data, as_json):
     else:
         lines = [f"error: {p.code}: {p.key}: {p.message}\n" for p in errors]
         lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
-        what = ", ".join(f"{v} {k}" for k, v in checked.items()) or "nothing"
+        what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
         status = "OK" if not errors else "FAILED"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
         _write("".join(lines))

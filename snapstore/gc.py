@@ -591,8 +591,9 @@ def _drop_forwards(rep: GCReport, del_fwd: set, fmap: ForwardMap, dry_run: bool 
 def _account_flush(rep: GCReport, res) -> None:
     rep.written_bytes += res.written_bytes
     rep.written_objects += res.written_objects
-    rep.deleted["forward"] += res.deleted_objects
-    rep.deleted_bytes += res.deleted_bytes
+    if res.deleted_objects:
+        rep.deleted["forward"] += res.deleted_objects
+        rep.deleted_bytes += res.deleted_bytes
 
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
