@@ -420,7 +420,7 @@ def print_tables(results: list[dict]) -> None:
           " sweep per deleted object; rss: ru_maxrss of the GC child before -> after the GC; trace: tracemalloc peak"
           " during the GC (separate run);\ncpu: user+sys seconds of the GC child during the GC; load: 1-minute load average"
           " (max of before/after; the machine is shared, wall times are noisy when it is above ~1)")
-    hdr = (f"{'setting':>10} {'pruned':>6} {'kind':>9} {'live cp':>7} {'listed':>7} {'total':>7} {'cpu':>7} {'load':>4} {'list':>6} "
+    hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'kind':>9} {'live cp':>7} {'listed':>7} {'total':>7} {'cpu':>7} {'load':>4} {'list':>6} "
            f"{'manif':>6} {'fwd':>5} {'mark':>6} {'repack':>7} {'decide':>6} {'sweep':>6} {'finish':>6} {'deleted':>7} "
            f"{'reclaim MB':>10} {'rss MB':>11} {'trace MB':>8} {'us/live cp':>10} {'us/live msg':>11} "
            f"{'us/repacked':>11} {'us/del obj':>10}")
@@ -435,7 +435,7 @@ def print_tables(results: list[dict]) -> None:
             g = lambda n: f"{ph[n]['seconds']:.2f}" if n in ph else "-"  # noqa: E731
             trace = r.get({"gc": "gc+trace", "norepack": "norepack+trace"}.get(kind, ""), {}).get("tracemalloc_peak")
             rss = f"{s['maxrss_before'] / 1e6:.0f}->{s['maxrss_end'] / 1e6:.0f}"
-            print(f"{r['setting']:>10} {r['pruned']:>5}% {kind:>9} {s['live_checkpoints']:>7} {s['keys_listed']:>7} "
+            print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {kind:>9} {s['live_checkpoints']:>7} {s['keys_listed']:>7} "
                   f"{s['seconds']:>7.2f} {s['cpu_seconds']:>7.2f} {max(s['loadavg']):>4.1f} {g('list'):>6} {g('manifests'):>6} {g('fwd'):>5} {g('mark'):>6} {g('repack'):>7} "
                   f"{g('decide'):>6} {g('sweep'):>6} {g('finish'):>6} {s['deleted_objects']:>7} "
                   f"{mb(s['reclaimed_bytes']):>10} {rss:>11} {mb(trace):>8} "
@@ -444,7 +444,7 @@ def print_tables(results: list[dict]) -> None:
     print()
     print("Store requests of each GC, PUT/GET/HEAD/LIST/DELETE (LIST and DELETE count pages/batches of 1,000 keys);"
           " GET-miss = GETs of missing keys")
-    hdr = f"{'setting':>10} {'pruned':>6} {'kind':>9} {'total':>26} {'GET-miss':>8}  per phase"
+    hdr = f"{'code':>8} {'setting':>10} {'pruned':>6} {'kind':>9} {'total':>26} {'GET-miss':>8}  per phase"
     print(hdr)
     print("-" * len(hdr))
     for r in results:
@@ -454,10 +454,10 @@ def print_tables(results: list[dict]) -> None:
                 continue
             per = " ".join(f"{n}={req_str(p['requests'])}" for n, p in s["phases"].items()
                            if sum(p["requests"].values()))
-            print(f"{r['setting']:>10} {r['pruned']:>5}% {kind:>9} {req_str(s['requests']):>26} {s['get_missing']:>8}  {per}")
+            print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {kind:>9} {req_str(s['requests']):>26} {s['get_missing']:>8}  {per}")
     print()
     print("Repository before GC and what GC did (objects/MB after gc: the directory after the first GC)")
-    hdr = (f"{'setting':>10} {'pruned':>6} {'objects':>8} {'MB':>8} {'prune s':>8} {'live packs':>10} "
+    hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'objects':>8} {'MB':>8} {'prune s':>8} {'live packs':>10} "
            f"{'repacked':>8} {'new packs':>9} {'deleted by category':>40} {'objects after gc':>16} {'MB after gc':>11}")
     print(hdr)
     print("-" * len(hdr))
@@ -465,10 +465,41 @@ def print_tables(results: list[dict]) -> None:
         s = r.get("gc") or r.get("norepack")
         if not s:
             continue
-        print(f"{r['setting']:>10} {r['pruned']:>5}% {r['before']['files']:>8} {mb(r['before']['bytes']):>8} "
+        print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {r['before']['files']:>8} {mb(r['before']['bytes']):>8} "
               f"{(r['prune'] or {}).get('seconds', 0):>8.1f} {s['live_packs']:>10} {s['repacked_packs']:>8} "
               f"{s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
               f"{mb(r.get('after_gc', {}).get('bytes')):>11}")
+
+
+def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var: str, kinds: list,
+                    wanted: list, timeout: float) -> None:
+    """Run each GC kind on its own hard-link copy of the variant ``var`` with package ``pkg``;
+    store the summaries in ``r``."""
+    for kind, mode, gopts in kinds:
+        d = str(work / f"gc-{setting}-{pct}-{kind.replace('+', '-').replace('#', '')}")
+        link_copy(var, d)
+        res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts})], timeout)
+        if kind == "profile":
+            r["profile"] = res.get("_stdout", "")
+            print(f"   cProfile of the GC ({setting}, {pct}% pruned):\n{r['profile']}")
+            shutil.rmtree(d)
+            continue
+        s = summarise(res)
+        r[kind] = s
+        print(f"   {kind:>9}: {s['seconds']:.2f}s, deleted {s['deleted_objects']}, reclaimed "
+              f"{s['reclaimed_bytes'] / 1e6:.1f} MB, requests {req_str(s['requests'])}"
+              + (f", tracemalloc peak {s['tracemalloc_peak'] / 1e6:.1f} MB" if s.get("tracemalloc_peak") else "")
+              + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB", flush=True)
+        if kind == "gc":
+            files2, nbytes2 = tree_summary(d)
+            r["after_gc"] = {"files": files2, "bytes": nbytes2}
+            if "second" in wanted:
+                res2 = run_child(pkg, ["clean", d, "{}"], timeout)
+                r["gc#2"] = summarise(res2)
+                s2 = r["gc#2"]
+                print(f"   {'gc#2':>9}: {s2['seconds']:.2f}s, deleted {s2['deleted_objects']}, requests "
+                      f"{req_str(s2['requests'])} ({s2['get_missing']} GETs of missing keys)", flush=True)
+        shutil.rmtree(d)
 
 
 def main() -> int:
@@ -490,17 +521,22 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds allowed per child process")
     ap.add_argument("--code", default="head",
                     help="measure the snapstore package as committed at HEAD (default), at a git revision, "
-                         "or 'worktree' for the working tree")
+                         "or 'worktree' for the working tree; several, comma-separated (e.g. 'a0e6335,head'), "
+                         "measures each on the same copies of each variant, one after the other (the first "
+                         "builds the repositories)")
     args = ap.parse_args()
 
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
-    pkg, code_desc = snapshot_package(work / "pkg", args.code)
+    codes = [c.strip() for c in args.code.split(",") if c.strip()]
+    pkgs = [snapshot_package(work / f"pkg{i}", c) for i, c in enumerate(codes)]
+    pkg, code_desc = pkgs[0]
     sys.path.insert(0, str(pkg))
     meta = {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
-            "code": code_desc, "scale": args.scale, "argv": sys.argv[1:], "loadavg_start": os.getloadavg()}
-    print(f"snapstore {code_desc}; python {meta['python']}; {meta['cpus']} CPUs; {meta['platform']}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+            "code": [d for _, d in pkgs], "scale": args.scale, "argv": sys.argv[1:], "loadavg_start": os.getloadavg()}
+    for c, (_, d) in zip(codes, pkgs):
+        print(f"snapstore {c}: {d}")
+    print(f"python {meta['python']}; {meta['cpus']} CPUs; {meta['platform']}; load average {os.getloadavg()[0]:.2f}")
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",")]
     wanted = [k.strip() for k in args.kinds.split(",") if k.strip()] + (["profile"] if args.profile else [])
     bad = [k for k in wanted if k not in ("gc", "trace", "second", "norepack", "norepack-trace", "profile")]
@@ -545,35 +581,15 @@ def main() -> int:
                      "norepack": ("norepack", "clean", norep), "norepack-trace": ("norepack+trace", "trace", norep),
                      "profile": ("profile", "profile", {})}
             kinds = [table[k] for k in wanted if k in table]
-            for kind, mode, gopts in kinds:
-                d = str(work / f"gc-{setting}-{pct}-{kind.replace('+', '-').replace('#', '')}")
-                link_copy(var, d)
-                res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts})], args.timeout)
-                if kind == "profile":
-                    r["profile"] = res.get("_stdout", "")
-                    print(f"   cProfile of the GC ({setting}, {pct}% pruned):\n{r['profile']}")
-                    shutil.rmtree(d)
-                    continue
-                s = summarise(res)
-                r[kind] = s
-                print(f"   {kind:>9}: {s['seconds']:.2f}s, deleted {s['deleted_objects']}, reclaimed "
-                      f"{s['reclaimed_bytes'] / 1e6:.1f} MB, requests {req_str(s['requests'])}"
-                      + (f", tracemalloc peak {s['tracemalloc_peak'] / 1e6:.1f} MB" if s.get("tracemalloc_peak") else "")
-                      + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB", flush=True)
-                if kind == "gc":
-                    files2, nbytes2 = tree_summary(d)
-                    r["after_gc"] = {"files": files2, "bytes": nbytes2}
-                    if "second" in wanted:
-                        res2 = run_child(pkg, ["clean", d, "{}"], args.timeout)
-                        r["gc#2"] = summarise(res2)
-                        s2 = r["gc#2"]
-                        print(f"   {'gc#2':>9}: {s2['seconds']:.2f}s, deleted {s2['deleted_objects']}, requests "
-                              f"{req_str(s2['requests'])} ({s2['get_missing']} GETs of missing keys)", flush=True)
-                shutil.rmtree(d)
+            for code, (cpkg, _) in zip(codes, pkgs):
+                rc = dict(r, code=code)
+                if len(codes) > 1:
+                    print(f"   -- {code}", flush=True)
+                measure_variant(rc, cpkg, work, setting, pct, var, kinds, wanted, args.timeout)
+                results.append(rc)
             shutil.rmtree(var)
             if tree_summary(base) != base_sum:
                 raise SystemExit(f"base repository {base} changed during the variant: hard-link copies are not safe")
-            results.append(r)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump({"meta": meta, "builds": builds, "results": results}, f, indent=1)
