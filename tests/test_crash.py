@@ -550,19 +550,36 @@ def _gc_base(clock):
     return store, expect
 
 
+def _to_per_pack_records(store) -> None:
+    """Rewrite the forwarding map into the older layout: one ``fwd/<16 hex>`` object per record."""
+    from snapstore.format import keys
+    from snapstore.format.manifest import encode_forward
+    from snapstore.forwarding import read_forward_map
+    fmap = read_forward_map(CheckpointManager(store).repo)
+    assert fmap.to
+    for pid, to in fmap.to.items():
+        store.put(keys.fwd_key(pid), encode_forward(to))
+    store.delete_many(list(fmap.shards) + ["gc/fwd-cache"])
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("grace", [0.0, G, "splice"])
+@pytest.mark.parametrize("grace", [0.0, G, "splice", "per-pack-records"])
 def test_gc_with_faults(grace, mode):
     """GC interrupted at every store operation. ``splice``: the GC under faults re-repacks an
     earlier repack's output and deletes it (grace 0), so it also rewrites the forwarding records
-    that name it (docs/format.md §13) -- interrupted at each of those writes too."""
+    that name it (docs/format.md §13) -- interrupted at each of those writes too.
+    ``per-pack-records``: the same, on a repository whose forwarding records are in the older
+    one-object-per-record layout, which that GC also migrates into the map's shards."""
     clock0 = Clock()
     base, expect = _gc_base(clock0)
     kw = {}
-    if grace == "splice":
+    if grace in ("splice", "per-pack-records"):
         m = CheckpointManager(base)
         for _ in range(2):
             m.gc(grace_period=0)  # everything merged into one pack, forwarding records to it
+        if grace == "per-pack-records":
+            _to_per_pack_records(base)
+        m = CheckpointManager(base)
         m.delete("b")             # now that pack is partly dead: the next GC repacks and deletes it
         expect = {k: v for k, v in expect.items() if k[0] != "b"}
         grace = 0.0
@@ -597,6 +614,8 @@ def test_gc_with_faults(grace, mode):
     def post(ctx):
         assert_consistent(ctx["store"], ctx["expect"])
         assert "gc/lock" not in ctx["store"].raw()
+        # the older layout is gone once a GC completed (its records are in shards now)
+        assert all(len(k) == len("fwd/00") for k in ctx["store"].raw() if k.startswith("fwd/"))
 
     run_with_faults(build, op, rerun, post, mode)
 

@@ -93,7 +93,11 @@ def test_records_in_the_older_per_pack_layout_are_read_and_migrated_by_gc(tmp_pa
     rep = CheckpointManager(store).verify()
     assert not [w for w in rep.warnings if w.code == "unknown-object"]
 
+    before = {i.key: i.etag for i in store.list("")}
+    dry = CheckpointManager(store).gc(grace_period=0, dry_run=True)
+    assert {i.key: i.etag for i in store.list("")} == before   # a dry run changes nothing
     rep = CheckpointManager(store).gc(grace_period=0)
+    assert dry.deleted["forward"] == rep.deleted["forward"]    # ... and predicts the migration
     keys_now = [i.key for i in store.list("fwd/")]
     assert keys_now and all(len(k) == len("fwd/00") for k in keys_now)   # only shards now
     assert rep.deleted["forward"] >= len(fmap.to)                          # the per-pack records
