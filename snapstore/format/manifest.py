@@ -50,7 +50,7 @@ def parse_time(s: str) -> datetime:
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
-@dataclass
+@dataclass(slots=True)
 class Manifest:
     """One record in a run's log (see docs/format.md).
 

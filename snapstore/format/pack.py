@@ -49,7 +49,7 @@ ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upp
 _TRAILER = struct.Struct("<I16s")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DictSpec:
     """Where a data block's raw-content dictionary comes from (see module docstring)."""
 
@@ -61,7 +61,7 @@ class DictSpec:
     digest: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Block:
     """One block of a pack: byte ``offset``/``clen`` in the pack, ``rawlen`` uncompressed;
     ``stored`` blocks are not compressed."""
@@ -73,7 +73,7 @@ class Block:
     stored: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block."""
 

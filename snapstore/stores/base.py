@@ -45,7 +45,7 @@ def check_key(key: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """What a store knows about one object.
 
