@@ -4,7 +4,6 @@ corrupt or concurrently changed shards stop GC without deleting anything."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -17,20 +16,13 @@ from snapstore.gc import FWD_CACHE_KEY
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
+from repo_checks import assert_clean
 
 G = 100.0
 
 
 def msg(tag, i, size=300):
     return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
-
-
-def assert_clean(store, expect: dict) -> None:
-    clean = CheckpointManager(store)
-    rep = clean.verify(read_data=True)
-    assert not rep.errors, [str(e) for e in rep.errors]
-    for (run, cid), messages in expect.items():
-        assert json.dumps(clean.get(run, cid).messages) == json.dumps(messages)
 
 
 def many_runs(store, runs=30, per_run=12, **kw):

@@ -16,6 +16,7 @@ from snapstore.forwarding import read_forward_map
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
+from repo_checks import assert_clean
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
 TRAJECTORIES = ["minisweagent-astroid1333-chat.traj.json", "claudecode-cctrace-phase0.jsonl",
@@ -42,15 +43,6 @@ def replay(store, cps: list, run: str = "r", **kw) -> tuple[CheckpointManager, l
     mgr = CheckpointManager(store, **kw)
     ids = [mgr.save(run, cp, step=i) for i, cp in enumerate(cps)]
     return mgr, ids
-
-
-def assert_clean(store, expect: dict) -> None:
-    """verify(read_data) has no errors and every expected checkpoint restores exactly."""
-    clean = CheckpointManager(store)
-    rep = clean.verify(read_data=True)
-    assert not rep.errors, [str(e) for e in rep.errors]
-    for (run, cid), messages in expect.items():
-        assert json.dumps(clean.get(run, cid).messages) == json.dumps(messages)
 
 
 def msg(tag, i, size=200):
