@@ -4,7 +4,6 @@ corrupt or concurrently changed shards stop GC without deleting anything."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from snapstore import CheckpointManager
