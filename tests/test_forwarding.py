@@ -9,7 +9,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, IntegrityError, ObjectNotFound
 from snapstore.format import keys
-from snapstore.format.manifest import decode_forward_shard, encode_forward
+from snapstore.format.manifest import decode_forward_shard, encode_forward, encode_forward_shard
 from snapstore.forwarding import read_forward_map
 from snapstore.gc import FWD_CACHE_KEY
 from snapstore.stores import LocalStore, MemoryStore
@@ -38,6 +38,20 @@ def many_runs(store, runs=30, per_run=12, **kw):
 
 def fwd_objects(store) -> list[str]:
     return sorted(k for k in store.raw() if k.startswith("fwd/"))
+
+
+def change_every_shard(store) -> None:
+    """Another writer of the map (there must be none): add a record (of no pack) to all 256 shards,
+    creating the missing ones, so that any shard write GC planned finds a different ETag."""
+    for b in range(256):
+        k, prefix = f"fwd/{b:02x}", bytes([b])
+        try:
+            info = store.head(k)
+            shard = decode_forward_shard(k, store.get(k), prefix)
+        except ObjectNotFound:
+            info, shard = None, {}
+        shard[prefix + b"\0" * 7] = ([], 0.0)
+        store.put_if_match(k, encode_forward_shard(shard), info.etag if info else None)
 
 
 def test_the_map_has_at_most_256_objects_however_many_packs_are_retired():
@@ -131,13 +145,9 @@ def test_a_shard_changed_under_gc_stops_it_and_a_rerun_completes():
         expect[(f"run{r}", cps.save(f"run{r}", msgs))] = msgs
     packs_before = {k for k in store.raw() if k.startswith("packs/")}
 
-    def interfere(**_):
-        for k in fwd_objects(store):  # same content, new ETag
-            store.put_if_match(k, store.raw()[k], store.head(k).etag)
-
     from snapstore.gc import gc
     with pytest.raises(ConflictError, match="forwarding-map shard"):
-        gc(CheckpointManager(store).repo, grace_period=0, hooks={"after_mark": interfere})
+        gc(CheckpointManager(store).repo, grace_period=0, hooks={"after_mark": lambda **_: change_every_shard(store)})
     assert packs_before <= {k for k in store.raw() if k.startswith("packs/")}  # nothing deleted
     assert_clean(store, expect)
     clock.advance(3600)
@@ -152,7 +162,6 @@ def test_shards_are_rewritten_conditionally_on_each_backend(kind, store_factory)
     output splices the records naming it, rewriting their shards (If-Match on their ETag); a map
     changed behind GC's back makes its conditional writes fail, GC stops with ConflictError, and
     the next GC completes."""
-    from snapstore.format.manifest import encode_forward_shard
     from snapstore.gc import gc
     store = store_factory(kind)
     m, expect = many_runs(store, runs=4, per_run=5)
@@ -173,19 +182,8 @@ def test_shards_are_rewritten_conditionally_on_each_backend(kind, store_factory)
         msgs = m.latest(f"run{r}").messages + [msg(f"z{r}", 0)]
         expect[(f"run{r}", m.save(f"run{r}", msgs))] = msgs
 
-    def interfere(**_):  # another writer of the map (there must be none): a record more in every shard
-        for b in range(256):
-            k, prefix = f"fwd/{b:02x}", bytes([b])
-            try:
-                info = store.head(k)
-                shard = decode_forward_shard(k, store.get(k), prefix)
-            except ObjectNotFound:
-                info, shard = None, {}
-            shard[prefix + b"\0" * 7] = ([], 0.0)
-            store.put_if_match(k, encode_forward_shard(shard), info.etag if info else None)
-
-    with pytest.raises(ConflictError):
-        gc(CheckpointManager(store).repo, grace_period=0, hooks={"after_mark": interfere})
+    with pytest.raises(ConflictError, match="forwarding-map shard"):
+        gc(CheckpointManager(store).repo, grace_period=0, hooks={"after_mark": lambda **_: change_every_shard(store)})
     assert_clean(store, expect)
     CheckpointManager(store).gc(grace_period=0, lock_timeout=0)
     assert_clean(store, expect)
