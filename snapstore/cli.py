@@ -755,8 +755,9 @@ def _plural(n: int, word: str) -> str:
 @click.option("-n", "--dry-run", is_flag=True, help="Show what each checkpoint's fate would be and why; "
               "delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary line, not a line per checkpoint.")
 @click.pass_context
-def prune_cmd(ctx, run_id, dry_run, as_json, **rules):
+def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
     """Delete checkpoints by retention policy (restic 'forget' rules).
 
     A checkpoint is kept if ANY rule keeps it; every rule that keeps it is shown as a reason.
@@ -806,7 +807,9 @@ def prune_cmd(ctx, run_id, dry_run, as_json, **rules):
         return f"{verb} {s.run_id} {s.id} (seq {s.seq}, created {_iso(s.created_at)}): {'; '.join(reasons)}\n"
 
     lines = []
-    if dry_run:
+    if quiet:
+        pass
+    elif dry_run:
         fate = {(s.run_id, s.id): False for s, _ in gone}
         for d in decisions:
             lines.append(line("would keep  " if fate.get((d.checkpoint.run_id, d.checkpoint.id), True)

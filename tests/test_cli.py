@@ -311,6 +311,8 @@ def test_prune(repo):
     assert lines[10] == "would delete 7 checkpoint(s) from 1 run(s); would keep 3 (policy: keep-last 3)"
     assert "snapstore gc" in lines[11]
     assert len(ids(repo, "demo-run")) == 10
+    quiet = run(repo, "prune", "--keep-last", "3", "--run", "demo-run", "--dry-run", "-q").stdout.splitlines()
+    assert quiet == lines[10:]  # --quiet: only the summary and the gc reminder
 
     # recent checkpoints are kept by --older-than even when --keep-last would drop them
     r = run(repo, "prune", "--keep-last", "1", "--older-than", "1h")
