@@ -2,22 +2,13 @@
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from s3_fixtures import *  # noqa: E402,F401,F403
-
-
-def shared_data_dir() -> Path | None:
-    """The shared trajectories directory (``../shared/data/trajectories``) or ``$SNAPSTORE_SHARED_DATA``."""
-    env = os.environ.get("SNAPSTORE_SHARED_DATA")
-    if env and Path(env).is_dir():
-        return Path(env)
-    p = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trajectories"
-    return p if p.is_dir() else None
+from shared_data import shared_data_dir  # noqa: E402
 
 
 @pytest.fixture

@@ -19,9 +19,11 @@ from snapstore.cli import cli, parse_duration
 from snapstore.errors import InvalidInputError
 from snapstore.importers import load_trajectory
 
+from shared_data import SHARED
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "demo-run.json"
-OPENHANDS = ROOT.parent / "shared" / "data" / "trajectories" / "openhands-oas-gpt4o-critic.jsonl"
+OPENHANDS = SHARED / "openhands-oas-gpt4o-critic.jsonl"
 needs_openhands = pytest.mark.skipif(not OPENHANDS.is_file(), reason=f"shared trajectory {OPENHANDS} not found")
 
 HAS_STATS = hasattr(CheckpointManager, "stats")

@@ -32,9 +32,9 @@ from snapstore.importers import load_trajectory
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
+from shared_data import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
 WRITES = ("put", "put_if_match", "delete_many")
 G = 100.0
 

@@ -5,7 +5,6 @@ numbers match what happened to the store."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,9 @@ from snapstore.forwarding import read_forward_map
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
+from shared_data import SHARED
 from repo_checks import assert_clean
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared/data/trajectories"
 TRAJECTORIES = ["minisweagent-astroid1333-chat.traj.json", "claudecode-cctrace-phase0.jsonl",
                 "sweagent-marshmallow1867-fcreplace.traj"]
 G = 100.0

@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from shared_data import shared_data_dir
+
 from snapstore.errors import InvalidInputError
 from snapstore.importers import FORMATS, Conversation, load_trajectory
 
-
-def _shared_dir() -> Path | None:
-    candidate = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trajectories"
-    if candidate.is_dir():
-        return candidate
-    env = os.environ.get("SNAPSTORE_SHARED_DATA")
-    if env:
-        for path in (Path(env), Path(env) / "trajectories", Path(env) / "data" / "trajectories"):
-            if path.is_dir() and any(path.glob("*.traj")):
-                return path
-    return None
-
-
-SHARED = _shared_dir()
+SHARED = shared_data_dir()
 needs_shared = pytest.mark.skipif(
     SHARED is None,
     reason="shared trajectories not found (expected ../shared/data/trajectories next to the project, "

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from shared_data import shared_data_dir
+
 from snapstore import CheckpointManager
 from snapstore.errors import InvalidInputError, InvalidMessageError
 from snapstore.importers import load_trajectory
@@ -27,19 +29,7 @@ from snapstore.stores import LocalStore, MemoryStore
 
 # --- shared trajectories ---------------------------------------------------------------------------
 
-def _shared_dir() -> Path | None:
-    candidate = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trajectories"
-    if candidate.is_dir():
-        return candidate
-    env = os.environ.get("SNAPSTORE_SHARED_DATA")
-    if env:
-        for path in (Path(env), Path(env) / "trajectories", Path(env) / "data" / "trajectories"):
-            if path.is_dir():
-                return path
-    return None
-
-
-SHARED = _shared_dir()
+SHARED = shared_data_dir()
 TRAJECTORY_FILES = sorted(p.name for p in SHARED.iterdir()
                           if p.is_file() and p.suffix.lower() != ".md") if SHARED else []
 
