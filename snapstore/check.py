@@ -39,8 +39,10 @@ class VerifyReport:
 
     Attributes:
         errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
-        warnings: leftovers a crash or an interrupted operation may leave (unreferenced packs,
-            temp files, orphaned manifests/index records); harmless, reclaimed by GC.
+        warnings: what GC reclaims later, harmless: leftovers a crash or an interrupted operation
+            may leave (``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
+            ``orphaned-index``), packs a repack retired that wait for the grace period
+            (``retired-pack``) and forwarding records nothing leads to (``unreferenced-forward``).
         checked: counts of what was examined.
     """
 
@@ -439,7 +441,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             if progress and (i % 500 == 0 or i + 1 == len(refs)):
                 progress("data", i + 1, len(refs))
     for pid, k in packs_present.items():
-        if pid not in reach.packs:
+        if pid in reach.packs:
+            continue
+        if pid in fwd:
+            rep.warnings.append(Problem("retired-pack", k, "repacked by gc (its live entries were copied to "
+                                        "new packs); deleted by a later 'snapstore gc' once the grace period "
+                                        "has passed"))
+        else:
             rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a conflict or an interrupted save); reclaimed by 'snapstore gc'"))
     temp = getattr(store, "temp_files", None)
     if temp:

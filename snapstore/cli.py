@@ -1017,6 +1017,9 @@ def verify_cmd(ctx, read_data, as_json):
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
     references; 3 other errors. With several kinds the smallest code is used.
+
+    Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
+    operations, and after a gc with a grace period the packs it repacked (retired-pack).
     """
     mgr = _state(ctx).manager()
     if not hasattr(mgr, "verify"):

@@ -187,3 +187,20 @@ def test_shards_are_rewritten_conditionally_on_each_backend(kind, store_factory)
     assert_clean(store, expect)
     CheckpointManager(store).gc(grace_period=0, lock_timeout=0)
     assert_clean(store, expect)
+
+
+def test_verify_calls_packs_retired_by_a_repack_retired_not_unreferenced():
+    """With a grace period, repacked packs stay until a later GC: verify warns about them as
+    ``retired-pack`` (expected after every GC), not as leftovers of a crash."""
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m, expect = many_runs(store, runs=2, per_run=4, clock=clock, gc_grace_period=G)
+    rep = m.gc()
+    assert rep.repacked_packs == 8
+    warnings = CheckpointManager(store).verify().warnings
+    assert sorted(w.code for w in warnings) == ["retired-pack"] * 8, [str(w) for w in warnings]
+    for _ in range(2):
+        clock.advance(2 * G)
+        m.gc()
+    assert not CheckpointManager(store).verify().warnings
+    assert_clean(store, expect)
