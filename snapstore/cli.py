@@ -851,11 +851,16 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
     else:
         rows.append((f"{would}delete" if dry else "deleted", "nothing"))
     if rep.repacked_packs:
-        into = _plural(rep.new_packs, "new pack")
-        if not dry:
-            into += f" ({human_size(rep.repack_bytes_out)})"
+        into = _plural(rep.new_packs, "new pack") + f" ({human_size(rep.repack_bytes_out)})"
         rows.append((f"{would}repack" if dry else "repacked",
                      f"{_plural(rep.repacked_packs, 'pack')} ({human_size(rep.repack_bytes_in)}) into {into}"))
+    changes = [(getattr(rep, "added_forward", 0), "added"), (getattr(rep, "redirected_forward", 0), "redirected"),
+               (getattr(rep, "removed_forward", 0), "dropped")]
+    if any(n for n, _ in changes):
+        # where readers find the entries of repacked packs: at most 256 shard objects (fwd/)
+        rows.append(("forwarding", ", ".join(f"{_plural(n, 'record')} {what}" for n, what in changes if n)
+                     + f" ({_plural(getattr(rep, 'forward_writes', 0), 'map shard')} "
+                       + ("would be written)" if dry else "written)")))
     b, o = rep.reclaimed_bytes, rep.reclaimed_objects
     if o >= 0:
         objs = f"{_plural(o, 'object')} fewer"

@@ -34,12 +34,14 @@ class FlushResult:
     Attributes:
         written_bytes: bytes of the shards written minus the bytes they replaced (may be negative).
         written_objects: shards created.
+        writes: shards written (created or replaced).
         deleted_objects / deleted_bytes: shards that became empty and per-pack records moved into
             shards, deleted; their bytes.
     """
 
     written_bytes: int = 0
     written_objects: int = 0
+    writes: int = 0
     deleted_objects: int = 0
     deleted_bytes: int = 0
 
@@ -185,6 +187,7 @@ class ForwardMap:
                 done = list(pool.map(write, writes))
         else:
             done = [write(w) for w in writes]
+        res.writes = len(writes)
         for (k, data, old), (_, info) in zip(writes, done):
             res.written_bytes += len(data) - (old.size if old is not None else 0)
             res.written_objects += old is None

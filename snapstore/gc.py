@@ -61,8 +61,10 @@ class GCReport:
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
+        added_forward: forwarding records written for packs this GC repacked (new or extended).
         redirected_forward: existing forwarding records rewritten to point past a pack deleted now.
         removed_forward: forwarding records dropped from the map (nothing leads to them any more).
+        forward_writes: forwarding-map shards written (created or replaced).
         deleted["forward"] counts forwarding-map objects deleted: shards left empty, and per-pack
             records of the older layout once their shard holds them.
         pending_candidates: unreferenced packs waiting for the grace period to pass.
@@ -83,8 +85,10 @@ class GCReport:
     repack_bytes_in: int = 0
     repack_bytes_out: int = 0
     pending_candidates: int = 0
+    added_forward: int = 0
     redirected_forward: int = 0
     removed_forward: int = 0
+    forward_writes: int = 0
     elapsed: float = 0.0
 
     @property
@@ -103,7 +107,8 @@ class GCReport:
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
                 "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
                 "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
-                "redirected_forward": self.redirected_forward, "removed_forward": self.removed_forward,
+                "added_forward": self.added_forward, "redirected_forward": self.redirected_forward,
+                "removed_forward": self.removed_forward, "forward_writes": self.forward_writes,
                 "elapsed": round(self.elapsed, 3)}
 
 
@@ -520,14 +525,13 @@ class _PackWriter:
     def close(self, b: PackBuilder) -> None:
         if b.empty:
             return
-        if self.dry_run:
-            self.rep.new_packs += 1
-            return
-        data, _ = b.build()
+        data, _ = b.build()  # also in a dry run: its report then says what the real run writes
         self.rep.new_packs += 1
         self.rep.repack_bytes_out += len(data)
         self.rep.written_bytes += len(data)
         self.rep.written_objects += 1
+        if self.dry_run:
+            return
         self.pending.append((self.pool.submit(self.store.put, keys.pack_key(b.pack_id), data), len(data)))
         while sum(n for _, n in self.pending) > self.MAX_PENDING:
             f, _ = self.pending.pop(0)
@@ -591,6 +595,7 @@ def _drop_forwards(rep: GCReport, del_fwd: set, fmap: ForwardMap, dry_run: bool 
 def _account_flush(rep: GCReport, res) -> None:
     rep.written_bytes += res.written_bytes
     rep.written_objects += res.written_objects
+    rep.forward_writes += res.writes
     if res.deleted_objects:
         rep.deleted["forward"] += res.deleted_objects
         rep.deleted_bytes += res.deleted_bytes
@@ -640,8 +645,6 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         writer.finish()  # every new pack is durable before any forwarding record names one
     rep.repacked_packs = len(pids)
     rep.repack_bytes_in = size_in
-    if dry_run:
-        return list(pids)
     # a forwarding record for every retired pack that hints or older records lead to; a pack
     # retired before (see the selection) keeps its targets and gets the new ones added
     named = {t for ts in fwd.values() for t in ts}
@@ -649,13 +652,18 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         if pid in fwd:
             fwd[pid] = list(dict.fromkeys(list(fwd[pid]) + sorted(moved.get(pid, ()))))
             fmap.set(pid, fwd[pid], now)
+            rep.added_forward += 1
         else:
             fwd[pid] = sorted(moved.get(pid, ()))
             if pid in reach.hinted or (grace and pid in named):
                 fmap.set(pid, fwd[pid], now)
+                rep.added_forward += 1
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
-    _account_flush(rep, fmap.flush())  # after the new packs are durable (writer.finish above)
+    # after the new packs are durable (writer.finish above); a dry run counts what it would write
+    _account_flush(rep, fmap.flush(dry_run=dry_run))
+    if dry_run:
+        return list(pids)
     with repo._lock:
         for pid in pids:
             repo._fwd.pop(pid, None)

@@ -606,7 +606,7 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
         rep = GCReport(dry_run=dry_run, grace_period=self.gc_grace_period if grace_period is None else grace_period,
                        live_checkpoints=10, live_packs=12, deleted_bytes=3000, written_bytes=5000, written_objects=3,
                        repacked_packs=5, new_packs=1, repack_bytes_in=4096, repack_bytes_out=4900,
-                       pending_candidates=5, elapsed=0.25)
+                       pending_candidates=5, added_forward=5, redirected_forward=2, forward_writes=4, elapsed=0.25)
         rep.deleted["manifests"] += 2
         return rep
     monkeypatch.setattr(CheckpointManager, "gc", fake_gc)
@@ -617,6 +617,7 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
     assert rows["live"] == "10 checkpoints using 12 packs"
     assert rows["deleted"] == "2 objects, 2.9 KiB (2 manifests)"
     assert rows["repacked"] == "5 packs (4.0 KiB) into 1 new pack (4.8 KiB)"
+    assert rows["forwarding"] == "5 records added, 2 records redirected (4 map shards written)"
     assert rows["reclaimed"].startswith("none yet: 2.0 KiB (2000 bytes) more stored until the repacked packs")
     assert rows["reclaimed"].endswith("; 1 object more (new packs and forwarding-map shards)")
     assert rows["pending"].startswith("5 unreferenced packs wait for the grace period (1h)")
@@ -627,7 +628,9 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
     assert d["deleted"] == {"manifests": 2} and d["new_packs"] == 1 and d["pending_candidates"] == 5
     r = run(repo, "gc", "--dry-run", "--grace-period", "0")
     assert calls[-1]["grace_period"] == 0 and "would repack:" in r.stdout and "would delete:" in r.stdout
-    assert "(4.8 KiB)" not in r.stdout  # a dry run writes no pack: no output size
+    rows = dict((k, v.strip()) for k, v in (l.split(":", 1) for l in r.stdout.splitlines()[1:]))
+    assert rows["would repack"] == "5 packs (4.0 KiB) into 1 new pack (4.8 KiB)"  # built, not written
+    assert rows["forwarding"] == "5 records added, 2 records redirected (4 map shards would be written)"
     assert r.stderr.startswith("snapstore: note: --grace-period 0 assumes") and r.stderr.count("\n") == 1
     r = run(repo, "gc", "--grace-period", "10m")  # shorter than the writers' default: a note too
     assert calls[-1]["grace_period"] == 600 and "gc_grace_period=600 or less" in r.stderr
