@@ -857,7 +857,7 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
     changes = [(getattr(rep, "added_forward", 0), "added"), (getattr(rep, "redirected_forward", 0), "redirected"),
                (getattr(rep, "removed_forward", 0), "dropped")]
     if any(n for n, _ in changes):
-        # where readers find the entries of repacked packs: at most 256 shard objects (fwd/)
+        # where readers find the entries of repacked packs: at most 16 shard objects (fwd/)
         rows.append(("forwarding", ", ".join(f"{_plural(n, 'record')} {what}" for n, what in changes if n)
                      + f" ({_plural(getattr(rep, 'forward_writes', 0), 'map shard')} "
                        + ("would be written)" if dry else "written)")))

@@ -3,8 +3,8 @@
 Layer 3 (uses :mod:`snapstore.repository`; used by :mod:`snapstore.check` and :mod:`snapstore.gc`).
 See docs/format.md, section 13.
 
-The map is stored in at most 256 shards, ``fwd/<2 hex>``, each holding the records of the retired
-packs whose ids start with that byte: ``retired pack -> (new packs, store time of the GC that wrote
+The map is stored in at most 16 shards, ``fwd/<1 hex>``, each holding the records of the retired
+packs whose ids start with that hex digit: ``retired pack -> (new packs, store time of the GC that wrote
 the record)``. Only GC writes shards (holding ``gc/lock``, with conditional writes on each shard's
 ETag); readers read one shard when they meet a pack that is gone
 (:meth:`snapstore.repository.Repository.forward`). Repositories written before the map have one
@@ -97,11 +97,11 @@ class ForwardMap:
             (shard_infos if kind[0] == "shard" else record_infos).append((info, kind[1]))
 
         def read(item):
-            info, raw = item
+            info, name = item
             try:
                 data = repo.store.get(info.key)
-                if len(raw) == 1:
-                    return info, decode_forward_shard(info.key, data, raw), None
+                if isinstance(name, str):  # a shard, named by its hex digit
+                    return info, decode_forward_shard(info.key, data, name), None
                 return info, decode_forward(info.key, data), None
             except ObjectNotFound:
                 return info, None, None

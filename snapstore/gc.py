@@ -11,7 +11,7 @@ argument is in docs/format.md, section 13. In short:
   ``grace_period=0`` (the caller asserts no other writers) unreferenced objects go at once.
 * Mostly-dead packs, and small live packs (the per-save packs), are *repacked*: live entries are
   copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record in
-  the forwarding map (:mod:`snapstore.forwarding`, shards ``fwd/<2 hex>``) names the new packs,
+  the forwarding map (:mod:`snapstore.forwarding`, shards ``fwd/<1 hex>``) names the new packs,
   and the old pack is retired (the next GC makes it a candidate). Forwarding records that name a
   pack are rewritten to name its targets only when that pack is deleted, so a retired pack stays
   reachable for as long as it exists.

@@ -351,7 +351,7 @@ class Repository:
         """Return the packs a retired (repacked) pack's entries moved to, or None if not retired.
 
         Answers from memory, then from the forwarding hints (:meth:`forward_hints`), then by reading
-        the forwarding-map shard ``fwd/<2 hex>`` (one GET; every record in it is remembered), and
+        the forwarding-map shard ``fwd/<1 hex>`` (one GET; every record in it is remembered), and
         for a pack the shard does not name, a per-pack record ``fwd/<16 hex>`` of a repository not
         yet migrated (one more GET). ``fresh`` skips memory and hints.
 
@@ -367,7 +367,7 @@ class Repository:
                 return hint
         key = keys.fwd_shard_key(pack_id)
         try:
-            shard = decode_forward_shard(key, self.store.get(key), pack_id[:1])
+            shard = decode_forward_shard(key, self.store.get(key), keys.fwd_shard(pack_id))
         except ObjectNotFound:
             shard = {}
         if pack_id in shard:

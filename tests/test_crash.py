@@ -615,7 +615,7 @@ def test_gc_with_faults(grace, mode):
         assert_consistent(ctx["store"], ctx["expect"])
         assert "gc/lock" not in ctx["store"].raw()
         # the older layout is gone once a GC completed (its records are in shards now)
-        assert all(len(k) == len("fwd/00") for k in ctx["store"].raw() if k.startswith("fwd/"))
+        assert all(len(k) == len("fwd/0") for k in ctx["store"].raw() if k.startswith("fwd/"))
 
     run_with_faults(build, op, rerun, post, mode)
 

@@ -1,4 +1,4 @@
-"""The forwarding map (snapstore/forwarding.py, docs/format.md §13): at most 256 shard objects
+"""The forwarding map (snapstore/forwarding.py, docs/format.md §13): at most 16 shard objects
 however many packs are retired, per-pack records of the older layout still read and migrated,
 corrupt or concurrently changed shards stop GC without deleting anything."""
 
@@ -41,20 +41,20 @@ def fwd_objects(store) -> list[str]:
 
 
 def change_every_shard(store) -> None:
-    """Another writer of the map (there must be none): add a record (of no pack) to all 256 shards,
+    """Another writer of the map (there must be none): add a record (of no pack) to all 16 shards,
     creating the missing ones, so that any shard write GC planned finds a different ETag."""
-    for b in range(256):
-        k, prefix = f"fwd/{b:02x}", bytes([b])
+    for h in "0123456789abcdef":
+        k = f"fwd/{h}"
         try:
             info = store.head(k)
-            shard = decode_forward_shard(k, store.get(k), prefix)
+            shard = decode_forward_shard(k, store.get(k), h)
         except ObjectNotFound:
             info, shard = None, {}
-        shard[prefix + b"\0" * 7] = ([], 0.0)
+        shard[bytes.fromhex(h + "0" * 15)] = ([], 0.0)
         store.put_if_match(k, encode_forward_shard(shard), info.etag if info else None)
 
 
-def test_the_map_has_at_most_256_objects_however_many_packs_are_retired():
+def test_the_map_has_at_most_16_objects_however_many_packs_are_retired():
     store = MemoryStore()
     m, expect = many_runs(store)
     packs_before = sum(k.startswith("packs/") for k in store.raw())
@@ -63,19 +63,19 @@ def test_the_map_has_at_most_256_objects_however_many_packs_are_retired():
     assert rep.repacked_packs == packs_before == 360
     assert len(fmap.to) == 360          # every per-save pack is named by a live hint: a record each
     objs = fwd_objects(store)
-    assert len(objs) <= 256 and all(len(k) == len("fwd/00") for k in objs)
+    assert len(objs) == 16 and all(len(k) == len("fwd/0") for k in objs)
     # objects the GC wrote: the new packs, the shards and the hint cache
     assert rep.written_objects == rep.new_packs + len(objs) + 1
     assert set(objs) == {keys.fwd_shard_key(p) for p in fmap.to}
     for k in objs:  # each shard holds exactly the records of its prefix
-        shard = decode_forward_shard(k, store.raw()[k], bytes.fromhex(k[4:]))
-        assert shard and all(p.hex()[:2] == k[4:] for p in shard)
+        shard = decode_forward_shard(k, store.raw()[k], k[4:])
+        assert shard and all(p.hex()[0] == k[4:] for p in shard)
     assert_clean(store, expect)
     # a reader that meets a retired pack reads one shard and learns every record in it
     r = CheckpointManager(store).repo
     some = sorted(fmap.to)[0]
     assert r.forward(some, fresh=True) == fmap.to[some]
-    same_shard = [p for p in fmap.to if p[:1] == some[:1]]
+    same_shard = [p for p in fmap.to if p.hex()[0] == some.hex()[0]]
     assert all(r._fwd[p] == fmap.to[p] for p in same_shard)
 
 
@@ -104,7 +104,7 @@ def test_records_in_the_older_per_pack_layout_are_read_and_migrated_by_gc(tmp_pa
     rep = CheckpointManager(store).gc(grace_period=0)
     assert dry.deleted["forward"] == rep.deleted["forward"]    # ... and predicts the migration
     keys_now = [i.key for i in store.list("fwd/")]
-    assert keys_now and all(len(k) == len("fwd/00") for k in keys_now)   # only shards now
+    assert keys_now and all(len(k) == len("fwd/0") for k in keys_now)    # only shards now
     assert rep.deleted["forward"] >= len(fmap.to)                          # the per-pack records
     assert read_forward_map(CheckpointManager(store).repo).to == fmap.to
     assert_clean(store, expect)

@@ -33,10 +33,19 @@ FWD_CACHE = "gc/fwd-cache"
 """Written by GC: every forwarding record it knows, with its ETag (advisory; see docs/format.md §13)."""
 
 
+FWD_SHARDS = 16
+"""Shards of the forwarding map: ``fwd/0`` .. ``fwd/f``."""
+
+
+def fwd_shard(pack_id: bytes) -> str:
+    """The forwarding-map shard of a pack: the first hex digit of its id."""
+    return pack_id.hex()[0]
+
+
 def fwd_shard_key(pack_id: bytes) -> str:
-    """``fwd/<2 hex>``: the forwarding-map shard holding the record of a retired pack whose id
-    starts with that byte (at most 256 shards, written only by GC)."""
-    return f"fwd/{pack_id[:1].hex()}"
+    """``fwd/<1 hex>``: the forwarding-map shard holding the record of a retired pack whose id
+    starts with that hex digit (at most 16 shards, written only by GC)."""
+    return f"fwd/{fwd_shard(pack_id)}"
 
 
 def fwd_key(pack_id: bytes) -> str:
@@ -45,20 +54,19 @@ def fwd_key(pack_id: bytes) -> str:
     return f"fwd/{pack_id.hex()}"
 
 
-def parse_fwd_key(key: str) -> tuple[str, bytes] | None:
-    """``("shard", <1-byte prefix>)`` for a forwarding-map shard key, ``("record", <pack id>)`` for a
+def parse_fwd_key(key: str) -> tuple[str, str | bytes] | None:
+    """``("shard", <hex digit>)`` for a forwarding-map shard key, ``("record", <pack id>)`` for a
     per-pack record key, None for anything else."""
     if not key.startswith(FWD):
         return None
     rest = key[len(FWD):]
-    try:
-        raw = bytes.fromhex(rest)
-    except ValueError:
-        return None
-    if len(rest) == 2:
-        return "shard", raw
+    if len(rest) == 1 and rest in "0123456789abcdef":
+        return "shard", rest
     if len(rest) == 2 * PACK_ID_BYTES:
-        return "record", raw
+        try:
+            return "record", bytes.fromhex(rest)
+        except ValueError:
+            return None
     return None
 
 

@@ -182,25 +182,34 @@ def decode_forward(key: str, data: bytes) -> list[bytes]:
 FWD_MAP_MAGIC = b"SNFM"
 
 
+_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
+_SHARD_ZSTD_MIN = 4096  # smaller shards are stored as JSON (the envelope compresses them if that helps)
+
+
 def encode_forward_shard(entries: dict[bytes, tuple[list[bytes], float]]) -> bytes:
     """Encode a forwarding-map shard: retired pack id -> (the packs its live entries moved to, store
     time in seconds since the epoch (UTC) at which GC last wrote the record). ``SNFM`` envelope
-    around zstd-compressed JSON ``{"<pack hex>": [<ms>, ["<pack hex>", ...]], ...}`` (sorted)."""
+    around JSON ``{"<pack hex>": [<ms>, ["<pack hex>", ...]], ...}`` (sorted), as one zstd frame
+    (level 3) when it is at least 4 KiB."""
     body = json.dumps({p.hex(): [int(round(t * 1000)), [x.hex() for x in to]]
                        for p, (to, t) in sorted(entries.items())}, separators=(",", ":")).encode()
-    return seal_envelope(FWD_MAP_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
+    if len(body) >= _SHARD_ZSTD_MIN:
+        body = zstandard.ZstdCompressor(level=3).compress(body)
+    return seal_envelope(FWD_MAP_MAGIC, FORMAT_VERSION, body)
 
 
-def decode_forward_shard(key: str, data: bytes, prefix: bytes | None = None) -> dict[bytes, tuple[list[bytes], float]]:
-    """Inverse of :func:`encode_forward_shard`. ``prefix``: the shard's first byte; every record
+def decode_forward_shard(key: str, data: bytes, shard: str | None = None) -> dict[bytes, tuple[list[bytes], float]]:
+    """Inverse of :func:`encode_forward_shard`. ``shard``: the shard's hex digit; every record
     must belong to it. Raises IntegrityError on a malformed shard."""
     _, body = open_envelope(key, FWD_MAP_MAGIC, data)
     try:
-        d = json.loads(zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30))
+        if body[:4] == _ZSTD_FRAME:
+            body = zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30)
+        d = json.loads(body)
         out = {bytes.fromhex(p): ([bytes.fromhex(x) for x in v[1]], int(v[0]) / 1000.0) for p, v in d.items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, zstandard.ZstdError) as e:
         raise IntegrityError(key, f"malformed forwarding-map shard: {e}") from None
-    if prefix is not None and any(p[:1] != prefix for p in out):
+    if shard is not None and any(p.hex()[:1] != shard for p in out):
         raise IntegrityError(key, "forwarding-map shard holds a record of another shard")
     return out
 
