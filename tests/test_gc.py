@@ -48,6 +48,20 @@ def msg(tag, i, size=200):
     return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
 
 
+def one_run(n: int, tag: str):
+    """Run ``r`` with ``n`` checkpoints (one message more each) on a memory store with a fake
+    clock. Returns ``(clock, store, manager, messages of the last, id of the last)``."""
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock)
+    msgs: list = []
+    last = None
+    for i in range(n):
+        msgs = msgs + [msg(tag, i)]
+        last = m.save("r", msgs)
+    return clock, store, m, msgs, last
+
+
 def garbage_repo(clock=None):
     """A repository with garbage of every kind: pruned checkpoints, a rolled-back branch, a deleted
     run, a crash-leftover pack and a dangling index record. Returns (store, manager, expected)."""
@@ -571,13 +585,7 @@ def test_cold_restore_after_gc_uses_the_forwarding_hints():
     """After GC retired every per-save pack, a new reader restoring the newest checkpoint reads
     ``gc/fwd-cache`` once instead of a 404 and a forwarding record per retired pack; hints that went
     stale (GC changed records since) still lead to the data through the records themselves."""
-    clock = Clock()
-    store = MemoryStore(clock=clock)
-    m = CheckpointManager(store, clock=clock)
-    msgs = []
-    for i in range(60):
-        msgs = msgs + [msg("h", i)]
-        last = m.save("r", msgs)
+    clock, store, m, msgs, last = one_run(60, "h")
     for _ in range(3):
         clock.advance(3 * G)
         m.gc(grace_period=G)
@@ -626,13 +634,7 @@ def test_dry_run_predicts_a_repacking_gc(grace):
     """A dry run of a GC that repacks builds the new packs (without writing them) and counts the
     forwarding-map shards it would write, so it predicts what the real run writes and reclaims
     (shard bytes may differ by a few bytes: new pack ids are random and compress differently)."""
-    clock = Clock()
-    store = MemoryStore(clock=clock)
-    m = CheckpointManager(store, clock=clock)
-    msgs = []
-    for i in range(12):
-        msgs = msgs + [msg("d", i)]
-        last = m.save("r", msgs)
+    clock, store, m, msgs, last = one_run(12, "d")
     m.prune(keep_last=2)
     before = dict(store.raw())
     dry = m.gc(grace_period=grace, dry_run=True)
