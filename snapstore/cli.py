@@ -865,7 +865,7 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
     if o >= 0:
         objs = f"{_plural(o, 'object')} fewer"
     else:  # new packs and forwarding-map shards outnumber what was deleted
-        objs = f"{_plural(-o, 'object')} more (new packs and forwarding-map shards)"
+        objs = f"{_plural(-o, 'object')} more (new packs, forwarding-map shards and gc state)"
     if b >= 0:
         rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes); {objs}"))
     elif rep.repacked_packs and rep.grace_period > 0:

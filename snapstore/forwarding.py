@@ -14,6 +14,7 @@ writes the map moves them into their shards and deletes them.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -65,6 +66,7 @@ class ForwardMap:
     shards: dict = field(default_factory=dict)
     legacy: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+    etag_like: str = ""  # an ETag of this store (from the listing): its length sizes dry-run estimates
     _dirty: set = field(default_factory=set)
 
     @classmethod
@@ -89,6 +91,7 @@ class ForwardMap:
             kind = keys.parse_fwd_key(info.key)
             if kind is None:
                 continue
+            fm.etag_like = fm.etag_like or info.etag
             if kind[0] == "shard" and info.etag and info.etag in cached.get(info.key, {}):
                 fm.shards[info.key] = info
                 for pid, (to, t) in cached[info.key][info.etag].items():
@@ -174,8 +177,11 @@ class ForwardMap:
 
         def write(item):
             k, data, old = item
-            if dry_run:  # what the shard would look like (so a later flush counts from there)
-                return k, ObjectInfo(k, len(data), "(dry run)", 0.0)
+            if dry_run:  # what the shard would look like (so a later flush counts from there); an
+                # ETag as long as the store's (the forwarding cache records them), but not a real one
+                like = old.etag if old is not None else self.etag_like
+                fake = os.urandom(len(like)).hex()[:len(like)] if like else "(dry run)"
+                return k, ObjectInfo(k, len(data), fake, 0.0)
             try:
                 return k, self.repo.store.put_if_match(k, data, old.etag if old is not None else None)
             except PreconditionFailed:

@@ -619,7 +619,7 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
     assert rows["repacked"] == "5 packs (4.0 KiB) into 1 new pack (4.8 KiB)"
     assert rows["forwarding"] == "5 records added, 2 records redirected (4 map shards written)"
     assert rows["reclaimed"].startswith("none yet: 2.0 KiB (2000 bytes) more stored until the repacked packs")
-    assert rows["reclaimed"].endswith("; 1 object more (new packs and forwarding-map shards)")
+    assert rows["reclaimed"].endswith("; 1 object more (new packs, forwarding-map shards and gc state)")
     assert rows["pending"].startswith("5 unreferenced packs wait for the grace period (1h)")
 
     d = json.loads(run(repo, "gc", "--grace-period", "1h30m", "--max-unused", "0.5", "--dry-run", "--json").stdout)
