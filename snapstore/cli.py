@@ -1016,8 +1016,10 @@ def _problem_dict(p) -> dict:
 @cli.command("verify")
 @click.option("--read-data", is_flag=True, help="Also read and check every pack (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Count the warnings by kind instead of listing each "
+              "(errors are always listed).")
 @click.pass_context
-def verify_cmd(ctx, read_data, as_json):
+def verify_cmd(ctx, read_data, as_json, quiet):
     """Check the repository's integrity.
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
@@ -1046,7 +1048,13 @@ def verify_cmd(ctx, read_data, as_json):
                     "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
     else:
         lines = [f"error: {p.code}: {p.key}: {p.message}\n" for p in errors]
-        lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
+        if quiet:
+            counts: dict = {}
+            for p in warnings:
+                counts[p.code] = counts.get(p.code, 0) + 1
+            lines += [f"warning: {c}: {n}\n" for c, n in counts.items()]
+        else:
+            lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
         status = "OK" if not errors else "FAILED"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")

@@ -487,6 +487,17 @@ def test_verify_real(repo):
     assert run(repo, "verify", ok=False).exit_code == 2
 
 
+def test_verify_quiet_counts_warnings_by_kind(repo):
+    """After a gc with a grace period the repacked packs wait (one warning each): -q counts them."""
+    import_json(repo, EXAMPLE)
+    run(repo, "gc")
+    listed = run(repo, "verify").stdout.splitlines()
+    quiet = run(repo, "verify", "-q").stdout.splitlines()
+    n = sum(l.startswith("warning: retired-pack: packs/") for l in listed)
+    assert n > 1 and len(listed) == n + 1
+    assert quiet == [f"warning: retired-pack: {n}", listed[-1]]
+
+
 @pytest.mark.skipif(not HAS_STATS, reason="CheckpointManager.stats() not implemented yet")
 def test_stats_prices_and_requests(repo):
     import_json(repo, EXAMPLE)
