@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -854,12 +855,11 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
         into = _plural(rep.new_packs, "new pack") + f" ({human_size(rep.repack_bytes_out)})"
         rows.append((f"{would}repack" if dry else "repacked",
                      f"{_plural(rep.repacked_packs, 'pack')} ({human_size(rep.repack_bytes_in)}) into {into}"))
-    changes = [(getattr(rep, "added_forward", 0), "added"), (getattr(rep, "redirected_forward", 0), "redirected"),
-               (getattr(rep, "removed_forward", 0), "dropped")]
+    changes = [(rep.added_forward, "added"), (rep.redirected_forward, "redirected"), (rep.removed_forward, "dropped")]
     if any(n for n, _ in changes):
         # where readers find the entries of repacked packs: at most 16 shard objects (fwd/)
         rows.append(("forwarding", ", ".join(f"{_plural(n, 'record')} {what}" for n, what in changes if n)
-                     + f" ({_plural(getattr(rep, 'forward_writes', 0), 'map shard')} "
+                     + f" ({_plural(rep.forward_writes, 'map shard')} "
                        + ("would be written)" if dry else "written)")))
     b, o = rep.reclaimed_bytes, rep.reclaimed_objects
     if o >= 0:
@@ -1049,10 +1049,7 @@ def verify_cmd(ctx, read_data, as_json, quiet):
     else:
         lines = [f"error: {p.code}: {p.key}: {p.message}\n" for p in errors]
         if quiet:
-            counts: dict = {}
-            for p in warnings:
-                counts[p.code] = counts.get(p.code, 0) + 1
-            lines += [f"warning: {c}: {n}\n" for c, n in counts.items()]
+            lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]
         else:
             lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"

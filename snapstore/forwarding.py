@@ -66,7 +66,7 @@ class ForwardMap:
     shards: dict = field(default_factory=dict)
     legacy: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
-    etag_like: str = ""  # an ETag of this store (from the listing): its length sizes dry-run estimates
+    etag_like: str = ""  # an ETag of this store: its length sizes the ETags a dry-run flush invents
     _dirty: set = field(default_factory=set)
 
     @classmethod
@@ -91,7 +91,6 @@ class ForwardMap:
             kind = keys.parse_fwd_key(info.key)
             if kind is None:
                 continue
-            fm.etag_like = fm.etag_like or info.etag
             if kind[0] == "shard" and info.etag and info.etag in cached.get(info.key, {}):
                 fm.shards[info.key] = info
                 for pid, (to, t) in cached[info.key][info.etag].items():

@@ -268,7 +268,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     rep.live_checkpoints = len(live)
     fwd_cached = _read_forward_cache(repo, infos.get(FWD_CACHE_KEY))
     fmap = ForwardMap.load(repo, fwd_listing, fwd_cached)
-    fmap.etag_like = fmap.etag_like or next((i.etag for i in packs.values()), "")
+    fmap.etag_like = next((i.etag for i in infos.values() if i.etag), "")  # sizes dry-run estimates
     if fmap.errors:
         k, err = fmap.errors[0]
         raise err if isinstance(err, SnapstoreError) else SnapstoreError(f"{k}: {err}")

@@ -30,11 +30,8 @@ def pack_id_from_key(key: str) -> bytes | None:
 FWD = "fwd/"
 GC = "gc/"
 FWD_CACHE = "gc/fwd-cache"
-"""Written by GC: every forwarding record it knows, with its ETag (advisory; see docs/format.md §13)."""
-
-
-FWD_SHARDS = 16
-"""Shards of the forwarding map: ``fwd/0`` .. ``fwd/f``."""
+"""Written by GC: the whole forwarding map, each record with its shard's ETag and its time
+(advisory; see docs/format.md §13)."""
 
 
 def fwd_shard(pack_id: bytes) -> str:
