@@ -23,6 +23,8 @@ from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .compaction import plan_save
+from .format.segs import fork_segs
 from .repository import ListState, Repository
 from .stores import open_store
 from .stores.base import ObjectStore
@@ -85,6 +87,7 @@ class _RunView:
 
     head_seq: int | None = None       # newest log position known (None: run has no records)
     head_write_id: str | None = None  # write id of that newest record (identifies it across deletions)
+    head_segs: list | None = None     # segment list of that newest record (format 2; [] if none)
     head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
     remembered: str | None = None     # last checkpoint id saved or read
     list_state: ListState | None = None  # writer state for ``head``'s message list
@@ -93,6 +96,13 @@ class _RunView:
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
     remembered_set: bool = False      # remembered was set by a save or read
+
+
+def _carried_segs(newest: Manifest | None) -> list | None:
+    """The segment list a new log record inherits from the run's newest record (None: none)."""
+    if newest is None or newest.kind == KIND_TOMBSTONE:
+        return None
+    return newest.segment_list()
 
 
 class CheckpointManager:
@@ -226,6 +236,7 @@ class CheckpointManager:
         v = self._views.get(run_id) or _RunView()
         v.head_seq = newest.seq if newest else None
         v.head_write_id = newest.write_id if newest else None
+        v.head_segs = newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
         head = self._resolve(rk, newest)
         if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
             v.list_state = None
@@ -386,12 +397,18 @@ class CheckpointManager:
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
                        prep.session_state_ref[0] if prep.session_state_ref else None, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1
+        if prep.pack_id is not None:
+            repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
         if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
-            m = v.pending[1]  # retry of a save whose outcome was unknown: same write id
+            m, tier, superseded = v.pending[1], v.pending[2], v.pending[3]  # retry of an unknown outcome: same write id
         else:
             m = Manifest(kind=KIND_CHECKPOINT, run_id=run_id, seq=seq, write_id=new_write_id(),
                          created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
                          parent_id=pm.checkpoint_id if pm else None, fields=fields)
+            # format 2: the run's segment list, merging a tier when this save completes one
+            m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id)
+            if tier is not None:
+                repo.remember_pack(*tier)
         m.session_state = prep.session_state_inline
         m.session_state_ref = prep.session_state_ref
         m.has_session_state = prep.has_session_state
@@ -403,7 +420,7 @@ class CheckpointManager:
             up = prep.state.spine.upper
             if up is not None and up[1] != prep.state.state[1]:
                 m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
-        v.pending = (fingerprint, m)
+        v.pending = (fingerprint, m, tier, superseded)
         self._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
         # index record first (a refused duplicate id writes nothing), then data, then the manifest
         indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
@@ -416,21 +433,23 @@ class CheckpointManager:
             junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
             if wrote_pack:
                 junk.append(keys.pack_key(prep.pack_id))
+            if tier is not None:
+                junk.append(keys.pack_key(tier[0]))
             if junk:
                 try:
                     repo.store.delete_many(junk)
                 except SnapstoreError:
                     pass  # left for GC
         t_pack = self._clock()
-        if prep.pack_bytes is not None:
-            pkey = keys.pack_key(prep.pack_id)
-            try:
-                repo.store.put(pkey, prep.pack_bytes)
+        # the tier pack (if this save completes a tier) is written beside the save's own pack
+        tier_put = repo._pool_get().submit(self._put_pack, repo, tier[0], tier[1]) if tier is not None else None
+        try:
+            if prep.pack_bytes is not None:
+                self._put_pack(repo, prep.pack_id, prep.pack_bytes)
                 wrote_pack = True
-            except PreconditionFailed:
-                if repo.store.get(pkey) != prep.pack_bytes:
-                    raise _PackIdCollision(pkey) from None
-                wrote_pack = True  # our own earlier attempt wrote it
+        finally:
+            if tier_put is not None:
+                tier_put.result()
         self._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
         half = self.gc_grace_period / 2
         if self._clock() - v.confirmed_at > half or (parent_id is not None and self._clock() - t_start > half):
@@ -466,7 +485,15 @@ class CheckpointManager:
         v.pending = None
         v.head_seq = seq
         v.head_write_id = m.write_id
+        v.head_segs = m.segs
         v.head = m
+        if superseded:
+            # tier packs merged away: copies only (every entry keeps its home), so no reader, fork
+            # or GC depends on them; a failed delete is left for GC
+            try:
+                repo.store.delete_many([keys.pack_key(p) for p in superseded])
+            except SnapstoreError:
+                pass
         v.confirmed_at = self._clock()
         v.remembered = m.checkpoint_id
         v.remembered_set = True
@@ -476,6 +503,20 @@ class CheckpointManager:
         if self.max_checkpoints is not None:
             self._enforce_max(run_id, rk, v)
         return m.checkpoint_id
+
+    @staticmethod
+    def _put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:
+        """Write a pack create-only; an existing identical object is our own earlier attempt.
+
+        Raises:
+            _PackIdCollision: another pack has that id (the save is built again with a new id).
+        """
+        pkey = keys.pack_key(pack_id)
+        try:
+            repo.store.put(pkey, data)
+        except PreconditionFailed:
+            if repo.store.get(pkey) != data:
+                raise _PackIdCollision(pkey) from None
 
     def _live(self, rk: str, v: _RunView) -> list:
         if v.live is None:
@@ -517,7 +558,7 @@ class CheckpointManager:
                 v.remembered = None
                 v.remembered_set = True
                 return None
-            msgs, ls = self.repo.load_with_state(v.head)
+            msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
             v.list_state = ls
             v.remembered = v.head.checkpoint_id
             v.remembered_set = True
@@ -642,10 +683,11 @@ class CheckpointManager:
             if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
                 rec = self._append_record(run_id, rk, lambda seq, _n: Manifest(
                     kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                    created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id}))
+                    created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
+                    segs=_carried_segs(_n)))
                 self._remove_range(rk, target.seq, rec.seq)
             v = self._load_view(run_id)
-            msgs, ls = self.repo.load_with_state(target)
+            msgs, ls = self.repo.load_with_state(target, v.head_segs)
             v.list_state = ls
             v.remembered = checkpoint_id
             v.remembered_set = True
@@ -716,7 +758,8 @@ class CheckpointManager:
             if survivors:
                 ts, tc = survivors[0]
                 rec = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                               created=datetime.now(timezone.utc), target={"seq": ts, "id": tc})
+                               created=datetime.now(timezone.utc), target={"seq": ts, "id": tc},
+                               segs=_carried_segs(newest))
             else:
                 ts = -1
                 rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
@@ -830,6 +873,8 @@ class CheckpointManager:
             src = self.repo.find_checkpoint(rk, checkpoint_id)
         except CheckpointNotFound:
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+        # the source run's newest record lists segments covering every checkpoint of that run
+        src_segs = _carried_segs(self.repo.head(rk)) or src.segment_list()
         with self._run_lock(new_run_id):
             nrk = self._rk(new_run_id)
             newest = self.repo.head(nrk)
@@ -841,7 +886,7 @@ class CheckpointManager:
                          fields=dict(src.fields), session_state=src.session_state,
                          session_state_ref=src.session_state_ref, has_session_state=src.has_session_state,
                          count=src.count, size=src.size, digest=src.digest, state=src.state,
-                         origin={"run": run_id, "id": checkpoint_id})
+                         origin={"run": run_id, "id": checkpoint_id}, segs=fork_segs(src_segs))
             self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
             try:
                 self.repo.publish(nrk, m)
@@ -849,7 +894,7 @@ class CheckpointManager:
                 raise ConflictError(f"run {new_run_id!r} changed while forking") from None
             self._views.pop(new_run_id, None)
             v = self._load_view(new_run_id)
-            msgs, ls = self.repo.load_with_state(m)
+            msgs, ls = self.repo.load_with_state(m, v.head_segs)
             v.list_state = ls
             v.remembered = m.checkpoint_id
             v.remembered_set = True

@@ -40,7 +40,7 @@ class VerifyReport:
     Attributes:
         errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
         warnings: what GC reclaims later, harmless: leftovers a crash or an interrupted operation
-            may leave (``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
+            may leave (``corrupt-segment``, ``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
             ``orphaned-index``), packs a repack retired that wait for the grace period
             (``retired-pack``) and forwarding records nothing leads to (``unreferenced-forward``).
         checked: counts of what was examined.
@@ -103,6 +103,30 @@ def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None 
             continue
         live.append(m)
     return RunLog(run_key, manifests, live, hidden, head, corrupt or [])
+
+
+def head_segments(logs: dict) -> dict:
+    """Tier packs (format-2 segments of level >= 1) listed by each run's newest record: pack id ->
+    the run key.
+
+    These tier packs are copies that readers fetch instead of following hints (docs/format.md
+    §7a): verify does not call them unreferenced (GC deletes them like unreferenced packs, once
+    it has repacked what they copy). A malformed list is skipped here (reading the manifest
+    reports it).
+    """
+    out: dict = {}
+    for rk, log in logs.items():
+        h = log.head
+        if h is None or h.kind == KIND_TOMBSTONE:
+            continue
+        try:
+            segs = h.segment_list()
+        except SnapstoreError:
+            continue
+        for sg in segs:
+            if sg.level >= 1:  # level 0: a per-save pack, kept or not by the ordinary rules
+                out.setdefault(sg.pack, rk)
+    return out
 
 
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
@@ -440,8 +464,24 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                                           keys.pack_key(r.pack), str(e)))
             if progress and (i % 500 == 0 or i + 1 == len(refs)):
                 progress("data", i + 1, len(refs))
-    for pid, k in packs_present.items():
+    segs = head_segments(logs)
+    for pid, rk in segs.items():
         if pid in reach.packs:
+            continue  # a per-save pack (a home), checked above
+        k = keys.pack_key(pid)
+        if pid not in packs_present:
+            continue  # deleted by GC once it repacked what it copies, or merged away: normal
+        if read_data:
+            try:
+                pack = repo.get_pack(pid)
+                for (etype, eid) in pack.entries:
+                    repo._entry_in(pack, etype, eid, None)
+            except SnapstoreError as e:
+                rep.warnings.append(Problem("corrupt-segment", k, f"{e}; a copy: reads of run key {rk} use "
+                                            "the per-save packs instead (nothing lost), the next merging save "
+                                            "replaces it"))
+    for pid, k in packs_present.items():
+        if pid in reach.packs or pid in segs:
             continue
         if pid in fwd:
             rep.warnings.append(Problem("retired-pack", k, "repacked by gc (its live entries were copied to "

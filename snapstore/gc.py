@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .check import mark, read_all_runs
+from .check import head_segments, mark, read_all_runs
 from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
 from .format.codec import open_envelope, seal_envelope
@@ -57,6 +57,8 @@ class GCReport:
         grace_period: seconds.
         store_time: the store's clock at the start (seconds since the epoch, UTC).
         live_checkpoints / live_packs: what mark found live.
+        segment_packs: tier packs (format 2) a run's newest record lists; deleted like any
+            unreferenced pack (they are copies).
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
@@ -76,6 +78,7 @@ class GCReport:
     store_time: float = 0.0
     live_checkpoints: int = 0
     live_packs: int = 0
+    segment_packs: int = 0
     deleted: dict = field(default_factory=lambda: defaultdict(int))
     deleted_bytes: int = 0
     written_bytes: int = 0
@@ -326,6 +329,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # ---- decide what to delete
     # packs retired by this repack become candidates only when a later GC finds them unreferenced
     # (through their forwarding records), unless nothing else writes (grace 0)
+    # tier packs (format-2 segments) are copies, never the home of an entry: like any pack no
+    # hint leads to, they are deleted once unreferenced for the grace period. By then this GC has
+    # repacked the per-save packs they copy (small live packs), so readers of the run find its
+    # older data in a few large packs through the forwarding map (docs/format.md §7a)
+    seg_tiers = head_segments(logs)
+    rep.segment_packs = sum(1 for p in seg_tiers if p in packs and p not in reach.packs)
     unref_packs = {pid for pid in packs if pid not in reach.packs}
     if grace == 0:
         unref_packs |= set(retired_now)

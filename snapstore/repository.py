@@ -113,6 +113,7 @@ class PreparedSave:
     has_session_state: bool
     new_chunks: int
     new_bytes: int
+    raw_blocks: dict = field(default_factory=dict)
 
 
 class _ReadCtx:
@@ -153,7 +154,7 @@ class Repository:
         max_workers: threads for parallel GETs when restoring.
     """
 
-    def __init__(self, store: ObjectStore, config: RepoConfig, cache_bytes: int = 256 << 20, max_workers: int = 16):
+    def __init__(self, store: ObjectStore, config: RepoConfig, cache_bytes: int = 256 << 20, max_workers: int | None = None):
         self.store = store
         self.config = config
         self.hasher = Hasher(config.key)
@@ -162,7 +163,9 @@ class Repository:
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
         self._lock = threading.RLock()
-        self._max_workers = max_workers
+        if max_workers is None:
+            max_workers = int(getattr(store, "max_concurrency", 64) or 64)
+        self._max_workers = max(1, max_workers)
         self._pool: ThreadPoolExecutor | None = None
         self._dicts: dict = {}
         self._fwd: dict = {}
@@ -171,6 +174,7 @@ class Repository:
         self._hints_at = 0.0
         self._hints_lock = threading.Lock()
         self._nodes: dict = {}  # node id -> decoded (level, items)
+        self._where: dict = {}  # (type, id) -> id of a cached tier pack holding it (format 2 segments)
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -254,8 +258,66 @@ class Repository:
             self._cache[pack.id] = pack
             self._cache_bytes += len(pack.data) * 3
             while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
+                oid, old = self._cache.popitem(last=False)
                 self._cache_bytes -= len(old.data) * 3
+                if getattr(old, "indexed", False):
+                    for k in old.entries:
+                        if self._where.get(k) == oid:
+                            del self._where[k]
+
+    def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
+        """Cache a pack this process built (before or after writing it), with its blocks already
+        uncompressed (``raw_blocks``: block index -> bytes, from :attr:`PackBuilder.raw_blocks`), so
+        that merging it into a tier pack needs neither a GET nor its dictionary. Returns the Pack.
+
+        Raises:
+            IntegrityError: ``data`` is not a valid pack (a bug: it was just built).
+        """
+        p = Pack.parse(keys.pack_key(pack_id), data, pack_id)
+        for b, raw in (raw_blocks or {}).items():
+            if b < len(p.blocks) and len(raw) == p.blocks[b].rawlen:
+                p._raw[b] = raw
+        with self._lock:
+            old = self._cache.get(pack_id)
+            if old is not None:
+                old._raw.update(p._raw)
+                return old
+        self._cache_put(p)
+        return p
+
+    def _index_pack(self, pack: Pack) -> None:
+        """Make a cached tier pack's entries findable by ``(type, id)`` (see :meth:`locate`)."""
+        with self._lock:
+            if pack.id not in self._cache:
+                return
+            pack.indexed = True
+            where = self._where
+            for k in pack.entries:
+                where.setdefault(k, pack.id)
+
+    def prefetch_segments(self, segs, also=()) -> None:
+        """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
+        index the tier packs' entries so that reads find entries there instead of following their
+        per-save location hints. Missing or corrupt segments are skipped: the hints still lead to
+        every entry (segments are copies)."""
+        segs = list(segs or ())
+        self.prefetch([s.pack for s in segs] + [p for p in also if p])
+        for s in segs:
+            if s.level == 0 and not s.foreign:
+                continue  # a per-save pack: hints name it directly
+            with self._lock:
+                p = self._cache.get(s.pack)
+            if p is not None and not getattr(p, "indexed", False):
+                self._index_pack(p)
+
+    def _located(self, etype: int, eid: bytes) -> bool:
+        return (etype, eid) in self._where
+
+    def _packs_for(self, items) -> list:
+        """Hinted packs still to fetch for ``(type, id, hinted pack)`` items (entries already found
+        in an indexed tier pack are skipped)."""
+        where = self._where
+        return [p for t, i, p in items if (t, i) not in where]
 
     def get_pack(self, pack_id: bytes) -> Pack:
         """Return the parsed, checksum-verified pack (cached).
@@ -396,6 +458,12 @@ class Repository:
         """
         with self._lock:
             cached = pack_id in self._cache
+            if not cached and _seen is None:
+                w = self._where.get((etype, eid))
+                if w is not None:
+                    p = self._cache.get(w)
+                    if p is not None and (etype, eid) in p.entries:
+                        return p
         hint = None if cached else self.forward_hints(load=False).get(pack_id)
         if hint:  # retired as of the last GC: look where its entries went first (no GET of a 404)
             seen = set(_seen or ()) | {pack_id}
@@ -432,6 +500,9 @@ class Repository:
         try:
             return self._entry_in(pack, etype, eid, ctx)
         except SnapstoreError:
+            if pack.id != pack_id and getattr(pack, "indexed", False):
+                # a tier pack (a copy) failed: read the entry where its hint says instead
+                return self._entry_in(self.locate(pack_id, etype, eid, set()), etype, eid, ctx)
             # A retired pack exists until GC deletes it, but what its data block's dictionary is
             # made of may already be gone: GC keeps a retired pack's dependencies only while the pack
             # itself holds a live entry. Its live entries were copied (without a dictionary) to the
@@ -521,7 +592,7 @@ class Repository:
         """
         frontier: list[tuple[int, Ref]] = spine.top_down()
         while any(level > 0 for level, _ in frontier):
-            self.prefetch(r.pack for level, r in frontier if level > 0)
+            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, r in frontier if level > 0))
             nxt: list[tuple[int, Ref]] = []
             for level, r in frontier:
                 if level == 0:
@@ -577,7 +648,7 @@ class Repository:
             pieces = decode_pieces(pieces_raw)
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
-        self.prefetch(p.pack for p in pieces)
+        self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
         raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
         if self.hasher.content_id(raw) != ref.id:
             raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
@@ -588,7 +659,7 @@ class Repository:
 
         If ``raws`` is a list, each message's exact JSON bytes are appended to it.
         """
-        self.prefetch(r.pack for r in refs)
+        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
         ctx = _ReadCtx(self.hasher)
         out = []
         for r in refs:
@@ -611,13 +682,22 @@ class Repository:
         for r in refs:
             ctx.add(r.id, self.message_raw(r, ctx))
 
-    def load_with_state(self, m: Manifest) -> tuple[list, ListState]:
+    def load_with_state(self, m: Manifest, segs=None) -> tuple[list, ListState]:
         """Return ``(messages, ListState)`` for checkpoint ``m``: a restore that also prepares the
-        next save (every id known; the caller's objects are not trusted, so ``objs`` is None)."""
+        next save (every id known; the caller's objects are not trusted, so ``objs`` is None).
+
+        ``segs``: the segment list to read from (default: ``m``'s own; a caller holding the run's
+        newest record passes its list, which covers every checkpoint of the run). The segments and
+        the state's pack are fetched in one parallel wave.
+        """
+        if segs is None:
+            segs = m.segment_list()
         if not m.state:
+            if m.session_state_ref:
+                self.prefetch_segments(segs)
             return [], self.list_state(None)
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
-        self.prefetch(bytes.fromhex(h) for h in m.state[1:])
+        self.prefetch_segments(segs, [bytes.fromhex(h) for h in m.state[1:]])
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
@@ -907,7 +987,8 @@ class Repository:
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0)
         data, sizes = pb.build()
-        return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes)
+        return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes,
+                            pb.raw_blocks)
 
     def _window(self, messages, n_old, ids, raws, flags, parent) -> None:
         """Encode the last messages before ``n_old`` (about a dictionary's worth) for the dictionary."""

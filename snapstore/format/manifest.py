@@ -14,12 +14,15 @@ import zstandard
 
 from ..errors import IntegrityError, RepositoryError, UnsupportedFormatError
 from .codec import dumps_exact, loads_exact, open_envelope, seal_envelope
+from .segs import decode_segs, encode_segs
 
 MANIFEST_MAGIC = b"SNMF"
 INDEX_MAGIC = b"SNIX"
 CONFIG_MAGIC = b"SNCF"
 FORWARD_MAGIC = b"SNFW"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Newest format this code reads and the one it writes (2: segment lists, docs/format.md §7a).
+Format 1 objects are read as they are."""
 
 KIND_CHECKPOINT = "checkpoint"
 KIND_ROLLBACK = "rollback"
@@ -70,6 +73,9 @@ class Manifest:
         state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
         target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
         origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
+        segs: format 2: the run's segment list (:class:`snapstore.format.segs.Seg`), on checkpoint
+            and rollback records; None for format-1 records and tombstones (and for light reads,
+            which keep the encoded list in ``segs_text``; use :meth:`segment_list`).
     """
 
     kind: str
@@ -89,6 +95,20 @@ class Manifest:
     state: list | None = None
     target: dict | None = None
     origin: dict | None = None
+    segs: list | None = None
+    segs_text: str | None = None
+
+    def segment_list(self) -> list:
+        """The record's segments (decoding ``segs_text`` of a light read); [] when it has none.
+
+        Raises:
+            IntegrityError: the stored list is malformed.
+        """
+        if self.segs is not None:
+            return self.segs
+        if self.segs_text is None:
+            return []
+        return decode_segs(f"manifest of run {self.run_id!r} position {self.seq}", self.segs_text)
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNMF`` envelope around JSON."""
@@ -109,6 +129,8 @@ class Manifest:
                 d["origin"] = self.origin
         elif self.kind == KIND_ROLLBACK:
             d["target"] = self.target
+        if self.segs is not None and self.kind != KIND_TOMBSTONE:
+            d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
         return seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, body, MANIFEST_DICT_V1)
 
@@ -144,6 +166,13 @@ class Manifest:
                 int(m.target["seq"])
             elif kind != KIND_TOMBSTONE:
                 raise ValueError(f"unknown kind {kind!r}")
+            if "segs" in d and kind != KIND_TOMBSTONE:
+                if light:
+                    if not isinstance(d["segs"], str):
+                        raise ValueError("segs is not a string")
+                    m.segs_text = d["segs"]
+                else:
+                    m.segs = decode_segs(key, d["segs"])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise IntegrityError(key, f"malformed manifest: {e}") from None
         return m
@@ -257,6 +286,8 @@ class RepoConfig:
             are split with FastCDC into pieces of min/avg/max bytes.
         leaf_bits / node_bits / max_items: the message tree's shape.
         inline_state_max: session states whose JSON exceeds this many bytes are stored as chunks.
+        seg_fanout: format 2: how many segments of one level a writer merges into one of the next
+            level (2-64; a format-1 config has none and gets the default).
     """
 
     repo_id: str
@@ -273,9 +304,10 @@ class RepoConfig:
     node_bits: int = 3
     max_items: int = 64
     inline_state_max: int = 4096
+    seg_fanout: int = 4
 
     _SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
-                 "node_bits", "max_items", "inline_state_max")
+                 "node_bits", "max_items", "inline_state_max", "seg_fanout")
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNCF`` envelope around JSON."""

@@ -104,6 +104,7 @@ class PackBuilder:
         self.dict_spec: DictSpec | None = None
         self.dict_bytes: bytes = b""
         self.raw_bytes = 0  # uncompressed bytes of all entries added so far
+        self.raw_blocks: dict[int, bytes] = {}  # after build(): block index -> uncompressed bytes
 
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._ids
@@ -140,6 +141,7 @@ class PackBuilder:
             for etype, eid, r in items:
                 entries.append(Entry(etype, eid, bi, len(raw), len(r)))
                 raw += r
+            self.raw_blocks[bi] = bytes(raw)
             spec = self.dict_spec if (use_dict and self.dict_spec and self.dict_bytes and raw) else None
             if spec:
                 zd = zstandard.ZstdCompressionDict(self.dict_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
@@ -147,7 +149,7 @@ class PackBuilder:
                                                 write_dict_id=False, write_content_size=False)
             else:
                 cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=False)
-            comp = cctx.compress(bytes(raw)) if raw else b""
+            comp = cctx.compress(self.raw_blocks[bi]) if raw else b""
             stored = not spec and len(comp) >= len(raw)
             if stored:
                 comp = bytes(raw)
