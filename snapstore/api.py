@@ -26,6 +26,7 @@ from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Man
 from .compaction import plan_save
 from .format.segs import fork_segs
 from .repository import ListState, Repository
+from .runlog import list_logsegs, list_positions, read_records, write_logsegs
 from .stores import open_store
 from .stores.base import ObjectStore
 
@@ -92,7 +93,8 @@ class _RunView:
     remembered: str | None = None     # last checkpoint id saved or read
     list_state: ListState | None = None  # writer state for ``head``'s message list
     live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
-    pending: tuple | None = None      # (fingerprint, Manifest) of a save whose outcome is unknown
+    pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded) of a save whose outcome is unknown
+    log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
     remembered_set: bool = False      # remembered was set by a save or read
@@ -288,6 +290,34 @@ class CheckpointManager:
                     continue
                 yield s, m.checkpoint_id, m
 
+    def _scan_bulk(self, rk: str):
+        """Like :meth:`_scan`, for the whole log at once: the positions are listed (LIST pages in
+        parallel) beside the run's log segments, then everything is read in one parallel wave
+        (docs/format.md §8a), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
+        few round trips instead of n GETs."""
+        repo = self.repo
+        pool = repo._pool_get()
+        f_segs = pool.submit(list_logsegs, repo, rk)
+        seqs = list_positions(repo, rk)
+        got = read_records(repo, rk, seqs, f_segs.result())
+        skip_above = None
+        for s in seqs:
+            if skip_above is not None and s > skip_above:
+                continue
+            m = got.get(s)
+            if m is None:
+                continue
+            if m.kind == KIND_TOMBSTONE:
+                return
+            if m.kind == KIND_ROLLBACK:
+                t = int(m.target["seq"])
+                skip_above = t if skip_above is None else min(skip_above, t)
+                continue
+            yield s, m.checkpoint_id, m
+
+    BULK_LIST_MIN = 32
+    """``list(limit=...)`` above this (or no limit) reads the log in bulk (:meth:`_scan_bulk`)."""
+
     def _read_many(self, rk: str, seqs: list[int]) -> dict[int, Manifest]:
         def one(s):
             try:
@@ -474,7 +504,7 @@ class CheckpointManager:
             raise _Stale()
         self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
-            repo.publish(rk, m)
+            data = repo.publish(rk, m)
         except PreconditionFailed:
             undo()
             if parent_id is not None:
@@ -487,6 +517,7 @@ class CheckpointManager:
         v.head_write_id = m.write_id
         v.head_segs = m.segs
         v.head = m
+        self._after_publish(rk, v, seq, data)
         if superseded:
             # tier packs merged away: copies only (every entry keeps its home), so no reader, fork
             # or GC depends on them; a failed delete is left for GC
@@ -504,6 +535,27 @@ class CheckpointManager:
             self._enforce_max(run_id, rk, v)
         return m.checkpoint_id
 
+    LOG_CACHE = 256
+    """Recent log records (their bytes) a manager keeps per run to write log segments."""
+
+    def _after_publish(self, rk: str, v: "_RunView | None", seq: int, data: bytes) -> None:
+        """Remember a record just published and write the log segments that end at it (format 2,
+        docs/format.md §8a; best effort, a failure costs listing speed only)."""
+        cache = None
+        if v is not None:
+            if v.log_cache is None:
+                v.log_cache = {}
+            cache = v.log_cache
+            cache[seq] = data
+            if len(cache) > self.LOG_CACHE:
+                for s in sorted(cache)[:len(cache) - self.LOG_CACHE]:
+                    del cache[s]
+        if (seq + 1) % 16 == 0:
+            try:
+                write_logsegs(self.repo, rk, seq, cache or {seq: data})
+            except SnapstoreError:
+                pass
+
     @staticmethod
     def _put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:
         """Write a pack create-only; an existing identical object is our own earlier attempt.
@@ -520,7 +572,7 @@ class CheckpointManager:
 
     def _live(self, rk: str, v: _RunView) -> list:
         if v.live is None:
-            v.live = [(s, c) for s, c, _ in self._scan(rk)][::-1]
+            v.live = [(s, c) for s, c, _ in self._scan_bulk(rk)][::-1]
         return v.live
 
     def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
@@ -606,7 +658,8 @@ class CheckpointManager:
         if limit == 0 or not self._exists():
             return out
         rk = self._rk(run_id)
-        for s, cid, m in self._scan(rk):
+        scan = self._scan(rk) if limit is not None and limit <= self.BULK_LIST_MIN else self._scan_bulk(rk)
+        for s, cid, m in scan:
             if metadata:
                 md = m.fields.get("metadata")
                 if not isinstance(md, dict) or any(k not in md or md[k] != val for k, val in metadata.items()):
@@ -653,7 +706,8 @@ class CheckpointManager:
             seq = 0 if newest is None else newest.seq + 1
             m = make(seq, newest)
             try:
-                self.repo.publish(rk, m)
+                data = self.repo.publish(rk, m)
+                self._after_publish(rk, self._views.get(m.run_id), seq, data)
                 return m
             except PreconditionFailed:
                 continue
@@ -765,9 +819,10 @@ class CheckpointManager:
                 rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
                                created=datetime.now(timezone.utc))
             try:
-                self.repo.publish(rk, rec)
+                data = self.repo.publish(rk, rec)
             except PreconditionFailed:
                 continue  # the run moved on: decide again
+            self._after_publish(rk, None, rec.seq, data)
             # everything between the new head and the record is now hidden: remove it (incl. doomed)
             done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
             if not survivors:
@@ -889,9 +944,10 @@ class CheckpointManager:
                          origin={"run": run_id, "id": checkpoint_id}, segs=fork_segs(src_segs))
             self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
             try:
-                self.repo.publish(nrk, m)
+                data = self.repo.publish(nrk, m)
             except PreconditionFailed:
                 raise ConflictError(f"run {new_run_id!r} changed while forking") from None
+            self._after_publish(nrk, None, seq, data)
             self._views.pop(new_run_id, None)
             v = self._load_view(new_run_id)
             msgs, ls = self.repo.load_with_state(m, v.head_segs)

@@ -14,6 +14,7 @@ from typing import Callable
 
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format import keys
+from .format.logseg import decode_logseg, parse_logseg_key
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
@@ -374,6 +375,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     packs_present = {}
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_keys: dict[str, list[str]] = defaultdict(list)
+    logseg_keys: dict[str, list[str]] = defaultdict(list)
     for k in all_keys:
         if k == keys.CONFIG:
             continue
@@ -390,6 +392,8 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "c":
             index_keys[parts[1]].append(k)
+        elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "l" and parse_logseg_key(k) is not None:
+            logseg_keys[parts[1]].append(k)
         else:
             rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
     logs = read_all_runs(repo, keys_by_run)
@@ -424,6 +428,27 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 continue
             if seq not in live_seqs:
                 rep.warnings.append(Problem("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint; removed by 'snapstore gc'"))
+    # log segments (format 2): each copy must be exactly the manifest still at its position
+    for rk, lks in logseg_keys.items():
+        log = logs.get(rk)
+        for lk in lks:
+            try:
+                recs = decode_logseg(lk, store.get(lk))
+            except ObjectNotFound:
+                continue
+            except SnapstoreError as e:
+                rep.warnings.append(Problem("corrupt-logseg", lk, f"{e}; a copy: listing reads the manifests instead"))
+                continue
+            for seq, data in recs:
+                if log is not None and seq in log.manifests:
+                    try:
+                        same = Manifest.from_bytes(lk, data).write_id == log.manifests[seq].write_id
+                    except SnapstoreError:
+                        same = False
+                    if not same:
+                        rep.warnings.append(Problem("corrupt-logseg", lk, f"its copy of position {seq} differs from the "
+                                                    "manifest; listing reads the manifest instead"))
+                        break
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
@@ -549,6 +574,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             keys_by_run[parts[1]].append(k)
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":
             c = "index"
+        elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "l":
+            c = "log"
         elif parts[0] == "fwd":
             c = "forward"
         elif parts[0] == "gc":

@@ -24,6 +24,7 @@ argument is in docs/format.md, section 13. In short:
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .check import head_segments, mark, read_all_runs
+from .format.logseg import parse_logseg_key, span
 from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
 from .format.codec import open_envelope, seal_envelope
@@ -59,7 +61,8 @@ class GCReport:
         live_checkpoints / live_packs: what mark found live.
         segment_packs: tier packs (format 2) a run's newest record lists; deleted like any
             unreferenced pack (they are copies).
-        deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``gc``).
+        deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
+            (format-2 log segments), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
@@ -230,6 +233,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     packs, fwd_listing, cands, others = {}, [], {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_by_run: dict[str, list] = defaultdict(list)
+    logseg_by_run: dict[str, list] = defaultdict(list)
     # the run log first, then the data: every pack a manifest read here references was written
     # before that manifest, so the data listing below contains it (a writer publishing meanwhile
     # only adds packs that are newer than grace/2 and so are not deletion candidates)
@@ -241,6 +245,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[2] == "c":
             index_by_run[parts[1]].append(info)
+        elif len(parts) == 4 and parts[2] == "l" and parse_logseg_key(k) is not None:
+            logseg_by_run[parts[1]].append(info)
         else:
             others.append(info)
     logs = read_all_runs(repo, keys_by_run, light=True)
@@ -418,6 +424,18 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                     del_keys.append((info.key, info.size, "index"))
     for info in probes:
         del_keys.append((info.key, info.size, "gc"))
+    # log segments (format 2 copies of log records): once no manifest of their range is left,
+    # and older than the grace period (the writer of a range publishes its last record first)
+    going = {k for k, _, c in del_keys if c == "manifests"}
+    for rk, lsegs in logseg_by_run.items():
+        log = logs.get(rk)
+        left = sorted(s_ for s_ in (log.manifests if log else ()) if keys.manifest_key(rk, s_) not in going)
+        for info in lsegs:
+            hi, level = parse_logseg_key(info.key)
+            lo = hi - span(level) + 1
+            i = bisect.bisect_left(left, lo)
+            if (i == len(left) or left[i] > hi) and (grace == 0 or info.mtime <= mature):
+                del_keys.append((info.key, info.size, "log"))
 
     hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
     if dry_run:
@@ -457,7 +475,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     _drop_forwards(rep, del_fwd, fmap)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
-        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc")])
+        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
         man = [k for k, _, c in del_keys if c == "manifests"]
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])

@@ -298,12 +298,16 @@ class Repository:
     def prefetch_segments(self, segs, also=()) -> None:
         """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
         index the tier packs' entries so that reads find entries there instead of following their
-        per-save location hints. Missing or corrupt segments are skipped: the hints still lead to
-        every entry (segments are copies)."""
+        per-save location hints. A missing or corrupt tier pack is skipped without looking for a
+        forwarding record (tier packs are copies, never repacked: GC deletes them once it has
+        repacked what they copy); the hints still lead to every entry.
+        """
         segs = list(segs or ())
-        self.prefetch([s.pack for s in segs] + [p for p in also if p])
+        tiers = [s.pack for s in segs if s.level >= 1]
+        homes = [s.pack for s in segs if s.level == 0] + [p for p in also if p]
+        self.prefetch(tiers + homes, no_forward=set(tiers))
         for s in segs:
-            if s.level == 0 and not s.foreign:
+            if s.level == 0:
                 continue  # a per-save pack: hints name it directly
             with self._lock:
                 p = self._cache.get(s.pack)
@@ -344,8 +348,13 @@ class Repository:
         self._cache_put(p)
         return p
 
-    def prefetch(self, pack_ids) -> None:
-        """Fetch the packs not yet cached, in parallel (bounded thread pool)."""
+    def prefetch(self, pack_ids, no_forward=()) -> None:
+        """Fetch the packs not yet cached, in parallel (bounded thread pool).
+
+        A pack that is missing is looked up in the forwarding map (and its targets fetched in the
+        same wave), except the packs in ``no_forward`` (tier packs: copies, never repacked), which
+        are just skipped, as are corrupt packs (the read that needs one reports it).
+        """
         with self._lock:
             todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
         claimed = set(todo)
@@ -362,6 +371,8 @@ class Repository:
                     self.get_pack(p)
                     return
                 except ObjectNotFound:
+                    if p in no_forward:
+                        return
                     to = self.forward(p)
                 except IntegrityError:
                     return  # corrupt: the read that needs it reports it
@@ -1105,8 +1116,8 @@ class Repository:
         """Return all manifest sequence numbers of the run, newest first (LIST only)."""
         return [keys.seq_from_manifest_key(i.key) for i in self.store.list(keys.manifests_prefix(run_key))]
 
-    def publish(self, run_key: str, m: Manifest) -> None:
-        """Write manifest ``m`` create-only at its sequence number.
+    def publish(self, run_key: str, m: Manifest) -> bytes:
+        """Write manifest ``m`` create-only at its sequence number; return the bytes written.
 
         A refusal is resolved by reading the object back: if it carries our write id, an earlier
         attempt of ours landed and this succeeds.
@@ -1125,6 +1136,7 @@ class Repository:
                 raise PreconditionFailed(key, f"sequence {m.seq} of run {m.run_id!r} was taken and released") from None
             if other.write_id != m.write_id:
                 raise
+        return data
 
     def write_index(self, run_key: str, checkpoint_id: str, seq: int, write_id: str) -> bool:
         """Record ``checkpoint_id -> seq`` create-only (replacing a dangling record by compare-and-swap).

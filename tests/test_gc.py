@@ -9,6 +9,7 @@ import json
 import pytest
 
 from snapstore import CheckpointManager
+from snapstore.format import keys
 from snapstore.errors import ConflictError, InvalidInputError, StoreError
 from snapstore.importers import load_trajectory
 from snapstore.forwarding import read_forward_map
@@ -612,9 +613,14 @@ def test_cold_restore_after_gc_uses_the_forwarding_hints():
         return gets, misses
 
     gets, misses = cold_restore()
+    # the checkpoint's segment list still names the run's tier packs (format 2), which GC deleted
+    # once it had repacked what they copy: one 404 each, all in the first parallel wave
+    tiers = {keys.pack_key(sg.pack) for sg in m.repo.find_checkpoint(m.repo.run_key("r"), last).segment_list()
+             if sg.level >= 1}
     assert gets.count("gc/fwd-cache") == 1
-    assert not [k for k in gets if k.startswith("fwd/")] and len(misses) <= 2, (len(gets), misses)
-    assert len(gets) <= 8, gets
+    assert not [k for k in gets if k.startswith("fwd/")], gets
+    assert len([k for k in misses if k not in tiers]) <= 2, (len(gets), misses)
+    assert len(gets) <= 8 + len(tiers), gets
 
     # stale hints: records rewritten and packs deleted by GCs after the cache was written
     stale = store.raw()["gc/fwd-cache"]

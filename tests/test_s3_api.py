@@ -345,7 +345,9 @@ def test_list_pages_past_1000_checkpoints(s3_inprocess_store):
     got = mgr.list("long")
     d = mgr.store.stats.since(before)
     assert [s.id for s in got] == ids[::-1] and [s.step for s in got] == list(range(1_099, -1, -1))
-    assert d.counts["LIST"] == 2 and d.counts["GET"] == 1_100
+    # format 2: two pages of manifest keys and one of log segments; the records come from the log
+    # segments (copies of 16 and 256 records) and the 12 newest manifests
+    assert d.counts["LIST"] == 3 and d.counts["GET"] <= 30, d
     assert [s.id for s in mgr.list("long", limit=3)] == ids[::-1][:3]
     assert mgr.get("long", ids[0]).messages == [{"role": "system", "content": "s"}, {"role": "user", "content": "m0"}]
     assert mgr.runs() == ["long", "other"]
@@ -416,7 +418,7 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
     for i, d, wire in deltas[1:]:  # saves 2..20
         merges = (i + 1) % fanout == 0  # this save completes a tier: it also writes the tier pack
         supersedes = (i + 1) % (fanout * fanout) == 0  # ... and deletes the tier packs merged away
-        want = (3 if i % 4 == 3 else 2) + (1 if merges else 0)
+        want = (3 if i % 4 == 3 else 2) + (1 if merges else 0) + (1 if (i + 1) % 16 == 0 else 0)  # log segment
         assert d.counts["PUT"] == want, (i, d)
         assert d.counts["GET"] == d.counts["HEAD"] == d.counts["LIST"] == 0, (i, d)
         assert d.counts["DELETE"] == (1 if supersedes else 0), (i, d)
@@ -436,7 +438,7 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
         other.save("r", msgs)
         d = other.store.stats.since(before)
         merges = (i + 1) % fanout == 0
-        assert d.counts["PUT"] == 2 + merges and d.counts["GET"] == d.counts["LIST"] == 0, (i, d, ops)
+        assert d.counts["PUT"] == 2 + merges + ((i + 1) % 16 == 0) and d.counts["GET"] == d.counts["LIST"] == 0, (i, d, ops)
         assert d.total() == d.counts["PUT"] + d.counts["DELETE"], (i, d, ops)
     assert CheckpointManager(same_place(store)).latest("r").messages == msgs
 
@@ -523,13 +525,13 @@ class RoundTrips:
         """Mark each ``repo.prefetch`` call as one round."""
         orig = repo.prefetch
 
-        def prefetch(pack_ids):
+        def prefetch(pack_ids, **kw):
             pack_ids = list(pack_ids)
             if self.batch is not None:
-                return orig(pack_ids)
+                return orig(pack_ids, **kw)
             self.batch = ("batch", next(self._ids))
             try:
-                return orig(pack_ids)
+                return orig(pack_ids, **kw)
             finally:
                 self.batch = None
         repo.prefetch = prefetch
@@ -576,7 +578,7 @@ def test_restore_of_10k_messages_takes_3_round_trips_from_its_segments(store):
     gets = [key for _, kind, key in rec.calls if kind == "GET"]
     assert len(gets) == len(set(gets)) <= len(segs) + 2  # the manifest, the segments, the state's pack
     assert kinds[2] == ["GET"] and len(rounds[2]) >= len(segs)
-    assert rec.max_in_flight >= min(len(segs), 4), rec.max_in_flight
+    assert rec.max_in_flight >= 2, rec.max_in_flight  # one wave: several in flight at once
 
 
 def test_restore_after_gc_repack_stays_bounded(s3_inprocess_store):

@@ -1,0 +1,191 @@
+"""The run log read and written in bulk (format 2): listing a run from its log segments.
+
+Layer 3. A run's log is its manifests, one object per record (docs/format.md §8). Reading every
+checkpoint's summary one GET at a time costs a request per checkpoint; log segments
+(:mod:`snapstore.format.logseg`) hold copies of 16, 256 or 4,096 consecutive records, written by
+the writer whose save ends such a range. Listing a run is then: LIST the manifest keys (pages in
+parallel) beside one LIST of the log segments, then one parallel wave of GETs of the segments
+covering the listed positions plus the few manifests no segment covers.
+"""
+
+from __future__ import annotations
+
+from .errors import IntegrityError, ObjectNotFound, SnapstoreError
+from .format import keys
+from .format.logseg import (MAX_LEVEL, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
+                            parse_logseg_key, span)
+from .format.manifest import Manifest
+from .repository import Repository
+
+PAGE = 1000
+"""Keys per LIST page (S3's maximum)."""
+
+
+def list_positions(repo: Repository, run_key: str) -> list[int]:
+    """Every log position (sequence number) of the run that has a manifest, newest first.
+
+    The first LIST page gives the newest position; the rest of the range is then listed in
+    parallel, one page per 1,000 positions (``start_after`` computed from the position), so a run
+    of n records costs ``ceil(n / 1000)`` LIST requests in 2 sequential round trips.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    prefix = keys.manifests_prefix(run_key)
+    first = [keys.seq_from_manifest_key(i.key) for i in repo.store.list(prefix, limit=PAGE)]
+    if len(first) < PAGE:
+        return first
+    low = first[-1]
+    starts = list(range(low - 1, -1, -PAGE))  # each page lists positions <= start
+
+    def page(start: int) -> list[int]:
+        after = keys.manifest_key(run_key, start + 1)
+        return [keys.seq_from_manifest_key(i.key) for i in repo.store.list(prefix, start_after=after, limit=PAGE)]
+
+    got = set(first)
+    for seqs in repo._pool_get().map(page, starts):
+        got.update(seqs)
+    return sorted(got, reverse=True)
+
+
+def list_logsegs(repo: Repository, run_key: str) -> dict[tuple[int, int], str]:
+    """The run's log segments: ``(hi, level) -> key`` (keys that do not parse are ignored)."""
+    out = {}
+    for info in repo.store.list(logseg_prefix(run_key)):
+        p = parse_logseg_key(info.key)
+        if p is not None:
+            out[p] = info.key
+    return out
+
+
+def _check(repo: Repository, run_key: str, seq: int, data: bytes, where: str) -> Manifest:
+    key = keys.manifest_key(run_key, seq)
+    m = Manifest.from_bytes(f"{key} (copy in {where})" if where else key, data)
+    if m.seq != seq or repo.run_key(m.run_id) != run_key:
+        raise IntegrityError(where or key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of {key}")
+    return m
+
+
+def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = None) -> dict[int, Manifest]:
+    """Read the manifests at positions ``seqs`` of the run, from log segments where they cover them.
+
+    Segments are chosen largest first; one parallel wave GETs them and the manifests no segment
+    covers. A segment that is missing or corrupt is replaced by GETs of the manifests it would have
+    given (a second wave). A position whose manifest is gone (deleted meanwhile) is left out.
+
+    Args:
+        repo: the repository.
+        run_key: the run's key segment.
+        seqs: positions to read (from :func:`list_positions`: the manifests that exist).
+        logsegs: from :func:`list_logsegs` (None: list them).
+    Returns:
+        ``{seq: Manifest}``.
+    Raises:
+        IntegrityError: a manifest (or its copy) is corrupt or misplaced.
+        StoreError: the store failed.
+    """
+    want = set(seqs)
+    if logsegs is None:
+        logsegs = list_logsegs(repo, run_key)
+    chosen: list[tuple[str, set]] = []
+    left = set(want)
+    for (hi, level), key in sorted(logsegs.items(), key=lambda x: (-x[0][1], -x[0][0])):
+        lo = hi - span(level) + 1
+        cover = {s for s in left if lo <= s <= hi}
+        if len(cover) >= 2 or (cover and level == 1):
+            chosen.append((key, cover))
+            left -= cover
+    out: dict[int, Manifest] = {}
+
+    def seg(item):
+        key, cover = item
+        try:
+            recs = decode_logseg(key, repo.store.get(key))
+        except (ObjectNotFound, IntegrityError):
+            return key, cover, None
+        return key, cover, recs
+
+    def one(s):
+        try:
+            return s, repo.read_manifest_key(keys.manifest_key(run_key, s))
+        except ObjectNotFound:
+            return s, None
+
+    pool = repo._pool_get()
+    seg_futs = [pool.submit(seg, c) for c in chosen]
+    man_futs = [pool.submit(one, s) for s in sorted(left, reverse=True)]
+    retry: set = set()
+    for f in seg_futs:
+        key, cover, recs = f.result()
+        if recs is None:
+            retry |= cover
+            continue
+        got = set()
+        for s, data in recs:
+            if s in cover:
+                out[s] = _check(repo, run_key, s, data, key)
+                got.add(s)
+        retry |= cover - got  # written after the segment (cannot happen) or missing from it
+    for f in man_futs:
+        s, m = f.result()
+        if m is not None:
+            out[s] = m
+    if retry:
+        for s, m in pool.map(one, sorted(retry, reverse=True)):
+            if m is not None:
+                out[s] = m
+    return out
+
+
+def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes]) -> list[str]:
+    """After publishing position ``seq``, write the log segments that end there (create-only).
+
+    Records come from ``known`` (``seq -> manifest bytes`` the writer holds), then from the
+    lower-level segments of the range, then from GETs of the manifests themselves. Best effort:
+    a failure leaves the range to be read manifest by manifest (log segments are copies).
+
+    Returns:
+        The keys written.
+    """
+    written = []
+    for level in range(1, MAX_LEVEL + 1):
+        if (seq + 1) % span(level):
+            break
+        lo = seq - span(level) + 1
+        recs: dict[int, bytes] = {s: known[s] for s in range(lo, seq + 1) if s in known}
+        try:
+            if len(recs) < span(level) and level > 1:
+                sub = span(level - 1)
+                subs = [logseg_key(run_key, hi, level - 1) for hi in range(lo + sub - 1, seq + 1, sub)]
+
+                def get_sub(k):
+                    try:
+                        return decode_logseg(k, repo.store.get(k))
+                    except (ObjectNotFound, IntegrityError):
+                        return []
+                for part in repo._pool_get().map(get_sub, subs):
+                    for s, data in part:
+                        if lo <= s <= seq:
+                            recs.setdefault(s, data)
+            missing = [s for s in range(lo, seq + 1) if s not in recs]
+            if missing:
+                listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
+                    keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
+                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level))}
+
+                def get_one(s):
+                    try:
+                        return s, repo.store.get(keys.manifest_key(run_key, s))
+                    except ObjectNotFound:
+                        return s, None
+                for s, data in repo._pool_get().map(get_one, [s for s in missing if s in listed]):
+                    if data is not None:
+                        recs[s] = data
+            if not recs:
+                continue
+            key = logseg_key(run_key, seq, level)
+            repo.store.put(key, encode_logseg(sorted(recs.items())))
+            written.append(key)
+        except SnapstoreError:
+            continue  # exists already (our retry, or a racing writer of the same range), or the store failed
+    return written
