@@ -17,14 +17,14 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
-from .compaction import plan_save
-from .format.segs import fork_segs
+from .compaction import FORK_LEVEL, fork_copy, plan_save
+from .format.segs import Seg
 from .repository import ListState, Repository
 from .runlog import list_logsegs, list_positions, read_records, write_logsegs
 from .stores import open_store
@@ -421,6 +421,7 @@ class CheckpointManager:
             pm = v.head
             ls = v.list_state
         if ls is None and pm is not None:
+            repo.prefetch_segments(v.head_segs or pm.segment_list())
             ls = repo.list_state(pm)
         prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
                                  pm.session_state_ref if pm else None)
@@ -519,8 +520,9 @@ class CheckpointManager:
         v.head = m
         self._after_publish(rk, v, seq, data)
         if superseded:
-            # tier packs merged away: copies only (every entry keeps its home), so no reader, fork
-            # or GC depends on them; a failed delete is left for GC
+            # the packs merged into the tier pack: the new record's segments hold their entries
+            # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
+            # delete is left for GC (no newest record lists them)
             try:
                 repo.store.delete_many([keys.pack_key(p) for p in superseded])
             except SnapstoreError:
@@ -610,7 +612,15 @@ class CheckpointManager:
                 v.remembered = None
                 v.remembered_set = True
                 return None
-            msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
+            try:
+                msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
+            except NotFoundError:
+                # another writer merged the segments we read into a new tier pack and deleted
+                # them: read the newest record again
+                v = self._load_view(run_id)
+                if v.head is None:
+                    return None
+                msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
             v.list_state = ls
             v.remembered = v.head.checkpoint_id
             v.remembered_set = True
@@ -627,11 +637,25 @@ class CheckpointManager:
             if not self._exists():
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
+            # format 2: the run's newest record lists the segments holding every checkpoint's
+            # entries (an older record's list may name packs merged away since): read it beside
+            f_view = None
+            v = self._views.get(run_id)
+            if v is None or not v.loaded:
+                f_view = self.repo._pool_get().submit(self._load_view, run_id)
             try:
                 m = self.repo.find_checkpoint(rk, checkpoint_id)
             except CheckpointNotFound:
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-            msgs, ls = self.repo.load_with_state(m)
+            finally:
+                if f_view is not None:
+                    f_view.result()
+            v = self._views.get(run_id)
+            try:
+                msgs, ls = self.repo.load_with_state(m, v.head_segs if v is not None and v.head_segs else None)
+            except NotFoundError:
+                v = self._load_view(run_id)
+                msgs, ls = self.repo.load_with_state(m, v.head_segs or None)
             v = self._views.get(run_id)
             if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
                 v.list_state = ls
@@ -907,10 +931,12 @@ class CheckpointManager:
         return gone
 
     def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
-        """Start run ``new_run_id`` at checkpoint ``checkpoint_id`` of ``run_id``; no data is copied.
+        """Start run ``new_run_id`` at checkpoint ``checkpoint_id`` of ``run_id``.
 
-        The new run's first checkpoint shares the source's message tree and packs; it gets a new
-        checkpoint id and records its origin.
+        The new run's first checkpoint shares the source's message tree; it gets a new checkpoint
+        id and records its origin. Format 2: the entries that checkpoint needs are copied into one
+        pack of the new run (one PUT, about the compressed size of the history), so the fork never
+        depends on the source run's packs, which the source's writer merges and deletes.
 
         Returns:
             The new run's first checkpoint.
@@ -928,8 +954,12 @@ class CheckpointManager:
             src = self.repo.find_checkpoint(rk, checkpoint_id)
         except CheckpointNotFound:
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-        # the source run's newest record lists segments covering every checkpoint of that run
+        # the source run's newest record lists the segments that hold its checkpoints' entries;
+        # the fork gets its own copy of what its first checkpoint needs (one pack), so that it
+        # never depends on another run's segments
         src_segs = _carried_segs(self.repo.head(rk)) or src.segment_list()
+        self.repo.prefetch_segments(src_segs)
+        copy = fork_copy(self.repo, src) if (src.state or src.session_state_ref) else None
         with self._run_lock(new_run_id):
             nrk = self._rk(new_run_id)
             newest = self.repo.head(nrk)
@@ -941,11 +971,20 @@ class CheckpointManager:
                          fields=dict(src.fields), session_state=src.session_state,
                          session_state_ref=src.session_state_ref, has_session_state=src.has_session_state,
                          count=src.count, size=src.size, digest=src.digest, state=src.state,
-                         origin={"run": run_id, "id": checkpoint_id}, segs=fork_segs(src_segs))
+                         origin={"run": run_id, "id": checkpoint_id},
+                         segs=[Seg(copy[0], FORK_LEVEL)] if copy else [])
             self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
+            if copy is not None:
+                self._put_pack(self.repo, copy[0], copy[1])
+                self.repo.remember_pack(*copy)
             try:
                 data = self.repo.publish(nrk, m)
             except PreconditionFailed:
+                if copy is not None:
+                    try:
+                        self.repo.store.delete_many([keys.pack_key(copy[0])])
+                    except SnapstoreError:
+                        pass  # left for GC
                 raise ConflictError(f"run {new_run_id!r} changed while forking") from None
             self._after_publish(nrk, None, seq, data)
             self._views.pop(new_run_id, None)

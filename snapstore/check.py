@@ -15,6 +15,7 @@ from typing import Callable
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format import keys
 from .format.logseg import decode_logseg, parse_logseg_key
+from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
@@ -41,7 +42,7 @@ class VerifyReport:
     Attributes:
         errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
         warnings: what GC reclaims later, harmless: leftovers a crash or an interrupted operation
-            may leave (``corrupt-segment``, ``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
+            may leave (``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
             ``orphaned-index``), packs a repack retired that wait for the grace period
             (``retired-pack``) and forwarding records nothing leads to (``unreferenced-forward``).
         checked: counts of what was examined.
@@ -107,13 +108,11 @@ def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None 
 
 
 def head_segments(logs: dict) -> dict:
-    """Tier packs (format-2 segments of level >= 1) listed by each run's newest record: pack id ->
-    the run key.
+    """Segment packs (format 2) listed by each run's newest record: pack id -> the run key.
 
-    These tier packs are copies that readers fetch instead of following hints (docs/format.md
-    §7a): verify does not call them unreferenced (GC deletes them like unreferenced packs, once
-    it has repacked what they copy). A malformed list is skipped here (reading the manifest
-    reports it).
+    They are where the run's entries live (docs/format.md §7a): GC keeps them whole and never
+    repacks them (their writer merges them), verify does not call them unreferenced. A malformed
+    list is skipped here (reading the manifest reports it).
     """
     out: dict = {}
     for rk, log in logs.items():
@@ -125,8 +124,24 @@ def head_segments(logs: dict) -> dict:
         except SnapstoreError:
             continue
         for sg in segs:
-            if sg.level >= 1:  # level 0: a per-save pack, kept or not by the ordinary rules
-                out.setdefault(sg.pack, rk)
+            out.setdefault(sg.pack, rk)
+    return out
+
+
+def segments_by_run(logs: dict) -> dict:
+    """run id -> the segment list of the run's newest record (format 2; runs without one are
+    left out), for :func:`mark`."""
+    out = {}
+    for log in logs.values():
+        h = log.head
+        if h is None or h.kind == KIND_TOMBSTONE:
+            continue
+        try:
+            segs = h.segment_list()
+        except SnapstoreError:
+            continue
+        if segs:
+            out[h.run_id] = segs
     return out
 
 
@@ -185,6 +200,9 @@ class Reach:
     present: set | None = None  # packs known to exist (from a listing); None: ask the store
     fwd: dict = field(default_factory=dict)  # retired pack -> packs its entries moved to
     unresolved: list = field(default_factory=list)  # (pack, type, id) that no forwarding record resolves
+    seg_home: dict | None = None  # (type, id) -> segment pack, for the run being marked (format 2)
+    fresh_segs: set = field(default_factory=set)  # segments of newest records read again during mark
+    seg_standins: set = field(default_factory=set)  # packs standing in for segments GC rewrote
 
     def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, seen: set | None = None) -> bytes | None:
         """The pack that now holds an entry hinted at ``pack`` (following forwarding records).
@@ -221,6 +239,16 @@ class Reach:
         return None
 
     def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
+        # format 2: a segment of the run's newest record that holds the entry is its home (the
+        # per-save pack the hint names is deleted once merged into a tier pack)
+        h = self.seg_home.get((etype, eid)) if self.seg_home else None
+        if h is not None:
+            got = self.packs.get(h)
+            if got is None:
+                got = self.packs[h] = set()
+                self.order.append(h)
+            got.add((etype, eid))
+            return
         self.hinted.add(pack)
         h = self.home(repo, pack, etype, eid)
         if h is None:
@@ -234,7 +262,8 @@ class Reach:
 
 
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
-         present: set | None = None) -> Reach:
+         present: set | None = None, segs_by_run: dict | None = None, refresh=None,
+         keep_index: bool = False) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -249,6 +278,16 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             now hold the entries, and the retired packs named by live hints go to ``fwd_used``.
         present: ids of the packs that exist (from a listing), so cached copies of deleted packs
             are never taken for live ones.
+        segs_by_run: format 2: run id -> the segment list of the run's newest record. An entry
+            held by one of those segments has that segment as its home (before its hint); the
+            run's checkpoints are marked together, with that run's segments indexed.
+        refresh: ``refresh(run_id) -> segment list`` of the run's newest record read again; called
+            when a pack of the run vanished while marking (its writer merged it into a tier pack
+            after the log was read), and that run is marked again with the new segments (their
+            packs go to ``reach.fresh_segs``). None: a vanished pack is an error.
+        keep_index: leave every run's segments in the repository's segment index afterwards (verify
+            reads the data through it); by default each run's entries leave the index once that
+            run is marked, so memory holds one run's index at a time.
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -296,59 +335,119 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         for x in items:
             visit_ref(x, lv)
 
+    def dictionaries(start: int) -> None:
+        # dictionaries: a pack whose data block has a dictionary needs that state's messages (packs
+        # found on the way are appended to reach.order and visited in turn). This includes a retired
+        # pack that still holds a live entry its repack did not copy: readers read that entry there.
+        i = start
+        while i < len(reach.order):
+            pid = reach.order[i]
+            i += 1
+            try:
+                pack = repo.get_pack(pid)
+            except SnapstoreError as e:
+                fail(code_of(e), keys.pack_key(pid), e)
+                continue
+            for b in pack.blocks:
+                if b.dict is None:
+                    continue
+                try:
+                    st_id, st_pack = pack.dict_state(b.dict)
+                    reach.need(repo, st_pack, T_STATE, st_id)
+                    spine = repo.read_state(st_id, st_pack)
+                    if spine.upper:
+                        reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
+                    # the nodes read to find the range are needed too (they may be in no live tree)
+                    for r in repo.refs_range(spine, b.dict.start, b.dict.end,
+                                             on_node=lambda r: reach.need(repo, r.pack, T_NODE, r.id)):
+                        visit_ref(r, 0)
+                except SnapstoreError as e:
+                    fail(code_of(e), pack.key, e)
+                    continue
+
     seen_states = set()
-    checkpoints = [m for m in manifests if m.kind == KIND_CHECKPOINT]
-    for n, m in enumerate(checkpoints):
-        if n % 256 == 0:  # fetch the next state packs in one parallel wave
-            repo.prefetch(bytes.fromhex(x.state[1]) for x in checkpoints[n:n + 256] if x.state)
+    by_run: dict = defaultdict(list)
+    for m in manifests:
+        if m.kind == KIND_CHECKPOINT:
+            by_run[m.run_id].append(m)
+    segs_by_run = segs_by_run or {}
+
+    def walk(m):
         if m.session_state_ref:
             sid, pack, size, flags = m.session_state_ref
             visit_ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)), 0)
         if not m.state:
-            continue
+            return
         sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
         if (sid, spack) in seen_states:
-            continue
+            return
         seen_states.add((sid, spack))
         reach.need(repo, spack, T_STATE, sid)
         try:
             spine = repo.read_state(sid, spack)
         except SnapstoreError as e:
             fail(code_of(e), keys.pack_key(spack), e)
-            continue
+            return
         if spine.upper:
             reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
-        repo.prefetch(r.pack for _, r in spine.top_down())
+        repo.prefetch(repo._packs_for((T_NODE if level else (T_PIECES if r.flags & FLAG_PIECES else T_CHUNK), r.id, r.pack)
+                                      for level, r in spine.top_down()))
         for level, r in spine.top_down():
             visit_ref(r, level)
-    # dictionaries: a pack whose data block has a dictionary needs that state's messages (packs
-    # found on the way are appended to reach.order and visited in turn). This includes a retired
-    # pack that still holds a live entry its repack did not copy: readers read that entry there.
-    i = 0
-    while i < len(reach.order):
-        pid = reach.order[i]
-        i += 1
-        try:
-            pack = repo.get_pack(pid)
-        except SnapstoreError as e:
-            fail(code_of(e), keys.pack_key(pid), e)
-            continue
-        for b in pack.blocks:
-            if b.dict is None:
-                continue
+
+    def seg_packs(segs):
+        """The packs holding a segment list's entries: each present segment, or the present packs
+        a rewritten (retired) segment's forwarding record leads to; those records are used."""
+        out = []
+
+        def add(p, depth):
+            if p in reach.fwd and depth < 8:
+                reach.fwd_used.add(p)  # a listed segment keeps its record as a hint would
+                if present is None or p in present:
+                    out.append(p)  # still there (grace period): only for entries the rewrite dropped
+                for t in reach.fwd[p]:
+                    add(t, depth + 1)  # later packs win in the index
+                return
+            if present is None or p in present:
+                out.append(p)
+        listed = {sg.pack for sg in segs}
+        for sg in segs:
+            reach.hinted.add(sg.pack)
+            add(sg.pack, 0)
+        out = list(dict.fromkeys(out))
+        reach.seg_standins.update(p for p in out if p not in listed)
+        return out
+
+    done = 0
+    for run_id, checkpoints in by_run.items():
+        segs = list(segs_by_run.get(run_id) or ())
+        for attempt in range(3):
+            reach.seg_home = None
+            held = seg_packs(segs) if segs else []
+            if held:
+                repo.prefetch_segments([Seg(p, 1) for p in held])
+                reach.seg_home = repo.segment_index(held)
             try:
-                st_id, st_pack = pack.dict_state(b.dict)
-                reach.need(repo, st_pack, T_STATE, st_id)
-                spine = repo.read_state(st_id, st_pack)
-                if spine.upper:
-                    reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
-                # the nodes read to find the range are needed too (they may be in no live tree)
-                for r in repo.refs_range(spine, b.dict.start, b.dict.end,
-                                         on_node=lambda r: reach.need(repo, r.pack, T_NODE, r.id)):
-                    visit_ref(r, 0)
-            except SnapstoreError as e:
-                fail(code_of(e), pack.key, e)
-                continue
+                for n, m in enumerate(checkpoints):
+                    if n % 256 == 0:  # fetch the next state packs in one parallel wave
+                        repo.prefetch(repo._packs_for((T_STATE, bytes.fromhex(x.state[0]), bytes.fromhex(x.state[1]))
+                                                      for x in checkpoints[n:n + 256] if x.state))
+                    walk(m)
+                dictionaries(done)  # with this run's segments indexed
+                break
+            except NotFoundError:
+                if refresh is None or attempt == 2:
+                    raise
+                if held:
+                    repo.forget_segments(held)
+                segs = list(refresh(run_id) or ())
+                reach.fresh_segs.update(sg.pack for sg in segs)
+                seen_states.clear()
+        done = len(reach.order)
+        if held and not keep_index:
+            repo.forget_segments(held)
+    reach.seg_home = None
+    dictionaries(done)
     return reach
 
 
@@ -452,7 +551,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
-    reach = mark(repo, live, problems, fwd, set(packs_present))
+    reach = mark(repo, live, problems, fwd, set(packs_present), segments_by_run(logs), keep_index=read_data)
     rep.errors.extend(problems)
     for pid, etype, eid in reach.unresolved:
         rep.errors.append(Problem("missing-entry", keys.fwd_shard_key(pid),
@@ -491,20 +590,17 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 progress("data", i + 1, len(refs))
     segs = head_segments(logs)
     for pid, rk in segs.items():
-        if pid in reach.packs:
-            continue  # a per-save pack (a home), checked above
         k = keys.pack_key(pid)
         if pid not in packs_present:
-            continue  # deleted by GC once it repacked what it copies, or merged away: normal
-        if read_data:
+            continue  # deleted by GC with nothing live in it (or rewritten): mark checked every live entry
+        if pid in reach.packs:
+            continue  # checked above        if read_data:
             try:
                 pack = repo.get_pack(pid)
                 for (etype, eid) in pack.entries:
                     repo._entry_in(pack, etype, eid, None)
             except SnapstoreError as e:
-                rep.warnings.append(Problem("corrupt-segment", k, f"{e}; a copy: reads of run key {rk} use "
-                                            "the per-save packs instead (nothing lost), the next merging save "
-                                            "replaces it"))
+                rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
     for pid, k in packs_present.items():
         if pid in reach.packs or pid in segs:
             continue

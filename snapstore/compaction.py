@@ -1,19 +1,19 @@
 """Writer-side tiered compaction (format 2): merging a run's segments into tier packs.
 
 Layer 3, beside the write path. A save whose segment list completes a tier (see
-:func:`snapstore.format.segs.plan_append`) also writes one *tier pack*: a copy of every entry of the
-merged segments, oldest first, compressed as whole blocks without a dictionary. Tier packs are
-copies: every tree ref keeps its location hint to the per-save pack that first stored the entry
-(its *home*, which garbage collection keeps and repacks as before), so losing a tier pack costs
-speed, never data. That is what lets a writer delete the tier packs it merged away without
-coordinating with readers, forks or GC (docs/format.md §7a).
+:func:`snapstore.format.segs.plan_append`) also writes one *tier pack*: every entry of the merged
+segments, oldest first, compressed as whole blocks without a dictionary. Once the record listing
+it is published, the writer deletes the merged packs: the segments of a run's newest record are
+where its entries live, and readers and GC look an entry up there before following the location
+hint in its ref (docs/format.md §7a). A fork copies the entries of the checkpoint it starts from
+into one pack of its own (:func:`fork_copy`), so no run depends on another run's segments.
 """
 
 from __future__ import annotations
 
 import os
 
-from .errors import SnapstoreError
+from .errors import ObjectNotFound, SnapstoreError
 from .format.ids import PACK_ID_BYTES
 from .format.pack import PackBuilder
 from .format.segs import MergePlan, Seg, plan_append
@@ -28,6 +28,27 @@ spent rarely."""
 def tier_zstd_level(level: int) -> int:
     """zstd level for a tier pack of segment level ``level`` (>= 1)."""
     return TIER_LEVELS.get(level, 9)
+
+
+def _input_packs(repo: Repository, pack_id: bytes, depth: int = 0) -> list:
+    """The packs holding a segment's entries: the segment itself, or, for a segment GC rewrote
+    (retired, then deleted), the packs its forwarding record leads to (GC writes those holding
+    only that segment's live entries). Unreadable ones are left out."""
+    try:
+        return [repo.get_pack(pack_id)]
+    except ObjectNotFound:
+        pass
+    except SnapstoreError:
+        return []
+    out = []
+    if depth < 4:
+        try:
+            to = repo.forward(pack_id) or ()
+        except SnapstoreError:
+            to = ()
+        for t in to:
+            out.extend(_input_packs(repo, t, depth + 1))
+    return out
 
 
 def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, bytes, dict, int]:
@@ -53,25 +74,21 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, 
     pb = PackBuilder(pid, level=tier_zstd_level(level))
     skipped = 0
     for s in inputs:
-        try:
-            pack = repo.get_pack(s.pack)
-        except SnapstoreError:
-            skipped += 1
-            continue
-        bad_blocks = set()
-        for e in sorted(pack.entries.values(), key=lambda e: (e.block, e.offset)):
-            if (e.type, e.id) in pb:
-                continue
-            if e.block in bad_blocks:
-                skipped += 1
-                continue
-            try:
-                raw = repo._entry_in(pack, e.type, e.id, None)
-            except SnapstoreError:
-                bad_blocks.add(e.block)
-                skipped += 1
-                continue
-            pb.add(e.type, e.id, raw)
+        for pack in _input_packs(repo, s.pack):
+            bad_blocks = set()
+            for e in sorted(pack.entries.values(), key=lambda e: (e.block, e.offset)):
+                if (e.type, e.id) in pb:
+                    continue
+                if e.block in bad_blocks:
+                    skipped += 1
+                    continue
+                try:
+                    raw = repo._entry_in(pack, e.type, e.id, None)
+                except SnapstoreError:
+                    bad_blocks.add(e.block)
+                    skipped += 1
+                    continue
+                pb.add(e.type, e.id, raw)
     data, _ = pb.build()
     return pid, data, pb.raw_blocks, skipped
 
@@ -86,8 +103,8 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None):
     Returns:
         ``(segs, tier, superseded)``: the new record's segment list; ``tier`` is None or
         ``(pack id, bytes, raw blocks)`` of a tier pack to write before the record; ``superseded``
-        lists the tier packs (own, level >= 1) the merge replaced, to delete after the record is
-        published. What cannot be read is left out of the tier (see :func:`build_tier`).
+        lists the packs the merge replaced (the run's own per-save and tier packs), to delete
+        after the record is published. What cannot be read is left out of the tier (see :func:`build_tier`).
     """
     plan: MergePlan = plan_append(list(base), new_pack, repo.config.seg_fanout)
     if not plan.inputs:
@@ -95,5 +112,65 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None):
     pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level)
     segs = list(plan.segs)
     segs[plan.slot] = Seg(pid, plan.level)
-    superseded = [s.pack for s in plan.inputs if s.level >= 1 and not s.foreign]
+    superseded = [s.pack for s in plan.inputs if not s.foreign]
     return segs, (pid, data, raws), superseded
+
+
+FORK_LEVEL = 20
+"""Segment level of a fork's copy of its source checkpoint: above any level the counter reaches,
+so the copy stays the fork's first segment."""
+
+
+def needed_entries(repo: Repository, m) -> list[tuple[int, bytes]]:
+    """Every entry checkpoint ``m`` needs, as ``(type, id, hinted pack)``, in list order: its
+    state and upper entry, every tree node, every message (chunk or pieces list plus pieces) and
+    its session-state blob. Reads what it has to (the caller prefetches the segments).
+
+    Raises:
+        IntegrityError / ObjectNotFound: something the checkpoint needs is unreadable.
+    """
+    from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
+    from .format.tree import FLAG_PIECES, Ref, decode_pieces
+    out: list = []
+
+    def ref(r):
+        if r.flags & FLAG_PIECES:
+            out.append((T_PIECES, r.id, r.pack))
+            for p in decode_pieces(repo._entry(T_PIECES, r.id, r.pack)):
+                out.append((T_CHUNK, p.id, p.pack))
+        else:
+            out.append((T_CHUNK, r.id, r.pack))
+
+    if m.state:
+        sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
+        out.append((T_STATE, sid, spack))
+        spine = repo.read_state(sid, spack)
+        if spine.upper:
+            out.append((T_UPPER, spine.upper[0], spine.upper[1]))
+        nodes: dict = {}
+        refs = repo.expand(spine, nodes)
+        out.extend((T_NODE, nid, pk) for nid, pk in nodes.items())
+        for r in refs:
+            ref(r)
+    if m.session_state_ref:
+        sid, pack, size, flags = m.session_state_ref
+        ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
+    return out
+
+
+def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
+    """Build the pack a fork of checkpoint ``m`` starts with: one copy of every entry ``m``
+    needs (chunks in order, so the copy compresses like the history itself); nothing is written.
+
+    Returns:
+        ``(pack id, pack bytes, raw blocks)``.
+    Raises:
+        IntegrityError / ObjectNotFound: the source checkpoint is unreadable.
+    """
+    pid = os.urandom(PACK_ID_BYTES)
+    pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
+    for etype, eid, hint in needed_entries(repo, m):
+        if (etype, eid) not in pb:
+            pb.add(etype, eid, repo._entry(etype, eid, hint))
+    data, _ = pb.build()
+    return pid, data, pb.raw_blocks

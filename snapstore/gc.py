@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .check import head_segments, mark, read_all_runs
+from .check import head_segments, mark, read_all_runs, segments_by_run
 from .format.logseg import parse_logseg_key, span
 from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
@@ -59,8 +59,8 @@ class GCReport:
         grace_period: seconds.
         store_time: the store's clock at the start (seconds since the epoch, UTC).
         live_checkpoints / live_packs: what mark found live.
-        segment_packs: tier packs (format 2) a run's newest record lists; deleted like any
-            unreferenced pack (they are copies).
+        segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
+            never repacked.
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
             (format-2 log segments), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
@@ -290,12 +290,21 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
-    reach = mark(repo, live, None, fwd, set(packs))
+    seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
+    def refresh(run_id):
+        newest = repo.head(repo.run_key(run_id))
+        return newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
+    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh)
+    for p in reach.fresh_segs | reach.seg_standins:
+        seg_keep.setdefault(p, "")
+    # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
+    seg_keep = {p: rk for p, rk in seg_keep.items() if p not in fwd}
+    tier_levels = {sg.pack: sg.level for segs in segments_by_run(logs).values() for sg in segs}
     if reach.unresolved:
         pid, etype, eid = reach.unresolved[0]
         raise ObjectNotFound(keys.fwd_key(pid), f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
     for pid in reach.packs:
-        if pid not in packs:
+        if pid not in packs and pid not in seg_keep:
             raise ObjectNotFound(keys.pack_key(pid), f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
     rep.live_packs = len(reach.packs)
     hook("after_mark", live=set(reach.packs))
@@ -305,13 +314,31 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # ---- repack: mostly-dead packs and small live packs
     retired_now: list[bytes] = []
     select = []
+    seg_select = []
     for pid, needed in reach.packs.items():
+        if pid in seg_keep:
+            # a segment: its writer merges it (tiered compaction) and GC never merges it with other
+            # packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own, with a
+            # forwarding record from it to its rewrite (docs/format.md §13)
+            if pid in packs and tier_levels.get(pid, 1) >= 1:
+                try:
+                    pack = repo.get_pack(pid)
+                except ObjectNotFound:
+                    continue
+                total = sum(e.length for e in pack.entries.values()) or 1
+                live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
+                if 1 - live_raw / total > max_unused:
+                    seg_select.append(pid)
+            continue
         if pid in fwd:
             # retired, yet it holds live entries its forwarding record does not lead to (referenced
             # again after its repack dropped them): move them too, and extend its record
             select.append((packs[pid].mtime, pid, 1.0))
             continue
-        pack = repo.get_pack(pid)
+        try:
+            pack = repo.get_pack(pid)
+        except ObjectNotFound:
+            continue  # merged into a tier pack and deleted by its writer since the listing
         total = sum(e.length for e in pack.entries.values()) or 1
         live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
         unused = 1 - live_raw / total
@@ -330,17 +357,18 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
                               dry_run, progress, fwd, fmap, heads, grace, now)
+    for pid in seg_select:  # one at a time: each rewrite holds exactly one segment's live entries
+        retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
+                               [], grace, now)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
     # packs retired by this repack become candidates only when a later GC finds them unreferenced
     # (through their forwarding records), unless nothing else writes (grace 0)
-    # tier packs (format-2 segments) are copies, never the home of an entry: like any pack no
-    # hint leads to, they are deleted once unreferenced for the grace period. By then this GC has
-    # repacked the per-save packs they copy (small live packs), so readers of the run find its
-    # older data in a few large packs through the forwarding map (docs/format.md §7a)
-    seg_tiers = head_segments(logs)
-    rep.segment_packs = sum(1 for p in seg_tiers if p in packs and p not in reach.packs)
+    # a segment (format 2) with a live entry is kept whole (or rewritten on its own, above); one
+    # without (everything in it pruned, or held by a newer copy) goes like any unreferenced pack:
+    # its writer's next merge finds it gone and skips it
+    rep.segment_packs = sum(1 for p in seg_keep if p in packs)
     unref_packs = {pid for pid in packs if pid not in reach.packs}
     if grace == 0:
         unref_packs |= set(retired_now)
@@ -671,8 +699,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             writer.close(cur)
     finally:
         writer.finish()  # every new pack is durable before any forwarding record names one
-    rep.repacked_packs = len(pids)
-    rep.repack_bytes_in = size_in
+    rep.repacked_packs += len(pids)
+    rep.repack_bytes_in += size_in
     # a forwarding record for every retired pack that hints or older records lead to; a pack
     # retired before (see the selection) keeps its targets and gets the new ones added
     named = {t for ts in fwd.values() for t in ts}

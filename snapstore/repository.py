@@ -260,10 +260,6 @@ class Repository:
             while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
                 oid, old = self._cache.popitem(last=False)
                 self._cache_bytes -= len(old.data) * 3
-                if getattr(old, "indexed", False):
-                    for k in old.entries:
-                        if self._where.get(k) == oid:
-                            del self._where[k]
 
     def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
         """Cache a pack this process built (before or after writing it), with its blocks already
@@ -285,34 +281,83 @@ class Repository:
         self._cache_put(p)
         return p
 
+    WHERE_MAX = 4_000_000
+    """Most entries the segment index holds (about 150 bytes each); it is cleared when full."""
+
     def _index_pack(self, pack: Pack) -> None:
-        """Make a cached tier pack's entries findable by ``(type, id)`` (see :meth:`locate`)."""
+        """Make a segment pack's entries findable by ``(type, id)`` (see :meth:`locate`). The index
+        outlives the pack cache: an evicted segment is fetched again when an entry is wanted."""
         with self._lock:
-            if pack.id not in self._cache:
-                return
+            if len(self._where) + len(pack.entries) > self.WHERE_MAX:
+                self._where.clear()
             pack.indexed = True
             where = self._where
             for k in pack.entries:
-                where.setdefault(k, pack.id)
+                where[k] = pack.id
+
+    def segment_index(self, packs) -> dict:
+        """``(type, id) -> pack id`` over the cached packs in ``packs`` (from :meth:`segment_packs`);
+        later packs win (the newest copy)."""
+        out: dict = {}
+        with self._lock:
+            for pid in packs:
+                p = self._cache.get(pid)
+                if p is not None:
+                    for k in p.entries:
+                        out[k] = pid
+        return out
+
+    def forget_segments(self, packs) -> None:
+        """Drop the entries of ``packs`` from the segment index (GC marks run by run, so that the
+        index holds one run's entries at a time)."""
+        drop = set(packs)
+        with self._lock:
+            for pid in drop:
+                p = self._cache.get(pid)
+                if p is not None:
+                    p.indexed = False
+            self._where = {k: v for k, v in self._where.items() if v not in drop}
 
     def prefetch_segments(self, segs, also=()) -> None:
         """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
-        index the tier packs' entries so that reads find entries there instead of following their
-        per-save location hints. A missing or corrupt tier pack is skipped without looking for a
-        forwarding record (tier packs are copies, never repacked: GC deletes them once it has
-        repacked what they copy); the hints still lead to every entry.
+        index their entries, so that reads find entries there before following the location hints
+        in their refs (the per-save packs hints name are deleted once merged into a tier pack).
+
+        A segment GC rewrote (a mostly dead tier pack, docs/format.md §13) is found through its
+        forwarding record, and the packs it leads to are indexed in its place. A segment that is
+        simply gone (merged away since the record was read) is skipped: the caller reads the
+        newest record again when an entry cannot be found.
         """
         segs = list(segs or ())
-        tiers = [s.pack for s in segs if s.level >= 1]
-        homes = [s.pack for s in segs if s.level == 0] + [p for p in also if p]
-        self.prefetch(tiers + homes, no_forward=set(tiers))
-        for s in segs:
-            if s.level == 0:
-                continue  # a per-save pack: hints name it directly
+        packs = [s.pack for s in segs]
+        self.prefetch(packs + [p for p in also if p], no_forward=set(p for p in also if p) if segs else ())
+        for p in self.segment_packs(segs):
             with self._lock:
-                p = self._cache.get(s.pack)
-            if p is not None and not getattr(p, "indexed", False):
-                self._index_pack(p)
+                pk = self._cache.get(p)
+            if pk is not None and not getattr(pk, "indexed", False):
+                self._index_pack(pk)
+
+    def segment_packs(self, segs) -> list[bytes]:
+        """The cached packs that hold a segment list's entries: each segment itself, or for one
+        GC rewrote, the packs its forwarding record leads to (from memory and the hint cache only;
+        :meth:`prefetch_segments` fetches them)."""
+        out: list[bytes] = []
+        hints = self.forward_hints(load=False)
+
+        def add(p, depth):
+            with self._lock:
+                cached = p in self._cache
+                to = self._fwd.get(p)
+            if to is None:
+                to = hints.get(p)
+            if cached:
+                out.append(p)  # a rewritten segment still there: its rewrite (after it) wins
+            if depth < 4:
+                for t in to or ():
+                    add(t, depth + 1)
+        for sg in segs:
+            add(sg.pack, 0)
+        return list(dict.fromkeys(out))
 
     def _located(self, etype: int, eid: bytes) -> bool:
         return (etype, eid) in self._where
@@ -460,21 +505,26 @@ class Repository:
     def locate(self, pack_id: bytes, etype: int, eid: bytes, _seen: set | None = None) -> Pack:
         """Return the pack holding entry ``(etype, eid)``, starting at the hinted pack.
 
-        If the hinted pack was retired by garbage collection, its forwarding record names the packs
-        its live entries moved to.
+        Format 2: an entry held by an indexed segment (:meth:`prefetch_segments`) is read there
+        first when the hinted pack is not cached (the per-save pack a hint names is deleted once a
+        writer merged it into a tier pack). If the hinted pack was retired by garbage collection,
+        its forwarding record names the packs its live entries moved to.
 
         Raises:
-            ObjectNotFound: the pack is gone and no forwarding record leads to the entry.
+            ObjectNotFound: the pack is gone and neither a segment nor a forwarding record leads to
+                the entry.
             IntegrityError: the pack exists but lacks the entry.
         """
         with self._lock:
             cached = pack_id in self._cache
-            if not cached and _seen is None:
-                w = self._where.get((etype, eid))
-                if w is not None:
-                    p = self._cache.get(w)
-                    if p is not None and (etype, eid) in p.entries:
-                        return p
+            w = self._where.get((etype, eid)) if not cached and _seen is None else None
+        if w is not None:
+            try:
+                p = self.get_pack(w)
+            except SnapstoreError:
+                p = None
+            if p is not None and (etype, eid) in p.entries:
+                return p
         hint = None if cached else self.forward_hints(load=False).get(pack_id)
         if hint:  # retired as of the last GC: look where its entries went first (no GET of a 404)
             seen = set(_seen or ()) | {pack_id}
