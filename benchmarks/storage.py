@@ -27,6 +27,10 @@ What it does, per trajectory file (``snapstore.importers.load_trajectory``):
   (``latest`` and ``get``), or every checkpoint with ``--full-check``; compared as exact JSON
   (key order, types, unicode) and by value.
 
+Also reported: write amplification (bytes uploaded by the replay / bytes stored at the end: format
+2's tiered compaction rewrites each byte about log4(saves) times) and disk usage (``du``: file
+system blocks, beside the object bytes).
+
 Exit status: 0 if every restore matched and both targets are met, 1 otherwise.
 """
 
@@ -121,6 +125,16 @@ def conversation_lb(checkpoints: list[list], enc: _Enc) -> tuple[int, bool, int]
 # ------------------------------------------------------------------------------------------------
 # walking a repository
 
+def _disk_bytes(root) -> int:
+    """Disk blocks the repository directory's files occupy, in bytes (``st_blocks * 512``, as ``du``)."""
+    import os
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
+
+
 def walk_repo(store: LocalStore) -> dict:
     """Classify every object's bytes. Returns a dict of byte counts and object counts."""
     out = {"objects": 0, "total": 0, "chunk_payload": 0, "pack_meta_blocks": 0, "pack_framing": 0,
@@ -213,6 +227,7 @@ def run_file(path: Path, workdir: Path, full_check: bool) -> dict:
         assert enc.list_bytes(cp) == len(json.dumps(cp, ensure_ascii=False).encode()), "naive size bug"
 
     walked = walk_repo(LocalStore(repo_dir, fsync=False))
+    disk = _disk_bytes(repo_dir)
 
     # restore check with a fresh manager (its own Repository and pack cache)
     t1 = time.perf_counter()
@@ -246,6 +261,7 @@ def run_file(path: Path, workdir: Path, full_check: bool) -> dict:
         "manifests": walked["manifest_count"], "index_records": walked["index_count"],
         "pack_entries": walked["entries"], "mixed_blocks": walked["mixed_blocks"],
         "requests": puts, "bytes_up": bytes_up,
+        "write_amplification": bytes_up / stored if stored else None, "disk_bytes": disk,
         "lb_bytes": lb, "stored_over_lb": stored / lb if lb else None, "naive_over_lb": naive / lb if lb else None,
         "budget_3lb": budget3, "budget_6lb": budget6,
         "stored_over_budget_3lb": stored / budget3 if budget3 else None,
@@ -325,6 +341,19 @@ def print_report(results: list[dict], skipped: list, env: dict, full_check: bool
     print("(rw = conversations whose history is rewritten; nodes/st = pack meta blocks: tree nodes, spine "
           "states, pieces lists;\n framing = pack headers/entry tables/trailers; meta/ck, B/ck = bytes per "
           "checkpoint; save ms = median/max save time, fsync off)")
+    print()
+
+    print("write amplification (bytes written / bytes stored at the end) and disk usage (du, 512-byte blocks)")
+    hdr3 = f"{'file':<45} {'written':>9} {'stored':>8} {'w/st':>5} {'disk':>8} {'disk/st':>7} {'objects':>7}"
+    print(hdr3)
+    print("-" * len(hdr3))
+    for r in results:
+        print(f"{r['file']:<45} {_kb(r['bytes_up']):>9} {_kb(r['stored_bytes']):>8} {r['write_amplification']:>5.2f} "
+              f"{_kb(r['disk_bytes']):>8} {r['disk_bytes'] / r['stored_bytes']:>7.2f} {r['objects_in_repo']:>7}")
+    tw, ts, td = (sum(r[k] for r in results) for k in ("bytes_up", "stored_bytes", "disk_bytes"))
+    print("-" * len(hdr3))
+    print(f"{'TOTAL':<45} {_kb(tw):>9} {_kb(ts):>8} {tw / ts:>5.2f} {_kb(td):>8} {td / ts:>7.2f} "
+          f"{sum(r['objects_in_repo'] for r in results):>7}")
     print()
 
     ratios = [r["stored_over_budget_3lb"] for r in results]

@@ -592,15 +592,21 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     for pid, rk in segs.items():
         k = keys.pack_key(pid)
         if pid not in packs_present:
-            continue  # deleted by GC with nothing live in it (or rewritten): mark checked every live entry
-        if pid in reach.packs:
-            continue  # checked above        if read_data:
-            try:
-                pack = repo.get_pack(pid)
+            # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
+            # live entries were not found (reported above), which then most likely lived here
+            if pid not in fwd and any(p.code in ("missing-pack", "missing-entry") for p in rep.errors):
+                rep.errors.append(Problem("missing-pack", k, f"a segment of the newest record of run key {rk}; "
+                                          "live entries were not found"))
+            continue
+        if any(p.key == k for p in rep.errors):
+            continue
+        try:
+            pack = repo.get_pack(pid)
+            if read_data:
                 for (etype, eid) in pack.entries:
                     repo._entry_in(pack, etype, eid, None)
-            except SnapstoreError as e:
-                rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
+        except SnapstoreError as e:
+            rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
     for pid, k in packs_present.items():
         if pid in reach.packs or pid in segs:
             continue

@@ -106,6 +106,8 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None):
         lists the packs the merge replaced (the run's own per-save and tier packs), to delete
         after the record is published. What cannot be read is left out of the tier (see :func:`build_tier`).
     """
+    if repo.config.seg_fanout == 0:  # segments off: format-1 writes (every record without a list)
+        return None, None, []
     plan: MergePlan = plan_append(list(base), new_pack, repo.config.seg_fanout)
     if not plan.inputs:
         return plan.segs, None, []

@@ -175,6 +175,7 @@ class Repository:
         self._hints_lock = threading.Lock()
         self._nodes: dict = {}  # node id -> decoded (level, items)
         self._where: dict = {}  # (type, id) -> id of a cached tier pack holding it (format 2 segments)
+        self._seg_errors: dict = {}  # segment pack -> why the last prefetch_segments could not read it
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -217,6 +218,8 @@ class Repository:
             setattr(cfg, k, v)
         if not (1 <= cfg.leaf_bits <= 12 and 1 <= cfg.node_bits <= 12 and cfg.max_items >= 2):
             raise InvalidInputError("tree settings out of range")
+        if not (cfg.seg_fanout == 0 or 2 <= cfg.seg_fanout <= 64):
+            raise InvalidInputError(f"seg_fanout must be 0 (no segments) or 2-64, got {cfg.seg_fanout}")
         try:
             store.put(keys.CONFIG, cfg.to_bytes())
         except PreconditionFailed:
@@ -331,11 +334,26 @@ class Repository:
         segs = list(segs or ())
         packs = [s.pack for s in segs]
         self.prefetch(packs + [p for p in also if p], no_forward=set(p for p in also if p) if segs else ())
-        for p in self.segment_packs(segs):
+        held = self.segment_packs(segs)
+        for p in held:
             with self._lock:
                 pk = self._cache.get(p)
             if pk is not None and not getattr(pk, "indexed", False):
                 self._index_pack(pk)
+        # remember why a segment could not be read: a read that then finds an entry nowhere names
+        # the segment (the object that is damaged or gone), not the per-save pack its hint names
+        errors = {}
+        with self._lock:
+            missing = [p for p in packs if p not in self._cache and not self._fwd.get(p)]
+        for p in missing:
+            if p in self.forward_hints(load=False):
+                continue
+            try:
+                self.get_pack(p)
+            except SnapstoreError as e:
+                errors[p] = e
+        with self._lock:
+            self._seg_errors = errors
 
     def segment_packs(self, segs) -> list[bytes]:
         """The cached packs that hold a segment list's entries: each segment itself, or for one
@@ -551,6 +569,12 @@ class Repository:
                 with self._lock:  # GC may have redirected the record since we cached it
                     self._fwd.pop(pack_id, None)
                 seen.difference_update(to or ())
+            with self._lock:
+                seg_errors = list(self._seg_errors.values())
+            if seg_errors and _seen is None:
+                # the entry should have been in a segment that could not be read: name that one
+                bad = [e for e in seg_errors if isinstance(e, IntegrityError)] or seg_errors
+                raise bad[0] from None
             raise
         if (etype, eid) not in pack.entries:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")

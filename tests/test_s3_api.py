@@ -33,6 +33,7 @@ import boto3
 import pytest
 
 from snapstore import CheckpointManager, CheckpointNotFound
+from snapstore.repository import Repository
 from snapstore.errors import (AccessDenied, BucketNotFound, CredentialsError, IntegrityError, NotFoundError,
                               ObjectNotFound)
 from snapstore.format import keys
@@ -208,29 +209,27 @@ def tier_packs(mgr: CheckpointManager, run: str = "r") -> list[bytes]:
 
 
 def test_pack_deleted_behind_our_back(store):
-    writer, ids, lists, packs = saved_run(store, 5)
-    assert len(packs) == 5
-    gone = keys.pack_key(packs[2])  # holds the messages checkpoint 2 added
-    store._client.delete_object(Bucket=store.bucket, Key=raw_key(store, gone))
-    # the run's tier pack still holds a copy: reads are exact, verify names the missing home
+    writer, ids, lists, packs = saved_run(store, 6)
+    assert len(packs) == 6
+    # format 2: saves 0-3 were merged into a tier pack (their own packs deleted); 4 and 5 keep theirs
     tiers = tier_packs(writer)
-    assert tiers
-    reader = CheckpointManager(same_place(store))
-    assert reader.latest("r").messages == lists[-1]
-    rep = reader.verify()
-    assert any(p.key == gone and p.code.startswith("missing") for p in rep.errors), rep.errors
-    # with the copies gone too, a read that needs the pack names it
-    for t in tiers:
-        store._client.delete_object(Bucket=store.bucket, Key=raw_key(store, keys.pack_key(t)))
+    assert len(tiers) == 1
+    newest = keys.pack_key(packs[5])  # holds only what checkpoint 5 added
+    store._client.delete_object(Bucket=store.bucket, Key=raw_key(store, newest))
     reader = CheckpointManager(same_place(store))
     with pytest.raises(ObjectNotFound) as ei:
         reader.latest("r")
-    assert ei.value.key == gone and gone in str(ei.value)
+    assert ei.value.key == newest and newest in str(ei.value)
+    assert reader.get("r", ids[4]).messages == lists[4]  # checkpoints that do not need it still restore
+
+    gone = keys.pack_key(tiers[0])  # holds the messages checkpoints 0-3 added
+    store._client.delete_object(Bucket=store.bucket, Key=raw_key(store, gone))
+    reader = CheckpointManager(same_place(store))
     with pytest.raises(ObjectNotFound, match=gone):
         reader.get("r", ids[3])
-    assert reader.get("r", ids[1]).messages == lists[1]  # checkpoints that do not need it still restore
     rep = reader.verify(read_data=True)
     assert not rep.ok and any(p.key == gone and p.code.startswith("missing") for p in rep.errors), rep.errors
+    assert any(p.key == newest and p.code.startswith("missing") for p in rep.errors), rep.errors
 
 
 def test_manifest_deleted_behind_our_back(store):
@@ -261,22 +260,25 @@ def _flip(store: S3Store, key: str, at: int | None = None) -> None:
 
 
 def test_corrupted_pack(store):
-    writer, ids, lists, packs = saved_run(store, 4)
-    bad = keys.pack_key(packs[1])
+    writer, ids, lists, packs = saved_run(store, 5)
+    bad = keys.pack_key(tier_packs(writer)[0])  # format 2: checkpoints 0-3's data, merged
     _flip(store, bad)
-    # the tier pack's copy serves the read; verify reports the damage
-    assert CheckpointManager(same_place(store)).latest("r").messages == lists[-1]
-    rep = CheckpointManager(same_place(store)).verify(read_data=True)
-    assert any(p.key == bad and p.code.startswith("corrupt") for p in rep.errors), rep.errors
-    for t in tier_packs(writer):  # damaged copies too: reads that need the pack name it
-        _flip(store, keys.pack_key(t))
     reader = CheckpointManager(same_place(store))
     with pytest.raises(IntegrityError) as ei:
         reader.latest("r")
     assert ei.value.key == bad and bad in str(ei.value)
-    assert reader.get("r", ids[0]).messages == lists[0]  # checkpoints that do not need it still restore
     with pytest.raises(IntegrityError, match=bad):
         CheckpointManager(same_place(store)).get("r", ids[2])
+    rep = CheckpointManager(same_place(store)).verify(read_data=True)
+    assert any(p.key == bad and p.code.startswith("corrupt") for p in rep.errors), rep.errors
+    # a damaged per-save pack (checkpoint 4's): checkpoints that do not need it still restore
+    writer, ids, lists, packs = saved_run(store, 5, run="r2")
+    bad = keys.pack_key(packs[4])
+    _flip(store, bad)
+    reader = CheckpointManager(same_place(store))
+    with pytest.raises(IntegrityError, match=bad):
+        reader.latest("r2")
+    assert reader.get("r2", ids[3]).messages == lists[3]
 
 
 def test_verify_reports_a_corrupted_pack(store):
@@ -285,8 +287,10 @@ def test_verify_reports_a_corrupted_pack(store):
     Regression test: at commit f7518fb this failed: check.mark() prefetches each state's packs with
     ``repo.prefetch``, which swallowed only ObjectNotFound, so the pack's IntegrityError escaped
     verify() instead of being recorded as a ``corrupt-*`` problem. (A deleted pack was reported
-    fine: see test_pack_deleted_behind_our_back.)
+    fine: see test_pack_deleted_behind_our_back.) Segments off (format-1 writes): the tree's hints
+    name the per-save packs directly; test_corrupted_pack covers a damaged format-2 segment.
     """
+    Repository.init(same_place(store), seg_fanout=0)
     writer, ids, lists, packs = saved_run(store, 4)
     # corrupt a pack that the head's spine refers to directly but that does not hold the head's state
     # or upper entry (so reading the state succeeds and the corrupt pack is met by the prefetch)
@@ -417,7 +421,7 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
     fanout = mgr.repo.config.seg_fanout
     for i, d, wire in deltas[1:]:  # saves 2..20
         merges = (i + 1) % fanout == 0  # this save completes a tier: it also writes the tier pack
-        supersedes = (i + 1) % (fanout * fanout) == 0  # ... and deletes the tier packs merged away
+        supersedes = merges  # ... and deletes the packs it merged
         want = (3 if i % 4 == 3 else 2) + (1 if merges else 0) + (1 if (i + 1) % 16 == 0 else 0)  # log segment
         assert d.counts["PUT"] == want, (i, d)
         assert d.counts["GET"] == d.counts["HEAD"] == d.counts["LIST"] == 0, (i, d)
@@ -439,7 +443,7 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
         d = other.store.stats.since(before)
         merges = (i + 1) % fanout == 0
         assert d.counts["PUT"] == 2 + merges + ((i + 1) % 16 == 0) and d.counts["GET"] == d.counts["LIST"] == 0, (i, d, ops)
-        assert d.total() == d.counts["PUT"] + d.counts["DELETE"], (i, d, ops)
+        assert d.total() == d.counts["PUT"] + d.counts["DELETE"] and d.counts["DELETE"] == merges, (i, d, ops)
     assert CheckpointManager(same_place(store)).latest("r").messages == msgs
 
 
@@ -555,8 +559,9 @@ def test_restore_of_10k_messages_takes_3_round_trips_from_its_segments(store):
         msgs = (msgs + [m for j in range(turns_per_save) for m in turn(i + j, size=150)])[:10_000]
         b.save("big", msgs)
     copy_into(mem, store)
+    saves = len(b.list("big"))
     n_packs = sum(1 for k in mem._objects if k.startswith("packs/"))
-    assert n_packs >= 400
+    assert saves >= 400 and n_packs <= 20  # format 2: the saves' packs were merged into tier packs
 
     rec = RoundTrips(same_place(store))
     mgr = CheckpointManager(rec)
@@ -590,6 +595,7 @@ def test_restore_after_gc_repack_stays_bounded(s3_inprocess_store):
     """
     store = s3_inprocess_store
     mem = MemoryStore()
+    Repository.init(mem, seg_fanout=0)  # segments off: per-save packs, as a format-1 repository has
     b = CheckpointManager(mem)
     msgs = [{"role": "system", "content": "You are an agent."}]
     for i in range(200):

@@ -287,7 +287,9 @@ class RepoConfig:
         leaf_bits / node_bits / max_items: the message tree's shape.
         inline_state_max: session states whose JSON exceeds this many bytes are stored as chunks.
         seg_fanout: format 2: how many segments of one level a writer merges into one of the next
-            level (2-64; a format-1 config has none and gets the default).
+            level (2-64; a format-1 config has none and gets the default). 0 turns segments off:
+            records carry no segment list and every save's pack stays where its hints name it
+            (format-1 writes; for tests of format-1 behaviour and comparisons).
     """
 
     repo_id: str
