@@ -959,7 +959,9 @@ class CheckpointManager:
         # never depends on another run's segments
         src_segs = _carried_segs(self.repo.head(rk)) or src.segment_list()
         self.repo.prefetch_segments(src_segs)
-        copy = fork_copy(self.repo, src) if (src.state or src.session_state_ref) else None
+        copy = None
+        if self.repo.config.seg_fanout and (src.state or src.session_state_ref):
+            copy = fork_copy(self.repo, src)
         with self._run_lock(new_run_id):
             nrk = self._rk(new_run_id)
             newest = self.repo.head(nrk)
@@ -972,7 +974,7 @@ class CheckpointManager:
                          session_state_ref=src.session_state_ref, has_session_state=src.has_session_state,
                          count=src.count, size=src.size, digest=src.digest, state=src.state,
                          origin={"run": run_id, "id": checkpoint_id},
-                         segs=[Seg(copy[0], FORK_LEVEL)] if copy else [])
+                         segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if self.repo.config.seg_fanout else None)
             self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
             if copy is not None:
                 self._put_pack(self.repo, copy[0], copy[1])

@@ -418,9 +418,22 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         reach.seg_standins.update(p for p in out if p not in listed)
         return out
 
+    all_refs: dict = {}  # refs and nodes of the runs with segments (for the caller: verify reads them)
+    all_nodes: set = set()
     done = 0
+    shared_memo = (reach.refs, reach.node_hints, reach.nodes_seen, set(seen_states))
     for run_id, checkpoints in by_run.items():
         segs = list(segs_by_run.get(run_id) or ())
+        # what a walk memoises (refs, node hints, nodes, states) is attributed to a home; with
+        # segments the home depends on the run, so a run with segments gets its own memo (runs
+        # without share one, as in format 1)
+        if segs:
+            reach.refs, reach.node_hints, reach.nodes_seen = {}, set(), set()
+            seen_states.clear()
+        else:
+            reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
+            seen_states.clear()
+            seen_states.update(shared_memo[3])
         for attempt in range(3):
             reach.seg_home = None
             held = seg_packs(segs) if segs else []
@@ -446,6 +459,15 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)
+        if segs:
+            all_refs.update(reach.refs)
+            all_nodes.update(reach.nodes_seen)
+        else:
+            shared_memo[3].update(seen_states)
+    for k, v in all_refs.items():
+        shared_memo[0].setdefault(k, v)
+    shared_memo[2].update(all_nodes)
+    reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
     reach.seg_home = None
     dictionaries(done)
     return reach

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import use_format1_writes
 
 from snapstore import CheckpointManager
 from snapstore.errors import (CheckpointNotFound, ConflictError, RunNotFound, SnapstoreError, StoreError)
@@ -564,13 +565,15 @@ def _to_per_pack_records(store) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("grace", [0.0, G, "splice", "per-pack-records"])
-def test_gc_with_faults(grace, mode):
+def test_gc_with_faults(grace, mode, monkeypatch):
     """GC interrupted at every store operation. ``splice``: the GC under faults re-repacks an
     earlier repack's output and deletes it (grace 0), so it also rewrites the forwarding records
     that name it (docs/format.md §13) -- interrupted at each of those writes too.
     ``per-pack-records``: the same, on a repository whose forwarding records are in the older
     one-object-per-record layout, which that GC also migrates into the map's shards."""
     clock0 = Clock()
+    if grace in ("splice", "per-pack-records"):
+        use_format1_writes(monkeypatch)  # per-save packs that GC repacks (format-1 writes)
     base, expect = _gc_base(clock0)
     kw = {}
     if grace in ("splice", "per-pack-records"):

@@ -20,6 +20,10 @@ from repo_checks import assert_clean
 G = 100.0
 
 
+
+# the forwarding map serves GC's repacking of per-save packs: format-1 writes (see conftest)
+pytestmark = pytest.mark.usefixtures("format1_writes")
+
 def msg(tag, i, size=300):
     return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
 

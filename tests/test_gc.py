@@ -451,6 +451,7 @@ def test_pieces_and_session_states_are_collected_with_their_checkpoints():
     assert sorted(store.raw()) == ["config"]
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_identical_content_in_several_runs_and_a_fork_survives_repacking():
     """The same chunk stored in several packs (dedup is per run) is merged by repacking; every run
     and the fork still restore."""
@@ -472,6 +473,7 @@ def test_identical_content_in_several_runs_and_a_fork_survives_repacking():
     assert len([k for k in store.raw() if k.startswith("packs/")]) == 1
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_forwarding_records_are_read_once_then_come_from_the_cache():
     """GC keeps the forwarding map it read (with each shard's ETag) in ``gc/fwd-cache``; the next GC
     reads only the shards whose listed ETag differs. A stale or unreadable cache is never trusted."""
@@ -559,6 +561,7 @@ def test_retired_pack_whose_dictionary_is_gone_is_read_through_its_forwarding_re
     assert json.dumps(got) == json.dumps([X, d, e])
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_gc():
     """A writer saving between GCs: each GC merges the new per-save packs, and a small pack that
     forwarding records point at is merged again only with enough others (gc.MERGE_OUTPUTS), so a
@@ -582,6 +585,7 @@ def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_g
     assert_clean(store, {("r", last): msgs})
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_cold_restore_after_gc_uses_the_forwarding_hints():
     """After GC retired every per-save pack, a new reader restoring the newest checkpoint reads
     ``gc/fwd-cache`` once instead of a 404 and a forwarding record per retired pack; hints that went
@@ -635,6 +639,7 @@ def test_cold_restore_after_gc_uses_the_forwarding_hints():
     assert CheckpointManager(store).verify(read_data=True).ok
 
 
+@pytest.mark.usefixtures("format1_writes")
 @pytest.mark.parametrize("grace", [0.0, G])
 def test_dry_run_predicts_a_repacking_gc(grace):
     """A dry run of a GC that repacks builds the new packs (without writing them) and counts the

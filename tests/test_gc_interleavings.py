@@ -215,6 +215,7 @@ def test_writer_step_x_gc_phase(step, phase, action, advance):
 # 2. Repacking packs a warm writer still holds hints to
 
 
+@pytest.mark.usefixtures("format1_writes")
 @pytest.mark.parametrize("grace", [0.0, G])
 def test_repack_under_a_warm_writer(grace):
     """GC repacks (merges the small per-save packs) while a warm writer holds location hints into
@@ -307,6 +308,7 @@ def test_in_flight_pack_survives_gc(hook, advance):
     w.check()
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_candidate_referenced_again_is_not_deleted_by_the_next_gc():
     """Two GCs: GC1 runs while a save's pack is in flight (GC1 must not make it a deletion candidate
     yet: it is younger than grace/2); the writer publishes; GC2, after the grace period, must not
@@ -690,6 +692,7 @@ class _FirstManifestGet:
         self.store.get = self.real_get
 
 
+@pytest.mark.usefixtures("format1_writes")
 def test_run_pruned_and_extended_while_gc_reads_its_manifests():
     """GC lists the run log, then the run's writer saves a new checkpoint and prunes every older one,
     then GC reads the listed manifests: they are gone, and the new one was not listed, so the run
