@@ -18,6 +18,11 @@ How the protocol maps onto S3:
 * Objects larger than ``multipart_threshold`` (64 MiB) go up as a multipart upload whose
   CompleteMultipartUpload carries the same precondition; a failed upload is aborted. On 409 the
   whole upload is re-initiated (as AWS documents).
+* ``Expect: 100-continue``: botocore adds it to every PutObject/UploadPart, which costs a round trip
+  (the body waits for the server's ``100 Continue``). The client this store builds drops it from
+  bodies smaller than ``expect_continue_threshold`` (1 MiB) with a ``before-sign`` hook on that
+  client only, so a save is one round trip per PUT; larger bodies and multipart parts keep it (the
+  server can refuse them before the body is sent).
 * ``list`` -> ListObjectsV2, ``MaxKeys`` capped at 1,000 by this client (moto accepts more; AWS does
   not); ``limit=1`` is one request with ``MaxKeys=1``. ``list_dirs`` -> ListObjectsV2 with
   ``Delimiter="/"``. ``delete_many`` -> DeleteObjects in quiet mode, at most 1,000 keys a request.
@@ -82,9 +87,36 @@ _URL_OPTIONS = {
     "max_pool_connections": "max_pool_connections",
     "multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize",
     "connect_timeout": "connect_timeout", "read_timeout": "read_timeout",
+    "expect_continue_threshold": "expect_continue_threshold",
 }
-_INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize"}
+_INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize",
+                "expect_continue_threshold"}
 _FLOAT_OPTIONS = {"connect_timeout", "read_timeout"}
+
+
+def _expect_continue_hook(threshold: int):
+    """A botocore ``before-sign`` handler that removes ``Expect: 100-continue`` from requests whose
+    body is smaller than ``threshold`` bytes (bodies of unknown length keep it)."""
+    from botocore.utils import determine_content_length
+
+    def drop_expect(request: Any, **_: Any) -> None:
+        headers = request.headers
+        if "Expect" not in headers:
+            return
+        body = request.body
+        if body is None:
+            size = 0
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            size = len(body)
+        else:
+            try:
+                size = determine_content_length(body)
+            except Exception:  # noqa: BLE001 - an odd body: keep botocore's default
+                size = None
+        if size is not None and size < threshold:
+            del headers["Expect"]
+
+    return drop_expect
 
 
 def _error_parts(exc: Exception) -> tuple[str, int, str]:
@@ -144,6 +176,9 @@ class S3Store:
             PreconditionFailed is raised.
         conflict_backoff: base delay in seconds between 409 retries (doubled each time, jittered,
             capped at 2 s).
+        expect_continue_threshold: PutObject/UploadPart bodies smaller than this many bytes are
+            sent without ``Expect: 100-continue`` (saving a round trip each); larger ones keep it.
+            0 keeps botocore's behaviour (always sent). Only applies to a client this store builds.
     Raises:
         InvalidInputError: bad option values (empty bucket, unknown ``sse``/``addressing_style``).
         CredentialsError: the named profile does not exist.
@@ -170,6 +205,7 @@ class S3Store:
         read_timeout: float = 60.0,
         conflict_retries: int = 5,
         conflict_backoff: float = 0.05,
+        expect_continue_threshold: int = _MiB,
     ):
         if not isinstance(bucket, str) or not bucket or "/" in bucket:
             raise InvalidInputError(f"invalid S3 bucket name: {bucket!r}")
@@ -183,6 +219,8 @@ class S3Store:
             raise InvalidInputError(f"max_attempts must be >= 0, not {max_attempts!r}")
         if int(multipart_threshold) < 1 or int(multipart_chunksize) < 1:
             raise InvalidInputError("multipart_threshold and multipart_chunksize must be positive")
+        if int(expect_continue_threshold) < 0:
+            raise InvalidInputError(f"expect_continue_threshold must be >= 0, not {expect_continue_threshold!r}")
 
         self.bucket = bucket
         self.prefix = "/".join(seg for seg in str(prefix or "").split("/") if seg)
@@ -213,7 +251,7 @@ class S3Store:
                 endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
                 addressing_style=addressing_style, max_attempts=int(max_attempts), retry_mode=retry_mode,
                 max_pool_connections=int(max_pool_connections), connect_timeout=float(connect_timeout),
-                read_timeout=float(read_timeout))
+                read_timeout=float(read_timeout), expect_continue_threshold=int(expect_continue_threshold))
             self._owns_client = True
         self._sse_params: dict[str, str] = {}
         if sse:
@@ -224,7 +262,8 @@ class S3Store:
     # construction ------------------------------------------------------------------------------
     @staticmethod
     def _make_client(*, endpoint_url, region_name, profile_name, addressing_style, max_attempts,
-                     retry_mode, max_pool_connections, connect_timeout, read_timeout):
+                     retry_mode, max_pool_connections, connect_timeout, read_timeout,
+                     expect_continue_threshold=_MiB):
         import boto3
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ProfileNotFound
@@ -256,11 +295,18 @@ class S3Store:
         if region_name:
             kwargs["region_name"] = region_name
         try:
-            return session.client("s3", **kwargs)
+            client = session.client("s3", **kwargs)
         except BotoCoreError as e:
             raise InvalidInputError(f"invalid S3 client option: {e}") from e
         except ValueError as e:
             raise InvalidInputError(f"invalid S3 client option: {e}") from e
+        if expect_continue_threshold > 0:
+            # botocore's add_expect_header (before-call.s3) runs first; this client-local hook runs
+            # just before signing (Expect is never a signed header), on every attempt.
+            hook = _expect_continue_hook(expect_continue_threshold)
+            for op in ("PutObject", "UploadPart"):
+                client.meta.events.register(f"before-sign.s3.{op}", hook, unique_id=f"snapstore-expect-{op}")
+        return client
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> "S3Store":
@@ -269,7 +315,7 @@ class S3Store:
         Query options (all optional): ``endpoint_url`` (or ``endpoint``), ``region``, ``profile``,
         ``addressing_style`` (``path``/``virtual``), ``sse`` (``AES256``/``aws:kms``),
         ``sse_kms_key_id``, ``max_attempts``, ``retry_mode``, ``max_pool_connections``,
-        ``multipart_threshold``, ``multipart_chunksize`` (bytes), ``connect_timeout``,
+        ``multipart_threshold``, ``multipart_chunksize``, ``expect_continue_threshold`` (bytes), ``connect_timeout``,
         ``read_timeout`` (seconds). Keyword ``options`` (constructor arguments) override the query.
 
         Raises:
