@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 
@@ -66,10 +67,13 @@ class RecordingProxy:
 
     Args:
         upstream_host / upstream_port: where to forward (e.g. moto's ThreadedMotoServer).
+        delay: seconds to hold each chunk of a response before passing it on (simulated network
+            latency, so that concurrent requests really overlap).
     """
 
-    def __init__(self, upstream_host: str, upstream_port: int):
+    def __init__(self, upstream_host: str, upstream_port: int, delay: float = 0.0):
         self._upstream = (upstream_host, int(upstream_port))
+        self.delay = float(delay)
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -79,6 +83,8 @@ class RecordingProxy:
         self._lock = threading.Lock()
         self._streams: list[bytearray] = []
         self._open: list[socket.socket] = []
+        self._active = 0
+        self.max_active = 0  #: most connections open at once so far
         threading.Thread(target=self._accept, daemon=True, name="wire-proxy-accept").start()
 
     def _accept(self) -> None:
@@ -92,15 +98,21 @@ class RecordingProxy:
             with self._lock:
                 self._streams.append(buf)
                 self._open += [client, upstream]
+                self._active += 1
+                self.max_active = max(self.max_active, self._active)
             threading.Thread(target=self._pump, args=(client, upstream, buf), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, None, self.delay, True),
+                             daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, record: bytearray | None) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, record: bytearray | None,
+              delay: float = 0.0, counts: bool = False) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if delay:
+                    time.sleep(delay)
                 if record is not None:  # recorded before forwarding: complete once the reply arrives
                     with self._lock:
                         record.extend(data)
@@ -113,12 +125,20 @@ class RecordingProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            if counts:
+                with self._lock:
+                    self._active -= 1
 
     def requests(self) -> list[WireRequest]:
         """Every complete request recorded so far (connection by connection, in order)."""
         with self._lock:
             raws = [bytes(b) for b in self._streams]
         return [r for raw in raws for r in parse_requests(raw)]
+
+    def connections(self) -> int:
+        """How many client connections were accepted so far."""
+        with self._lock:
+            return len(self._streams)
 
     def clear(self) -> None:
         """Forget what was recorded (open connections keep being recorded from here on)."""

@@ -57,7 +57,8 @@ from ..errors import (
 )
 from .base import ObjectInfo, RequestStats, check_key
 
-__all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE"]
+__all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
+           "DEFAULT_MAX_POOL_CONNECTIONS"]
 
 #: Metadata key (``x-amz-meta-<this>``) holding the random id of the write that created an object.
 WRITE_ID_METADATA = "snapstore-write-id"
@@ -65,6 +66,8 @@ WRITE_ID_METADATA = "snapstore-write-id"
 MAX_KEYS_PER_PAGE = 1000
 #: DeleteObjects accepts at most this many keys on AWS; enforced client-side.
 MAX_KEYS_PER_DELETE = 1000
+#: Default HTTP connection pool size of a store-built client (= its ``max_concurrency``).
+DEFAULT_MAX_POOL_CONNECTIONS = 128
 
 _MiB = 1024 * 1024
 _MAX_PARTS = 10_000
@@ -164,7 +167,10 @@ class S3Store:
         max_attempts: botocore's ``retries["max_attempts"]``: how many times botocore retries a
             request after the first attempt (transient errors, throttling, timeouts; not 409/412).
         retry_mode: botocore retry mode: ``"standard"``, ``"adaptive"`` or ``"legacy"``.
-        max_pool_connections: HTTP connection pool size (bound on useful thread parallelism).
+        max_pool_connections: HTTP connection pool size: how many requests can be in flight at
+            once without opening throw-away connections; also :attr:`max_concurrency`. The default
+            (128) lets a restore fetch a tree level of ~64 packs in one wave and
+            ``CheckpointManager.runs()`` read 200 run heads (a LIST and a GET each) in 4 waves.
         client: a ready boto3 S3 client to use instead of building one (endpoint/region/profile/
             retry options are then ignored; the caller keeps ownership: ``close`` does not close it).
         multipart_threshold: objects strictly larger than this many bytes use multipart upload.
@@ -197,7 +203,7 @@ class S3Store:
         sse_kms_key_id: str | None = None,
         max_attempts: int = 10,
         retry_mode: str = "standard",
-        max_pool_connections: int = 32,
+        max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
         client: Any = None,
         multipart_threshold: int = 64 * _MiB,
         multipart_chunksize: int = 16 * _MiB,
@@ -243,10 +249,15 @@ class S3Store:
                                    ("sse_kms_key_id", sse_kms_key_id), ("profile", profile_name)) if v}
         self.url = f"s3://{bucket}/{self.prefix}" + (f"?{urlencode(query)}" if query else "")
 
+        if int(max_pool_connections) < 1:
+            raise InvalidInputError(f"max_pool_connections must be >= 1, not {max_pool_connections!r}")
         if client is not None:
             self._client = client
             self._owns_client = False
+            pool = getattr(getattr(getattr(client, "meta", None), "config", None), "max_pool_connections", None)
+            self._max_concurrency = int(pool) if isinstance(pool, int) and pool > 0 else 10  # botocore's default
         else:
+            self._max_concurrency = int(max_pool_connections)
             self._client = self._make_client(
                 endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
                 addressing_style=addressing_style, max_attempts=int(max_attempts), retry_mode=retry_mode,
@@ -344,6 +355,14 @@ class S3Store:
             kwargs[target] = (value or None) if isinstance(value, str) else value
         kwargs.update(options)
         return cls(bucket, unquote(parts.path), **kwargs)
+
+    @property
+    def max_concurrency(self) -> int:
+        """How many requests this store serves in parallel without waiting or opening throw-away
+        connections: the client's HTTP connection pool size (``max_pool_connections``, default
+        128; botocore's own default, 10, for a caller-supplied client without one). Callers size
+        their thread pools with it (a count of requests, not bytes)."""
+        return self._max_concurrency
 
     # helpers -----------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -681,12 +700,13 @@ class S3Store:
             return data
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def get_many(self, keys: Iterable[str], max_workers: int = 16) -> dict[str, bytes]:
+    def get_many(self, keys: Iterable[str], max_workers: int | None = None) -> dict[str, bytes]:
         """Fetch many whole objects concurrently.
 
         Args:
             keys: the keys (duplicates fetched once).
-            max_workers: at most this many requests in flight (also bounded by the connection pool).
+            max_workers: at most this many requests in flight; None: :attr:`max_concurrency` (more
+                than the connection pool only opens throw-away connections).
         Returns:
             ``{key: bytes}`` for every key.
         Raises:
@@ -696,6 +716,8 @@ class S3Store:
         unique = list(dict.fromkeys(keys))
         if not unique:
             return {}
+        if max_workers is None:
+            max_workers = self.max_concurrency
         if len(unique) == 1 or max_workers <= 1:
             return {k: self.get(k) for k in unique}
         pool = ThreadPoolExecutor(max_workers=min(int(max_workers), len(unique)),
