@@ -67,8 +67,9 @@ class RecordingProxy:
 
     Args:
         upstream_host / upstream_port: where to forward (e.g. moto's ThreadedMotoServer).
-        delay: seconds to hold each chunk of a response before passing it on (simulated network
-            latency, so that concurrent requests really overlap).
+        delay: seconds to hold each chunk a client sends before passing it on (simulated network
+            latency, so that concurrent requests really overlap; a request sent in one piece waits
+            once, one whose body waits for ``100 Continue`` twice).
     """
 
     def __init__(self, upstream_host: str, upstream_port: int, delay: float = 0.0):
@@ -93,16 +94,24 @@ class RecordingProxy:
                 client, _ = self._sock.accept()
             except OSError:
                 return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        """Open the upstream side of one connection (off the accept loop, so that a burst of
+        connections is not serialised by the proxy) and start both directions."""
+        try:
             upstream = socket.create_connection(self._upstream)
-            buf = bytearray()
-            with self._lock:
-                self._streams.append(buf)
-                self._open += [client, upstream]
-                self._active += 1
-                self.max_active = max(self.max_active, self._active)
-            threading.Thread(target=self._pump, args=(client, upstream, buf), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, None, self.delay, True),
-                             daemon=True).start()
+        except OSError:
+            client.close()
+            return
+        buf = bytearray()
+        with self._lock:
+            self._streams.append(buf)
+            self._open += [client, upstream]
+            self._active += 1
+            self.max_active = max(self.max_active, self._active)
+        threading.Thread(target=self._pump, args=(client, upstream, buf, self.delay), daemon=True).start()
+        self._pump(upstream, client, None, 0.0, True)
 
     def _pump(self, src: socket.socket, dst: socket.socket, record: bytearray | None,
               delay: float = 0.0, counts: bool = False) -> None:
@@ -111,11 +120,11 @@ class RecordingProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                if delay:
-                    time.sleep(delay)
                 if record is not None:  # recorded before forwarding: complete once the reply arrives
                     with self._lock:
                         record.extend(data)
+                if delay:
+                    time.sleep(delay)
                 dst.sendall(data)
         except OSError:
             pass
