@@ -590,7 +590,7 @@ class CheckpointManager:
         GETs wait for it). A repeat call on the same manager GETs only rollback heads (see
         :meth:`_live_run_ids`). Measured against moto's HTTP server with 1 s added per request
         (``tests/test_runs_round_trips.py``, 204 run directories, 200 listed): 6 sequential round
-        trips and 414 requests on a new manager (config GET and versioning check included), 5 and
+        trips and 415 requests on a new manager (config GET and versioning check included), 5 and
         212 on a repeat call.
 
         Raises:
