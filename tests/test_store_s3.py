@@ -603,3 +603,27 @@ def test_local_s3_script(tmp_path):
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert run("status").returncode == 3
+
+
+def test_max_concurrency_is_the_connection_pool(moto_server):
+    from snapstore.stores.base import max_concurrency
+    from snapstore.stores.local import LocalStore
+    from snapstore.stores.memory import MemoryStore
+
+    store = S3Store("some-bucket", endpoint_url=moto_server, region_name="us-east-1")
+    assert store.max_concurrency == 128 == store._client.meta.config.max_pool_connections
+    assert max_concurrency(store) == 128
+    store.close()
+    store = S3Store.from_url(f"s3://some-bucket?endpoint_url={moto_server}&region=us-east-1&max_pool_connections=7")
+    assert store.max_concurrency == 7 == store._client.meta.config.max_pool_connections
+    store.close()
+    from botocore.config import Config
+    client = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1",
+                          config=Config(max_pool_connections=5))
+    assert S3Store("some-bucket", client=client).max_concurrency == 5
+    assert S3Store("some-bucket", client=boto3.client("s3", endpoint_url=moto_server,
+                                                       region_name="us-east-1")).max_concurrency == 10
+    with pytest.raises(InvalidInputError):
+        S3Store("some-bucket", max_pool_connections=0)
+    assert MemoryStore().max_concurrency == 16 and LocalStore("/nonexistent/x").max_concurrency == 16
+    assert max_concurrency(object()) == 16 and max_concurrency(object(), default=3) == 3

@@ -96,12 +96,28 @@ class RequestStats:
         return {"requests": dict(self.counts), "bytes_up": self.bytes_up, "bytes_down": self.bytes_down}
 
 
+DEFAULT_CONCURRENCY = 16
+"""Parallel requests assumed for a store that does not say (see :func:`max_concurrency`)."""
+
+
+def max_concurrency(store: object, default: int = DEFAULT_CONCURRENCY) -> int:
+    """How many requests are worth having in flight at once on ``store``: its ``max_concurrency``
+    attribute when it is a positive int, else ``default``. A count of requests (no unit)."""
+    n = getattr(store, "max_concurrency", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else default
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """Bytes under keys. See the module docstring for the required semantics.
 
     Every store has a ``stats`` attribute (:class:`RequestStats`) counting the requests it made
     and a ``url`` attribute naming where it is.
+
+    The built-in stores also have ``max_concurrency`` (int): how many requests it is worth having
+    in flight at once (S3: the HTTP connection pool size, default 128; local and memory: 16).
+    Callers size their thread pools with :func:`max_concurrency`; it is not a protocol member, so
+    wrapper stores without it keep working.
     """
 
     url: str

@@ -57,6 +57,9 @@ class LocalStore:
         self._fsync = fsync
         self._stats_lock = threading.Lock()
         self._known_dirs: set[str] = set()
+        #: Reads worth running in parallel (file reads release the GIL; more threads than this
+        #: only contend). Same as the repository's historical default pool size.
+        self.max_concurrency = 16
 
     # ------------------------------------------------------------------------------------------
     def _path(self, key: str) -> str:

@@ -26,6 +26,10 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._objects: dict[str, tuple[bytes, str, float]] = {}
         self._etags = itertools.count(1)
+        #: Requests worth running in parallel. Reads hold one lock, so more threads do not make
+        #: them faster; 16 (the repository's historical pool size) keeps concurrent code paths
+        #: exercised in tests.
+        self.max_concurrency = 16
 
     def _store(self, key: str, data: bytes) -> ObjectInfo:
         etag = f'"{next(self._etags):x}"'

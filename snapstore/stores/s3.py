@@ -18,6 +18,11 @@ How the protocol maps onto S3:
 * Objects larger than ``multipart_threshold`` (64 MiB) go up as a multipart upload whose
   CompleteMultipartUpload carries the same precondition; a failed upload is aborted. On 409 the
   whole upload is re-initiated (as AWS documents).
+* ``Expect: 100-continue``: botocore adds it to every PutObject/UploadPart, which costs a round trip
+  (the body waits for the server's ``100 Continue``). The client this store builds drops it from
+  bodies smaller than ``expect_continue_threshold`` (1 MiB) with a ``before-sign`` hook on that
+  client only, so a save is one round trip per PUT; larger bodies and multipart parts keep it (the
+  server can refuse them before the body is sent).
 * ``list`` -> ListObjectsV2, ``MaxKeys`` capped at 1,000 by this client (moto accepts more; AWS does
   not); ``limit=1`` is one request with ``MaxKeys=1``. ``list_dirs`` -> ListObjectsV2 with
   ``Delimiter="/"``. ``delete_many`` -> DeleteObjects in quiet mode, at most 1,000 keys a request.
@@ -52,7 +57,8 @@ from ..errors import (
 )
 from .base import ObjectInfo, RequestStats, check_key
 
-__all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE"]
+__all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
+           "DEFAULT_MAX_POOL_CONNECTIONS"]
 
 #: Metadata key (``x-amz-meta-<this>``) holding the random id of the write that created an object.
 WRITE_ID_METADATA = "snapstore-write-id"
@@ -60,6 +66,8 @@ WRITE_ID_METADATA = "snapstore-write-id"
 MAX_KEYS_PER_PAGE = 1000
 #: DeleteObjects accepts at most this many keys on AWS; enforced client-side.
 MAX_KEYS_PER_DELETE = 1000
+#: Default HTTP connection pool size of a store-built client (= its ``max_concurrency``).
+DEFAULT_MAX_POOL_CONNECTIONS = 128
 
 _MiB = 1024 * 1024
 _MAX_PARTS = 10_000
@@ -82,9 +90,36 @@ _URL_OPTIONS = {
     "max_pool_connections": "max_pool_connections",
     "multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize",
     "connect_timeout": "connect_timeout", "read_timeout": "read_timeout",
+    "expect_continue_threshold": "expect_continue_threshold",
 }
-_INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize"}
+_INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize",
+                "expect_continue_threshold"}
 _FLOAT_OPTIONS = {"connect_timeout", "read_timeout"}
+
+
+def _expect_continue_hook(threshold: int):
+    """A botocore ``before-sign`` handler that removes ``Expect: 100-continue`` from requests whose
+    body is smaller than ``threshold`` bytes (bodies of unknown length keep it)."""
+    from botocore.utils import determine_content_length
+
+    def drop_expect(request: Any, **_: Any) -> None:
+        headers = request.headers
+        if "Expect" not in headers:
+            return
+        body = request.body
+        if body is None:
+            size = 0
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            size = len(body)
+        else:
+            try:
+                size = determine_content_length(body)
+            except Exception:  # noqa: BLE001 - an odd body: keep botocore's default
+                size = None
+        if size is not None and size < threshold:
+            del headers["Expect"]
+
+    return drop_expect
 
 
 def _error_parts(exc: Exception) -> tuple[str, int, str]:
@@ -132,7 +167,10 @@ class S3Store:
         max_attempts: botocore's ``retries["max_attempts"]``: how many times botocore retries a
             request after the first attempt (transient errors, throttling, timeouts; not 409/412).
         retry_mode: botocore retry mode: ``"standard"``, ``"adaptive"`` or ``"legacy"``.
-        max_pool_connections: HTTP connection pool size (bound on useful thread parallelism).
+        max_pool_connections: HTTP connection pool size: how many requests can be in flight at
+            once without opening throw-away connections; also :attr:`max_concurrency`. The default
+            (128) lets a restore fetch a tree level of ~64 packs in one wave and
+            ``CheckpointManager.runs()`` read 200 run heads (a LIST and a GET each) in 4 waves.
         client: a ready boto3 S3 client to use instead of building one (endpoint/region/profile/
             retry options are then ignored; the caller keeps ownership: ``close`` does not close it).
         multipart_threshold: objects strictly larger than this many bytes use multipart upload.
@@ -144,6 +182,9 @@ class S3Store:
             PreconditionFailed is raised.
         conflict_backoff: base delay in seconds between 409 retries (doubled each time, jittered,
             capped at 2 s).
+        expect_continue_threshold: PutObject/UploadPart bodies smaller than this many bytes are
+            sent without ``Expect: 100-continue`` (saving a round trip each); larger ones keep it.
+            0 keeps botocore's behaviour (always sent). Only applies to a client this store builds.
     Raises:
         InvalidInputError: bad option values (empty bucket, unknown ``sse``/``addressing_style``).
         CredentialsError: the named profile does not exist.
@@ -162,7 +203,7 @@ class S3Store:
         sse_kms_key_id: str | None = None,
         max_attempts: int = 10,
         retry_mode: str = "standard",
-        max_pool_connections: int = 32,
+        max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
         client: Any = None,
         multipart_threshold: int = 64 * _MiB,
         multipart_chunksize: int = 16 * _MiB,
@@ -170,6 +211,7 @@ class S3Store:
         read_timeout: float = 60.0,
         conflict_retries: int = 5,
         conflict_backoff: float = 0.05,
+        expect_continue_threshold: int = _MiB,
     ):
         if not isinstance(bucket, str) or not bucket or "/" in bucket:
             raise InvalidInputError(f"invalid S3 bucket name: {bucket!r}")
@@ -183,6 +225,8 @@ class S3Store:
             raise InvalidInputError(f"max_attempts must be >= 0, not {max_attempts!r}")
         if int(multipart_threshold) < 1 or int(multipart_chunksize) < 1:
             raise InvalidInputError("multipart_threshold and multipart_chunksize must be positive")
+        if int(expect_continue_threshold) < 0:
+            raise InvalidInputError(f"expect_continue_threshold must be >= 0, not {expect_continue_threshold!r}")
 
         self.bucket = bucket
         self.prefix = "/".join(seg for seg in str(prefix or "").split("/") if seg)
@@ -205,15 +249,20 @@ class S3Store:
                                    ("sse_kms_key_id", sse_kms_key_id), ("profile", profile_name)) if v}
         self.url = f"s3://{bucket}/{self.prefix}" + (f"?{urlencode(query)}" if query else "")
 
+        if int(max_pool_connections) < 1:
+            raise InvalidInputError(f"max_pool_connections must be >= 1, not {max_pool_connections!r}")
         if client is not None:
             self._client = client
             self._owns_client = False
+            pool = getattr(getattr(getattr(client, "meta", None), "config", None), "max_pool_connections", None)
+            self._max_concurrency = int(pool) if isinstance(pool, int) and pool > 0 else 10  # botocore's default
         else:
+            self._max_concurrency = int(max_pool_connections)
             self._client = self._make_client(
                 endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
                 addressing_style=addressing_style, max_attempts=int(max_attempts), retry_mode=retry_mode,
                 max_pool_connections=int(max_pool_connections), connect_timeout=float(connect_timeout),
-                read_timeout=float(read_timeout))
+                read_timeout=float(read_timeout), expect_continue_threshold=int(expect_continue_threshold))
             self._owns_client = True
         self._sse_params: dict[str, str] = {}
         if sse:
@@ -224,7 +273,8 @@ class S3Store:
     # construction ------------------------------------------------------------------------------
     @staticmethod
     def _make_client(*, endpoint_url, region_name, profile_name, addressing_style, max_attempts,
-                     retry_mode, max_pool_connections, connect_timeout, read_timeout):
+                     retry_mode, max_pool_connections, connect_timeout, read_timeout,
+                     expect_continue_threshold=_MiB):
         import boto3
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ProfileNotFound
@@ -256,11 +306,18 @@ class S3Store:
         if region_name:
             kwargs["region_name"] = region_name
         try:
-            return session.client("s3", **kwargs)
+            client = session.client("s3", **kwargs)
         except BotoCoreError as e:
             raise InvalidInputError(f"invalid S3 client option: {e}") from e
         except ValueError as e:
             raise InvalidInputError(f"invalid S3 client option: {e}") from e
+        if expect_continue_threshold > 0:
+            # botocore's add_expect_header (before-call.s3) runs first; this client-local hook runs
+            # just before signing (Expect is never a signed header), on every attempt.
+            hook = _expect_continue_hook(expect_continue_threshold)
+            for op in ("PutObject", "UploadPart"):
+                client.meta.events.register(f"before-sign.s3.{op}", hook, unique_id=f"snapstore-expect-{op}")
+        return client
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> "S3Store":
@@ -269,7 +326,7 @@ class S3Store:
         Query options (all optional): ``endpoint_url`` (or ``endpoint``), ``region``, ``profile``,
         ``addressing_style`` (``path``/``virtual``), ``sse`` (``AES256``/``aws:kms``),
         ``sse_kms_key_id``, ``max_attempts``, ``retry_mode``, ``max_pool_connections``,
-        ``multipart_threshold``, ``multipart_chunksize`` (bytes), ``connect_timeout``,
+        ``multipart_threshold``, ``multipart_chunksize``, ``expect_continue_threshold`` (bytes), ``connect_timeout``,
         ``read_timeout`` (seconds). Keyword ``options`` (constructor arguments) override the query.
 
         Raises:
@@ -298,6 +355,14 @@ class S3Store:
             kwargs[target] = (value or None) if isinstance(value, str) else value
         kwargs.update(options)
         return cls(bucket, unquote(parts.path), **kwargs)
+
+    @property
+    def max_concurrency(self) -> int:
+        """How many requests this store serves in parallel without waiting or opening throw-away
+        connections: the client's HTTP connection pool size (``max_pool_connections``, default
+        128; botocore's own default, 10, for a caller-supplied client without one). Callers size
+        their thread pools with it (a count of requests, not bytes)."""
+        return self._max_concurrency
 
     # helpers -----------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -635,12 +700,13 @@ class S3Store:
             return data
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def get_many(self, keys: Iterable[str], max_workers: int = 16) -> dict[str, bytes]:
+    def get_many(self, keys: Iterable[str], max_workers: int | None = None) -> dict[str, bytes]:
         """Fetch many whole objects concurrently.
 
         Args:
             keys: the keys (duplicates fetched once).
-            max_workers: at most this many requests in flight (also bounded by the connection pool).
+            max_workers: at most this many requests in flight; None: :attr:`max_concurrency` (more
+                than the connection pool only opens throw-away connections).
         Returns:
             ``{key: bytes}`` for every key.
         Raises:
@@ -650,6 +716,8 @@ class S3Store:
         unique = list(dict.fromkeys(keys))
         if not unique:
             return {}
+        if max_workers is None:
+            max_workers = self.max_concurrency
         if len(unique) == 1 or max_workers <= 1:
             return {k: self.get(k) for k in unique}
         pool = ThreadPoolExecutor(max_workers=min(int(max_workers), len(unique)),
