@@ -252,6 +252,7 @@ class LatencyProxy:
         self.connections = 0
         self.max_concurrent = 0
         self._open = 0
+        self._in_flight = 0  # requests whose head arrived and whose log entry is not written yet
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -283,8 +284,19 @@ class LatencyProxy:
     def __exit__(self, *exc):
         self.stop()
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every request received so far is logged (a client may read the response before
+        the proxy thread that sent it has written its log entry)."""
+        deadline = clock() + timeout
+        while clock() < deadline:
+            with self.lock:
+                if not self._in_flight:
+                    return
+            time.sleep(0.001)
+
     def entries(self, t0: float, t1: float) -> list:
-        """Log entries of requests whose head arrived in ``[t0, t1]``."""
+        """Log entries of requests whose head arrived in ``[t0, t1]`` (after :meth:`settle`)."""
+        self.settle()
         with self.lock:
             return [e for e in self.log if t0 <= e["start"] <= t1]
 
@@ -301,12 +313,16 @@ class LatencyProxy:
             self.max_concurrent = max(self.max_concurrent, self._open)
         rf = client.makefile("rb")
         up = urf = None
+        counted = False
         try:
             while True:
                 head = _read_head(rf)
                 if head is None:
                     return
                 start = clock()
+                with self.lock:
+                    self._in_flight += 1
+                    counted = True
                 (method, target, *version), headers = _headers(head)
                 if "100-continue" in headers.get("expect", "").lower():
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -353,6 +369,8 @@ class LatencyProxy:
                 with self.lock:
                     self.log.append({"method": method, "target": target, "kind": classify(method, target),
                                      "status": status, "start": start, "end": end})
+                    self._in_flight -= 1
+                    counted = False
                 if upstream_close:
                     up.close()
                     up = urf = None
@@ -364,6 +382,8 @@ class LatencyProxy:
         finally:
             with self.lock:
                 self._open -= 1
+                if counted:
+                    self._in_flight -= 1
             if up is not None:
                 up.close()
             try:
@@ -747,7 +767,8 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
         if r["op"] == "save (steady)":
             total += f" (max {r['total_max']})"
             rt += f" (max {r['round_trips_max']})"
-        base = f"{r['baseline']['wall_s']:.3f}" if "baseline" in r else ""
+        base = (f"{r['baseline']['wall_s']:.3f} ({r['wall_s'] / r['baseline']['wall_s']:.0f}x)"
+                if "baseline" in r else "")
         table.append([r["op"], size, kinds, total, rt, f"{r['wall_s']:.3f}", base, r["target"] or "",
                       r["verdict"] or ""])
     widths = [max(len(x) for x in col) for col in zip(head, *table)]
