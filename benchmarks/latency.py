@@ -1,0 +1,874 @@
+"""Latency benchmark: what reads and saves on S3 cost as a user sees them, behind an injected delay.
+
+Run (from the repository root)::
+
+    python benchmarks/latency.py                       # sizes 100,1000,10000 saves, 200 runs, 50 ms delay
+    python benchmarks/latency.py --quick               # smoke run (sizes 20,100, 20 runs, 5 ms): < 1 min
+    python benchmarks/latency.py --sizes 1000 --delay-ms 30 --no-local --json out.json
+
+Setup: moto's ``ThreadedMotoServer`` on 127.0.0.1 (random port, dummy credentials) and, in front of it,
+a latency-injecting HTTP/1.1 proxy on 127.0.0.1 (:class:`LatencyProxy`, in this process): one thread
+and one upstream connection per client connection, keep-alive on both sides, any number of concurrent
+connections. It reads each request whole, forwards it, reads the response whole, then holds it back
+``--delay-ms`` before sending it on (so every request costs at least one delay, and parallel requests
+overlap). For every request it logs the method, path + query, status, the time its head arrived and
+the time its response was fully sent (``time.monotonic``, the same clock as the child processes').
+
+Runs of ``--sizes`` saves are populated straight to moto (no proxy, no delay, no gc) through
+``CheckpointManager("s3://BUCKET/bench", endpoint_url=...)``: the message list starts with a system
+prompt and a user task, and every save appends 2 messages (an assistant tool call and a tool result,
+1-2 KB each of seeded pseudo-random text with Zipf-like word frequencies) to the previous list, so a
+run of n saves ends with 2 + 2n messages. Beside each run the final message list is put, as one
+zstd-compressed (level 3) JSON object, outside the repository's prefix: the baseline.
+
+Measured, each in a FRESH child process (``python`` of this interpreter, importing the snapstore of
+this checkout) talking to the proxy; the child times the operation itself with ``time.monotonic``
+(interpreter start, imports and the construction of the manager / boto3 client, which sends no
+request, are outside the timing), and the proxy log between those two instants is the operation's:
+
+* ``latest``: ``CheckpointManager(url, endpoint_url=proxy).latest(run)`` (opening the repository
+  included); the message count is checked. Median over ``--trials`` processes.
+* ``baseline GET``: one ``get_object`` of the zstd JSON, read, decompressed and ``json.loads``-ed.
+* ``list``: ``mgr.list(run)``, every checkpoint (count checked).
+* ``runs``: ``mgr.runs()`` on a repository of ``--runs`` runs of 3 saves each (count checked).
+* ``save (steady)``: one child opens the run (``latest()``, not counted), makes one warm-up save,
+  then 20 saves of 2 more messages each; per save: requests, round trips and wall time, medians.
+
+Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method + path/query; see
+:func:`classify`), total, **sequential round trips** (the longest chain of requests each of which
+started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
+Targets are printed beside the figures with PASS/FAIL.
+
+Local part (``--local``, on by default; ``--no-local`` skips it): the coding-agent run with the
+largest final history (JSON bytes) among the shared trajectories (``../shared/data/trajectories`` or
+``$SNAPSTORE_SHARED_DATA``; SWE-agent, mini-swe-agent, OpenHands and Claude Code files) is saved into a
+temporary local repository, one checkpoint per turn (``snapstore.importers.load_trajectory`` + the
+API, as ``snapstore import`` does), and its final history written to one JSON file. Then, in 5 fresh
+processes each (median), ``latest()`` of it against ``json.load`` of the file, timed inside the
+process around the read only; the ratio is printed.
+
+The delay is the only thing that models the network: moto's CPU time (shared with this process's
+proxy threads, 2 cores here) adds to every request, and bandwidth is unlimited. Round trips and
+request counts carry over to S3; wall times are indicative of a region-local client at roughly
+``--delay-ms`` per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import random
+import socket
+import socketserver
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+
+DUMMY_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+             "AWS_SECURITY_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+UNSET_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SNAPSTORE_URL")
+KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE")
+PREFIX = "bench"
+RUN = "bench-run"
+SEED = 20240901
+STEADY_SAVES = 20
+LOCAL_TRIALS = 5
+CODING_FORMATS = ("sweagent", "minisweagent", "openhands", "claudecode")
+
+clock = time.monotonic  # CLOCK_MONOTONIC on Linux: one clock for the proxy and every child process
+
+
+# ==================================================================================================
+# Round trips
+
+
+def sequential_round_trips(intervals) -> int:
+    """Length of the longest chain of requests, each starting after the previous one ended.
+
+    ``intervals``: ``(start, end)`` pairs. A request ``j`` can precede ``i`` in a chain when
+    ``end_j <= start_i``. O(n log n): requests by start time; a pointer over them by end time keeps
+    the best chain among those already ended.
+    """
+    items = sorted((float(s), max(float(e), float(s) + 1e-9)) for s, e in intervals)  # end > start
+    n = len(items)
+    by_end = sorted(range(n), key=lambda i: items[i][1])
+    chain = [0] * n
+    best = p = 0
+    for i, (start, _) in enumerate(items):
+        while p < n and items[by_end[p]][1] <= start:
+            best = max(best, chain[by_end[p]])  # computed already: its start < its end <= this start
+            p += 1
+        chain[i] = best + 1
+    return max(chain, default=0)
+
+
+def classify(method: str, target: str) -> str:
+    """Request kind from the HTTP method and the path-style target ``/bucket[/key][?query]``."""
+    parts = urlsplit(target)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    key = unquote(parts.path).lstrip("/").partition("/")[2]
+    method = method.upper()
+    if method == "GET":
+        if not key and ("list-type" in query or "versions" in query or "uploads" in query
+                        or not set(query) - {"prefix", "delimiter", "marker", "max-keys", "encoding-type",
+                                             "continuation-token", "start-after", "fetch-owner"}):
+            return "LIST"
+        return "GET"  # objects, and bucket sub-resources (?versioning, ?location)
+    if method == "POST":
+        return "DELETE" if "delete" in query else "PUT"  # DeleteObjects; multipart uploads
+    return method if method in KINDS else "OTHER"
+
+
+def key_group(target: str) -> str:
+    """The first segment of the object key (or of a LIST's ``prefix``) below the repository prefix
+    (``packs``, ``runs``, ``config``...), or ``?sub-resource`` for other bucket-level requests."""
+    parts = urlsplit(target)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    key = unquote(parts.path).lstrip("/").partition("/")[2]
+    if not key:
+        if "prefix" in query or "list-type" in query:
+            key = query.get("prefix", "")
+        else:
+            return "?" + ",".join(sorted(query)) if query else "(bucket)"
+    segs = [s for s in key.split("/") if s]
+    if segs and segs[0] == PREFIX:
+        segs = segs[1:]
+    return segs[0] if segs else "(root)"
+
+
+def summarize(entries: list) -> dict:
+    """Requests by kind, total, sequential round trips and the proxy-side span of log entries."""
+    by_kind = {k: 0 for k in KINDS}
+    groups: dict = {}
+    for e in entries:
+        by_kind[e["kind"]] = by_kind.get(e["kind"], 0) + 1
+        g = f"{e['kind']} {key_group(e['target'])}"
+        groups[g] = groups.get(g, 0) + 1
+    span = (max(e["end"] for e in entries) - min(e["start"] for e in entries)) if entries else 0.0
+    return {"requests": {k: v for k, v in by_kind.items() if v}, "total": len(entries),
+            "round_trips": sequential_round_trips((e["start"], e["end"]) for e in entries),
+            "proxy_span_s": span, "by_key_group": dict(sorted(groups.items())),
+            "errors": sum(1 for e in entries if e["status"] >= 500)}
+
+
+# ==================================================================================================
+# The latency-injecting proxy
+
+
+def _read_head(rf) -> bytes | None:
+    """One HTTP message head (start line + headers + blank line), or None at EOF before it."""
+    lines = []
+    while True:
+        line = rf.readline(65537)
+        if not line:
+            if lines:
+                raise ConnectionError("connection closed inside a message head")
+            return None
+        if not lines and line in (b"\r\n", b"\n"):
+            continue  # stray CRLF between messages
+        lines.append(line)
+        if line in (b"\r\n", b"\n"):
+            return b"".join(lines)
+        if len(lines) > 200:
+            raise ConnectionError("message head too long")
+
+
+def _headers(head: bytes) -> tuple[list[str], dict]:
+    lines = head.decode("latin-1").split("\r\n")
+    out: dict = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, _, value = line.partition(":")
+            out[name.strip().lower()] = value.strip()
+    return lines[0].split(" ", 2), out
+
+
+def _read_body(rf, headers: dict, *, to_eof: bool = False) -> bytes:
+    """The message body as raw bytes (chunked bodies stay chunked)."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        parts = []
+        while True:
+            size_line = rf.readline(65537)
+            if not size_line:
+                raise ConnectionError("connection closed inside a chunked body")
+            parts.append(size_line)
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while True:  # trailers, then the blank line
+                    line = rf.readline(65537)
+                    if not line:
+                        raise ConnectionError("connection closed inside chunked trailers")
+                    parts.append(line)
+                    if line in (b"\r\n", b"\n"):
+                        return b"".join(parts)
+            data = rf.read(size + 2)
+            if len(data) != size + 2:
+                raise ConnectionError("connection closed inside a chunk")
+            parts.append(data)
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        data = rf.read(n)
+        if len(data) != n:
+            raise ConnectionError("connection closed inside a body")
+        return data
+    return rf.read() if to_eof else b""
+
+
+def _drop_header(head: bytes, name: bytes) -> bytes:
+    """``head`` without the header lines named ``name`` (lower case, with the colon)."""
+    lines = head.split(b"\r\n")
+    return b"\r\n".join(line for line in lines if not line.lower().startswith(name))
+
+
+class LatencyProxy:
+    """HTTP/1.1 forwarder from 127.0.0.1 to ``upstream_port`` on 127.0.0.1 that delays every response.
+
+    ``log``: one dict per request: ``method``, ``target`` (path + query), ``kind`` (:func:`classify`),
+    ``status``, ``start`` (request head received), ``end`` (response fully sent), both ``clock()``.
+    ``Expect: 100-continue`` is answered by the proxy at once (not delayed, not logged) and stripped.
+    Client connections are kept alive even though moto closes its side after every response (its
+    ``Connection: close`` is dropped when the body has a length; the proxy reconnects upstream).
+    """
+
+    def __init__(self, upstream_port: int, delay_s: float, upstream_host: str = "127.0.0.1"):
+        if upstream_host != "127.0.0.1":
+            raise ValueError("the proxy only forwards to 127.0.0.1")
+        self.upstream = (upstream_host, int(upstream_port))
+        self.delay_s = float(delay_s)
+        self.log: list = []
+        self.lock = threading.Lock()
+        self.failures: list = []
+        self.connections = 0
+        self.max_concurrent = 0
+        self._open = 0
+        self._in_flight = 0  # requests whose head arrived and whose log entry is not written yet
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                proxy._serve(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name="latency-proxy")
+
+    def start(self) -> "LatencyProxy":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every request received so far is logged (a client may read the response before
+        the proxy thread that sent it has written its log entry)."""
+        deadline = clock() + timeout
+        while clock() < deadline:
+            with self.lock:
+                if not self._in_flight:
+                    return
+            time.sleep(0.001)
+
+    def entries(self, t0: float, t1: float) -> list:
+        """Log entries of requests whose head arrived in ``[t0, t1]`` (after :meth:`settle`)."""
+        self.settle()
+        with self.lock:
+            return [e for e in self.log if t0 <= e["start"] <= t1]
+
+    def _connect(self):
+        up = socket.create_connection(self.upstream)
+        up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return up, up.makefile("rb")
+
+    def _serve(self, client: socket.socket) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.lock:
+            self.connections += 1
+            self._open += 1
+            self.max_concurrent = max(self.max_concurrent, self._open)
+        rf = client.makefile("rb")
+        up = urf = None
+        counted = False
+        try:
+            while True:
+                head = _read_head(rf)
+                if head is None:
+                    return
+                start = clock()
+                with self.lock:
+                    self._in_flight += 1
+                    counted = True
+                (method, target, *version), headers = _headers(head)
+                if "100-continue" in headers.get("expect", "").lower():
+                    client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    head = _drop_header(head, b"expect:")
+                request = head + _read_body(rf, headers)
+                client_close = (headers.get("connection", "").lower() == "close"
+                                or (version and version[0] == "HTTP/1.0"
+                                    and headers.get("connection", "").lower() != "keep-alive"))
+                for attempt in (1, 2):  # a kept-alive upstream connection may have been closed: retry once
+                    if up is None:
+                        up, urf = self._connect()
+                    try:
+                        up.sendall(request)
+                        status_head = _read_head(urf)
+                        if status_head is None:
+                            raise ConnectionError("upstream closed the connection")
+                        break
+                    except OSError:
+                        up.close()
+                        up = urf = None
+                        if attempt == 2:
+                            raise
+                response = [status_head]
+                (_, status, *_), rheaders = _headers(status_head)
+                while 100 <= int(status) < 200:  # interim responses: pass on with the final one
+                    status_head = _read_head(urf)
+                    response.append(status_head)
+                    (_, status, *_), rheaders = _headers(status_head)
+                status, final = int(status), len(response) - 1
+                no_body = method.upper() == "HEAD" or status in (204, 304)
+                to_eof = not no_body and "content-length" not in rheaders and \
+                    "chunked" not in rheaders.get("transfer-encoding", "").lower()
+                if not no_body:
+                    response.append(_read_body(urf, rheaders, to_eof=to_eof))
+                upstream_close = to_eof or rheaders.get("connection", "").lower() == "close"
+                if upstream_close and not to_eof:
+                    # moto's server closes after every response; the client keeps its connection (as
+                    # with S3) and the proxy reconnects upstream (loopback, not delayed) for the next
+                    response[final] = _drop_header(status_head, b"connection:")
+                if self.delay_s > 0:
+                    time.sleep(self.delay_s)
+                client.sendall(b"".join(response))
+                end = clock()
+                with self.lock:
+                    self.log.append({"method": method, "target": target, "kind": classify(method, target),
+                                     "status": status, "start": start, "end": end})
+                    self._in_flight -= 1
+                    counted = False
+                if upstream_close:
+                    up.close()
+                    up = urf = None
+                if client_close or to_eof:
+                    return
+        except (OSError, ValueError) as exc:
+            with self.lock:
+                self.failures.append(repr(exc))
+        finally:
+            with self.lock:
+                self._open -= 1
+                if counted:
+                    self._in_flight -= 1
+            if up is not None:
+                up.close()
+            try:
+                client.close()
+            except OSError:
+                pass
+
+
+# ==================================================================================================
+# Synthetic messages
+
+_WORDS: list = []
+
+
+def _vocabulary() -> list:
+    if not _WORDS:
+        rng = random.Random(SEED)
+        letters = "etaoinshrdlcumwfgypbvkjxqz"
+        base = ["the", "a", "to", "of", "in", "and", "is", "for", "that", "with", "file", "test", "def",
+                "return", "self", "import", "error", "line", "value", "None", "if", "not", "=", "==", "(", ")",
+                "src/", ".py", "assert", "function", "class", "run", "path", "result", "call"]
+        words = base + ["".join(rng.choice(letters[:rng.randint(8, 26)]) for _ in range(rng.randint(2, 11)))
+                        for _ in range(3000)]
+        _WORDS.extend(words)
+    return _WORDS
+
+
+def _text(rng: random.Random, nbytes: int) -> str:
+    words = _vocabulary()
+    out, size = [], 0
+    while size < nbytes:
+        i = min(int(rng.paretovariate(1.1)) - 1, len(words) - 1)  # Zipf-like
+        w = words[i] if rng.random() < 0.9 else words[rng.randrange(len(words))]
+        if rng.random() < 0.08:
+            w += "\n" if rng.random() < 0.5 else f" {rng.randrange(10_000)}"
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)
+
+
+def prelude(seed: int = SEED) -> list:
+    rng = random.Random(seed)
+    return [{"role": "system", "content": "You are a coding agent. " + _text(rng, 1500)},
+            {"role": "user", "content": "Fix the failing test. " + _text(rng, 800)}]
+
+
+def turn(seed: int, i: int) -> list:
+    """Save ``i``'s 2 new messages: an assistant tool call and its tool result, 1-2 KB each."""
+    rng = random.Random(seed * 1_000_003 + i)
+    call_id = f"call_{i:06d}_{rng.randrange(16 ** 8):08x}"
+    command = f"sed -n {rng.randrange(1, 900)},{rng.randrange(900, 2000)}p src/{_text(rng, 12).split()[0]}.py"
+    return [{"role": "assistant", "content": _text(rng, rng.randint(900, 1800)),
+             "tool_calls": [{"id": call_id, "type": "function",
+                             "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": _text(rng, rng.randint(1000, 2000))}]
+
+
+def history(saves: int, seed: int = SEED) -> list:
+    msgs = prelude(seed)
+    for i in range(saves):
+        msgs += turn(seed, i)
+    return msgs
+
+
+# ==================================================================================================
+# Child processes (fresh interpreter, snapstore of this checkout)
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env.update(DUMMY_ENV)
+    for k in UNSET_ENV:
+        env.pop(k, None)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_child(spec: dict, timeout: float = 3600) -> dict:
+    """Run ``spec`` in a fresh ``python benchmarks/latency.py --child`` process; its JSON result."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+                          cwd=str(REPO_ROOT), env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec['task']} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child_main(spec: dict) -> dict:
+    sys.path.insert(0, str(REPO_ROOT))
+    task = spec["task"]
+    if task == "baseline":
+        import boto3
+        import zstandard
+
+        client = boto3.client("s3", endpoint_url=spec["endpoint"], region_name="us-east-1")
+        t0 = clock()
+        body = client.get_object(Bucket=spec["bucket"], Key=spec["key"])["Body"].read()
+        msgs = json.loads(zstandard.ZstdDecompressor().decompress(body))
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(msgs), "bytes": len(body)}
+    if task == "local_json":
+        t0 = clock()
+        with open(spec["path"], encoding="utf-8") as f:
+            msgs = json.load(f)
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(msgs)}
+
+    from snapstore import CheckpointManager
+
+    if task == "local_latest":
+        mgr = CheckpointManager(spec["path"])
+        t0 = clock()
+        cp = mgr.latest(spec["run"])
+        t1 = clock()
+        with open(spec["json"], encoding="utf-8") as f:
+            same = json.load(f) == cp.messages
+        return {"t0": t0, "t1": t1, "count": len(cp.messages), "same": same}
+
+    mgr = CheckpointManager(spec["url"], endpoint_url=spec["endpoint"])
+    if task == "latest":
+        t0 = clock()
+        cp = mgr.latest(spec["run"])
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(cp.messages) if cp else None}
+    if task == "list":
+        t0 = clock()
+        got = mgr.list(spec["run"])
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(got)}
+    if task == "runs":
+        t0 = clock()
+        got = mgr.runs()
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(got)}
+    if task == "save":
+        t0 = clock()
+        cp = mgr.latest(spec["run"])  # resume the run (not measured)
+        msgs, step = list(cp.messages), cp.step
+        saves = []
+        for k in range(spec["saves"] + 1):  # save 0 is the warm-up
+            step += 1
+            msgs = msgs + turn(SEED + 1, step)
+            s0 = clock()
+            mgr.save(spec["run"], msgs, step=step)
+            s1 = clock()
+            if k:
+                saves.append([s0, s1])
+        got = mgr.latest(spec["run"])
+        return {"t0": t0, "t1": clock(), "saves": saves, "count": len(msgs), "ok": got.messages == msgs}
+    raise ValueError(f"unknown child task {task!r}")
+
+
+# ==================================================================================================
+# The benchmark
+
+
+def start_moto():
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return server, int(port)
+
+
+def s3_client(endpoint: str):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+def new_bucket(endpoint: str, tag: str) -> str:
+    name = f"latency-{tag}-{uuid.uuid4().hex[:8]}"
+    s3_client(endpoint).create_bucket(Bucket=name)
+    return name
+
+
+def measure(proxy: LatencyProxy, spec: dict, expect_count: int | None = None) -> dict:
+    """One fresh child; its requests (proxy log between its t0 and t1), round trips and wall time."""
+    before = len(proxy.log)
+    out = run_child(spec)
+    entries = proxy.entries(out["t0"], out["t1"])
+    with proxy.lock:
+        outside = len(proxy.log) - before - len(entries)
+    res = summarize(entries)
+    res.update(wall_s=out["t1"] - out["t0"], outside_window=outside, count=out.get("count"))
+    if expect_count is not None and out.get("count") != expect_count:
+        raise AssertionError(f"{spec['task']}: got {out.get('count')}, expected {expect_count}")
+    return res
+
+
+def median_of(trials: list) -> dict:
+    """Trials of one measurement: the trial of median wall time, with the min/max wall and totals."""
+    ordered = sorted(trials, key=lambda r: r["wall_s"])
+    med = dict(ordered[(len(ordered) - 1) // 2])
+    med["wall_s"] = statistics.median(r["wall_s"] for r in trials)
+    med["trials"] = len(trials)
+    med["wall_s_all"] = [r["wall_s"] for r in trials]
+    med["total_range"] = [min(r["total"] for r in trials), max(r["total"] for r in trials)]
+    med["round_trips_range"] = [min(r["round_trips"] for r in trials), max(r["round_trips"] for r in trials)]
+    return med
+
+
+def populate(moto_ep: str, url: str, saves: int, progress: str) -> tuple[list, float]:
+    from snapstore import CheckpointManager
+
+    mgr = CheckpointManager(url, endpoint_url=moto_ep)
+    msgs = prelude()
+    t0 = time.perf_counter()
+    for i in range(saves):
+        msgs = msgs + turn(SEED, i)
+        mgr.save(RUN, msgs, step=i)
+        if progress and (i + 1) % 2000 == 0:
+            print(f"  {progress}: {i + 1:,}/{saves:,} saves, {time.perf_counter() - t0:.0f} s", flush=True)
+    mgr.close()
+    return msgs, time.perf_counter() - t0
+
+
+def bench_size(n: int, moto_ep: str, proxy: LatencyProxy, trials: int, do_save: bool) -> list:
+    import zstandard
+
+    bucket = new_bucket(moto_ep, f"s{n}")
+    url = f"s3://{bucket}/{PREFIX}"
+    msgs, build_s = populate(moto_ep, url, n, f"size {n:,}")
+    base_key = f"baseline/final-{n}.json.zst"
+    blob = zstandard.ZstdCompressor(level=3).compress(json.dumps(msgs).encode())
+    s3_client(moto_ep).put_object(Bucket=bucket, Key=base_key, Body=blob)
+    ep = proxy.endpoint
+    rows = []
+    lat = median_of([measure(proxy, {"task": "latest", "url": url, "endpoint": ep, "run": RUN}, len(msgs))
+                     for _ in range(trials)])
+    base = median_of([measure(proxy, {"task": "baseline", "endpoint": ep, "bucket": bucket, "key": base_key},
+                              len(msgs)) for _ in range(trials)])
+    lat.update(op="latest", size=n, messages=len(msgs), build_s=build_s, baseline=base,
+               baseline_bytes=len(blob))
+    rows.append(lat)
+    lst = median_of([measure(proxy, {"task": "list", "url": url, "endpoint": ep, "run": RUN}, n)
+                     for _ in range(trials)])
+    lst.update(op="list", size=n)
+    rows.append(lst)
+    if do_save:
+        before = len(proxy.log)
+        out = run_child({"task": "save", "url": url, "endpoint": ep, "run": RUN, "saves": STEADY_SAVES})
+        if not out["ok"]:
+            raise AssertionError("steady-state saves: latest() differs from what was saved")
+        per = []
+        for s0, s1 in out["saves"]:
+            r = summarize(proxy.entries(s0, s1))
+            r["wall_s"] = s1 - s0
+            per.append(r)
+        kinds = sorted({k for r in per for k in r["requests"]}, key=KINDS.index)
+        rows.append({"op": "save (steady)", "size": n, "saves": len(per),
+                     "requests": {k: statistics.median(r["requests"].get(k, 0) for r in per) for k in kinds},
+                     "total": statistics.median(r["total"] for r in per),
+                     "total_max": max(r["total"] for r in per),
+                     "round_trips": statistics.median(r["round_trips"] for r in per),
+                     "round_trips_max": max(r["round_trips"] for r in per),
+                     "wall_s": statistics.median(r["wall_s"] for r in per),
+                     "by_key_group": per[len(per) // 2]["by_key_group"],
+                     "process_requests": len(proxy.log) - before})
+    return rows
+
+
+def bench_runs(n_runs: int, moto_ep: str, proxy: LatencyProxy, trials: int) -> dict:
+    from snapstore import CheckpointManager
+
+    bucket = new_bucket(moto_ep, "runs")
+    url = f"s3://{bucket}/{PREFIX}"
+    mgr = CheckpointManager(url, endpoint_url=moto_ep)
+    for r in range(n_runs):
+        msgs = prelude(SEED + r)
+        for i in range(3):
+            msgs = msgs + turn(SEED + r, i)
+            mgr.save(f"run-{r:04d}", msgs, step=i)
+    mgr.close()
+    res = median_of([measure(proxy, {"task": "runs", "url": url, "endpoint": ep}, n_runs)
+                     for ep in [proxy.endpoint] * trials])
+    res.update(op="runs", size=n_runs)
+    return res
+
+
+def largest_coding_run() -> tuple[Path, str, list, list] | None:
+    """(file, format, checkpoints, final history) of the coding-agent conversation with the largest
+    final history (compact JSON bytes) among the shared trajectories, or None without them."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from shared_data import shared_data_dir
+
+    from snapstore.importers import load_trajectory
+
+    d = shared_data_dir()
+    if d is None:
+        return None
+    best = None
+    for path in sorted(d.iterdir()):
+        if not path.is_file() or path.suffix == ".md":
+            continue
+        try:
+            fmt, convs = load_trajectory(path)
+        except Exception:  # noqa: BLE001  (not a trajectory)
+            continue
+        if fmt not in CODING_FORMATS:
+            continue
+        for c in convs:
+            size = len(json.dumps(c.messages, separators=(",", ":")))
+            if best is None or size > best[0]:
+                best = (size, path, fmt, c)
+    if best is None:
+        return None
+    _, path, fmt, conv = best
+    return path, fmt + (f" ({conv.name})" if conv.name else ""), conv.checkpoints, conv.messages
+
+
+def bench_local() -> dict | None:
+    from snapstore import CheckpointManager
+
+    found = largest_coding_run()
+    if found is None:
+        print("local part skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
+        return None
+    path, fmt, checkpoints, final = found
+    with tempfile.TemporaryDirectory(prefix="latency-local-") as tmp:
+        repo, jpath = os.path.join(tmp, "repo"), os.path.join(tmp, "final.json")
+        mgr = CheckpointManager(repo)
+        for i, cp in enumerate(checkpoints):
+            mgr.save("local-run", cp, step=i)
+        mgr.close()
+        with open(jpath, "w", encoding="utf-8") as f:
+            json.dump(final, f)
+        lat, js = [], []
+        for _ in range(LOCAL_TRIALS):
+            out = run_child({"task": "local_latest", "path": repo, "run": "local-run", "json": jpath})
+            if out["count"] != len(final) or not out["same"]:
+                raise AssertionError("local latest() differs from the final history")
+            lat.append(out["t1"] - out["t0"])
+            out = run_child({"task": "local_json", "path": jpath})
+            js.append(out["t1"] - out["t0"])
+        return {"op": "local latest", "file": path.name, "format": fmt, "checkpoints": len(checkpoints),
+                "messages": len(final), "json_bytes": os.path.getsize(jpath),
+                "latest_s": statistics.median(lat), "json_load_s": statistics.median(js),
+                "latest_s_all": lat, "json_load_s_all": js,
+                "ratio": statistics.median(lat) / statistics.median(js)}
+
+
+# ==================================================================================================
+# Targets and output
+
+
+def targets(rows: list, n_runs: int) -> None:
+    """Attach ``target`` (text) and ``verdict`` (PASS/FAIL/None) to the rows the targets name."""
+    for r in rows:
+        t, ok = None, None
+        if r["op"] == "latest" and r["size"] == 1000:
+            t, ok = "<= 40 req, <= 10 RT", r["total"] <= 40 and r["round_trips"] <= 10
+        elif r["op"] == "latest" and r["size"] == 10000:
+            t, ok = "<= 4x GET", r["wall_s"] <= 4 * r["baseline"]["wall_s"]
+        elif r["op"] == "list" and r["size"] == 1000:
+            t, ok = "<= 100 req, <= 12 RT", r["total"] <= 100 and r["round_trips"] <= 12
+        elif r["op"] == "runs":
+            t, ok = "<= 6 RT" + ("" if n_runs == 200 else " (set for 200)"), r["round_trips"] <= 6
+        elif r["op"] == "save (steady)":
+            t, ok = "<= 3 req, ~2 RT (<= 2)", r["total"] <= 3 and r["round_trips"] <= 2
+        r["target"], r["verdict"] = t, (None if ok is None else ("PASS" if ok else "FAIL"))
+
+
+def _num(x) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def print_table(rows: list, local: dict | None, meta: dict) -> None:
+    print()
+    print(f"snapstore read/save latency on S3 (moto behind a {meta['delay_ms']:g} ms/request proxy on 127.0.0.1; "
+          f"commit {meta['commit']}{' + uncommitted changes' if meta['dirty'] else ''})")
+    head = ["operation", "size", "requests by kind", "total", "seq RT", "wall s", "baseline s", "target", ""]
+    table = []
+    for r in rows:
+        kinds = ", ".join(f"{k} {_num(v)}" for k, v in r["requests"].items())
+        size = f"{r['size']:,} runs" if r["op"] == "runs" else f"{r['size']:,}"
+        total, rt = _num(r["total"]), _num(r["round_trips"])
+        if r["op"] == "save (steady)":
+            total += f" (max {r['total_max']})"
+            rt += f" (max {r['round_trips_max']})"
+        base = (f"{r['baseline']['wall_s']:.3f} ({r['wall_s'] / r['baseline']['wall_s']:.0f}x)"
+                if "baseline" in r else "")
+        table.append([r["op"], size, kinds, total, rt, f"{r['wall_s']:.3f}", base, r["target"] or "",
+                      r["verdict"] or ""])
+    widths = [max(len(x) for x in col) for col in zip(head, *table)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for line in table:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    print()
+    print("size: saves in the run (runs: runs in the repository). seq RT: sequential round trips, the longest")
+    print("chain of requests each starting after the previous one ended. latest/list/runs: one fresh process")
+    print(f"each, median wall of {meta['trials']} (requests and RT of the median trial); baseline: one GET of the")
+    print("final message list as zstd JSON, read + decompressed + json.loads, fresh process, same proxy.")
+    print(f"save (steady): a warm manager, medians over {STEADY_SAVES} saves after one warm-up save.")
+    for r in rows:
+        if r.get("total_range") and r["total_range"][0] != r["total_range"][1]:
+            print(f"  note: {r['op']} {r['size']:,}: requests varied over trials {r['total_range']}, "
+                  f"RT {r['round_trips_range']}")
+        if r.get("outside_window"):
+            print(f"  note: {r['op']} {r['size']:,}: {r['outside_window']} request(s) outside the timed window")
+    if local:
+        print()
+        print(f"local: {local['file']} [{local['format']}], {local['checkpoints']:,} checkpoints, "
+              f"{local['messages']:,} messages, final history {local['json_bytes'] / 1e6:.2f} MB JSON")
+        print(f"  latest() in a fresh process: {local['latest_s'] * 1000:.1f} ms   json.load of the file: "
+              f"{local['json_load_s'] * 1000:.1f} ms   ratio {local['ratio']:.2f}x   (medians of {LOCAL_TRIALS} "
+              "processes, read only)")
+
+
+def git_commit() -> tuple[str, bool]:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "snapstore"], cwd=REPO_ROOT,
+                                    capture_output=True, text=True).stdout.strip())
+        return rev or "?", dirty
+    except OSError:
+        return "?", False
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", help="run lengths in saves, comma separated (default 100,1000,10000)")
+    ap.add_argument("--runs", type=int, help="runs in the runs() repository, 3 saves each (default 200)")
+    ap.add_argument("--delay-ms", type=float, help="delay the proxy adds to every response (default 50)")
+    ap.add_argument("--trials", type=int, default=3, help="fresh processes per read measurement (median)")
+    ap.add_argument("--local", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the local part on the largest shared coding-agent run (default on)")
+    ap.add_argument("--no-save", action="store_true", help="skip the steady-state save measurement")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: defaults become sizes 20,100, 20 runs, 5 ms delay (< 1 min)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child_main(json.loads(args.child))))
+        return 0
+    for name, full, quick in (("sizes", "100,1000,10000", "20,100"), ("runs", 200, 20), ("delay_ms", 50.0, 5.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
+
+    os.environ.update(DUMMY_ENV)
+    for k in UNSET_ENV:
+        os.environ.pop(k, None)
+    sys.path.insert(0, str(REPO_ROOT))
+    commit, dirty = git_commit()
+    meta = {"delay_ms": args.delay_ms, "trials": args.trials, "commit": commit, "dirty": dirty,
+            "sizes": sizes, "runs": args.runs, "python": sys.version.split()[0], "cpus": os.cpu_count()}
+    t_start = time.perf_counter()
+    server, moto_port = start_moto()
+    moto_ep = f"http://127.0.0.1:{moto_port}"
+    proxy = LatencyProxy(moto_port, args.delay_ms / 1000).start()
+    rows = []
+    try:
+        for n in sizes:
+            t0 = time.perf_counter()
+            print(f"run of {n:,} saves ...", flush=True)
+            rows += bench_size(n, moto_ep, proxy, args.trials, not args.no_save)
+            print(f"  done in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"runs() on {args.runs} runs ...", flush=True)
+        rows.append(bench_runs(args.runs, moto_ep, proxy, args.trials))
+    finally:
+        proxy.stop()
+        server.stop()
+    local = None
+    if args.local:
+        print("local part ...", flush=True)
+        local = bench_local()
+    targets(rows, args.runs)
+    meta.update(total_s=time.perf_counter() - t_start, proxy_connections=proxy.connections,
+                proxy_max_concurrent=proxy.max_concurrent, proxy_failures=proxy.failures[:20])
+    print_table(rows, local, meta)
+    if proxy.failures:
+        print(f"WARNING: {len(proxy.failures)} proxy connection failure(s), e.g. {proxy.failures[0]}")
+    print(f"\nproxy: {len(proxy.log):,} requests on {proxy.connections:,} connections "
+          f"(at most {proxy.max_concurrent} open at once); total {meta['total_s']:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows, "local": local}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
