@@ -1,0 +1,165 @@
+"""The run log one record at a time: manifests, index records, publishing, finding a checkpoint.
+
+Layer 3, the :class:`LogRecords` mixin of :class:`snapstore.repository.Repository`. A run's log is
+its manifests, one object per checkpoint under a key holding the inverted sequence number, written
+create-only (the sequence number is the compare-and-swap); index records map a caller-supplied
+checkpoint id to its sequence number (docs/format.md §8, §9). Reading the log in bulk (listing a
+run through log segments) is :mod:`snapstore.runlog`.
+"""
+
+from __future__ import annotations
+
+from .errors import CheckpointNotFound, ConflictError, IntegrityError, ObjectNotFound, PreconditionFailed
+from .format import keys
+from .format.ids import seq_hint
+from .format.manifest import KIND_CHECKPOINT, Manifest, decode_index, encode_index
+
+
+class LogRecords:
+    """Run-log records of :class:`~snapstore.repository.Repository`: manifests and index records
+    (a mixin; uses the repository's store and key helpers)."""
+
+    # ------------------------------------------------------------------------------------------
+    # manifests and index records
+
+    def manifest_key(self, run_key: str, seq: int) -> str:
+        """Key of manifest ``seq`` of a run."""
+        return keys.manifest_key(run_key, seq)
+
+    def read_manifest_key(self, key: str, light: bool = False) -> Manifest:
+        """Read and verify one manifest (also that it belongs under ``key``: its run and sequence
+        number must match); ``light``: see :meth:`Manifest.from_bytes`. Raises ObjectNotFound,
+        IntegrityError."""
+        m = Manifest.from_bytes(key, self.store.get(key), light)
+        parts = key.split("/")
+        if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
+            raise IntegrityError(key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of this key")
+        return m
+
+    def head(self, run_key: str) -> Manifest | None:
+        """Return the newest manifest of the run (one LIST with limit 1, one GET), or None."""
+        for info in self.store.list(keys.manifests_prefix(run_key), limit=1):
+            try:
+                return self.read_manifest_key(info.key)
+            except ObjectNotFound:
+                return self.head(run_key)  # deleted between LIST and GET: look again
+        return None
+
+    def manifest_seqs(self, run_key: str) -> list[int]:
+        """Return all manifest sequence numbers of the run, newest first (LIST only)."""
+        return [keys.seq_from_manifest_key(i.key) for i in self.store.list(keys.manifests_prefix(run_key))]
+
+    def publish(self, run_key: str, m: Manifest) -> bytes:
+        """Write manifest ``m`` create-only at its sequence number; return the bytes written.
+
+        A refusal is resolved by reading the object back: if it carries our write id, an earlier
+        attempt of ours landed and this succeeds.
+
+        Raises:
+            ConflictError: another writer holds that sequence number.
+        """
+        key = keys.manifest_key(run_key, m.seq)
+        data = m.to_bytes()
+        try:
+            self.store.put(key, data)
+        except PreconditionFailed:
+            try:
+                other = self.read_manifest_key(key)
+            except ObjectNotFound:
+                raise PreconditionFailed(key, f"sequence {m.seq} of run {m.run_id!r} was taken and released") from None
+            if other.write_id != m.write_id:
+                raise
+        return data
+
+    def write_index(self, run_key: str, checkpoint_id: str, seq: int, write_id: str) -> bool:
+        """Record ``checkpoint_id -> seq`` create-only (replacing a dangling record by compare-and-swap).
+
+        Generated ids name their sequence number and need no record: nothing is written for them.
+
+        Returns:
+            True if a record was written (or already ours), False if none was needed.
+        Raises:
+            ConflictError: the run already has a live checkpoint with this id.
+        """
+        hint = seq_hint(checkpoint_id)
+        if hint == seq:
+            return False
+        if hint is not None:
+            # a caller-supplied id shaped like a generated one: it may name a live checkpoint
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, hint))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    raise ConflictError(f"run {m.run_id!r} already has a checkpoint with id {checkpoint_id!r}")
+            except (ObjectNotFound, ValueError):
+                pass
+        key = keys.index_key(run_key, self.checkpoint_key(checkpoint_id))
+        data = encode_index(seq, write_id)
+        try:
+            self.store.put(key, data)
+            return True
+        except PreconditionFailed:
+            pass
+        info = self.store.head(key)
+        old_seq, old_wid = decode_index(key, self.store.get(key))
+        if old_wid == write_id:
+            return True
+        try:
+            m = self.read_manifest_key(keys.manifest_key(run_key, old_seq))
+            if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                raise ConflictError(f"run {m.run_id!r} already has a checkpoint with id {checkpoint_id!r}")
+        except ObjectNotFound:
+            pass
+        self.store.put_if_match(key, data, info.etag)
+        return True
+
+    def read_index(self, run_key: str, checkpoint_id: str) -> int | None:
+        """Return the sequence number recorded for ``checkpoint_id``, or None."""
+        key = keys.index_key(run_key, self.checkpoint_key(checkpoint_id))
+        try:
+            return decode_index(key, self.store.get(key))[0]
+        except ObjectNotFound:
+            return None
+
+    def find_checkpoint(self, run_key: str, checkpoint_id: str) -> Manifest:
+        """Return the manifest of ``checkpoint_id`` in the run (index record, then manifest).
+
+        Falls back to scanning the run's manifests when the index record is missing.
+
+        Raises:
+            CheckpointNotFound: no such checkpoint.
+        """
+        seq = seq_hint(checkpoint_id)
+        if seq is not None:
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, seq))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    return m
+            except (ObjectNotFound, ValueError):
+                pass
+        seq = self.read_index(run_key, checkpoint_id)
+        if seq is not None:
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, seq))
+                if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                    return m
+            except ObjectNotFound:
+                pass
+        for s in self.manifest_seqs(run_key):
+            try:
+                m = self.read_manifest_key(keys.manifest_key(run_key, s))
+            except ObjectNotFound:
+                continue
+            if m.kind == KIND_CHECKPOINT and m.checkpoint_id == checkpoint_id:
+                return m
+        raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} not found")
+
+    def delete_checkpoint_objects(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
+        """Delete manifests (and their index records) for ``(seq, checkpoint id or None)`` pairs.
+
+        Index records go first, so a crash never leaves a live-looking index without its manifest
+        being the one that is gone.
+        """
+        idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
+        if idx:
+            self.store.delete_many(idx)
+        self.store.delete_many([keys.manifest_key(run_key, s) for s, _ in entries])

@@ -1,0 +1,670 @@
+"""The read path: the pack cache, locating entries, and reading trees and restores.
+
+Layer 3, the :class:`ReadPath` mixin of :class:`snapstore.repository.Repository`. It holds:
+
+* the pack cache (parsed, checksum-verified packs; parallel fetches on a bounded thread pool);
+* the segment index (format 2): entries of a run's segment packs, found by ``(type, id)`` before
+  the location hint in a ref is followed (docs/format.md §7a);
+* forwarding lookups for readers: where the entries of a pack retired by GC went (the hints of
+  ``gc/fwd-cache``, then the forwarding map itself; :mod:`snapstore.forwarding` writes it);
+* reading entries (verified by content id, data blocks decompressed with their dictionary), tree
+  nodes and spines, and whole restores (messages, session state, a writer's :class:`ListState`).
+
+The mixin uses the attributes :meth:`Repository.__init__` sets (store, config, hasher, params, the
+cache and its lock). See docs/format.md §11 for the byte-level read procedure.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from .errors import IntegrityError, ObjectNotFound, SnapstoreError
+from .format import keys
+from .format.codec import decode_json
+from .format.ids import Hasher
+from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
+from .writepath import RECENT_RAW_KEEP, ListState, _json_digest
+
+
+class _ReadCtx:
+    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary."""
+
+    def __init__(self, hasher: Hasher):
+        self.hasher = hasher
+        self.ids: list[bytes] = []
+        self.concat = bytearray()
+        self.offs = [0]
+
+    def add(self, mid: bytes, raw: bytes) -> None:
+        self.ids.append(mid)
+        self.concat += raw
+        self.offs.append(len(self.concat))
+
+    def dict_for(self, spec: DictSpec) -> bytes | None:
+        if spec.end > len(self.ids) or spec.start > spec.end:
+            return None
+        if self.hasher.content_id(b"".join(self.ids[spec.start:spec.end])) != spec.digest:
+            return None
+        end = self.offs[spec.end]
+        if end - self.offs[spec.start] < spec.length:
+            return None
+        return bytes(self.concat[end - spec.length:end])
+
+
+class ReadPath:
+    """Read path of :class:`~snapstore.repository.Repository`: pack cache, segment index,
+    forwarding lookups, entries, trees and restores (a mixin; see the module docstring)."""
+
+    # ------------------------------------------------------------------------------------------
+    # packs
+
+    def _pool_get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="snapstore-get")
+            return self._pool
+
+    def _cache_put(self, pack: Pack) -> None:
+        with self._lock:
+            if pack.id in self._cache:
+                return
+            self._cache[pack.id] = pack
+            self._cache_bytes += len(pack.data) * 3
+            while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
+                oid, old = self._cache.popitem(last=False)
+                self._cache_bytes -= len(old.data) * 3
+
+    def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
+        """Cache a pack this process built (before or after writing it), with its blocks already
+        uncompressed (``raw_blocks``: block index -> bytes, from :attr:`PackBuilder.raw_blocks`), so
+        that merging it into a tier pack needs neither a GET nor its dictionary. Returns the Pack.
+
+        Raises:
+            IntegrityError: ``data`` is not a valid pack (a bug: it was just built).
+        """
+        p = Pack.parse(keys.pack_key(pack_id), data, pack_id)
+        for b, raw in (raw_blocks or {}).items():
+            if b < len(p.blocks) and len(raw) == p.blocks[b].rawlen:
+                p._raw[b] = raw
+        with self._lock:
+            old = self._cache.get(pack_id)
+            if old is not None:
+                old._raw.update(p._raw)
+                return old
+        self._cache_put(p)
+        return p
+
+    WHERE_MAX = 4_000_000
+    """Most entries the segment index holds (about 150 bytes each); it is cleared when full."""
+
+    def _index_pack(self, pack: Pack) -> None:
+        """Make a segment pack's entries findable by ``(type, id)`` (see :meth:`locate`). The index
+        outlives the pack cache: an evicted segment is fetched again when an entry is wanted."""
+        with self._lock:
+            if len(self._where) + len(pack.entries) > self.WHERE_MAX:
+                self._where.clear()
+            pack.indexed = True
+            where = self._where
+            for k in pack.entries:
+                where[k] = pack.id
+
+    def segment_index(self, packs) -> dict:
+        """``(type, id) -> pack id`` over the cached packs in ``packs`` (from :meth:`segment_packs`);
+        later packs win (the newest copy)."""
+        out: dict = {}
+        with self._lock:
+            for pid in packs:
+                p = self._cache.get(pid)
+                if p is not None:
+                    for k in p.entries:
+                        out[k] = pid
+        return out
+
+    def forget_segments(self, packs) -> None:
+        """Drop the entries of ``packs`` from the segment index (GC marks run by run, so that the
+        index holds one run's entries at a time)."""
+        drop = set(packs)
+        with self._lock:
+            for pid in drop:
+                p = self._cache.get(pid)
+                if p is not None:
+                    p.indexed = False
+            self._where = {k: v for k, v in self._where.items() if v not in drop}
+
+    def prefetch_segments(self, segs, also=()) -> None:
+        """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
+        index their entries, so that reads find entries there before following the location hints
+        in their refs (the per-save packs hints name are deleted once merged into a tier pack).
+
+        A segment GC rewrote (a mostly dead tier pack, docs/format.md §13) is found through its
+        forwarding record, and the packs it leads to are indexed in its place. A segment that is
+        simply gone (merged away since the record was read) is skipped: the caller reads the
+        newest record again when an entry cannot be found.
+        """
+        segs = list(segs or ())
+        packs = [s.pack for s in segs]
+        self.prefetch(packs + [p for p in also if p], no_forward=set(p for p in also if p) if segs else ())
+        held = self.segment_packs(segs)
+        for p in held:
+            with self._lock:
+                pk = self._cache.get(p)
+            if pk is not None and not getattr(pk, "indexed", False):
+                self._index_pack(pk)
+        # remember why a segment could not be read: a read that then finds an entry nowhere names
+        # the segment (the object that is damaged or gone), not the per-save pack its hint names
+        errors = {}
+        with self._lock:
+            missing = [p for p in packs if p not in self._cache and not self._fwd.get(p)]
+        for p in missing:
+            if p in self.forward_hints(load=False):
+                continue
+            try:
+                self.get_pack(p)
+            except SnapstoreError as e:
+                errors[p] = e
+        with self._lock:
+            self._seg_errors = errors
+
+    def segment_packs(self, segs) -> list[bytes]:
+        """The cached packs that hold a segment list's entries: each segment itself, or for one
+        GC rewrote, the packs its forwarding record leads to (from memory and the hint cache only;
+        :meth:`prefetch_segments` fetches them)."""
+        out: list[bytes] = []
+        hints = self.forward_hints(load=False)
+
+        def add(p, depth):
+            with self._lock:
+                cached = p in self._cache
+                to = self._fwd.get(p)
+            if to is None:
+                to = hints.get(p)
+            if cached:
+                out.append(p)  # a rewritten segment still there: its rewrite (after it) wins
+            if depth < 4:
+                for t in to or ():
+                    add(t, depth + 1)
+        for sg in segs:
+            add(sg.pack, 0)
+        return list(dict.fromkeys(out))
+
+    def _located(self, etype: int, eid: bytes) -> bool:
+        return (etype, eid) in self._where
+
+    def _packs_for(self, items) -> list:
+        """Hinted packs still to fetch for ``(type, id, hinted pack)`` items (entries already found
+        in an indexed tier pack are skipped)."""
+        where = self._where
+        return [p for t, i, p in items if (t, i) not in where]
+
+    def get_pack(self, pack_id: bytes) -> Pack:
+        """Return the parsed, checksum-verified pack (cached).
+
+        Raises:
+            ObjectNotFound: the pack is missing (message names the key).
+            IntegrityError: the pack is corrupt.
+        """
+        key = keys.pack_key(pack_id)
+        with self._lock:
+            p = self._cache.get(pack_id)
+            if p is not None:
+                self._cache.move_to_end(pack_id)
+                return p
+            if pack_id in self._gone:
+                raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)")
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            with self._lock:
+                self._gone.add(pack_id)
+            raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
+        p = Pack.parse(key, data, pack_id)
+        self._cache_put(p)
+        return p
+
+    def prefetch(self, pack_ids, no_forward=()) -> None:
+        """Fetch the packs not yet cached, in parallel (bounded thread pool).
+
+        A pack that is missing is looked up in the forwarding map (and its targets fetched in the
+        same wave), except the packs in ``no_forward`` (tier packs: copies, never repacked), which
+        are just skipped, as are corrupt packs (the read that needs one reports it).
+        """
+        with self._lock:
+            todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
+        claimed = set(todo)
+        claim_lock = threading.Lock()
+
+        hints = self.forward_hints(load=False)
+
+        def one(p, depth=0):
+            # retired by GC (as of the last GC's hints, or found missing): fetch where its entries
+            # went instead, in this same parallel wave (each target once)
+            to = hints.get(p) if depth < 4 else None
+            if not to:
+                try:
+                    self.get_pack(p)
+                    return
+                except ObjectNotFound:
+                    if p in no_forward:
+                        return
+                    to = self.forward(p)
+                except IntegrityError:
+                    return  # corrupt: the read that needs it reports it
+            for t in (to or ()) if depth < 4 else ():
+                with claim_lock:
+                    if t in claimed:
+                        continue
+                    claimed.add(t)
+                one(t, depth + 1)
+        if len(todo) <= 1:
+            for p in todo:
+                one(p)
+            return
+        list(self._pool_get().map(one, todo))
+
+    HINTS_MAX_AGE = 60.0
+    """Seconds after which a failed forwarding hint makes the reader load ``gc/fwd-cache`` again."""
+
+    def forward_hints(self, load: bool = True) -> dict:
+        """Retired pack -> the packs its entries moved to, as of the last GC (``gc/fwd-cache``).
+
+        Advisory: GC may have changed a record since, so a reader uses a hint only as the first
+        place to look (entries are verified by content id) and falls back to the record itself.
+        Loaded with one GET the first time a reader meets a retired pack (``load``); ``{}`` when
+        there is no cache or it is unreadable.
+        """
+        with self._lock:
+            if self._hints is not None or not load:
+                return self._hints or {}
+        with self._hints_lock:  # one GET, whichever thread gets here first
+            with self._lock:
+                if self._hints is not None:
+                    return self._hints
+            try:
+                hints = {p: v[1] for p, v in
+                         decode_forward_cache(keys.FWD_CACHE, self.store.get(keys.FWD_CACHE)).items()}
+            except SnapstoreError:  # none (ObjectNotFound) or unreadable: read the records themselves
+                hints = {}
+            with self._lock:
+                self._hints, self._hints_at = hints, time.monotonic()
+            return hints
+
+    def _hint_failed(self) -> None:
+        with self._lock:
+            if self._hints is not None and time.monotonic() - self._hints_at > self.HINTS_MAX_AGE:
+                self._hints = None  # load again on the next miss
+
+    def forward(self, pack_id: bytes, fresh: bool = False) -> list[bytes] | None:
+        """Return the packs a retired (repacked) pack's entries moved to, or None if not retired.
+
+        Answers from memory, then from the forwarding hints (:meth:`forward_hints`), then by reading
+        the forwarding-map shard ``fwd/<1 hex>`` (one GET; every record in it is remembered), and
+        for a pack the shard does not name, a per-pack record ``fwd/<16 hex>`` of a repository not
+        yet migrated (one more GET). ``fresh`` skips memory and hints.
+
+        Raises:
+            IntegrityError: the shard or record is corrupt.
+        """
+        if not fresh:
+            with self._lock:
+                if pack_id in self._fwd:
+                    return self._fwd[pack_id]
+            hint = self.forward_hints().get(pack_id)
+            if hint is not None:
+                return hint
+        key = keys.fwd_shard_key(pack_id)
+        try:
+            shard = decode_forward_shard(key, self.store.get(key), keys.fwd_shard(pack_id))
+        except ObjectNotFound:
+            shard = {}
+        if pack_id in shard:
+            to = shard[pack_id][0]
+        else:
+            key = keys.fwd_key(pack_id)
+            try:
+                to = decode_forward(key, self.store.get(key))
+            except ObjectNotFound:
+                to = None
+        with self._lock:
+            for p, (t, _) in shard.items():
+                self._fwd[p] = t
+            self._fwd[pack_id] = to
+        return to
+
+    def locate(self, pack_id: bytes, etype: int, eid: bytes, _seen: set | None = None) -> Pack:
+        """Return the pack holding entry ``(etype, eid)``, starting at the hinted pack.
+
+        Format 2: an entry held by an indexed segment (:meth:`prefetch_segments`) is read there
+        first when the hinted pack is not cached (the per-save pack a hint names is deleted once a
+        writer merged it into a tier pack). If the hinted pack was retired by garbage collection,
+        its forwarding record names the packs its live entries moved to.
+
+        Raises:
+            ObjectNotFound: the pack is gone and neither a segment nor a forwarding record leads to
+                the entry.
+            IntegrityError: the pack exists but lacks the entry.
+        """
+        with self._lock:
+            cached = pack_id in self._cache
+            w = self._where.get((etype, eid)) if not cached and _seen is None else None
+        if w is not None:
+            try:
+                p = self.get_pack(w)
+            except SnapstoreError:
+                p = None
+            if p is not None and (etype, eid) in p.entries:
+                return p
+        hint = None if cached else self.forward_hints(load=False).get(pack_id)
+        if hint:  # retired as of the last GC: look where its entries went first (no GET of a 404)
+            seen = set(_seen or ()) | {pack_id}
+            for new in hint:
+                try:
+                    return self.locate(new, etype, eid, seen)
+                except (ObjectNotFound, IntegrityError):
+                    continue
+            self._hint_failed()
+        try:
+            pack = self.get_pack(pack_id)
+        except ObjectNotFound:
+            seen = _seen if _seen is not None else set()
+            if pack_id in seen:
+                raise
+            seen.add(pack_id)
+            for attempt in range(2):
+                to = self.forward(pack_id, fresh=attempt > 0)
+                for new in to or ():
+                    try:
+                        return self.locate(new, etype, eid, seen)
+                    except (ObjectNotFound, IntegrityError):
+                        continue
+                with self._lock:  # GC may have redirected the record since we cached it
+                    self._fwd.pop(pack_id, None)
+                seen.difference_update(to or ())
+            with self._lock:
+                seg_errors = list(self._seg_errors.values())
+            if seg_errors and _seen is None:
+                # the entry should have been in a segment that could not be read: name that one
+                bad = [e for e in seg_errors if isinstance(e, IntegrityError)] or seg_errors
+                raise bad[0] from None
+            raise
+        if (etype, eid) not in pack.entries:
+            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
+        return pack
+
+    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
+        pack = self.locate(pack_id, etype, eid)
+        try:
+            return self._entry_in(pack, etype, eid, ctx)
+        except SnapstoreError:
+            if pack.id != pack_id and getattr(pack, "indexed", False):
+                # a tier pack (a copy) failed: read the entry where its hint says instead
+                return self._entry_in(self.locate(pack_id, etype, eid, set()), etype, eid, ctx)
+            # A retired pack exists until GC deletes it, but what its data block's dictionary is
+            # made of may already be gone: GC keeps a retired pack's dependencies only while the pack
+            # itself holds a live entry. Its live entries were copied (without a dictionary) to the
+            # packs its forwarding record names, so read the entry there.
+            for new in self.forward(pack.id) or ():
+                try:
+                    return self._entry_in(self.locate(new, etype, eid, {pack.id}), etype, eid, ctx)
+                except (ObjectNotFound, IntegrityError):
+                    continue
+            raise
+
+    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None) -> bytes:
+        e = pack.entries[(etype, eid)]
+        spec = pack.blocks[e.block].dict
+        d = None
+        if spec is not None and e.block not in pack._raw:
+            d = ctx.dict_for(spec) if ctx is not None else None
+            if d is None:
+                d = self._resolve_dict(pack, spec)
+        raw = pack.entry_bytes(e, d)
+        if etype != T_PIECES and self.hasher.content_id(raw) != eid:
+            raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) does not match its content id")
+        return raw
+
+    def _resolve_dict(self, pack: Pack, spec: DictSpec) -> bytes:
+        key = (pack.id, spec)
+        with self._lock:
+            d = self._dicts.get(key)
+        if d is not None:
+            return d
+        spine = self.read_state(*pack.dict_state(spec))
+        refs = self.refs_range(spine, spec.start, spec.end)
+        if self.hasher.content_id(b"".join(r.id for r in refs)) != spec.digest:
+            raise IntegrityError(pack.key, "dictionary messages do not match the recorded digest")
+        raw = b"".join(self.message_raw(r) for r in refs)
+        if len(raw) < spec.length:
+            raise IntegrityError(pack.key, "dictionary shorter than recorded")
+        d = raw[len(raw) - spec.length:]
+        with self._lock:
+            if len(self._dicts) > 64:
+                self._dicts.clear()
+            self._dicts[key] = d
+        return d
+
+    # ------------------------------------------------------------------------------------------
+    # tree reading
+
+    def read_state(self, state_id: bytes, pack_id: bytes) -> Spine:
+        """Read and decode a spine (state entry plus its upper entry). Raises IntegrityError/ObjectNotFound."""
+        raw = self._entry(T_STATE, state_id, pack_id)
+        try:
+            run0, upper = Spine.decode_state(raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(pack_id), f"malformed state {state_id.hex()}: {e}") from None
+        levels = [run0]
+        if upper is not None:
+            uraw = self._entry(T_UPPER, upper[0], upper[1])
+            try:
+                levels += Spine.decode_upper(uraw)
+            except (ValueError, IndexError) as e:
+                raise IntegrityError(keys.pack_key(upper[1]), f"malformed upper entry {upper[0].hex()}: {e}") from None
+        return Spine(self.params, levels, upper)
+
+    def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
+        """Read and decode a tree node; return ``(level, items)`` (decoded nodes are cached: a node's
+        content never changes, its id is its content id)."""
+        hit = self._nodes.get(node_id)
+        if hit is not None:
+            return hit
+        raw = self._entry(T_NODE, node_id, pack_id)
+        try:
+            node = decode_node(raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(pack_id), f"malformed node {node_id.hex()}: {e}") from None
+        with self._lock:
+            if len(self._nodes) >= 200_000:
+                self._nodes.clear()
+            self._nodes[node_id] = node
+        return node
+
+    def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
+        """Return every level-0 ref of the list, in order.
+
+        Nodes are fetched level by level with the packs of each level fetched in parallel, so the
+        number of sequential round trips is the tree depth. If ``nodes`` is given, every node read
+        is recorded in it as ``node id -> pack id``.
+        """
+        frontier: list[tuple[int, Ref]] = spine.top_down()
+        while any(level > 0 for level, _ in frontier):
+            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, r in frontier if level > 0))
+            nxt: list[tuple[int, Ref]] = []
+            for level, r in frontier:
+                if level == 0:
+                    nxt.append((0, r))
+                    continue
+                lv, items = self.read_node(r.id, r.pack)
+                if nodes is not None:
+                    nodes[r.id] = r.pack
+                if lv != level - 1:
+                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
+                nxt.extend((lv, x) for x in items)
+            frontier = nxt
+        return [r for _, r in frontier]
+
+    def refs_range(self, spine: Spine, start: int, end: int,
+                   on_node: Callable[[Ref], None] | None = None) -> list[Ref]:
+        """Return the level-0 refs at positions ``[start, end)`` of the list, reading only the nodes needed.
+
+        ``on_node(ref)`` is called for every tree node read on the way (GC's mark uses it: those nodes
+        are needed to find the range again).
+        """
+        out: list[Ref] = []
+
+        def walk(items, level, pos):
+            for r in items:
+                n = r.count
+                if pos + n > start and pos < end:
+                    if level == 0:
+                        out.append(r)
+                    else:
+                        if on_node is not None:
+                            on_node(r)
+                        lv, sub = self.read_node(r.id, r.pack)
+                        walk(sub, lv, pos)
+                pos += n
+                if pos >= end:
+                    break
+            return pos
+
+        pos = 0
+        for level in range(len(spine.levels) - 1, -1, -1):
+            pos = walk(spine.levels[level], level, pos)
+            if pos >= end:
+                break
+        return out
+
+    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None) -> bytes:
+        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``."""
+        if not ref.flags & FLAG_PIECES:
+            return self._entry(T_CHUNK, ref.id, ref.pack, ctx)
+        pieces_raw = self._entry(T_PIECES, ref.id, ref.pack)
+        try:
+            pieces = decode_pieces(pieces_raw)
+        except (ValueError, IndexError) as e:
+            raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
+        self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
+        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
+        if self.hasher.content_id(raw) != ref.id:
+            raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
+        return raw
+
+    def read_messages(self, refs: list[Ref], raws: list | None = None) -> list:
+        """Decode the messages of a list (refs in order); packs are fetched in parallel first.
+
+        If ``raws`` is a list, each message's exact JSON bytes are appended to it.
+        """
+        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        ctx = _ReadCtx(self.hasher)
+        out = []
+        for r in refs:
+            raw = self.message_raw(r, ctx)
+            ctx.add(r.id, raw)
+            if raws is not None:
+                raws.append(raw)
+            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT)))
+        return out
+
+    def decode_blocks(self, m: Manifest) -> None:
+        """Decompress every data block checkpoint ``m``'s messages live in, in list order, so that
+        dictionaries come from the in-order fast path (used before bulk copies such as repacking)."""
+        if not m.state:
+            return
+        spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        refs = self.expand(spine)
+        self.prefetch(r.pack for r in refs)
+        ctx = _ReadCtx(self.hasher)
+        for r in refs:
+            ctx.add(r.id, self.message_raw(r, ctx))
+
+    def load_with_state(self, m: Manifest, segs=None) -> tuple[list, ListState]:
+        """Return ``(messages, ListState)`` for checkpoint ``m``: a restore that also prepares the
+        next save (every id known; the caller's objects are not trusted, so ``objs`` is None).
+
+        ``segs``: the segment list to read from (default: ``m``'s own; a caller holding the run's
+        newest record passes its list, which covers every checkpoint of the run). The segments and
+        the state's pack are fetched in one parallel wave.
+        """
+        if segs is None:
+            segs = m.segment_list()
+        if not m.state:
+            if m.session_state_ref:
+                self.prefetch_segments(segs)
+            return [], self.list_state(None)
+        sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        self.prefetch_segments(segs, [bytes.fromhex(h) for h in m.state[1:]])
+        spine = self.read_state(*sref)
+        nodes: dict = {}
+        refs = self.expand(spine, nodes)
+        raws: list = []
+        msgs = self.read_messages(refs, raws)
+        ids = [r.id for r in refs]
+        digest = _json_digest(self.hasher, raws)
+        keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
+        acc = 0
+        for i in range(len(raws) - 1, -1, -1):
+            acc += len(raws[i])
+            if acc > keep:
+                raws[:i + 1] = [None] * (i + 1)
+                break
+        ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
+                       objs=None, raws=raws, known={r.id: r for r in refs}, nodes=nodes)
+        return msgs, ls
+
+    def load_messages(self, m: Manifest) -> list:
+        """Return the message list of checkpoint manifest ``m`` (exactly as saved)."""
+        return self.load_with_state(m)[0]
+
+    def load_session_state(self, m: Manifest):
+        """Return the checkpoint's session state (inline or from its chunk), or None."""
+        if m.session_state_ref is None:
+            return m.session_state
+        sid, pack, size, flags = m.session_state_ref
+        raw = self.message_raw(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
+        return decode_json(raw, bool(flags & FLAG_EXACT))
+
+    def list_state(self, m: Manifest | None, full: bool = False) -> ListState:
+        """Build a writer's :class:`ListState` for checkpoint ``m`` (None: empty list).
+
+        With ``full``, every ref is loaded (needed when the next list is not an append).
+        """
+        ls = ListState(spine=Spine(self.params), digest=_json_digest(self.hasher, []))
+        if m is None or not m.state:
+            ls.ids, ls.refs, ls.raws = [], [], []
+            return ls
+        ls.digest = None
+        ls.digest_hex_value = m.digest
+        ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        ls.count, ls.size = m.count, m.size
+        for level, r in ls.spine.top_down():
+            if level == 0:
+                ls.known[r.id] = r
+            else:
+                ls.nodes[r.id] = r.pack
+        if full:
+            refs = self.expand(ls.spine)
+            ls.refs = refs
+            ls.ids = [r.id for r in refs]
+            for r in refs:
+                ls.known[r.id] = r
+            self._index_nodes(ls)
+        return ls
+
+    def _index_nodes(self, ls: ListState) -> None:
+        def walk(level, r):
+            if level == 0 or r.id in ls.nodes:
+                return
+            ls.nodes[r.id] = r.pack
+            lv, items = self.read_node(r.id, r.pack)
+            for x in items:
+                walk(lv, x)
+        for level, r in ls.spine.top_down():
+            if level > 0:
+                ls.nodes.pop(r.id, None)
+                walk(level, r)

@@ -1,0 +1,409 @@
+"""The write path: building a save in memory (dedup, chunking, the tree, the pack).
+
+Layer 3, the :class:`WritePath` mixin of :class:`snapstore.repository.Repository`, plus what a
+writer keeps between saves (:class:`ListState`) and what a save produces (:class:`PreparedSave`).
+:meth:`WritePath.prepare_save` writes nothing: the caller PUTs the pack and publishes the manifest
+(:mod:`snapstore.logrecords`, :mod:`snapstore.api`). See docs/format.md §10.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import fastcdc
+import orjson
+
+from .errors import InvalidInputError
+from .format.codec import _ORJSON_OPTS, encode_json, validate
+from .format.ids import PACK_ID_BYTES, Hasher
+from .format.manifest import KIND_CHECKPOINT, Manifest
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, PackBuilder
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces
+
+RECENT_RAW_KEEP = 4
+"""Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
+
+
+@dataclass
+class ListState:
+    """What a writer knows about one message list (normally its run's head).
+
+    Attributes:
+        spine: the open right edge of the list's tree.
+        count / size: messages and their total JSON bytes.
+        digest: incremental keyed blake3 over the list's JSON without the closing bracket
+            (``[`` + the messages' JSON joined by ``,``); see :meth:`ListState.digest_hex`.
+        state: ``(state id, pack id)`` of the stored spine, or None for an empty list.
+        ids: every message id in order, or None when not loaded (cold writer).
+        refs: every level-0 ref in order, or None when not loaded.
+        objs: the caller's message objects of the last save (identity fast path), or None.
+        raws: encoded JSON per position for recent positions (older entries are None).
+        known: chunk id -> Ref, for dedup within the run.
+        known_pieces: piece id -> Ref.
+        nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
+    """
+
+    spine: Spine
+    count: int = 0
+    size: int = 0
+    digest: object = None
+    state: tuple | None = None
+    ids: list | None = None
+    refs: list | None = None
+    objs: list | None = None
+    raws: list | None = None
+    known: dict = field(default_factory=dict)
+    known_pieces: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
+    digest_hex_value: str | None = None
+
+    def digest_hex(self) -> str:
+        """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
+        if self.digest is None:
+            return self.digest_hex_value or ""
+        d = self.digest.copy()
+        d.update(b"]")
+        return d.hexdigest(16)
+
+
+def _json_digest(hasher: "Hasher", raws) -> object:
+    """Incremental list digest over ``[`` + raws joined by ``,`` (no closing bracket)."""
+    d = hasher.new_digest()
+    d.update(b"[")
+    first = True
+    for r in raws:
+        if not first:
+            d.update(b",")
+        d.update(r)
+        first = False
+    return d
+
+
+@dataclass
+class PreparedSave:
+    """A save built in memory, not yet written: the pack (or None) and the resulting list state."""
+
+    pack_id: bytes | None
+    pack_bytes: bytes | None
+    sizes: dict
+    state: ListState
+    session_state_ref: list | None
+    session_state_inline: object
+    has_session_state: bool
+    new_chunks: int
+    new_bytes: int
+    raw_blocks: dict = field(default_factory=dict)
+
+
+class WritePath:
+    """Write path of :class:`~snapstore.repository.Repository`: :meth:`prepare_save` and its
+    helpers (a mixin; reads the parent list through the read path's :meth:`list_state`)."""
+
+    # ------------------------------------------------------------------------------------------
+    # write path
+
+    def _encode_message(self, msg, path: str) -> tuple[bytes, bool]:
+        validate(msg, path)
+        return encode_json(msg)
+
+    def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
+                     has_session_state: bool = False, parent_state_ref: list | None = None) -> PreparedSave:
+        """Build the pack for a new checkpoint whose list is ``messages`` (nothing is written).
+
+        Args:
+            parent: the writer's knowledge of the parent list (None: no parent).
+            messages: the new checkpoint's full message list (JSON values).
+            session_state: the session state value (used when ``has_session_state``).
+            parent_state_ref: the parent's ``session_state_ref`` (reused when unchanged).
+        Raises:
+            InvalidMessageError: a message or the state is not an exact JSON value.
+        Returns:
+            PreparedSave with the pack bytes (None if nothing new) and the new ListState.
+        """
+        if not isinstance(messages, (list, tuple)):
+            raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
+        messages = list(messages)
+        cfg = self.config
+        hasher = self.hasher
+        if parent is None:
+            parent = self.list_state(None)
+        n_old = parent.count
+        n = len(messages)
+        ids: list[bytes] = [b""] * n
+        flags: list[int] = [0] * n
+        raws: list[bytes | None] = [None] * n
+
+        # 1. how much of the parent list is kept as is?
+        prefix = 0
+        digest = None  # list digest state after position `prefix` (None: compute at the end)
+        if parent.objs is not None and parent.ids is not None and n_old <= n:
+            # warm writer: the caller's objects from the last save, by identity ...
+            same = list(map(operator.is_, messages[:n_old], parent.objs))
+            try:
+                prefix = same.index(False)
+            except ValueError:
+                prefix = n_old
+            # ... and the most recent ones by value: they are the ones callers tend to mutate
+            for i in range(max(0, prefix - 4), prefix):
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                if hasher.content_id(raw) != parent.ids[i]:
+                    prefix = i
+                    break
+            if prefix == n_old:
+                digest = parent.digest.copy() if parent.digest is not None else None
+        elif 0 < n_old <= n:
+            # cold writer: compare the JSON digest of the prefix with the parent's, encoding it in
+            # slices (bounded memory). orjson writes NaN/Infinity as null, so a slice that contains
+            # null is validated in full; orjson refuses other non-JSON values itself.
+            d = hasher.new_digest()
+            d.update(b"[")
+            try:
+                for j in range(0, n_old, 256):
+                    part = orjson.dumps(messages[j:min(j + 256, n_old)], option=_ORJSON_OPTS)
+                    if b"null" in part:
+                        for i in range(j, min(j + 256, n_old)):
+                            validate(messages[i], f"messages[{i}]")
+                    if j:
+                        d.update(b",")
+                    d.update(memoryview(part)[1:-1])
+                    del part
+            except TypeError:
+                d = None  # big ints, surrogates or non-JSON values: message by message below
+            if d is not None:
+                chk = d.copy()
+                chk.update(b"]")
+                if chk.hexdigest(16) == parent.digest_hex():
+                    prefix = n_old
+                    digest = d
+                    self._window(messages, n_old, ids, raws, flags, parent)
+        if prefix < n_old:
+            # the list was rewritten (or could not be compared cheaply): compare message by message
+            if parent.ids is None or not all(parent.ids[:n_old]):
+                parent = self._reload_full(parent)
+            for i in range(n):
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                raws[i] = raw
+                ids[i] = hasher.content_id(raw)
+                flags[i] = FLAG_EXACT if exact else 0
+            lim = min(n_old, n)
+            i = 0
+            while i < lim and ids[i] == parent.ids[i]:
+                i += 1
+            prefix = i
+            digest = None
+        append = prefix == n_old
+        for i in range(prefix, n):
+            if not ids[i]:
+                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
+                raws[i] = raw
+                ids[i] = hasher.content_id(raw)
+                flags[i] = FLAG_EXACT if exact else 0
+        if parent.ids is not None and append:
+            ids[:prefix] = [x if x else y for x, y in zip(ids[:prefix], parent.ids[:prefix])]
+
+        # 2. build refs for the changed tail, writing new chunks into the pack
+        pack_id = os.urandom(PACK_ID_BYTES)
+        pb = PackBuilder(pack_id, level=cfg.level)
+        known = dict(parent.known)
+        known_pieces = dict(parent.known_pieces)
+        new_chunks = 0
+        new_bytes = 0
+        first_new = None
+        tail_refs: list[Ref] = []
+        for i in range(prefix, n):
+            mid = ids[i]
+            r = known.get(mid)
+            if r is None:
+                raw = raws[i]
+                r = self._store_blob(pb, mid, raw, flags[i], known_pieces)
+                known[mid] = r
+                new_chunks += 1
+                new_bytes += len(raw)
+                if first_new is None:
+                    first_new = i
+            tail_refs.append(r)
+
+        # 3. the new tree: append to the parent's spine, or rebuild from the common prefix
+        new_nodes: dict[bytes, bytes] = dict(parent.nodes) if append else {}
+
+        def seal(nid: bytes, data: bytes) -> bytes:
+            # reuse a node only if the parent's tree has it (data the parent keeps alive)
+            pack = new_nodes.get(nid) or parent.nodes.get(nid)
+            if pack is None:
+                pb.add(T_NODE, nid, data)
+                pack = pack_id
+            new_nodes[nid] = pack
+            return pack
+
+        if append:
+            spine = parent.spine.copy()
+            all_refs = None if parent.refs is None else parent.refs + tail_refs
+        else:
+            spine = Spine(self.params, upper=parent.spine.upper)
+            all_refs = parent.refs[:prefix] + tail_refs
+            for r in parent.refs[:prefix]:
+                spine.append(r, seal, hasher.content_id)
+        for r in tail_refs:
+            spine.append(r, seal, hasher.content_id)
+
+        # 4. the dictionary for the data block: the messages just before the first new one
+        if first_new is not None and first_new > 0 and cfg.dict_bytes > 0:
+            self._set_dictionary(pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, first_new)
+
+        # 5. session state
+        ss_ref = None
+        ss_inline = None
+        if has_session_state:
+            validate(session_state, "session_state")
+            raw, exact = encode_json(session_state)
+            if len(raw) > cfg.inline_state_max:
+                sid = hasher.content_id(raw)
+                fl = FLAG_EXACT if exact else 0
+                if parent_state_ref and parent_state_ref[0] == sid.hex():
+                    ss_ref = parent_state_ref
+                else:
+                    # not added to known_pieces: a later save must never dedup against data that only
+                    # an older checkpoint's session state keeps alive (it may be pruned and collected)
+                    r = self._store_blob(pb, sid, raw, fl, {})
+                    ss_ref = [sid.hex(), r.pack.hex(), len(raw), r.flags]
+            else:
+                ss_inline = session_state
+
+        # 6. the state entry and the resulting ListState
+        if append:
+            size = parent.size + sum(r.size for r in tail_refs)
+        else:
+            size = sum(r.size for r in all_refs)
+        if n == 0:
+            state = None
+        elif append and not tail_refs and parent.state is not None:
+            state = parent.state
+        else:
+            def seal_upper(uid: bytes, data: bytes) -> bytes:
+                pb.add(T_UPPER, uid, data)
+                return pack_id
+            sbytes = spine.encode_state(seal_upper, hasher.content_id)
+            sid = hasher.content_id(sbytes)
+            pb.add(T_STATE, sid, sbytes)
+            state = (sid, pack_id)
+        if digest is not None:
+            for i in range(prefix, n):
+                if i > 0:
+                    digest.update(b",")
+                digest.update(raws[i])
+        else:
+            digest = _json_digest(hasher, (raws[i] if raws[i] is not None else encode_json(messages[i])[0]
+                                           for i in range(n)))
+        # keep the most recent raw JSON (a few dictionaries' worth) for the next save's dictionary
+        old_raws = parent.raws if (parent.raws is not None and len(parent.raws) == n_old) else [None] * n_old
+        new_raws = old_raws[:prefix] + raws[prefix:]
+        keep = RECENT_RAW_KEEP * max(cfg.dict_bytes, 1)
+        acc = 0
+        for i in range(n - 1, -1, -1):
+            if new_raws[i] is not None:
+                acc += len(new_raws[i])
+                if acc > keep:
+                    new_raws[:i + 1] = [None] * (i + 1)
+                    break
+        count = n
+        if not append:
+            # dedup only ever against data the new checkpoint itself keeps alive (GC safety): drop
+            # what the rewritten list no longer references
+            known = {r.id: r for r in all_refs}
+            known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
+        ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
+                       ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
+                       known_pieces=known_pieces, nodes=new_nodes)
+        if pb.empty:
+            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0)
+        data, sizes = pb.build()
+        return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes,
+                            pb.raw_blocks)
+
+    def _window(self, messages, n_old, ids, raws, flags, parent) -> None:
+        """Encode the last messages before ``n_old`` (about a dictionary's worth) for the dictionary."""
+        want = max(self.config.dict_bytes, 1)
+        acc = 0
+        i = n_old
+        while i > 0 and acc < want:
+            i -= 1
+            raw, exact = encode_json(messages[i])
+            raws[i] = raw
+            ids[i] = self.hasher.content_id(raw)
+            flags[i] = FLAG_EXACT if exact else 0
+            acc += len(raw)
+
+    def _reload_full(self, parent: ListState) -> ListState:
+        """Load every ref of ``parent`` (for a list that is not an append of it)."""
+        if parent.state is None:
+            ls = self.list_state(None)
+            return ls
+        fake = Manifest(kind=KIND_CHECKPOINT, run_id="", seq=0, write_id="", created=datetime.now(timezone.utc),
+                        count=parent.count, size=parent.size,
+                        state=[parent.state[0].hex(), parent.state[1].hex()])
+        ls = self.list_state(fake, full=True)
+        ls.known.update(parent.known)
+        ls.known_pieces.update(parent.known_pieces)
+        return ls
+
+    def _store_blob(self, pb: PackBuilder, bid: bytes, raw: bytes, flags: int, known_pieces: dict) -> Ref:
+        cfg = self.config
+        if len(raw) <= cfg.cdc_threshold:
+            pb.add(T_CHUNK, bid, raw)
+            return Ref(bid, len(raw), 1, flags, pb.pack_id)
+        pieces = []
+        for c in fastcdc.fastcdc(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
+            piece = raw[c.offset:c.offset + c.length]
+            pid = self.hasher.content_id(piece)
+            pr = known_pieces.get(pid)
+            if pr is None:
+                pb.add(T_CHUNK, pid, piece)
+                pr = Ref(pid, len(piece), 1, 0, pb.pack_id)
+                known_pieces[pid] = pr
+            pieces.append(pr)
+        pb.add(T_PIECES, bid, encode_pieces(pieces))
+        return Ref(bid, len(raw), 1, flags | FLAG_PIECES, pb.pack_id)
+
+    def _set_dictionary(self, pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, b) -> None:
+        """Choose messages ``[a, b)`` before the first new message as the data block's dictionary."""
+        want = self.config.dict_bytes
+
+        def size_at(i):
+            if i >= prefix:
+                return tail_refs[i - prefix].size
+            if all_refs is not None:
+                return all_refs[i].size
+            if raws[i] is not None:
+                return len(raws[i])
+            if parent.raws is not None and i < len(parent.raws) and parent.raws[i] is not None:
+                return len(parent.raws[i])
+            return None
+
+        a = b
+        acc = 0
+        while a > 0 and acc < want:
+            s = size_at(a - 1)
+            if s is None:
+                break
+            a -= 1
+            acc += s
+        if a == b:
+            return
+        parts = []
+        for i in range(a, b):
+            raw = raws[i]
+            if raw is None and parent.raws is not None and i < len(parent.raws) and i < prefix:
+                raw = parent.raws[i]
+            if raw is None:
+                raw, _ = encode_json(messages[i])
+                if self.hasher.content_id(raw) != ids[i]:
+                    return
+            parts.append(raw)
+        blob = b"".join(parts)
+        length = min(want, len(blob))
+        digest = self.hasher.content_id(b"".join(ids[a:b]))
+        # the list is described by this save's own state entry, which goes into this pack
+        pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:])
