@@ -37,23 +37,27 @@ class _ReadCtx:
     def __init__(self, hasher: Hasher):
         self.hasher = hasher
         self.ids: list[bytes] = []
-        self.concat = bytearray()
-        self.offs = [0]
+        self.raws: list[bytes] = []
 
     def add(self, mid: bytes, raw: bytes) -> None:
         self.ids.append(mid)
-        self.concat += raw
-        self.offs.append(len(self.concat))
+        self.raws.append(raw)
 
     def dict_for(self, spec: DictSpec) -> bytes | None:
         if spec.end > len(self.ids) or spec.start > spec.end:
             return None
         if self.hasher.content_id(b"".join(self.ids[spec.start:spec.end])) != spec.digest:
             return None
-        end = self.offs[spec.end]
-        if end - self.offs[spec.start] < spec.length:
+        # the last ``length`` bytes of messages [start, end): join only as many as needed
+        parts, acc, i = [], 0, spec.end
+        while i > spec.start and acc < spec.length:
+            i -= 1
+            parts.append(self.raws[i])
+            acc += len(self.raws[i])
+        if acc < spec.length:
             return None
-        return bytes(self.concat[end - spec.length:end])
+        blob = b"".join(reversed(parts))
+        return blob[len(blob) - spec.length:]
 
 
 class ReadPath:
@@ -349,8 +353,15 @@ class ReadPath:
             IntegrityError: the pack exists but lacks the entry.
         """
         with self._lock:
-            cached = pack_id in self._cache
+            p = self._cache.get(pack_id)
+            if p is not None and (etype, eid) in p.entries:
+                return p  # the common case: the hinted pack is at hand
+            cached = p is not None
             w = self._where.get((etype, eid)) if not cached and _seen is None else None
+            if w is not None:
+                p = self._cache.get(w)
+                if p is not None and (etype, eid) in p.entries:
+                    return p
         if w is not None:
             try:
                 p = self.get_pack(w)
@@ -562,8 +573,30 @@ class ReadPath:
         self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
         ctx = _ReadCtx(self.hasher)
         out = []
+        with self._lock:  # the packs at hand now (the fast path below reads only these)
+            cache = dict(self._cache)
+            where = self._where
+        content_id = self.hasher.content_id
         for r in refs:
-            raw = self.message_raw(r, ctx)
+            raw = None
+            if not r.flags & FLAG_PIECES:
+                # fast path: a chunk in a pack at hand whose block is already uncompressed (every
+                # tier pack's, once one entry was read) -- same checks as _entry, fewer calls
+                key = (T_CHUNK, r.id)
+                p = cache.get(r.pack)
+                e = p.entries.get(key) if p is not None else None
+                if e is None:
+                    w = where.get(key)
+                    p = cache.get(w) if w is not None else None
+                    e = p.entries.get(key) if p is not None else None
+                if e is not None:
+                    blk = p._raw.get(e.block)
+                    if blk is not None:
+                        raw = blk[e.offset:e.offset + e.length]
+                        if content_id(raw) != r.id:
+                            raw = None  # let the full path report (or work around) it
+            if raw is None:
+                raw = self.message_raw(r, ctx)
             ctx.add(r.id, raw)
             if raws is not None:
                 raws.append(raw)
@@ -597,7 +630,8 @@ class ReadPath:
                 self.prefetch_segments(segs)
             return [], self.list_state(None)
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
-        self.prefetch_segments(segs, [bytes.fromhex(h) for h in m.state[1:]])
+        # with segments, the state is in them (the save's own pack is the last one, or merged)
+        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]])
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
