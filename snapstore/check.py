@@ -395,9 +395,10 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         for level, r in spine.top_down():
             visit_ref(r, level)
 
-    def seg_packs(segs):
+    def seg_packs(segs, fresh=False):
         """The packs holding a segment list's entries: each present segment, or the present packs
-        a rewritten (retired) segment's forwarding record leads to; those records are used."""
+        a rewritten (retired) segment's forwarding record leads to; those records are used.
+        ``fresh``: the list was read after the listing (its new packs are not in ``present``)."""
         out = []
 
         def add(p, depth):
@@ -408,7 +409,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 for t in reach.fwd[p]:
                     add(t, depth + 1)  # later packs win in the index
                 return
-            if present is None or p in present:
+            if present is None or fresh or p in present:
                 out.append(p)
         listed = {sg.pack for sg in segs}
         for sg in segs:
@@ -427,6 +428,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         # what a walk memoises (refs, node hints, nodes, states) is attributed to a home; with
         # segments the home depends on the run, so a run with segments gets its own memo (runs
         # without share one, as in format 1)
+        own_memo = bool(segs)
         if segs:
             reach.refs, reach.node_hints, reach.nodes_seen = {}, set(), set()
             seen_states.clear()
@@ -434,12 +436,26 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
             seen_states.clear()
             seen_states.update(shared_memo[3])
+        fresh = False
         for attempt in range(3):
             reach.seg_home = None
-            held = seg_packs(segs) if segs else []
+            held = []
+            for _ in range(8):
+                held = seg_packs(segs, fresh) if segs else []
+                if held:
+                    repo.prefetch_segments([Seg(p, 1) for p in held])
+                with repo._lock:
+                    gone = [p for p in held if p not in repo._cache]
+                if not gone or refresh is None:
+                    break
+                # merged and deleted by the run's writer since the log was read: read the newest
+                # record again until its segments are all at hand (a busy writer merges often)
+                segs = list(refresh(run_id) or ())
+                fresh = True
+                reach.fresh_segs.update(sg.pack for sg in segs)
             if held:
-                repo.prefetch_segments([Seg(p, 1) for p in held])
                 reach.seg_home = repo.segment_index(held)
+            first = len(reach.order)
             try:
                 for n, m in enumerate(checkpoints):
                     if n % 256 == 0:  # fetch the next state packs in one parallel wave
@@ -451,9 +467,17 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             except NotFoundError:
                 if refresh is None or attempt == 2:
                     raise
+                for p in reach.order[first:]:  # homes found by the failed pass: found again below
+                    reach.packs.pop(p, None)
+                del reach.order[first:]
+                if own_memo:
+                    reach.refs.clear()
+                    reach.node_hints.clear()
+                    reach.nodes_seen.clear()
                 if held:
                     repo.forget_segments(held)
                 segs = list(refresh(run_id) or ())
+                fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
         done = len(reach.order)

@@ -231,17 +231,21 @@ MODES = ["crash", "once", "lost"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", ["plain", "caller-id-state-pieces", "max-checkpoints"])
+@pytest.mark.parametrize("variant", ["plain", "caller-id-state-pieces", "max-checkpoints", "level-2-merge"])
 def test_save_with_faults(variant, mode):
+    """Every variant's save completes a tier (format 2: it writes a tier pack beside its own pack,
+    then deletes what it merged); ``level-2-merge`` is the 16th save: a cascade into a level-2 tier
+    pack and the first log segment."""
     mgr_kw = {"max_checkpoints": 2} if variant == "max-checkpoints" else {}
-    base_msgs = [msg("a", i) for i in range(3)]
+    n_base = 15 if variant == "level-2-merge" else 3
+    base_msgs = [msg("a", i) for i in range(n_base)]
 
     def build():
         store = MemoryStore()
         fs = FaultyStore(store)
         mgr = CheckpointManager(fs, **mgr_kw)  # a warm writer
         expect = {}
-        for i in range(3):
+        for i in range(n_base):
             cid = mgr.save("r", base_msgs[:i + 1])
             expect[("r", cid)] = base_msgs[:i + 1]
         maybe = {}

@@ -284,7 +284,10 @@ class LocalStore:
                     raise StoreError(f"cannot delete {p}: {e.strerror or e}") from e
         if self._fsync:
             for d in dirs:
-                _fsync_dir(d)
+                try:
+                    _fsync_dir(d)
+                except FileNotFoundError:
+                    pass  # emptied and removed meanwhile (GC's remove_empty_dirs): nothing to sync
         self._count("DELETE", n=(len(keys) + 999) // 1000)
 
     def close(self) -> None:
