@@ -153,6 +153,26 @@ class ReadPath:
         segs = list(segs or ())
         packs = [s.pack for s in segs]
         self.prefetch(packs + [p for p in also if p], no_forward=set(p for p in also if p) if segs else ())
+        # a segment GC rewrote whose forwarding hint (gc/fwd-cache) is stale: read its record
+        stale = []
+        hints = self.forward_hints(load=False)
+        for p in packs:
+            with self._lock:
+                if p in self._cache:
+                    continue
+                to = self._fwd.get(p)
+            to = to if to is not None else hints.get(p)
+            with self._lock:
+                if to and all(t in self._cache for t in to):
+                    continue
+            try:
+                to = self.forward(p, fresh=True)
+            except SnapstoreError:
+                to = None
+            if to:
+                stale.extend(to)
+        if stale:
+            self.prefetch(stale)
         held = self.segment_packs(segs)
         for p in held:
             with self._lock:
