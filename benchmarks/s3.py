@@ -139,13 +139,13 @@ class RoundTrips:
     def watch(self, repo) -> None:
         orig = repo.prefetch
 
-        def prefetch(pack_ids):
+        def prefetch(pack_ids, **kw):
             pack_ids = list(pack_ids)
             if self.batch is not None:
-                return orig(pack_ids)
+                return orig(pack_ids, **kw)
             self.batch = ("batch", next(self._ids))
             try:
-                return orig(pack_ids)
+                return orig(pack_ids, **kw)
             finally:
                 self.batch = None
         repo.prefetch = prefetch

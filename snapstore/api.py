@@ -100,6 +100,28 @@ class _RunView:
     remembered_set: bool = False      # remembered was set by a save or read
 
 
+def _live_records(seqs, got: dict, state: dict):
+    """Walk log positions ``seqs`` (newest first) with their records ``got``: yield
+    ``(seq, checkpoint Manifest, False)`` for each live checkpoint, and a last ``(seq, record,
+    True)`` at a tombstone. Positions hidden by a rollback record are skipped: ``state["skip"]``
+    (None, or the lowest rollback target seen) carries that over between calls."""
+    for s in seqs:
+        skip = state.get("skip")
+        if skip is not None and s > skip:
+            continue
+        m = got.get(s)
+        if m is None:
+            continue
+        if m.kind == KIND_TOMBSTONE:
+            yield s, m, True
+            return
+        if m.kind == KIND_ROLLBACK:
+            t = int(m.target["seq"])
+            state["skip"] = t if skip is None else min(skip, t)
+            continue
+        yield s, m, False
+
+
 def _carried_segs(newest: Manifest | None) -> list | None:
     """The segment list a new log record inherits from the run's newest record (None: none)."""
     if newest is None or newest.kind == KIND_TOMBSTONE:
@@ -267,27 +289,18 @@ class CheckpointManager:
         seqs = self.repo.manifest_seqs(rk)
         if below is not None:
             seqs = [s for s in seqs if s < below]
-        skip_above = None  # positions in (target, rollback) are hidden
+        state: dict = {"skip": None}  # positions in (target, rollback) are hidden
         i = 0
         batch = 4
         while i < len(seqs):
             chunk = [s for s in seqs[i:i + batch]]
             i += len(chunk)
             batch = min(batch * 2, 64)
-            todo = [s for s in chunk if skip_above is None or s <= skip_above]
+            todo = [s for s in chunk if state["skip"] is None or s <= state["skip"]]
             got = self._read_many(rk, todo)
-            for s in chunk:
-                if skip_above is not None and s > skip_above:
-                    continue
-                m = got.get(s)
-                if m is None:
-                    continue
-                if m.kind == KIND_TOMBSTONE:
+            for s, m, end in _live_records(chunk, got, state):
+                if end:
                     return
-                if m.kind == KIND_ROLLBACK:
-                    t = int(m.target["seq"])
-                    skip_above = t if skip_above is None else min(skip_above, t)
-                    continue
                 yield s, m.checkpoint_id, m
 
     def _scan_bulk(self, rk: str):
@@ -300,19 +313,9 @@ class CheckpointManager:
         f_segs = pool.submit(list_logsegs, repo, rk)
         seqs = list_positions(repo, rk)
         got = read_records(repo, rk, seqs, f_segs.result())
-        skip_above = None
-        for s in seqs:
-            if skip_above is not None and s > skip_above:
-                continue
-            m = got.get(s)
-            if m is None:
-                continue
-            if m.kind == KIND_TOMBSTONE:
+        for s, m, end in _live_records(seqs, got, {"skip": None}):
+            if end:
                 return
-            if m.kind == KIND_ROLLBACK:
-                t = int(m.target["seq"])
-                skip_above = t if skip_above is None else min(skip_above, t)
-                continue
             yield s, m.checkpoint_id, m
 
     BULK_LIST_MIN = 32

@@ -107,14 +107,9 @@ def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None 
     return RunLog(run_key, manifests, live, hidden, head, corrupt or [])
 
 
-def head_segments(logs: dict) -> dict:
-    """Segment packs (format 2) listed by each run's newest record: pack id -> the run key.
-
-    They are where the run's entries live (docs/format.md §7a): GC keeps them whole and never
-    repacks them (their writer merges them), verify does not call them unreferenced. A malformed
-    list is skipped here (reading the manifest reports it).
-    """
-    out: dict = {}
+def _newest_segments(logs: dict):
+    """Yield ``(run key, run id, segment list)`` of each run whose newest record lists segments
+    (format 2); a malformed list is skipped (reading the manifest reports it)."""
     for rk, log in logs.items():
         h = log.head
         if h is None or h.kind == KIND_TOMBSTONE:
@@ -123,6 +118,18 @@ def head_segments(logs: dict) -> dict:
             segs = h.segment_list()
         except SnapstoreError:
             continue
+        if segs:
+            yield rk, h.run_id, segs
+
+
+def head_segments(logs: dict) -> dict:
+    """Segment packs (format 2) listed by each run's newest record: pack id -> the run key.
+
+    They are where the run's entries live (docs/format.md §7a): GC keeps them whole and never
+    repacks them (their writer merges them), verify does not call them unreferenced.
+    """
+    out: dict = {}
+    for rk, _run, segs in _newest_segments(logs):
         for sg in segs:
             out.setdefault(sg.pack, rk)
     return out
@@ -131,18 +138,7 @@ def head_segments(logs: dict) -> dict:
 def segments_by_run(logs: dict) -> dict:
     """run id -> the segment list of the run's newest record (format 2; runs without one are
     left out), for :func:`mark`."""
-    out = {}
-    for log in logs.values():
-        h = log.head
-        if h is None or h.kind == KIND_TOMBSTONE:
-            continue
-        try:
-            segs = h.segment_list()
-        except SnapstoreError:
-            continue
-        if segs:
-            out[h.run_id] = segs
-    return out
+    return {run: segs for _rk, run, segs in _newest_segments(logs)}
 
 
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,

@@ -674,7 +674,7 @@ def rollback_cmd(ctx, run, checkpoint):
 @click.argument("new_run")
 @click.pass_context
 def fork_cmd(ctx, run, checkpoint, new_run):
-    """Start NEW_RUN at CHECKPOINT of RUN (no data is copied)."""
+    """Start NEW_RUN at CHECKPOINT of RUN (one pack copying what that checkpoint needs, compressed)."""
     cp = _state(ctx).manager().fork(run, checkpoint, new_run)
     _write(f"forked {run}@{checkpoint} as {new_run} (checkpoint {cp.id}, {cp.message_count} messages)\n")
 

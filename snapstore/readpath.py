@@ -152,16 +152,26 @@ class ReadPath:
         """
         segs = list(segs or ())
         packs = [s.pack for s in segs]
-        self.prefetch(packs + [p for p in also if p], no_forward=set(p for p in also if p) if segs else ())
-        # a segment GC rewrote whose forwarding hint (gc/fwd-cache) is stale: read its record
-        stale = []
+        # each segment itself first, even one GC rewrote (retired, kept through the grace period):
+        # it still holds everything, including entries its rewrite dropped that a checkpoint
+        # written since needs; only a segment that is gone is looked up in the forwarding map
+        also = [p for p in also if p]
+        self.prefetch(packs + also, no_forward=set(packs + also) if segs else ())
+        # a segment GC rewrote and deleted: fetch where its forwarding hint says, and if the hint
+        # is stale (or there is none), read its record in the forwarding map
         hints = self.forward_hints(load=False)
+        gone = {}
         for p in packs:
             with self._lock:
                 if p in self._cache:
                     continue
                 to = self._fwd.get(p)
-            to = to if to is not None else hints.get(p)
+            gone[p] = to if to is not None else hints.get(p)
+        hinted = [t for to in gone.values() if to for t in to]
+        if hinted:
+            self.prefetch(hinted)
+        stale = []
+        for p, to in gone.items():
             with self._lock:
                 if to and all(t in self._cache for t in to):
                     continue
