@@ -263,9 +263,11 @@ class ReadPath:
     def prefetch(self, pack_ids, no_forward=()) -> None:
         """Fetch the packs not yet cached, in parallel (bounded thread pool).
 
-        A pack that is missing is looked up in the forwarding map (and its targets fetched in the
-        same wave), except the packs in ``no_forward`` (tier packs: copies, never repacked), which
-        are just skipped, as are corrupt packs (the read that needs one reports it).
+        A pack the forwarding hints name as retired is replaced by its targets, and a pack that is
+        missing is looked up in the forwarding map (its targets fetched in the same wave), except
+        the packs in ``no_forward`` (segments: fetched themselves, and skipped when missing; the
+        caller follows their records), and corrupt packs are skipped (the read that needs one
+        reports it).
         """
         with self._lock:
             todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
@@ -277,7 +279,7 @@ class ReadPath:
         def one(p, depth=0):
             # retired by GC (as of the last GC's hints, or found missing): fetch where its entries
             # went instead, in this same parallel wave (each target once)
-            to = hints.get(p) if depth < 4 else None
+            to = hints.get(p) if depth < 4 and p not in no_forward else None
             if not to:
                 try:
                     self.get_pack(p)
