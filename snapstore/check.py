@@ -21,6 +21,7 @@ from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
+from .runlog import _check as _copy_check, choose_logsegs
 
 
 @dataclass
@@ -142,7 +143,8 @@ def segments_by_run(logs: dict) -> dict:
 
 
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
-                  on_error: Callable[[str, Exception], None] | None = None, light: bool = False) -> dict[str, RunLog]:
+                  on_error: Callable[[str, Exception], None] | None = None, light: bool = False,
+                  logsegs_by_run: dict | None = None) -> dict[str, RunLog]:
     """Read every manifest of every run (in parallel) and classify them (``light``: without user
     fields and inline session states, see :meth:`Manifest.from_bytes`).
 
@@ -150,6 +152,11 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         repo: the repository.
         keys_by_run: run key -> manifest keys, if already listed (else listed here).
         on_error: called with ``(key, error)`` for unreadable manifests (default: recorded in ``corrupt``).
+        logsegs_by_run: run key -> ``{(hi, level): key}`` of its log segments (format 2, from the
+            same listing): the listed manifests they cover are read from their copies there (one
+            GET per segment instead of one per manifest). A copy that is missing, unreadable or
+            not the manifest of its position is replaced by a GET of the manifest itself, so
+            errors are still reported on the manifest's own key. None: every manifest is read.
     Returns:
         run key -> :class:`RunLog`.
     """
@@ -159,17 +166,43 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             parts = info.key.split("/")
             if len(parts) == 4 and parts[2] == "m":
                 keys_by_run[parts[1]].append(info.key)
-    flat = [(rk, k) for rk, ks in keys_by_run.items() for k in ks]
+    tasks: list = []
+    for rk, ks in keys_by_run.items():
+        lsegs = (logsegs_by_run or {}).get(rk)
+        if lsegs:
+            chosen, left = choose_logsegs([keys.seq_from_manifest_key(k) for k in ks], lsegs)
+            tasks.extend(("seg", rk, lk, cover) for lk, cover in chosen)
+            tasks.extend(("m", rk, keys.manifest_key(rk, sq), None) for sq in sorted(left, reverse=True))
+        else:
+            tasks.extend(("m", rk, k, None) for k in ks)
 
-    def one(item):
-        rk, k = item
+    def manifest(rk, k):
         try:
             return rk, k, repo.read_manifest_key(k, light), None
-        except ObjectNotFound as e:
-            return rk, k, None, e
         except SnapstoreError as e:
             return rk, k, None, e
-    results = list(repo._pool_get().map(one, flat)) if len(flat) > 1 else [one(x) for x in flat]
+
+    def one(task):
+        kind, rk, k, cover = task
+        if kind == "m":
+            return [manifest(rk, k)]
+        try:
+            recs = decode_logseg(k, repo.store.get(k))
+        except SnapstoreError:
+            recs = []
+        out, got = [], set()
+        for sq, data in recs:
+            if sq in cover:
+                try:
+                    m = _copy_check(repo, rk, sq, data, k, light)
+                except SnapstoreError:
+                    continue  # read the manifest itself below
+                out.append((rk, keys.manifest_key(rk, sq), m, None))
+                got.add(sq)
+        out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(cover - got, reverse=True))
+        return out
+    pool = repo._pool_get()
+    results = [r for rs in (pool.map(one, tasks) if len(tasks) > 1 else map(one, tasks)) for r in rs]
     per: dict[str, dict] = defaultdict(dict)
     bad: dict[str, list] = defaultdict(list)
     for rk, k, m, err in results:

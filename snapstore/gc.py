@@ -249,7 +249,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             logseg_by_run[parts[1]].append(info)
         else:
             others.append(info)
-    logs = read_all_runs(repo, keys_by_run, light=True)
+    # format 2: the listed manifests that log segments cover are read from their copies there
+    lsegs = {rk: {parse_logseg_key(i.key): i.key for i in infos_} for rk, infos_ in logseg_by_run.items()}
+    logs = read_all_runs(repo, keys_by_run, light=True, logsegs_by_run=lsegs)
     for log in logs.values():
         if log.corrupt:
             k, err = log.corrupt[0]

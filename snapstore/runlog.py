@@ -58,9 +58,32 @@ def list_logsegs(repo: Repository, run_key: str) -> dict[tuple[int, int], str]:
     return out
 
 
-def _check(repo: Repository, run_key: str, seq: int, data: bytes, where: str) -> Manifest:
+def choose_logsegs(seqs, logsegs: dict) -> tuple[list, set]:
+    """Choose, largest level first, the log segments that cover positions in ``seqs``.
+
+    Args:
+        seqs: positions that have a manifest (from a listing).
+        logsegs: ``(hi, level) -> key`` (from :func:`list_logsegs` or a listing).
+    Returns:
+        ``([(key, covered positions)], positions no chosen segment covers)``. A level-1 segment is
+        chosen for one position; larger ones only when they cover two or more.
+    """
+    chosen: list[tuple[str, set]] = []
+    left = set(seqs)
+    for (hi, level), key in sorted(logsegs.items(), key=lambda x: (-x[0][1], -x[0][0])):
+        lo = hi - span(level) + 1
+        cover = {s for s in left if lo <= s <= hi}
+        if len(cover) >= 2 or (cover and level == 1):
+            chosen.append((key, cover))
+            left -= cover
+    return chosen, left
+
+
+def _check(repo: Repository, run_key: str, seq: int, data: bytes, where: str, light: bool = False) -> Manifest:
+    """Decode a copy of the manifest at ``seq`` found in log segment ``where`` and check that it
+    belongs there (run and position). Raises IntegrityError (naming both)."""
     key = keys.manifest_key(run_key, seq)
-    m = Manifest.from_bytes(f"{key} (copy in {where})" if where else key, data)
+    m = Manifest.from_bytes(f"{key} (copy in {where})" if where else key, data, light)
     if m.seq != seq or repo.run_key(m.run_id) != run_key:
         raise IntegrityError(where or key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of {key}")
     return m
@@ -84,17 +107,9 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
         IntegrityError: a manifest (or its copy) is corrupt or misplaced.
         StoreError: the store failed.
     """
-    want = set(seqs)
     if logsegs is None:
         logsegs = list_logsegs(repo, run_key)
-    chosen: list[tuple[str, set]] = []
-    left = set(want)
-    for (hi, level), key in sorted(logsegs.items(), key=lambda x: (-x[0][1], -x[0][0])):
-        lo = hi - span(level) + 1
-        cover = {s for s in left if lo <= s <= hi}
-        if len(cover) >= 2 or (cover and level == 1):
-            chosen.append((key, cover))
-            left -= cover
+    chosen, left = choose_logsegs(seqs, logsegs)
     out: dict[int, Manifest] = {}
 
     def seg(item):
