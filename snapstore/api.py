@@ -540,6 +540,10 @@ class CheckpointManager:
             self._enforce_max(run_id, rk, v)
         return m.checkpoint_id
 
+    READ_RETRIES = 5
+    """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
+    meanwhile) re-read the run's newest record and try again, at most this many times in all."""
+
     LOG_CACHE = 256
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
@@ -615,15 +619,18 @@ class CheckpointManager:
                 v.remembered = None
                 v.remembered_set = True
                 return None
-            try:
-                msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
-            except NotFoundError:
-                # another writer merged the segments we read into a new tier pack and deleted
-                # them: read the newest record again
-                v = self._load_view(run_id)
-                if v.head is None:
-                    return None
-                msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
+            for attempt in range(self.READ_RETRIES):
+                try:
+                    msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
+                    break
+                except NotFoundError:
+                    # the run's writer merged the segments we read into a new tier pack and
+                    # deleted them: read the newest record again (a busy writer may do it again)
+                    if attempt == self.READ_RETRIES - 1:
+                        raise
+                    v = self._load_view(run_id)
+                    if v.head is None:
+                        return None
             v.list_state = ls
             v.remembered = v.head.checkpoint_id
             v.remembered_set = True
@@ -654,11 +661,15 @@ class CheckpointManager:
                 if f_view is not None:
                     f_view.result()
             v = self._views.get(run_id)
-            try:
-                msgs, ls = self.repo.load_with_state(m, v.head_segs if v is not None and v.head_segs else None)
-            except NotFoundError:
-                v = self._load_view(run_id)
-                msgs, ls = self.repo.load_with_state(m, v.head_segs or None)
+            segs = v.head_segs if v is not None and v.head_segs else None
+            for attempt in range(self.READ_RETRIES):
+                try:
+                    msgs, ls = self.repo.load_with_state(m, segs)
+                    break
+                except NotFoundError:
+                    if attempt == self.READ_RETRIES - 1:
+                        raise
+                    segs = self._load_view(run_id).head_segs or None
             v = self._views.get(run_id)
             if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
                 v.list_state = ls
