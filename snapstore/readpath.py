@@ -195,7 +195,7 @@ class ReadPath:
         with self._lock:
             missing = [p for p in packs if p not in self._cache and not self._fwd.get(p)]
         for p in missing:
-            if p in self.forward_hints(load=False):
+            if p in hints:
                 continue
             try:
                 self.get_pack(p)
@@ -225,9 +225,6 @@ class ReadPath:
         for sg in segs:
             add(sg.pack, 0)
         return list(dict.fromkeys(out))
-
-    def _located(self, etype: int, eid: bytes) -> bool:
-        return (etype, eid) in self._where
 
     def _packs_for(self, items) -> list:
         """Hinted packs still to fetch for ``(type, id, hinted pack)`` items (entries already found

@@ -7,8 +7,8 @@ pack; a level-L segment (a *tier pack*) is a copy of ``fanout`` level-(L-1) segm
 pack. Appending a segment works like a counter in base ``fanout``: when the last ``fanout``
 segments have the same level they merge into one of the next level (cascading), so a run of n
 saves has at most ``(fanout - 1) * (log_fanout(n) + 1)`` segments and each byte is rewritten about
-``log_fanout(n)`` times. Segments inherited from another run (a fork) are *foreign*: they form a
-prefix that this run's writers never merge or delete.
+``log_fanout(n)`` times. A *foreign* segment (another run's pack) is read but never merged or
+deleted by this run's writers; writers of this version list none (a fork copies what it needs).
 
 Pure functions; no I/O.
 """
@@ -25,15 +25,15 @@ MAX_SEGS = 512
 
 MAX_LEVEL = 35
 MAX_OPEN_SEGS = 48
-"""A writer whose segment list would grow beyond this (forks of forks each add a foreign prefix)
-merges the whole list into one segment."""
+"""A writer whose segment list would grow beyond this (foreign segments do not merge) merges the
+whole list into one segment."""
 _LEVELS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 @dataclass(frozen=True, slots=True)
 class Seg:
     """One segment: ``pack`` (8-byte pack id), ``level`` (0 = a per-save pack), ``foreign``
-    (inherited from another run by a fork: never merged or deleted by this run's writers)."""
+    (another run's pack: never merged or deleted by this run's writers)."""
 
     pack: bytes
     level: int
@@ -154,8 +154,3 @@ def plan_append(segs: list[Seg], new_pack: bytes | None, fanout: int) -> MergePl
     if not merged:
         return MergePlan(out, [], 0, -1)
     return MergePlan(out, inputs, level, len(out) - 1)
-
-
-def fork_segs(segs: list[Seg]) -> list[Seg]:
-    """The segment list a fork starts with: the source's segments, all marked foreign."""
-    return [Seg(s.pack, s.level, True) for s in segs]
