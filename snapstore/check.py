@@ -21,7 +21,7 @@ from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
-from .runlog import _check as _copy_check, choose_logsegs
+from .runlog import choose_logsegs, copies_from_logseg
 
 
 @dataclass
@@ -186,20 +186,9 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         kind, rk, k, cover = task
         if kind == "m":
             return [manifest(rk, k)]
-        try:
-            recs = decode_logseg(k, repo.store.get(k))
-        except SnapstoreError:
-            recs = []
-        out, got = [], set()
-        for sq, data in recs:
-            if sq in cover:
-                try:
-                    m = _copy_check(repo, rk, sq, data, k, light)
-                except SnapstoreError:
-                    continue  # read the manifest itself below
-                out.append((rk, keys.manifest_key(rk, sq), m, None))
-                got.add(sq)
-        out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(cover - got, reverse=True))
+        got, rest = copies_from_logseg(repo, rk, k, cover, light)
+        out = [(rk, keys.manifest_key(rk, sq), m, None) for sq, m in got.items()]
+        out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(rest, reverse=True))
         return out
     pool = repo._pool_get()
     results = [r for rs in (pool.map(one, tasks) if len(tasks) > 1 else map(one, tasks)) for r in rs]

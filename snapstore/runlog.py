@@ -89,12 +89,39 @@ def _check(repo: Repository, run_key: str, seq: int, data: bytes, where: str, li
     return m
 
 
+def copies_from_logseg(repo: Repository, run_key: str, key: str, cover: set,
+                       light: bool = False) -> tuple[dict[int, Manifest], set]:
+    """Read log segment ``key`` and take the copies of the positions in ``cover``.
+
+    Each copy is decoded and checked against its position like the manifest itself
+    (:func:`_check`). Nothing here raises: a segment that is missing, unreadable or could not be
+    fetched, and a copy that is absent, corrupt or misplaced, leave their positions to be read from
+    the manifests themselves (so that errors name the manifest). A log segment is a copy.
+
+    Returns:
+        ``({seq: Manifest}, positions of ``cover`` still to read)``.
+    """
+    try:
+        recs = decode_logseg(key, repo.store.get(key))
+    except SnapstoreError:
+        return {}, set(cover)
+    got: dict[int, Manifest] = {}
+    for s, data in recs:
+        if s in cover:
+            try:
+                got[s] = _check(repo, run_key, s, data, key, light)
+            except IntegrityError:
+                continue
+    return got, set(cover) - set(got)
+
+
 def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = None) -> dict[int, Manifest]:
     """Read the manifests at positions ``seqs`` of the run, from log segments where they cover them.
 
     Segments are chosen largest first; one parallel wave GETs them and the manifests no segment
-    covers. A segment that is missing or corrupt is replaced by GETs of the manifests it would have
-    given (a second wave). A position whose manifest is gone (deleted meanwhile) is left out.
+    covers. What a segment does not give (see :func:`copies_from_logseg`) is read from the
+    manifests themselves (a second wave). A position whose manifest is gone (deleted meanwhile) is
+    left out.
 
     Args:
         repo: the repository.
@@ -104,21 +131,13 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
     Returns:
         ``{seq: Manifest}``.
     Raises:
-        IntegrityError: a manifest (or its copy) is corrupt or misplaced.
+        IntegrityError: a manifest is corrupt or misplaced.
         StoreError: the store failed.
     """
     if logsegs is None:
         logsegs = list_logsegs(repo, run_key)
     chosen, left = choose_logsegs(seqs, logsegs)
     out: dict[int, Manifest] = {}
-
-    def seg(item):
-        key, cover = item
-        try:
-            recs = decode_logseg(key, repo.store.get(key))
-        except (ObjectNotFound, IntegrityError):
-            return key, cover, None
-        return key, cover, recs
 
     def one(s):
         try:
@@ -127,20 +146,13 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
             return s, None
 
     pool = repo._pool_get()
-    seg_futs = [pool.submit(seg, c) for c in chosen]
+    seg_futs = [pool.submit(copies_from_logseg, repo, run_key, key, cover) for key, cover in chosen]
     man_futs = [pool.submit(one, s) for s in sorted(left, reverse=True)]
     retry: set = set()
     for f in seg_futs:
-        key, cover, recs = f.result()
-        if recs is None:
-            retry |= cover
-            continue
-        got = set()
-        for s, data in recs:
-            if s in cover:
-                out[s] = _check(repo, run_key, s, data, key)
-                got.add(s)
-        retry |= cover - got  # written after the segment (cannot happen) or missing from it
+        got, rest = f.result()
+        out.update(got)
+        retry |= rest
     for f in man_futs:
         s, m = f.result()
         if m is not None:

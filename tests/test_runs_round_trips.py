@@ -55,21 +55,21 @@ def build_repo() -> tuple[MemoryStore, list[str]]:
         run = f"a very long run id that does not fit in a key segment, number {i} " + "x" * 40
         mgr.save(run, [{"role": "user", "content": "hi"}])
         listed.append(run)
-    for i in range(N_ROLLED):
-        run = f"rolled-{i}"
+    def rolled_back(run):  # two checkpoints, then back to the first
         first = mgr.save(run, [{"role": "user", "content": "a"}])
         mgr.save(run, [{"role": "user", "content": "b"}])
         mgr.rollback(run, first)
-        listed.append(run)
+
+    for i in range(N_ROLLED):
+        rolled_back(f"rolled-{i}")
+        listed.append(f"rolled-{i}")
     for i in range(N_DELETED):
         run = f"deleted-{i}"
         mgr.save(run, [{"role": "user", "content": "gone"}])
         mgr.delete(run)
     for i in range(N_EMPTY_ROLLBACK):
         run = f"empty-rollback-{i}"
-        first = mgr.save(run, [{"role": "user", "content": "a"}])
-        mgr.save(run, [{"role": "user", "content": "b"}])
-        mgr.rollback(run, first)
+        rolled_back(run)
         # an interrupted delete of the target: the rollback now resolves to nothing
         mem.delete_many([keys.manifest_key(mgr.repo.run_key(run), 0)])
     assert sum(k.startswith("runs/h") for k in mem.raw() if "/m/" in k) == N_HASHED
