@@ -123,7 +123,7 @@ FORK_LEVEL = 20
 so the copy stays the fork's first segment."""
 
 
-def needed_entries(repo: Repository, m) -> list[tuple[int, bytes]]:
+def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
     """Every entry checkpoint ``m`` needs, as ``(type, id, hinted pack)``, in list order: its
     state and upper entry, every tree node, every message (chunk or pieces list plus pieces) and
     its session-state blob. Reads what it has to (the caller prefetches the segments).
