@@ -427,9 +427,10 @@ class CheckpointManager:
             repo.prefetch_segments(v.head_segs or pm.segment_list())
             ls = repo.list_state(pm)
         prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
-                                 pm.session_state_ref if pm else None)
+                                 pm.session_state_ref if pm else None, pm.session_state_tree if pm else None)
+        ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
-                       prep.session_state_ref[0] if prep.session_state_ref else None, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
+                       ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1
         if prep.pack_id is not None:
             repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
@@ -445,6 +446,7 @@ class CheckpointManager:
                 repo.remember_pack(*tier)
         m.session_state = prep.session_state_inline
         m.session_state_ref = prep.session_state_ref
+        m.session_state_tree = prep.session_state_tree
         m.has_session_state = prep.has_session_state
         m.count, m.size = prep.state.count, prep.state.size
         m.digest = prep.state.digest_hex()
@@ -1088,7 +1090,7 @@ class CheckpointManager:
         src_segs = _carried_segs(self.repo.head(rk)) or src.segment_list()
         self.repo.prefetch_segments(src_segs)
         copy = None
-        if self.repo.config.seg_fanout and (src.state or src.session_state_ref):
+        if self.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
             copy = fork_copy(self.repo, src)
         with self._run_lock(new_run_id):
             nrk = self._rk(new_run_id)
@@ -1099,7 +1101,8 @@ class CheckpointManager:
             m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
                          created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
                          fields=dict(src.fields), session_state=src.session_state,
-                         session_state_ref=src.session_state_ref, has_session_state=src.has_session_state,
+                         session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
+                         has_session_state=src.has_session_state,
                          count=src.count, size=src.size, digest=src.digest, state=src.state,
                          origin={"run": run_id, "id": checkpoint_id},
                          segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if self.repo.config.seg_fanout else None)

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from .format.codec import encode_json
 from .format import keys
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
@@ -390,10 +391,29 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             by_run[m.run_id].append(m)
     segs_by_run = segs_by_run or {}
 
+    def walk_value(tree):
+        # a session-state value tree (docs/format.md §5a): its spine, upper entry, nodes and pieces
+        key = ("v", tree.spine, tree.pack)
+        if key in seen_states:
+            return
+        seen_states.add(key)
+        reach.need(repo, tree.pack, T_VALUE, tree.spine)
+        try:
+            spine = repo.read_state(tree.spine, tree.pack, T_VALUE)
+        except SnapstoreError as e:
+            fail(code_of(e), keys.pack_key(tree.pack), e)
+            return
+        if spine.upper:
+            reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
+        for level, r in spine.top_down():
+            visit_ref(r, level)
+
     def walk(m):
         if m.session_state_ref:
             sid, pack, size, flags = m.session_state_ref
             visit_ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)), 0)
+        if m.session_state_tree is not None:
+            walk_value(m.session_state_tree)
         if not m.state:
             return
         sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
@@ -711,6 +731,18 @@ def estimate_cost(stored_bytes: int, requests: dict, prices: dict | None = None)
             "requests": sum(n * p.get(k, 0.0) for k, n in requests.items())}
 
 
+def session_state_bytes(m: Manifest) -> int:
+    """Bytes of checkpoint ``m``'s session state as exact JSON (0 without one): the size its value
+    tree or chunk records, or the length of the inline value's encoding."""
+    if m.session_state_tree is not None:
+        return m.session_state_tree.size
+    if m.session_state_ref:
+        return int(m.session_state_ref[2])
+    if m.has_session_state:
+        return len(encode_json(m.session_state)[0])
+    return 0
+
+
 def stats(repo: Repository, prices: dict | None = None) -> dict:
     """Repository statistics.
 
@@ -718,8 +750,9 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         repo: the repository.
         prices: price overrides for the cost estimate (see :func:`estimate_cost`).
     Returns:
-        dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (sum of message JSON bytes
-        over live checkpoints: the cost of storing every checkpoint whole), ``stored_bytes`` (all
+        dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (the JSON bytes of every
+        live checkpoint's messages and session state: the cost of storing every checkpoint whole;
+        ``message_bytes`` and ``session_state_bytes`` are its two parts), ``stored_bytes`` (all
         objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
         ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
         Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
@@ -753,8 +786,11 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         total += info.size
     logs = read_all_runs(repo, keys_by_run)
     live = [m for log in logs.values() for m in log.live]
-    logical = sum(m.size for m in live)
+    message_bytes = sum(m.size for m in live)
+    state_bytes = sum(session_state_bytes(m) for m in live)
+    logical = message_bytes + state_bytes
     return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
-            "logical_bytes": logical, "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
+            "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
+            "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
             "objects": dict(cats), "requests": repo.store.stats.as_dict(),
             "cost": estimate_cost(total, repo.store.stats.counts, prices)}

@@ -961,6 +961,8 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
     ratio = st.get("ratio")
     pairs = [("runs", str(st.get("runs", 0))), ("checkpoints", str(st.get("checkpoints", 0))),
              ("logical size", f"{human_size(logical)} ({logical} bytes)"),
+             *([("  session state", f"{human_size(int(st['session_state_bytes']))} of it")]
+               if st.get("session_state_bytes") else []),
              ("stored size", f"{human_size(stored)} ({stored} bytes)"),
              ("ratio", f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "-")]
     width = max(len(k) for k in [k for k, _ in pairs] + ["cost estimate"]) + 1

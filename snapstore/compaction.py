@@ -126,12 +126,13 @@ so the copy stays the fork's first segment."""
 def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
     """Every entry checkpoint ``m`` needs, as ``(type, id, hinted pack)``, in list order: its
     state and upper entry, every tree node, every message (chunk or pieces list plus pieces) and
-    its session-state blob. Reads what it has to (the caller prefetches the segments).
+    its session state (the blob of an earlier version, or the value tree: spine, upper entry,
+    nodes, pieces). Reads what it has to (the caller prefetches the segments).
 
     Raises:
         IntegrityError / ObjectNotFound: something the checkpoint needs is unreadable.
     """
-    from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER
+    from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
     from .format.tree import FLAG_PIECES, Ref, decode_pieces
     out: list = []
 
@@ -157,6 +158,15 @@ def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
     if m.session_state_ref:
         sid, pack, size, flags = m.session_state_ref
         ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
+    if m.session_state_tree is not None:
+        tree = m.session_state_tree
+        out.append((T_VALUE, tree.spine, tree.pack))
+        vnodes: dict = {}
+        vspine, pieces = repo.value_refs(tree, vnodes)
+        if vspine.upper:
+            out.append((T_UPPER, vspine.upper[0], vspine.upper[1]))
+        out.extend((T_NODE, nid, pk) for nid, pk in vnodes.items())
+        out.extend((T_CHUNK, r.id, r.pack) for r in pieces)
     return out
 
 

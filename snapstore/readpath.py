@@ -26,9 +26,10 @@ from .format import keys
 from .format.codec import decode_json
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, Pack
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
-from .writepath import RECENT_RAW_KEEP, ListState, _json_digest
+from .format.valuetree import READ_PIECE_MAX, ValueTree
+from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
 
 
 class _ReadCtx:
@@ -490,13 +491,18 @@ class ReadPath:
     # ------------------------------------------------------------------------------------------
     # tree reading
 
-    def read_state(self, state_id: bytes, pack_id: bytes) -> Spine:
-        """Read and decode a spine (state entry plus its upper entry). Raises IntegrityError/ObjectNotFound."""
-        raw = self._entry(T_STATE, state_id, pack_id)
+    def read_state(self, state_id: bytes, pack_id: bytes, etype: int = T_STATE) -> Spine:
+        """Read and decode a spine (state entry plus its upper entry). Raises IntegrityError/ObjectNotFound.
+
+        ``etype``: :data:`T_STATE` for a message list's spine, :data:`T_VALUE` for the spine of a
+        session-state value tree (same layout, docs/format.md §5a).
+        """
+        raw = self._entry(etype, state_id, pack_id)
         try:
             run0, upper = Spine.decode_state(raw)
         except (ValueError, IndexError) as e:
-            raise IntegrityError(keys.pack_key(pack_id), f"malformed state {state_id.hex()}: {e}") from None
+            what = "state" if etype == T_STATE else "value spine"
+            raise IntegrityError(keys.pack_key(pack_id), f"malformed {what} {state_id.hex()}: {e}") from None
         levels = [run0]
         if upper is not None:
             uraw = self._entry(T_UPPER, upper[0], upper[1])
@@ -655,7 +661,7 @@ class ReadPath:
         if segs is None:
             segs = m.segment_list()
         if not m.state:
-            if m.session_state_ref:
+            if m.session_state_ref or m.session_state_tree:
                 self.prefetch_segments(segs)
             return [], self.list_state(None)
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
@@ -683,8 +689,69 @@ class ReadPath:
         """Return the message list of checkpoint manifest ``m`` (exactly as saved)."""
         return self.load_with_state(m)[0]
 
+    def value_refs(self, tree: ValueTree, nodes: dict | None = None) -> tuple[Spine, list[Ref]]:
+        """Read a session-state value tree's spine and expand it: ``(spine, piece refs in order)``.
+
+        ``nodes``, if given, records every node read (node id -> pack id). Checks that the pieces'
+        sizes add up to ``tree.size`` and that none is longer than READ_PIECE_MAX before anything
+        is fetched, so a damaged tree cannot make a reader allocate more than the manifest says.
+
+        Raises:
+            IntegrityError: a malformed spine or node, or sizes that do not match (names the pack).
+            ObjectNotFound: an entry is nowhere to be found.
+        """
+        spine = self.read_state(tree.spine, tree.pack, T_VALUE)
+        refs = self.expand(spine, nodes)
+        total = 0
+        for r in refs:
+            if r.flags or r.size > READ_PIECE_MAX or r.size == 0:
+                raise IntegrityError(keys.pack_key(tree.pack), f"value spine {tree.spine.hex()}: piece {r.id.hex()} "
+                                     f"has flags {r.flags} and size {r.size} (pieces are plain, 1 to {READ_PIECE_MAX} bytes)")
+            total += r.size
+        if total != tree.size:
+            raise IntegrityError(keys.pack_key(tree.pack), f"value spine {tree.spine.hex()}: pieces hold {total} bytes, "
+                                 f"the manifest says {tree.size}")
+        return spine, refs
+
+    def value_known(self, tree: ValueTree) -> ValueKnown:
+        """What a writer needs to dedup a new session state against stored value tree ``tree``
+        (its pieces and sealed nodes, with their pack hints); reads the tree (not the pieces)."""
+        nodes: dict = {}
+        spine, refs = self.value_refs(tree, nodes)
+        return ValueKnown(tree, {r.id: r for r in refs}, nodes, spine.upper)
+
+    def read_value(self, tree: ValueTree) -> bytes:
+        """Return a session-state value tree's exact JSON bytes, verified piece by piece and as a
+        whole against ``tree.id``. Raises IntegrityError (naming the pack) / ObjectNotFound."""
+        _, refs = self.value_refs(tree)
+        self.prefetch(self._packs_for((T_CHUNK, r.id, r.pack) for r in refs))
+        out = bytearray()
+        for r in refs:
+            piece = self._entry(T_CHUNK, r.id, r.pack)
+            if len(piece) != r.size:
+                raise IntegrityError(keys.pack_key(r.pack), f"piece {r.id.hex()} is {len(piece)} bytes, its ref says {r.size}")
+            out += piece
+        raw = bytes(out)
+        if self.hasher.content_id(raw) != tree.id:
+            raise IntegrityError(keys.pack_key(tree.pack), f"session state {tree.id.hex()} (value spine "
+                                 f"{tree.spine.hex()}) does not match its content id")
+        return raw
+
     def load_session_state(self, m: Manifest):
-        """Return the checkpoint's session state (inline or from its chunk), or None."""
+        """Return the checkpoint's session state (inline, from its value tree, or from the chunk
+        an earlier version wrote), or None.
+
+        Raises:
+            IntegrityError: the stored state is damaged (the error names the object).
+            ObjectNotFound: part of it is gone.
+        """
+        if m.session_state_tree is not None:
+            tree = m.session_state_tree
+            raw = self.read_value(tree)
+            try:
+                return decode_json(raw, bool(tree.flags & FLAG_EXACT))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise IntegrityError(keys.pack_key(tree.pack), f"session state {tree.id.hex()} is not JSON: {e}") from None
         if m.session_state_ref is None:
             return m.session_state
         sid, pack, size, flags = m.session_state_ref

@@ -20,11 +20,30 @@ from .errors import InvalidInputError
 from .format.codec import _ORJSON_OPTS, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher
 from .format.manifest import KIND_CHECKPOINT, Manifest
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, DictSpec, PackBuilder
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces
+from .format.valuetree import ValueTree, split_value
 
 RECENT_RAW_KEEP = 4
 """Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
+
+
+@dataclass
+class ValueKnown:
+    """What a writer knows about one stored session-state value tree (docs/format.md §5a): the
+    tree itself and the entries it references, which the next save may reuse (dedup).
+
+    Attributes:
+        tree: the manifest field (:class:`~snapstore.format.valuetree.ValueTree`).
+        pieces: piece id -> level-0 Ref (pack hint) of every piece of the value.
+        nodes: node id -> pack id of every sealed node of the value's tree.
+        upper: ``(upper id, pack id)`` of the spine's upper entry, or None.
+    """
+
+    tree: ValueTree
+    pieces: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
+    upper: tuple | None = None
 
 
 @dataclass
@@ -44,6 +63,8 @@ class ListState:
         known: chunk id -> Ref, for dedup within the run.
         known_pieces: piece id -> Ref.
         nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
+        value: the session-state value tree of the same checkpoint, when it has one and the
+            writer read or wrote it (:class:`ValueKnown`), else None.
     """
 
     spine: Spine
@@ -59,6 +80,7 @@ class ListState:
     known_pieces: dict = field(default_factory=dict)
     nodes: dict = field(default_factory=dict)
     digest_hex_value: str | None = None
+    value: ValueKnown | None = None
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -96,6 +118,7 @@ class PreparedSave:
     new_chunks: int
     new_bytes: int
     raw_blocks: dict = field(default_factory=dict)
+    session_state_tree: ValueTree | None = None
 
 
 class WritePath:
@@ -110,14 +133,20 @@ class WritePath:
         return encode_json(msg)
 
     def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
-                     has_session_state: bool = False, parent_state_ref: list | None = None) -> PreparedSave:
+                     has_session_state: bool = False, parent_state_ref: list | None = None,
+                     parent_state_tree: ValueTree | None = None) -> PreparedSave:
         """Build the pack for a new checkpoint whose list is ``messages`` (nothing is written).
 
         Args:
             parent: the writer's knowledge of the parent list (None: no parent).
             messages: the new checkpoint's full message list (JSON values).
             session_state: the session state value (used when ``has_session_state``).
-            parent_state_ref: the parent's ``session_state_ref`` (reused when unchanged).
+            parent_state_ref: the parent's ``session_state_ref`` (older layout; unused since states
+                are written as value trees, kept for callers).
+            parent_state_tree: the parent's ``session_state_tree``: a new state larger than
+                ``inline_state_max`` reuses the pieces and nodes of that tree (and only that
+                tree's: GC safety, docs/format.md §13), read through the read path if
+                ``parent.value`` does not already describe it.
         Raises:
             InvalidMessageError: a message or the state is not an exact JSON value.
         Returns:
@@ -253,22 +282,21 @@ class WritePath:
         if first_new is not None and first_new > 0 and cfg.dict_bytes > 0:
             self._set_dictionary(pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, first_new)
 
-        # 5. session state
+        # 5. session state: inline when small, else a value tree deduplicated against the parent's
         ss_ref = None
         ss_inline = None
+        ss_tree = None
+        value = None
         if has_session_state:
             validate(session_state, "session_state")
             raw, exact = encode_json(session_state)
             if len(raw) > cfg.inline_state_max:
-                sid = hasher.content_id(raw)
-                fl = FLAG_EXACT if exact else 0
-                if parent_state_ref and parent_state_ref[0] == sid.hex():
-                    ss_ref = parent_state_ref
-                else:
-                    # not added to known_pieces: a later save must never dedup against data that only
-                    # an older checkpoint's session state keeps alive (it may be pruned and collected)
-                    r = self._store_blob(pb, sid, raw, fl, {})
-                    ss_ref = [sid.hex(), r.pack.hex(), len(raw), r.flags]
+                vknown = None
+                if parent_state_tree is not None:
+                    vknown = parent.value if (parent.value is not None and parent.value.tree == parent_state_tree) \
+                        else self.value_known(parent_state_tree)
+                value = self._store_value(pb, session_state, raw, exact, vknown)
+                ss_tree = value.tree
             else:
                 ss_inline = session_state
 
@@ -316,12 +344,62 @@ class WritePath:
             known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
-                       known_pieces=known_pieces, nodes=new_nodes)
+                       known_pieces=known_pieces, nodes=new_nodes, value=value)
         if pb.empty:
-            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0)
+            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
+                                session_state_tree=ss_tree)
         data, sizes = pb.build()
         return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes,
-                            pb.raw_blocks)
+                            pb.raw_blocks, ss_tree)
+
+    def _store_value(self, pb: PackBuilder, value, raw: bytes, exact: bool, known: ValueKnown | None) -> ValueKnown:
+        """Add what is new of a session-state value tree to the pack (docs/format.md §5a).
+
+        The value's exact JSON ``raw`` is cut into pieces (:func:`split_value`); pieces and sealed
+        nodes that ``known`` (the parent's tree) holds are referenced where they are, the others
+        are added to ``pb``, with the value spine entry (and the upper entry when it changed).
+        An unchanged value (same content id as ``known``) adds nothing.
+
+        Returns:
+            ValueKnown describing the new tree.
+        """
+        hasher = self.hasher
+        sid = hasher.content_id(raw)
+        flags = FLAG_EXACT if exact else 0
+        if known is not None and known.tree.id == sid and known.tree.size == len(raw) and known.tree.flags == flags:
+            return known
+        old_pieces = known.pieces if known is not None else {}
+        old_nodes = known.nodes if known is not None else {}
+        pieces: dict = {}
+        nodes: dict = {}
+        spine = Spine(self.params, upper=known.upper if known is not None else None)
+
+        def seal(nid: bytes, data: bytes) -> bytes:
+            pack = nodes.get(nid) or old_nodes.get(nid)
+            if pack is None:
+                pb.add(T_NODE, nid, data)
+                pack = pb.pack_id
+            nodes[nid] = pack
+            return pack
+
+        for piece in split_value(value, raw, exact):
+            pid = hasher.content_id(piece)
+            r = pieces.get(pid) or old_pieces.get(pid)
+            if r is None:
+                pb.add(T_CHUNK, pid, piece)
+                r = Ref(pid, len(piece), 1, 0, pb.pack_id)
+            pieces[pid] = r
+            spine.append(r, seal, hasher.content_id)
+
+        def seal_upper(uid: bytes, data: bytes) -> bytes:
+            pb.add(T_UPPER, uid, data)
+            return pb.pack_id
+        vbytes = spine.encode_state(seal_upper, hasher.content_id)
+        vid = hasher.content_id(vbytes)
+        pb.add(T_VALUE, vid, vbytes)
+        # the nodes still open in the spine are not sealed; what the next save may reuse is what
+        # this tree references: its pieces and sealed nodes (and the upper entry)
+        return ValueKnown(ValueTree(sid, len(raw), flags, vid, pb.pack_id), pieces, nodes, spine.upper)
 
     def _window(self, messages, n_old, ids, raws, flags, parent) -> None:
         """Encode the last messages before ``n_old`` (about a dictionary's worth) for the dictionary."""

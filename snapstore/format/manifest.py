@@ -15,6 +15,7 @@ import zstandard
 from ..errors import IntegrityError, RepositoryError, UnsupportedFormatError
 from .codec import dumps_exact, loads_exact, open_envelope, seal_envelope
 from .segs import decode_segs, encode_segs
+from .valuetree import ValueTree
 
 MANIFEST_MAGIC = b"SNMF"
 INDEX_MAGIC = b"SNIX"
@@ -23,6 +24,13 @@ FORWARD_MAGIC = b"SNFW"
 FORMAT_VERSION = 2
 """Newest format this code reads and the one it writes (2: segment lists, docs/format.md §7a).
 Format 1 objects are read as they are."""
+
+MANIFEST_VERSION_VALUE_TREE = 3
+"""Envelope version of a manifest whose session state is a value tree (``session_state_tree``,
+docs/format.md §5a): a reader that does not know value trees refuses the record instead of
+returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_VALUE_TREE
+"""Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
 KIND_ROLLBACK = "rollback"
@@ -66,7 +74,10 @@ class Manifest:
         checkpoint_id / parent_id: the checkpoint's id and its parent's (None for the first).
         fields: user fields (step, agent_id, status, token_usage, metrics, metadata).
         session_state: inline session state (when small), else None.
-        session_state_ref: ``[id hex, pack hex, size, flags]`` of a large session state, else None.
+        session_state_ref: ``[id hex, pack hex, size, flags]`` of a large session state stored as one
+            chunk or pieces entry (written by earlier versions; read, never written), else None.
+        session_state_tree: a large session state stored as a value tree
+            (:class:`~snapstore.format.valuetree.ValueTree`, docs/format.md §5a), else None.
         has_session_state: whether a session state was given at all.
         count / size: messages in the list and their uncompressed JSON bytes.
         digest: hex keyed blake3 of the concatenated message ids (prefix checks without reading).
@@ -88,6 +99,7 @@ class Manifest:
     fields: dict = field(default_factory=dict)
     session_state: object = None
     session_state_ref: list | None = None
+    session_state_tree: ValueTree | None = None
     has_session_state: bool = False
     count: int = 0
     size: int = 0
@@ -120,7 +132,9 @@ class Manifest:
             for k in USER_FIELDS:
                 if self.fields.get(k) is not None:
                     d[k] = self.fields[k]
-            if self.session_state_ref is not None:
+            if self.session_state_tree is not None:
+                d["session_state_tree"] = self.session_state_tree.to_json()
+            elif self.session_state_ref is not None:
                 d["session_state_ref"] = self.session_state_ref
             elif self.has_session_state:
                 d["session_state"] = self.session_state
@@ -132,7 +146,8 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        return seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, body, MANIFEST_DICT_V1)
+        version = MANIFEST_VERSION_VALUE_TREE if "session_state_tree" in d else FORMAT_VERSION
+        return seal_envelope(MANIFEST_MAGIC, version, body, MANIFEST_DICT_V1)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False) -> "Manifest":
@@ -144,8 +159,8 @@ class Manifest:
             UnsupportedFormatError: written by a newer format version.
         """
         version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
-        if version > FORMAT_VERSION:
-            raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {FORMAT_VERSION}")
+        if version > MANIFEST_VERSION_MAX:
+            raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {MANIFEST_VERSION_MAX}")
         try:
             d = loads_exact(body)
             kind = d["kind"]
@@ -156,7 +171,10 @@ class Manifest:
                 m.parent_id = d.get("parent")
                 m.fields = {} if light else {k: d.get(k) for k in USER_FIELDS}
                 m.session_state_ref = d.get("session_state_ref")
-                m.has_session_state = "session_state" in d or m.session_state_ref is not None
+                if "session_state_tree" in d:
+                    m.session_state_tree = ValueTree.from_json(d["session_state_tree"])
+                m.has_session_state = ("session_state" in d or m.session_state_ref is not None
+                                       or m.session_state_tree is not None)
                 m.session_state = None if light else d.get("session_state")
                 msgs = d["messages"]
                 m.count, m.size, m.digest, m.state = msgs["count"], msgs["bytes"], msgs["digest"], msgs["state"]

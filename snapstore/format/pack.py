@@ -21,8 +21,9 @@ Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "P
 Pack ids are 8 random bytes chosen by the writer (the key is ``packs/<2 hex>/<16 hex>``); pack
 contents are verified by the trailing checksum and each entry by its content id.
 
-Entry types: ``c`` chunk (a message's JSON, a CDC piece, or a value blob), ``n`` tree node,
-``s`` spine state, ``u`` upper spine, ``p`` pieces list of a large message. Dictionary: the last
+Entry types: ``c`` chunk (a message's JSON, a CDC piece, a session-state piece, or a value blob),
+``n`` tree node, ``s`` spine state, ``u`` upper spine, ``p`` pieces list of a large message, ``v``
+spine of a session-state value tree. Dictionary: the last
 ``dict_len`` bytes of the concatenated JSON of messages ``[a, b)`` of the list described by the
 state; ``ids_digest`` is the keyed blake3-128 of those messages' concatenated ids, so a reader
 that already holds those messages can use them directly.
@@ -45,7 +46,10 @@ from .ids import ID_BYTES, PACK_ID_BYTES
 MAGIC = b"SNPK"
 VERSION = 1
 T_CHUNK, T_NODE, T_STATE, T_UPPER, T_PIECES = b"c"[0], b"n"[0], b"s"[0], b"u"[0], b"p"[0]
-ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces"}
+T_VALUE = b"v"[0]
+"""Entry type of a session-state value tree's spine (docs/format.md §5a; the layout of ``s``)."""
+ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
+               T_VALUE: "value spine"}
 _TRAILER = struct.Struct("<I16s")
 
 
@@ -87,7 +91,7 @@ class Entry:
 class PackBuilder:
     """Accumulate entries for one pack, then :meth:`build` its bytes.
 
-    Entries go into two blocks: block 0 (meta: nodes, states, pieces lists; no dictionary) and
+    Entries go into two blocks: block 0 (meta: nodes, states, value spines, pieces lists; no dictionary) and
     block 1 (data: chunks; optionally compressed with a dictionary).
 
     Args:
