@@ -31,7 +31,23 @@ Also reported: write amplification (bytes uploaded by the replay / bytes stored 
 2's tiered compaction rewrites each byte about log4(saves) times) and disk usage (``du``: file
 system blocks, beside the object bytes).
 
-Exit status: 0 if every restore matched and both targets are met, 1 otherwise.
+Session-state workloads (``--state-only`` runs just these, ``--no-state`` skips them; see
+docs/format.md §5a):
+
+* **one key**: ``--state-saves`` (300) saves of a 400 KB state (a base64 image of 300,000 random
+  bytes, a few small keys, a step counter that changes at every save); reports the bytes stored per
+  save after the first (target: at most 4,000) and what a save uploads (tier merges included);
+* **whole agent state**: the first conversation of each trajectory file saved twice into fresh
+  repositories, as messages and as ``session_state={"messages": history, "step": i}`` (growing
+  every step, no messages); target: stored(state) <= 1.5 x stored(messages) for every file;
+* **read amplification**: for both, a cold ``latest()`` (fresh manager) reads what it GETs, the
+  config left out, against the checkpoint's own compressed bytes (every object but the config of a
+  fresh repository holding only that checkpoint); target: at most 2x;
+* **rewritten key** (no target, it shows the known limit): one 50 KB key rewritten whole at each of
+  100 saves: every version stays restorable and lives in the run's segments, which a cold read
+  fetches whole.
+
+Exit status: 0 if every restore matched and every target is met, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -382,6 +398,212 @@ def print_report(results: list[dict], skipped: list, env: dict, full_check: bool
             "restore_failures": restore_bad, "totals": tot}
 
 
+# ------------------------------------------------------------------------------------------------
+# session-state workloads (docs/format.md §5a)
+
+STATE_PER_SAVE_MAX = 4000
+"""Target: bytes per save of a 400 KB state with one key changing per save."""
+STATE_VS_MESSAGES_MAX = 1.5
+"""Target: a whole agent state kept in ``session_state`` stores within this factor of the same
+content saved as messages."""
+READ_AMP_MAX = 2.0
+"""Target: a cold ``latest()`` reads at most this factor of its own compressed bytes."""
+
+
+def _stored(store) -> int:
+    return sum(i.size for i in store.list(""))
+
+
+def _own_bytes(messages: list, state) -> int:
+    """The compressed size of one checkpoint on its own: every object of a fresh repository holding
+    only it, without ``config`` (its pack(s) and manifest)."""
+    from snapstore.stores.memory import MemoryStore
+    store = MemoryStore()
+    mgr = CheckpointManager(store)
+    mgr.save("own", messages, session_state=state)
+    mgr.close()
+    return sum(i.size for i in store.list("") if i.key != keys.CONFIG)
+
+
+def cold_latest_read(root, run_id: str, messages: list, state) -> dict:
+    """Read the latest checkpoint of ``run_id`` with a fresh manager (new process state: no cache)
+    and compare the bytes it GETs (``config`` left out) with the checkpoint's own compressed bytes
+    (:func:`_own_bytes`). Raises AssertionError if what it reads differs from what was saved."""
+    cfg = next(i.size for i in LocalStore(root, fsync=False).list(keys.CONFIG) if i.key == keys.CONFIG)
+    store = LocalStore(root, fsync=False)
+    reader = CheckpointManager(store, create=False)
+    base = store.stats.snapshot()
+    cp = reader.latest(run_id)  # opens the repository too (one GET of the config)
+    used = store.stats.since(base)
+    reader.close()
+    assert cp is not None and _same(cp.messages, messages) and _same(cp.session_state, state), "restore mismatch"
+    own = _own_bytes(messages, state)
+    read = used.bytes_down - cfg
+    return {"read_bytes": read, "own_bytes": own, "read_amplification": read / own if own else None,
+            "requests": dict(used.counts)}
+
+
+def one_key_states(saves: int, image_bytes: int = 300_000, seed: int = 7):
+    """The states of the one-key workload: a base64 image (``image_bytes`` random bytes, so about
+    4/3 of that as text, incompressible), a few small keys, and a step counter that changes at every
+    save (the only change)."""
+    import base64
+    import random
+    rng = random.Random(seed)
+    img = base64.b64encode(rng.randbytes(image_bytes)).decode()
+    for i in range(saves):
+        yield {"cwd": "/repo", "image": img, "model": "gpt-4o", "step": i, "todo": ["read the file", "fix the bug"]}
+
+
+def run_state_one_key(workdir: Path, saves: int = 300, image_bytes: int = 300_000) -> dict:
+    """Save ``saves`` checkpoints of :func:`one_key_states` (two small messages each) into a fresh
+    local repository (fsync off); return the bytes stored per save after the first (the target is
+    :data:`STATE_PER_SAVE_MAX`), what the first save stored, bytes uploaded per save, and the cold
+    ``latest()`` read (:func:`cold_latest_read`)."""
+    root = workdir / "state-one-key.repo"
+    store = LocalStore(root, fsync=False)
+    mgr = CheckpointManager(store)
+    msgs = [{"role": "user", "content": "Look at the screenshot and continue."}]
+    first = None
+    state = None
+    for i, state in enumerate(one_key_states(saves, image_bytes)):
+        mgr.save("img", msgs, session_state=state)
+        if i == 0:
+            first = _stored(store)
+            up0 = store.stats.bytes_up
+    total = _stored(store)
+    up = store.stats.bytes_up - up0
+    mgr.close()
+    state_bytes = len(json.dumps(state, separators=(",", ":")).encode())
+    out = {"workload": "one key", "saves": saves, "state_bytes": state_bytes, "first_save_bytes": first,
+           "stored_bytes": total, "per_save_bytes": (total - first) / (saves - 1),
+           "uploaded_per_save_bytes": up / (saves - 1),
+           "naive_state_bytes": state_bytes * saves}
+    out.update(cold_latest_read(root, "img", msgs, state))
+    out["pass"] = out["per_save_bytes"] <= STATE_PER_SAVE_MAX
+    return out
+
+
+def run_state_whole_agent(path: Path, workdir: Path, limit: int | None = None) -> dict:
+    """Replay the first conversation of trajectory ``path`` twice into fresh local repositories:
+    once as messages (``save(run, history)``), once as a whole agent state
+    (``save(run, [], session_state={"messages": history, "step": i})``, the state growing every
+    step); compare the bytes stored (target: state / messages <= :data:`STATE_VS_MESSAGES_MAX`)
+    and the cold ``latest()`` reads of both."""
+    _fmt, convs = load_trajectory(path)
+    conv = next(c for c in convs if c.checkpoints)
+    cps = conv.checkpoints[:limit] if limit else conv.checkpoints
+    out = {"workload": "whole agent state", "file": path.name, "checkpoints": len(cps),
+           "history_bytes": len(json.dumps(cps[-1], separators=(",", ":"), ensure_ascii=False).encode()),
+           "rewritten": conversation_lb(cps, _Enc())[1]}
+    for mode in ("messages", "state"):
+        root = workdir / f"{path.name}.{mode}.repo"
+        store = LocalStore(root, fsync=False)
+        mgr = CheckpointManager(store)
+        t = time.perf_counter()
+        for i, cp in enumerate(cps):
+            if mode == "messages":
+                mgr.save("run", cp)
+            else:
+                mgr.save("run", [], session_state={"messages": cp, "step": i})
+        out[f"{mode}_seconds"] = time.perf_counter() - t
+        out[f"{mode}_stored_bytes"] = _stored(store)
+        mgr.close()
+        msgs, st = (cps[-1], None) if mode == "messages" else ([], {"messages": cps[-1], "step": len(cps) - 1})
+        r = cold_latest_read(root, "run", msgs, st)
+        out[f"{mode}_read_bytes"], out[f"{mode}_own_bytes"] = r["read_bytes"], r["own_bytes"]
+        out[f"{mode}_read_amplification"] = r["read_amplification"]
+        shutil.rmtree(root, ignore_errors=True)
+    out["state_over_messages"] = out["state_stored_bytes"] / out["messages_stored_bytes"]
+    out["pass"] = out["state_over_messages"] <= STATE_VS_MESSAGES_MAX
+    return out
+
+
+def run_state_rewritten_key(workdir: Path, saves: int = 100, key_bytes: int = 50_000) -> dict:
+    """The worst case for reads: a state whose one large key (``key_bytes`` of text) is rewritten
+    whole at every save. Every version is kept (every checkpoint stays restorable), so the run's
+    segments hold them all; reports the cold ``latest()`` read against the checkpoint's own bytes."""
+    import random
+    rng = random.Random(3)
+    words = "the a to of and in is that for it file function test error value return code fix".split()
+    root = workdir / "state-rewrite.repo"
+    store = LocalStore(root, fsync=False)
+    mgr = CheckpointManager(store)
+    state = None
+    for i in range(saves):
+        state = {"step": i, "scratchpad": " ".join(rng.choice(words) for _ in range(key_bytes // 5))}
+        mgr.save("pad", [], session_state=state)
+    stored = _stored(store)
+    mgr.close()
+    out = {"workload": "rewritten key", "saves": saves, "key_bytes": key_bytes, "stored_bytes": stored}
+    out.update(cold_latest_read(root, "pad", [], state))
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def run_state_workloads(files: list[Path], workdir: Path, saves: int, t0: float) -> tuple:
+    """Run the three session-state workloads: one key (``saves`` saves), the whole agent state of
+    the first conversation of every file in ``files``, and the rewritten key; returns their results
+    for :func:`print_state_report`."""
+    one = run_state_one_key(workdir, saves=saves)
+    print(f"  [{time.perf_counter() - t0:6.1f}s] session state, one key: {saves} saves", file=sys.stderr, flush=True)
+    whole = []
+    for p in files:
+        try:
+            whole.append(run_state_whole_agent(p, workdir))
+        except (InvalidInputError, StopIteration):
+            continue
+        print(f"  [{time.perf_counter() - t0:6.1f}s] session state, whole agent: {p.name}", file=sys.stderr, flush=True)
+    rewrite = run_state_rewritten_key(workdir)
+    return one, whole, rewrite
+
+
+def print_state_report(one: dict, whole: list[dict], rewrite: dict | None) -> dict:
+    print("session-state workloads (docs/format.md §5a; LocalStore, fsync off; sizes in kB)")
+    print(f"  one key: a {_kb(one['state_bytes'])} kB state (base64 image, a step counter that changes), "
+          f"{one['saves']} saves: first save {_kb(one['first_save_bytes'])} kB, then "
+          f"{one['per_save_bytes']:.0f} bytes per save (target <= {STATE_PER_SAVE_MAX})   "
+          f"{'PASS' if one['pass'] else 'FAIL'}")
+    print(f"           stored {_kb(one['stored_bytes'])} kB for {_kb(one['naive_state_bytes'])} kB of states; "
+          f"uploaded {one['uploaded_per_save_bytes']:.0f} bytes per save (tier merges included); cold latest() "
+          f"read {_kb(one['read_bytes'])} kB = {one['read_amplification']:.2f}x its own {_kb(one['own_bytes'])} kB")
+    if whole:
+        print("  whole agent state: the first conversation of each file kept in session_state "
+              "({'messages': history, 'step': i}) vs the same histories saved as messages")
+        hdr = (f"    {'file':<45} {'ckpts':>5} {'history':>8} {'as msgs':>8} {'as state':>8} {'st/msg':>6} "
+               f"{'read amp msgs':>13} {'read amp state':>14}")
+        print(hdr)
+        for r in whole:
+            print(f"    {r['file'] + (' (rw)' if r['rewritten'] else ''):<45} {r['checkpoints']:>5} {_kb(r['history_bytes']):>8} "
+                  f"{_kb(r['messages_stored_bytes']):>8} {_kb(r['state_stored_bytes']):>8} "
+                  f"{r['state_over_messages']:>6.2f} {r['messages_read_amplification']:>13.2f} "
+                  f"{r['state_read_amplification']:>14.2f}")
+        tm = sum(r["messages_stored_bytes"] for r in whole)
+        ts = sum(r["state_stored_bytes"] for r in whole)
+        worst = max(r["state_over_messages"] for r in whole)
+        print(f"    {'TOTAL':<45} {sum(r['checkpoints'] for r in whole):>5} {'':>8} {_kb(tm):>8} {_kb(ts):>8} "
+              f"{ts / tm:>6.2f}")
+        print(f"  whole agent state: worst file {worst:.2f}x, total {ts / tm:.2f}x the messages "
+              f"(target <= {STATE_VS_MESSAGES_MAX} per file)   {'PASS' if worst <= STATE_VS_MESSAGES_MAX else 'FAIL'}")
+        amps = [r["state_read_amplification"] for r in whole if not r["rewritten"]] + [one["read_amplification"]]
+        print(f"  cold latest() reads, one key and the histories that only grow: at most {max(amps):.2f}x their own "
+              f"compressed bytes (target <= {READ_AMP_MAX})   {'PASS' if max(amps) <= READ_AMP_MAX else 'FAIL'}")
+        rw = [r for r in whole if r["rewritten"]]
+        if rw:
+            print("  (rw) = a rewritten history (some checkpoint is not a prefix of the last): the run's segments also "
+                  "hold what the rewrites dropped, as messages too; cold reads there: state "
+                  f"{max(r['state_read_amplification'] for r in rw):.2f}x, messages "
+                  f"{max(r['messages_read_amplification'] for r in rw):.2f}x (no target)")
+    if rewrite:
+        print(f"  rewritten key (not a target; the known limit): a {_kb(rewrite['key_bytes'])} kB key rewritten "
+              f"at each of {rewrite['saves']} saves: stored {_kb(rewrite['stored_bytes'])} kB, cold latest() read "
+              f"{_kb(rewrite['read_bytes'])} kB = {rewrite['read_amplification']:.1f}x its own "
+              f"{_kb(rewrite['own_bytes'])} kB")
+    ok = one["pass"] and all(r["pass"] for r in whole) and \
+        max([r["state_read_amplification"] for r in whole if not r["rewritten"]] + [one["read_amplification"]]) <= READ_AMP_MAX
+    return {"pass": ok}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -390,6 +612,10 @@ def main(argv=None) -> int:
     ap.add_argument("--full-check", action="store_true", help="restore and compare every checkpoint")
     ap.add_argument("--only", metavar="SUBSTR", action="append", help="only files whose name contains SUBSTR")
     ap.add_argument("--keep", metavar="DIR", help="write the repositories under DIR and keep them")
+    ap.add_argument("--state-only", action="store_true", help="run only the session-state workloads")
+    ap.add_argument("--no-state", action="store_true", help="skip the session-state workloads")
+    ap.add_argument("--state-saves", type=int, default=300, metavar="N",
+                    help="saves of the one-key session-state workload (default: %(default)s)")
     args = ap.parse_args(argv)
 
     data = Path(args.data)
@@ -407,9 +633,12 @@ def main(argv=None) -> int:
         workdir = Path(tempfile.mkdtemp(prefix="snapstore-storage-bench-"))
         cleanup = True
     results, skipped = [], []
+    state = None
     t0 = time.perf_counter()
     try:
-        for p in files:
+        if not args.no_state:
+            state = run_state_workloads(files, workdir, args.state_saves, t0)
+        for p in files if not args.state_only else ():
             try:
                 r = run_file(p, workdir, args.full_check)
             except InvalidInputError as e:
@@ -422,6 +651,14 @@ def main(argv=None) -> int:
     finally:
         if cleanup:
             shutil.rmtree(workdir, ignore_errors=True)
+    if args.state_only:
+        summary = print_state_report(*state)
+        print(f"\ntotal time {time.perf_counter() - t0:.1f}s")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"session_state": {"one_key": state[0], "whole_agent": state[1], "rewritten_key": state[2],
+                                             "summary": summary}, "commit": _git_commit()}, f, indent=1)
+        return 0 if summary["pass"] else 1
     if not results:
         print("no file could be replayed", file=sys.stderr)
         return 2
@@ -430,12 +667,22 @@ def main(argv=None) -> int:
            "settings": results[0]["settings"], "data": str(data.resolve()), "full_check": args.full_check,
            "lb": f"zstd-{LB_LEVEL}"}
     summary = print_report(results, skipped, env, args.full_check)
+    state_summary = None
+    if state is not None:
+        print()
+        state_summary = print_state_report(*state)
     print(f"\ntotal time {time.perf_counter() - t0:.1f}s")
     if args.json:
+        out = {"environment": env, "files": results, "summary": summary, "skipped": skipped}
+        if state is not None:
+            out["session_state"] = {"one_key": state[0], "whole_agent": state[1], "rewritten_key": state[2],
+                                    "summary": state_summary}
         with open(args.json, "w") as f:
-            json.dump({"environment": env, "files": results, "summary": summary, "skipped": skipped}, f, indent=1)
+            json.dump(out, f, indent=1)
         print(f"results written to {args.json}")
     ok = summary["pass_median"] and summary["pass_all_6lb"] and not summary["restore_failures"]
+    if state_summary is not None:
+        ok = ok and state_summary["pass"]
     return 0 if ok else 1
 
 

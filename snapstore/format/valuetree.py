@@ -10,11 +10,13 @@ value's content id (:class:`ValueTree`).
 
 Where the cuts go is the writer's choice (a reader only concatenates); :func:`split_value` cuts at
 the value's structure so that a changed key costs about that key and a growing list the new
-elements: containers longer than :data:`SPLIT_MIN` bytes are descended into, each member (a dict's
-``"key":value``, a list's element) ends a *candidate* cut, and a piece is cut at a candidate once
-it holds :data:`PIECE_MIN` bytes and the member's hash says so (1 in 2^:data:`CUT_BITS`), or once it
-holds :data:`PIECE_TARGET` bytes; leaves longer than :data:`LEAF_CDC` bytes are cut by FastCDC
-(:data:`CDC_MIN`/:data:`CDC_AVG`/:data:`CDC_MAX`). Every piece is at most :data:`PIECE_MAX` bytes.
+elements: containers longer than :data:`SPLIT_MIN` bytes are descended into (each starts a piece
+and its closing bracket ends one); a member (a dict's value, a list's element) of at least
+:data:`OWN_MIN` bytes is a piece of its own, and smaller members are grouped: a piece is cut after
+a small member once it holds :data:`PIECE_MIN` bytes and the member's hash says so (1 in
+2^:data:`CUT_BITS`), or once it holds :data:`PIECE_TARGET` bytes; leaves longer than
+:data:`LEAF_CDC` bytes are cut by FastCDC (:data:`CDC_MIN`/:data:`CDC_AVG`/:data:`CDC_MAX`).
+Every piece is at most :data:`PIECE_MAX` bytes.
 Cuts depend only on the bytes before them since the last cut, so equal stretches of two versions
 of a state give equal pieces (dedup).
 
@@ -36,6 +38,8 @@ SPLIT_MIN = 4096
 """A dict or list whose JSON is longer than this is split into its members (bytes)."""
 PIECE_MIN = 512
 """No content-defined cut before a piece holds this many bytes."""
+OWN_MIN = 1024
+"""A member at least this long is a piece of its own (bytes)."""
 PIECE_TARGET = 16384
 """A piece is cut at the next member boundary once it holds this many bytes."""
 PIECE_MAX = 65536
@@ -134,6 +138,11 @@ def split_value(value, raw: bytes, exact: bool) -> list[bytes]:
                 # a long leaf gets pieces of its own: cuts before it, at its CDC cuts, after it
                 atoms.append((b"", FORCE, 0))
                 atoms.extend((p, FORCE, 0) for p in _cdc(b))
+            elif cand and len(b) >= OWN_MIN:
+                # a member of at least PIECE_MIN bytes is a piece of its own (like a message chunk):
+                # appending to a list then costs the new members, not a rewritten last piece
+                atoms.append((b"", FORCE, 0))
+                atoms.append((b, FORCE, 0))
             else:
                 atoms.append((b, CAND if cand else 0, h))
             continue
