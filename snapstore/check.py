@@ -672,6 +672,14 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                                           keys.pack_key(r.pack), str(e)))
             if progress and (i % 500 == 0 or i + 1 == len(refs)):
                 progress("data", i + 1, len(refs))
+        # each session-state value tree as a whole: its pieces joined must be the value it names
+        for tree in dict.fromkeys(m.session_state_tree for m in live if m.session_state_tree is not None):
+            try:
+                repo.read_value(tree)
+            except SnapstoreError as e:
+                if not any(p.key == getattr(e, "key", None) for p in rep.errors):
+                    rep.errors.append(Problem("corrupt-state" if isinstance(e, IntegrityError) else "missing-pack",
+                                              keys.pack_key(tree.pack), str(e)))
     segs = head_segments(logs)
     for pid, rk in segs.items():
         k = keys.pack_key(pid)
