@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import fastcdc
 import orjson
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, SnapstoreError
 from .format.codec import _ORJSON_OPTS, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher
 from .format.manifest import KIND_CHECKPOINT, Manifest
@@ -293,8 +293,13 @@ class WritePath:
             if len(raw) > cfg.inline_state_max:
                 vknown = None
                 if parent_state_tree is not None:
-                    vknown = parent.value if (parent.value is not None and parent.value.tree == parent_state_tree) \
-                        else self.value_known(parent_state_tree)
+                    if parent.value is not None and parent.value.tree == parent_state_tree:
+                        vknown = parent.value
+                    else:
+                        try:
+                            vknown = self.value_known(parent_state_tree)
+                        except SnapstoreError:
+                            vknown = None  # the parent's tree is unreadable: store this state whole
                 value = self._store_value(pb, session_state, raw, exact, vknown)
                 ss_tree = value.tree
             else:

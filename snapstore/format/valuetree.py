@@ -58,6 +58,9 @@ CAND, FORCE = 1, 2
 """Atom cut kinds in :func:`split_value`: a candidate (content-defined) cut, a forced cut."""
 MAX_DEPTH = 32
 """Containers nested deeper than this are not descended into (cut as leaves)."""
+ENCODE_BUDGET = 8
+"""Descending re-encodes members; once it has encoded this many times ``len(S)`` bytes, the
+containers left are cut as leaves (so a deeply nested state costs O(len(S)) to cut)."""
 
 
 class ValueTree(NamedTuple):
@@ -117,7 +120,13 @@ def split_value(value, raw: bytes, exact: bool) -> list[bytes]:
         members' encodings do not concatenate to ``raw`` (they always should), ``raw`` is cut by
         FastCDC alone.
     """
-    enc = dumps_exact if exact else (lambda v: orjson.dumps(v, option=_ORJSON_OPTS))
+    encode = dumps_exact if exact else (lambda v: orjson.dumps(v, option=_ORJSON_OPTS))
+    budget = [ENCODE_BUDGET * len(raw)]  # bytes the descent may encode again: bounded CPU
+
+    def enc(v) -> bytes:
+        b = encode(v)
+        budget[0] -= len(b)
+        return b
     # atoms: (bytes, cut after it: 0 / CAND / FORCE, hash deciding a CAND cut); in order. A member
     # is a candidate with the crc32 of its whole encoding; separators and keys are not (the ","
     # after a member starts the next piece).
@@ -133,7 +142,8 @@ def split_value(value, raw: bytes, exact: bool) -> list[bytes]:
             b = enc(v)
         h = zlib.crc32(b) if cand else 0
         is_dict = isinstance(v, dict)
-        if len(b) <= SPLIT_MIN or depth >= MAX_DEPTH or not (is_dict or isinstance(v, (list, tuple))) or not v:
+        if len(b) <= SPLIT_MIN or depth >= MAX_DEPTH or not (is_dict or isinstance(v, (list, tuple))) or not v \
+                or budget[0] < len(b):
             if len(b) > LEAF_CDC:
                 # a long leaf gets pieces of its own: cuts before it, at its CDC cuts, after it
                 atoms.append((b"", FORCE, 0))
