@@ -559,7 +559,7 @@ def run_state_workloads(files: list[Path], workdir: Path, saves: int, t0: float)
 
 
 def print_state_report(one: dict, whole: list[dict], rewrite: dict | None) -> dict:
-    print("session-state workloads (docs/format.md §5a; LocalStore, fsync off; sizes in kB)")
+    print(f"session-state workloads (docs/format.md §5a; commit {_git_commit()}; LocalStore, fsync off; sizes in kB)")
     print(f"  one key: a {_kb(one['state_bytes'])} kB state (base64 image, a step counter that changes), "
           f"{one['saves']} saves: first save {_kb(one['first_save_bytes'])} kB, then "
           f"{one['per_save_bytes']:.0f} bytes per save (target <= {STATE_PER_SAVE_MAX})   "
