@@ -11,6 +11,7 @@ writes no manifest. Sequence numbers are never reused: rollback and deletion pub
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -149,13 +150,16 @@ class CheckpointManager:
         RepositoryError: the location holds no repository and ``create`` is False.
         UnsupportedFormatError: the repository was written by a newer snapstore.
 
-    A manager is safe to share between threads.
+    A manager is safe to share between threads. ``close()`` (and leaving a ``with`` block) closes
+    the store only if the manager opened it (``location`` was a path, URL or None); a store object
+    passed in stays open.
     """
 
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
+        self._owns_store = location is None or isinstance(location, (str, os.PathLike))
         self.store = open_store(location, **store_options)
         self.max_checkpoints = max_checkpoints
         self._create = create
@@ -205,10 +209,11 @@ class CheckpointManager:
             return False
 
     def close(self) -> None:
-        """Release the store's resources."""
+        """Release the manager's resources: its thread pool, and the store if the manager opened
+        it itself (a store object passed as ``location`` is left open for its owner)."""
         if self._repo is not None:
-            self._repo.close()
-        else:
+            self._repo.close(close_store=self._owns_store)
+        elif self._owns_store:
             self.store.close()
 
     def __enter__(self):
@@ -392,18 +397,34 @@ class CheckpointManager:
                     validate(msg, f"messages[{i}]")
                 validate(session_state, "session_state")
         with self._run_lock(run_id):
-            for attempt in range(8):
+            stale = 0
+            for attempt in range(self.SAVE_ATTEMPTS):
                 try:
-                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id)
-                except (_PackIdCollision, _Stale):
-                    continue  # build again (new pack id; fresh view if the run changed)
+                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id,
+                                           late_ok=stale >= self.STALE_REBUILDS)
+                except _Stale:
+                    stale += 1
+                    continue  # build again with a new pack (fresh view if the run changed)
+                except _PackIdCollision:
+                    continue  # build again (new pack id)
                 except PreconditionFailed:
-                    if parent_id is None or attempt == 7:
+                    if parent_id is None or attempt == self.SAVE_ATTEMPTS - 1:
                         raise
                     self._load_view(run_id)  # explicit parent: just move to the new head and retry
-        raise AssertionError("unreachable")
+        raise ConflictError(f"run {run_id!r}: gave up saving after {self.SAVE_ATTEMPTS} attempts (each was built "
+                            "again because its pack id was taken or it paused longer than half the GC grace period)")
 
-    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id) -> str:
+    SAVE_ATTEMPTS = 8
+    """Times ``save`` builds a checkpoint again (pack id taken, paused past half the GC grace
+    period, or, with ``parent_id``, the run moved) before giving up."""
+
+    STALE_REBUILDS = 2
+    """A save that paused longer than half the GC grace period after writing its pack is built
+    again at most this many times; after that the grace period is shorter than a save takes here
+    and the save publishes anyway, with a RuntimeWarning (a GC with that grace period must not run
+    beside this writer)."""
+
+    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id, late_ok=False) -> str:
         t_start = self._clock()
         repo = self.repo
         rk = repo.run_key(run_id)
@@ -502,10 +523,20 @@ class CheckpointManager:
                 raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
                                     "(re-checked before publishing); call latest() and retry")
             v.confirmed_at = self._clock()
-        if self._clock() - t_pack > half:
-            # our pack may already be a GC deletion candidate: build the save again
-            undo()
-            raise _Stale()
+        # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
+        # so no pack can turn into a deletion candidate while this save is in flight: the rule
+        # below does not apply (with it, every save was "stale": any time elapsed is > 0).
+        if self.gc_grace_period > 0 and self._clock() - t_pack > half:
+            if not late_ok:
+                # our pack may already be a GC deletion candidate: build the save again
+                undo()
+                raise _Stale()
+            if not self.__dict__.get("_warned_grace"):
+                self._warned_grace = True
+                warnings.warn(f"gc_grace_period={self.gc_grace_period:g} s is shorter than twice the time a save "
+                              f"takes here ({self._clock() - t_pack:.3g} s from pack to publish): saves publish "
+                              "anyway, and a GC with that grace period must not run beside this writer",
+                              RuntimeWarning, stacklevel=4)
         self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
             data = repo.publish(rk, m)
