@@ -311,7 +311,7 @@ def _check_no_lost_update(reader, c0, saves, rollbacks):
 def test_threads_race_read_then_save(repo, kind, use_expect):
     mgr = CheckpointManager(repo(kind))
     c0 = mgr.save(RUN, [msg("u", 0)])
-    n, rounds = (8, 6) if kind == "local" else (6, 4)
+    n, rounds = (8, 6) if kind == "local" else (4, 3)
     saves, rollbacks, conflicts = _race_threads(mgr, n, rounds, use_expect=use_expect)
     assert len(saves) + conflicts == n * rounds and saves
     _check_no_lost_update(CheckpointManager(repo(kind)), c0, saves, rollbacks)
@@ -323,7 +323,7 @@ def test_threads_race_read_then_save(repo, kind, use_expect):
 def test_threads_race_read_then_save_or_rollback(repo, kind, use_expect):
     mgr = CheckpointManager(repo(kind))
     c0 = mgr.save(RUN, [msg("u", 0)])
-    n, rounds = (8, 6) if kind == "local" else (6, 4)
+    n, rounds = (8, 6) if kind == "local" else (4, 3)
     saves, rollbacks, conflicts = _race_threads(mgr, n, rounds, use_expect=use_expect, rollback_every=2)
     assert len(saves) + len(rollbacks) + conflicts == n * rounds
     _check_no_lost_update(CheckpointManager(repo(kind)), c0, saves, rollbacks)
@@ -367,7 +367,7 @@ def test_threads_in_lockstep_one_save_per_round(tmp_path):
 def test_asyncio_tasks_race_read_then_save_or_rollback(repo, kind, mode):
     mgr = CheckpointManager(repo(kind))
     c0 = mgr.save(RUN, [msg("u", 0)])
-    n, rounds = 8, 4
+    n, rounds = (8, 4) if kind == "local" else (6, 3)
     saves, rollbacks = {}, []
     conflicts = [0]
 
@@ -476,14 +476,14 @@ def test_pop_never_returns_an_item_twice(repo, kind):
     (as two machines would): every item is popped exactly once."""
     first = repo(kind)
     seed = CheckpointManager(first)
-    items = 40 if kind == "local" else 24
+    items = 40 if kind == "local" else 12
     seed.save(RUN, [{"i": i} for i in range(items)])
     second = repo(kind)
     if kind != "local":
         _serialise_creates(first, second)
     managers = [CheckpointManager(first), CheckpointManager(second)]
     popped, lock = [], threading.Lock()
-    ts = [threading.Thread(target=_pop, args=(managers[t % 2], popped, lock)) for t in range(6)]
+    ts = [threading.Thread(target=_pop, args=(managers[t % 2], popped, lock)) for t in range(6 if kind == "local" else 4)]
     for th in ts:
         th.start()
     for th in ts:
