@@ -246,14 +246,16 @@ class Reach:
             try:
                 if (etype, eid) in repo.get_pack(new).entries:
                     return new
-            except NotFoundError:
-                continue
+            except (NotFoundError, IntegrityError):
+                continue  # gone, or damaged (readers skip it too)
         if self.present is None or pack in self.present:
             try:
                 if (etype, eid) in repo.get_pack(pack).entries:
                     return pack
             except NotFoundError:
                 pass
+            except IntegrityError:
+                return pack  # damaged and no other copy: the needed pack is this one (reported)
         return None
 
     def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
@@ -653,12 +655,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             if progress and (i % 500 == 0 or i + 1 == len(refs)):
                 progress("data", i + 1, len(refs))
     segs = head_segments(logs)
+    lost = any(p.code in ("missing-pack", "missing-entry") for p in rep.errors)
     for pid, rk in segs.items():
         k = keys.pack_key(pid)
         if pid not in packs_present:
             # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
             # live entries were not found (reported above), which then most likely lived here
-            if pid not in fwd and any(p.code in ("missing-pack", "missing-entry") for p in rep.errors):
+            if pid not in fwd and lost:
                 rep.errors.append(Problem("missing-pack", k, f"a segment of the newest record of run key {rk}; "
                                           "live entries were not found"))
             continue
@@ -670,9 +673,42 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 for (etype, eid) in pack.entries:
                     repo._entry_in(pack, etype, eid, None)
         except SnapstoreError as e:
-            rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
+            if pid in reach.packs or lost:
+                rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
+            else:  # readers skip it: every live entry was found in another copy
+                rep.warnings.append(Problem("corrupt-unneeded-pack", k, f"a segment of run key {rk}: {e}; every "
+                                            "live entry is read from another copy; reclaimed by 'snapstore gc'"))
+    # the other packs a reader may still touch: packs live hints name (a retired one is read
+    # first until GC deletes it) and the packs their forwarding records lead to. Damage there is
+    # harmless while every entry readers look for is found in another copy (the homes, checked
+    # above): a warning; GC deletes the pack once it is unreferenced
+    touch = set(reach.hinted) | set(reach.fwd_used)
+    stack = list(touch)
+    while stack:
+        for t in fwd.get(stack.pop(), ()):
+            if t not in touch:
+                touch.add(t)
+                stack.append(t)
+    damaged = set()
+    for pid in sorted(touch):
+        if pid in reach.packs or pid in segs or pid not in packs_present:
+            continue
+        k = keys.pack_key(pid)
+        try:
+            pack = repo.get_pack(pid)
+            if read_data:
+                for (etype, eid), e in pack.entries.items():
+                    if pack.blocks[e.block].dict is None:  # a dictionary's sources may be gone (§13)
+                        repo._entry_in(pack, etype, eid, None)
+        except SnapstoreError as e:
+            damaged.add(pid)
+            what = "retired by gc" if pid in fwd else "named by live hints"
+            rep.warnings.append(Problem("corrupt-unneeded-pack", k, f"{what}: {e}; every live entry is read from "
+                                        "another copy; reclaimed by 'snapstore gc'"))
+        if progress:
+            progress("retired packs", len(damaged), len(touch))
     for pid, k in packs_present.items():
-        if pid in reach.packs or pid in segs:
+        if pid in reach.packs or pid in segs or pid in damaged:
             continue
         if pid in fwd:
             rep.warnings.append(Problem("retired-pack", k, "repacked by gc (its live entries were copied to "
