@@ -716,10 +716,14 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                                         "has passed"))
         else:
             rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a conflict or an interrupted save); reclaimed by 'snapstore gc'"))
-    temp = getattr(store, "temp_files", None)
-    if temp:
-        for t in temp():
-            rep.warnings.append(Problem("temp-file", t, "temporary file of an interrupted write"))
+    find = getattr(store, "leftovers", None)
+    for it in (find() if find is not None else ()):
+        if it.upload_id is None:
+            rep.warnings.append(Problem("temp-file", it.name, "temporary file of an interrupted write; removed by "
+                                        "'snapstore gc' once older than the grace period"))
+        else:
+            rep.warnings.append(Problem("incomplete-upload", it.name, f"multipart upload {it.upload_id} of an "
+                                        "interrupted write; aborted by 'snapstore gc' once older than the grace period"))
     rep.checked = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
                    "packs": len(reach.packs), "nodes": len(reach.nodes_seen), "messages": len(reach.refs),
                    "objects": len(all_keys)}
@@ -759,7 +763,9 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
         ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
         Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
-        counted), with the prices used.
+        counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
+        outside the objects (temporary files of killed processes, incomplete S3 multipart uploads;
+        not in ``stored_bytes``), which ``gc`` removes once older than its grace period.
     """
     cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
     keys_by_run: dict[str, list[str]] = defaultdict(list)
@@ -790,7 +796,10 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
     logs = read_all_runs(repo, keys_by_run)
     live = [m for log in logs.values() for m in log.live]
     logical = sum(m.size for m in live)
+    find = getattr(repo.store, "leftovers", None)
+    left = find() if find is not None else []
     return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
             "logical_bytes": logical, "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
             "objects": dict(cats), "requests": repo.store.stats.as_dict(),
-            "cost": estimate_cost(total, repo.store.stats.counts, prices)}
+            "cost": estimate_cost(total, repo.store.stats.counts, prices),
+            "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}

@@ -46,6 +46,25 @@ def check_key(key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Leftover:
+    """A crash leftover a store holds outside its keys: a local temporary file a killed process
+    left (``.tmp-*``), or an S3 multipart upload that was never completed nor aborted.
+
+    Attributes:
+        name: where it is: the path relative to the store root (local) or the object key relative
+            to the store prefix (S3).
+        size: bytes it occupies (0 when the store does not say: S3 uploads).
+        mtime: when it was written or initiated, seconds since the epoch (UTC), the store's clock.
+        upload_id: the S3 multipart upload id (None for local files).
+    """
+
+    name: str
+    size: int
+    mtime: float
+    upload_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """What a store knows about one object.
 
