@@ -550,8 +550,12 @@ def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: flo
     find = getattr(repo.store, "leftovers", None)
     if find is None:
         return
+    try:
+        found = find()
+    except SnapstoreError:
+        return  # e.g. a policy without s3:ListBucketMultipartUploads: leftovers are not GC's to fail on
     old, young = [], 0
-    for it in find():
+    for it in found:
         if grace == 0 or it.mtime <= mature:
             old.append(it)
         else:
@@ -559,7 +563,10 @@ def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: flo
     rep.leftovers_pending = young
     if not old:
         return
-    n = len(old) if dry_run else repo.store.remove_leftovers(old)
+    try:
+        n = len(old) if dry_run else repo.store.remove_leftovers(old)
+    except SnapstoreError:
+        return
     rep.leftovers_removed += n
     rep.leftover_bytes_removed += sum(it.size for it in old)
 
