@@ -376,3 +376,26 @@ def test_gc_aborts_an_incomplete_s3_multipart_upload(s3_inprocess_store, monkeyp
     assert CheckpointManager(store).gc(grace_period=3600).leftovers_removed == 1
     assert store.leftovers() == []
     assert CheckpointManager(store).verify(read_data=True).ok
+
+
+def test_format2_a_writer_merging_a_corrupt_rewritten_segment_copies_its_rewrite():
+    """A writer's tiered compaction merges the newest record's segments and then deletes them; a
+    segment GC rewrote that is damaged must be merged from its rewrite (its forwarding record), or
+    the new tier pack would lack its entries and, once GC deletes the rewrite, they are lost."""
+    store, m, expect = build(False)
+    fmap = read_forward_map(m.repo)
+    run_key = m.repo.run_key("a")
+    rewritten = [sg.pack for sg in m.repo.head(run_key).segment_list()
+                 if sg.pack in fmap.to and keys.pack_key(sg.pack) in store.raw()]
+    assert rewritten
+    for p in rewritten:
+        store.corrupt(keys.pack_key(p), flip(store.raw()[keys.pack_key(p)]))
+    w = CheckpointManager(store)
+    msgs = w.latest("a").messages
+    for i in range(16):  # enough saves for the counter to merge the damaged segment away
+        msgs = msgs + [msg("merge", i)]
+        expect[("a", w.save("a", msgs))] = msgs
+    assert not set(rewritten) & {sg.pack for sg in w.repo.head(run_key).segment_list()}
+    for _ in range(2):
+        CheckpointManager(store).gc(grace_period=0)
+    assert_clean(store, expect)
