@@ -468,7 +468,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 if held:
                     repo.prefetch_segments([Seg(p, 1) for p in held])
                 with repo._lock:
-                    gone = [p for p in held if p not in repo._cache]
+                    # (a damaged segment is not gone: its entries are read from other copies)
+                    gone = [p for p in held if p not in repo._cache and p not in repo._corrupt]
                 if not gone or refresh is None:
                     break
                 # merged and deleted by the run's writer since the log was read: read the newest
