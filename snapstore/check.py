@@ -697,7 +697,7 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 touch.add(t)
                 stack.append(t)
     damaged = set()
-    for pid in sorted(touch):
+    for i, pid in enumerate(sorted(touch)):
         if pid in reach.packs or pid in segs or pid not in packs_present:
             continue
         k = keys.pack_key(pid)
@@ -712,8 +712,8 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             what = "retired by gc" if pid in fwd else "named by live hints"
             rep.warnings.append(Problem("corrupt-unneeded-pack", k, f"{what}: {e}; every live entry is read from "
                                         "another copy; reclaimed by 'snapstore gc'"))
-        if progress:
-            progress("retired packs", len(damaged), len(touch))
+        if progress and (i % 500 == 0 or i + 1 == len(touch)):
+            progress("hinted packs", i + 1, len(touch))
     for pid, k in packs_present.items():
         if pid in reach.packs or pid in segs or pid in damaged:
             continue

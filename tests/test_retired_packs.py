@@ -320,6 +320,8 @@ def test_gc_removes_the_temp_file_of_a_process_killed_mid_save(tmp_path):
     rep = CheckpointManager(store).verify()
     assert rep.ok and [p.key for p in rep.warnings if p.code == "temp-file"] == [left[0].name]
     assert CheckpointManager(store).stats()["leftovers"] == {"count": 1, "bytes": left[0].size}
+    res = CliRunner().invoke(cli, ["--repo", str(root), "stats"])
+    assert res.exit_code == 0 and "1 temporary file or incomplete upload" in res.output, res.output
     # younger than the grace period: a write may still be running, so it stays
     g = CheckpointManager(store).gc(grace_period=3600)
     assert g.leftovers_removed == 0 and g.leftovers_pending == 1 and os.path.exists(path)

@@ -15,6 +15,11 @@ Semantics every backend must provide (the repository's invariants depend on them
 * ``list`` yields keys in lexicographic (byte) order, all of them, paging internally.
 * ``delete_many`` ignores keys that do not exist and batches as the backend requires.
 * Reads after a successful write see it (strong read-after-write consistency).
+
+Optional: ``leftovers()`` lists what interrupted writes left outside the keys (local temporary
+files, incomplete S3 multipart uploads) as :class:`Leftover` items, and ``remove_leftovers(items)``
+removes them; GC calls them for leftovers older than its grace period. Stores without such
+leftovers (memory) do not have them.
 """
 
 from __future__ import annotations
