@@ -541,6 +541,8 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     """
     rep = VerifyReport()
     store = repo.store
+    with repo._lock:
+        repo._corrupt.clear()  # judge damage on what the store holds now, not on earlier reads
     all_infos = list(store.list(""))
     all_keys = [i.key for i in all_infos]
     fwd_infos = [i for i in all_infos if i.key.startswith(keys.FWD)]

@@ -302,6 +302,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     fwd = dict(fmap.to)       # retired pack -> targets, including those of packs this GC retires
     with repo._lock:
         repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
+        repo._corrupt.clear()  # damage is judged on what the store holds now (reported below)
         repo._fwd.update(fwd)
         # retired packs already deleted: go straight to their forwarding records
         repo._gone.update(pid for pid in fwd if pid not in packs)
