@@ -278,6 +278,11 @@ class ReadPath:
         self._cache_put(p)
         return p
 
+    def _is_damage(self, err: IntegrityError) -> bool:
+        """Is ``err`` the error of a pack found corrupt (not of an entry absent from a sound pack)?"""
+        with self._lock:
+            return any(err is e or getattr(err, "key", None) == e.key for e in self._corrupt.values())
+
     def corrupt_packs(self) -> dict:
         """Packs this repository object found corrupt so far: pack id -> the IntegrityError (names
         the key). Readers fall back to other copies of their entries; GC and verify report them."""
@@ -466,7 +471,11 @@ class ReadPath:
                     except ObjectNotFound:
                         continue
                     except IntegrityError as e:
-                        damaged = damaged or e  # nothing else holds the entry: name the damage
+                        # a damaged target (not one that merely lacks the entry, which is "not
+                        # found" and lets the caller read the newest record again): name it if
+                        # nothing else holds the entry
+                        if damaged is None and self._is_damage(e):
+                            damaged = e
                         continue
                 with self._lock:  # GC may have redirected the record since we cached it
                     self._fwd.pop(pack_id, None)
