@@ -45,8 +45,11 @@ class VerifyReport:
         errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
         warnings: what GC reclaims later, harmless: leftovers a crash or an interrupted operation
             may leave (``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
-            ``orphaned-index``), packs a repack retired that wait for the grace period
-            (``retired-pack``) and forwarding records nothing leads to (``unreferenced-forward``).
+            ``orphaned-index``, ``incomplete-upload``), packs a repack retired that wait for the
+            grace period (``retired-pack``), forwarding records nothing leads to
+            (``unreferenced-forward``), and damaged packs a reader may still touch whose live
+            entries all have an intact copy elsewhere (``corrupt-unneeded-pack``: readers read the
+            copy; GC deletes the pack). Damage where a live entry has no other copy is an error.
         checked: counts of what was examined.
     """
 
@@ -247,14 +250,16 @@ class Reach:
             try:
                 if (etype, eid) in repo.get_pack(new).entries:
                     return new
-            except NotFoundError:
-                continue
+            except (NotFoundError, IntegrityError):
+                continue  # gone, or damaged (readers skip it too)
         if self.present is None or pack in self.present:
             try:
                 if (etype, eid) in repo.get_pack(pack).entries:
                     return pack
             except NotFoundError:
                 pass
+            except IntegrityError:
+                return pack  # damaged and no other copy: the needed pack is this one (reported)
         return None
 
     def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
@@ -483,7 +488,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 if held:
                     repo.prefetch_segments([Seg(p, 1) for p in held])
                 with repo._lock:
-                    gone = [p for p in held if p not in repo._cache]
+                    # (a damaged segment is not gone: its entries are read from other copies)
+                    gone = [p for p in held if p not in repo._cache and p not in repo._corrupt]
                 if not gone or refresh is None:
                     break
                 # merged and deleted by the run's writer since the log was read: read the newest
@@ -539,8 +545,11 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     """Check the repository.
 
     Every reachable object must exist and parse: manifests, packs (checksums), tree nodes and
-    states (content ids), and every entry a live checkpoint references. With ``read_data`` every
-    message chunk is also decompressed and hashed. Leftovers of crashes or interrupted operations
+    states (content ids), and every entry a live checkpoint references. Every other pack a reader
+    may still touch (packs live hints name, retired ones included, the packs their forwarding
+    records lead to, the newest records' segments) is read and its checksum checked. With
+    ``read_data`` every message chunk is also decompressed and hashed, and so is every entry of
+    those packs that needs no dictionary. Leftovers of crashes or interrupted operations
     (unreferenced packs, temp files, hidden manifests, dangling index records) are warnings.
 
     Args:
@@ -552,6 +561,8 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
     """
     rep = VerifyReport()
     store = repo.store
+    with repo._lock:
+        repo._corrupt.clear()  # judge damage on what the store holds now, not on earlier reads
     all_infos = list(store.list(""))
     all_keys = [i.key for i in all_infos]
     fwd_infos = [i for i in all_infos if i.key.startswith(keys.FWD)]
@@ -681,12 +692,13 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                     rep.errors.append(Problem("corrupt-state" if isinstance(e, IntegrityError) else "missing-pack",
                                               keys.pack_key(tree.pack), str(e)))
     segs = head_segments(logs)
+    lost = any(p.code in ("missing-pack", "missing-entry") for p in rep.errors)
     for pid, rk in segs.items():
         k = keys.pack_key(pid)
         if pid not in packs_present:
             # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
             # live entries were not found (reported above), which then most likely lived here
-            if pid not in fwd and any(p.code in ("missing-pack", "missing-entry") for p in rep.errors):
+            if pid not in fwd and lost:
                 rep.errors.append(Problem("missing-pack", k, f"a segment of the newest record of run key {rk}; "
                                           "live entries were not found"))
             continue
@@ -698,9 +710,42 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                 for (etype, eid) in pack.entries:
                     repo._entry_in(pack, etype, eid, None)
         except SnapstoreError as e:
-            rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
+            if pid in reach.packs or lost:
+                rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
+            else:  # readers skip it: every live entry was found in another copy
+                rep.warnings.append(Problem("corrupt-unneeded-pack", k, f"a segment of run key {rk}: {e}; every "
+                                            "live entry is read from another copy; reclaimed by 'snapstore gc'"))
+    # the other packs a reader may still touch: packs live hints name (a retired one is read
+    # first until GC deletes it) and the packs their forwarding records lead to. Damage there is
+    # harmless while every entry readers look for is found in another copy (the homes, checked
+    # above): a warning; GC deletes the pack once it is unreferenced
+    touch = set(reach.hinted) | set(reach.fwd_used)
+    stack = list(touch)
+    while stack:
+        for t in fwd.get(stack.pop(), ()):
+            if t not in touch:
+                touch.add(t)
+                stack.append(t)
+    damaged = set()
+    for i, pid in enumerate(sorted(touch)):
+        if pid in reach.packs or pid in segs or pid not in packs_present:
+            continue
+        k = keys.pack_key(pid)
+        try:
+            pack = repo.get_pack(pid)
+            if read_data:
+                for (etype, eid), e in pack.entries.items():
+                    if pack.blocks[e.block].dict is None:  # a dictionary's sources may be gone (§13)
+                        repo._entry_in(pack, etype, eid, None)
+        except SnapstoreError as e:
+            damaged.add(pid)
+            what = "retired by gc" if pid in fwd else "named by live hints"
+            rep.warnings.append(Problem("corrupt-unneeded-pack", k, f"{what}: {e}; every live entry is read from "
+                                        "another copy; reclaimed by 'snapstore gc'"))
+        if progress and (i % 500 == 0 or i + 1 == len(touch)):
+            progress("hinted packs", i + 1, len(touch))
     for pid, k in packs_present.items():
-        if pid in reach.packs or pid in segs:
+        if pid in reach.packs or pid in segs or pid in damaged:
             continue
         if pid in fwd:
             rep.warnings.append(Problem("retired-pack", k, "repacked by gc (its live entries were copied to "
@@ -708,10 +753,19 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
                                         "has passed"))
         else:
             rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a conflict or an interrupted save); reclaimed by 'snapstore gc'"))
-    temp = getattr(store, "temp_files", None)
-    if temp:
-        for t in temp():
-            rep.warnings.append(Problem("temp-file", t, "temporary file of an interrupted write"))
+    find = getattr(store, "leftovers", None)
+    try:
+        left = find() if find is not None else []
+    except SnapstoreError as e:  # e.g. not allowed to list multipart uploads
+        left = []
+        rep.warnings.append(Problem("leftovers-unknown", "", f"cannot list crash leftovers: {e}"))
+    for it in left:
+        if it.upload_id is None:
+            rep.warnings.append(Problem("temp-file", it.name, "temporary file of an interrupted write; removed by "
+                                        "'snapstore gc' once older than the grace period"))
+        else:
+            rep.warnings.append(Problem("incomplete-upload", it.name, f"multipart upload {it.upload_id} of an "
+                                        "interrupted write; aborted by 'snapstore gc' once older than the grace period"))
     rep.checked = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
                    "packs": len(reach.packs), "nodes": len(reach.nodes_seen), "messages": len(reach.refs),
                    "objects": len(all_keys)}
@@ -764,7 +818,9 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
         ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
         Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
-        counted), with the prices used.
+        counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
+        outside the objects (temporary files of killed processes, incomplete S3 multipart uploads;
+        not in ``stored_bytes``), which ``gc`` removes once older than its grace period.
     """
     cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
     keys_by_run: dict[str, list[str]] = defaultdict(list)
@@ -797,8 +853,14 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
     message_bytes = sum(m.size for m in live)
     state_bytes = sum(session_state_bytes(m) for m in live)
     logical = message_bytes + state_bytes
+    find = getattr(repo.store, "leftovers", None)
+    try:
+        left = find() if find is not None else []
+    except SnapstoreError:
+        left = []  # e.g. not allowed to list multipart uploads
     return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
             "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
             "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
             "objects": dict(cats), "requests": repo.store.stats.as_dict(),
-            "cost": estimate_cost(total, repo.store.stats.counts, prices)}
+            "cost": estimate_cost(total, repo.store.stats.counts, prices),
+            "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}

@@ -880,6 +880,19 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
                                 f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
                                 f"({_human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if rep.pending_candidates != 1 else 'it'}"))
+    corrupt = list(getattr(rep, "corrupt_packs", None) or ())
+    if corrupt:
+        rows.append(("damaged", f"{_plural(len(corrupt), 'pack')} ({', '.join(corrupt[:3])}"
+                                f"{', ...' if len(corrupt) > 3 else ''}): their live entries are read from other "
+                                "copies; deleted like unreferenced packs (run 'snapstore verify --read-data')"))
+    n_left = int(getattr(rep, "leftovers_removed", 0) or 0)
+    if n_left:
+        rows.append((f"{would}remove" if dry else "removed",
+                     f"{_plural(n_left, 'crash leftover')} ({human_size(rep.leftover_bytes_removed)}: temporary "
+                     "files or incomplete uploads of interrupted writes)"))
+    if getattr(rep, "leftovers_pending", 0):
+        rows.append(("leftovers", f"{_plural(rep.leftovers_pending, 'temporary file or upload')} younger than the "
+                                  "grace period left in place (a write may still be running)"))
     rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
     return rows
 
@@ -975,6 +988,11 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
         rows.append(["  total", str(total_n), human_size(total_b)])
         out += "objects:\n" + "".join(_table(["", "COUNT", "SIZE"], rows, right={1, 2}).splitlines(True)[1:])
     tail = []
+    left = st.get("leftovers")
+    if isinstance(left, dict) and left.get("count"):
+        tail.append(("leftovers", f"{_plural(int(left['count']), 'temporary file or incomplete upload')} of "
+                                  f"interrupted writes ({human_size(int(left.get('bytes', 0)))}); 'snapstore gc' "
+                                  "removes them once older than its grace period"))
     req = st.get("requests")
     n_requests = None
     if isinstance(req, dict):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import ObjectNotFound, SnapstoreError
+from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format.ids import PACK_ID_BYTES
 from .format.pack import PackBuilder
 from .format.segs import MergePlan, Seg, plan_append
@@ -32,12 +32,12 @@ def tier_zstd_level(level: int) -> int:
 
 def _input_packs(repo: Repository, pack_id: bytes, depth: int = 0) -> list:
     """The packs holding a segment's entries: the segment itself, or, for a segment GC rewrote
-    (retired, then deleted), the packs its forwarding record leads to (GC writes those holding
-    only that segment's live entries). Unreadable ones are left out."""
+    (retired, then deleted, or damaged), the packs its forwarding record leads to (GC writes those
+    holding only that segment's live entries). Unreadable ones are left out."""
     try:
         return [repo.get_pack(pack_id)]
-    except ObjectNotFound:
-        pass
+    except (ObjectNotFound, IntegrityError):
+        pass  # gone or damaged: a segment GC rewrote has an intact copy of its live entries
     except SnapstoreError:
         return []
     out = []

@@ -73,6 +73,15 @@ class GCReport:
         deleted["forward"] counts forwarding-map objects deleted: shards left empty, and per-pack
             records of the older layout once their shard holds them.
         pending_candidates: unreferenced packs waiting for the grace period to pass.
+        corrupt_packs: keys of the packs found damaged (checksum mismatch, undecodable) while
+            marking. A damaged pack whose live entries are all found in other copies (a retired
+            pack's forwarding targets, a segment) is unreferenced like any other and deleted once
+            the grace period has passed; a damaged pack that is the only copy of a live entry
+            stops GC (IntegrityError) before anything is deleted.
+        leftovers_removed / leftover_bytes_removed: crash leftovers removed (``dry_run``: that
+            would be removed): temporary files a killed process left in a local store, incomplete
+            S3 multipart uploads; only those older than the grace period (store time).
+        leftovers_pending: younger leftovers, left for a later GC (a write may still be running).
         elapsed: seconds.
     """
 
@@ -95,6 +104,10 @@ class GCReport:
     redirected_forward: int = 0
     removed_forward: int = 0
     forward_writes: int = 0
+    corrupt_packs: list = field(default_factory=list)
+    leftovers_removed: int = 0
+    leftover_bytes_removed: int = 0
+    leftovers_pending: int = 0
     elapsed: float = 0.0
 
     @property
@@ -115,6 +128,8 @@ class GCReport:
                 "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
                 "added_forward": self.added_forward, "redirected_forward": self.redirected_forward,
                 "removed_forward": self.removed_forward, "forward_writes": self.forward_writes,
+                "corrupt_packs": list(self.corrupt_packs), "leftovers_removed": self.leftovers_removed,
+                "leftover_bytes_removed": self.leftover_bytes_removed, "leftovers_pending": self.leftovers_pending,
                 "elapsed": round(self.elapsed, 3)}
 
 
@@ -287,6 +302,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     fwd = dict(fmap.to)       # retired pack -> targets, including those of packs this GC retires
     with repo._lock:
         repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
+        repo._corrupt.clear()  # damage is judged on what the store holds now (reported below)
         repo._fwd.update(fwd)
         # retired packs already deleted: go straight to their forwarding records
         repo._gone.update(pid for pid in fwd if pid not in packs)
@@ -309,6 +325,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if pid not in packs and pid not in seg_keep:
             raise ObjectNotFound(keys.pack_key(pid), f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
     rep.live_packs = len(reach.packs)
+    # damaged packs met while marking: readers (and this mark) took their entries from other
+    # copies, so they are unreferenced unless they are the only copy (then a read above failed)
+    rep.corrupt_packs = sorted(keys.pack_key(p) for p in repo.corrupt_packs() if p in packs)
     hook("after_mark", live=set(reach.packs))
     if progress:
         progress("mark", len(reach.packs), len(reach.packs))
@@ -484,6 +503,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             rep.written_objects += 1
             rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
         _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY), dry_run=True)
+        _remove_leftovers(repo, rep, mature, grace, dry_run=True)
         return
 
     # ---- sweep (candidate record first, so nothing unreferenced is forgotten)
@@ -518,7 +538,38 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted_bytes += sum(cands[k].size for k in matured_keys if k in cands)
     # every forwarding record left, with the ETag of its shard
     _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY))
+    _remove_leftovers(repo, rep, mature, grace)
     hook("after_sweep")
+
+
+def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: float, dry_run: bool = False) -> None:
+    """Remove the store's crash leftovers (``store.leftovers()``: temp files of a killed process,
+    incomplete multipart uploads) written or initiated at or before ``mature`` (store time: now
+    minus the grace period; with grace 0, every one: the caller asserts no other writer), and
+    count them in ``rep`` (``dry_run``: count only). A younger one may belong to a write still
+    running: it is counted as pending. Stores without leftovers (memory) have no such method."""
+    find = getattr(repo.store, "leftovers", None)
+    if find is None:
+        return
+    try:
+        found = find()
+    except SnapstoreError:
+        return  # e.g. a policy without s3:ListBucketMultipartUploads: leftovers are not GC's to fail on
+    old, young = [], 0
+    for it in found:
+        if grace == 0 or it.mtime <= mature:
+            old.append(it)
+        else:
+            young += 1
+    rep.leftovers_pending = young
+    if not old:
+        return
+    try:
+        n = len(old) if dry_run else repo.store.remove_leftovers(old)
+    except SnapstoreError:
+        return
+    rep.leftovers_removed += n
+    rep.leftover_bytes_removed += sum(it.size for it in old)
 
 
 FWD_CACHE_KEY = keys.FWD_CACHE

@@ -233,12 +233,20 @@ class ReadPath:
         where = self._where
         return [p for t, i, p in items if (t, i) not in where]
 
+    CORRUPT_MAX = 10_000
+    """Most corrupt packs a repository remembers (:meth:`corrupt_packs`); the record is cleared when full."""
+
     def get_pack(self, pack_id: bytes) -> Pack:
         """Return the parsed, checksum-verified pack (cached).
 
+        A pack that fails to parse is read a second time (a transfer error is not damage); if it
+        fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
+        same error without a GET, so a reader that falls back to other copies of its entries
+        (forwarding targets, segments) does not fetch the damaged pack once per entry.
+
         Raises:
             ObjectNotFound: the pack is missing (message names the key).
-            IntegrityError: the pack is corrupt.
+            IntegrityError: the pack is corrupt (message names the key).
         """
         key = keys.pack_key(pack_id)
         with self._lock:
@@ -248,15 +256,39 @@ class ReadPath:
                 return p
             if pack_id in self._gone:
                 raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)")
-        try:
-            data = self.store.get(key)
-        except ObjectNotFound:
-            with self._lock:
-                self._gone.add(pack_id)
-            raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
-        p = Pack.parse(key, data, pack_id)
+            bad = self._corrupt.get(pack_id)
+        if bad is not None:
+            raise bad
+        for attempt in range(2):
+            try:
+                data = self.store.get(key)
+            except ObjectNotFound:
+                with self._lock:
+                    self._gone.add(pack_id)
+                raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
+            try:
+                p = Pack.parse(key, data, pack_id)
+                break
+            except IntegrityError as e:
+                if attempt == 1:
+                    with self._lock:
+                        if len(self._corrupt) >= self.CORRUPT_MAX:
+                            self._corrupt.clear()
+                        self._corrupt[pack_id] = e
+                    raise
         self._cache_put(p)
         return p
+
+    def _is_damage(self, err: IntegrityError) -> bool:
+        """Is ``err`` the error of a pack found corrupt (not of an entry absent from a sound pack)?"""
+        with self._lock:
+            return any(err is e or getattr(err, "key", None) == e.key for e in self._corrupt.values())
+
+    def corrupt_packs(self) -> dict:
+        """Packs this repository object found corrupt so far: pack id -> the IntegrityError (names
+        the key). Readers fall back to other copies of their entries; GC and verify report them."""
+        with self._lock:
+            return dict(self._corrupt)
 
     def prefetch(self, pack_ids, no_forward=()) -> None:
         """Fetch the packs not yet cached, in parallel (bounded thread pool).
@@ -287,7 +319,15 @@ class ReadPath:
                         return
                     to = self.forward(p)
                 except IntegrityError:
-                    return  # corrupt: the read that needs it reports it
+                    # corrupt: a retired pack's entries are also where its forwarding record
+                    # says (fetched in this wave); the read that needs an entry found nowhere
+                    # else reports the damaged pack
+                    if p in no_forward:
+                        return
+                    try:
+                        to = self.forward(p)
+                    except SnapstoreError:
+                        return
             for t in (to or ()) if depth < 4 else ():
                 with claim_lock:
                     if t in claimed:
@@ -410,21 +450,39 @@ class ReadPath:
             self._hint_failed()
         try:
             pack = self.get_pack(pack_id)
-        except ObjectNotFound:
+        except (ObjectNotFound, IntegrityError) as err:
+            # gone, or corrupt (checksum mismatch, undecodable): a retired pack's entries are also
+            # in the packs its forwarding record names (a segment's copy was tried above)
+            corrupt = isinstance(err, IntegrityError)
             seen = _seen if _seen is not None else set()
             if pack_id in seen:
                 raise
             seen.add(pack_id)
+            damaged = err if corrupt else None
             for attempt in range(2):
-                to = self.forward(pack_id, fresh=attempt > 0)
+                try:
+                    to = self.forward(pack_id, fresh=attempt > 0)
+                except IntegrityError:
+                    if not corrupt:
+                        raise
+                    to = None  # the damaged pack is the object to name, not its shard
                 for new in to or ():
                     try:
                         return self.locate(new, etype, eid, seen)
-                    except (ObjectNotFound, IntegrityError):
+                    except ObjectNotFound:
+                        continue
+                    except IntegrityError as e:
+                        # a damaged target (not one that merely lacks the entry, which is "not
+                        # found" and lets the caller read the newest record again): name it if
+                        # nothing else holds the entry
+                        if damaged is None and self._is_damage(e):
+                            damaged = e
                         continue
                 with self._lock:  # GC may have redirected the record since we cached it
                     self._fwd.pop(pack_id, None)
                 seen.difference_update(to or ())
+            if damaged is not None:
+                raise damaged from None
             with self._lock:
                 seg_errors = list(self._seg_errors.values())
             if seg_errors and _seen is None:

@@ -15,6 +15,11 @@ Semantics every backend must provide (the repository's invariants depend on them
 * ``list`` yields keys in lexicographic (byte) order, all of them, paging internally.
 * ``delete_many`` ignores keys that do not exist and batches as the backend requires.
 * Reads after a successful write see it (strong read-after-write consistency).
+
+Optional: ``leftovers()`` lists what interrupted writes left outside the keys (local temporary
+files, incomplete S3 multipart uploads) as :class:`Leftover` items, and ``remove_leftovers(items)``
+removes them; GC calls them for leftovers older than its grace period. Stores without such
+leftovers (memory) do not have them.
 """
 
 from __future__ import annotations
@@ -43,6 +48,25 @@ def check_key(key: str) -> str:
         if seg in (".", "..") or seg.startswith("."):
             raise InvalidInputError(f"invalid object key: {key!r}")
     return key
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A crash leftover a store holds outside its keys: a local temporary file a killed process
+    left (``.tmp-*``), or an S3 multipart upload that was never completed nor aborted.
+
+    Attributes:
+        name: where it is: the path relative to the store root (local) or the object key relative
+            to the store prefix (S3).
+        size: bytes it occupies (0 when the store does not say: S3 uploads).
+        mtime: when it was written or initiated, seconds since the epoch (UTC), the store's clock.
+        upload_id: the S3 multipart upload id (None for local files).
+    """
+
+    name: str
+    size: int
+    mtime: float
+    upload_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

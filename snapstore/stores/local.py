@@ -25,8 +25,8 @@ import os
 import threading
 from typing import Iterable, Iterator
 
-from ..errors import ObjectNotFound, PreconditionFailed, StoreError
-from .base import ObjectInfo, RequestStats, check_key
+from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
+from .base import Leftover, ObjectInfo, RequestStats, check_key
 
 
 def _fsync_dir(path: str) -> None:
@@ -302,6 +302,44 @@ class LocalStore:
             dirnames[:] = [n for n in dirnames if n != ".locks"]
             out.extend(os.path.join(dirpath, n) for n in filenames if n.startswith(".tmp-"))
         return out
+
+    def leftovers(self) -> list[Leftover]:
+        """Return the temporary files (``.tmp-*``) below the root: what a process killed in the
+        middle of a write leaves (each write's own temp file is removed when it completes or fails).
+        ``name`` is the path relative to the root, ``mtime`` its modification time (the same clock
+        as the objects' timestamps)."""
+        out = []
+        for path in self.temp_files():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # the write finished meanwhile
+            out.append(Leftover(os.path.relpath(path, self.root).replace(os.sep, "/"), st.st_size, st.st_mtime))
+        return out
+
+    def remove_leftovers(self, items: Iterable[Leftover]) -> int:
+        """Delete the given leftovers (from :meth:`leftovers`; names must be ``.tmp-*`` files below
+        the root); return how many were removed (already gone ones are skipped).
+
+        Raises:
+            InvalidInputError: a name that is not a temporary file of this store.
+            StoreError: a file cannot be removed.
+        """
+        n = 0
+        for it in items:
+            parts = it.name.split("/")
+            if not parts[-1].startswith(".tmp-") or any(p in ("", ".", "..") for p in parts) or ".locks" in parts:
+                raise InvalidInputError(f"not a temporary file of this store: {it.name!r}")
+            path = os.path.join(self.root, *parts)
+            try:
+                os.unlink(path)
+                n += 1
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StoreError(f"cannot delete {path}: {e.strerror or e}") from e
+        self._count("DELETE", n=1 if n else 0)
+        return n
 
     def remove_empty_dirs(self) -> None:
         """Remove empty directories below the root (housekeeping after deletes)."""

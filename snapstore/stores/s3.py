@@ -55,7 +55,7 @@ from ..errors import (
     PreconditionFailed,
     StoreError,
 )
-from .base import ObjectInfo, RequestStats, check_key
+from .base import Leftover, ObjectInfo, RequestStats, check_key
 
 __all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
            "DEFAULT_MAX_POOL_CONNECTIONS"]
@@ -778,6 +778,49 @@ class S3Store:
             if not resp.get("IsTruncated") or not token:
                 return
             params["ContinuationToken"] = token
+
+    def leftovers(self) -> list[Leftover]:
+        """Return the multipart uploads under the store's prefix that were initiated and never
+        completed nor aborted (ListMultipartUploads, paginated): what a process killed in the
+        middle of a large write leaves (S3 bills their parts until they are aborted). ``mtime`` is
+        the upload's ``Initiated`` time (the store's clock); ``size`` is 0 (not listed).
+
+        Raises:
+            BucketNotFound, AccessDenied, CredentialsError, StoreError.
+        """
+        out = []
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root}
+        cut = len(self._root)
+        while True:
+            self._count("LIST")
+            resp = self._call("ListMultipartUploads", None, self._client.list_multipart_uploads, **params)
+            for u in resp.get("Uploads") or ():
+                out.append(Leftover(u["Key"][cut:], 0, u["Initiated"].timestamp(), u["UploadId"]))
+            if not resp.get("IsTruncated"):
+                return out
+            params["KeyMarker"] = resp.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = resp.get("NextUploadIdMarker", "")
+
+    def remove_leftovers(self, items: Iterable[Leftover]) -> int:
+        """Abort the given multipart uploads (from :meth:`leftovers`); return how many were aborted
+        (one already gone, NoSuchUpload, is skipped).
+
+        Raises:
+            InvalidInputError: an item without an upload id.
+            BucketNotFound, AccessDenied, CredentialsError, StoreError.
+        """
+        n = 0
+        for it in items:
+            if not it.upload_id:
+                raise InvalidInputError(f"not a multipart upload: {it.name!r}")
+            self._count("DELETE")
+            try:
+                self._call("AbortMultipartUpload", it.name, self._client.abort_multipart_upload,
+                           Bucket=self.bucket, Key=self._full(it.name), UploadId=it.upload_id)
+                n += 1
+            except ObjectNotFound:
+                pass  # NoSuchUpload: completed or aborted meanwhile
+        return n
 
     def list_dirs(self, prefix: str = "") -> Iterator[str]:
         """Yield the distinct next path segments below ``prefix``, sorted (ListObjectsV2, Delimiter "/").
