@@ -498,10 +498,14 @@ class ReadPath:
         pack = self.locate(pack_id, etype, eid)
         try:
             return self._entry_in(pack, etype, eid, ctx)
-        except SnapstoreError:
+        except SnapstoreError as first:
             if pack.id != pack_id and getattr(pack, "indexed", False):
-                # a tier pack (a copy) failed: read the entry where its hint says instead
-                return self._entry_in(self.locate(pack_id, etype, eid, set()), etype, eid, ctx)
+                # a tier pack (a copy) failed: read the entry where its hint says instead; if that
+                # is gone too (merged away), the tier pack's failure is the one to name
+                try:
+                    return self._entry_in(self.locate(pack_id, etype, eid, set()), etype, eid, ctx)
+                except (ObjectNotFound, IntegrityError):
+                    raise first from None
             # A retired pack exists until GC deletes it, but what its data block's dictionary is
             # made of may already be gone: GC keeps a retired pack's dependencies only while the pack
             # itself holds a live entry. Its live entries were copied (without a dictionary) to the
