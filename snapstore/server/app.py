@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
-from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.middleware.cors import CORSMiddleware
 
@@ -61,7 +61,7 @@ none); another head gives 409 `head_mismatch` and changes nothing.
 """
 
 
-class JSONBytesResponse(Response):
+class JSONBytesResponse(JSONResponse):
     """JSON rendered with orjson (key order kept), falling back to the standard library for
     integers beyond 64 bits and lone surrogates, which messages may hold."""
 

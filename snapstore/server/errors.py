@@ -110,6 +110,10 @@ def install_handlers(app) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+            # the framework could not parse the body (e.g. not UTF-8): like malformed JSON, 422
+            return error_response(422, "invalid_request", "the request body is not JSON text in UTF-8",
+                                  details=[{"loc": ["body"], "message": str(exc.__cause__)[:500], "type": "json_invalid"}])
         code = _HTTP_CODES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         return error_response(exc.status_code, code, message, getattr(exc, "headers", None))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -53,6 +53,7 @@ class Metrics:
     """
 
     def __init__(self, store):
+        disable_created_metrics()  # no *_created series (process-wide setting of prometheus_client)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("snapstore_http_requests", "HTTP requests answered", ["method", "route", "status"],
