@@ -204,6 +204,7 @@ async function openCheckpoint(c) {
   $("session-state").replaceChildren();
   show("checkpoint-view");
   await loadMessages();
+  $("checkpoint-view").scrollIntoView();
 }
 
 async function loadMessages() {
@@ -291,8 +292,14 @@ async function showDiff() {
       if (op.op === "equal") div.append(el("p", {}, "messages " + (op.fromStart + 1) + "\u2013" + op.fromEnd + " unchanged" +
         (op.fromStart !== op.toStart ? " (at " + (op.toStart + 1) + "\u2013" + op.toEnd + " in B)" : "")));
       else {
-        div.append(el("p", {}, op.op + ": A " + (op.fromStart + 1) + "\u2013" + op.fromEnd + ", B " + (op.toStart + 1) + "\u2013" + op.toEnd));
+        const range = (a, b) => (a + 1) + "\u2013" + b;
+        const what = op.op === "insert" ? "added in B: messages " + range(op.toStart, op.toEnd)
+          : op.op === "delete" ? "only in A: messages " + range(op.fromStart, op.fromEnd)
+          : "changed: A " + range(op.fromStart, op.fromEnd) + " became B " + range(op.toStart, op.toEnd);
+        div.append(el("p", {}, what));
         const from = el("ol", { class: "from" }), to = el("ol", { class: "to" });
+        from.start = op.fromStart + 1;
+        to.start = op.toStart + 1;
         (op.fromMessages || []).forEach((m) => from.append(renderMessage(m)));
         (op.toMessages || []).forEach((m) => to.append(renderMessage(m)));
         div.append(from, to);
@@ -300,6 +307,7 @@ async function showDiff() {
       box.append(div);
     }
     show("diff-view");
+    $("diff-view").scrollIntoView();
     status(d.ops.filter((o) => o.op !== "equal").length + " change(s)");
   } catch (e) { status(e.message, true); }
 }
