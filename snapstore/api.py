@@ -679,6 +679,21 @@ class CheckpointManager:
             v.remembered_set = True
             return self._checkpoint(m, msgs)
 
+    def head(self, run_id: str) -> CheckpointSummary | None:
+        """Return the run's head checkpoint's metadata (its newest live checkpoint, after any
+        rollback), or None for an empty, deleted or unknown run. One LIST (limit 1) and one GET
+        (a rollback record also reads its target); messages are not read.
+
+        Raises:
+            InvalidRunIdError: a bad run id.
+        """
+        check_run_id(run_id)
+        if not self._exists():
+            return None
+        rk = self._rk(run_id)
+        m = self._resolve(rk, self.repo.head(rk))
+        return None if m is None else CheckpointSummary._from(m)
+
     def summary(self, run_id: str, checkpoint_id: str) -> CheckpointSummary:
         """Return checkpoint ``checkpoint_id``'s metadata without reading its messages (its
         manifest only: one or two GETs).

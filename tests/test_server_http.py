@@ -344,3 +344,36 @@ def test_cli_serve_runs_uvicorn_with_a_token_file(tmp_path):
         proc.terminate()
         proc.wait(20)
     assert CheckpointManager(str(tmp_path / "repo")).latest("x").messages == [{"role": "user", "content": "hi"}]
+
+
+def test_concurrent_conditional_saves_one_wins(local_client):
+    """Clients that read the same head and save with expectHead at the same moment: exactly one
+    succeeds per round, the others get 409 head_mismatch naming the new head; nothing is lost."""
+    import threading
+    c = local_client
+    head = save(c, "race", 1)["id"]
+    base = str(c.base_url)
+    for rnd in range(3):
+        barrier = threading.Barrier(4)
+        results = []
+
+        def attempt(k):
+            with httpx.Client(base_url=base, headers=auth(), timeout=30) as own:
+                barrier.wait()
+                r = own.post("/runs/race/checkpoints",
+                             json={"messages": msgs(2 + rnd) + [{"role": "user", "content": f"writer {k}"}],
+                                   "expectHead": head})
+                results.append((k, r.status_code, r.json()))
+        threads = [threading.Thread(target=attempt, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        won = [r for r in results if r[1] == 201]
+        lost = [r for r in results if r[1] == 409]
+        assert len(won) == 1 and len(lost) == 3, results
+        new = won[0][2]["id"]
+        assert all(r[2]["error"]["code"] == "head_mismatch" and r[2]["error"]["head"] == new for r in lost)
+        assert won[0][2]["parentId"] == head
+        head = new
+    assert len(c.get("/runs/race/checkpoints").json()["checkpoints"]) == 4

@@ -157,8 +157,7 @@ class Service:
 
     def head(self, run_id: str) -> CheckpointSummary | None:
         """The run's head checkpoint (newest live one), or None for an empty, deleted or unknown run."""
-        got = self.manager.list(run_id, limit=1)
-        return got[0] if got else None
+        return self.manager.head(run_id)
 
     def _check_head(self, run_id: str, expect_head: str | None) -> CheckpointSummary | None:
         head = self.head(run_id)
