@@ -1,7 +1,7 @@
 """The browsing page in a real browser: headless Chromium from Debian's packages (chromium,
 chromium-driver) driven by selenium. A run imported from a shared trajectory (``snapstore
 import``) is listed, a checkpoint is opened (roles, tool calls, folded long outputs), two
-checkpoints are compared, and the run is rolled back with the page's button. Screenshots are
+checkpoints are compared, the run is rolled back and forked with the page's buttons. Screenshots are
 saved in tests/artifacts/server-browser/ (gitignored)."""
 
 from __future__ import annotations
@@ -123,10 +123,21 @@ def test_page_lists_an_imported_run_opens_a_checkpoint_diffs_and_rolls_back(tmp_
         drv.switch_to.alert.accept()
         wait.until(lambda d: len(rows()) == len(cps) - 2)
         assert rows()[0].get_attribute("data-id") == target.id
-        wait.until(EC.text_to_be_present_in_element((By.ID, "status"), "checkpoint(s)"))
+        wait.until(EC.text_to_be_present_in_element((By.ID, "status"), "rolled back to " + target.id))
+        assert not drv.find_element(By.ID, "diff-view").is_displayed()  # the stale diff is gone
         shot("5-rolled-back")
+        # fork the head into a new run with the page's button (prompt dialog)
+        rows()[0].find_element(By.CSS_SELECTOR, "button.fork").click()
+        wait.until(EC.alert_is_present())
+        prompt = drv.switch_to.alert
+        prompt.send_keys("swe/forked")
+        prompt.accept()
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, '#runs a.current[data-run="swe/forked"]')))
+        wait.until(lambda d: len(rows()) == 1 and d.find_element(By.ID, "run-title").text == "swe/forked")
+        shot("6-forked")
     fresh = CheckpointManager(repo)
     assert fresh.latest(RUN).id == target.id
     assert [c.id for c in fresh.list(RUN)] == [c.id for c in cps[2:]]
+    assert fresh.latest("swe/forked").messages == fresh.get(RUN, target.id).messages
     mgr.close()
     fresh.close()

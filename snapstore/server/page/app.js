@@ -317,8 +317,13 @@ async function rollback(c) {
   if (!window.confirm("Roll run " + state.run + " back to checkpoint " + c.id + "? Later checkpoints are deleted.")) return;
   try {
     await api("POST", "/runs/" + enc(state.run) + "/checkpoints/" + enc(c.id) + "/rollback?expectHead=" + enc(head.id));
-    status("rolled back to " + c.id);
+    // what was shown below the table may be gone now: show the run as it is
+    show(null);
+    state.pickA = state.pickB = null;
+    $("diff-button").disabled = true;
     await loadCheckpoints(false);
+    $("run-view").scrollIntoView();
+    status("rolled back to " + c.id + "; " + state.checkpoints.length + " checkpoint(s) left");
   } catch (e) {
     status(e.code === "head_mismatch" ? "The run changed meanwhile; reloaded it, try again. (" + e.message + ")" : e.message, true);
     if (e.code === "head_mismatch") await loadCheckpoints(false);
