@@ -8,10 +8,10 @@ Quick start::
     cp = mgr.latest("run-1")                         # Checkpoint(messages=[...], ...)
 """
 
-from .api import Checkpoint, CheckpointManager, CheckpointSummary
+from .api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from .errors import CheckpointNotFound, ConflictError, SnapstoreError
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckpointManager", "Checkpoint", "CheckpointSummary", "SnapstoreError", "ConflictError",
+__all__ = ["CheckpointManager", "Checkpoint", "CheckpointSummary", "EMPTY_RUN", "SnapstoreError", "ConflictError",
            "CheckpointNotFound", "__version__"]

@@ -2,21 +2,28 @@
 
 Layer 4. Conflict rules, rollback, deletion and retention on top of :mod:`snapstore.repository`.
 
-Conflicts: a manager remembers, per run, the last checkpoint it saved or read and the newest log
-position (sequence number) it knows. ``save`` takes that checkpoint as parent and claims the next
-sequence number with a create-only write. If another writer claimed it first, or the remembered
-checkpoint is no longer the run's head, ``save`` raises :class:`~snapstore.errors.ConflictError` and
-writes no manifest. Sequence numbers are never reused: rollback and deletion publish new log records.
+Conflicts (docs/format.md §12): each calling context (thread or asyncio task, see
+:mod:`snapstore.callers`) remembers, per run, the last checkpoint it saved or read and the run's
+newest log record at that moment. ``save`` takes the head as parent and claims the next sequence
+number with a create-only write. If another writer claimed it first, or the head is no longer what
+this caller saw, ``save`` raises :class:`~snapstore.errors.ConflictError` and writes no manifest;
+``rollback``, ``delete`` and retention that move the head are conditional the same way, and
+``expect_head=`` is an explicit compare-and-swap on the head. Sequence numbers are never reused:
+rollback and deletion publish new log records. The manager's per-run :class:`_RunView` (the newest
+head it knows and caches keyed by content) is shared by its callers.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from . import callers
+from .callers import Seen
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
@@ -84,20 +91,55 @@ class Checkpoint(CheckpointSummary):
 
 @dataclass
 class _RunView:
-    """A manager's knowledge of one run."""
+    """A manager's knowledge of one run, shared by all its callers (what each caller last saw is
+    per calling context: :mod:`snapstore.callers`)."""
 
     head_seq: int | None = None       # newest log position known (None: run has no records)
     head_write_id: str | None = None  # write id of that newest record (identifies it across deletions)
     head_segs: list | None = None     # segment list of that newest record (format 2; [] if none)
     head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
-    remembered: str | None = None     # last checkpoint id saved or read
     list_state: ListState | None = None  # writer state for ``head``'s message list
     live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
     pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded) of a save whose outcome is unknown
     log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
-    remembered_set: bool = False      # remembered was set by a save or read
+
+
+class _EmptyRun:
+    """Type of :data:`EMPTY_RUN` (a singleton)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EMPTY_RUN"
+
+    def __reduce__(self):
+        return "EMPTY_RUN"
+
+
+EMPTY_RUN = _EmptyRun()
+"""``expect_head=EMPTY_RUN``: the compare-and-swap expects the run to have no live checkpoint
+(never saved, deleted, or every checkpoint deleted). ``expect_head=None`` (the default) means no
+explicit expectation: the caller's own view of the run applies (docs/format.md §12)."""
+
+
+def _expect(expect_head) -> tuple | None:
+    """Normalise an ``expect_head`` argument: None (no expectation) or ``(checkpoint id | None,)``
+    (None inside: the run must be empty).
+
+    Raises:
+        InvalidInputError / InvalidCheckpointIdError: anything but None, EMPTY_RUN or a checkpoint id.
+    """
+    if expect_head is None:
+        return None
+    if expect_head is EMPTY_RUN:
+        return (None,)
+    if not isinstance(expect_head, str):
+        raise InvalidInputError(f"expect_head must be a checkpoint id (str), EMPTY_RUN or None, got "
+                                f"{type(expect_head).__name__}")
+    check_checkpoint_id(expect_head)
+    return (expect_head,)
 
 
 def _live_records(seqs, got: dict, state: dict):
@@ -149,13 +191,18 @@ class CheckpointManager:
         RepositoryError: the location holds no repository and ``create`` is False.
         UnsupportedFormatError: the repository was written by a newer snapstore.
 
-    A manager is safe to share between threads.
+    A manager may be shared by threads and asyncio tasks: each calling context has its own view
+    of each run (what it last saved or read), so callers sharing a manager get the same
+    :class:`~snapstore.errors.ConflictError` as separate managers would (docs/format.md §12).
+    ``close()`` (and leaving a ``with`` block) closes the store only if the manager opened it
+    (``location`` was a path, URL or None); a store object passed in stays open.
     """
 
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
+        self._owns_store = location is None or isinstance(location, (str, os.PathLike))
         self.store = open_store(location, **store_options)
         self.max_checkpoints = max_checkpoints
         self._create = create
@@ -205,10 +252,11 @@ class CheckpointManager:
             return False
 
     def close(self) -> None:
-        """Release the store's resources."""
+        """Release the manager's resources: its thread pool, and the store if the manager opened
+        it itself (a store object passed as ``location`` is left open for its owner)."""
         if self._repo is not None:
-            self._repo.close()
-        else:
+            self._repo.close(close_store=self._owns_store)
+        elif self._owns_store:
             self.store.close()
 
     def __enter__(self):
@@ -267,9 +315,6 @@ class CheckpointManager:
             v.live = None
         v.head = head
         v.confirmed_at = self._clock()
-        if not v.remembered_set:
-            v.remembered = head.checkpoint_id if head else None
-            v.remembered_set = True
         v.loaded = True
         self._views[run_id] = v
         return v
@@ -342,7 +387,7 @@ class CheckpointManager:
 
     def save(self, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
              metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
-             parent_id: str | None = None) -> str:
+             parent_id: str | None = None, expect_head=None) -> str:
         """Save a checkpoint of ``run_id`` holding ``messages``; return its checkpoint id.
 
         Only what is new since the parent is stored: one pack object (new message chunks, tree
@@ -361,18 +406,32 @@ class CheckpointManager:
             checkpoint_id: use this id instead of a generated, time-sortable one.
             parent_id: branch from this checkpoint of the run instead of the head (time travel);
                 the new checkpoint becomes the run's head.
+            expect_head: compare-and-swap for callers that track the head themselves: a checkpoint
+                id (save only if it is the run's head) or :data:`EMPTY_RUN` (save only if the run
+                has no live checkpoint). The caller's own view is then not consulted. None (the
+                default): the calling context's view applies: if it saved or read the run, the
+                head must still be what it last saw; if it never did, the save continues from the
+                head (as a new manager's first save would).
         Returns:
             The checkpoint id (str).
         Raises:
             InvalidRunIdError / InvalidCheckpointIdError: bad ids.
             InvalidMessageError: a value is not exact JSON (NaN, set, bytes, non-str key...);
                 nothing is stored.
-            ConflictError: another writer changed the run since this manager last saw it, or a
-                live checkpoint with ``checkpoint_id`` exists; nothing was overwritten.
+            ConflictError: another writer (another thread or task on this manager, another
+                manager, process or machine) changed the run since this caller last saw it, the
+                head is not ``expect_head``, or a live checkpoint with ``checkpoint_id`` exists;
+                nothing was overwritten.
             CheckpointNotFound: ``parent_id`` does not exist.
             StoreError: the store failed (retrying the same save later is safe).
+
+        Requests (steady state): 1 pack PUT + 1 manifest PUT. A calling context that has not read
+        the run makes no extra request when this manager already knows the run's head (another
+        context read or saved it); otherwise it reads the head first (1 LIST + 1 GET, plus the
+        segments of the head to dedup against), as a new manager does.
         """
         check_run_id(run_id)
+        exp = _expect(expect_head)
         if checkpoint_id is not None:
             check_checkpoint_id(checkpoint_id)
         if parent_id is not None:
@@ -392,22 +451,77 @@ class CheckpointManager:
                     validate(msg, f"messages[{i}]")
                 validate(session_state, "session_state")
         with self._run_lock(run_id):
-            for attempt in range(8):
+            seen = callers.seen(self, run_id)
+            v0 = self._views.get(run_id)
+            cached = v0 is not None and v0.loaded  # built on a head this manager knew before the call
+            stale = 0
+            for attempt in range(self.SAVE_ATTEMPTS):
                 try:
-                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id)
-                except (_PackIdCollision, _Stale):
-                    continue  # build again (new pack id; fresh view if the run changed)
+                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id,
+                                           exp, seen, late_ok=stale >= self.STALE_REBUILDS)
+                except _Stale:
+                    stale += 1
+                    continue  # build again with a new pack (fresh view if the run changed)
+                except _PackIdCollision:
+                    continue  # build again (new pack id)
                 except PreconditionFailed:
-                    if parent_id is None or attempt == 7:
-                        raise
-                    self._load_view(run_id)  # explicit parent: just move to the new head and retry
-        raise AssertionError("unreachable")
+                    # the run moved after the head this save was built on. A save with an explicit
+                    # parent or expected head decides again on the new head; a caller without a
+                    # view of the run continues from it if the head it used was this manager's
+                    # cached one (a new manager would have read the newer head)
+                    if (parent_id is None and exp is None and not cached) or attempt == self.SAVE_ATTEMPTS - 1:
+                        raise ConflictError(
+                            f"run {run_id!r} changed: another writer saved, rolled back or deleted checkpoints "
+                            "after the head this save continues (its log position is taken); call latest() and "
+                            "retry, or fork() the run") from None
+                    self._load_view(run_id)
+                    cached = False
+        raise ConflictError(f"run {run_id!r}: gave up saving after {self.SAVE_ATTEMPTS} attempts (each was built "
+                            "again because its pack id was taken or it paused longer than half the GC grace period)")
 
-    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id) -> str:
+    SAVE_ATTEMPTS = 8
+    """Times ``save`` builds a checkpoint again (pack id taken, paused past half the GC grace
+    period, or, with ``parent_id``/``expect_head``, the run moved) before giving up."""
+
+    STALE_REBUILDS = 2
+    """A save that paused longer than half the GC grace period after writing its pack is built
+    again at most this many times; after that the grace period is shorter than a save takes here
+    and the save publishes anyway, with a RuntimeWarning (a GC with that grace period must not run
+    beside this writer)."""
+
+    def _conflict_if_moved(self, run_id: str, v: "_RunView", exp: tuple | None, seen: Seen | None) -> None:
+        """Raise ConflictError unless the head in ``v`` is what ``exp`` (an explicit expected head) or,
+        without one, ``seen`` (the calling context's view; None: no view, nothing to check) says."""
+        head_id = v.head.checkpoint_id if v.head else None
+        if exp is not None:
+            if head_id != exp[0]:
+                want = "no checkpoint (EMPTY_RUN)" if exp[0] is None else repr(exp[0])
+                raise ConflictError(f"run {run_id!r}: expected head {want} but the head is {head_id!r}; "
+                                    "read the head again and retry")
+        elif seen is not None and not seen.matches(head_id, v.head_seq, v.head_write_id):
+            why = ("it read that checkpoint by id" if not seen.at_head else
+                   "another writer saved, rolled back or deleted since")
+            raise ConflictError(
+                f"run {run_id!r}: this caller last saw checkpoint {seen.checkpoint_id!r} but the head is {head_id!r} "
+                f"({why}); call latest() to continue from the head, or pass parent_id= to branch")
+
+    def _saw(self, run_id: str, checkpoint_id: str | None, seq: int | None, write_id: str | None) -> None:
+        """Record in the calling context that it saw ``checkpoint_id`` as the head at log record
+        ``(seq, write_id)``."""
+        callers.set_seen(self, run_id, Seen(checkpoint_id, seq, write_id))
+
+    def _saw_view(self, run_id: str, v: "_RunView") -> None:
+        self._saw(run_id, v.head.checkpoint_id if v.head else None, v.head_seq, v.head_write_id)
+
+    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id, exp=None,
+                   seen=None, late_ok=False) -> str:
         t_start = self._clock()
         repo = self.repo
         rk = repo.run_key(run_id)
         v = self._view(run_id)
+        if exp is not None and (v.head.checkpoint_id if v.head else None) != exp[0]:
+            v = self._load_view(run_id)  # the cached head may be older than the caller's knowledge
+        self._conflict_if_moved(run_id, v, exp, seen if parent_id is None else None)
         if parent_id is not None:
             if v.head is not None and v.head.checkpoint_id == parent_id:
                 pm = v.head
@@ -416,11 +530,6 @@ class CheckpointManager:
                 pm = repo.find_checkpoint(rk, parent_id)
                 ls = None
         else:
-            head_id = v.head.checkpoint_id if v.head else None
-            if v.remembered != head_id:
-                raise ConflictError(
-                    f"run {run_id!r}: this manager last saw checkpoint {v.remembered!r} but the head is {head_id!r}; "
-                    "call latest() to continue from the head, or pass parent_id= to branch")
             pm = v.head
             ls = v.list_state
         if ls is None and pm is not None:
@@ -502,17 +611,27 @@ class CheckpointManager:
                 raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
                                     "(re-checked before publishing); call latest() and retry")
             v.confirmed_at = self._clock()
-        if self._clock() - t_pack > half:
-            # our pack may already be a GC deletion candidate: build the save again
-            undo()
-            raise _Stale()
+        # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
+        # so no pack can turn into a deletion candidate while this save is in flight: the rule
+        # below does not apply (with it, every save was "stale": any time elapsed is > 0).
+        if self.gc_grace_period > 0 and self._clock() - t_pack > half:
+            if not late_ok:
+                # our pack may already be a GC deletion candidate: build the save again
+                undo()
+                raise _Stale()
+            if not self.__dict__.get("_warned_grace"):
+                self._warned_grace = True
+                warnings.warn(f"gc_grace_period={self.gc_grace_period:g} s is shorter than twice the time a save "
+                              f"takes here ({self._clock() - t_pack:.3g} s from pack to publish): saves publish "
+                              "anyway, and a GC with that grace period must not run beside this writer",
+                              RuntimeWarning, stacklevel=4)
         self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
             data = repo.publish(rk, m)
         except PreconditionFailed:
             undo()
-            if parent_id is not None:
-                raise  # explicit parent: the caller's save loop moves to the new head and retries
+            if parent_id is not None or exp is not None or seen is None:
+                raise  # the caller's save loop decides: move to the new head and retry, or conflict
             raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
                                 f"checkpoints after the one this save continues (log position {seq} is "
                                 "taken); call latest() and retry, or fork() the run") from None
@@ -531,8 +650,7 @@ class CheckpointManager:
             except SnapstoreError:
                 pass
         v.confirmed_at = self._clock()
-        v.remembered = m.checkpoint_id
-        v.remembered_set = True
+        self._saw(run_id, m.checkpoint_id, seq, m.write_id)
         v.list_state = prep.state
         if v.live is not None:
             v.live.append((seq, m.checkpoint_id))
@@ -586,14 +704,18 @@ class CheckpointManager:
 
     def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
         """Delete the oldest checkpoints beyond ``max_checkpoints`` (best effort: the save already
-        succeeded; a failure here leaves extra checkpoints for the next save or prune)."""
+        succeeded; a failure here leaves extra checkpoints for the next save or prune).
+
+        Conditional on the save just made: only while the run's newest live checkpoint is that
+        save (``v.head``); if another writer moved the head meanwhile (a rollback may be making an
+        old checkpoint the head again), nothing is deleted and the next save or prune decides."""
         try:
             if len(self._live(rk, v)) <= self.max_checkpoints:
                 return
             v.live = None  # another manager may have deleted some: count afresh before deleting
             live = self._live(rk, v)
             excess = len(live) - self.max_checkpoints
-            if excess > 0:
+            if excess > 0 and v.head is not None and live[-1] == (v.head.seq, v.head.checkpoint_id):
                 self.repo.delete_checkpoint_objects(rk, live[:excess])
                 del live[:excess]
         except SnapstoreError as e:
@@ -611,13 +733,12 @@ class CheckpointManager:
         with self._run_lock(run_id):
             if not self._exists():
                 # nothing there yet: remember that this manager saw the run empty
-                self._views[run_id] = _RunView(head_seq=None, head=None, remembered=None, loaded=True,
-                                               remembered_set=True, confirmed_at=self._clock())
+                self._views[run_id] = _RunView(head_seq=None, head=None, loaded=True, confirmed_at=self._clock())
+                self._saw(run_id, None, None, None)
                 return None
             v = self._load_view(run_id)
             if v.head is None:
-                v.remembered = None
-                v.remembered_set = True
+                self._saw_view(run_id, v)
                 return None
             for attempt in range(self.READ_RETRIES):
                 try:
@@ -630,10 +751,10 @@ class CheckpointManager:
                         raise
                     v = self._load_view(run_id)
                     if v.head is None:
+                        self._saw_view(run_id, v)
                         return None
             v.list_state = ls
-            v.remembered = v.head.checkpoint_id
-            v.remembered_set = True
+            self._saw_view(run_id, v)
             return self._checkpoint(v.head, msgs)
 
     def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
@@ -673,10 +794,13 @@ class CheckpointManager:
             v = self._views.get(run_id)
             if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
                 v.list_state = ls
-            if v is None:
-                v = self._views[run_id] = _RunView()
-            v.remembered = m.checkpoint_id
-            v.remembered_set = True
+                self._saw_view(run_id, v)  # the caller read the head: it may continue from it
+            else:
+                # an older checkpoint: a save needs parent_id=; what the caller saw of the head stays
+                prev = callers.seen(self, run_id)
+                callers.set_seen(self, run_id, Seen(m.checkpoint_id, prev.seq if prev else None,
+                                                    prev.write_id if prev else None, at_head=False,
+                                                    known=prev is not None and prev.known))
             return self._checkpoint(m, msgs)
 
     def head(self, run_id: str) -> CheckpointSummary | None:
@@ -905,38 +1029,89 @@ class CheckpointManager:
                 continue
         raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
 
-    def rollback(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+    def _head_check(self, run_id: str, rk: str, exp: tuple | None, seen: Seen | None, what: str):
+        """A check of the run's newest record against the caller's expectation, for operations that
+        move the head: ``check(newest)`` raises ConflictError unless the head ``newest`` resolves to
+        is ``exp`` (explicit ``expect_head``) or, without one, what ``seen`` (the calling context's
+        view) recorded. None when there is nothing to check (no expectation, no view)."""
+        if exp is None and (seen is None or not seen.known):
+            return None
+
+        def check(newest: Manifest | None) -> None:
+            head = self._resolve(rk, newest)
+            hid = head.checkpoint_id if head else None
+            if exp is not None:
+                if hid != exp[0]:
+                    want = "no checkpoint (EMPTY_RUN)" if exp[0] is None else repr(exp[0])
+                    raise ConflictError(f"run {run_id!r}: {what} expected head {want} but the head is {hid!r}; "
+                                        "read the head again and retry")
+            elif not seen.same_record(newest.seq if newest else None, newest.write_id if newest else None):
+                raise ConflictError(
+                    f"run {run_id!r}: {what} refused: this caller last saw checkpoint {seen.checkpoint_id!r} but the "
+                    f"head is {hid!r} (another writer saved, rolled back or deleted since); call latest() and decide "
+                    "again")
+        return check
+
+    def _publish_record(self, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str) -> Manifest:
+        """Publish a rollback/tombstone record ``m`` at exactly the position after ``newest`` (the
+        head a conditional operation checked). Raises ConflictError if the run moved meanwhile."""
+        try:
+            data = self.repo.publish(rk, m)
+        except PreconditionFailed:
+            raise ConflictError(f"run {run_id!r} changed while checking it for {what} (another writer saved, "
+                                "rolled back or deleted); read the head again and retry") from None
+        self._after_publish(rk, self._views.get(run_id), m.seq, data)
+        return m
+
+    def rollback(self, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
         """Make ``checkpoint_id`` the run's head again; later checkpoints are deleted.
 
-        A rollback record is published at the next sequence number (so stale writers conflict),
-        then the later manifests and their index records are removed.
+        A rollback record is published at the position after the head (so stale writers conflict),
+        then the later manifests and their index records are removed. The rollback is conditional
+        like a save: if the calling context saved or read the run, the head must still be what it
+        last saw; ``expect_head`` (a checkpoint id, or :data:`EMPTY_RUN`) is an explicit
+        compare-and-swap instead. A caller that never saw the run rolls back whatever the head is
+        when it reads it.
 
         Returns:
-            The checkpoint rolled back to.
+            The checkpoint rolled back to (the caller's view is now that head).
         Raises:
             CheckpointNotFound: no such checkpoint in the run.
+            ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
+                moved while rolling back; nothing was changed.
         """
         check_checkpoint_id(checkpoint_id)
+        exp = _expect(expect_head)
         with self._run_lock(run_id):
             if not self._exists():
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
+            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "rollback")
+            newest = self.repo.head(rk)
+            if check is not None:
+                check(newest)
             try:
                 target = self.repo.find_checkpoint(rk, checkpoint_id)
             except CheckpointNotFound:
+                if check is not None:
+                    check(self.repo.head(rk))  # gone because the run moved: that is the conflict
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-            newest = self.repo.head(rk)
+
+            def make(seq, _n):
+                return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
+                                created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
+                                segs=_carried_segs(_n))
+            rec = newest
             if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
-                rec = self._append_record(run_id, rk, lambda seq, _n: Manifest(
-                    kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                    created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
-                    segs=_carried_segs(_n)))
+                if check is not None:
+                    rec = self._publish_record(run_id, rk, newest, make(newest.seq + 1, newest), "rollback")
+                else:
+                    rec = self._append_record(run_id, rk, make)
                 self._remove_range(rk, target.seq, rec.seq)
             v = self._load_view(run_id)
             msgs, ls = self.repo.load_with_state(target, v.head_segs)
             v.list_state = ls
-            v.remembered = checkpoint_id
-            v.remembered_set = True
+            self._saw(run_id, checkpoint_id, rec.seq, rec.write_id)
             v.live = None
             return self._checkpoint(target, msgs)
 
@@ -948,17 +1123,26 @@ class CheckpointManager:
         self.repo.delete_checkpoint_objects(rk, entries)
         return entries
 
-    def delete(self, run_id: str, checkpoint_id: str | None = None) -> None:
+    def delete(self, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
         """Delete one checkpoint, or (``checkpoint_id=None``) the whole run.
 
         Deleting the head checkpoint moves the head back to the previous live checkpoint (a
         rollback record). Deleting a run publishes a tombstone first, so a writer still holding
         the old head cannot revive it; a later save to the same run id starts a new, empty run.
 
+        What moves the head (deleting the run, or its head checkpoint) is conditional like a
+        save: if the calling context saved or read the run, the head must still be what it last
+        saw. ``expect_head`` (a checkpoint id, or :data:`EMPTY_RUN`) is an explicit
+        compare-and-swap, checked whatever is deleted. Deleting an older checkpoint does not move
+        the head and needs no view.
+
         Raises:
             RunNotFound: deleting a run with no live checkpoint.
             CheckpointNotFound: no such checkpoint.
+            ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
+                moved while deleting its head; nothing was deleted.
         """
+        exp = _expect(expect_head)
         with self._run_lock(run_id):
             if checkpoint_id is not None:
                 check_checkpoint_id(checkpoint_id)
@@ -967,38 +1151,70 @@ class CheckpointManager:
                     raise RunNotFound(f"run {run_id!r} not found")
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
+            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
             if checkpoint_id is None:
                 newest = self.repo.head(rk)
                 if newest is None or self._resolve(rk, newest) is None:
+                    if exp is not None and check is not None:
+                        check(newest)
                     raise RunNotFound(f"run {run_id!r} not found")
-                self._delete_run(run_id, rk)
+                if check is not None:
+                    check(newest)
+                tomb = self._delete_run(run_id, rk, newest if check is not None else None)
+                self._views.pop(run_id, None)
+                self._saw(run_id, None, tomb.seq, tomb.write_id)
             else:
                 check_checkpoint_id(checkpoint_id)
+                if exp is not None:
+                    check(self.repo.head(rk))  # explicit compare-and-swap: whatever is deleted
                 try:
                     m = self.repo.find_checkpoint(rk, checkpoint_id)
                 except CheckpointNotFound:
                     raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-                self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)])
-            self._views.pop(run_id, None)
+                rec = self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)], check)
+                self._views.pop(run_id, None)
+                if rec is not None:
+                    self._saw_record(run_id, rk, rec)
 
-    def _delete_run(self, run_id: str, rk: str) -> None:
-        tomb = self._append_record(run_id, rk, lambda seq, _n: Manifest(
-            kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(), created=datetime.now(timezone.utc)))
+    def _saw_record(self, run_id: str, rk: str, rec: Manifest) -> None:
+        """The calling context moved the head with record ``rec``: its view is now that head."""
+        head = self._resolve(rk, rec)
+        self._saw(run_id, head.checkpoint_id if head else None, rec.seq, rec.write_id)
+
+    def _delete_run(self, run_id: str, rk: str, newest: Manifest | None = None) -> Manifest:
+        """Publish a tombstone (at exactly the position after ``newest`` when given: conditional;
+        else at the next free one), then remove the run's older records. Returns the tombstone."""
+        def make(seq, _n):
+            return Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
+                            created=datetime.now(timezone.utc))
+        if newest is not None:
+            tomb = self._publish_record(run_id, rk, newest, make(newest.seq + 1, newest), "delete")
+        else:
+            tomb = self._append_record(run_id, rk, make)
         self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
         self.repo.store.delete_many(keys.manifest_key(rk, s) for s in self.repo.manifest_seqs(rk) if s < tomb.seq)
+        return tomb
 
-    def _delete_checkpoints(self, run_id: str, rk: str, doomed: list) -> None:
+    def _delete_checkpoints(self, run_id: str, rk: str, doomed: list, check=None) -> Manifest | None:
         """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
 
         The record that moves the head is published at exactly the position after the head the
-        decision was based on, so a checkpoint saved concurrently is never hidden by it.
+        decision was based on, so a checkpoint saved concurrently is never hidden by it. With
+        ``check`` (see :meth:`_head_check`) the head must pass it before it is moved, and a run
+        that moves meanwhile raises ConflictError; without, the decision is made again.
+
+        Returns:
+            The record that moved the head, or None if the head did not move.
         """
         doomed_seqs = {s for s, _ in doomed}
+        moved = None
         for _ in range(16):
             newest = self.repo.head(rk)
             live = [(s, c) for s, c, _ in self._scan(rk)]
             if newest is None or not live or live[0][0] not in doomed_seqs:
                 break
+            if check is not None:
+                check(newest)
             survivors = [(s, c) for s, c in live if s not in doomed_seqs]
             seq = newest.seq + 1
             if survivors:
@@ -1013,8 +1229,12 @@ class CheckpointManager:
             try:
                 data = self.repo.publish(rk, rec)
             except PreconditionFailed:
+                if check is not None:
+                    raise ConflictError(f"run {run_id!r} changed while deleting its head checkpoint; read the "
+                                        "head again and retry") from None
                 continue  # the run moved on: decide again
             self._after_publish(rk, None, rec.seq, data)
+            moved = rec
             # everything between the new head and the record is now hidden: remove it (incl. doomed)
             done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
             if not survivors:
@@ -1024,6 +1244,7 @@ class CheckpointManager:
         else:
             raise ConflictError(f"run {run_id!r} is changing too fast; gave up deleting")
         self.repo.delete_checkpoint_objects(rk, doomed)
+        return moved
 
     def retention_plan(self, run_id: str | None = None, **policy) -> list:
         """Decide, without deleting, which live checkpoints a retention policy keeps and why.
@@ -1069,10 +1290,16 @@ class CheckpointManager:
             run_id: only this run (default: every run).
             keep_within, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_yearly: more rules.
             dry_run: report what would go, delete nothing.
+        Moving a run's head (when the policy deletes its newest checkpoint) is conditional like a
+        save: if the calling context saved or read that run, the head must still be what it last
+        saw, else ConflictError (runs handled before stay pruned). Deleting older checkpoints
+        does not move the head and needs no view.
+
         Returns:
             Summaries of the deleted (with ``dry_run``: deletable) checkpoints.
         Raises:
             InvalidInputError: no rule given, or a bad value.
+            ConflictError: a run's head moved since this caller saw it (see above).
         """
         policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
                       keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
@@ -1092,10 +1319,14 @@ class CheckpointManager:
                 doomed = [m for m, d in zip(live, decisions) if not d.keep]
                 if not doomed:
                     continue
-                gone.extend(CheckpointSummary._from(m) for m in doomed)
                 if not dry_run:
-                    self._delete_checkpoints(r, rk, [(m.seq, m.checkpoint_id) for m in doomed])
+                    # deleting the head is conditional on the caller's view of the run (if any)
+                    check = self._head_check(r, rk, None, callers.seen(self, r), "prune")
+                    rec = self._delete_checkpoints(r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
                     self._views.pop(r, None)
+                    if rec is not None and check is not None:
+                        self._saw_record(r, rk, rec)
+                gone.extend(CheckpointSummary._from(m) for m in doomed)
         return gone
 
     def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
@@ -1161,8 +1392,7 @@ class CheckpointManager:
             v = self._load_view(new_run_id)
             msgs, ls = self.repo.load_with_state(m, v.head_segs)
             v.list_state = ls
-            v.remembered = m.checkpoint_id
-            v.remembered_set = True
+            self._saw(new_run_id, m.checkpoint_id, seq, m.write_id)
             return self._checkpoint(m, msgs)
 
     # ------------------------------------------------------------------------------------------

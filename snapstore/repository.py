@@ -134,11 +134,12 @@ class Repository(ReadPath, WritePath, LogRecords):
             return cls(store, RepoConfig.from_bytes(keys.CONFIG, store.get(keys.CONFIG)))
         return cls(store, cfg)
 
-    def close(self) -> None:
-        """Shut down the thread pool and the store."""
+    def close(self, close_store: bool = True) -> None:
+        """Shut down the thread pool and (unless ``close_store`` is False) the store."""
         if self._pool:
             self._pool.shutdown(wait=False)
-        self.store.close()
+        if close_store:
+            self.store.close()
 
     # ------------------------------------------------------------------------------------------
     # keys for user-supplied names

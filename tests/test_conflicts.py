@@ -1,7 +1,9 @@
 """Writers on one run never silently overwrite each other.
 
-Two managers on one run (stale writer after another's save, delete, rollback), retry of a save whose
-reply was lost, and 8 real OS processes racing to extend one run on a fsynced local store.
+Two managers on one run (stale writer after another's save, delete, rollback; rollback, delete and
+prune by a stale caller; ``expect_head=``), retry of a save whose reply was lost, and 8 real OS
+processes racing to extend one run on a fsynced local store (by their views and by
+``expect_head``). Callers sharing one manager: tests/test_callers.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from snapstore import CheckpointManager
+from snapstore import EMPTY_RUN, CheckpointManager
 from snapstore.errors import CheckpointNotFound, ConflictError, RunNotFound, StoreError
 from snapstore.stores import LocalStore
 
@@ -198,6 +200,66 @@ def test_stale_writer_with_explicit_parent_branches(tmp_path):
     assert fresh.get(RUN, b2).messages == [msg(1), msg(2, "b")]
 
 
+def test_stale_caller_cannot_roll_back_delete_or_prune_over_a_newer_save(tmp_path):
+    """Rollback, delete and prune that move the head are conditional on what the caller saw: after
+    another manager appended, they raise ConflictError and change nothing; with a fresh view they work."""
+    root = tmp_path / "repo"
+    a, b = _mgr(root), _mgr(root)
+    a1 = a.save(RUN, [msg(1)])
+    a2 = a.save(RUN, [msg(1), msg(2)])
+    assert b.latest(RUN).id == a2
+    b3 = b.save(RUN, [msg(1), msg(2), msg(3, "b")])
+    before = _manifests(root)
+    for op in (lambda: a.rollback(RUN, a1), lambda: a.delete(RUN), lambda: a.delete(RUN, b3),
+               lambda: a.prune(older_than=0, run_id=RUN), lambda: a.prune(older_than=0)):
+        with pytest.raises(ConflictError):
+            op()
+        assert _manifests(root) == before
+    assert [s.id for s in _mgr(root).list(RUN)] == [b3, a2, a1]
+    # deleting an older checkpoint does not move the head: allowed
+    a.delete(RUN, a1)
+    assert [s.id for s in _mgr(root).list(RUN)] == [b3, a2]
+    # with a fresh view A's rollback works; now B is the stale one
+    assert a.latest(RUN).id == b3
+    assert a.rollback(RUN, a2).id == a2
+    with pytest.raises(ConflictError):
+        b.rollback(RUN, a2)
+    with pytest.raises(ConflictError):
+        b.save(RUN, [msg(1), msg(2), msg(3, "b"), msg(4, "b")])
+    assert [s.id for s in _mgr(root).list(RUN)] == [a2]
+    # a manager that never read the run acts on the head it reads
+    c = _mgr(root)
+    c.delete(RUN)
+    assert _mgr(root).latest(RUN) is None
+
+
+def test_expect_head_across_managers(tmp_path):
+    """expect_head is a compare-and-swap on the head, whatever the manager saw: a manager whose
+    cached head is older than the expected id reads the head and succeeds; a wrong id conflicts."""
+    root = tmp_path / "repo"
+    a, b = _mgr(root), _mgr(root)
+    a1 = a.save(RUN, [msg(1)], expect_head=EMPTY_RUN)
+    with pytest.raises(ConflictError):
+        b.save(RUN, [msg(1, "b")], expect_head=EMPTY_RUN)
+    b2 = b.save(RUN, [msg(1), msg(2, "b")], expect_head=a1)
+    before = _manifests(root)
+    with pytest.raises(ConflictError):
+        a.save(RUN, [msg(1), msg(2, "a")], expect_head=a1)     # a1 is no longer the head
+    assert _manifests(root) == before
+    a3 = a.save(RUN, [msg(1), msg(2, "b"), msg(3, "a")], expect_head=b2)  # A's cache says a1: it reads
+    assert _mgr(root).get(RUN, a3).parent_id == b2
+    with pytest.raises(ConflictError):
+        b.rollback(RUN, a1, expect_head=b2)
+    with pytest.raises(ConflictError):
+        b.delete(RUN, expect_head=b2)
+    assert b.rollback(RUN, a1, expect_head=a3).id == a1
+    with pytest.raises(ConflictError):
+        a.delete(RUN, a1, expect_head=a3)
+    a.delete(RUN, expect_head=a1)
+    assert _mgr(root).latest(RUN) is None
+    assert b.save(RUN, [msg(9)], expect_head=EMPTY_RUN)
+
+
 # --- lost replies -------------------------------------------------------------------------------------
 
 class LostReplyStore:
@@ -314,10 +376,11 @@ def test_lost_manifest_reply_then_someone_else_moves_on(tmp_path):
 _WORKER = textwrap.dedent("""
     import json, os, random, sys, time, traceback
     sys.path.insert(0, sys.argv[1])
-    from snapstore import CheckpointManager
+    from snapstore import EMPTY_RUN, CheckpointManager
     from snapstore.errors import ConflictError
     from snapstore.stores import LocalStore
     root, me, go, n = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+    cas = sys.argv[7] == "expect_head"
     mgr = CheckpointManager(LocalStore(root, fsync=True))
     rng = random.Random(me)
     print("ready", flush=True)
@@ -331,7 +394,8 @@ _WORKER = textwrap.dedent("""
             cp = mgr.latest(sys.argv[6])
             base = cp.messages if cp is not None else []
             m = {"writer": me, "k": len(saves), "attempt": attempts, "pad": "p" * rng.randint(0, 3000)}
-            cid = mgr.save(sys.argv[6], base + [m], step=len(base))
+            kw = {"expect_head": cp.id if cp is not None else EMPTY_RUN} if cas else {}
+            cid = mgr.save(sys.argv[6], base + [m], step=len(base), **kw)
             saves.append({"id": cid, "count": len(base) + 1, "parent": cp.id if cp else None, "msg": m})
         except ConflictError:
             conflicts += 1
@@ -342,13 +406,14 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def test_eight_processes_race_on_one_run(tmp_path):
+@pytest.mark.parametrize("mode", ["view", "expect_head"])
+def test_eight_processes_race_on_one_run(tmp_path, mode):
     root = tmp_path / "repo"
     CheckpointManager(LocalStore(root, fsync=True)).repo  # create the repository up front
     go = tmp_path / "go"
-    n_proc, per = 8, 15
+    n_proc, per = 8, (15 if mode == "view" else 6)
     names = [f"w{i}" for i in range(n_proc)]
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(ROOT), str(root), name, str(go), str(per), RUN],
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(ROOT), str(root), name, str(go), str(per), RUN, mode],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in names]
     try:
         for p in procs:
