@@ -43,6 +43,24 @@ def served(tmp_path_factory):
 
 
 def _seed(mgr: CheckpointManager) -> None:
+    """Re-create the seeded run if a fuzzed request changed it (in a thread of its own: a fresh
+    caller of the manager, as each request of the server is)."""
+    import threading
+    failed = []
+
+    def run():
+        try:
+            _seed_now(mgr)
+        except BaseException as e:  # re-raised in the test's thread
+            failed.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if failed:
+        raise failed[0]
+
+
+def _seed_now(mgr: CheckpointManager) -> None:
     ids = [s.id for s in mgr.list(RUN)]
     if "cp-2" in ids:
         return

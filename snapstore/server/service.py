@@ -3,17 +3,15 @@
 Layer 5 (a surface). No HTTP here: :mod:`snapstore.server.app` maps these calls to routes and
 their errors to responses. What this module adds to the manager:
 
-* **Conditional writes for stateless callers.** HTTP clients keep no manager of their own, so a
-  save, rollback or delete may carry ``expect_head``: the checkpoint id the caller believes is the
-  run's head ("" = the run must have no live checkpoint). A different head is a
-  :class:`HeadMismatch` (a :class:`~snapstore.errors.ConflictError`). Until
-  ``CheckpointManager`` takes ``expect_head=`` itself, the check is made here by reading the head
-  under a per-run lock of this process, so it is exact between the server's own callers; a writer
-  in another process that moves the head between the check and the write is caught only where the
-  library itself conflicts (the log position of a save is still claimed create-only).
-* **Saves that never trip over the shared manager's memory.** The manager remembers the last
-  checkpoint it saw per run, which for a server is whichever client came last; a save therefore
-  names its parent explicitly (the head it just read, or the caller's ``parent_id``).
+* **Conditional writes for stateless callers.** An HTTP client keeps no manager of its own, so
+  a save, rollback or delete may carry ``expect_head``: the checkpoint id the caller believes is
+  the run's head ("" = the run must have no live checkpoint). It is passed to the manager's own
+  compare-and-swap (``expect_head=``, :data:`snapstore.EMPTY_RUN` for ""), so it holds against
+  writers in other processes and machines too; a refusal because the head is another becomes
+  :class:`HeadMismatch` (a :class:`~snapstore.errors.ConflictError` naming the actual head).
+  Each request is its own calling context (the framework runs it in a worker thread with a
+  copied context), so without ``expect_head`` a save continues from the run's head, as a new
+  manager's would, and never trips over what another client last saw.
 * **Cursor pagination** of a run's checkpoints (the cursor is the last returned ``seq``).
 * **Exclusive GC**: a GC whose grace period is shorter than the manager's own waits until no
   write of this server is in flight and holds writes back while it runs (``gc(grace_period=0)``
@@ -29,7 +27,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..api import Checkpoint, CheckpointManager, CheckpointSummary
+from ..api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from ..errors import CheckpointNotFound, ConflictError, InvalidInputError, RunNotFound
 from ..format.ids import check_checkpoint_id, check_run_id
 
@@ -137,35 +135,34 @@ class Service:
 
     def __init__(self, manager: CheckpointManager):
         self.manager = manager
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
         self._gate = _WriteGate()
 
     # ------------------------------------------------------------------------------------------
-    def _run_lock(self, run_id: str) -> threading.Lock:
-        check_run_id(run_id)
-        with self._locks_guard:
-            lk = self._locks.get(run_id)
-            if lk is None:
-                lk = self._locks[run_id] = threading.Lock()
-            return lk
-
     @contextmanager
     def _writing(self, run_id: str):
-        with self._gate.shared(), self._run_lock(run_id):
+        check_run_id(run_id)
+        with self._gate.shared():
             yield
+
+    def _conditional(self, run_id: str, expect_head: str | None, fn):
+        """Call ``fn(expect)`` with the manager's form of ``expect_head``; a ConflictError while
+        the head is not the expected one becomes :class:`HeadMismatch`."""
+        if expect_head is None:
+            return fn(None)
+        if expect_head != "":
+            check_checkpoint_id(expect_head)
+        try:
+            return fn(EMPTY_RUN if expect_head == "" else expect_head)
+        except ConflictError:
+            head = self.head(run_id)
+            head_id = head.id if head is not None else None
+            if (head_id or "") != expect_head:
+                raise HeadMismatch(run_id, expect_head, head_id) from None
+            raise
 
     def head(self, run_id: str) -> CheckpointSummary | None:
         """The run's head checkpoint (newest live one), or None for an empty, deleted or unknown run."""
         return self.manager.head(run_id)
-
-    def _check_head(self, run_id: str, expect_head: str | None) -> CheckpointSummary | None:
-        head = self.head(run_id)
-        if expect_head is not None:
-            head_id = head.id if head is not None else None
-            if (head_id or "") != expect_head:
-                raise HeadMismatch(run_id, expect_head, head_id)
-        return head
 
     # ------------------------------------------------------------------------------------------
     # reading
@@ -253,39 +250,21 @@ class Service:
              checkpoint_id: str | None = None, **fields) -> CheckpointSummary:
         """Save a checkpoint; ``fields`` are ``save``'s keyword arguments (step, token_usage, ...).
 
-        The new checkpoint's parent is ``parent_id`` if given, else the run's head read just
-        before (so two clients of this server both saving after the same head both succeed, one
-        after the other, unless they pass ``expect_head``).
+        The new checkpoint's parent is ``parent_id`` if given, else the run's head (two clients
+        both saving after the same head both succeed, one after the other, unless they pass
+        ``expect_head``).
 
         Raises:
-            HeadMismatch: ``expect_head`` is not the head.
+            HeadMismatch: ``expect_head`` is not the head; nothing stored.
             ConflictError: a live checkpoint has ``checkpoint_id``, or the run kept changing.
             CheckpointNotFound: ``parent_id`` does not exist.
             InvalidInputError: bad ids or values (nothing stored).
         """
-        check_run_id(run_id)
-        if expect_head is not None and expect_head != "":
-            check_checkpoint_id(expect_head)
         mgr = self.manager
         with self._writing(run_id):
-            for attempt in range(4):
-                head = self._check_head(run_id, expect_head)
-                parent = parent_id if parent_id is not None else (head.id if head is not None else None)
-                try:
-                    cid = mgr.save(run_id, messages, checkpoint_id=checkpoint_id, parent_id=parent, **fields)
-                except CheckpointNotFound:
-                    if parent_id is not None or attempt == 3:
-                        raise
-                    continue  # the head we read went meanwhile (another process): read it again
-                except ConflictError:
-                    if parent is not None or attempt == 3:
-                        raise
-                    # an empty run this manager remembers with a checkpoint (deleted elsewhere):
-                    # let it see the run as it is, then decide again
-                    mgr.latest(run_id)
-                    continue
-                return mgr.summary(run_id, cid)
-        raise AssertionError("unreachable")
+            cid = self._conditional(run_id, expect_head, lambda exp: mgr.save(
+                run_id, messages, checkpoint_id=checkpoint_id, parent_id=parent_id, expect_head=exp, **fields))
+            return mgr.summary(run_id, cid)
 
     def rollback(self, run_id: str, checkpoint_id: str, *, expect_head: str | None = None,
                  agent_id: str | None = None) -> CheckpointSummary:
@@ -300,8 +279,8 @@ class Service:
         with self._writing(run_id):
             if agent_id is not None:
                 self.summary(run_id, checkpoint_id, agent_id)
-            self._check_head(run_id, expect_head)
-            cp = self.manager.rollback(run_id, checkpoint_id)
+            cp = self._conditional(run_id, expect_head,
+                                   lambda exp: self.manager.rollback(run_id, checkpoint_id, expect_head=exp))
             return _summary_of(cp)
 
     def delete(self, run_id: str, checkpoint_id: str | None = None, *, expect_head: str | None = None) -> None:
@@ -315,8 +294,8 @@ class Service:
         if checkpoint_id is not None:
             check_checkpoint_id(checkpoint_id)
         with self._writing(run_id):
-            self._check_head(run_id, expect_head)
-            self.manager.delete(run_id, checkpoint_id)
+            self._conditional(run_id, expect_head,
+                              lambda exp: self.manager.delete(run_id, checkpoint_id, expect_head=exp))
 
     def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> CheckpointSummary:
         """Start run ``new_run_id`` at the checkpoint. Raises CheckpointNotFound, ConflictError
