@@ -393,3 +393,29 @@ def test_exact_json_values_round_trip_over_http(client):
     got = json.loads(c.get(f"/runs/exact/checkpoints/{seg(r.json()['id'])}/messages").content)
     assert got["messages"] == want["messages"]
     assert list(got["messages"][0]) == ["z", "a", "n"]
+
+
+def test_expect_head_holds_against_another_writer_of_the_repository(tmp_path):
+    """A writer outside the server (another manager on the same directory, as another process
+    would be) moves the head: a save or rollback with the old expectHead is refused (409
+    head_mismatch naming the new head) and changes nothing; a save without expectHead continues
+    from the new head."""
+    repo = str(tmp_path / "repo")
+    app = create_app(repo, ServerSettings(token=TOKEN))
+    with running_server(app) as url, httpx.Client(base_url=url, headers=auth(), timeout=30) as c:
+        first = save(c, "shared", 2)["id"]
+        other = CheckpointManager(repo)
+        assert other.latest("shared").id == first
+        theirs = other.save("shared", msgs(3))
+        body = error(c.post("/runs/shared/checkpoints", json={"messages": msgs(4), "expectHead": first}),
+                     409, "head_mismatch")
+        assert body["head"] == theirs
+        error(c.post(f"/runs/shared/checkpoints/{seg(first)}/rollback", params={"expectHead": first}),
+              409, "head_mismatch")
+        assert other.latest("shared").id == theirs  # nothing changed
+        ours = save(c, "shared", 5)
+        assert ours["parentId"] == theirs
+        r = c.post(f"/runs/shared/checkpoints/{seg(first)}/rollback", params={"expectHead": ours["id"]})
+        assert r.status_code == 200
+        assert CheckpointManager(repo).latest("shared").id == first
+        other.close()
