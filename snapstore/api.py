@@ -805,24 +805,64 @@ class CheckpointManager:
                                                     known=prev is not None and prev.known))
             return self._checkpoint(m, msgs)
 
-    def list(self, run_id: str, limit: int | None = None, *, metadata: dict | None = None) -> list[CheckpointSummary]:
+    def head(self, run_id: str) -> CheckpointSummary | None:
+        """Return the run's head checkpoint's metadata (its newest live checkpoint, after any
+        rollback), or None for an empty, deleted or unknown run. One LIST (limit 1) and one GET
+        (a rollback record also reads its target); messages are not read.
+
+        Raises:
+            InvalidRunIdError: a bad run id.
+        """
+        check_run_id(run_id)
+        if not self._exists():
+            return None
+        rk = self._rk(run_id)
+        m = self._resolve(rk, self.repo.head(rk))
+        return None if m is None else CheckpointSummary._from(m)
+
+    def summary(self, run_id: str, checkpoint_id: str) -> CheckpointSummary:
+        """Return checkpoint ``checkpoint_id``'s metadata without reading its messages (its
+        manifest only: one or two GETs).
+
+        Raises:
+            InvalidRunIdError / InvalidCheckpointIdError: bad ids.
+            CheckpointNotFound: no such live checkpoint in the run.
+        """
+        check_run_id(run_id)
+        check_checkpoint_id(checkpoint_id)
+        if not self._exists():
+            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
+        try:
+            return CheckpointSummary._from(self.repo.find_checkpoint(self._rk(run_id), checkpoint_id))
+        except CheckpointNotFound:
+            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+
+    def list(self, run_id: str, limit: int | None = None, *, metadata: dict | None = None,
+             before_seq: int | None = None) -> list[CheckpointSummary]:
         """Return summaries of the run's live checkpoints, newest first.
 
         Args:
             run_id: the run.
             limit: at most this many (reads about ``limit`` manifests, not the whole run).
             metadata: only checkpoints whose metadata holds all these key/value pairs.
+            before_seq: only checkpoints whose log position (``seq``) is below this: the cursor
+                of a paged listing (pass the last page's smallest ``seq``).
         Returns:
             A list of :class:`CheckpointSummary` (empty for an unknown run).
         """
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+        if before_seq is not None and (not isinstance(before_seq, int) or before_seq < 0):
+            raise InvalidInputError(f"before_seq must be a non-negative integer, got {before_seq!r}")
         out = []
         check_run_id(run_id)
         if limit == 0 or not self._exists():
             return out
         rk = self._rk(run_id)
-        scan = self._scan(rk) if limit is not None and limit <= self.BULK_LIST_MIN else self._scan_bulk(rk)
+        if limit is not None and limit <= self.BULK_LIST_MIN:
+            scan = self._scan(rk, below=before_seq)
+        else:
+            scan = (x for x in self._scan_bulk(rk) if before_seq is None or x[0] < before_seq)
         for s, cid, m in scan:
             if metadata:
                 md = m.fields.get("metadata")

@@ -1080,6 +1080,44 @@ def verify_cmd(ctx, read_data, as_json, quiet):
         ctx.exit(code)
 
 
+
+# ------------------------------------------------------------------------------------------------
+# serve (issue 12: the HTTP service, snapstore.server; needs the "server" extra)
+
+@cli.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=str),
+              help="Read the bearer token from this file [default: $SNAPSTORE_TOKEN].")
+@click.option("--no-auth", is_flag=True, help="Serve without a token (only on a loopback address).")
+@click.option("--max-body", "max_body", type=SIZE, default="64M", show_default=True,
+              help="Largest request body; larger ones get 413.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Allow browser calls from this origin (repeatable) [default: CORS off].")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+@click.pass_context
+def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_level):
+    """Serve the repository over HTTP: the REST API and a page to browse runs at /.
+
+    Every API request needs 'Authorization: Bearer TOKEN' ($SNAPSTORE_TOKEN or --token-file)
+    unless the server listens on loopback and --no-auth is given. The OpenAPI document is at
+    /openapi.json (and in docs/openapi.json).
+    """
+    try:
+        from .server import ServerSettings, resolve_token, serve
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise CommandError(f"snapstore serve needs the server extra (pip install 'snapstore[server]'): {e}", 2)
+    token = resolve_token(host, no_auth=no_auth, token_file=token_file)
+    settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
+    location = _state(ctx).location
+    _write(f"snapstore: serving {location} on http://{host}:{port}/ "
+           f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
+    serve(location, host=host, port=port, settings=settings, log_level=log_level)
+
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,312 @@
+"""The ASGI app: routes of the checkpoint service over :class:`snapstore.server.service.Service`.
+
+Build it with :func:`create_app`; ``snapstore serve`` runs it with uvicorn. Routes (every one but
+``/``, ``/ui/*``, ``/healthz`` and ``/openapi.json`` needs ``Authorization: Bearer <token>`` unless
+the server runs without a token):
+
+=====================================================  ==============================================
+``GET /agents/{name}/checkpoints?runId=``               a run's checkpoints of agent ``name``, newest first
+``POST /agents/{name}/rollback/{checkpointId}?runId=``  roll back (``expectHead`` optional)
+``GET /runs``                                           run ids (limit/cursor)
+``DELETE /runs/{runId}``                                delete a run
+``GET|POST /runs/{runId}/checkpoints``                  list (limit/cursor) / save a checkpoint
+``GET|DELETE /runs/{runId}/checkpoints/{id}``           one checkpoint's metadata / delete it
+``GET /runs/{runId}/checkpoints/{id}/messages``         its messages and session state (streamed)
+``POST /runs/{runId}/checkpoints/{id}/rollback|fork``   roll back to it / fork a new run from it
+``GET /runs/{runId}/diff?from=&to=``                    how two checkpoints' messages differ
+``POST /prune``, ``POST /gc``, ``GET /stats``           retention, garbage collection, statistics
+``GET /healthz``, ``GET /metrics``                      liveness, Prometheus metrics
+=====================================================  ==============================================
+
+Path parameters are percent-encoded path segments (an id holding ``/`` is sent as ``%2F``).
+"""
+
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.middleware.cors import CORSMiddleware
+
+from .. import __version__
+from ..api import CheckpointManager
+from .errors import ApiError, install_handlers
+from .metrics import Metrics, MetricsMiddleware
+from .middleware import BodyLimitMiddleware, RawPathMiddleware, SecurityHeadersMiddleware, path_param
+from .models import (CheckpointOut, CheckpointPage, DeleteResponse, DiffResponse, ErrorResponse, ForkRequest,
+                     GCRequest, GCResponse, HealthResponse, MessagesResponse, PruneRequest, PruneResponse, RunPage,
+                     SaveRequest, StatsResponse, summary_out)
+from .service import Service, message_json
+from .settings import ServerSettings
+
+__all__ = ["create_app", "JSONBytesResponse"]
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+DESCRIPTION = """\
+snapstore's checkpoint service: list, save, read, roll back, fork and prune AI-agent checkpoints
+stored in a content-addressed, deduplicated snapstore repository (local directory or S3).
+
+Authentication: `Authorization: Bearer <token>` (the server's `$SNAPSTORE_TOKEN` or `--token-file`)
+on every route except `/`, `/ui/*`, `/healthz` and `/openapi.json`. Errors are JSON
+`{"error": {"code", "message", "status"}}` with a stable `code`. Path parameters are
+percent-encoded path segments (an id holding `/` is sent as `%2F`). Conditional writes:
+`expectHead` is the checkpoint id the caller believes is the run's head (`""`: the run has
+none); another head gives 409 `head_mismatch` and changes nothing.
+"""
+
+
+class JSONBytesResponse(JSONResponse):
+    """JSON rendered with orjson (key order kept), falling back to the standard library for
+    integers beyond 64 bits and lone surrogates, which messages may hold."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return message_json(content)
+
+
+def _errors(*statuses: int) -> dict:
+    text = {401: "missing or wrong bearer token", 404: "no such run, checkpoint or route",
+            409: "conflict: another writer changed the run, or expectHead is not the head",
+            413: "request body too large", 422: "invalid request or value", 500: "damaged repository or bug",
+            503: "the storage backend failed"}
+    return {s: {"model": ErrorResponse, "description": text[s]} for s in statuses}
+
+
+_COMMON = (401, 404, 422, 500, 503)
+
+
+def _ids(*pairs) -> list[str]:
+    return [path_param(v, what) for v, what in pairs]
+
+
+def create_app(location: "str | CheckpointManager | None" = None, settings: ServerSettings | None = None,
+               **manager_options) -> FastAPI:
+    """Build the service's ASGI app.
+
+    Args:
+        location: a repository location (as ``CheckpointManager`` takes it) or a manager to serve
+            (the caller keeps ownership: the app does not close it).
+        settings: token, body limit, CORS origins (default: no token, 64 MiB, no CORS).
+        **manager_options: for a manager the app opens itself (e.g. ``endpoint_url=``).
+    Returns:
+        A FastAPI app; its ``state.service`` is the :class:`~snapstore.server.service.Service`.
+    """
+    settings = settings or ServerSettings()
+    owned = not isinstance(location, CheckpointManager)
+    mgr = CheckpointManager(location, **manager_options) if owned else location
+    service = Service(mgr)
+    metrics = Metrics(mgr.store)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            if owned:
+                mgr.close()
+
+    app = FastAPI(title="snapstore", version=__version__, description=DESCRIPTION, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json", default_response_class=JSONBytesResponse, lifespan=lifespan)
+    app.state.service = service
+    app.state.settings = settings
+    app.state.metrics = metrics
+    install_handlers(app)
+
+    bearer = HTTPBearer(auto_error=False, scheme_name="bearerToken",
+                        description="the server's token ($SNAPSTORE_TOKEN or --token-file)")
+
+    def require_token(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        token = settings.token
+        if token is None:
+            return
+        challenge = {"WWW-Authenticate": 'Bearer realm="snapstore"'}
+        if creds is None:
+            raise ApiError(401, "missing_token", "this request needs an Authorization: Bearer <token> header",
+                           challenge)
+        if not hmac.compare_digest(creds.credentials.encode("utf-8", "surrogatepass"), token.encode("utf-8")):
+            raise ApiError(401, "invalid_token", "the bearer token is not this server's token", challenge)
+
+    api = APIRouter(dependencies=[Depends(require_token)])
+    run_q = Query(alias="runId", min_length=1, description="the run id")
+    expect_q = Query(None, alias="expectHead", description="only if this checkpoint id is the run's head "
+                                                           "('' = the run has no checkpoint); else 409")
+
+    # ---- seed-shaped routes ---------------------------------------------------------------
+    @api.get("/agents/{name}/checkpoints", response_model=CheckpointPage, responses=_errors(*_COMMON),
+             tags=["agents"], summary="A run's checkpoints of one agent, newest first")
+    def agent_checkpoints(name: str = Path(description="the checkpoints' agent id"), run_id: str = run_q,
+                          limit: int = Query(50, ge=1, le=Service.LIST_MAX),
+                          cursor: str | None = Query(None, max_length=40, description="nextCursor of the previous page")):
+        (name,) = _ids((name, "agent name"))
+        page = service.checkpoints(run_id, limit, cursor, agent_id=name)
+        return CheckpointPage(runId=run_id, checkpoints=[summary_out(s) for s in page.items],
+                              nextCursor=page.next_cursor)
+
+    @api.post("/agents/{name}/rollback/{checkpointId}", response_model=CheckpointOut,
+              responses=_errors(*_COMMON, 409), tags=["agents"],
+              summary="Roll a run back to one of the agent's checkpoints (later checkpoints deleted)")
+    def agent_rollback(name: str, checkpointId: str, run_id: str = run_q, expect_head: str | None = expect_q):
+        name, cid = _ids((name, "agent name"), (checkpointId, "checkpoint id"))
+        return summary_out(service.rollback(run_id, cid, expect_head=expect_head, agent_id=name))
+
+    # ---- runs and checkpoints -------------------------------------------------------------
+    @api.get("/runs", response_model=RunPage, responses=_errors(401, 422, 500, 503), tags=["runs"],
+             summary="Run ids with a live checkpoint, sorted")
+    def list_runs(limit: int = Query(100, ge=1, le=Service.LIST_MAX),
+                  cursor: str | None = Query(None, description="nextCursor of the previous page")):
+        page = service.runs(limit, cursor)
+        return RunPage(runs=page.items, nextCursor=page.next_cursor)
+
+    @api.delete("/runs/{runId}", response_model=DeleteResponse, responses=_errors(*_COMMON, 409), tags=["runs"],
+                summary="Delete a run (a later save to the same id starts a new run)")
+    def delete_run(runId: str, expect_head: str | None = expect_q):
+        (rid,) = _ids((runId, "run id"))
+        service.delete(rid, None, expect_head=expect_head)
+        return DeleteResponse(runId=rid, checkpointId=None)
+
+    @api.get("/runs/{runId}/checkpoints", response_model=CheckpointPage, responses=_errors(*_COMMON),
+             tags=["checkpoints"], summary="A run's checkpoints, newest first")
+    def list_checkpoints(runId: str, limit: int = Query(50, ge=1, le=Service.LIST_MAX),
+                         cursor: str | None = Query(None, max_length=40, description="nextCursor of the previous page")):
+        (rid,) = _ids((runId, "run id"))
+        page = service.checkpoints(rid, limit, cursor)
+        return CheckpointPage(runId=rid, checkpoints=[summary_out(s) for s in page.items], nextCursor=page.next_cursor)
+
+    @api.post("/runs/{runId}/checkpoints", response_model=CheckpointOut, status_code=201,
+              responses=_errors(*_COMMON, 409, 413), tags=["checkpoints"],
+              summary="Save a checkpoint (the full message list; only what is new is stored)")
+    def save_checkpoint(runId: str, body: SaveRequest):
+        (rid,) = _ids((runId, "run id"))
+        s = service.save(rid, body.messages, expect_head=body.expectHead, parent_id=body.parentId,
+                         checkpoint_id=body.checkpointId, step=body.step, token_usage=body.tokenUsage,
+                         session_state=body.sessionState, metrics=body.metrics, agent_id=body.agentId,
+                         status=body.status, metadata=body.metadata)
+        return summary_out(s)
+
+    @api.get("/runs/{runId}/checkpoints/{checkpointId}", response_model=CheckpointOut, responses=_errors(*_COMMON),
+             tags=["checkpoints"], summary="One checkpoint's metadata")
+    def get_checkpoint(runId: str, checkpointId: str):
+        rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
+        return summary_out(service.summary(rid, cid))
+
+    @api.get("/runs/{runId}/checkpoints/{checkpointId}/messages", response_model=None,
+             responses={200: {"model": MessagesResponse, "description": "the messages (streamed)"},
+                        **_errors(*_COMMON)},
+             tags=["checkpoints"], summary="A checkpoint's messages and session state, streamed")
+    def get_messages(runId: str, checkpointId: str, offset: int = Query(0, ge=0, le=1 << 40),
+                     limit: int | None = Query(None, ge=1, le=1 << 40, description="at most this many messages")):
+        rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
+        cp = service.checkpoint(rid, cid)
+        msgs = cp.messages
+        end = len(msgs) if limit is None else min(len(msgs), offset + limit)
+
+        def body():
+            head = message_json({"runId": rid, "checkpointId": cid, "total": len(msgs), "offset": offset,
+                                 "sessionState": cp.session_state})
+            buf = bytearray(head[:-1] + b',"messages":[')
+            for i in range(offset, end):
+                if i > offset:
+                    buf += b","
+                buf += message_json(msgs[i])
+                if len(buf) >= 1 << 16:
+                    yield bytes(buf)
+                    buf.clear()
+            buf += b"]}"
+            yield bytes(buf)
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    @api.delete("/runs/{runId}/checkpoints/{checkpointId}", response_model=DeleteResponse,
+                responses=_errors(*_COMMON, 409), tags=["checkpoints"], summary="Delete one checkpoint")
+    def delete_checkpoint(runId: str, checkpointId: str, expect_head: str | None = expect_q):
+        rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
+        service.delete(rid, cid, expect_head=expect_head)
+        return DeleteResponse(runId=rid, checkpointId=cid)
+
+    @api.post("/runs/{runId}/checkpoints/{checkpointId}/rollback", response_model=CheckpointOut,
+              responses=_errors(*_COMMON, 409), tags=["checkpoints"],
+              summary="Make this checkpoint the head again (later checkpoints deleted)")
+    def rollback(runId: str, checkpointId: str, expect_head: str | None = expect_q):
+        rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
+        return summary_out(service.rollback(rid, cid, expect_head=expect_head))
+
+    @api.post("/runs/{runId}/checkpoints/{checkpointId}/fork", response_model=CheckpointOut, status_code=201,
+              responses=_errors(*_COMMON, 409, 413), tags=["checkpoints"],
+              summary="Start a new run at this checkpoint")
+    def fork(runId: str, checkpointId: str, body: ForkRequest):
+        rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
+        return summary_out(service.fork(rid, cid, body.newRunId))
+
+    @api.get("/runs/{runId}/diff", response_model=DiffResponse, responses=_errors(*_COMMON), tags=["checkpoints"],
+             summary="How one checkpoint's messages differ from another's")
+    def diff(runId: str, from_id: str = Query(alias="from", min_length=1), to_id: str = Query(alias="to", min_length=1)):
+        (rid,) = _ids((runId, "run id"))
+        d = service.diff(rid, from_id, to_id)
+        return {"runId": rid, "fromCheckpoint": summary_out(d["from"]).model_dump(),
+                "toCheckpoint": summary_out(d["to"]).model_dump(), "ops": d["ops"]}
+
+    # ---- repository -----------------------------------------------------------------------
+    @api.post("/prune", response_model=PruneResponse, responses=_errors(*_COMMON, 409, 413), tags=["repository"],
+              summary="Apply a retention policy (deletes checkpoints; gc reclaims the space)")
+    def prune(body: PruneRequest):
+        gone = service.prune(run_id=body.runId, dry_run=body.dryRun, keep_last=body.keepLast,
+                             older_than=body.olderThan, keep_within=body.keepWithin, keep_hourly=body.keepHourly,
+                             keep_daily=body.keepDaily, keep_weekly=body.keepWeekly, keep_monthly=body.keepMonthly,
+                             keep_yearly=body.keepYearly)
+        return PruneResponse(dryRun=body.dryRun, deleted=[summary_out(s) for s in gone])
+
+    @api.post("/gc", response_model=GCResponse, responses=_errors(401, 409, 413, 422, 500, 503), tags=["repository"],
+              summary="Garbage-collect: reclaim what no live checkpoint needs")
+    def gc(body: GCRequest | None = Body(None)):
+        body = body or GCRequest()
+        return GCResponse(report=service.gc(grace_period=body.gracePeriod, dry_run=body.dryRun))
+
+    @api.get("/stats", response_model=StatsResponse, responses=_errors(401, 500, 503), tags=["repository"],
+             summary="Repository statistics (lists the whole repository)")
+    def stats():
+        return StatsResponse(stats=service.stats())
+
+    @api.get("/metrics", response_class=Response, tags=["operations"], summary="Prometheus metrics",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition format"}, **_errors(401)})
+    def get_metrics():
+        return Response(metrics.render(), media_type=PROMETHEUS_TEXT)
+
+    app.include_router(api)
+
+    # ---- public routes --------------------------------------------------------------------
+    @app.get("/healthz", response_model=HealthResponse, tags=["operations"], summary="Liveness")
+    def healthz():
+        return HealthResponse(status="ok", version=__version__)
+
+    page = resources.files("snapstore.server") / "page"
+    assets = {name: (page / name).read_bytes() for name in ("index.html", "app.js", "app.css")}
+    types = {"js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        return HTMLResponse(assets["index.html"], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/ui/{name}", include_in_schema=False)
+    def asset(name: str):
+        data = assets.get(name)
+        if data is None or name == "index.html":
+            raise ApiError(404, "not_found", f"no asset {name!r}")
+        return Response(data, media_type=types[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-cache"})
+
+    # middleware, innermost first
+    app.add_middleware(RawPathMiddleware)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,124 @@
+"""HTTP errors: every error response is JSON ``{"error": {"code", "message", "status", ...}}``
+with a stable ``code``, and never a stack trace.
+
+Codes (status): ``missing_token``, ``invalid_token`` (401); ``not_found``, ``run_not_found``,
+``checkpoint_not_found`` (404); ``method_not_allowed`` (405); ``conflict``, ``head_mismatch``
+(409); ``body_too_large`` (413); ``invalid_request`` (422: the request does not fit the OpenAPI
+schema), ``invalid_input``, ``invalid_message``, ``invalid_run_id``, ``invalid_checkpoint_id``
+(422: the library refused a value); ``bad_request`` (400); ``integrity_error``,
+``unsupported_format``, ``repository_error``, ``internal_error`` (500); ``store_error``,
+``access_denied``, ``bucket_not_found``, ``credentials_error`` (503: the storage backend failed).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from .. import errors as E
+from .service import HeadMismatch
+
+__all__ = ["ApiError", "error_response", "install_handlers", "library_error_status"]
+
+log = logging.getLogger("snapstore.server")
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 413: "body_too_large", 415: "unsupported_media_type",
+               422: "invalid_request", 500: "internal_error"}
+
+# most specific first
+_LIBRARY = [
+    (HeadMismatch, 409, "head_mismatch"),
+    (E.InvalidMessageError, 422, "invalid_message"),
+    (E.InvalidRunIdError, 422, "invalid_run_id"),
+    (E.InvalidCheckpointIdError, 422, "invalid_checkpoint_id"),
+    (E.InvalidInputError, 422, "invalid_input"),
+    (E.RunNotFound, 404, "run_not_found"),
+    (E.CheckpointNotFound, 404, "checkpoint_not_found"),
+    (E.ObjectNotFound, 500, "integrity_error"),  # a referenced object is missing: damaged repository
+    (E.NotFoundError, 404, "not_found"),
+    (E.ConflictError, 409, "conflict"),
+    (E.IntegrityError, 500, "integrity_error"),
+    (E.UnsupportedFormatError, 500, "unsupported_format"),
+    (E.RepositoryError, 500, "repository_error"),
+    (E.AccessDenied, 503, "access_denied"),
+    (E.BucketNotFound, 503, "bucket_not_found"),
+    (E.CredentialsError, 503, "credentials_error"),
+    (E.StoreError, 503, "store_error"),
+]
+
+
+class ApiError(Exception):
+    """An error the API answers with ``status`` and ``code`` (``extra``: more fields of the body)."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None, **extra):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    """The JSON error response."""
+    body = {"code": code, "message": message, "status": status}
+    body.update({k: v for k, v in extra.items()})
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def library_error_status(exc: E.SnapstoreError) -> tuple[int, str]:
+    """(HTTP status, code) for a library error."""
+    for cls, status, code in _LIBRARY:
+        if isinstance(exc, cls):
+            return status, code
+    return 500, "internal_error"
+
+
+def _clean_details(errors) -> list[dict]:
+    out = []
+    for e in errors[:20]:
+        out.append({"loc": [str(x) for x in e.get("loc", ())], "message": str(e.get("msg", ""))[:500],
+                    "type": str(e.get("type", ""))})
+    return out
+
+
+def install_handlers(app) -> None:
+    """Register the JSON error handlers on a FastAPI ``app``."""
+    from fastapi.exceptions import RequestValidationError
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message, exc.headers, **exc.extra)
+
+    @app.exception_handler(E.SnapstoreError)
+    async def _library(request: Request, exc: E.SnapstoreError):
+        status, code = library_error_status(exc)
+        extra = {}
+        if isinstance(exc, HeadMismatch):
+            extra["head"] = exc.head
+        if status >= 500:
+            log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return error_response(status, code, str(exc) or type(exc).__name__, **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        details = _clean_details(exc.errors())
+        first = details[0] if details else {"loc": [], "message": "invalid request"}
+        where = ".".join(first["loc"])
+        return error_response(422, "invalid_request", f"{where}: {first['message']}" if where else first["message"],
+                              details=details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+            # the framework could not parse the body (e.g. not UTF-8): like malformed JSON, 422
+            return error_response(422, "invalid_request", "the request body is not JSON text in UTF-8",
+                                  details=[{"loc": ["body"], "message": str(exc.__cause__)[:500], "type": "json_invalid"}])
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("%s %s: unexpected error", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error (see the server log)")

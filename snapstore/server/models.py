@@ -1,0 +1,197 @@
+"""Request and response bodies of the HTTP API (pydantic models: they are the OpenAPI schema).
+
+Field names are camelCase on the wire. Values the library takes as free JSON (step, tokenUsage,
+metrics, metadata, sessionState, messages) are any JSON value. Times are ISO 8601 UTC strings.
+"""
+
+from __future__ import annotations
+
+from datetime import timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..api import CheckpointSummary
+
+__all__ = ["ErrorBody", "ErrorResponse", "CheckpointOut", "CheckpointPage", "RunPage", "SaveRequest",
+           "ForkRequest", "PruneRequest", "PruneResponse", "GCRequest", "GCResponse", "StatsResponse",
+           "HealthResponse", "DiffOp", "DiffResponse", "MessagesResponse", "DeleteResponse", "summary_out"]
+
+_Seconds = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False)
+_Count = Field(None, ge=0, le=1_000_000_000)
+
+
+class ErrorBody(BaseModel):
+    """An error: ``code`` is stable (see docs/server.md), ``message`` is for people."""
+
+    code: str = Field(description="stable machine-readable error code, e.g. checkpoint_not_found")
+    message: str
+    status: int = Field(description="the HTTP status")
+    head: str | None = Field(None, description="head_mismatch only: the run's actual head (null: none)")
+    details: list[dict[str, Any]] | None = Field(None, description="invalid_request only: what was wrong where")
+
+
+class ErrorResponse(BaseModel):
+    """Every error response body."""
+
+    error: ErrorBody
+
+
+class CheckpointOut(BaseModel):
+    """A checkpoint's metadata (no messages)."""
+
+    id: str
+    runId: str
+    seq: int = Field(description="position in the run's log; pagination cursors are built from it")
+    step: Any = None
+    createdAt: str = Field(description="creation time, ISO 8601 UTC")
+    parentId: str | None = None
+    messageCount: int = Field(description="number of messages")
+    messageBytes: int = Field(description="total JSON size of the messages in bytes")
+    tokenUsage: Any = None
+    metrics: Any = None
+    agentId: Any = None
+    status: Any = None
+    metadata: Any = None
+
+
+def summary_out(s: CheckpointSummary) -> CheckpointOut:
+    """The wire form of a :class:`~snapstore.api.CheckpointSummary`."""
+    return CheckpointOut(
+        id=s.id, runId=s.run_id, seq=s.seq, step=s.step,
+        createdAt=s.created_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        parentId=s.parent_id, messageCount=s.message_count, messageBytes=s.message_bytes,
+        tokenUsage=s.token_usage, metrics=s.metrics, agentId=s.agent_id, status=s.status, metadata=s.metadata)
+
+
+class CheckpointPage(BaseModel):
+    """A page of a run's checkpoints, newest first."""
+
+    runId: str
+    checkpoints: list[CheckpointOut]
+    nextCursor: str | None = Field(None, description="pass as cursor= for the next page; null on the last page")
+
+
+class RunPage(BaseModel):
+    """A page of run ids (sorted)."""
+
+    runs: list[str]
+    nextCursor: str | None = None
+
+
+class SaveRequest(BaseModel):
+    """A checkpoint to save: the full message list at this point of the run, plus its metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+    messages: list[Any] = Field(description="the full message list (JSON values, usually chat messages)")
+    step: Any = None
+    tokenUsage: Any = None
+    sessionState: Any = None
+    metrics: Any = None
+    agentId: Any = None
+    status: Any = None
+    metadata: Any = None
+    checkpointId: str | None = Field(None, min_length=1, description="use this id (default: a generated one)")
+    parentId: str | None = Field(None, min_length=1, description="branch from this checkpoint (default: the head)")
+    expectHead: str | None = Field(None, description="save only if this is the run's head ('' = the run is empty); "
+                                                     "else 409 head_mismatch")
+
+
+class ForkRequest(BaseModel):
+    """Where to fork to."""
+
+    model_config = ConfigDict(extra="forbid")
+    newRunId: str = Field(min_length=1)
+
+
+class PruneRequest(BaseModel):
+    """A retention policy (restic ``forget`` semantics: a checkpoint is kept if any rule keeps it).
+
+    Durations are seconds or text such as ``"7d"``, ``"12h"``."""
+
+    model_config = ConfigDict(extra="forbid")
+    runId: str | None = Field(None, min_length=1, description="only this run (default: every run)")
+    keepLast: int | None = _Count
+    olderThan: float | str | None = Field(None, description="delete checkpoints older than this")
+    keepWithin: float | str | None = None
+    keepHourly: int | None = _Count
+    keepDaily: int | None = _Count
+    keepWeekly: int | None = _Count
+    keepMonthly: int | None = _Count
+    keepYearly: int | None = _Count
+    dryRun: bool = False
+
+
+class PruneResponse(BaseModel):
+    """What the policy deleted (with dryRun: would delete)."""
+
+    dryRun: bool
+    deleted: list[CheckpointOut]
+
+
+class GCRequest(BaseModel):
+    """Garbage-collection options."""
+
+    model_config = ConfigDict(extra="forbid")
+    gracePeriod: float | None = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False,
+                                      description="seconds (default: the server's, 3600); 0 = reclaim at once "
+                                                  "(the server holds its own writes back meanwhile)")
+    dryRun: bool = False
+
+
+class GCResponse(BaseModel):
+    """The collector's report (snapstore.gc.GCReport.as_dict(): snake_case keys, bytes, seconds)."""
+
+    report: dict[str, Any]
+
+
+class StatsResponse(BaseModel):
+    """Repository statistics (snapstore.check.stats: runs, checkpoints, logical_bytes, stored_bytes, ...)."""
+
+    stats: dict[str, Any]
+
+
+class HealthResponse(BaseModel):
+    """Liveness: the server answers and its repository location was opened."""
+
+    status: Literal["ok"]
+    version: str
+
+
+class DeleteResponse(BaseModel):
+    """What was deleted."""
+
+    runId: str
+    checkpointId: str | None = Field(None, description="null: the whole run was deleted")
+
+
+class DiffOp(BaseModel):
+    """One step of turning the 'from' message list into the 'to' one (half-open index ranges)."""
+
+    op: Literal["equal", "insert", "delete", "replace"]
+    fromStart: int
+    fromEnd: int
+    toStart: int
+    toEnd: int
+    fromMessages: list[Any] | None = Field(None, description="the 'from' messages of the range (not for equal)")
+    toMessages: list[Any] | None = Field(None, description="the 'to' messages of the range (not for equal)")
+
+
+class DiffResponse(BaseModel):
+    """How one checkpoint's messages differ from another's (exact JSON values compared)."""
+
+    runId: str
+    fromCheckpoint: CheckpointOut
+    toCheckpoint: CheckpointOut
+    ops: list[DiffOp]
+
+
+class MessagesResponse(BaseModel):
+    """A checkpoint's messages (a slice of them with offset/limit), streamed."""
+
+    runId: str
+    checkpointId: str
+    total: int = Field(description="number of messages in the checkpoint")
+    offset: int
+    sessionState: Any = None
+    messages: list[Any]
