@@ -629,7 +629,7 @@ class ReadPath:
             ctx.add(r.id, raw)
             if raws is not None:
                 raws.append(raw)
-            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT)))
+            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT), f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
         return out
 
     def decode_blocks(self, m: Manifest) -> None:
@@ -689,7 +689,7 @@ class ReadPath:
             return m.session_state
         sid, pack, size, flags = m.session_state_ref
         raw = self.message_raw(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
-        return decode_json(raw, bool(flags & FLAG_EXACT))
+        return decode_json(raw, bool(flags & FLAG_EXACT), f"session state {sid} (hinted in packs/{pack[:2]}/{pack})")
 
     def list_state(self, m: Manifest | None, full: bool = False) -> ListState:
         """Build a writer's :class:`ListState` for checkpoint ``m`` (None: empty list).
