@@ -48,9 +48,10 @@ T_CHUNK, T_NODE, T_STATE, T_UPPER, T_PIECES = b"c"[0], b"n"[0], b"s"[0], b"u"[0]
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces"}
 _TRAILER = struct.Struct("<I16s")
 
-MAX_BLOCK_RAW = 1 << 30
-"""Largest uncompressed block (bytes). A reader refuses a pack whose header records more, and
-never decompresses a block past the length its header records. Writers start a new block
+MAX_BLOCK_RAW = 128 << 20
+"""Largest uncompressed block (bytes; twice the largest chunk a config allows). A reader refuses a
+pack whose header records more, and never decompresses a block past the length its header
+records, so reading one block costs at most about twice this in memory. Writers start a new block
 (without dictionary) instead of growing one past it (docs/format.md §6)."""
 MAX_BLOCKS = 4096
 
