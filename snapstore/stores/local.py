@@ -19,8 +19,8 @@ read, write or delete outside the root. Reads open every directory below the roo
 itself with ``O_NOFOLLOW`` (``openat(2)`` from the directory above); a link there raises
 :class:`~snapstore.errors.IntegrityError` naming the key. Writes and deletes check (``lstat``)
 that no directory on the key's path is a link and raise :class:`~snapstore.errors.StoreError`
-otherwise. Listings do not descend into linked directories; a linked file is listed, so reading
-it reports it. The root itself may be a link (the user chose it).
+otherwise. Listings neither list nor enter linked directories; a linked file is listed, so
+reading it reports it. The root itself may be a link (the user chose it).
 """
 
 from __future__ import annotations
@@ -88,7 +88,13 @@ class LocalStore:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
             for comp in parts:
-                nfd = os.open(comp, _DIR_NOFOLLOW, dir_fd=fd)
+                try:
+                    nfd = os.open(comp, _DIR_NOFOLLOW, dir_fd=fd)
+                except NotADirectoryError:
+                    # Linux answers O_DIRECTORY | O_NOFOLLOW on a link with ENOTDIR, not ELOOP
+                    if stat.S_ISLNK(os.stat(comp, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise OSError(errno.ELOOP, "symbolic link", comp) from None
+                    raise
                 os.close(fd)
                 fd = nfd
         except BaseException:
