@@ -543,6 +543,9 @@ class ReadPath:
                     nodes[r.id] = r.pack
                 if lv != level - 1:
                     raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
+                if sum(x.count for x in items) != r.count:  # bounds the expansion by the counts read so far
+                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} covers "
+                                         f"{sum(x.count for x in items)} messages, its ref says {r.count}")
                 nxt.extend((lv, x) for x in items)
             frontier = nxt
         return [r for _, r in frontier]

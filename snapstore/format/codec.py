@@ -25,10 +25,11 @@ import zstandard
 from ..errors import IntegrityError, InvalidMessageError
 
 MAX_DEPTH = 254
-"""Deepest nesting of lists and dicts a stored JSON value may have (a value at depth 0 is the
-message itself; orjson encodes 254 levels). Deeper values raise :class:`~snapstore.errors.InvalidMessageError` before anything
-is written, and a stored object nested deeper is refused as corrupt: every encoder and decoder on
-the way (orjson: 254 levels; the exact decoder: the interpreter's recursion limit) stays within it."""
+"""Most lists and dicts a stored JSON value (message, session state, user field) may nest.
+Deeper values raise :class:`~snapstore.errors.InvalidMessageError` before anything is written
+(checked iteratively), and stored JSON nested deeper is refused as corrupt before it is parsed,
+so every encoder and decoder on the way stays within its own limit (orjson encodes 254 levels;
+the exact decoder recurses once per level, well inside the interpreter's recursion limit)."""
 
 MAX_WINDOW = 1 << 27
 """Largest zstd window (bytes) a reader accepts; writers use at most 8 MiB (level 19)."""
