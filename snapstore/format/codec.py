@@ -202,28 +202,18 @@ def zstd_decompress(key: str, frame: bytes, limit: int, zdict: bytes | None = No
             dctx = zstandard.ZstdDecompressor(dict_data=zd, max_window_size=MAX_WINDOW)
         else:
             dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+        # read in 1 MiB pieces up to one byte past what is allowed (faster than readinto a buffer
+        # of the recorded size, and as fast as one-shot decompress)
+        want = (limit if expected is None else expected) + 1
+        out = bytearray()
         with dctx.stream_reader(frame, read_size=1 << 16, read_across_frames=False) as reader:
-            if expected is not None:  # the recorded size: fill a buffer of exactly that, then expect EOF
-                out = bytearray(expected)
-                view = memoryview(out)
-                got = 0
-                while got < expected:
-                    n = reader.readinto(view[got:got + _READ_PIECE])
-                    if not n:
-                        break
-                    got += n
-                del view
-                if got < expected:
-                    del out[got:]
-                elif reader.read(1):
-                    raise IntegrityError(key, f"{what} decompresses to more than the {expected} bytes recorded")
-            else:
-                out = bytearray()
-                while len(out) <= limit:
-                    piece = reader.read(min(_READ_PIECE, limit + 1 - len(out)))
-                    if not piece:
-                        break
-                    out += piece
+            while len(out) < want:
+                piece = reader.read(min(_READ_PIECE, want - len(out)))
+                if not piece:
+                    break
+                out += piece
+        if expected is not None and len(out) > expected:
+            raise IntegrityError(key, f"{what} decompresses to more than the {expected} bytes recorded")
     except zstandard.ZstdError as e:
         raise IntegrityError(key, f"{what} does not decompress: {e}") from None
     if len(out) > limit:
