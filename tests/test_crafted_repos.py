@@ -425,8 +425,15 @@ def symlink_run_dir(root, outside):
     return None  # a linked run directory is not followed: the run is not there (export: run not found)
 
 
+def stray_manifest_names(root, outside):
+    _put(root, root / "runs" / RUN_KEY / "m" / "not-a-position", b"x")
+    _put(root, root / "packs" / "zz" / "not-a-pack", b"x")
+    _put(root, root / "runs" / RUN_KEY / "l" / "garbage.1", b"x")
+    return f"runs/{RUN_KEY}/m/not-a-position"
+
+
 CASES = [f for name, f in sorted(globals().items()) if callable(f) and name.split("_")[0] in (
-    "manifest", "pack", "config", "index", "logseg", "fwd", "gc", "symlink") and f.__module__ == __name__
+    "manifest", "pack", "config", "index", "logseg", "fwd", "gc", "symlink", "stray") and f.__module__ == __name__
     and not name.startswith("_")]
 
 
@@ -441,7 +448,7 @@ def _drive(*repos: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def outcomes(base, tmp_path_factory) -> dict:
-    """Every case crafted and driven (two subprocesses, each a share of the cases);
+    """Every case crafted and driven (four subprocesses, each a share of the cases);
     ``name -> (named text, result)``."""
     work = tmp_path_factory.mktemp("cases")
     jobs = {}
@@ -452,8 +459,9 @@ def outcomes(base, tmp_path_factory) -> dict:
         shutil.copytree(base, root, symlinks=True)
         jobs[f.__name__] = (f(root, outside), root)
     names = list(jobs)
+    shares = [names[i::4] for i in range(4)]  # four driver processes, two at a time
     with ThreadPoolExecutor(2) as pool:
-        parts = list(pool.map(lambda share: _drive(*(jobs[n][1] for n in share)), (names[0::2], names[1::2])))
+        parts = list(pool.map(lambda share: _drive(*(jobs[n][1] for n in share)), shares))
     results = {k: v for part in parts for k, v in part.items()}
     return {name: (jobs[name][0], results[str(jobs[name][1])]) for name in names}
 

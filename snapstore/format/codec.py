@@ -276,7 +276,7 @@ def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None =
 
 
 ENVELOPE_LIMITS = {b"SNCF": 1 << 20, b"SNMF": 16 << 20, b"SNIX": 64 << 10, b"SNFW": 1 << 20,
-                   b"SNFM": 64 << 20, b"SNFC": 64 << 20, b"SNGC": 64 << 20}
+                   b"SNFM": 16 << 20, b"SNFC": 32 << 20, b"SNGC": 16 << 20}
 """Largest stored body (bytes, after decompression) of each kind of envelope: config, manifest,
 index record, per-pack forwarding record, forwarding-map shard, forwarding-record cache, GC
 candidate record (docs/format.md §2, "Limits")."""

@@ -367,6 +367,8 @@ class LocalStore:
             names = sorted(e.name for e in os.scandir(top) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError, StoreError):
             names = []
+        except OSError as e:
+            raise StoreError(f"cannot list {prefix!r} in {self.root}: {e.strerror or e}") from e
         return iter(names)
 
     def delete_many(self, keys: Iterable[str]) -> None:
