@@ -29,7 +29,7 @@ from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFo
 from .format import keys
 from .format.codec import validate
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, check_record_size
 from .compaction import FORK_LEVEL, fork_copy, plan_save
 from .format.segs import Seg
 from .repository import ListState, Repository
@@ -442,6 +442,7 @@ class CheckpointManager:
                   "status": status, "metadata": metadata}
         for k, v in fields.items():
             validate(v, k)
+        check_record_size(fields)
         if self._repo is None:
             # the first write into an empty location must not create the repository for bad input
             try:

@@ -35,10 +35,11 @@ from typing import Callable
 
 from .check import head_segments, mark, read_all_runs, segments_by_run
 from .format.logseg import parse_logseg_key, span
-from .errors import ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, SnapstoreError
+from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+                     SnapstoreError)
 from .format import keys
-from .format.codec import open_envelope, seal_envelope
-from .format.ids import PACK_ID_BYTES
+from .format.codec import loads_exact, open_envelope, seal_envelope
+from .format.ids import PACK_ID_BYTES, is_pack_hex
 from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
 from .forwarding import ForwardMap
@@ -138,9 +139,16 @@ def _encode_candidates(packs: list[str], fwd: list[str]) -> bytes:
 
 
 def _decode_candidates(key: str, data: bytes) -> tuple[set, set]:
+    """``(pack hex ids, forwarding-record hex ids)`` of a candidate record. Raises IntegrityError."""
     _, body = open_envelope(key, CANDIDATES_MAGIC, data)
-    d = json.loads(body)
-    return set(d.get("packs", [])), set(d.get("fwd", []))
+    try:
+        d = loads_exact(body, 2)
+        out = set(d.get("packs", [])), set(d.get("fwd", []))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise IntegrityError(key, f"malformed candidate record: {e}") from None
+    if not all(isinstance(h, str) and is_pack_hex(h) for part in out for h in part):
+        raise IntegrityError(key, "malformed candidate record: an id is not 16 lowercase hex digits")
+    return out
 
 
 class _Hooks:
@@ -214,10 +222,11 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
 def _unlock(repo: Repository, token: str) -> None:
     """Remove the lock if it is still ours (a stale-lock takeover may have replaced it)."""
     try:
-        if json.loads(repo.store.get(LOCK_KEY)).get("token") == token:
+        d = loads_exact(repo.store.get(LOCK_KEY), 2)
+        if isinstance(d, dict) and d.get("token") == token:
             repo.store.delete_many([LOCK_KEY])
-    except (ObjectNotFound, ValueError):
-        pass
+    except (ObjectNotFound, ValueError, UnicodeDecodeError):
+        pass  # gone, or not ours (a lock we cannot read was not written by this GC)
 
 
 def _lock(repo: Repository, now: float, timeout: float, token: str) -> None:

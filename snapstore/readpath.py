@@ -611,6 +611,9 @@ class ReadPath:
                     nodes[r.id] = r.pack
                 if lv != level - 1:
                     raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
+                if sum(x.count for x in items) != r.count:  # bounds the expansion by the counts read so far
+                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} covers "
+                                         f"{sum(x.count for x in items)} messages, its ref says {r.count}")
                 nxt.extend((lv, x) for x in items)
             frontier = nxt
         return [r for _, r in frontier]
@@ -697,7 +700,7 @@ class ReadPath:
             ctx.add(r.id, raw)
             if raws is not None:
                 raws.append(raw)
-            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT)))
+            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT), f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
         return out
 
     def decode_blocks(self, m: Manifest) -> None:
@@ -818,7 +821,7 @@ class ReadPath:
             return m.session_state
         sid, pack, size, flags = m.session_state_ref
         raw = self.message_raw(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
-        return decode_json(raw, bool(flags & FLAG_EXACT))
+        return decode_json(raw, bool(flags & FLAG_EXACT), f"session state {sid} (hinted in packs/{pack[:2]}/{pack})")
 
     def list_state(self, m: Manifest | None, full: bool = False) -> ListState:
         """Build a writer's :class:`ListState` for checkpoint ``m`` (None: empty list).

@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from .errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
 from .format import keys
 from .format.ids import Hasher, name_key
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig, check_settings
 from .format.pack import Pack
 from .format.tree import TreeParams
 from .logrecords import LogRecords
@@ -117,16 +117,14 @@ class Repository(ReadPath, WritePath, LogRecords):
             InvalidInputError: an unknown or out-of-range setting.
         """
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
-        for k, v in settings.items():
+        for k in settings:
             if k not in RepoConfig._SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")
-            if not isinstance(v, int) or v < 0:
-                raise InvalidInputError(f"repository setting {k} must be a non-negative integer, got {v!r}")
+        why = check_settings({k: settings.get(k, getattr(cfg, k)) for k in RepoConfig._SETTINGS})
+        if why is not None:
+            raise InvalidInputError(f"repository {why}")
+        for k, v in settings.items():
             setattr(cfg, k, v)
-        if not (1 <= cfg.leaf_bits <= 12 and 1 <= cfg.node_bits <= 12 and cfg.max_items >= 2):
-            raise InvalidInputError("tree settings out of range")
-        if not (cfg.seg_fanout == 0 or 2 <= cfg.seg_fanout <= 64):
-            raise InvalidInputError(f"seg_fanout must be 0 (no segments) or 2-64, got {cfg.seg_fanout}")
         try:
             store.put(keys.CONFIG, cfg.to_bytes())
         except PreconditionFailed:

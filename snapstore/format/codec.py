@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 
 import blake3
@@ -22,6 +23,18 @@ import orjson
 import zstandard
 
 from ..errors import IntegrityError, InvalidMessageError
+
+MAX_DEPTH = 254
+"""Most lists and dicts a stored JSON value (message, session state, user field) may nest.
+Deeper values raise :class:`~snapstore.errors.InvalidMessageError` before anything is written
+(checked iteratively), and stored JSON nested deeper is refused as corrupt before it is parsed,
+so every encoder and decoder on the way stays within its own limit (orjson encodes 254 levels;
+the exact decoder recurses once per level, well inside the interpreter's recursion limit)."""
+
+MAX_WINDOW = 1 << 27
+"""Largest zstd window (bytes) a reader accepts; writers use at most 8 MiB (level 19)."""
+
+_READ_PIECE = 1 << 20
 
 _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
@@ -52,8 +65,8 @@ def validate(value, path: str = "value") -> None:
             if not math.isfinite(v):
                 raise InvalidMessageError(f"{p}: {v!r} is not valid JSON (NaN and Infinity are refused)")
             continue
-        if depth > 5000:
-            raise InvalidMessageError(f"{p}: nesting deeper than 5000 levels")
+        if depth >= MAX_DEPTH:
+            raise InvalidMessageError(f"{p}: nesting deeper than {MAX_DEPTH} levels (the limit for stored JSON)")
         if isinstance(v, dict):
             for k, x in v.items():
                 if type(k) is not str and not isinstance(k, str):
@@ -104,16 +117,110 @@ def dumps_exact(value) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
 
 
-def loads_exact(data: bytes):
-    """Inverse of :func:`dumps_exact`."""
+def loads_exact(data: bytes, max_depth: int = MAX_DEPTH):
+    """Inverse of :func:`dumps_exact`.
+
+    Args:
+        data: the JSON bytes.
+        max_depth: deepest nesting accepted (checked before parsing, so no recursion limit is met).
+    Raises:
+        ValueError: not JSON, not UTF-8 (surrogates allowed), or nested deeper than ``max_depth``.
+    """
+    check_depth(data, max_depth)
     return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
-def decode_json(data: bytes, exact: bool):
-    """Decode bytes written by :func:`encode_json` (``exact`` as returned there)."""
-    if exact:
-        return loads_exact(data)
-    return orjson.loads(data)
+def check_depth(data: bytes, limit: int = MAX_DEPTH) -> None:
+    """Raise ValueError if the JSON text ``data`` nests lists/dicts deeper than ``limit`` levels.
+
+    A linear scan over the bytes (brackets inside strings do not count); no recursion.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return
+    depth = 0
+    in_str = False
+    # scan only the bytes that matter: quotes, backslashes and brackets
+    for m in _JSON_STRUCT.finditer(data):
+        c = m.group()
+        if in_str:  # an escape (backslash and the byte after it) is one match: never a quote
+            if c == b'"':
+                in_str = False
+            continue
+        if c == b'"':
+            in_str = True
+        elif c in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                raise ValueError(f"JSON nested deeper than {limit} levels")
+        elif c in (b"]", b"}"):
+            depth -= 1
+
+
+_JSON_STRUCT = re.compile(rb'\\.|["\[\]{}]', re.S)
+
+
+def decode_json(data: bytes, exact: bool, key: str = "chunk"):
+    """Decode bytes written by :func:`encode_json` (``exact`` as returned there).
+
+    Raises:
+        IntegrityError: the bytes are not such JSON (names ``key``).
+    """
+    try:
+        if exact:
+            return loads_exact(data)
+        return orjson.loads(data)
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise IntegrityError(key, f"not a stored JSON value: {e}") from None
+
+
+def zstd_decompress(key: str, frame: bytes, limit: int, zdict: bytes | None = None, *,
+                    expected: int | None = None, what: str = "object") -> bytes:
+    """Decompress one zstd frame in bounded memory: at most ``limit`` bytes are ever produced.
+
+    Streams the frame through zstandard's decompression reader in 1 MiB pieces, so a frame whose
+    header claims a huge content size allocates nothing up front and a frame that really inflates
+    past ``limit`` is stopped at ``limit + 1`` bytes. The window size is capped at
+    :data:`MAX_WINDOW`.
+
+    Args:
+        key: the object key, named in errors.
+        frame: the compressed bytes (one zstd frame; anything after it is ignored).
+        limit: the most uncompressed bytes the format allows for this object.
+        zdict: raw-content dictionary, if the frame was compressed with one.
+        expected: the exact uncompressed size the format records, if it records one.
+        what: what the frame is, for error messages (e.g. ``"block 1"``).
+    Returns:
+        The uncompressed bytes.
+    Raises:
+        IntegrityError: not a zstd frame, corrupt, larger than ``limit`` or not ``expected`` bytes.
+    """
+    if expected is not None and expected > limit:
+        raise IntegrityError(key, f"{what} claims {expected} bytes uncompressed (limit {limit})")
+    try:
+        if zdict is not None:
+            zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+            dctx = zstandard.ZstdDecompressor(dict_data=zd, max_window_size=MAX_WINDOW)
+        else:
+            dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+        # read in 1 MiB pieces up to one byte past what is allowed (faster than readinto a buffer
+        # of the recorded size, and as fast as one-shot decompress)
+        want = (limit if expected is None else expected) + 1
+        out = bytearray()
+        with dctx.stream_reader(frame, read_size=1 << 16, read_across_frames=False) as reader:
+            while len(out) < want:
+                piece = reader.read(min(_READ_PIECE, want - len(out)))
+                if not piece:
+                    break
+                out += piece
+        if expected is not None and len(out) > expected:
+            raise IntegrityError(key, f"{what} decompresses to more than the {expected} bytes recorded")
+    except zstandard.ZstdError as e:
+        raise IntegrityError(key, f"{what} does not decompress: {e}") from None
+    if len(out) > limit:
+        raise IntegrityError(key, f"{what} decompresses to more than {limit} bytes (the limit for it)")
+    if expected is not None and len(out) != expected:
+        raise IntegrityError(key, f"{what} decompressed to {len(out)} bytes, expected {expected}")
+    return bytes(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,7 +275,15 @@ def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None =
     return _ENV_HEADER.pack(magic, version, flag, digest) + stored
 
 
-def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = None) -> tuple[int, bytes]:
+ENVELOPE_LIMITS = {b"SNCF": 1 << 20, b"SNMF": 16 << 20, b"SNIX": 64 << 10, b"SNFW": 1 << 20,
+                   b"SNFM": 16 << 20, b"SNFC": 32 << 20, b"SNGC": 16 << 20}
+"""Largest stored body (bytes, after decompression) of each kind of envelope: config, manifest,
+index record, per-pack forwarding record, forwarding-map shard, forwarding-record cache, GC
+candidate record (docs/format.md §2, "Limits")."""
+
+
+def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = None,
+                  limit: int | None = None) -> tuple[int, bytes]:
     """Verify and unwrap an envelope; return ``(version, body)``.
 
     Args:
@@ -176,9 +291,13 @@ def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = Non
         magic: the expected 4-byte magic.
         data: the object's bytes.
         zdict: the format's dictionary for this kind of object (needed for compression 2).
+        limit: the largest body (bytes) allowed; default :data:`ENVELOPE_LIMITS` for ``magic``
+            (1 MiB for a magic not listed). Decompression stops there (bounded memory).
     Raises:
-        IntegrityError: wrong magic, bad checksum or undecodable body (names ``key``).
+        IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
     """
+    if limit is None:
+        limit = ENVELOPE_LIMITS.get(magic, 1 << 20)
     if len(data) < _ENV_HEADER.size:
         raise IntegrityError(key, "truncated object")
     m, version, flag, digest = _ENV_HEADER.unpack_from(data)
@@ -190,15 +309,11 @@ def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = Non
     if version < 1:
         raise IntegrityError(key, f"invalid format version {version}")
     if flag in (1, 2):
-        try:
-            if flag == 2:
-                if not zdict:
-                    raise IntegrityError(key, "compressed with a dictionary this object kind does not have")
-                zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-                return version, zstandard.ZstdDecompressor(dict_data=zd).decompress(stored)
-            return version, zstandard.ZstdDecompressor().decompress(stored)
-        except zstandard.ZstdError as e:
-            raise IntegrityError(key, f"cannot decompress: {e}") from None
+        if flag == 2 and not zdict:
+            raise IntegrityError(key, "compressed with a dictionary this object kind does not have")
+        return version, zstd_decompress(key, stored, limit, zdict if flag == 2 else None, what="body")
     if flag != 0:
         raise IntegrityError(key, f"unknown compression flag {flag}")
+    if len(stored) > limit:
+        raise IntegrityError(key, f"body of {len(stored)} bytes exceeds the limit {limit}")
     return version, stored

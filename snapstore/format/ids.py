@@ -50,6 +50,20 @@ class Hasher:
         return blake3.blake3(b"name\x00" + data, key=self.key).hexdigest(ID_BYTES)
 
 
+_PACK_HEX = re.compile(r"[0-9a-f]{16}")
+_ID_HEX = re.compile(r"[0-9a-f]{32}")
+
+
+def is_pack_hex(text) -> bool:
+    """True when ``text`` is a ``str`` of exactly 16 lowercase hex digits (a pack id as stored)."""
+    return isinstance(text, str) and _PACK_HEX.fullmatch(text) is not None
+
+
+def is_id_hex(text) -> bool:
+    """True when ``text`` is a ``str`` of exactly 32 lowercase hex digits (a content id as stored)."""
+    return isinstance(text, str) and _ID_HEX.fullmatch(text) is not None
+
+
 def check_run_id(run_id) -> str:
     """Return ``run_id`` if it is a non-empty ``str``; else raise InvalidRunIdError."""
     if not isinstance(run_id, str) or run_id == "":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import IntegrityError
 from .ids import PACK_ID_BYTES
 
 CONFIG = "config"
@@ -85,8 +86,16 @@ def manifest_key(run_key: str, seq: int) -> str:
 
 
 def seq_from_manifest_key(key: str) -> int:
-    """Inverse of :func:`manifest_key` (sequence number of a manifest key)."""
-    return SEQ_MAX - int(key.rsplit("/", 1)[1], 16)
+    """Inverse of :func:`manifest_key` (sequence number of a manifest key).
+
+    Raises:
+        IntegrityError: the key's last segment is not 16 lowercase hex digits of a valid position
+            (a stray object among a run's manifests).
+    """
+    name = key.rsplit("/", 1)[-1]
+    if len(name) != 16 or name.strip("0123456789abcdef") or name == "0" * 16:
+        raise IntegrityError(key, "not a manifest key (16 lowercase hex digits of a log position)")
+    return SEQ_MAX - int(name, 16)
 
 
 def index_key(run_key: str, checkpoint_key: str) -> str:

@@ -18,8 +18,8 @@ import struct
 import blake3
 import zstandard
 
-from ..errors import IntegrityError
-from .codec import get_varint, put_varint
+from ..errors import IntegrityError, InvalidInputError
+from .codec import get_varint, put_varint, zstd_decompress
 from .keys import SEQ_MAX
 
 LOG_FANOUT = 16
@@ -68,13 +68,20 @@ def parse_logseg_key(key: str) -> tuple[int, int] | None:
 def encode_logseg(records: list[tuple[int, bytes]]) -> bytes:
     """Encode ``[(seq, manifest bytes)]`` (ascending seq) as a log segment object:
     ``"SNLG" | u8 version | checksum(16) | zstd frame of (varint n, n x (varint seq, varint len, bytes))``,
-    where the checksum is blake3-128 of the zstd frame."""
+    where the checksum is blake3-128 of the zstd frame.
+
+    Raises:
+        InvalidInputError: the records take more than :data:`MAX_RAW` bytes (a reader would refuse
+            the segment; the writer leaves the range to be read manifest by manifest).
+    """
     body = bytearray()
     put_varint(body, len(records))
     for seq, data in records:
         put_varint(body, seq)
         put_varint(body, len(data))
         body += data
+    if len(body) > MAX_RAW:
+        raise InvalidInputError(f"log segment of {len(body)} bytes exceeds the limit {MAX_RAW}")
     frame = zstandard.ZstdCompressor(level=6, write_checksum=False).compress(bytes(body))
     return _HEAD.pack(LOG_MAGIC, LOG_VERSION, blake3.blake3(frame).digest(16)) + frame
 
@@ -95,12 +102,11 @@ def decode_logseg(key: str, data: bytes) -> list[tuple[int, bytes]]:
         raise IntegrityError(key, "checksum mismatch")
     if version > LOG_VERSION:
         raise IntegrityError(key, f"log segment version {version} is newer than supported")
+    body = zstd_decompress(key, frame, MAX_RAW, what="log segment")  # bounded, whatever the frame claims
     try:
-        size = zstandard.frame_content_size(frame)
-        if size < 0 or size > MAX_RAW:
-            raise IntegrityError(key, f"log segment claims {size} bytes (limit {MAX_RAW})")
-        body = zstandard.ZstdDecompressor().decompress(frame, max_output_size=MAX_RAW)
         n, pos = get_varint(body, 0)
+        if n > span(MAX_LEVEL) or n * 3 > len(body):
+            raise ValueError(f"{n} records")
         out = []
         last = -1
         for _ in range(n):
@@ -113,6 +119,6 @@ def decode_logseg(key: str, data: bytes) -> list[tuple[int, bytes]]:
             last = seq
         if pos != len(body):
             raise ValueError("trailing bytes")
-    except (zstandard.ZstdError, ValueError, IndexError) as e:
+    except (ValueError, IndexError) as e:
         raise IntegrityError(key, f"malformed log segment: {e}") from None
     return out

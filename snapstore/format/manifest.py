@@ -10,10 +10,13 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import orjson
 import zstandard
 
-from ..errors import IntegrityError, RepositoryError, UnsupportedFormatError
-from .codec import dumps_exact, loads_exact, open_envelope, seal_envelope
+from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
+from .codec import ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, seal_envelope, zstd_decompress
+from .ids import is_id_hex, is_pack_hex
+from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
 from .valuetree import ValueTree
 
@@ -49,6 +52,64 @@ MANIFEST_DICT_V1 = (
 never change these bytes; a new dictionary needs a new constant and compression code."""
 
 USER_FIELDS = ("step", "agent_id", "status", "token_usage", "metrics", "metadata")
+
+MAX_MANIFEST_BODY = ENVELOPE_LIMITS[MANIFEST_MAGIC]
+"""Largest JSON body of a manifest (bytes): writers refuse a save whose record would be larger
+(:func:`check_record_size`), readers refuse a larger body without decompressing past it."""
+
+
+def check_record_size(fields: dict, session_state_bytes: int = 0) -> None:
+    """Refuse user fields that would make a manifest larger than :data:`MAX_MANIFEST_BODY`.
+
+    Args:
+        fields: the user fields (step, agent_id, status, token_usage, metrics, metadata), already
+            validated as JSON values.
+        session_state_bytes: bytes of an inline session state (JSON), if any.
+    Raises:
+        InvalidInputError: the record would exceed the limit; nothing was written.
+    """
+    total = session_state_bytes
+    for k, v in fields.items():
+        if v is not None:
+            try:
+                total += len(orjson.dumps(v))
+            except TypeError:  # big integers, lone surrogates: the exact encoder
+                total += len(dumps_exact(v))
+    if total > MAX_MANIFEST_BODY - 64 * 1024:
+        raise InvalidInputError(f"checkpoint fields and inline session state take {total} bytes; a manifest "
+                                f"holds at most {MAX_MANIFEST_BODY - 64 * 1024} (store large values in messages)")
+
+
+def _str(v, what: str, empty: bool = False) -> str:
+    if not isinstance(v, str) or (not empty and v == ""):
+        raise ValueError(f"{what} is not a{'' if empty else ' non-empty'} string")
+    return v
+
+
+def _int(v, what: str, hi: int = SEQ_MAX) -> int:
+    if type(v) is not int or not 0 <= v < hi:
+        raise ValueError(f"{what} is not an integer in [0, {hi})")
+    return v
+
+
+def _check_state(v) -> list | None:
+    """``messages.state``: None, or [state id hex, state pack hex(, upper pack hex)]."""
+    if v is None:
+        return None
+    if (not isinstance(v, list) or not 2 <= len(v) <= 3 or not is_id_hex(v[0])
+            or not all(is_pack_hex(h) for h in v[1:])):
+        raise ValueError("messages.state is not [id hex, pack hex(, pack hex)]")
+    return v
+
+
+def _check_state_ref(v) -> list | None:
+    """``session_state_ref``: None, or [id hex, pack hex, size, flags]."""
+    if v is None:
+        return None
+    if (not isinstance(v, list) or len(v) != 4 or not is_id_hex(v[0]) or not is_pack_hex(v[1])
+            or type(v[2]) is not int or v[2] < 0 or type(v[3]) is not int or not 0 <= v[3] <= 3):
+        raise ValueError("session_state_ref is not [id hex, pack hex, size, flags]")
+    return v
 
 
 def format_time(dt: datetime) -> str:
@@ -162,26 +223,40 @@ class Manifest:
         if version > MANIFEST_VERSION_MAX:
             raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {MANIFEST_VERSION_MAX}")
         try:
-            d = loads_exact(body)
+            d = loads_exact(body, MAX_DEPTH + 1)  # user fields sit one level below the record
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
             kind = d["kind"]
-            m = cls(kind=kind, run_id=d["run"], seq=int(d["seq"]), write_id=d["write_id"],
-                    created=parse_time(d["created"]))
+            m = cls(kind=kind, run_id=_str(d["run"], "run"), seq=_int(d["seq"], "seq"),
+                    write_id=_str(d["write_id"], "write_id", empty=True), created=parse_time(_str(d["created"], "created")))
             if kind == KIND_CHECKPOINT:
-                m.checkpoint_id = d["id"]
+                m.checkpoint_id = _str(d["id"], "id")
                 m.parent_id = d.get("parent")
+                if m.parent_id is not None:
+                    _str(m.parent_id, "parent")
                 m.fields = {} if light else {k: d.get(k) for k in USER_FIELDS}
-                m.session_state_ref = d.get("session_state_ref")
+                m.session_state_ref = _check_state_ref(d.get("session_state_ref"))
                 if "session_state_tree" in d:
                     m.session_state_tree = ValueTree.from_json(d["session_state_tree"])
                 m.has_session_state = ("session_state" in d or m.session_state_ref is not None
                                        or m.session_state_tree is not None)
                 m.session_state = None if light else d.get("session_state")
                 msgs = d["messages"]
-                m.count, m.size, m.digest, m.state = msgs["count"], msgs["bytes"], msgs["digest"], msgs["state"]
+                if not isinstance(msgs, dict):
+                    raise ValueError("messages is not an object")
+                m.count, m.size = _int(msgs["count"], "messages.count"), _int(msgs["bytes"], "messages.bytes")
+                m.digest = _str(msgs["digest"], "messages.digest", empty=True)
+                m.state = _check_state(msgs["state"])
                 m.origin = d.get("origin")
+                if m.origin is not None and not (isinstance(m.origin, dict) and isinstance(m.origin.get("run"), str)
+                                                 and isinstance(m.origin.get("id"), str)):
+                    raise ValueError("origin is not {run, id}")
             elif kind == KIND_ROLLBACK:
                 m.target = d["target"]
-                int(m.target["seq"])
+                if not isinstance(m.target, dict):
+                    raise ValueError("target is not an object")
+                _int(m.target["seq"], "target.seq")
+                _str(m.target["id"], "target.id")
             elif kind != KIND_TOMBSTONE:
                 raise ValueError(f"unknown kind {kind!r}")
             if "segs" in d and kind != KIND_TOMBSTONE:
@@ -191,7 +266,7 @@ class Manifest:
                     m.segs_text = d["segs"]
                 else:
                     m.segs = decode_segs(key, d["segs"])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(key, f"malformed manifest: {e}") from None
         return m
 
@@ -205,9 +280,9 @@ def decode_index(key: str, data: bytes) -> tuple[int, str]:
     """Decode an index record; return ``(seq, write_id)``. Raises IntegrityError."""
     _, body = open_envelope(key, INDEX_MAGIC, data)
     try:
-        d = json.loads(body)
-        return int(d["seq"]), str(d["write_id"])
-    except (ValueError, KeyError, TypeError) as e:
+        d = loads_exact(body, 1)
+        return _int(d["seq"], "seq"), _str(d["write_id"], "write_id", empty=True)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise IntegrityError(key, f"malformed index record: {e}") from None
 
 
@@ -221,12 +296,25 @@ def decode_forward(key: str, data: bytes) -> list[bytes]:
     """Decode a forwarding record; return the list of pack ids. Raises IntegrityError."""
     _, body = open_envelope(key, FORWARD_MAGIC, data)
     try:
-        return [bytes.fromhex(h) for h in json.loads(body)["to"]]
-    except (ValueError, KeyError, TypeError) as e:
+        return [_pack_id(h) for h in loads_exact(body, 2)["to"]]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise IntegrityError(key, f"malformed forwarding record: {e}") from None
 
 
 FWD_MAP_MAGIC = b"SNFM"
+
+
+def _pack_id(h) -> bytes:
+    """A pack id from its stored hex form; ValueError unless exactly 16 lowercase hex digits."""
+    if not is_pack_hex(h):
+        raise ValueError(f"pack id {str(h)[:40]!r} is not 16 lowercase hex digits")
+    return bytes.fromhex(h)
+
+
+def _ms(v) -> int:
+    if type(v) is not int or not 0 <= v < 1 << 53:
+        raise ValueError(f"time {str(v)[:40]!r} is not milliseconds since the epoch")
+    return v
 
 
 _ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
@@ -240,6 +328,9 @@ def encode_forward_shard(entries: dict[bytes, tuple[list[bytes], float]]) -> byt
     (level 3) when it is at least 4 KiB."""
     body = json.dumps({p.hex(): [int(round(t * 1000)), [x.hex() for x in to]]
                        for p, (to, t) in sorted(entries.items())}, separators=(",", ":")).encode()
+    if len(body) > ENVELOPE_LIMITS[FWD_MAP_MAGIC]:
+        raise InvalidInputError(f"forwarding-map shard of {len(body)} bytes exceeds the limit "
+                                f"{ENVELOPE_LIMITS[FWD_MAP_MAGIC]} (readers would refuse it)")
     if len(body) >= _SHARD_ZSTD_MIN:
         body = zstandard.ZstdCompressor(level=3).compress(body)
     return seal_envelope(FWD_MAP_MAGIC, FORMAT_VERSION, body)
@@ -251,10 +342,10 @@ def decode_forward_shard(key: str, data: bytes, shard: str | None = None) -> dic
     _, body = open_envelope(key, FWD_MAP_MAGIC, data)
     try:
         if body[:4] == _ZSTD_FRAME:
-            body = zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30)
-        d = json.loads(body)
-        out = {bytes.fromhex(p): ([bytes.fromhex(x) for x in v[1]], int(v[0]) / 1000.0) for p, v in d.items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, zstandard.ZstdError) as e:
+            body = zstd_decompress(key, body, ENVELOPE_LIMITS[FWD_MAP_MAGIC], what="forwarding-map shard")
+        d = loads_exact(body, 3)
+        out = {_pack_id(p): ([_pack_id(x) for x in v[1]], _ms(v[0]) / 1000.0) for p, v in d.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as e:
         raise IntegrityError(key, f"malformed forwarding-map shard: {e}") from None
     if shard is not None and any(p.hex()[:1] != shard for p in out):
         raise IntegrityError(key, "forwarding-map shard holds a record of another shard")
@@ -274,6 +365,9 @@ def encode_forward_cache(entries: dict[bytes, tuple]) -> bytes:
             out.append(int(round(v[2] * 1000)))
         return out
     body = json.dumps({p.hex(): value(v) for p, v in entries.items()}, separators=(",", ":")).encode()
+    if len(body) > ENVELOPE_LIMITS[FWD_CACHE_MAGIC]:
+        raise InvalidInputError(f"forwarding-record cache of {len(body)} bytes exceeds the limit "
+                                f"{ENVELOPE_LIMITS[FWD_CACHE_MAGIC]} (it is advisory: not written)")
     return seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
 
 
@@ -282,11 +376,50 @@ def decode_forward_cache(key: str, data: bytes) -> dict[bytes, tuple[str, list[b
     Raises IntegrityError on a malformed object."""
     _, body = open_envelope(key, FWD_CACHE_MAGIC, data)
     try:
-        d = json.loads(zstandard.ZstdDecompressor().decompress(body, max_output_size=1 << 30))
-        return {bytes.fromhex(p): (str(v[0]), [bytes.fromhex(t) for t in v[1]],
-                                   int(v[2]) / 1000.0 if len(v) > 2 else None) for p, v in d.items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, zstandard.ZstdError) as e:
+        d = loads_exact(zstd_decompress(key, body, ENVELOPE_LIMITS[FWD_CACHE_MAGIC], what="forwarding-record cache"), 3)
+        return {_pack_id(p): (_str(v[0], "ETag", empty=True), [_pack_id(t) for t in v[1]],
+                              _ms(v[2]) / 1000.0 if len(v) > 2 else None) for p, v in d.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as e:
         raise IntegrityError(key, f"malformed forwarding-record cache: {e}") from None
+
+
+MAX_CHUNK = 64 << 20
+"""Largest chunk (bytes) a writer may store (``cdc_max``, ``cdc_threshold``): bounds what a reader
+decompresses for one entry."""
+
+SETTING_RANGES = {
+    "level": (1, 22),                    # zstd levels
+    "dict_bytes": (0, 8 << 20),          # 0: no dictionaries
+    "cdc_threshold": (64, MAX_CHUNK),
+    "cdc_min": (64, MAX_CHUNK),          # FastCDC's own minimums: 64 / 256 / 1024 bytes
+    "cdc_avg": (256, MAX_CHUNK),
+    "cdc_max": (1024, MAX_CHUNK),
+    "leaf_bits": (1, 12),
+    "node_bits": (1, 12),
+    "max_items": (2, 4096),
+    "inline_state_max": (0, 1 << 20),
+    "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
+}
+"""Allowed range (inclusive) of every repository setting, checked when a repository is created
+and every time its config is read (docs/format.md §4)."""
+
+
+def check_settings(values: dict) -> str | None:
+    """Return why the repository settings ``values`` (name -> value) are out of range, or None.
+
+    Checks each value's type (``int``) and range (:data:`SETTING_RANGES`), and that
+    ``cdc_min <= cdc_avg <= cdc_max`` and ``seg_fanout`` is 0 or at least 2.
+    """
+    for k, v in values.items():
+        lo, hi = SETTING_RANGES[k]
+        if type(v) is not int or not lo <= v <= hi:
+            return f"setting {k} must be an integer in [{lo}, {hi}], got {str(v)[:40]!r}"
+    mn, avg, mx = (values.get(k, d) for k, d in (("cdc_min", 16384), ("cdc_avg", 65536), ("cdc_max", 262144)))
+    if not mn <= avg <= mx:
+        return f"chunk sizes must satisfy cdc_min <= cdc_avg <= cdc_max, got {mn}, {avg}, {mx}"
+    if values.get("seg_fanout") == 1:
+        return "setting seg_fanout must be 0 (no segments) or 2-64, got 1"
+    return None
 
 
 @dataclass
@@ -349,20 +482,29 @@ class RepoConfig:
             raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
         version, body = open_envelope(key, CONFIG_MAGIC, data)
         try:
-            d = json.loads(body)
-        except ValueError as e:
+            d = loads_exact(body, 1)
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
+            v = max(version, _int(d.get("version", version), "version", 256))
+        except (ValueError, UnicodeDecodeError) as e:
             raise IntegrityError(key, f"malformed config: {e}") from None
-        v = max(version, int(d.get("version", version)))
         if d.get("format") != "snapstore":
             raise IntegrityError(key, "not a snapstore config")
         if v > FORMAT_VERSION:
             raise UnsupportedFormatError(
                 f"repository format version {v} is newer than this snapstore supports ({FORMAT_VERSION}); upgrade snapstore")
         try:
-            cfg = cls(repo_id=d["repo_id"], key=bytes.fromhex(d["key"]), created=parse_time(d["created"]), version=v)
-            for k in cls._SETTINGS:
-                if k in d:
-                    setattr(cfg, k, int(d[k]))
+            k32 = d["key"]
+            if not isinstance(k32, str) or len(k32) != 64:
+                raise ValueError("key is not 64 hex digits")
+            cfg = cls(repo_id=_str(d["repo_id"], "repo_id"), key=bytes.fromhex(k32),
+                      created=parse_time(_str(d["created"], "created")), version=v)
         except (KeyError, ValueError, TypeError) as e:
             raise IntegrityError(key, f"malformed config: {e}") from None
+        settings = {k: d[k] for k in cls._SETTINGS if k in d}
+        why = check_settings(settings)
+        if why is not None:
+            raise IntegrityError(key, f"config out of range: {why}")
+        for k, x in settings.items():
+            setattr(cfg, k, x)
         return cfg

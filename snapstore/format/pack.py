@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import blake3
 import zstandard
 
-from ..errors import IntegrityError
-from .codec import get_varint, put_varint
+from ..errors import IntegrityError, InvalidInputError
+from .codec import get_varint, put_varint, zstd_decompress
 from .ids import ID_BYTES, PACK_ID_BYTES
 
 MAGIC = b"SNPK"
@@ -51,6 +51,13 @@ T_VALUE = b"v"[0]
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
                T_VALUE: "value spine"}
 _TRAILER = struct.Struct("<I16s")
+
+MAX_BLOCK_RAW = 128 << 20
+"""Largest uncompressed block (bytes; twice the largest chunk a config allows). A reader refuses a
+pack whose header records more, and never decompresses a block past the length its header
+records, so reading one block costs at most about twice this in memory. Writers start a new block
+(without dictionary) instead of growing one past it (docs/format.md §6)."""
+MAX_BLOCKS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,15 +139,34 @@ class PackBuilder:
         """True when nothing was added."""
         return not self._ids
 
-    def build(self) -> tuple[bytes, dict]:
-        """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``."""
+    def build(self, block_max: int = MAX_BLOCK_RAW) -> tuple[bytes, dict]:
+        """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``.
+
+        Args:
+            block_max: largest raw block (bytes; tests lower it): metadata or data beyond it go into
+                further blocks without a dictionary (normally there are exactly two blocks).
+        Raises:
+            InvalidInputError: one entry is larger than ``block_max``.
+        """
         out = bytearray(MAGIC)
         out.append(VERSION)
         out += self.pack_id
         blocks: list[Block] = []
         entries: list[Entry] = []
         data_clen = 0
-        for bi, (items, use_dict) in enumerate(((self._meta, False), (self._data, True))):
+        groups = []
+        for items, use_dict in ((self._meta, False), (self._data, True)):
+            cur, size = [], 0
+            for it in items:
+                if len(it[2]) > block_max:
+                    raise InvalidInputError(f"an entry of {len(it[2])} bytes is larger than a pack block may be ({block_max})")
+                if cur and size + len(it[2]) > block_max:
+                    groups.append((cur, use_dict))
+                    cur, size, use_dict = [], 0, False  # only a type's first block has the dictionary
+                cur.append(it)
+                size += len(it[2])
+            groups.append((cur, use_dict))
+        for bi, (items, use_dict) in enumerate(groups):
             raw = bytearray()
             for etype, eid, r in items:
                 entries.append(Entry(etype, eid, bi, len(raw), len(r)))
@@ -158,8 +184,8 @@ class PackBuilder:
             if stored:
                 comp = bytes(raw)
             blocks.append(Block(len(out), len(comp), len(raw), spec, stored))
-            if use_dict:
-                data_clen = len(comp)
+            if bi > 0:
+                data_clen += len(comp)
             out += comp
         header = bytearray()
         put_varint(header, len(blocks))
@@ -230,49 +256,75 @@ class Pack:
             raise IntegrityError(key, f"holds pack {stored_id.hex()}, not the pack its key names")
         try:
             hstart = body_end - 4 - hlen
+            hend = body_end - 4
+            if hstart < 5 + PACK_ID_BYTES:
+                raise ValueError("header length larger than the pack")
+            header = memoryview(data)[:hend]  # reads past the header's end raise IndexError
+
+            def take(pos: int, n: int) -> bytes:
+                if pos + n > hend:
+                    raise ValueError("truncated header")
+                return bytes(data[pos:pos + n])
+
             pos = hstart
-            nblocks, pos = get_varint(data, pos)
+            nblocks, pos = get_varint(header, pos)
+            if nblocks > MAX_BLOCKS:
+                raise ValueError(f"{nblocks} blocks (at most {MAX_BLOCKS})")
             blocks = []
             off = 5 + PACK_ID_BYTES
             for _ in range(nblocks):
-                kind = data[pos]
+                kind = header[pos]
                 pos += 1
                 if kind > 3:
                     raise ValueError(f"unknown block kind {kind}")
                 sid = spk = None
                 if kind == 2:
-                    sid = bytes(data[pos:pos + ID_BYTES])
-                    spk = bytes(data[pos + ID_BYTES:pos + ID_BYTES + PACK_ID_BYTES])
+                    sid = take(pos, ID_BYTES)
+                    spk = take(pos + ID_BYTES, PACK_ID_BYTES)
                     pos += ID_BYTES + PACK_ID_BYTES
-                clen, pos = get_varint(data, pos)
-                rawlen, pos = get_varint(data, pos)
+                clen, pos = get_varint(header, pos)
+                rawlen, pos = get_varint(header, pos)
+                if rawlen > MAX_BLOCK_RAW:
+                    raise ValueError(f"a block claims {rawlen} bytes uncompressed (at most {MAX_BLOCK_RAW})")
+                if kind == 3 and clen != rawlen:
+                    raise ValueError("a stored block's lengths differ")
                 spec = None
                 if kind in (1, 2):
-                    dg = bytes(data[pos:pos + 16])
+                    dg = take(pos, 16)
                     pos += 16
-                    a, pos = get_varint(data, pos)
-                    b, pos = get_varint(data, pos)
-                    dl, pos = get_varint(data, pos)
+                    a, pos = get_varint(header, pos)
+                    b, pos = get_varint(header, pos)
+                    dl, pos = get_varint(header, pos)
+                    if a > b or dl > MAX_BLOCK_RAW:
+                        raise ValueError("dictionary range out of order or too long")
                     spec = DictSpec(sid, spk, a, b, dl, dg)
                 blocks.append(Block(off, clen, rawlen, spec, kind == 3))
                 off += clen
+                if off > hstart:
+                    raise ValueError("blocks run into the header")
             if off != hstart:
                 raise ValueError("blocks do not end where the header starts")
-            n, pos = get_varint(data, pos)
+            n, pos = get_varint(header, pos)
+            if n * (2 + ID_BYTES + 1) > hend - pos:
+                raise ValueError(f"header too short for {n} entries")
             entries = {}
             fill = [0] * nblocks
             for _ in range(n):
-                t = data[pos]
-                eid = bytes(data[pos + 1:pos + 1 + ID_BYTES])
+                t = header[pos]
+                if t not in ENTRY_TYPES:
+                    raise ValueError(f"unknown entry type {t}")
+                eid = take(pos + 1, ID_BYTES)
                 pos += 1 + ID_BYTES
-                bi, pos = get_varint(data, pos)
-                ln, pos = get_varint(data, pos)
+                bi, pos = get_varint(header, pos)
+                ln, pos = get_varint(header, pos)
                 if bi >= nblocks or fill[bi] + ln > blocks[bi].rawlen:
                     raise ValueError("entry outside its block")
                 entries[(t, eid)] = Entry(t, eid, bi, fill[bi], ln)
                 fill[bi] += ln
-            if pos != body_end - 4:
+            if pos != hend:
                 raise ValueError("header length mismatch")
+            if any(f != b.rawlen for f, b in zip(fill, blocks)):
+                raise ValueError("a block's length is not the sum of its entries' lengths")
             states = [e for e in entries.values() if e.type == T_STATE]
             for b in blocks:
                 if b.dict and b.dict.state_id is None and len(states) != 1:
@@ -306,14 +358,9 @@ class Pack:
         elif b.stored:
             raw = comp
         else:
-            try:
-                if b.dict:
-                    zd = zstandard.ZstdCompressionDict(dict_bytes or b"", dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-                    raw = zstandard.ZstdDecompressor(dict_data=zd).decompress(comp, max_output_size=b.rawlen)
-                else:
-                    raw = zstandard.ZstdDecompressor().decompress(comp, max_output_size=b.rawlen)
-            except zstandard.ZstdError as e:
-                raise IntegrityError(self.key, f"block {block} does not decompress: {e}") from None
+            # bounded: never more than the length the (checksummed) header records
+            raw = zstd_decompress(self.key, comp, MAX_BLOCK_RAW, (dict_bytes or b"") if b.dict else None,
+                                  expected=b.rawlen, what=f"block {block}")
         if len(raw) != b.rawlen:
             raise IntegrityError(self.key, f"block {block} decompressed to {len(raw)} bytes, expected {b.rawlen}")
         self._raw[block] = raw

@@ -13,6 +13,14 @@ Durability and atomicity:
 * ``put_if_match`` holds an exclusive ``flock`` on a per-key lock file, checks the current ETag,
   and ``rename(2)``s a fsynced temp file over the object.
 * New directories are fsynced into their parents.
+
+Links: the store never follows a symbolic link below its root, so a repository cannot make it
+read, write or delete outside the root. Reads open every directory below the root and the file
+itself with ``O_NOFOLLOW`` (``openat(2)`` from the directory above); a link there raises
+:class:`~snapstore.errors.IntegrityError` naming the key. Writes and deletes check (``lstat``)
+that no directory on the key's path is a link and raise :class:`~snapstore.errors.StoreError`
+otherwise. Listings neither list nor enter linked directories; a linked file is listed, so
+reading it reports it. The root itself may be a link (the user chose it).
 """
 
 from __future__ import annotations
@@ -22,11 +30,19 @@ import fcntl
 import hashlib
 import heapq
 import os
+import stat
 import threading
 from typing import Iterable, Iterator
 
-from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
+from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
 from .base import Leftover, ObjectInfo, RequestStats, check_key
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+
+
+def _link_error(key: str) -> IntegrityError:
+    return IntegrityError(key, "a symbolic link is on its path (the local store never follows links below its root)")
 
 
 def _fsync_dir(path: str) -> None:
@@ -65,6 +81,42 @@ class LocalStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def _dir_fd(self, parts: list[str]) -> int:
+        """Open the directory ``root/parts...`` without following links (caller closes the fd).
+
+        Raises OSError: ELOOP for a link on the way, ENOENT/ENOTDIR for a missing directory."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        try:
+            for comp in parts:
+                try:
+                    nfd = os.open(comp, _DIR_NOFOLLOW, dir_fd=fd)
+                except NotADirectoryError:
+                    # Linux answers O_DIRECTORY | O_NOFOLLOW on a link with ENOTDIR, not ELOOP
+                    if stat.S_ISLNK(os.stat(comp, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise OSError(errno.ELOOP, "symbolic link", comp) from None
+                    raise
+                os.close(fd)
+                fd = nfd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check_dir(self, d: str) -> None:
+        """Raise StoreError if a directory between the root and ``d`` (inclusive) is a link."""
+        if d in self._known_dirs or d == self.root:
+            return
+        rel = os.path.relpath(d, self.root)
+        p = self.root
+        for comp in rel.split(os.sep):
+            p = os.path.join(p, comp)
+            try:
+                st = os.lstat(p)
+            except (FileNotFoundError, NotADirectoryError):
+                return  # missing from here on: nothing to follow
+            if stat.S_ISLNK(st.st_mode):
+                raise StoreError(f"refusing to follow the symbolic link {p} inside the repository")
+
     def _count(self, kind: str, up: int = 0, down: int = 0, n: int = 1) -> None:
         with self._stats_lock:
             self.stats.counts[kind] += n
@@ -74,6 +126,7 @@ class LocalStore:
     def _ensure_dir(self, d: str) -> None:
         if d in self._known_dirs:
             return
+        self._check_dir(d)
         for attempt in range(5):
             missing = []
             p = d
@@ -173,10 +226,14 @@ class LocalStore:
             lfd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(lfd, fcntl.LOCK_EX)
+                self._check_dir(d)
                 try:
-                    cur = self._info(key, os.stat(path))
+                    st = os.lstat(path)
                 except FileNotFoundError:
                     raise PreconditionFailed(key) from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise StoreError(f"refusing to replace {path}: not a regular file (a link or a directory)")
+                cur = self._info(key, st)
                 if cur.etag != etag:
                     raise PreconditionFailed(key)
                 tmp = self._write_temp(d, data)
@@ -192,8 +249,16 @@ class LocalStore:
     def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
         """Return the object's bytes (or ``[start, end)``); raises ObjectNotFound."""
         path = self._path(key)
+        parts = key.split("/")
         try:
-            with open(path, "rb") as f:
+            dfd = self._dir_fd(parts[:-1])
+            try:
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise IsADirectoryError(path)
                 if byte_range is None:
                     data = f.read()
                 else:
@@ -203,6 +268,9 @@ class LocalStore:
             self._count("GET")
             raise ObjectNotFound(key) from None
         except OSError as e:
+            self._count("GET")
+            if e.errno == errno.ELOOP:
+                raise _link_error(key) from None
             raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
         self._count("GET", down=len(data))
         return data
@@ -210,26 +278,48 @@ class LocalStore:
     def head(self, key: str) -> ObjectInfo:
         """Return ObjectInfo (size, ETag, mtime); raises ObjectNotFound."""
         path = self._path(key)
+        parts = key.split("/")
         self._count("HEAD")
         try:
-            st = os.stat(path)
+            dfd = self._dir_fd(parts[:-1])
+            try:
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+            finally:
+                os.close(dfd)
         except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFound(key) from None
-        if not os.path.isfile(path):
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _link_error(key) from None
+            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+        if stat.S_ISLNK(st.st_mode):
+            raise _link_error(key)
+        if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFound(key)
         return self._info(key, st)
 
     def _walk(self, prefix: str) -> list[str]:
         if prefix.endswith("/"):
-            top = os.path.join(self.root, *prefix[:-1].split("/"))
             try:
-                entries = list(os.scandir(top))
+                fd = self._dir_fd(prefix[:-1].split("/"))
             except (FileNotFoundError, NotADirectoryError):
                 return []
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    return []  # a linked directory: not followed
+                raise
+            try:
+                entries = list(os.scandir(fd))
+            finally:
+                os.close(fd)
             if not any(e.is_dir(follow_symlinks=False) for e in entries):
                 return [prefix + e.name for e in entries if not e.name.startswith(".")]
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         top = os.path.join(self.root, *base.split("/")) if base else self.root
+        try:
+            self._check_dir(top)
+        except StoreError:
+            return []  # a linked directory: not followed
         keys = []
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = [n for n in dirnames if not n.startswith(".")]
@@ -246,26 +336,39 @@ class LocalStore:
         return keys
 
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
-        """Yield objects under ``prefix`` in key order; one LIST counted per 1,000 keys."""
-        found = (k for k in self._walk(prefix) if start_after is None or k > start_after)
+        """Yield objects under ``prefix`` in key order; one LIST counted per 1,000 keys.
+
+        Raises:
+            StoreError: the directory cannot be read (permissions, I/O error).
+        """
+        try:
+            found = [k for k in self._walk(prefix) if start_after is None or k > start_after]
+        except OSError as e:
+            raise StoreError(f"cannot list {prefix!r} in {self.root}: {e.strerror or e}") from e
         keys = heapq.nsmallest(limit, found) if limit is not None and limit < 64 else sorted(found)
         if limit is not None:
             keys = keys[:limit]
         self._count("LIST", n=max(1, (len(keys) + 999) // 1000))
         for k in keys:
-            try:
-                yield self._info(k, os.stat(self._path(k)))
+            try:  # lstat: a link is listed as itself (reading it raises IntegrityError)
+                info = self._info(k, os.lstat(self._path(k)))
             except FileNotFoundError:
                 continue
+            except OSError as e:
+                raise StoreError(f"cannot list {k} in {self.root}: {e.strerror or e}") from e
+            yield info
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
         """Yield the distinct next path segments below ``prefix`` (which ends in ``/``), sorted."""
         self._count("LIST")
         top = os.path.join(self.root, *[s for s in prefix.split("/") if s])
         try:
-            names = sorted(n for n in os.listdir(top) if not n.startswith(".") and os.path.isdir(os.path.join(top, n)))
-        except (FileNotFoundError, NotADirectoryError):
+            self._check_dir(top)
+            names = sorted(e.name for e in os.scandir(top) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError, StoreError):
             names = []
+        except OSError as e:
+            raise StoreError(f"cannot list {prefix!r} in {self.root}: {e.strerror or e}") from e
         return iter(names)
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -275,6 +378,7 @@ class LocalStore:
         for k in keys:
             p = self._path(k)
             try:
+                self._check_dir(os.path.dirname(p))  # never delete through a linked directory
                 os.unlink(p)
                 dirs.add(os.path.dirname(p))
             except FileNotFoundError:

@@ -122,6 +122,24 @@ def _expect_continue_hook(threshold: int):
     return drop_expect
 
 
+_TRANSPORT: tuple | None = None
+
+
+def _transport() -> tuple:
+    """Exception classes a request can fail with without an S3 error response: botocore's own,
+    and what urllib3, http.client and the socket layer raise when botocore does not wrap them
+    (e.g. ``urllib3.exceptions.ProtocolError`` on a connection reset). Each is mapped to a
+    :mod:`snapstore.errors` class naming the operation and key (see :meth:`S3Store._error`)."""
+    global _TRANSPORT
+    if _TRANSPORT is None:
+        import http.client
+
+        import urllib3.exceptions
+        from botocore.exceptions import BotoCoreError
+        _TRANSPORT = (BotoCoreError, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+    return _TRANSPORT
+
+
 def _error_parts(exc: Exception) -> tuple[str, int, str]:
     """(error code, HTTP status, message) of a botocore ClientError."""
     resp = getattr(exc, "response", None) or {}
@@ -426,7 +444,7 @@ class S3Store:
 
         try:
             return fn(**params)
-        except (ClientError, BotoCoreError) as e:
+        except (ClientError, *_transport()) as e:
             raise self._error(e, op, key) from e
 
     def _backoff(self, attempt: int) -> None:
@@ -498,7 +516,7 @@ class S3Store:
                             return info
                     raise PreconditionFailed(key) from e
                 raise self._error(e, "PutObject", key) from e
-            except BotoCoreError as e:
+            except _transport() as e:
                 # botocore already retried; the request may or may not have been applied.
                 return self._resolve_unknown(e, "PutObject", key, write_id, data)
             return ObjectInfo(key, len(data), resp.get("ETag", ""), _server_time(resp))
@@ -545,7 +563,7 @@ class S3Store:
             if status == 404 or code in _NOT_FOUND_CODES:
                 return None
             raise self._error(e, "HeadObject", key) from e
-        except BotoCoreError as e:
+        except _transport() as e:
             raise self._error(e, "HeadObject", key) from e
         meta = {k.lower(): v for k, v in (resp.get("Metadata") or {}).items()}
         info = ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""),
@@ -604,7 +622,7 @@ class S3Store:
                             completed = True
                             return info
                     raise self._error(e, "CompleteMultipartUpload", key) from e
-                except BotoCoreError as e:
+                except _transport() as e:
                     info = self._resolve_unknown(e, "CompleteMultipartUpload", key, write_ids, data)
                     completed = True
                     return info
@@ -678,7 +696,7 @@ class S3Store:
                 if byte_range is not None and (status == 416 or code == "InvalidRange"):
                     return b""
                 raise self._error(e, "GetObject", key) from e
-            except BotoCoreError as e:
+            except _transport() as e:
                 raise self._error(e, "GetObject", key) from e
             body = resp["Body"]
             try:
