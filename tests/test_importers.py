@@ -11,7 +11,7 @@ import pytest
 from shared_data import shared_data_dir
 
 from snapstore.errors import InvalidInputError
-from snapstore.importers import FORMATS, Conversation, load_trajectory
+from snapstore.importers import FORMATS, Conversation, default_run_id, load_trajectory, rebuild_record
 
 SHARED = shared_data_dir()
 needs_shared = pytest.mark.skipif(
@@ -139,6 +139,47 @@ def test_shared_checkpoints_grow_by_appending(name):
     _, convs = load(name)
     for conv in convs:
         assert_growing_prefixes(conv)
+
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "import_golden.json"
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_file_imports_exactly_as_before(name):
+    """Regression (issue 13): same format, runs, turns and exports as the importer before shape
+    recognition (tests/make_import_golden.py wrote the golden file then)."""
+    import make_import_golden
+
+    golden = json.loads(GOLDEN.read_text())[name]
+    assert make_import_golden.describe(SHARED / name) == golden
+    _, convs = load(name)
+    prefix = default_run_id(SHARED / name)
+    assert [f"{prefix}/{c.name}" if c.name else prefix for c in convs] == [c["run"] for c in golden["conversations"]]
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_record_rebuilds_exactly(name):
+    """What lies outside the messages is kept: extras + final history give back the file's record."""
+    _, convs = load(name)
+    data = raw(name)
+    for i, conv in enumerate(convs):
+        rebuilt = rebuild_record(json.loads(json.dumps(conv.extras())), conv.messages)
+        if isinstance(data, list) and len(convs) > 1 or name.endswith(".jsonl") and len(convs) > 1:
+            expected = data[i]
+        else:
+            expected = data
+        assert dumps(rebuilt) == dumps(expected)
+
+
+def test_default_run_id():
+    assert default_run_id("a/x.traj.json") == "x"
+    assert default_run_id("x.traj") == "x"
+    assert default_run_id("run.jsonl") == "run"
+    assert default_run_id("output.critic_attempt_1.jsonl") == "output.critic_attempt_1"
+    assert default_run_id(".json") == ".json"
+    assert default_run_id("notes.txt") == "notes.txt"
 
 
 @needs_shared
@@ -629,7 +670,8 @@ def test_utf8_bom_and_crlf_jsonl(tmp_path):
 
 
 def test_formats_constant():
-    assert FORMATS == ("openai", "sweagent", "minisweagent", "openhands", "claudecode", "taubench", "sharegpt")
+    assert FORMATS == ("openai", "sweagent", "minisweagent", "openhands", "claudecode", "taubench", "sharegpt",
+                       "messages", "events")
 
 
 # --------------------------------------------------------------------------------------------------
