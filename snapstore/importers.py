@@ -66,8 +66,38 @@ Formats (``FORMATS``)
     records start turns, ``observation`` records answer them, ``human``/``system`` records after a turn
     start the next one. Other item fields (``tools``, ``system``) are not replayed.
 
+``messages`` (recognised by shape, no per-tool rule)
+    Any JSON or JSON Lines file whose records hold *role-bearing message lists* at any depth: a list
+    of objects that all have a string ``role`` (content a string or a list of typed blocks), or all
+    ``from`` + ``value`` (ShareGPT style). One conversation per list found; a list found is not
+    searched further. Turns are cut as ``openai``; there, ``model``/``ai``/``gpt`` count as the
+    assistant and a user message whose content (or Gemini ``parts``) is only tool-result blocks
+    (``tool_result``, ``functionResponse``...) answers the turn instead of starting one.
+``events`` (recognised by shape)
+    *Event streams*: a list of objects, none with a ``role``, most of them action or observation
+    events (``{"action": ...}`` / ``{"observation": ...}``, or a ``kind`` ending in ``Action`` /
+    ``Observation``), as the older OpenHands generation writes them. A turn is one model response
+    (the actions sharing one ``llm_response_id``, ``response_id`` or embedded ``model_response``, so
+    a response repeated on several events is one turn) and the observations answering it; user
+    actions and messages (and the ``system`` action) start the next turn; noise events (agent state
+    changes, null observations) never start a turn and stay in the history where they were. The
+    ``openhands`` format uses the same rule for its events that have no ``kind``.
+
+Records and names for these two: a JSON Lines line, an item of a top-level list, or the element of
+the first list on the way from the top level (``results[3]`` for ``results[3].conversation.messages``)
+is the conversation's *record*; with no list on the way the whole file is. A file holding one list
+in one record has one conversation named ``""``; otherwise conversations are named by their record's
+``instance_id``/``id``/``task_id``/... when every record has a distinct one, else by the zero-padded
+record index, with ``-1``, ``-2``... when a record holds several lists. ``load_trajectory(...,
+messages_path="results[].conversation.messages")`` names the lists instead of searching
+(:func:`parse_messages_path`).
+
+Records are kept: :meth:`Conversation.extras` is what the record holds besides its messages
+(and :func:`rebuild_record` gives the record back from it and the final history), for every format.
+
 Errors: every problem with the input (unreadable file, not UTF-8, not JSON, a broken JSON Lines line,
-NaN/Infinity, an unrecognised or mismatched structure, an unknown ``format`` name) raises
+NaN/Infinity, a number too large for a float such as ``1e400`` (named by record and path), an
+unrecognised or mismatched structure, an unknown ``format`` name) raises
 :class:`snapstore.errors.InvalidInputError` with a one-line message naming the file (and the line or
 item where it applies).
 """
