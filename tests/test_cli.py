@@ -197,7 +197,7 @@ def test_runs_list_show(repo):
     row = table[1].split()
     assert row[1] == "9" and row[2] == "9" and row[3].endswith("Z") and row[4] == "22"
     assert len(run(repo, "list", "demo-run", "--limit", "3").stdout.splitlines()) == 4
-    listed = json.loads(run(repo, "list", "demo-run", "-n", "2", "--json").stdout)
+    listed = json.loads(run(repo, "list", "demo-run", "--limit", "2", "--json").stdout)
     assert [d["seq"] for d in listed] == [9, 8]
     assert {"id", "seq", "step", "created_at", "message_count", "message_bytes", "status"} <= set(listed[0])
 
@@ -289,8 +289,9 @@ def test_rollback_fork_delete(repo, monkeypatch):
     assert "forked" in run(repo, "runs").stdout
     # interactive: asks; "n" keeps the run, "y" deletes it
     monkeypatch.setattr(cli_mod, "_stdin_interactive", lambda: True)
-    r = run(repo, "delete", "forked", input="n\n", ok=False)
-    assert r.exit_code == 1 and "forked" in run(repo, "runs").stdout
+    r = run(repo, "delete", "forked", input="n\n")  # "no" exits cleanly (issue 13): status 0, no error line
+    assert r.exit_code == 0 and "forked" in run(repo, "runs").stdout
+    assert "not deleted: run forked is unchanged" in r.stderr and "error" not in r.stderr and r.stdout == ""
     r = run(repo, "delete", "forked", input="y\n")
     assert "Delete run 'forked'" in r.stderr and "deleted run forked" in r.stdout
     assert run(repo, "runs").stdout == "demo-run\n"
