@@ -960,7 +960,8 @@ def test_unreachable_s3_endpoint_fails_fast_with_one_line(repo, server, monkeypa
         port = _closed_port()
     url = f"s3://bucket/prefix?endpoint_url=http://127.0.0.1:{port}"
     try:
-        for args in (["runs"], ["import", str(EXAMPLE)], ["verify"]):
+        commands = [["runs"], ["import", str(EXAMPLE)], ["verify"]] if server == "refused" else [["runs"]]
+        for args in commands:  # (a silent server costs the 3 s read timeout each time: one command)
             t0 = time.monotonic()
             r = run(url, *args, ok=False)
             elapsed = time.monotonic() - t0
