@@ -4,7 +4,8 @@ Usage: ``snapstore [--repo PATH_OR_URL] COMMAND ...`` (``--repo`` defaults to ``
 else ``./.snapstore``). Commands::
 
     init      create a repository (explicit settings)
-    import    replay a trajectory file as one checkpoint per turn (resumable)
+    import    replay a trajectory file as one checkpoint per turn (resumable; any shape holding
+              message lists or event streams; -n: show what was found, write nothing)
     runs      list run ids
     list      list a run's checkpoints
     show      one checkpoint's summary (not its messages)

@@ -69,7 +69,8 @@ Formats (``FORMATS``)
 ``messages`` (recognised by shape, no per-tool rule)
     Any JSON or JSON Lines file whose records hold *role-bearing message lists* at any depth: a list
     of objects that all have a string ``role`` (content a string or a list of typed blocks), or all
-    ``from`` + ``value`` (ShareGPT style). One conversation per list found; a list found is not
+    ``from`` + ``value`` (ShareGPT style), or all a LangChain message ``type`` (``human``, ``ai``,
+    ``tool``...) with ``content`` or ``data``. One conversation per list found; a list found is not
     searched further. Turns are cut as ``openai``; there, ``model``/``ai``/``gpt`` count as the
     assistant and a user message whose content (or Gemini ``parts``) is only tool-result blocks
     (``tool_result``, ``functionResponse``...) answers the turn instead of starting one.
@@ -595,6 +596,24 @@ _NOISE_EVENTS = ("change_agent_state", "agent_state_changed", "null", "none", "A
 
 _ID_FIELDS = ("instance_id", "id", "task_id", "conversation_id", "session_id", "trajectory_id", "name")
 
+# LangChain-style messages: {"type": "human" | "ai" | "tool" | ..., "content" | "data": {...}}
+_LC_TYPES = ("human", "ai", "tool", "system", "function", "chat", "HumanMessage", "AIMessage", "ToolMessage",
+             "SystemMessage", "FunctionMessage", "ChatMessage", "AIMessageChunk")
+_LC_ROLE = {"human": "user", "HumanMessage": "user", "ai": "assistant", "AIMessage": "assistant",
+            "AIMessageChunk": "assistant", "system": "system", "SystemMessage": "system"}
+
+
+def _typed_role(message: dict) -> tuple[str, Any]:
+    """LangChain-style messages: ``ai`` starts a turn, ``human``/``system`` start the next one, the
+    rest (``tool``, ``function``...) answer."""
+    role = _LC_ROLE.get(message.get("type"))
+    if role == "assistant":
+        return _ASSISTANT, None
+    if role is not None:
+        return _USER, None
+    return _RESULT, None
+
+
 _MAX_DEPTH = 200  # how deep the shape search looks (records nest a few levels; data can nest deeper)
 
 
@@ -660,6 +679,8 @@ def _list_shape(value: Any) -> tuple[str, Callable] | None:
         return "messages", _chat_role
     if all(isinstance(v.get("from"), str) and "value" in v for v in value):
         return "messages", _sharegpt_role
+    if all(v.get("type") in _LC_TYPES and ("content" in v or isinstance(v.get("data"), dict)) for v in value):
+        return "messages", _typed_role
     if any("role" in v for v in value):
         return None
     names = [_event_name(v)[0] for v in value]

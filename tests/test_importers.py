@@ -894,6 +894,16 @@ def test_typed_content_blocks(tmp_path):
     assert fmt == "messages" and conv.name == "" and cut_lengths(conv) == [3, 4]
 
 
+def test_langchain_message_dicts(tmp_path):
+    msgs = [{"type": "system", "data": {"content": "sys"}}, {"type": "human", "data": {"content": "hi"}},
+            {"type": "ai", "data": {"content": "", "tool_calls": [{"id": "t", "name": "f", "args": {}}]}},
+            {"type": "tool", "data": {"content": "r", "tool_call_id": "t"}},
+            {"type": "ai", "data": {"content": "done"}}, {"type": "human", "data": {"content": "bye"}}]
+    fmt, [conv] = load_trajectory(write(tmp_path, "lc.json", {"thread": "t1", "messages_dump": msgs}))
+    assert fmt == "messages" and cut_lengths(conv) == [4, 6]
+    assert conv.where == "messages_dump" and conv.extras()["record"] == {"thread": "t1", "messages_dump": None}
+
+
 def test_messages_path_forms_and_errors(tmp_path):
     data = {"runs": [{"log": {"turns": _chat("a", 1)}}, {"log": {"turns": _chat("b", 1)}}]}
     path = write(tmp_path, "p.json", data)
