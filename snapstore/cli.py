@@ -641,6 +641,10 @@ def _other_fields(conv) -> list[str]:
     return out
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conversations, as_json: bool) -> None:
     items = []
     for run, conv in zip(runs, conversations):
@@ -654,7 +658,7 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
     head = (f"dry run: nothing was written\n{file}: format {fmt_name}, {_plural(len(items), 'conversation')}, "
             f"{_plural(total, 'checkpoint')} (one per turn), {sum(i['messages'] for i in items)} messages\n")
     rows = [[i["run"], i["where"], str(i["checkpoints"]), str(i["messages"]),
-             (", ".join(i["kept_fields"])[:60] or "-")] for i in items]
+             _clip(", ".join(i["kept_fields"]), 60) or "-"] for i in items]
     _write(head + _table(["RUN", "WHERE", "TURNS", "MESSAGES", "KEPT FIELDS"], rows, right={2, 3}))
 
 
