@@ -46,7 +46,7 @@ import click
 from . import __version__
 from .api import CheckpointManager
 from .errors import InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
-from .importers import FORMATS, default_run_id, format_path, load_trajectory, rebuild_record
+from .importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 
 __all__ = ["cli", "main", "parse_duration"]
 
@@ -115,7 +115,7 @@ def _stderr_tty() -> bool:
 
 class _Activity:
     """A status line for any command that runs longer than ``delay`` seconds without printing:
-    ``snapstore COMMAND: working... N s`` on an interactive stderr, updated every half second and
+    ``snapstore COMMAND: working... N s`` on an interactive stderr, redrawn every quarter second and
     cleared before anything else is written and when the command ends. Commands with a progress
     line of their own (:class:`_Progress`) print often enough that it never shows."""
 

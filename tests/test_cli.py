@@ -1013,3 +1013,23 @@ def test_gc_dry_run_is_as_precise_as_the_readme_says(repo):
         for key in ("reclaimed_bytes", "deleted_bytes", "written_bytes"):
             assert abs(dry[key] - real[key]) <= 48, (grace, key, dry[key], real[key])
     assert "few dozen" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.skipif(not (SHARED / "sweagent-pydicom1458-gpt4.traj").is_file(), reason="shared trajectories not found")
+@pytest.mark.parametrize("name", ["sweagent-pydicom1458-gpt4.traj", "sweagent-marshmallow1867-fcreplace.traj"])
+def test_shared_file_cli_import_exports_as_before(repo, name):
+    """Regression through the CLI: the runs, turns and every checkpoint's export of a shared file are
+    the golden ones (tests/data/import_golden.json, made before issue 13's changes)."""
+    import hashlib
+
+    golden = json.loads((ROOT / "tests" / "data" / "import_golden.json").read_text())[name]
+    s = import_json(repo, SHARED / name)
+    assert s["format"] == golden["format"]
+    [conv] = golden["conversations"]
+    assert [r["run"] for r in s["runs"]] == [conv["run"]]
+    cps = ids(repo, conv["run"])[::-1]  # oldest first
+    exports = [run(repo, "export", conv["run"], "-c", c).stdout for c in cps]
+    assert [len(json.loads(e)) for e in exports] == conv["lengths"]
+    digests = "".join(hashlib.sha256(json.dumps(json.loads(e), ensure_ascii=False).encode()).hexdigest()
+                      for e in exports)
+    assert hashlib.sha256(digests.encode()).hexdigest() == conv["sha256"]
