@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
-from .format.codec import validate, validate_fields
+from .format.codec import validate
+from .format.fields import validate_fields
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 from .compaction import FORK_LEVEL, fork_copy, plan_save
@@ -356,7 +357,7 @@ class CheckpointManager:
                 again expecting the change to be stored: pass a new object.
             step: roundtrip/step number: a non-negative int.
             token_usage, metrics: objects of numbers (values int/float, None, or nested objects of
-                those; see :func:`snapstore.format.codec.validate_fields`).
+                those; see :func:`snapstore.format.fields.validate_fields`).
             metadata: a JSON value (normally a dict).
             session_state: JSON value; large states are stored as deduplicated chunks.
             agent_id: a JSON value (normally a string). status: a string.
@@ -382,11 +383,11 @@ class CheckpointManager:
             check_checkpoint_id(parent_id)
         if not isinstance(messages, (list, tuple)):
             raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
+        validate_fields(step=step, token_usage=token_usage, metrics=metrics, status=status)
         fields = {"step": step, "token_usage": token_usage, "metrics": metrics, "agent_id": agent_id,
                   "status": status, "metadata": metadata}
         for k, v in fields.items():
             validate(v, k)
-        validate_fields(step=step, token_usage=token_usage, metrics=metrics, status=status)
         if self._repo is None:
             # the first write into an empty location must not create the repository for bad input
             try:
