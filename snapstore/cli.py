@@ -515,7 +515,8 @@ def init_cmd(ctx, allow_nonempty, **settings):
 
 def _refuse_foreign_content(store, allow: bool) -> None:
     """Refuse to create a repository where other files are (a directory or S3 prefix that is not
-    empty and has no repository ``config``), unless ``allow``.
+    empty and has no repository ``config``), unless ``allow``. snapstore's own leftovers of an
+    interrupted init (``.tmp-*`` files, ``.locks``) do not count.
 
     Raises:
         CommandError: exit status 2, naming the location and one of the files found.
@@ -528,8 +529,8 @@ def _refuse_foreign_content(store, allow: bool) -> None:
     found = None
     if isinstance(store, LocalStore):
         if os.path.isdir(store.root):
-            with os.scandir(store.root) as entries:
-                names = sorted(e.name for e in entries)
+            with os.scandir(store.root) as entries:  # a crashed init's own leftovers do not count
+                names = sorted(e.name for e in entries if not (e.name.startswith(".tmp-") or e.name == ".locks"))
             if names and keys.CONFIG not in names:
                 found = names[0]
     else:

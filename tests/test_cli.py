@@ -929,6 +929,12 @@ def test_init_and_import_refuse_a_non_empty_directory(tmp_path):
     (other / ".hidden").write_text("x")
     one_line_error(run(str(other), "init", ok=False), 2, "'.hidden'")
     run(str(other), "init", "--allow-nonempty")
+    # snapstore's own leftovers of an import killed before its config was written do not count
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    (crashed / ".tmp-0123456789abcdef").write_bytes(b"partial config")
+    run(str(crashed), "import", str(EXAMPLE), "-q")
+    assert run(str(crashed), "runs").stdout == "demo-run\n"
     # an empty directory, or one that holds a repository, is fine
     (tmp_path / "empty").mkdir()
     run(str(tmp_path / "empty"), "init")
