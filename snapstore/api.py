@@ -28,6 +28,7 @@ from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFo
                      RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
+from .format.fields import validate_fields
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, check_record_size
 from .compaction import FORK_LEVEL, fork_copy, plan_save
@@ -399,10 +400,12 @@ class CheckpointManager:
                 Messages kept from the previous save are recognised by object identity (and the
                 last few by value); do not mutate a saved message object in place and pass it
                 again expecting the change to be stored: pass a new object.
-            step: roundtrip/step number (any JSON value, normally int).
-            token_usage, metrics, metadata: JSON values (normally dicts).
+            step: roundtrip/step number: a non-negative int.
+            token_usage, metrics: objects of numbers (values int/float, None, or nested objects of
+                those; see :func:`snapstore.format.fields.validate_fields`).
+            metadata: a JSON value (normally a dict).
             session_state: JSON value; large states are stored as deduplicated chunks.
-            agent_id, status: JSON values (normally strings).
+            agent_id: a JSON value (normally a string). status: a string.
             checkpoint_id: use this id instead of a generated, time-sortable one.
             parent_id: branch from this checkpoint of the run instead of the head (time travel);
                 the new checkpoint becomes the run's head.
@@ -416,8 +419,9 @@ class CheckpointManager:
             The checkpoint id (str).
         Raises:
             InvalidRunIdError / InvalidCheckpointIdError: bad ids.
-            InvalidMessageError: a value is not exact JSON (NaN, set, bytes, non-str key...);
-                nothing is stored.
+            InvalidMessageError: a value is not exact JSON (NaN, set, bytes, non-str key...), or
+                a field has the wrong type (``step`` not a non-negative int, ``token_usage`` /
+                ``metrics`` not objects of numbers, ``status`` not a string); nothing is stored.
             ConflictError: another writer (another thread or task on this manager, another
                 manager, process or machine) changed the run since this caller last saw it, the
                 head is not ``expect_head``, or a live checkpoint with ``checkpoint_id`` exists;
@@ -438,6 +442,7 @@ class CheckpointManager:
             check_checkpoint_id(parent_id)
         if not isinstance(messages, (list, tuple)):
             raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
+        validate_fields(step=step, token_usage=token_usage, metrics=metrics, status=status)
         fields = {"step": step, "token_usage": token_usage, "metrics": metrics, "agent_id": agent_id,
                   "status": status, "metadata": metadata}
         for k, v in fields.items():
@@ -1412,9 +1417,11 @@ class CheckpointManager:
         Args:
             read_data: also read and hash every chunk.
             progress: optional callable ``progress(phase: str, done: int, total: int)``.
+        Raises:
+            RepositoryNotFound: the location holds no repository (a read never creates one).
         """
         from .check import verify
-        return verify(self.repo, read_data=read_data, progress=progress)
+        return verify(self._open(False), read_data=read_data, progress=progress)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, **options):
         """Garbage-collect: reclaim what no live checkpoint needs; repack small and mostly-dead packs.
@@ -1430,10 +1437,11 @@ class CheckpointManager:
             :class:`snapstore.gc.GCReport`.
         Raises:
             ConflictError: another GC is running.
+            RepositoryNotFound: the location holds no repository.
         """
         from .gc import gc
         g = self.gc_grace_period if grace_period is None else grace_period
-        rep = gc(self.repo, grace_period=g, dry_run=dry_run, progress=progress, **options)
+        rep = gc(self._open(False), grace_period=g, dry_run=dry_run, progress=progress, **options)
         if not dry_run:
             self._views.clear()
         return rep
@@ -1441,7 +1449,10 @@ class CheckpointManager:
     def stats(self, prices: dict | None = None) -> dict:
         """Return repository statistics (see :func:`snapstore.check.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
-        estimated cost at S3 Standard list prices (override with ``prices``)."""
+        estimated cost at S3 Standard list prices (override with ``prices``).
+
+        Raises:
+            RepositoryNotFound: the location holds no repository (a read never creates one)."""
         from .check import stats
-        return stats(self.repo, prices)
+        return stats(self._open(False), prices)
 

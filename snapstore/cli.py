@@ -4,7 +4,8 @@ Usage: ``snapstore [--repo PATH_OR_URL] COMMAND ...`` (``--repo`` defaults to ``
 else ``./.snapstore``). Commands::
 
     init      create a repository (explicit settings)
-    import    replay a trajectory file as one checkpoint per turn (resumable)
+    import    replay a trajectory file as one checkpoint per turn (resumable; any shape holding
+              message lists or event streams; -n: show what was found, write nothing)
     runs      list run ids
     list      list a run's checkpoints
     show      one checkpoint's summary (not its messages)
@@ -34,6 +35,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -44,7 +46,7 @@ import click
 from . import __version__
 from .api import CheckpointManager
 from .errors import InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
-from .importers import FORMATS, load_trajectory
+from .importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 
 __all__ = ["cli", "main", "parse_duration"]
 
@@ -89,7 +91,93 @@ def _enc(text: str) -> bytes:
 
 
 def _write(text_or_bytes, err: bool = False) -> None:
-    """Write to stdout/stderr as bytes (flushing the text layer first to keep the order)."""
+    """Write to stdout/stderr as bytes (flushing the text layer first to keep the order); clears
+    the activity line (:class:`_Activity`) first."""
+    with _OUTPUT_LOCK:
+        activity = _ACTIVITY[0]
+        if activity is not None:
+            activity.clear_locked()
+            activity.last_output = time.monotonic()
+        _raw_write(text_or_bytes, err)
+
+
+_OUTPUT_LOCK = threading.RLock()
+_ACTIVITY: list = [None]  # the running command's _Activity, if any
+
+
+def _stderr_tty() -> bool:
+    """True if stderr is an interactive terminal (progress lines are shown only there)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Activity:
+    """A status line for any command that runs longer than ``delay`` seconds without printing:
+    ``snapstore COMMAND: working... N s`` on an interactive stderr, redrawn every quarter second and
+    cleared before anything else is written and when the command ends. Commands with a progress
+    line of their own (:class:`_Progress`) print often enough that it never shows."""
+
+    delay = 1.0
+
+    def __init__(self, label: str):
+        self.label = label
+        self.started = self.last_output = time.monotonic()
+        self.shown = False
+        self.suspended = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "_Activity":
+        _ACTIVITY[0] = self
+        if _stderr_tty():
+            self._thread = threading.Thread(target=self._run, name="snapstore-activity", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with _OUTPUT_LOCK:
+                if self.suspended or now - self.last_output < self.delay or self._stop.is_set():
+                    continue
+                try:
+                    _raw_write(f"\r\x1b[Ksnapstore {self.label}: working... {now - self.started:.0f} s", err=True)
+                    self.shown = True
+                except (OSError, ValueError):
+                    return
+
+    def clear_locked(self) -> None:
+        if self.shown:
+            self.shown = False
+            try:
+                _raw_write("\r\x1b[K", err=True)
+            except (OSError, ValueError):
+                pass
+
+    def suspend(self) -> None:
+        """Stop showing the line (before a prompt)."""
+        with _OUTPUT_LOCK:
+            self.suspended = True
+            self.clear_locked()
+
+    def resume(self) -> None:
+        with _OUTPUT_LOCK:
+            self.suspended = False
+            self.last_output = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with _OUTPUT_LOCK:
+            self.clear_locked()
+            if _ACTIVITY[0] is self:
+                _ACTIVITY[0] = None
+
+
+def _raw_write(text_or_bytes, err: bool = False) -> None:
     text_stream = sys.stderr if err else sys.stdout
     data = text_or_bytes if isinstance(text_or_bytes, bytes) else _enc(text_or_bytes)
     text_stream.flush()
@@ -296,14 +384,59 @@ class _Group(click.Group):
             raise CommandError(f"{where}{e.strerror or e}", 1) from None
 
 
+PROBE_CONNECT_TIMEOUT = 2.0  # seconds: the S3 reachability probe's connect timeout (one attempt)
+PROBE_READ_TIMEOUT = 3.0  # seconds: its read timeout
+
+
+def probe_store(location: str) -> None:
+    """Fail fast when an S3 endpoint cannot be reached: one HEAD of the repository's ``config`` with
+    a 2 s connect and 3 s read timeout and no retries (the command's own store keeps its normal
+    timeouts and retries, for transient errors later on). Other locations are not probed.
+
+    Raises:
+        StoreError: the endpoint cannot be reached or timed out, with how long it waited
+            (seconds); also any other store error the HEAD got (access denied, no such bucket...).
+    """
+    if not str(location).startswith("s3://"):
+        return
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+
+    from .errors import ObjectNotFound, StoreError
+    from .format import keys
+    from .stores.s3 import S3Store
+
+    t0 = time.monotonic()
+    store = S3Store.from_url(location, connect_timeout=PROBE_CONNECT_TIMEOUT, read_timeout=PROBE_READ_TIMEOUT,
+                             max_attempts=0)
+    try:
+        store.head(keys.CONFIG)
+    except ObjectNotFound:
+        pass
+    except StoreError as e:
+        if isinstance(e.__cause__, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)):
+            raise StoreError(f"{e} (gave up after {time.monotonic() - t0:.1f} s: check the endpoint URL, "
+                             "that the service is running, and the network)") from None
+        raise
+    finally:
+        store.close()
+
+
 class _State:
     def __init__(self, location: str):
         self.location = location
         self._mgr: CheckpointManager | None = None
 
+    def open_store(self):
+        """The store at ``--repo`` (an S3 endpoint is probed first, see :func:`probe_store`)."""
+        from .stores import open_store
+
+        probe_store(self.location)
+        return open_store(self.location)
+
     def manager(self, create: bool = False) -> CheckpointManager:
         """The checkpoint manager (repository must exist unless ``create``)."""
         if self._mgr is None:
+            probe_store(self.location)
             mgr = CheckpointManager(self.location, create=create)
             click.get_current_context().find_root().call_on_close(mgr.close)
             if not create:
@@ -328,7 +461,12 @@ def cli(ctx: click.Context, repo: str | None):
     Exit status: 0 ok, 1 failure (unknown run/checkpoint, conflict, store error), 2 bad usage or
     bad input, 130 interrupted; see 'snapstore verify --help' for verify's codes.
     """
-    ctx.obj = _State(repo or DEFAULT_REPO)
+    if repo is not None and not repo.strip():
+        raise CommandError("--repo is empty: give a directory, file:///path, s3://BUCKET/PREFIX or memory://", 2)
+    ctx.obj = _State(repo if repo is not None else DEFAULT_REPO)
+    if ctx.invoked_subcommand is not None:
+        activity = _Activity(ctx.invoked_subcommand).start()
+        ctx.call_on_close(activity.stop)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,19 +486,21 @@ def cli(ctx: click.Context, repo: str | None):
 @click.option("--max-items", type=click.IntRange(min=2), help="maximum items per tree node [default: 64].")
 @click.option("--inline-state-max", type=SIZE, help="session states larger than this are stored as chunks "
               "[default: 4K].")
+@click.option("--allow-nonempty", is_flag=True, help="Create the repository even if the directory (or S3 "
+              "prefix) already holds other files.")
 @click.pass_context
-def init_cmd(ctx, **settings):
+def init_cmd(ctx, allow_nonempty, **settings):
     """Create a repository at --repo (fails if one exists).
 
-    Settings are fixed at creation; options not given keep their defaults.
+    Settings are fixed at creation; options not given keep their defaults. A directory (or S3
+    prefix) that holds other files is refused unless --allow-nonempty.
     """
     from .repository import Repository
-    from .stores import open_store
 
     settings = {k: v for k, v in settings.items() if v is not None}
-    location = _state(ctx).location
-    store = open_store(location)
+    store = _state(ctx).open_store()
     try:
+        _refuse_foreign_content(store, allow_nonempty)
         repo = Repository.init(store, **settings)
         cfg = repo.config
         _write(f"initialized snapstore repository at {store.url} (id {cfg.repo_id})\n")
@@ -372,6 +512,38 @@ def init_cmd(ctx, **settings):
 
 # ------------------------------------------------------------------------------------------------
 # import
+
+def _refuse_foreign_content(store, allow: bool) -> None:
+    """Refuse to create a repository where other files are (a directory or S3 prefix that is not
+    empty and has no repository ``config``), unless ``allow``. snapstore's own leftovers of an
+    interrupted init (``.tmp-*`` files, ``.locks``) do not count.
+
+    Raises:
+        CommandError: exit status 2, naming the location and one of the files found.
+    """
+    from .format import keys
+    from .stores.local import LocalStore
+
+    if allow:
+        return
+    found = None
+    if isinstance(store, LocalStore):
+        if os.path.isdir(store.root):
+            with os.scandir(store.root) as entries:  # a crashed init's own leftovers do not count
+                names = sorted(e.name for e in entries if not (e.name.startswith(".tmp-") or e.name == ".locks"))
+            if names and keys.CONFIG not in names:
+                found = names[0]
+    else:
+        first = next(iter(store.list("", limit=1)), None)
+        if first is not None and first.key != keys.CONFIG:
+            try:
+                store.head(keys.CONFIG)
+            except SnapstoreError:
+                found = first.key
+    if found is not None:
+        raise CommandError(f"{store.url} is not empty and holds no snapstore repository (found {found!r}); "
+                           "refusing to create one there (choose another --repo, or pass --allow-nonempty)", 2)
+
 
 class _Progress:
     """A single updating progress line on an interactive stderr; sparse lines otherwise."""
@@ -445,40 +617,113 @@ def _resume_index(mgr: CheckpointManager, run: str, checkpoints: list[list], whe
         "(import under another id with --run, or delete the run first)", 1)
 
 
+IMPORT_STATE_KEY = "import"
+"""The session-state key under which ``import`` keeps a conversation's record (see ``import --help``)."""
+
+
+def _import_state(file: str, fmt_name: str, conv) -> dict | None:
+    """The session state of a conversation's last checkpoint: ``{"import": {...}}`` holding where it
+    came from and :meth:`snapstore.importers.Conversation.extras` (the record's other fields)."""
+    extras = conv.extras()
+    if extras is None:
+        return None
+    return {IMPORT_STATE_KEY: {"file": os.path.basename(file), "format": fmt_name, "conversation": conv.name,
+                               "where": conv.where, **extras}}
+
+
+def _other_fields(conv) -> list[str]:
+    """The names of the record's fields besides the messages (top level of the record)."""
+    rec = conv.record
+    out = []
+    if isinstance(rec, dict):
+        out = [k for k in rec if not (len(conv.path) == 1 and k == conv.path[0])]
+    if conv.omitted:
+        out.append(f"{len(conv.omitted)} non-message records")
+    return out
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conversations, as_json: bool) -> None:
+    items = []
+    for run, conv in zip(runs, conversations):
+        items.append({"run": run, "where": conv.where, "checkpoints": len(conv.checkpoints),
+                      "messages": len(conv.messages), "kept_fields": _other_fields(conv)})
+    if as_json:
+        _emit_json({"file": file, "format": fmt_name, "dry_run": True, "conversations": len(items),
+                    "checkpoints": sum(i["checkpoints"] for i in items), "runs": items})
+        return
+    total = sum(i["checkpoints"] for i in items)
+    head = (f"dry run: nothing was written\n{file}: format {fmt_name}, {_plural(len(items), 'conversation')}, "
+            f"{_plural(total, 'checkpoint')} (one per turn), {sum(i['messages'] for i in items)} messages\n")
+    rows = [[i["run"], i["where"], str(i["checkpoints"]), str(i["messages"]),
+             _clip(", ".join(i["kept_fields"]), 60) or "-"] for i in items]
+    _write(head + _table(["RUN", "WHERE", "TURNS", "MESSAGES", "KEPT FIELDS"], rows, right={2, 3}))
+
+
 @cli.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--run", "run_prefix", metavar="ID",
-              help="Run id (default: the file's stem). Files with several conversations get one run per "
-                   "conversation, named ID/NAME.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Trajectory format (default: detect).")
+              help="Run id (default: the file's name without .json/.jsonl/.traj). Files with several "
+                   "conversations get one run per conversation, named ID/NAME.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Trajectory format (default: detect; "
+              "'messages' and 'events' are the shape-based readers).")
+@click.option("--messages-path", metavar="PATH", help="Where the message lists are, from the top of the "
+              "file (of each line of a JSON Lines file): dotted keys, [] for every element of a list, [N] "
+              "for one, e.g. 'results[].conversation.messages'. The first [] marks the records.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what was found (conversations, turns, where in the "
+              "file, the fields kept besides the messages); write nothing.")
+@click.option("--allow-nonempty", is_flag=True, help="Create a repository even if --repo is a directory (or S3 "
+              "prefix) that holds other files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line and no summary on stderr.")
 @click.pass_context
-def import_cmd(ctx, file, run_prefix, fmt, as_json, quiet):
+def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet):
     """Replay a trajectory FILE as one checkpoint per agent turn.
+
+    Known formats (OpenAI chat, SWE-agent, mini-swe-agent, OpenHands, Claude Code, tau-bench,
+    ShareGPT) are read by their own rules; any other JSON / JSON Lines file whose records hold
+    role/content message lists or action/observation event streams at any depth is read by shape.
+    The whole file is read and checked before the first save: a bad value fails with one line
+    naming the record and the path in it, and nothing is stored.
+
+    What the record holds besides the messages (tool schemas, instructions, metrics, test
+    results...) is kept in the session state of each conversation's last checkpoint, under
+    "import"; 'snapstore export RUN --record' gives the record back as the file had it.
 
     Resumable: if a run already holds a prefix of the file's checkpoints, importing again saves only
     the missing ones. A run whose latest checkpoint matches none of the file's is left untouched
     (error).
     """
+    from .format.ids import check_run_id
     from .repository import Repository
-    from .stores import open_store
 
     t0 = time.monotonic()
     progress = _Progress(not quiet)
-    fmt_name, conversations = load_trajectory(file, format=fmt)
-    prefix = run_prefix if run_prefix is not None else Path(file).stem
+    fmt_name, conversations = load_trajectory(file, format=fmt, messages_path=messages_path)
+    prefix = run_prefix if run_prefix is not None else default_run_id(file)
     if prefix == "":
         raise CommandError("run id must not be empty", 2)
+    runs = [f"{prefix}/{conv.name}" if conv.name else prefix for conv in conversations]
+    states = [_import_state(file, fmt_name, conv) for conv in conversations]
+    for run in runs:  # every run id is checked before the first save
+        check_run_id(run)
+    if dry_run:
+        _dry_run_report(file, fmt_name, prefix, runs, conversations, as_json)
+        return
 
     st = _state(ctx)
-    store = open_store(st.location)
+    store = st.open_store()
     created = False
     try:
-        Repository.open(store, create=False)
-    except RepositoryError:
-        Repository.init(store, exist_ok=True)
-        created = True
+        try:
+            Repository.open(store, create=False)
+        except RepositoryError:
+            _refuse_foreign_content(store, allow_nonempty)
+            Repository.init(store, exist_ok=True)
+            created = True
     except BaseException:
         store.close()
         raise
@@ -493,8 +738,7 @@ def import_cmd(ctx, file, run_prefix, fmt, as_json, quiet):
     done = 0
     per_run = []
     try:
-        for ci, conv in enumerate(conversations):
-            run = f"{prefix}/{conv.name}" if conv.name else prefix
+        for ci, (run, conv, state) in enumerate(zip(runs, conversations, states)):
             cps = conv.checkpoints
             if not cps:
                 per_run.append({"run": run, "checkpoints": 0, "saved": 0, "skipped": 0})
@@ -506,7 +750,8 @@ def import_cmd(ctx, file, run_prefix, fmt, as_json, quiet):
             for i in range(start, len(cps)):
                 progress.update(f"importing {file}: conversation {ci + 1}/{len(conversations)}, "
                                 f"checkpoint {done + 1}/{total_cps}")
-                mgr.save(run, cps[i], step=i)
+                last = i == len(cps) - 1
+                mgr.save(run, cps[i], step=i, session_state=state if last else None)
                 logical += _message_sizes(cps[i], sizes)
                 saved += 1
                 done += 1
@@ -579,7 +824,7 @@ def runs_cmd(ctx, as_json):
 
 @cli.command("list")
 @click.argument("run")
-@click.option("-n", "--limit", type=click.IntRange(min=1), help="At most N checkpoints (newest first).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N checkpoints (newest first).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of checkpoint summaries.")
 @click.pass_context
 def list_cmd(ctx, run, limit, as_json):
@@ -626,18 +871,35 @@ def show_cmd(ctx, run, checkpoint, as_json):
 @click.option("-c", "--checkpoint", metavar="ID", help="Checkpoint id (default: the run's latest).")
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Write to FILE instead of stdout.")
+@click.option("--record", is_flag=True, help="Print the conversation's record as the imported file had it "
+              "(its messages and every other field; JSON Lines if the record was a whole JSON Lines file). "
+              "Needs the last checkpoint of an import.")
 @click.pass_context
-def export_cmd(ctx, run, checkpoint, output):
+def export_cmd(ctx, run, checkpoint, output, record):
     """Print a checkpoint's message list as JSON, exactly as saved (nothing else on stdout)."""
     cp = _get(_state(ctx).manager(), run, checkpoint)
-    data = _json_bytes(cp.messages)
+    what = f"{cp.message_count} messages"
+    if record:
+        state = cp.session_state
+        extras = state.get(IMPORT_STATE_KEY) if isinstance(state, dict) else None
+        if not isinstance(extras, dict):
+            raise CommandError(f"checkpoint {cp.id} of run {run!r} holds no imported record (the last checkpoint "
+                               "of each conversation an import saved holds it)", 1)
+        value = rebuild_record(extras, cp.messages)
+        if extras.get("jsonl") and isinstance(value, list):
+            data = b"".join(_json_bytes(v) + b"\n" for v in value)
+        else:
+            data = _json_bytes(value)
+        what = f"the record ({extras.get('where', 'whole file')}) of {extras.get('file', 'the imported file')}"
+    else:
+        data = _json_bytes(cp.messages)
     if output is None or output == "-":
         tty = False
         try:
             tty = sys.stdout.isatty()
         except (AttributeError, ValueError):
             pass
-        _write(data + (b"\n" if tty else b""))
+        _write(data + (b"\n" if tty and not data.endswith(b"\n") else b""))
         return
     tmp = f"{output}.tmp-{os.getpid()}"
     try:
@@ -652,7 +914,7 @@ def export_cmd(ctx, run, checkpoint, output):
         if isinstance(e, OSError):  # name the file asked for, not the temporary one
             raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
         raise
-    _write(f"wrote {cp.message_count} messages of {run} checkpoint {cp.id} to {output}\n", err=True)
+    _write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -705,8 +967,17 @@ def delete_cmd(ctx, run, checkpoint, yes):
         items = mgr.list(run)
         if not items:
             raise RunNotFound(f"run {run!r} not found")
-        if not click.confirm(f"Delete run {run!r} and its {len(items)} checkpoint(s)?", default=False, err=True):
-            raise CommandError("not deleted", 1)
+        activity = _ACTIVITY[0]
+        if activity is not None:
+            activity.suspend()
+        try:
+            yes = click.confirm(f"Delete run {run!r} and its {len(items)} checkpoint(s)?", default=False, err=True)
+        finally:
+            if activity is not None:
+                activity.resume()
+        if not yes:
+            _write(f"not deleted: run {run} is unchanged\n", err=True)
+            return
     mgr.delete(run)
     _write(f"deleted run {run}\n")
 
@@ -773,13 +1044,28 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         raise click.UsageError("give at least one retention rule: --keep-last, --keep-within, --older-than, "
                                "--keep-hourly, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly")
     mgr = _state(ctx).manager()
-    decisions = mgr.retention_plan(run_id, **policy)
+    progress = _Progress(not as_json)
+    try:
+        runs = [run_id] if run_id is not None else mgr.runs()
+        decisions, doomed_runs = [], []
+        for i, r in enumerate(runs):
+            progress.update(f"prune: planning run {i + 1}/{len(runs)}")
+            plan = mgr.retention_plan(r, **policy)
+            decisions.extend(plan)
+            if any(not d.keep for d in plan):
+                doomed_runs.append(r)
+        deleted = []
+        if not dry_run:
+            for i, r in enumerate(doomed_runs):
+                progress.update(f"prune: deleting from run {i + 1}/{len(doomed_runs)}")
+                deleted.extend(mgr.prune(run_id=r, dry_run=False, **policy))
+    finally:
+        progress.clear()
     by_key = {(d.checkpoint.run_id, d.checkpoint.id): d for d in decisions}
     if dry_run:
         gone = [(d.checkpoint, list(d.reasons)) for d in decisions if not d.keep]
         kept = [(d.checkpoint, list(d.reasons)) for d in decisions if d.keep]
     else:
-        deleted = mgr.prune(run_id=run_id, dry_run=False, **policy)
         gone, gone_keys = [], set()
         for s in deleted:
             d = by_key.get((s.run_id, s.id))

@@ -66,8 +66,39 @@ Formats (``FORMATS``)
     records start turns, ``observation`` records answer them, ``human``/``system`` records after a turn
     start the next one. Other item fields (``tools``, ``system``) are not replayed.
 
+``messages`` (recognised by shape, no per-tool rule)
+    Any JSON or JSON Lines file whose records hold *role-bearing message lists* at any depth: a list
+    of objects that all have a string ``role`` (content a string or a list of typed blocks), or all
+    ``from`` + ``value`` (ShareGPT style), or all a LangChain message ``type`` (``human``, ``ai``,
+    ``tool``...) with ``content`` or ``data``. One conversation per list found; a list found is not
+    searched further. Turns are cut as ``openai``; there, ``model``/``ai``/``gpt`` count as the
+    assistant and a user message whose content (or Gemini ``parts``) is only tool-result blocks
+    (``tool_result``, ``functionResponse``...) answers the turn instead of starting one.
+``events`` (recognised by shape)
+    *Event streams*: a list of objects, none with a ``role``, most of them action or observation
+    events (``{"action": ...}`` / ``{"observation": ...}``, or a ``kind`` ending in ``Action`` /
+    ``Observation``), as the older OpenHands generation writes them. A turn is one model response
+    (the actions sharing one ``llm_response_id``, ``response_id`` or embedded ``model_response``, so
+    a response repeated on several events is one turn) and the observations answering it; user
+    actions and messages (and the ``system`` action) start the next turn; noise events (agent state
+    changes, null observations) never start a turn and stay in the history where they were. The
+    ``openhands`` format uses the same rule for its events that have no ``kind``.
+
+Records and names for these two: a JSON Lines line, an item of a top-level list, or the element of
+the first list on the way from the top level (``results[3]`` for ``results[3].conversation.messages``)
+is the conversation's *record*; with no list on the way the whole file is. A file holding one list
+in one record has one conversation named ``""``; otherwise conversations are named by their record's
+``instance_id``/``id``/``task_id``/... when every record has a distinct one, else by the zero-padded
+record index, with ``-1``, ``-2``... when a record holds several lists. ``load_trajectory(...,
+messages_path="results[].conversation.messages")`` names the lists instead of searching
+(:func:`parse_messages_path`).
+
+Records are kept: :meth:`Conversation.extras` is what the record holds besides its messages
+(and :func:`rebuild_record` gives the record back from it and the final history), for every format.
+
 Errors: every problem with the input (unreadable file, not UTF-8, not JSON, a broken JSON Lines line,
-NaN/Infinity, an unrecognised or mismatched structure, an unknown ``format`` name) raises
+NaN/Infinity, a number too large for a float such as ``1e400`` (named by record and path), an
+unrecognised or mismatched structure, an unknown ``format`` name) raises
 :class:`snapstore.errors.InvalidInputError` with a one-line message naming the file (and the line or
 item where it applies).
 """
@@ -81,7 +112,8 @@ from typing import Any, Callable
 
 from snapstore.errors import InvalidInputError
 
-__all__ = ["FORMATS", "Conversation", "load_trajectory"]
+__all__ = ["FORMATS", "Conversation", "default_run_id", "format_path", "load_trajectory", "parse_messages_path",
+           "rebuild_record"]
 
 FORMATS: tuple[str, ...] = (
     "openai",
@@ -91,6 +123,8 @@ FORMATS: tuple[str, ...] = (
     "claudecode",
     "taubench",
     "sharegpt",
+    "messages",
+    "events",
 )
 
 _EXPECTED = (
@@ -125,15 +159,110 @@ class Conversation:
 
     name: str
     checkpoints: list[list] = field(default_factory=list)
+    record: Any = None
+    path: tuple = ()
+    label: str = ""
+    omitted: list = field(default_factory=list)
+    jsonl: bool = False
 
     @property
     def messages(self) -> list:
         """The full history: the last checkpoint, or ``[]`` when there are no checkpoints."""
         return self.checkpoints[-1] if self.checkpoints else []
 
+    @property
+    def where(self) -> str:
+        """Where the messages are in the file, for people: ``"line 3: history"``, ``"results[2].messages"``
+        or ``"(the whole file)"``."""
+        inner = format_path(self.path)
+        if self.label and inner:
+            return f"{self.label}: {inner}"
+        return self.label or inner or "(the whole file)"
+
+    def extras(self) -> dict | None:
+        """What the file holds for this conversation besides its messages, as a JSON object.
+
+        ``{"record": R, "messages_path": [...], "omitted": [[i, element], ...], "jsonl": bool}``:
+        ``R`` is the conversation's record (its JSON Lines line, list item or the whole file) with
+        the message list at ``messages_path`` (keys and list indices) replaced by ``null``;
+        ``omitted`` are the elements of that list that are not messages (Claude Code's
+        ``file-history-snapshot`` and ``system`` records), by their index in the list; ``jsonl`` is
+        true when the record is a whole JSON Lines file (a list of its lines). None when the
+        conversation has no record (made by hand). :func:`rebuild_record` inverts it.
+        """
+        if self.record is None and not self.path:
+            return None
+        return {"record": _replace_at(self.record, self.path, None), "messages_path": list(self.path),
+                "omitted": [[i, e] for i, e in self.omitted], "jsonl": self.jsonl}
+
+
+def rebuild_record(extras: dict, messages: list) -> Any:
+    """The record as the file had it, from :meth:`Conversation.extras` and the conversation's final
+    message list.
+
+    Args:
+        extras: the dict :meth:`Conversation.extras` returned (as stored and read back).
+        messages: the conversation's whole history (its last checkpoint).
+    Returns:
+        The record: equal to the file's JSON value, key order kept.
+    Raises:
+        InvalidInputError: ``extras`` is not of that shape.
+    """
+    if not isinstance(extras, dict) or not isinstance(extras.get("messages_path"), list) or "record" not in extras:
+        raise InvalidInputError("not an imported record (expected {'record', 'messages_path', ...})")
+    full = list(messages)
+    for item in extras.get("omitted") or []:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and 0 <= item[0] <= len(full)):
+            raise InvalidInputError(f"bad omitted element {str(item)[:60]} in an imported record")
+        full.insert(item[0], item[1])
+    path = tuple(extras["messages_path"])
+    if not path:
+        return full
+    return _replace_at(extras["record"], path, full)
+
+
+def format_path(path: tuple) -> str:
+    """``("results", 2, "messages")`` -> ``"results[2].messages"``; ``()`` -> ``""``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _replace_at(value: Any, path: tuple, new: Any) -> Any:
+    """A copy of ``value`` with the element at ``path`` replaced by ``new``; only the containers on
+    the path are copied (key order kept)."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        out = dict(value)
+        out[head] = _replace_at(value[head], rest, new)
+        return out
+    out = list(value)
+    out[head] = _replace_at(value[head], rest, new)
+    return out
+
+
+def default_run_id(path: str | os.PathLike) -> str:
+    """The run id an import of ``path`` uses by default: the file name without its trajectory
+    suffixes (``.json``, ``.jsonl``, ``.traj``, in any combination): ``x.traj.json`` -> ``x``,
+    ``run.jsonl`` -> ``run``, ``output.critic_attempt_1.jsonl`` -> ``output.critic_attempt_1``."""
+    name = os.path.basename(os.fspath(path))
+    changed = True
+    while changed:
+        changed = False
+        for suffix in (".jsonl", ".json", ".traj"):
+            if name.lower().endswith(suffix) and len(name) > len(suffix):
+                name, changed = name[: -len(suffix)], True
+    return name
+
 
 def load_trajectory(
-    path: str | os.PathLike, format: str | None = None
+    path: str | os.PathLike, format: str | None = None, messages_path: str | None = None
 ) -> tuple[str, list[Conversation]]:
     """Read a trajectory file and return ``(format_name, conversations)``.
 
@@ -142,6 +271,9 @@ def load_trajectory(
             line, blank lines are ignored.
         format: one of :data:`FORMATS` to skip detection; ``None`` detects the format from the
             content (the file name is not used).
+        messages_path: where the message lists are, as :func:`parse_messages_path` reads it
+            (``"results[].conversation.messages"``); implies format ``messages`` (or ``events``
+            when the lists found are event streams). Cannot be combined with another ``format``.
 
     Returns:
         ``(format_name, conversations)``: the format used (a member of :data:`FORMATS`) and a list of
@@ -150,18 +282,77 @@ def load_trajectory(
 
     Raises:
         InvalidInputError: the file cannot be read or decoded, is not JSON / JSON Lines (a broken
-            JSON Lines line is named by its 1-based line number), contains NaN/Infinity, does not look
-            like any known format, does not match the ``format`` given, or ``format`` is unknown.
+            JSON Lines line is named by its 1-based line number), contains NaN/Infinity or a number
+            too large for a float (named by record and path), does not look like any known format
+            or shape, does not match the ``format`` or ``messages_path`` given, or ``format`` is
+            unknown.
     """
     where = os.fspath(path)
     if format is not None and format not in FORMATS:
         raise InvalidInputError(
             f"{where}: unknown trajectory format {format!r} (expected one of {', '.join(FORMATS)})"
         )
+    steps = None
+    if messages_path is not None:
+        if format not in (None, "messages", "events"):
+            raise InvalidInputError(f"{where}: --messages-path cannot be combined with format {format!r}")
+        steps = parse_messages_path(messages_path)
     kind, payload = _read(where)
+    if steps is not None:
+        return _parse_at_path(where, kind, payload, steps, messages_path, format)
     name = format if format is not None else _detect(where, kind, payload)
     conversations = _PARSERS[name](where, kind, payload)
     return name, conversations
+
+
+_ITER = object()  # "[]" in a messages path
+
+
+def parse_messages_path(text: str) -> list:
+    """Parse a messages path: dotted keys, ``[]`` for every element of a list, ``[N]`` for one.
+
+    ``"results[].conversation.messages"`` -> every element of the top-level key ``results``, its
+    ``conversation``, its ``messages``. ``"[].traj"``: every element of a top-level list. The path
+    is read from the file's top level (from each line of a JSON Lines file). The first ``[]``
+    marks the records: each element it iterates over is one record (kept whole, see
+    :meth:`Conversation.extras`); without one, the record is the whole file (each line).
+    A key holding ``.`` or ``[`` can be quoted: ``a."b.c"[]``.
+
+    Returns:
+        a list of steps: ``str`` keys, ``int`` indices, and the iteration marker.
+    Raises:
+        InvalidInputError: an empty path or a malformed one (naming the offset).
+    """
+    steps: list = []
+    i, n = 0, len(text)
+    if not text.strip():
+        raise InvalidInputError("empty --messages-path (expected e.g. results[].messages)")
+    while i < n:
+        c = text[i]
+        if c == "[":
+            j = text.find("]", i)
+            inner = text[i + 1:j] if j >= 0 else None
+            if inner is None or not (inner == "" or inner.isdigit()):
+                raise InvalidInputError(f"bad --messages-path {text!r} at offset {i}: expected [] or [N]")
+            steps.append(_ITER if inner == "" else int(inner))
+            i = j + 1
+        elif c == ".":
+            if i == 0 or i + 1 >= n or text[i + 1] in ".[":
+                raise InvalidInputError(f"bad --messages-path {text!r} at offset {i}: empty key")
+            i += 1
+        elif c == '"':
+            j = text.find('"', i + 1)
+            if j < 0:
+                raise InvalidInputError(f"bad --messages-path {text!r} at offset {i}: unclosed quote")
+            steps.append(text[i + 1:j])
+            i = j + 1
+        else:
+            j = i
+            while j < n and text[j] not in ".[":
+                j += 1
+            steps.append(text[i:j])
+            i = j
+    return steps
 
 
 # --------------------------------------------------------------------------------------------------
@@ -176,8 +367,61 @@ def _reject_constant(name: str) -> Any:
     raise _NonFinite(name)
 
 
+class _Overflow(ValueError):
+    pass
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise _Overflow(text)
+    return value
+
+
+_INF = float("inf")
+
+
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    except RecursionError:
+        raise _TooDeep() from None
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+def _overflow_path(value: Any) -> str:
+    """The path (``history[3].metrics.cost``) of the first float in ``value`` that is infinite."""
+    stack: list = [(value, ())]
+    while stack:
+        v, p = stack.pop()
+        if type(v) is float and v in (_INF, -_INF):
+            return format_path(p) or "(the value itself)"
+        if isinstance(v, dict):
+            stack.extend((x, p + (k,)) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((x, p + (i,)) for i, x in reversed(list(enumerate(v))))
+    return "?"
+
+
+def _overflow_error(where: str, text: str, number: str, line: int | None) -> InvalidInputError:
+    """Name the record and the path of a number too large for a float (1e400)."""
+    value = json.loads(text)  # the same text, parsed without the check: infinities in place
+    if isinstance(value, list) and line is None:
+        for i, item in enumerate(value):
+            path = _overflow_path(item)
+            if path != "?":
+                label = f"item {i}: {path}"
+                break
+        else:
+            label = "?"
+    else:
+        label = ("" if line is None else f"line {line}: ") + _overflow_path(value)
+    return InvalidInputError(
+        f"{where}: {label}: the number {number[:40]} is too large for a float (it would be Infinity, "
+        "which JSON and snapstore do not allow); nothing was imported")
 
 
 def _read(where: str) -> tuple[str, Any]:
@@ -199,6 +443,10 @@ def _read(where: str) -> tuple[str, Any]:
         return "json", _loads(text)
     except _NonFinite as e:
         raise InvalidInputError(f"{where}: {e} is not a JSON value (NaN/Infinity are not allowed)") from None
+    except _Overflow as e:
+        raise _overflow_error(where, text, str(e), None) from None
+    except _TooDeep:
+        raise InvalidInputError(f"{where}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
             raise InvalidInputError(
@@ -216,6 +464,10 @@ def _read(where: str) -> tuple[str, Any]:
             raise InvalidInputError(
                 f"{where}: line {number}: {e} is not a JSON value (NaN/Infinity are not allowed)"
             ) from None
+        except _Overflow as e:
+            raise _overflow_error(where, line, str(e), number) from None
+        except _TooDeep:
+            raise InvalidInputError(f"{where}: line {number}: JSON nested too deeply to read") from None
         except json.JSONDecodeError as e:
             raise InvalidInputError(
                 f"{where}: line {number}: invalid JSON Lines record (column {e.colno}: {e.msg})"
@@ -257,6 +509,27 @@ def _is_minisweagent(value: dict) -> bool:
 
 
 def _detect(where: str, kind: str, payload: Any) -> str:
+    known = _detect_known(kind, payload)
+    if known is not None:
+        return known
+    shaped = _detect_shape(kind, payload)
+    if shaped is not None:
+        return shaped
+    if kind == "jsonl":
+        raise InvalidInputError(
+            f"{where}: unrecognised JSON Lines records (line {payload[0][0]}), expected Claude Code "
+            "session records, OpenHands episodes, {'messages': [...]} objects, or records holding "
+            "role/content message lists or action/observation events at any depth (or give "
+            "--messages-path)"
+        )
+    raise InvalidInputError(
+        f"{where}: unrecognised JSON {_shape(payload)}, expected {_EXPECTED}, or records holding "
+        "role/content message lists or action/observation events at any depth (or give --messages-path)"
+    )
+
+
+def _detect_known(kind: str, payload: Any) -> str | None:
+    """The known format a file is in, by the rules of the known tools (their exact handling)."""
     if kind == "jsonl":
         first = payload[0][1]
         if _is_claudecode_record(first):
@@ -265,10 +538,7 @@ def _detect(where: str, kind: str, payload: Any) -> str:
             return "openhands"
         if isinstance(first, dict) and isinstance(first.get("messages"), list):
             return "openai"
-        raise InvalidInputError(
-            f"{where}: unrecognised JSON Lines records (line {payload[0][0]}), expected Claude Code "
-            "session records, OpenHands episodes or {'messages': [...]} objects"
-        )
+        return None
     value = payload
     if isinstance(value, dict):
         if isinstance(value.get("history"), list) and isinstance(value.get("trajectory"), list):
@@ -289,7 +559,15 @@ def _detect(where: str, kind: str, payload: Any) -> str:
             return "openhands"
         if "role" in first or isinstance(first.get("messages"), list):
             return "openai"
-    raise InvalidInputError(f"{where}: unrecognised JSON {_shape(value)}, expected {_EXPECTED}")
+    return None
+
+
+def _detect_shape(kind: str, payload: Any) -> str | None:
+    """``"messages"`` or ``"events"`` when the file holds message lists / event streams somewhere."""
+    found = _shape_conversations("", kind, payload)
+    if not found:
+        return None
+    return "events" if all(f.shape == "events" for f in found) else "messages"
 
 
 def _shape(value: Any) -> str:
@@ -301,6 +579,276 @@ def _shape(value: Any) -> str:
             return "empty list"
         return f"list of {type(value[0]).__name__}"
     return type(value).__name__
+
+
+# --------------------------------------------------------------------------------------------------
+# Recognition by shape: role-bearing message lists and event streams at any depth
+
+_ROLE_ASSISTANT = ("assistant", "model", "ai", "gpt", "bot", "agent")
+_ROLE_RESULT = ("tool", "function", "ipython", "observation", "tool_result", "environment", "exit")
+_ROLE_USER = ("user", "human", "system", "developer")
+_RESULT_BLOCKS = ("tool_result", "function_result", "tool_response", "function_response", "functionResponse",
+                  "function_call_output")
+
+# Event names that only record a state change (no conversation data); they never start a turn.
+_NOISE_EVENTS = ("change_agent_state", "agent_state_changed", "null", "none", "AgentStateChangedObservation",
+                 "NullObservation", "NullAction", "ChangeAgentStateAction")
+
+_ID_FIELDS = ("instance_id", "id", "task_id", "conversation_id", "session_id", "trajectory_id", "name")
+
+# LangChain-style messages: {"type": "human" | "ai" | "tool" | ..., "content" | "data": {...}}
+_LC_TYPES = ("human", "ai", "tool", "system", "function", "chat", "HumanMessage", "AIMessage", "ToolMessage",
+             "SystemMessage", "FunctionMessage", "ChatMessage", "AIMessageChunk")
+_LC_ROLE = {"human": "user", "HumanMessage": "user", "ai": "assistant", "AIMessage": "assistant",
+            "AIMessageChunk": "assistant", "system": "system", "SystemMessage": "system"}
+
+
+def _typed_role(message: dict) -> tuple[str, Any]:
+    """LangChain-style messages: ``ai`` starts a turn, ``human``/``system`` start the next one, the
+    rest (``tool``, ``function``...) answer."""
+    role = _LC_ROLE.get(message.get("type"))
+    if role == "assistant":
+        return _ASSISTANT, None
+    if role is not None:
+        return _USER, None
+    return _RESULT, None
+
+
+_MAX_DEPTH = 200  # how deep the shape search looks (records nest a few levels; data can nest deeper)
+
+
+def _event_name(event: dict) -> tuple[str | None, str | None]:
+    """``("action" | "observation" | "message" | "noise" | "other" | None, name)`` of an event record."""
+    kind = event.get("kind")
+    if isinstance(kind, str):
+        if kind in _NOISE_EVENTS:
+            return "noise", kind
+        if kind == "MessageEvent":
+            return "message", kind
+        if kind.endswith("Action") or kind == "ActionEvent":
+            return "action", kind
+        if kind.endswith("Observation") or kind == "ObservationEvent":
+            return "observation", kind
+        return "other", kind
+    action = event.get("action")
+    if isinstance(action, str) and action:
+        if action in _NOISE_EVENTS:
+            return "noise", action
+        return ("message" if action == "message" else "action"), action
+    observation = event.get("observation")
+    if isinstance(observation, str) and observation:
+        return ("noise" if observation in _NOISE_EVENTS else "observation"), observation
+    return None, None
+
+
+def _response_key(event: dict) -> Any:
+    """The id of the model response an action event came from (several events can share one), or
+    None: ``llm_response_id``, ``response_id``, or the ``id`` of an embedded ``model_response``
+    (at the top or under ``tool_call_metadata``), or the embedded response itself."""
+    for key in ("llm_response_id", "response_id"):
+        if event.get(key) not in (None, ""):
+            return event[key]
+    for holder in (event, event.get("tool_call_metadata")):
+        if isinstance(holder, dict):
+            response = holder.get("model_response")
+            if isinstance(response, dict):
+                rid = response.get("id")
+                return rid if rid not in (None, "") else json.dumps(response, sort_keys=True)[:4096]
+    return None
+
+
+def _event_role(event: dict) -> tuple[str, Any]:
+    """An event stream record: an agent action or message starts a turn (actions of one model
+    response continue it), a user action or message (or the system prompt) starts the next turn
+    after one, observations answer; noise and unknown events never start a turn."""
+    what, name = _event_name(event)
+    if what in ("action", "message"):
+        source = event.get("source")
+        if source == "user" or name == "system" or (name and name.startswith("SystemPrompt")):
+            return _USER, None
+        return _ASSISTANT, _response_key(event)
+    return _RESULT, None
+
+
+def _list_shape(value: Any) -> tuple[str, Callable] | None:
+    """``("messages", role_of)`` for a role-bearing message list (or ShareGPT ``from``/``value``
+    records), ``("events", role_of)`` for an action/observation event stream, else None."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        return None
+    if all(isinstance(v.get("role"), str) for v in value):
+        return "messages", _chat_role
+    if all(isinstance(v.get("from"), str) and "value" in v for v in value):
+        return "messages", _sharegpt_role
+    if all(v.get("type") in _LC_TYPES and ("content" in v or isinstance(v.get("data"), dict)) for v in value):
+        return "messages", _typed_role
+    if any("role" in v for v in value):
+        return None
+    names = [_event_name(v)[0] for v in value]
+    events = sum(1 for n in names if n in ("action", "observation", "message"))
+    if any(n in ("action", "message") for n in names) and events + names.count("noise") >= len(names) / 2 and events:
+        return "events", _event_role
+    return None
+
+
+@dataclass
+class _Found:
+    label: str  # the record: "line 3", "item 2", "results[4]" or "" (the whole file)
+    record: Any
+    path: tuple  # from the record to the list
+    items: list
+    shape: str
+    role_of: Callable
+    jsonl: bool = False
+    key: Any = None  # the record's own id, if any
+
+
+def _search(value: Any) -> list[tuple[tuple, list, str, Callable]]:
+    """Every message list / event stream in ``value``, in file order: ``(path, list, shape, role_of)``.
+    A list found is not searched further."""
+    out = []
+    stack: list = [(value, ())]
+    while stack:
+        v, p = stack.pop()
+        if len(p) > _MAX_DEPTH:
+            continue
+        if isinstance(v, list):
+            shape = _list_shape(v)
+            if shape is not None:
+                out.append((p, v, shape[0], shape[1]))
+                continue
+            stack.extend((x, p + (i,)) for i, x in reversed(list(enumerate(v))) if isinstance(x, (list, dict)))
+        elif isinstance(v, dict):
+            stack.extend((x, p + (k,)) for k, x in reversed(list(v.items())) if isinstance(x, (list, dict)))
+    return out
+
+
+def _record_key(record: Any) -> Any:
+    if isinstance(record, dict):
+        for key in _ID_FIELDS:
+            v = record.get(key)
+            if isinstance(v, (str, int)) and not isinstance(v, bool) and v != "":
+                return v
+    return None
+
+
+def _shape_conversations(where: str, kind: str, payload: Any) -> list[_Found]:
+    """The conversations a file holds by shape (see module doc, format ``messages`` / ``events``)."""
+    if kind == "jsonl":
+        lines = [v for _, v in payload]
+        shape = _list_shape(lines)
+        if shape is not None:
+            return [_Found("", lines, (), lines, shape[0], shape[1], jsonl=True)]
+        found = []
+        for number, value in payload:
+            for p, items, sh, role in _search(value):
+                found.append(_Found(f"line {number}", value, p, items, sh, role, key=_record_key(value)))
+        return found
+    shape = _list_shape(payload)
+    if shape is not None:
+        return [_Found("", payload, (), payload, shape[0], shape[1])]
+    found = []
+    for p, items, sh, role in _search(payload):
+        cut = next((k for k, part in enumerate(p) if isinstance(part, int)), None)
+        if cut is None:
+            found.append(_Found("", payload, p, items, sh, role))
+            continue
+        record = payload
+        for part in p[: cut + 1]:
+            record = record[part]
+        label = f"item {p[0]}" if cut == 0 else format_path(p[: cut + 1])
+        found.append(_Found(label, record, p[cut + 1:], items, sh, role, key=_record_key(record)))
+    return found
+
+
+def _conversations_from(found: list[_Found]) -> list[Conversation]:
+    """Cut what was found into conversations and name them (unique, stable, file order)."""
+    single = len(found) == 1 and found[0].label == ""
+    per_record: dict = {}
+    for f in found:
+        per_record.setdefault(f.label, []).append(f)
+    ordinal = {label: i for i, label in enumerate(per_record)}
+    keys = [fs[0].key for fs in per_record.values()]
+    use_keys = all(k is not None for k in keys) and len(set(map(str, keys))) == len(keys)
+    names, conversations = [], []
+    for f in found:
+        if single:
+            names.append("")
+        else:
+            base = str(f.key) if use_keys else _padded(ordinal[f.label], len(per_record))
+            siblings = per_record[f.label]
+            names.append(base if len(siblings) == 1 else f"{base}-{siblings.index(f) + 1}")
+        conversations.append(Conversation("", _cut(f.items, f.role_of), record=f.record, path=f.path,
+                                          label=f.label, jsonl=f.jsonl))
+    for conversation, name in zip(conversations, _unique(names) if not single else names):
+        conversation.name = name
+    return conversations
+
+
+def _parse_by_shape(wanted: str) -> Callable[[str, str, Any], list[Conversation]]:
+    def parse(where: str, kind: str, payload: Any) -> list[Conversation]:
+        found = [f for f in _shape_conversations(where, kind, payload) if f.shape == wanted]
+        if not found:
+            what = ("role-bearing message lists ({'role': ...} or {'from', 'value'} records)" if wanted == "messages"
+                    else "action/observation event streams")
+            raise InvalidInputError(f"{where}: no {what} found at any depth (give --messages-path to name where)")
+        return _conversations_from(found)
+    return parse
+
+
+def _parse_at_path(where: str, kind: str, payload: Any, steps: list, text: str,
+                   forced: str | None) -> tuple[str, list[Conversation]]:
+    """Conversations at a ``--messages-path``: ``(format, conversations)``."""
+    roots = [(f"line {n}", v) for n, v in payload] if kind == "jsonl" else [("", payload)]
+    found: list[_Found] = []
+    for root_label, root in roots:
+        # (value, path from the record, record label, record)
+        states = [(root, (), root_label, root)]
+        first_iter = kind == "json"
+        for step in steps:
+            nxt = []
+            for value, p, label, record in states:
+                at = f"{label + ': ' if label else ''}{format_path(p) or '(top level)'}"
+                if step is _ITER:
+                    if not isinstance(value, list):
+                        raise InvalidInputError(f"{where}: {at} is {_shape(value)}, but --messages-path {text!r} "
+                                                "iterates over it with []")
+                    for i, x in enumerate(value):
+                        if first_iter:
+                            nxt.append((x, (), format_path(p + (i,)) if p else f"item {i}", x))
+                        else:
+                            nxt.append((x, p + (i,), label, record))
+                elif isinstance(step, int):
+                    if not isinstance(value, list) or step >= len(value):
+                        raise InvalidInputError(f"{where}: {at} has no element [{step}] (--messages-path {text!r})")
+                    nxt.append((value[step], p + (step,), label, record))
+                else:
+                    if not isinstance(value, dict) or step not in value:
+                        raise InvalidInputError(f"{where}: {at} has no key {step!r} (--messages-path {text!r})")
+                    nxt.append((value[step], p + (step,), label, record))
+            if step is _ITER:
+                first_iter = False
+            states = nxt
+        for value, p, label, record in states:
+            at = f"{label + ': ' if label else ''}{format_path(p) or '(top level)'}"
+            if isinstance(value, list) and not value:
+                found.append(_Found(label, record, p, value, "messages", _chat_role, key=_record_key(record)))
+                continue
+            shape = _list_shape(value)
+            if shape is None:
+                raise InvalidInputError(
+                    f"{where}: {at} is {_shape(value)} holding no role-bearing messages or action/observation "
+                    f"events (--messages-path {text!r})")
+            found.append(_Found(label, record, p, value, shape[0], shape[1], key=_record_key(record)))
+    if forced is not None:
+        wrong = next((f for f in found if f.shape != forced and f.items), None)
+        if wrong is not None:
+            raise InvalidInputError(f"{where}: {wrong.label or 'the file'}: {format_path(wrong.path) or 'the list'} "
+                                    f"holds {wrong.shape}, not {forced}")
+    if not found:
+        raise InvalidInputError(f"{where}: --messages-path {text!r} found no message list")
+    fmt = forced or ("events" if all(f.shape == "events" for f in found if f.items) and any(f.items for f in found)
+                     else "messages")
+    return fmt, _conversations_from(found)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -337,13 +885,27 @@ def _cut(records: list, role_of: Callable[[Any], tuple[str, Any]]) -> list[list]
 
 
 def _chat_role(message: dict) -> tuple[str, Any]:
-    """OpenAI chat: assistant starts, tool/function (and unknown roles) answer, user/system start."""
+    """Chat messages: ``assistant`` (and ``model``, ``ai``, ``gpt``...) starts a turn; tool/function
+    messages and unknown roles answer it; ``user``/``system``/``developer``/``human`` start the next
+    turn, except a user message whose content (or Gemini ``parts``) is only tool-result blocks
+    (Anthropic ``tool_result``, ``function_response``...), which answers."""
     role = message.get("role")
-    if role == "assistant":
+    if role in _ROLE_ASSISTANT:
         return _ASSISTANT, None
-    if role in ("user", "system", "developer"):
+    if role in _ROLE_USER:
+        blocks = message.get("content")
+        if not isinstance(blocks, list) or not blocks:
+            blocks = message.get("parts")
+        if isinstance(blocks, list) and blocks and all(_is_result_block(b) for b in blocks):
+            return _RESULT, None
         return _USER, None
     return _RESULT, None
+
+
+def _is_result_block(block: Any) -> bool:
+    if not isinstance(block, dict):
+        return False
+    return block.get("type") in _RESULT_BLOCKS or any(k in block for k in _RESULT_BLOCKS)
 
 
 def _agent_role(message: dict) -> tuple[str, Any]:
@@ -374,6 +936,8 @@ def _openhands_role(event: dict) -> tuple[str, Any]:
         return _USER, None
     if kind == "SystemPromptEvent":
         return _USER, None
+    if kind is None:  # the older generation: {"action": ...} / {"observation": ...} events
+        return _event_role(event)
     return _RESULT, None
 
 
@@ -439,12 +1003,12 @@ def _parse_openai(where: str, kind: str, payload: Any) -> list[Conversation]:
         if "messages" not in payload:
             raise InvalidInputError(f"{where}: {_shape(payload)} has no 'messages', expected {what}")
         msgs = _records(where, payload["messages"], "messages", "role")
-        return [Conversation("", _cut(msgs, _chat_role))]
+        return [Conversation("", _cut(msgs, _chat_role), record=payload, path=("messages",))]
     elif isinstance(payload, list) and payload and isinstance(payload[0], dict) and "role" not in payload[0]:
         items = [(f"item {i}", v) for i, v in enumerate(payload)]
     elif isinstance(payload, list):
         msgs = _records(where, payload, "messages", "role")
-        return [Conversation("", _cut(msgs, _chat_role))]
+        return [Conversation("", _cut(msgs, _chat_role), record=payload)]
     else:
         raise InvalidInputError(f"{where}: {_shape(payload)}, expected {what}")
     conversations = []
@@ -452,7 +1016,8 @@ def _parse_openai(where: str, kind: str, payload: Any) -> list[Conversation]:
         if not isinstance(item, dict) or "messages" not in item:
             raise InvalidInputError(f"{where}: {label} is not a {{'messages': [...]}} object")
         msgs = _records(where, item["messages"], f"{label}: messages", "role")
-        conversations.append(Conversation(_padded(i, len(items)), _cut(msgs, _chat_role)))
+        conversations.append(Conversation(_padded(i, len(items)), _cut(msgs, _chat_role), record=item,
+                                          path=("messages",), label=label))
     return conversations
 
 
@@ -473,7 +1038,7 @@ def _parse_sweagent(where: str, kind: str, payload: Any) -> list[Conversation]:
             checkpoints.append(list(history))
     else:
         checkpoints = _cut(history, _agent_role)
-    return [Conversation("", checkpoints)]
+    return [Conversation("", checkpoints, record=payload, path=("history",))]
 
 
 def _parse_minisweagent(where: str, kind: str, payload: Any) -> list[Conversation]:
@@ -483,7 +1048,7 @@ def _parse_minisweagent(where: str, kind: str, payload: Any) -> list[Conversatio
             f"{where}: {_shape(payload)}, expected a mini-swe-agent object with 'messages'"
         )
     msgs = _records(where, payload["messages"], "messages", "role")
-    return [Conversation("", _cut(msgs, _agent_role))]
+    return [Conversation("", _cut(msgs, _agent_role), record=payload, path=("messages",))]
 
 
 def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
@@ -492,11 +1057,11 @@ def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
         episodes = [(f"line {n}", v) for n, v in payload]
     elif isinstance(payload, dict) and isinstance(payload.get("history"), list):
         events = _records(where, payload["history"], "history")
-        return [Conversation("", _cut(events, _openhands_role))]
+        return [Conversation("", _cut(events, _openhands_role), record=payload, path=("history",))]
     elif isinstance(payload, list) and payload and _is_openhands_episode(payload[0]):
         episodes = [(f"item {i}", v) for i, v in enumerate(payload)]
     elif isinstance(payload, list) and all(_is_openhands_event(e) for e in payload):
-        return [Conversation("", _cut(payload, _openhands_role))]
+        return [Conversation("", _cut(payload, _openhands_role), record=payload)]
     else:
         raise InvalidInputError(f"{where}: {_shape(payload)}, expected {what}")
     names, conversations = [], []
@@ -506,7 +1071,8 @@ def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
         events = _records(where, episode["history"], f"{label}: history")
         instance_id = episode.get("instance_id")
         names.append(str(instance_id) if instance_id not in (None, "") else _padded(i, len(episodes)))
-        conversations.append(Conversation("", _cut(events, _openhands_role)))
+        conversations.append(Conversation("", _cut(events, _openhands_role), record=episode, path=("history",),
+                                          label=label))
     for conversation, name in zip(conversations, _unique(names)):
         conversation.name = name
     return conversations
@@ -519,13 +1085,17 @@ def _parse_claudecode(where: str, kind: str, payload: Any) -> list[Conversation]
         lines = [(1, payload)]
     else:
         raise InvalidInputError(f"{where}: {_shape(payload)}, expected Claude Code session JSON Lines")
-    records = []
-    for number, record in lines:
+    records, omitted = [], []
+    for i, (number, record) in enumerate(lines):
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
             raise InvalidInputError(f"{where}: line {number}: not a Claude Code record with a 'type'")
         if record["type"] not in _CLAUDECODE_SKIPPED:
             records.append(record)
-    return [Conversation("", _cut(records, _claudecode_role))]
+        else:
+            omitted.append((i, record))
+    whole = [record for _, record in lines]
+    return [Conversation("", _cut(records, _claudecode_role), record=whole,
+                         path=(), omitted=omitted, jsonl=kind == "jsonl")]
 
 
 def _parse_taubench(where: str, kind: str, payload: Any) -> list[Conversation]:
@@ -536,7 +1106,8 @@ def _parse_taubench(where: str, kind: str, payload: Any) -> list[Conversation]:
         traj = _records(where, item["traj"], f"item {i}: traj", "role")
         trial = item.get("trial")
         names.append(f"task{item.get('task_id', i)}" + (f"-trial{trial}" if trial is not None else ""))
-        conversations.append(Conversation("", _cut(traj, _chat_role)))
+        conversations.append(Conversation("", _cut(traj, _chat_role), record=item, path=("traj",),
+                                          label=f"item {i}"))
     for conversation, name in zip(conversations, _unique(names)):
         conversation.name = name
     return conversations
@@ -548,7 +1119,8 @@ def _parse_sharegpt(where: str, kind: str, payload: Any) -> list[Conversation]:
     conversations = []
     for i, item in enumerate(items):
         records = _records(where, item["conversations"], f"item {i}: conversations", "from")
-        conversations.append(Conversation(_padded(i, len(items)), _cut(records, _sharegpt_role)))
+        conversations.append(Conversation(_padded(i, len(items)), _cut(records, _sharegpt_role), record=item,
+                                          path=("conversations",), label=f"item {i}"))
     return conversations
 
 
@@ -560,4 +1132,6 @@ _PARSERS: dict[str, Callable[[str, str, Any], list[Conversation]]] = {
     "claudecode": _parse_claudecode,
     "taubench": _parse_taubench,
     "sharegpt": _parse_sharegpt,
+    "messages": _parse_by_shape("messages"),
+    "events": _parse_by_shape("events"),
 }

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -197,7 +199,7 @@ def test_runs_list_show(repo):
     row = table[1].split()
     assert row[1] == "9" and row[2] == "9" and row[3].endswith("Z") and row[4] == "22"
     assert len(run(repo, "list", "demo-run", "--limit", "3").stdout.splitlines()) == 4
-    listed = json.loads(run(repo, "list", "demo-run", "-n", "2", "--json").stdout)
+    listed = json.loads(run(repo, "list", "demo-run", "--limit", "2", "--json").stdout)
     assert [d["seq"] for d in listed] == [9, 8]
     assert {"id", "seq", "step", "created_at", "message_count", "message_bytes", "status"} <= set(listed[0])
 
@@ -289,8 +291,9 @@ def test_rollback_fork_delete(repo, monkeypatch):
     assert "forked" in run(repo, "runs").stdout
     # interactive: asks; "n" keeps the run, "y" deletes it
     monkeypatch.setattr(cli_mod, "_stdin_interactive", lambda: True)
-    r = run(repo, "delete", "forked", input="n\n", ok=False)
-    assert r.exit_code == 1 and "forked" in run(repo, "runs").stdout
+    r = run(repo, "delete", "forked", input="n\n")  # "no" exits cleanly (issue 13): status 0, no error line
+    assert r.exit_code == 0 and "forked" in run(repo, "runs").stdout
+    assert "not deleted: run forked is unchanged" in r.stderr and "error" not in r.stderr and r.stdout == ""
     r = run(repo, "delete", "forked", input="y\n")
     assert "Delete run 'forked'" in r.stderr and "deleted run forked" in r.stdout
     assert run(repo, "runs").stdout == "demo-run\n"
@@ -704,3 +707,335 @@ def test_keyboard_interrupt_exits_130_quietly(repo, monkeypatch):
     monkeypatch.setattr(CheckpointManager, "save", interrupted)
     r = run(repo, "import", str(EXAMPLE), ok=False)
     assert r.exit_code == 130 and r.stdout == "" and "Traceback" not in r.stderr and "error" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 13: import of any shape, and a CLI that never surprises
+
+def _tree(path) -> dict:
+    """Every file under ``path`` with its bytes (a repository's exact state)."""
+    p = Path(path)
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()} if p.exists() else {}
+
+
+def _nested_results(tmp_path) -> tuple[Path, dict]:
+    chat = [{"role": "user", "content": "refund please"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                  "function": {"name": "refund", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "Refunded."}]
+    data = {"suite": "support", "results": [
+        {"id": "case-a", "reward": 1.0, "tools": [{"name": "refund"}], "episode": {"messages": chat}},
+        {"id": "case-b", "reward": 0.0, "tools": [], "episode": {"messages": chat[:2]}},
+    ]}
+    path = tmp_path / "bench.results.json"
+    path.write_text(json.dumps(data))
+    return path, data
+
+
+def test_import_dry_run_writes_nothing(repo, tmp_path):
+    path, _ = _nested_results(tmp_path)
+    for flag in ("--dry-run", "-n"):
+        r = run(repo, "import", str(path), flag)
+        assert not Path(repo).exists()
+        assert r.stdout.startswith("dry run: nothing was written\n")
+        assert "format messages, 2 conversations, 3 checkpoints (one per turn), 6 messages" in r.stdout
+        rows = r.stdout.splitlines()[3:]
+        assert rows[0].split()[:5] == ["bench.results/case-a", "results[0]:", "episode.messages", "2", "4"]
+        assert "id, reward, tools, episode" in rows[0]
+    d = json.loads(run(repo, "import", str(path), "-n", "--json").stdout)
+    assert d["dry_run"] and d["format"] == "messages" and d["checkpoints"] == 3
+    assert [(x["run"], x["where"], x["checkpoints"]) for x in d["runs"]] == [
+        ("bench.results/case-a", "results[0]: episode.messages", 2), ("bench.results/case-b", "results[1]: episode.messages", 1)]
+    assert not Path(repo).exists()
+
+
+def test_import_nested_records_and_export_record(repo, tmp_path):
+    path, data = _nested_results(tmp_path)
+    s = import_json(repo, path)
+    assert s["format"] == "messages" and [r["run"] for r in s["runs"]] == ["bench.results/case-a", "bench.results/case-b"]
+    assert len(ids(repo, "bench.results/case-a")) == 2
+    for i, run_id in enumerate(("bench.results/case-a", "bench.results/case-b")):
+        rec = run(repo, "export", run_id, "--record").stdout
+        assert rec == json.dumps(data["results"][i], ensure_ascii=False)
+        assert json.loads(run(repo, "export", run_id).stdout) == data["results"][i]["episode"]["messages"]
+    state = CheckpointManager(repo).latest("bench.results/case-a").session_state["import"]
+    assert state["file"] == "bench.results.json" and state["where"] == "results[0]: episode.messages"
+    assert state["record"]["tools"] == [{"name": "refund"}] and state["record"]["episode"] == {"messages": None}
+    # an earlier checkpoint holds no record: a clear error
+    first = ids(repo, "bench.results/case-a")[-1]
+    one_line_error(run(repo, "export", "bench.results/case-a", "-c", first, "--record", ok=False), 1, "no imported record")
+    # the same via --messages-path, written to a file
+    out = tmp_path / "rec.json"
+    import_json(repo, path, "--run", "mp", "--messages-path", "results[].episode.messages")
+    run(repo, "export", "mp/case-b", "--record", "-o", str(out))
+    assert json.loads(out.read_bytes()) == data["results"][1]
+
+
+def test_import_jsonl_record_comes_back_as_jsonl(repo, tmp_path):
+    events = [{"id": 0, "source": "user", "action": "message", "args": {"content": "go"}},
+              {"id": 1, "source": "environment", "observation": "agent_state_changed", "extras": {}},
+              {"id": 2, "source": "agent", "action": "run", "args": {"command": "ls"}, "llm_response_id": "r1"},
+              {"id": 3, "source": "agent", "observation": "run", "content": "x", "cause": 2},
+              {"id": 4, "source": "agent", "action": "finish", "args": {}, "llm_response_id": "r2"}]
+    path = tmp_path / "events.jsonl"
+    text = "".join(json.dumps(e) + "\n" for e in events)
+    path.write_text(text)
+    s = import_json(repo, path)
+    assert s["format"] == "events" and s["runs"] == [{"run": "events", "checkpoints": 2, "saved": 2, "skipped": 0}]
+    assert run(repo, "export", "events", "--record").stdout == text
+
+
+def test_import_of_an_invalid_file_leaves_the_repository_as_it_was(repo, tmp_path):
+    import_json(repo, EXAMPLE)
+    before = _tree(repo)
+    lines = [json.dumps({"instance_id": f"ep{i}", "history": [{"role": "user", "content": "q"},
+                                                             {"role": "assistant", "content": "a"}]})
+             for i in range(40)]
+    lines.insert(31, '{"instance_id": "ep-bad", "history": [{"role": "user", "content": "q"}], "metrics": {"cost": 1e400}}')
+    bad = tmp_path / "episodes.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    r = run(repo, "import", str(bad), ok=False)
+    one_line_error(r, 2, f"{bad}: line 32: metrics.cost: the number 1e400 is too large")
+    assert _tree(repo) == before
+    # a new location is not even created
+    r = run(str(tmp_path / "new"), "import", str(bad), ok=False)
+    assert r.exit_code == 2 and not (tmp_path / "new").exists()
+
+
+def test_import_run_id_drops_trajectory_suffixes(repo, tmp_path):
+    path = tmp_path / "sqlfluff-1733.traj.json"
+    path.write_text(EXAMPLE.read_text())
+    s = import_json(repo, path)
+    assert s["runs"][0]["run"] == "sqlfluff-1733"
+    assert run(repo, "runs").stdout == "sqlfluff-1733\n"
+
+
+def test_n_means_dry_run_in_every_command():
+    seen = []
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if "-n" in getattr(param, "opts", []) + getattr(param, "secondary_opts", []):
+                assert param.name == "dry_run", (name, param.name)
+                seen.append(name)
+    assert sorted(seen) == ["gc", "import", "prune"]
+
+
+def test_list_limit_has_no_short_n(repo):
+    import_json(repo, EXAMPLE)
+    assert len(json.loads(run(repo, "list", "demo-run", "--limit", "3", "--json").stdout)) == 3
+    r = run(repo, "list", "demo-run", "-n", "3", ok=False)
+    assert r.exit_code == 2 and "-n" in r.stderr
+
+
+def test_prune_shows_progress_on_a_terminal(repo, monkeypatch):
+    import_json(repo, EXAMPLE)
+    import_json(repo, EXAMPLE, "--run", "second")
+    orig = cli_mod._Progress.__init__
+
+    def tty_init(self, enabled):
+        orig(self, enabled)
+        self.tty = enabled
+    monkeypatch.setattr(cli_mod._Progress, "__init__", tty_init)
+    r = run(repo, "prune", "--keep-last", "3")
+    # the first update is drawn at once, later ones at most every 0.1 s; the line is cleared at the end
+    assert r.stderr.startswith("\r\x1b[Kprune: planning run 1/2") and r.stderr.endswith("\r\x1b[K")
+    assert "deleted 14 checkpoint(s) from 2 run(s)" in r.stdout
+    assert len(ids(repo, "demo-run")) == 3 and len(ids(repo, "second")) == 3
+
+
+def test_slow_commands_show_an_activity_line_on_a_terminal(repo, monkeypatch):
+    import_json(repo, EXAMPLE)
+    monkeypatch.setattr(cli_mod, "_stderr_tty", lambda: True)
+    monkeypatch.setattr(cli_mod._Activity, "delay", 0.2)
+    orig = CheckpointManager.runs
+
+    def slow_runs(self):
+        time.sleep(1.0)
+        return orig(self)
+    monkeypatch.setattr(CheckpointManager, "runs", slow_runs)
+    r = run(repo, "runs")
+    assert "\r\x1b[Ksnapstore runs: working... " in r.stderr and r.stderr.endswith("\r\x1b[K")
+    assert r.stdout == "demo-run\n"
+    # a fast command shows nothing
+    monkeypatch.setattr(cli_mod._Activity, "delay", 1.0)
+    assert run(repo, "list", "demo-run").stderr == ""
+
+
+def test_prune_progress_in_a_real_terminal(tmp_path):
+    """prune under a pseudo-terminal (stderr a real tty): the progress line is drawn and cleared."""
+    import pty
+
+    repo = str(tmp_path / "repo")
+    import_json(repo, EXAMPLE)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("SNAPSTORE_URL", None)
+    leader, follower = pty.openpty()
+    try:
+        p = subprocess.run([sys.executable, "-m", "snapstore", "--repo", repo, "prune", "--keep-last", "2"],
+                           stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=env, timeout=60)
+        os.close(follower)
+        follower = None
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if follower is not None:
+            os.close(follower)
+        os.close(leader)
+    assert p.returncode == 0 and b"deleted 8 checkpoint(s)" in p.stdout
+    assert b"prune: planning run 1/1" in seen and seen.endswith(b"\r\x1b[K")
+
+
+def test_python_api_read_operations_refuse_a_missing_repository(tmp_path):
+    from snapstore.errors import RepositoryNotFound
+
+    missing = tmp_path / "nope"
+    mgr = CheckpointManager(str(missing))
+    for op in (lambda: mgr.verify(), lambda: mgr.stats(), lambda: mgr.gc(grace_period=0)):
+        with pytest.raises(RepositoryNotFound):
+            op()
+    assert not missing.exists()
+    one_line_error(run(str(missing), "verify", ok=False), 1, "snapstore init")
+    assert not missing.exists()
+
+
+def test_empty_repo_option_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args in (["runs"], ["import", str(EXAMPLE)], ["init"]):
+        one_line_error(run("", *args, ok=False), 2, "--repo is empty")
+        one_line_error(run("  ", *args, ok=False), 2, "--repo is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_and_import_refuse_a_non_empty_directory(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    for args in (["init"], ["import", str(EXAMPLE)]):
+        one_line_error(run(str(project), *args, ok=False), 2, "is not empty and holds no snapstore repository")
+    assert sorted(p.name for p in project.iterdir()) == ["notes.txt"]
+    run(str(project), "import", str(EXAMPLE), "--allow-nonempty", "-q")
+    assert run(str(project), "runs").stdout == "demo-run\n"
+    assert (project / "notes.txt").read_text() == "mine"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".hidden").write_text("x")
+    one_line_error(run(str(other), "init", ok=False), 2, "'.hidden'")
+    run(str(other), "init", "--allow-nonempty")
+    # snapstore's own leftovers of an import killed before its config was written do not count
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    (crashed / ".tmp-0123456789abcdef").write_bytes(b"partial config")
+    run(str(crashed), "import", str(EXAMPLE), "-q")
+    assert run(str(crashed), "runs").stdout == "demo-run\n"
+    # an empty directory, or one that holds a repository, is fine
+    (tmp_path / "empty").mkdir()
+    run(str(tmp_path / "empty"), "init")
+    run(str(tmp_path / "empty"), "import", str(EXAMPLE), "-q")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("server", ["refused", "silent"])
+def test_unreachable_s3_endpoint_fails_fast_with_one_line(repo, server, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    listener = None
+    if server == "silent":  # accepts connections (the kernel does) and never answers
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+    else:
+        port = _closed_port()
+    url = f"s3://bucket/prefix?endpoint_url=http://127.0.0.1:{port}"
+    try:
+        commands = [["runs"], ["import", str(EXAMPLE)], ["verify"]] if server == "refused" else [["runs"]]
+        for args in commands:  # (a silent server costs the 3 s read timeout each time: one command)
+            t0 = time.monotonic()
+            r = run(url, *args, ok=False)
+            elapsed = time.monotonic() - t0
+            assert elapsed < 5.5, (args, elapsed)
+            one_line_error(r, 1, "gave up after")
+            assert ("cannot reach the S3 endpoint" if server == "refused" else "timed out") in r.stderr
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def test_save_validates_field_types(tmp_path):
+    from snapstore.errors import InvalidMessageError
+
+    repo = tmp_path / "r"
+    mgr = CheckpointManager(str(repo))
+    msgs = [{"role": "user", "content": "x"}]
+    for kwargs, fragment in [
+        ({"step": -1}, "step must be a non-negative integer"), ({"step": 1.5}, "step"), ({"step": "3"}, "step"),
+        ({"step": True}, "step"), ({"token_usage": [1, 2]}, "token_usage must be an object of numbers"),
+        ({"token_usage": {"input": "12"}}, "token_usage['input'] must be a number"),
+        ({"token_usage": {"input": True}}, "must be a number"),
+        ({"metrics": {"nested": {"bad": [1]}}}, "metrics['nested']['bad'] must be a number"),
+        ({"metrics": 3}, "metrics must be an object"), ({"status": 7}, "status must be a string"),
+        ({"status": {"state": "ok"}}, "status"),
+    ]:
+        with pytest.raises(InvalidMessageError, match=re.escape(fragment)):
+            mgr.save("r", msgs, **kwargs)
+    assert not repo.exists()  # nothing stored, not even a repository
+    cid = mgr.save("r", msgs, step=0, status="ok", token_usage={"input": 10**30, "details": {"cached": 2, "x": None}},
+                   metrics={"latency_s": 0.25})
+    assert mgr.get("r", cid).token_usage == {"input": 10**30, "details": {"cached": 2, "x": None}}
+
+
+def test_gc_dry_run_is_as_precise_as_the_readme_says(repo):
+    """README: gc --dry-run reports what the real run deletes, writes and reclaims, bytes to within a
+    few dozen (the new objects' ids and ETags are chosen when written)."""
+    import_json(repo, EXAMPLE)
+    with CheckpointManager(repo) as mgr:
+        for k in range(30):
+            mgr.save("other", [{"role": "user", "content": f"x{j} " * 50} for j in range(k + 1)], step=k)
+    run(repo, "prune", "--keep-last", "2")
+    for grace in ("0", "1h"):
+        dry = json.loads(run(repo, "gc", "-n", "--grace-period", grace, "--json").stdout)
+        real = json.loads(run(repo, "gc", "--grace-period", grace, "--json").stdout)
+        for key in ("deleted", "live_checkpoints", "live_packs", "repacked_packs", "new_packs", "reclaimed_objects",
+                    "pending_candidates", "added_forward", "removed_forward", "redirected_forward"):
+            assert dry.get(key) == real.get(key), (grace, key)
+        for key in ("reclaimed_bytes", "deleted_bytes", "written_bytes"):
+            assert abs(dry[key] - real[key]) <= 48, (grace, key, dry[key], real[key])
+    assert "few dozen" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.skipif(not (SHARED / "sweagent-pydicom1458-gpt4.traj").is_file(), reason="shared trajectories not found")
+@pytest.mark.parametrize("name", ["sweagent-pydicom1458-gpt4.traj", "sweagent-marshmallow1867-fcreplace.traj"])
+def test_shared_file_cli_import_exports_as_before(repo, name):
+    """Regression through the CLI: the runs, turns and every checkpoint's export of a shared file are
+    the golden ones (tests/data/import_golden.json, made before issue 13's changes)."""
+    import hashlib
+
+    golden = json.loads((ROOT / "tests" / "data" / "import_golden.json").read_text())[name]
+    s = import_json(repo, SHARED / name)
+    assert s["format"] == golden["format"]
+    [conv] = golden["conversations"]
+    assert [r["run"] for r in s["runs"]] == [conv["run"]]
+    cps = ids(repo, conv["run"])[::-1]  # oldest first
+    exports = [run(repo, "export", conv["run"], "-c", c).stdout for c in cps]
+    assert [len(json.loads(e)) for e in exports] == conv["lengths"]
+    digests = "".join(hashlib.sha256(json.dumps(json.loads(e), ensure_ascii=False).encode()).hexdigest()
+                      for e in exports)
+    assert hashlib.sha256(digests.encode()).hexdigest() == conv["sha256"]

@@ -11,7 +11,7 @@ import pytest
 from shared_data import shared_data_dir
 
 from snapstore.errors import InvalidInputError
-from snapstore.importers import FORMATS, Conversation, load_trajectory
+from snapstore.importers import FORMATS, Conversation, default_run_id, load_trajectory, rebuild_record
 
 SHARED = shared_data_dir()
 needs_shared = pytest.mark.skipif(
@@ -139,6 +139,47 @@ def test_shared_checkpoints_grow_by_appending(name):
     _, convs = load(name)
     for conv in convs:
         assert_growing_prefixes(conv)
+
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "import_golden.json"
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_file_imports_exactly_as_before(name):
+    """Regression (issue 13): same format, runs, turns and exports as the importer before shape
+    recognition (tests/make_import_golden.py wrote the golden file then)."""
+    import make_import_golden
+
+    golden = json.loads(GOLDEN.read_text())[name]
+    assert make_import_golden.describe(SHARED / name) == golden
+    _, convs = load(name)
+    prefix = default_run_id(SHARED / name)
+    assert [f"{prefix}/{c.name}" if c.name else prefix for c in convs] == [c["run"] for c in golden["conversations"]]
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shared_record_rebuilds_exactly(name):
+    """What lies outside the messages is kept: extras + final history give back the file's record."""
+    _, convs = load(name)
+    data = raw(name)
+    for i, conv in enumerate(convs):
+        rebuilt = rebuild_record(json.loads(json.dumps(conv.extras())), conv.messages)
+        if isinstance(data, list) and len(convs) > 1 or name.endswith(".jsonl") and len(convs) > 1:
+            expected = data[i]
+        else:
+            expected = data
+        assert dumps(rebuilt) == dumps(expected)
+
+
+def test_default_run_id():
+    assert default_run_id("a/x.traj.json") == "x"
+    assert default_run_id("x.traj") == "x"
+    assert default_run_id("run.jsonl") == "run"
+    assert default_run_id("output.critic_attempt_1.jsonl") == "output.critic_attempt_1"
+    assert default_run_id(".json") == ".json"
+    assert default_run_id("notes.txt") == "notes.txt"
 
 
 @needs_shared
@@ -629,7 +670,8 @@ def test_utf8_bom_and_crlf_jsonl(tmp_path):
 
 
 def test_formats_constant():
-    assert FORMATS == ("openai", "sweagent", "minisweagent", "openhands", "claudecode", "taubench", "sharegpt")
+    assert FORMATS == ("openai", "sweagent", "minisweagent", "openhands", "claudecode", "taubench", "sharegpt",
+                       "messages", "events")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -712,3 +754,194 @@ def test_malformed_records_are_rejected(tmp_path):
 def test_error_is_a_value_error(tmp_path):
     with pytest.raises(ValueError):
         load_trajectory(write(tmp_path, "x.json", text="nope"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Recognition by shape (issue 13): files of shapes no per-tool rule names
+
+
+def _v0_response(rid: str, text: str, calls: list[str]) -> dict:
+    """An older-generation OpenHands model response (LiteLLM), as embedded in action events."""
+    return {"id": rid, "model": "gpt-4o", "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": text,
+        "tool_calls": [{"id": c, "type": "function", "function": {"name": "execute_bash", "arguments": "{}"}}
+                       for c in calls]}}]}
+
+
+def _v0_events() -> list:
+    """Older OpenHands events: the system prompt, a user message, noise (agent state changes), one
+    response with two parallel tool calls (its model response repeated on both actions), a response
+    with one call, the final message."""
+    r1 = _v0_response("resp-1", "Let me look.", ["c1", "c2"])
+    r2 = _v0_response("resp-2", "Now run it.", ["c3"])
+    r3 = _v0_response("resp-3", "Done.", [])
+    return [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "You are OpenHands.", "tools": []}},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "Fix the bug."}},
+        {"id": 2, "source": "environment", "observation": "agent_state_changed", "extras": {"agent_state": "running"}},
+        {"id": 3, "source": "agent", "action": "run", "args": {"command": "ls"},
+         "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": "c1", "model_response": r1}},
+        {"id": 4, "source": "agent", "action": "run", "args": {"command": "cat a.py"},
+         "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": "c2", "model_response": r1}},
+        {"id": 5, "source": "agent", "observation": "run", "content": "a.py", "cause": 3},
+        {"id": 6, "source": "agent", "observation": "run", "content": "print(1)", "cause": 4},
+        {"id": 7, "source": "environment", "observation": "null", "content": ""},
+        {"id": 8, "source": "agent", "action": "run", "args": {"command": "python a.py"},
+         "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": "c3", "model_response": r2}},
+        {"id": 9, "source": "agent", "observation": "run", "content": "1", "cause": 8},
+        {"id": 10, "source": "agent", "action": "finish", "args": {"final_thought": "Done."},
+         "tool_call_metadata": {"function_name": "finish", "tool_call_id": "c4", "model_response": r3}},
+        {"id": 11, "source": "environment", "observation": "agent_state_changed", "extras": {"agent_state": "finished"}},
+    ]
+
+
+def test_openhands_older_episodes_are_cut_into_turns(tmp_path):
+    episodes = [{"instance_id": "t-1", "instruction": "Fix the bug.", "history": _v0_events(),
+                 "metrics": {"accumulated_cost": 0.25}, "test_result": {"passed": True}},
+                {"instance_id": "t-2", "instruction": "Again.", "history": _v0_events()[:7], "metrics": {}}]
+    path = write(tmp_path, "output.jsonl", text="\n".join(json.dumps(e) for e in episodes) + "\n")
+    fmt, convs = load_trajectory(path)
+    assert fmt == "openhands" and [c.name for c in convs] == ["t-1", "t-2"]
+    # one turn per model response: the two parallel actions of resp-1 and their observations are one
+    assert cut_lengths(convs[0]) == [8, 10, 12]
+    assert cut_lengths(convs[1]) == [7]
+    assert dumps(convs[0].messages) == dumps(episodes[0]["history"])
+    rebuilt = rebuild_record(json.loads(json.dumps(convs[0].extras())), convs[0].messages)
+    assert dumps(rebuilt) == dumps(episodes[0])
+    assert convs[0].where == "line 1: history"
+
+
+def test_bare_event_list_with_noise_first(tmp_path):
+    events = _v0_events()
+    events.insert(0, {"id": -1, "source": "environment", "observation": "agent_state_changed",
+                      "extras": {"agent_state": "loading"}})
+    fmt, [conv] = load_trajectory(write(tmp_path, "events.json", events))
+    assert fmt == "events" and conv.name == ""
+    assert cut_lengths(conv) == [9, 11, 13]
+    assert conv.messages == events and conv.where == "(the whole file)"
+    # the same events as JSON Lines, one per line
+    fmt, [conv] = load_trajectory(write(tmp_path, "events.jsonl", text="\n".join(json.dumps(e) for e in events)))
+    assert fmt == "events" and cut_lengths(conv) == [9, 11, 13]
+    assert dumps(rebuild_record(conv.extras(), conv.messages)) == dumps(events) and conv.extras()["jsonl"]
+
+
+def _chat(task: str, turns: int) -> list:
+    msgs = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": task}]
+    for t in range(turns):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call{t}", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"call{t}", "content": f"result {t}"})
+    msgs.append({"role": "assistant", "content": "All set."})
+    return msgs
+
+
+def test_nested_conversation_lists_in_a_results_file(tmp_path):
+    results = {"benchmark": "support", "model": "m-1", "results": [
+        {"id": "case-a", "score": 1.0, "run": {"conversation": {"messages": _chat("Refund", 2)}, "cost": 0.1}},
+        {"id": "case-b", "score": 0.0, "run": {"conversation": {"messages": _chat("Cancel", 1)}, "cost": 0.2}},
+    ]}
+    path = write(tmp_path, "results.json", results)
+    fmt, convs = load_trajectory(path)
+    assert fmt == "messages"
+    assert [c.name for c in convs] == ["case-a", "case-b"]
+    assert [cut_lengths(c) for c in convs] == [[4, 6, 7], [4, 5]]
+    assert [c.where for c in convs] == ["results[0]: run.conversation.messages",
+                                       "results[1]: run.conversation.messages"]
+    extras = json.loads(json.dumps(convs[1].extras()))
+    assert extras["record"] == {"id": "case-b", "score": 0.0, "run": {"conversation": {"messages": None}, "cost": 0.2}}
+    assert dumps(rebuild_record(extras, convs[1].messages)) == dumps(results["results"][1])
+    # the same with --messages-path, and a JSON Lines file of such records
+    fmt2, convs2 = load_trajectory(path, messages_path="results[].run.conversation.messages")
+    assert fmt2 == "messages" and [c.checkpoints for c in convs2] == [c.checkpoints for c in convs]
+    lines = "\n".join(json.dumps(r) for r in results["results"])
+    fmt3, convs3 = load_trajectory(write(tmp_path, "r.jsonl", text=lines))
+    assert fmt3 == "messages" and [c.name for c in convs3] == ["case-a", "case-b"]
+    assert [c.where for c in convs3] == ["line 1: run.conversation.messages", "line 2: run.conversation.messages"]
+
+
+def test_many_lists_in_one_record_and_unnamed_records(tmp_path):
+    data = [{"a": _chat("x", 1), "b": {"c": _chat("y", 2)}}, {"a": _chat("z", 0)}]
+    fmt, convs = load_trajectory(write(tmp_path, "two.json", data))
+    assert fmt == "messages"
+    assert [c.name for c in convs] == ["0000-1", "0000-2", "0001"]
+    assert [cut_lengths(c) for c in convs] == [[4, 5], [4, 6, 7], [3]]
+
+
+def test_typed_content_blocks(tmp_path):
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "What is in /tmp?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Looking."},
+                                          {"type": "tool_use", "id": "tu1", "name": "ls", "input": {"p": "/tmp"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": "a b"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "tu2", "name": "cat", "input": {"p": "a"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu2",
+                                      "content": [{"type": "text", "text": "hello"}]}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a says hello"}]},
+        {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "welcome"}]},
+    ]
+    fmt, [conv] = load_trajectory(write(tmp_path, "anthropic.json", msgs))
+    assert fmt == "openai"
+    assert cut_lengths(conv) == [3, 5, 6, 8]
+    # nested under a key, Gemini-style parts with function responses
+    gem = {"contents": [
+        {"role": "user", "parts": [{"text": "weather?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "w", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "w", "response": {"t": 20}}}]},
+        {"role": "model", "parts": [{"text": "20 degrees"}]},
+    ]}
+    fmt, [conv] = load_trajectory(write(tmp_path, "gemini.json", gem))
+    assert fmt == "messages" and conv.name == "" and cut_lengths(conv) == [3, 4]
+
+
+def test_langchain_message_dicts(tmp_path):
+    msgs = [{"type": "system", "data": {"content": "sys"}}, {"type": "human", "data": {"content": "hi"}},
+            {"type": "ai", "data": {"content": "", "tool_calls": [{"id": "t", "name": "f", "args": {}}]}},
+            {"type": "tool", "data": {"content": "r", "tool_call_id": "t"}},
+            {"type": "ai", "data": {"content": "done"}}, {"type": "human", "data": {"content": "bye"}}]
+    fmt, [conv] = load_trajectory(write(tmp_path, "lc.json", {"thread": "t1", "messages_dump": msgs}))
+    assert fmt == "messages" and cut_lengths(conv) == [4, 6]
+    assert conv.where == "messages_dump" and conv.extras()["record"] == {"thread": "t1", "messages_dump": None}
+
+
+def test_messages_path_forms_and_errors(tmp_path):
+    data = {"runs": [{"log": {"turns": _chat("a", 1)}}, {"log": {"turns": _chat("b", 1)}}]}
+    path = write(tmp_path, "p.json", data)
+    fmt, convs = load_trajectory(path, messages_path="runs[1].log.turns")
+    assert fmt == "messages" and len(convs) == 1 and convs[0].name == "" and convs[0].messages == data["runs"][1]["log"]["turns"]
+    fmt, convs = load_trajectory(path, messages_path='runs[]."log".turns')
+    assert [c.name for c in convs] == ["0000", "0001"]
+    with pytest.raises(InvalidInputError, match=r"runs\[0\]: log has no key 'steps'"):
+        load_trajectory(path, messages_path="runs[].log.steps")
+    with pytest.raises(InvalidInputError, match=r"iterates over it"):
+        load_trajectory(path, messages_path="runs[].log[]")
+    with pytest.raises(InvalidInputError, match=r"holding no role-bearing messages"):
+        load_trajectory(path, messages_path="runs")
+    with pytest.raises(InvalidInputError, match=r"bad --messages-path"):
+        load_trajectory(path, messages_path="runs[x]")
+    with pytest.raises(InvalidInputError, match=r"cannot be combined"):
+        load_trajectory(path, format="sweagent", messages_path="runs[].log.turns")
+    with pytest.raises(InvalidInputError, match=r"holds messages, not events"):
+        load_trajectory(path, format="events", messages_path="runs[].log.turns")
+    with pytest.raises(InvalidInputError, match=r"no action/observation event streams"):
+        load_trajectory(path, format="events")
+
+
+def test_number_too_large_for_a_float_is_named_by_record_and_path(tmp_path):
+    good = json.dumps({"instance_id": "ok", "history": [{"role": "user", "content": "x"}]})
+    bad = '{"instance_id": "bad", "history": [{"role": "user", "content": "x"}], "metrics": {"cost": [1, 1e400]}}'
+    path = write(tmp_path, "big.jsonl", text=good + "\n" + bad + "\n")
+    with pytest.raises(InvalidInputError) as info:
+        load_trajectory(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: line 2: metrics.cost[1]: the number 1e400 is too large") and "\n" not in message
+    with pytest.raises(InvalidInputError, match=r"item 1: traj\[0\]\.x: the number -2E\+999"):
+        load_trajectory(write(tmp_path, "t.json", text='[{"traj": []}, {"traj": [{"x": -2E+999}]}]'))
+
+
+def test_unrecognised_shapes_still_refused(tmp_path):
+    with pytest.raises(InvalidInputError, match="unrecognised JSON object with keys"):
+        load_trajectory(write(tmp_path, "x.json", {"results": [{"score": 1}], "n": [[1, 2]]}))
+    # role lists mixed with role-less objects are not message lists
+    with pytest.raises(InvalidInputError, match="unrecognised"):
+        load_trajectory(write(tmp_path, "y.json", {"a": [{"role": "user"}, {"content": "no role"}]}))

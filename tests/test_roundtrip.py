@@ -236,8 +236,8 @@ def test_fields_round_trip_exactly(case, repo_dir):
     value = CASES[case]
     fields = dict(
         session_state={"state": value, "list": [value]},
-        token_usage={"input": 10**30, "output": 1, "detail": value},
-        metrics={"m": value, "latency": 0.1},
+        token_usage={"input": 10**30, "output": 1, "detail": {"cached": 2**70, "ratio": 0.25, "none": None}},
+        metrics={"latency": 0.1, "big": -(10**40)},  # objects of numbers (issue 13); any value goes in metadata
         metadata={"k": value, "tags": ["a", "b"]},
         step=2**64,
         agent_id="agent-東京-\ud800",
@@ -263,6 +263,15 @@ def test_fields_round_trip_exactly(case, repo_dir):
 ], ids=lambda v: type(v).__name__ + ":" + repr(v)[:20])
 def test_field_values_keep_type(field, value, repo_dir):
     mgr = CheckpointManager(MemoryStore())
+    if field in ("token_usage", "metrics"):  # objects of numbers (issue 13): the value goes inside one
+        if type(value) in (int, float):
+            value = {"v": value, "nested": {"w": value}}
+        elif value is not None and not isinstance(value, dict):
+            for bad in (value, {"v": value}):
+                with pytest.raises(InvalidMessageError, match=field):
+                    mgr.save("run", [], **{field: bad})
+            assert mgr.runs() == []
+            return
     cid = mgr.save("run", [], **{field: value})
     got = getattr(mgr.get("run", cid), field)
     if value is None:

@@ -145,6 +145,7 @@ def test_gc_and_readers_beside_busy_writers(tmp_path):
                 m.prune(keep_last=5, run_id=f"run{k}")
         final[f"run{k}"] = msgs
 
+    CheckpointManager(LocalStore(root, fsync=False)).repo.close()  # created first: gc() of no repository raises
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
     for t in threads:
         t.start()
