@@ -536,11 +536,20 @@ class ReadPath:
             d = self._dicts.get(key)
         if d is not None:
             return d
-        spine = self.read_state(*pack.dict_state(spec))
-        refs = self.refs_range(spine, spec.start, spec.end)
-        if self.hasher.content_id(b"".join(r.id for r in refs)) != spec.digest:
-            raise IntegrityError(pack.key, "dictionary messages do not match the recorded digest")
-        raw = b"".join(self.message_raw(r) for r in refs)
+        busy = self._resolving.__dict__.setdefault("keys", set())
+        if key in busy:
+            # the dictionary's own messages were found only in the block it compresses (written
+            # before writers kept those chunks out of it): a cycle, not data
+            raise IntegrityError(pack.key, "the data block's dictionary is made of chunks stored only in that block")
+        busy.add(key)
+        try:
+            spine = self.read_state(*pack.dict_state(spec))
+            refs = self.refs_range(spine, spec.start, spec.end)
+            if self.hasher.content_id(b"".join(r.id for r in refs)) != spec.digest:
+                raise IntegrityError(pack.key, "dictionary messages do not match the recorded digest")
+            raw = b"".join(self.message_raw(r) for r in refs)
+        finally:
+            busy.discard(key)
         if len(raw) < spec.length:
             raise IntegrityError(pack.key, "dictionary shorter than recorded")
         d = raw[len(raw) - spec.length:]

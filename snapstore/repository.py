@@ -74,6 +74,7 @@ class Repository(ReadPath, WritePath, LogRecords):
         self._max_workers = max(1, max_workers)
         self._pool: ThreadPoolExecutor | None = None
         self._dicts: dict = {}
+        self._resolving = threading.local()  # (pack id, DictSpec) pairs whose dictionary this thread is reading
         self._fwd: dict = {}
         self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
         self._hints: dict | None = None  # retired pack -> targets, from gc/fwd-cache (advisory)

@@ -488,5 +488,12 @@ class WritePath:
         blob = b"".join(parts)
         length = min(want, len(blob))
         digest = self.hasher.content_id(b"".join(ids[a:b]))
+        # the chunks a reader reads to build the dictionary must not sit in the block it compresses
+        made_of = set(ids[a:b])
+        cfg = self.config
+        for raw in parts:
+            if len(raw) > cfg.cdc_threshold:
+                made_of.update(self.hasher.content_id(raw[c.offset:c.offset + c.length]) for c in
+                               fastcdc.fastcdc(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True))
         # the list is described by this save's own state entry, which goes into this pack
-        pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:])
+        pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:], made_of)

@@ -441,3 +441,29 @@ def test_value_tree_on_s3_over_http(s3_http_store):
     assert cold.latest("r").session_state == states[-1]
     assert cold.get("r", ids[-2]).session_state == states[-2]
     assert cold.verify(read_data=True).ok
+
+
+def test_state_pieces_equal_to_dictionary_messages_stay_readable(tmp_path):
+    """A session state holding the run's own messages (an importer keeping the file's record) has
+    pieces with the same content ids as message chunks the save's data-block dictionary is made of.
+    Those chunks must not land in the block that dictionary compresses, or a fresh reader resolving
+    the dictionary needs the block it is decompressing (it recursed until RecursionError)."""
+    import random as _r
+
+    from snapstore import CheckpointManager
+    from snapstore.stores import LocalStore
+
+    rng = _r.Random(7)
+    msgs = [{"role": "user" if i % 2 else "assistant",
+             "content": "".join(rng.choice("abcdefgh ijk\n") for _ in range(2500))} for i in range(6)]
+    root = tmp_path / "repo"
+    with CheckpointManager(LocalStore(root, fsync=False)) as mgr:
+        for k in range(1, 5):  # the 4th save merges the first four packs into a tier pack
+            mgr.save("r", msgs[:k])
+        cid = mgr.save("r", msgs, session_state={"record": {"history": msgs[:4], "note": "kept"}})
+    with CheckpointManager(LocalStore(root, fsync=False)) as fresh:
+        cp = fresh.get("r", cid)
+        assert cp.messages == msgs and cp.session_state["record"]["history"] == msgs[:4]
+    with CheckpointManager(LocalStore(root, fsync=False)) as fresh:
+        assert fresh.latest("r").messages == msgs
+        assert fresh.verify(read_data=True).ok

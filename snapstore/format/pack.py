@@ -114,6 +114,7 @@ class PackBuilder:
         self._ids: set[tuple[int, bytes]] = set()
         self.dict_spec: DictSpec | None = None
         self.dict_bytes: bytes = b""
+        self._dict_ids: frozenset = frozenset()
         self.raw_bytes = 0  # uncompressed bytes of all entries added so far
         self.raw_blocks: dict[int, bytes] = {}  # after build(): block index -> uncompressed bytes
 
@@ -129,10 +130,18 @@ class PackBuilder:
         self.raw_bytes += len(raw)
         return True
 
-    def set_dictionary(self, spec: DictSpec, dict_bytes: bytes) -> None:
-        """Compress the data block with ``dict_bytes`` (raw content), recorded as ``spec``."""
+    def set_dictionary(self, spec: DictSpec, dict_bytes: bytes, made_of: set | None = None) -> None:
+        """Compress the data block with ``dict_bytes`` (raw content), recorded as ``spec``.
+
+        Args:
+            made_of: content ids of the chunks the dictionary is read from (its messages and their
+                pieces). A chunk with one of these ids added to this pack (a session-state piece or
+                a repeated message equal to one of them) goes into the block without dictionary:
+                a reader resolving the dictionary must never need the block it decompresses.
+        """
         self.dict_spec = spec
         self.dict_bytes = dict_bytes
+        self._dict_ids = frozenset(made_of or ())
 
     @property
     def empty(self) -> bool:
@@ -155,7 +164,12 @@ class PackBuilder:
         entries: list[Entry] = []
         data_clen = 0
         groups = []
-        for items, use_dict in ((self._meta, False), (self._data, True)):
+        meta, data = self._meta, self._data
+        dict_ids = self._dict_ids
+        if self.dict_spec is not None and dict_ids:
+            meta = meta + [it for it in data if it[1] in dict_ids]
+            data = [it for it in data if it[1] not in dict_ids]
+        for items, use_dict in ((meta, False), (data, True)):
             cur, size = [], 0
             for it in items:
                 if len(it[2]) > block_max:
