@@ -941,6 +941,29 @@ class CheckpointManager:
                 self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)])
             self._views.pop(run_id, None)
 
+    def delete_many(self, run_id: str, checkpoint_ids) -> list[str]:
+        """Delete several checkpoints of one run at once (one scan of the run's log).
+
+        Ids that name no live checkpoint are skipped. Deleting the head moves the head back to the
+        newest surviving checkpoint (one rollback record); deleting every checkpoint deletes the run.
+
+        Args:
+            run_id: the run.
+            checkpoint_ids: iterable of checkpoint ids (str).
+        Returns:
+            The ids deleted (the run's order, newest first).
+        """
+        wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
+        with self._run_lock(run_id):
+            if not wanted or not self._exists():
+                return []
+            rk = self._rk(run_id)
+            doomed = [(s, c) for s, c, _ in self._scan_bulk(rk) if c in wanted]
+            if doomed:
+                self._delete_checkpoints(run_id, rk, doomed)
+                self._views.pop(run_id, None)
+            return [c for _, c in doomed]
+
     def _delete_run(self, run_id: str, rk: str) -> None:
         tomb = self._append_record(run_id, rk, lambda seq, _n: Manifest(
             kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(), created=datetime.now(timezone.utc)))
