@@ -295,3 +295,20 @@ def test_writes_idempotent_across_savers_and_before_checkpoint(tmp_path):
     tup = s2.get_tuple(cfg)
     assert sorted(tup.pending_writes) == [("t0", "ch", "early"), ("t1", "ch", "v1"), ("t1", "ch2", "v2")]
     assert s2.get_tuple({"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": str(uuid.uuid4())}}) is None
+
+
+def test_example_resume_in_another_process_from_s3(moto_server):
+    """examples/langgraph_resume.py: process 1 runs to the interrupt, process 2 resumes from S3."""
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    script = os.path.join(ROOT, "examples", "langgraph_resume.py")
+    env = dict(os.environ)
+    outs = []
+    for phase in ("start", "resume"):
+        p = subprocess.run([sys.executable, script, phase, "--url", f"s3://{bucket}/lg", "--endpoint-url", moto_server],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        outs.append(__import__("json").loads(p.stdout.strip().splitlines()[-1]))
+    assert outs[0]["next"] == ["refund"] and [m[0] for m in outs[0]["messages"]] == ["HumanMessage", "AIMessage"]
+    assert outs[1]["next"] == []
+    assert outs[1]["messages"][-1] == ["AIMessage", "Done: refunded 25 EUR on A-1001"]
