@@ -312,3 +312,15 @@ def test_example_resume_in_another_process_from_s3(moto_server):
     assert outs[0]["next"] == ["refund"] and [m[0] for m in outs[0]["messages"]] == ["HumanMessage", "AIMessage"]
     assert outs[1]["next"] == []
     assert outs[1]["messages"][-1] == ["AIMessage", "Done: refunded 25 EUR on A-1001"]
+
+
+def test_readme_langgraph_example_runs(tmp_path):
+    import re
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "SnapstoreSaver" in b)
+    (tmp_path / "ex.py").write_text(block)
+    env = {k: v for k, v in os.environ.items() if k != "SNAPSTORE_URL"}
+    env["PYTHONPATH"] = ROOT
+    out = subprocess.run([sys.executable, "ex.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "you said: hi"
