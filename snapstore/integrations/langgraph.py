@@ -42,6 +42,8 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ..errors import (CheckpointNotFound, ConflictError, InvalidInputError, InvalidMessageError,
                       MissingDependencyError, RunNotFound)
 
@@ -279,16 +281,30 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         for ch in blobs:
             layout.append([ch, "b", len(items), 1])
             items.append(self._blob(values[ch]))
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        state = {"cp": self._blob(skeleton), "layout": layout, "nlead": nlead}
+        skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+        state = {"cp": self._json_or_blob(skeleton), "layout": layout, "nlead": nlead}
         with self._lock:
             self._enc[run] = cache
         return items, state, sorted(values)
 
-    def _decode_checkpoint(self, cp) -> Checkpoint:
+    def _json_or_blob(self, value) -> dict:
+        """``{"json": value}`` when ``value`` is exact JSON that comes back equal (compresses far
+        better in a manifest than serde bytes in base64), else a serde blob."""
+        try:
+            validate(value, "value")
+            if orjson.loads(orjson.dumps(value)) == value:
+                return {"json": value}
+        except (InvalidMessageError, TypeError, ValueError):
+            pass
+        return self._blob(value)
+
+    def _unjson(self, item: dict):
+        return item["json"] if "json" in item else self._unblob(item)
+
+    def _decode_checkpoint(self, cp, checkpoint_id: str) -> Checkpoint:
         st = cp.session_state
         items = cp.messages
-        skeleton = self._unblob(st["cp"])
+        skeleton = self._unjson(st["cp"])
         values: dict = {}
         for ch, kind, start, count in st["layout"]:
             if kind == "b":
@@ -297,6 +313,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 msgs = [self._dec_item(i) for i in items[start:start + count]]
                 values[ch] = _DeltaSnapshot(msgs) if kind == "s" else msgs
         out = dict(skeleton)
+        out["id"] = checkpoint_id
         out["channel_values"] = values
         return out
 
@@ -366,7 +383,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
         return CheckpointTuple(
             config=conf,
-            checkpoint=self._decode_checkpoint(cp),
+            checkpoint=self._decode_checkpoint(cp, rec.md["id"]),
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
@@ -690,7 +707,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             blocks.append(block)
             here = remaining & set(a.md.get("chs") or ())
             if here:
-                values = self._decode_checkpoint(self.manager.get(run, a.sid))["channel_values"]
+                values = self._decode_checkpoint(self.manager.get(run, a.sid), cur)["channel_values"]
                 for ch in here:
                     seeds[ch] = values[ch]
                 remaining -= here
@@ -706,16 +723,20 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             out[ch] = entry
         return out
 
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """Next channel version: ``"<32-digit counter>.<16-digit random>"`` (as LangGraph's own
-        savers), so versions of branches written by different processes do not collide."""
+    def get_next_version(self, current: str | int | None, channel: None) -> str | int:
+        """Next channel version: an int counter (``current + 1``; 1 for a new channel).
+
+        Values are stored whole with each checkpoint, not keyed by version, so versions need not
+        be unique across branches (LangGraph's SQL savers add a random part for that); small
+        ints keep every manifest small. A thread that already holds string versions (written
+        by another saver) keeps LangGraph's ``"<32-digit counter>.<16-digit random>"`` form,
+        so versions of one thread always compare.
+        """
         if current is None:
-            current_v = 0
-        elif isinstance(current, int):
-            current_v = current
-        else:
-            current_v = int(str(current).split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+            return 1
+        if isinstance(current, int):
+            return current + 1
+        return f"{int(str(current).split('.')[0]) + 1:032}.{random.random():016}"
 
     # ------------------------------------------------------------------------------------------
     # async: the sync methods in a worker thread
