@@ -38,6 +38,7 @@ import base64
 import json
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,6 +188,28 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         self._heads: dict[str, _Head] = {}
         self._enc: dict[str, dict] = {}          # run -> id(message) -> (message, item)
         self._seen: dict[tuple, set] = {}        # (run, checkpoint id) -> {(task, idx)} written here
+        self._records: OrderedDict = OrderedDict()  # (run, snapstore id, seq) -> (messages, session state)
+
+    RECORD_CACHE = 1024
+    """Records (their stored message items and session state) kept in memory, least recently
+    used first out. Records never change and their ids are never reused, so a cached one is
+    right as long as a listing still shows it; DeltaChannel walks re-read the same ones."""
+
+    def _record(self, run: str, sid: str, seq: int) -> tuple[list, Any]:
+        """``(message items, session state)`` of record ``sid`` at log position ``seq``."""
+        key = (run, sid, seq)  # a position is never reused: a re-put id gets a new key
+        with self._lock:
+            hit = self._records.get(key)
+            if hit is not None:
+                self._records.move_to_end(key)
+                return hit
+        cp = self.manager.get(run, sid)
+        got = (cp.messages, cp.session_state)
+        with self._lock:
+            self._records[key] = got
+            while len(self._records) > self.RECORD_CACHE:
+                self._records.popitem(last=False)
+        return got
 
     # ------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -301,9 +324,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     def _unjson(self, item: dict):
         return item["json"] if "json" in item else self._unblob(item)
 
-    def _decode_checkpoint(self, cp, checkpoint_id: str) -> Checkpoint:
-        st = cp.session_state
-        items = cp.messages
+    def _decode_checkpoint(self, items: list, st: dict, checkpoint_id: str) -> Checkpoint:
         skeleton = self._unjson(st["cp"])
         values: dict = {}
         for ch, kind, start, count in st["layout"]:
@@ -360,15 +381,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         ``writes_sort_key`` order."""
         got: dict = {}
         for r in recs:
-            cp = self.manager.get(run, r.sid)
-            st = cp.session_state
+            items, st = self._record(run, r.sid, r.seq)
             off = st["off"]
             task, path = r.md.get("task", ""), r.md.get("path", "")
             for ch, idx, kind, start, count in st["w"]:
                 if kind == "b":
                     value = self._unblob(st["blobs"][start])
                 else:
-                    msgs = [self._dec_item(i) for i in cp.messages[off + start:off + start + count]]
+                    msgs = [self._dec_item(i) for i in items[off + start:off + start + count]]
                     value = msgs[0] if kind == "m1" else msgs
                 key = (task, idx)
                 if key in got and idx >= 0:
@@ -378,12 +398,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         return [(t, ch, v) for _p, t, ch, v, _i in rows]
 
     def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
-        cp = self.manager.get(run, rec.sid)
+        items, st = self._record(run, rec.sid, rec.seq)
         parent = rec.md.get("parent")
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
         return CheckpointTuple(
             config=conf,
-            checkpoint=self._decode_checkpoint(cp, rec.md["id"]),
+            checkpoint=self._decode_checkpoint(items, st, rec.md["id"]),
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
@@ -476,9 +496,9 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         else:
             h = _Head(got[0].id, None, 0)
             if items:
-                cp = self.manager.get(run, got[0].id)
-                st = cp.session_state if isinstance(cp.session_state, dict) else {}
-                h.items = cp.messages
+                msgs, st = self._record(run, got[0].id, got[0].seq)
+                st = st if isinstance(st, dict) else {}
+                h.items = msgs
                 h.nlead = int(st.get("nlead", 0))
         self._heads[run] = h
         return h
@@ -687,9 +707,25 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         c = config["configurable"]
         thread_id, ns = str(c["thread_id"]), c.get("checkpoint_ns", "") or ""
         run = run_id_for(thread_id, ns)
-        ix = self._index(run)
         cid = get_checkpoint_id(config)
+        limit = 64
+        while True:
+            # the newest records of the run, more of them until the walk ends inside the window
+            # (a DeltaChannel snapshot is at most snapshot_frequency updates back)
+            ix = self._index(run, limit)
+            exhausted = ix.listed < limit
+            out = self._delta_walk(run, ix, cid, channels, exhausted)
+            if out is not None:
+                return out
+            limit *= 4
+
+    def _delta_walk(self, run: str, ix: _RunIndex, cid: str | None, channels: Sequence[str],
+                    complete: bool) -> dict | None:
+        """The history walk over the records ``ix`` holds; None if it needs older records
+        (``complete``: ``ix`` is the whole run, a missing ancestor ends the walk)."""
         target = ix.cps.get(cid) if cid else ix.latest()
+        if target is None and not complete:
+            return None
         remaining = set(channels)
         blocks: list[dict] = []   # per ancestor, newest ancestor first: ch -> [writes]
         seeds: dict = {}
@@ -697,6 +733,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         while cur and remaining:
             a = ix.cps.get(cur)
             if a is None:
+                if not complete:
+                    return None
                 break
             wrecs = [w for w in ix.writes.get(cur, []) if remaining & set(w.md.get("chs") or ())]
             block: dict = {}
@@ -707,7 +745,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             blocks.append(block)
             here = remaining & set(a.md.get("chs") or ())
             if here:
-                values = self._decode_checkpoint(self.manager.get(run, a.sid), cur)["channel_values"]
+                values = self._decode_checkpoint(*self._record(run, a.sid, a.seq), cur)["channel_values"]
                 for ch in here:
                     seeds[ch] = values[ch]
                 remaining -= here
