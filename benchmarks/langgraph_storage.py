@@ -7,13 +7,16 @@ adds two messages of about 360 characters (pseudo-random English-like words, see
 
 * ``sqlite``: ``SqliteSaver`` (langgraph-checkpoint-sqlite) on a file; bytes = the database file
   (after a WAL checkpoint) plus any ``-wal`` file.
-* ``snapstore``: ``SnapstoreSaver`` on a local directory; bytes = the sum of the repository's
-  object sizes (``CheckpointManager.stats()["stored_bytes"]``, as for S3), and ``du`` on disk.
+* ``snapstore``: ``SnapstoreSaver`` on a local directory (fsync on, the default); bytes = the sum
+  of the repository's object sizes (``CheckpointManager.stats()["stored_bytes"]``), and ``du``.
+* ``snapstore-s3``: ``SnapstoreSaver`` on moto's HTTP server on 127.0.0.1 (no added latency);
+  bytes = the sum of the object sizes.
 
 Then ``get_state`` of the thread is timed in a fresh process for each.
 
     python benchmarks/langgraph_storage.py --turns 300            # add_messages
     python benchmarks/langgraph_storage.py --turns 300 --delta    # DeltaChannel
+    python benchmarks/langgraph_storage.py --turns 300 --savers snapstore-s3
 
 Needs ``pip install '.[langgraph,bench]'`` (langgraph, langgraph-checkpoint-sqlite).
 """
@@ -80,7 +83,29 @@ def make_saver(kind: str, path: str):
         from langgraph.checkpoint.sqlite import SqliteSaver
         return SqliteSaver(sqlite3.connect(path, check_same_thread=False))
     from snapstore.integrations.langgraph import SnapstoreSaver
+    if kind == "snapstore-s3":
+        return SnapstoreSaver(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"], addressing_style="path")
     return SnapstoreSaver(path)
+
+
+def start_moto() -> str:
+    """moto's HTTP server on 127.0.0.1 (a bucket ``bench``); sets dummy credentials."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        os.environ[k] = v
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
+    os.environ["BENCH_S3_ENDPOINT"] = endpoint
+    return endpoint
 
 
 def stored_bytes(kind: str, saver, path: str) -> dict:
@@ -89,8 +114,10 @@ def stored_bytes(kind: str, saver, path: str) -> dict:
         saver.conn.commit()
         b = os.path.getsize(path) + (os.path.getsize(path + "-wal") if os.path.exists(path + "-wal") else 0)
         return {"bytes": b, "disk": b}
-    du = int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
     st = saver.manager.stats()
+    if kind == "snapstore-s3":
+        return {"bytes": st["stored_bytes"], "disk": None}
+    du = int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
     return {"bytes": st["stored_bytes"], "disk": du}
 
 
@@ -106,6 +133,8 @@ def fresh_get_state(kind: str, path: str, delta: bool) -> float:
 
 def run(kind: str, turns: int, delta: bool, work: str) -> dict:
     path = os.path.join(work, f"{kind}{'-delta' if delta else ''}" + (".db" if kind == "sqlite" else ""))
+    if kind == "snapstore-s3":
+        path = f"s3://bench/{'delta' if delta else 'add'}-{turns}"
     saver = make_saver(kind, path)
     graph = build(saver, delta)
     rng = random.Random(1)
@@ -127,8 +156,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--delta", action="store_true", help="messages as a DeltaChannel (beta)")
-    ap.add_argument("--savers", default="sqlite,snapstore")
+    ap.add_argument("--savers", default="sqlite,snapstore",
+                    help="comma-separated: sqlite, snapstore (local directory), snapstore-s3 (moto's HTTP server)")
     a = ap.parse_args()
+    if "snapstore-s3" in a.savers:
+        start_moto()
     with tempfile.TemporaryDirectory() as work:
         for kind in a.savers.split(","):
             print(json.dumps(run(kind, a.turns, a.delta, work)), flush=True)
