@@ -324,3 +324,24 @@ def test_readme_langgraph_example_runs(tmp_path):
     out = subprocess.run([sys.executable, "ex.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "you said: hi"
+
+
+def test_two_savers_on_one_thread_both_keep_their_puts(tmp_path):
+    """Two savers (two managers, as two processes) putting on one thread: nothing is lost or
+    overwritten; the later put is the latest."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    repo = str(tmp_path / "repo")
+    s1, s2 = SnapstoreSaver(repo), SnapstoreSaver(repo)
+    root = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    c1 = s1.put(root, generate_checkpoint(channel_values={"v": 1}, channel_versions={"v": 1}), generate_metadata(step=0), {})
+    c2 = s2.put(c1, generate_checkpoint(channel_values={"v": 2}, channel_versions={"v": 2}), generate_metadata(step=1), {})
+    c3 = s1.put(c1, generate_checkpoint(channel_values={"v": 3}, channel_versions={"v": 2}), generate_metadata(step=1), {})
+    s2.put_writes(c2, [("ch", "from s2")], "t2")
+    s1.put_writes(c3, [("ch", "from s1")], "t1")
+    for s in (s1, s2, SnapstoreSaver(repo)):
+        assert s.get_tuple(root).checkpoint["channel_values"] == {"v": 3}
+        got = {t.config["configurable"]["checkpoint_id"]: t for t in s.list(root)}
+        assert set(got) == {c["configurable"]["checkpoint_id"] for c in (c1, c2, c3)}
+        assert got[c2["configurable"]["checkpoint_id"]].pending_writes == [("t2", "ch", "from s2")]
+        assert got[c3["configurable"]["checkpoint_id"]].parent_config["configurable"]["checkpoint_id"] == \
+            c1["configurable"]["checkpoint_id"]
