@@ -45,8 +45,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import (CheckpointNotFound, ConflictError, InvalidInputError, InvalidMessageError,
-                      MissingDependencyError, RunNotFound)
+from ..errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, InvalidMessageError,
+                      MissingDependencyError, RunNotFound, SnapstoreError)
 
 try:
     from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
@@ -144,6 +144,20 @@ class _RunIndex:
             if r.kind == "c":
                 return r
         return None
+
+
+def _target(config, what: str, need_id: bool = False) -> tuple[dict, str, str]:
+    """``(configurable, thread_id, checkpoint_ns)`` of a config; InvalidInputError naming the
+    method when it has no ``configurable.thread_id`` (or no ``checkpoint_id`` when needed)."""
+    c = config.get("configurable") if isinstance(config, dict) else None
+    if not isinstance(c, dict) or c.get("thread_id") in (None, ""):
+        raise InvalidInputError(f"SnapstoreSaver.{what}: config needs configurable.thread_id, got {config!r}")
+    if need_id and not c.get("checkpoint_id"):
+        raise InvalidInputError(f"SnapstoreSaver.{what}: config needs configurable.checkpoint_id, got {config!r}")
+    ns = c.get("checkpoint_ns") or ""
+    if not isinstance(ns, str):
+        raise InvalidInputError(f"SnapstoreSaver.{what}: checkpoint_ns must be a string, got {ns!r}")
+    return c, str(c["thread_id"]), ns
 
 
 def _msg_list(v) -> bool:
@@ -324,7 +338,17 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     def _unjson(self, item: dict):
         return item["json"] if "json" in item else self._unblob(item)
 
-    def _decode_checkpoint(self, items: list, st: dict, checkpoint_id: str) -> Checkpoint:
+    def _decode_checkpoint(self, items: list, st: dict, checkpoint_id: str, run: str = "?") -> Checkpoint:
+        """The LangGraph checkpoint of a stored record (IntegrityError if it is not one)."""
+        try:
+            return self._decode_checkpoint_raw(items, st, checkpoint_id)
+        except SnapstoreError:
+            raise
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} checkpoint {checkpoint_id!r}",
+                                 f"not a valid LangGraph checkpoint record: {type(e).__name__}: {e}") from e
+
+    def _decode_checkpoint_raw(self, items: list, st: dict, checkpoint_id: str) -> Checkpoint:
         skeleton = self._unjson(st["cp"])
         values: dict = {}
         for ch, kind, start, count in st["layout"]:
@@ -332,6 +356,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 values[ch] = self._unblob(items[start])
             else:
                 msgs = [self._dec_item(i) for i in items[start:start + count]]
+                if len(msgs) != count:
+                    raise ValueError(f"channel {ch!r}: {count} messages expected at {start}, found {len(msgs)}")
                 values[ch] = _DeltaSnapshot(msgs) if kind == "s" else msgs
         out = dict(skeleton)
         out["id"] = checkpoint_id
@@ -382,18 +408,26 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         got: dict = {}
         for r in recs:
             items, st = self._record(run, r.sid, r.seq)
-            off = st["off"]
-            task, path = r.md.get("task", ""), r.md.get("path", "")
-            for ch, idx, kind, start, count in st["w"]:
-                if kind == "b":
-                    value = self._unblob(st["blobs"][start])
-                else:
-                    msgs = [self._dec_item(i) for i in items[off + start:off + start + count]]
-                    value = msgs[0] if kind == "m1" else msgs
-                key = (task, idx)
-                if key in got and idx >= 0:
-                    continue
-                got[key] = (path, task, ch, value, idx)
+            try:
+                off = st["off"]
+                task, path = r.md.get("task", ""), r.md.get("path", "")
+                for ch, idx, kind, start, count in st["w"]:
+                    if kind == "b":
+                        value = self._unblob(st["blobs"][start])
+                    else:
+                        msgs = [self._dec_item(i) for i in items[off + start:off + start + count]]
+                        if len(msgs) != count:
+                            raise ValueError(f"{count} messages expected at {off + start}, found {len(msgs)}")
+                        value = msgs[0] if kind == "m1" else msgs
+                    key = (task, idx)
+                    if key in got and idx >= 0:
+                        continue
+                    got[key] = (path, task, ch, value, idx)
+            except SnapstoreError:
+                raise
+            except Exception as e:
+                raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
+                                     f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
         rows = sorted(got.values(), key=lambda x: writes_sort_key(x[0], x[1], x[4]))
         return [(t, ch, v) for _p, t, ch, v, _i in rows]
 
@@ -403,7 +437,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
         return CheckpointTuple(
             config=conf,
-            checkpoint=self._decode_checkpoint(items, st, rec.md["id"]),
+            checkpoint=self._decode_checkpoint(items, st, rec.md["id"], run),
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
@@ -425,8 +459,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint ``config`` names (``checkpoint_id``), or the thread's latest in
         ``checkpoint_ns`` (default ``""``), with its pending writes; None if there is none."""
-        c = config["configurable"]
-        thread_id, ns = str(c["thread_id"]), c.get("checkpoint_ns", "") or ""
+        c, thread_id, ns = _target(config, "get_tuple")
         run = run_id_for(thread_id, ns)
         cid = get_checkpoint_id(config)
         with self._rlock(run):
@@ -452,8 +485,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         if limit is not None and limit <= 0:
             return
         if config is not None:
-            c = config["configurable"]
-            thread_id = str(c["thread_id"])
+            c, thread_id, _ns = _target(config, "list")
             ns = c.get("checkpoint_ns")
             runs = [(run_id_for(thread_id, ns), thread_id, ns)] if ns is not None else self._runs(thread_id)
             only = get_checkpoint_id(config)
@@ -526,8 +558,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         Raises:
             StoreError: the store failed (nothing visible was half-written).
         """
-        c = config["configurable"]
-        thread_id, ns = str(c["thread_id"]), c.get("checkpoint_ns", "") or ""
+        c, thread_id, ns = _target(config, "put")
         run = run_id_for(thread_id, ns)
         cid = checkpoint["id"]
         md = get_checkpoint_metadata(config, metadata)
@@ -553,8 +584,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         Messages written (a message, or a non-empty list of messages) are stored one per chunk;
         other values through the serde. Writes may be stored before their checkpoint is.
         """
-        c = config["configurable"]
-        thread_id, ns = str(c["thread_id"]), c.get("checkpoint_ns", "") or ""
+        c, thread_id, ns = _target(config, "put_writes", need_id=True)
         cid = c["checkpoint_id"]
         run = run_id_for(thread_id, ns)
         with self._rlock(run):
@@ -704,8 +734,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         writes records that hold a wanted channel are read."""
         if not channels:
             return {}
-        c = config["configurable"]
-        thread_id, ns = str(c["thread_id"]), c.get("checkpoint_ns", "") or ""
+        c, thread_id, ns = _target(config, "get_delta_channel_history")
         run = run_id_for(thread_id, ns)
         cid = get_checkpoint_id(config)
         limit = 64
@@ -745,7 +774,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             blocks.append(block)
             here = remaining & set(a.md.get("chs") or ())
             if here:
-                values = self._decode_checkpoint(*self._record(run, a.sid, a.seq), cur)["channel_values"]
+                values = self._decode_checkpoint(*self._record(run, a.sid, a.seq), cur, run)["channel_values"]
                 for ch in here:
                     seeds[ch] = values[ch]
                 remaining -= here
