@@ -388,7 +388,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         """The run's newest records down to (and past) the wanted checkpoint: enough to find it
         and every writes record for it (those follow it; a few may precede it, up to the
         checkpoint before it)."""
-        limit = 8
+        limit = 4
         while True:
             ix = self._index(run, limit)
             exhausted = ix.listed < limit
