@@ -17,6 +17,7 @@ Then ``get_state`` of the thread is timed in a fresh process for each.
     python benchmarks/langgraph_storage.py --turns 300            # add_messages
     python benchmarks/langgraph_storage.py --turns 300 --delta    # DeltaChannel
     python benchmarks/langgraph_storage.py --turns 300 --savers snapstore-s3
+    python benchmarks/langgraph_storage.py --turns 300 --savers snapstore --no-fsync
 
 Needs ``pip install '.[langgraph,bench]'`` (langgraph, langgraph-checkpoint-sqlite).
 """
@@ -85,7 +86,7 @@ def make_saver(kind: str, path: str):
     from snapstore.integrations.langgraph import SnapstoreSaver
     if kind == "snapstore-s3":
         return SnapstoreSaver(path, endpoint_url=os.environ["BENCH_S3_ENDPOINT"], addressing_style="path")
-    return SnapstoreSaver(path)
+    return SnapstoreSaver(path, fsync=os.environ.get("BENCH_FSYNC", "1") == "1")
 
 
 def start_moto() -> str:
@@ -156,9 +157,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--delta", action="store_true", help="messages as a DeltaChannel (beta)")
+    ap.add_argument("--no-fsync", action="store_true", help="local snapstore without fsync (what the fsyncs cost)")
     ap.add_argument("--savers", default="sqlite,snapstore",
                     help="comma-separated: sqlite, snapstore (local directory), snapstore-s3 (moto's HTTP server)")
     a = ap.parse_args()
+    if a.no_fsync:
+        os.environ["BENCH_FSYNC"] = "0"
     if "snapstore-s3" in a.savers:
         start_moto()
     with tempfile.TemporaryDirectory() as work:
