@@ -5,7 +5,6 @@ resume, time travel), message round trips, storage per step, and the missing-ext
 from __future__ import annotations
 
 import asyncio
-import operator
 import os
 import subprocess
 import sys
