@@ -1184,6 +1184,41 @@ class CheckpointManager:
                 if rec is not None:
                     self._saw_record(run_id, rk, rec)
 
+    def delete_many(self, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
+        """Delete several checkpoints of one run at once (one scan of the run's log).
+
+        Ids that name no live checkpoint are skipped. Deleting the head moves the head back to the
+        newest surviving checkpoint (one rollback record); deleting every checkpoint deletes the run.
+        Conditional like :meth:`delete`: moving the head needs the head the calling context last
+        saw (if it saw the run), and ``expect_head`` (a checkpoint id or :data:`EMPTY_RUN`) is an
+        explicit compare-and-swap checked whatever is deleted.
+
+        Args:
+            run_id: the run.
+            checkpoint_ids: iterable of checkpoint ids (str).
+        Returns:
+            The ids deleted (the run's order, newest first).
+        Raises:
+            ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
+                moved while deleting its head; nothing was deleted then.
+        """
+        exp = _expect(expect_head)
+        wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
+        with self._run_lock(run_id):
+            if not wanted or not self._exists():
+                return []
+            rk = self._rk(run_id)
+            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
+            if exp is not None:
+                check(self.repo.head(rk))
+            doomed = [(s, c) for s, c, _ in self._scan_bulk(rk) if c in wanted]
+            if doomed:
+                rec = self._delete_checkpoints(run_id, rk, doomed, check)
+                self._views.pop(run_id, None)
+                if rec is not None:
+                    self._saw_record(run_id, rk, rec)
+            return [c for _, c in doomed]
+
     def _saw_record(self, run_id: str, rk: str, rec: Manifest) -> None:
         """The calling context moved the head with record ``rec``: its view is now that head."""
         head = self._resolve(rk, rec)

@@ -125,3 +125,11 @@ class BucketNotFound(StoreError):
 
 class CredentialsError(StoreError):
     """Credentials are missing or invalid."""
+
+
+class MissingDependencyError(SnapstoreError, ImportError):
+    """An optional integration was used without its extra installed.
+
+    The message names the missing package and the extra to install, e.g.
+    ``pip install 'snapstore[langgraph]'``.
+    """
