@@ -101,13 +101,33 @@ def run_child(spec: dict, timeout: float = 900) -> dict:
 
 
 def fit_quadratic(xs: list, ys: list, targets: list) -> dict:
-    """Least-squares ``a*n^2 + b*n + c`` through ``(xs, ys)``, evaluated at ``targets``: ``{str(n): bytes}``."""
-    import numpy as np
-
+    """Least-squares ``a*n^2 + b*n + c`` through ``(xs, ys)``, evaluated at ``targets``: ``{str(n): bytes}``
+    ({} with fewer than 3 points). Solved from the normal equations (no numpy needed)."""
     if len(xs) < 3:
         return {}
-    a, b, c = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 2)
-    return {str(n): int(a * n * n + b * n + c) for n in targets}
+    coef = quadratic_coefficients(xs, ys)
+    return {str(n): int(round(coef[0] * n * n + coef[1] * n + coef[2])) for n in targets}
+
+
+def quadratic_coefficients(xs: list, ys: list) -> tuple:
+    """``(a, b, c)`` of the least-squares fit ``a*x^2 + b*x + c``."""
+    # scale x to [0, 1] for a well-conditioned 3x3 system, then undo the scaling
+    m = float(max(abs(x) for x in xs)) or 1.0
+    u = [x / m for x in xs]
+    s = [sum(v ** k for v in u) for k in range(5)]
+    t = [sum(y * v ** k for v, y in zip(u, ys)) for k in range(3)]
+    A = [[s[4], s[3], s[2], t[2]], [s[3], s[2], s[1], t[1]], [s[2], s[1], s[0], t[0]]]
+    for i in range(3):  # Gauss-Jordan with partial pivoting
+        p = max(range(i, 3), key=lambda r: abs(A[r][i]))
+        A[i], A[p] = A[p], A[i]
+        if A[i][i] == 0:
+            return (0.0, 0.0, sum(ys) / len(ys))
+        for r in range(3):
+            if r != i:
+                f = A[r][i] / A[i][i]
+                A[r] = [a - f * b for a, b in zip(A[r], A[i])]
+    a, b, c = (A[i][3] / A[i][i] for i in range(3))
+    return (a / (m * m), b / m, c)
 
 
 def empty_record(system, workload, note: str) -> dict:
@@ -137,19 +157,34 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
     step = max(1, total // cfg["samples"])
     save_s, series = [], {"index": [], "stored_bytes": [], "save_ms": []}
     window: list = []
+    fs = {"n": 0, "s": 0.0}
+    real_fsync = os.fsync
+
+    def counting_fsync(fd):  # fsyncs made in this process (snapstore, JSON files; not SQLite's C code)
+        t = time.perf_counter()
+        try:
+            return real_fsync(fd)
+        finally:
+            fs["n"] += 1
+            fs["s"] += time.perf_counter() - t
+    no_fsync: list = []
     t0 = time.perf_counter()
+    os.fsync = counting_fsync
     try:
         system.setup(wdir, w)
+        fs.update(n=0, s=0.0)
         k = 0
         for ri, run in enumerate(w.runs):
             ds = wl.deltas(run)
             system.begin_run(ri, run, ds)
             for i, cp in enumerate(run.checkpoints):
                 state = run.states[i] if run.states is not None else None
+                before = fs["s"]
                 s = time.perf_counter()
                 inner = system.save(ri, i, cp, state, ds[i])
                 dt = inner if inner is not None else time.perf_counter() - s
                 save_s.append(dt)
+                no_fsync.append(max(0.0, dt - (fs["s"] - before)))
                 window.append(dt)
                 k += 1
                 if k % step == 0 or k == total:
@@ -158,6 +193,7 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
                     series["save_ms"].append(1e3 * statistics.median(window))
                     window = []
         replay_s = time.perf_counter() - t0
+        os.fsync = real_fsync
         system.finish()
         usage = system.usage()
         heavy_i = max(range(len(w.runs)), key=lambda j: wl._Enc().list_bytes(w.runs[j].checkpoints[-1]))
@@ -178,6 +214,9 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
             durability=system.durability, status="ok", note="; ".join(system.notes) or None,
             restore_ok=ok, restore_ms_all=[1e3 * t for t in trials], lb_def=workload.lb_def,
             restored_run=heavy.run_id, restored_messages=len(heavy.checkpoints[-1]), series=series)
+        if fs["n"]:
+            rec["fsyncs_per_save"] = fs["n"] / total
+            rec["save_p50_ms_without_fsync"] = 1e3 * statistics.median(no_fsync)
         if getattr(system, "invoke_times", None):
             rec["invoke_p50_ms"] = 1e3 * statistics.median(system.invoke_times)
         if capped:
@@ -206,6 +245,7 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
             rec["restore_ok"] = rec["restore_ok"] and all(r["ok"] for r in res)
         return rec
     finally:
+        os.fsync = real_fsync
         for attr in ("bucket",):
             b = getattr(system, attr, None)
             if b and env.server is not None:
@@ -278,7 +318,8 @@ def environment(args, cfg, started: float) -> dict:
         except md.PackageNotFoundError:
             versions[pkg] = None
     for binary, cmd in (("restic", ["restic", "version"]), ("borg", ["borg", "--version"])):
-        versions[binary] = peers._tool_version(cmd) if shutil.which(binary) else None
+        v = peers._tool_version(cmd) if shutil.which(binary) else None
+        versions[binary] = v.split()[1] if v and len(v.split()) > 1 else v
     versions["sqlite"] = __import__("sqlite3").sqlite_version
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,

@@ -144,6 +144,50 @@ def targets(records: list) -> list:
     return out
 
 
+def glance(records: list, meta: dict) -> list:
+    """Markdown lines: for stored bytes, save p50 and restore time, a matrix of workloads x systems of
+    each system's figure divided by snapstore-local's (above 1: snapstore-local is ahead)."""
+    wls = by_workload(records)
+    systems = []
+    for r in records:
+        if r["system"] != ME and r["system"] not in systems and any(_ok(x) for x in records if x["system"] == r["system"]):
+            systems.append(r["system"])
+    L = ["## Ratios at a glance", "",
+         "Each cell: the system's figure / snapstore-local's on the same workload, in this run (above 1: "
+         "snapstore-local is ahead; `fit`: extrapolated bytes of a capped quadratic system; blank: not run). "
+         "The first column is snapstore-local's own figure.", ""]
+    for figure, label, unit in (("stored_bytes", "stored bytes", "kB"), ("save_p50_ms", "save p50", "ms"),
+                                ("restore_ms", "restore of the latest checkpoint (fresh process)", "ms")):
+        L.append(f"**{label}**")
+        L.append("")
+        L.append("| workload | snapstore-local | " + " | ".join(systems) + " |")
+        L.append("|---|---|" + "---|" * len(systems))
+        for w, rows in wls.items():
+            me = _find(rows, ME)
+            if not _ok(me) or not me.get(figure):
+                continue
+            mine = me[figure]
+            own = f"{mine / 1000:,.1f} kB" if unit == "kB" else f"{mine:,.2f} ms"
+            if figure == "stored_bytes":
+                own += f" ({mine / me['lower_bound_bytes']:.2f}x LB)"
+            cells = []
+            for sname in systems:
+                r = _find(rows, sname)
+                if not _ok(r) or r.get(figure) is None:
+                    cells.append("")
+                    continue
+                v = r[figure]
+                tag = ""
+                if figure == "stored_bytes" and r.get("extrapolated_stored_bytes"):
+                    full = _wl_len(meta, w)
+                    if str(full) in r["extrapolated_stored_bytes"]:
+                        v, tag = r["extrapolated_stored_bytes"][str(full)], " fit"
+                cells.append(f"{v / mine:,.2f}{tag}")
+            L.append(f"| {w} | {own} | " + " | ".join(cells) + " |")
+        L.append("")
+    return L
+
+
 def _fmt(figure: str, v) -> str:
     return f"{v / 1000:,.1f} kB" if figure == "stored_bytes" else f"{v:.2f} ms"
 
@@ -259,12 +303,13 @@ def plots(records: list, meta: dict, out: Path) -> list:
                 s = r["series"]
                 line, = ax.plot(s["index"], s[key], label=r["system"], linewidth=1.6)
                 if key == "stored_bytes" and r.get("extrapolated_stored_bytes"):
-                    import numpy as np
+                    from benchmarks.harness import quadratic_coefficients
 
-                    xs = np.asarray(s["index"], float)
-                    a, b, c = np.polyfit(xs, np.asarray(s[key], float), 2)
-                    ex = np.linspace(xs[-1], max(xs[-1], _wl_len(meta, w)), 50)
-                    ax.plot(ex, a * ex * ex + b * ex + c, linestyle="--", color=line.get_color(), linewidth=1)
+                    a, b, c = quadratic_coefficients(s["index"], s[key])
+                    x0, x1 = s["index"][-1], max(s["index"][-1], _wl_len(meta, w))
+                    ex = [x0 + (x1 - x0) * j / 49 for j in range(50)]
+                    ax.plot(ex, [a * x * x + b * x + c for x in ex], linestyle="--", color=line.get_color(),
+                            linewidth=1)
             ax.set_xlabel("checkpoint index")
             ax.set_ylabel(ylabel)
             if logy:
@@ -358,6 +403,7 @@ def markdown(records: list, meta: dict, plots_made: list, report_dir: Path) -> s
         L.append(f"| {t} | **{verdict}** | {detail} |")
     L.append("")
 
+    L += glance(records, meta)
     ls = losses(records)
     L.append("## Where snapstore loses")
     L.append("")
@@ -376,8 +422,25 @@ def markdown(records: list, meta: dict, plots_made: list, report_dir: Path) -> s
         for (fig, peer), items in sorted(groups.items()):
             worst = max(items, key=lambda x: x[1] / x[2] if x[2] else 0)
             names = ", ".join(w for w, _, _ in items[:6]) + (f" and {len(items) - 6} more" if len(items) > 6 else "")
+            extra = ""
+            if fig == "save_p50_ms":
+                mine = [r for r in records if r["system"] == ME and _ok(r) and r.get("fsyncs_per_save")
+                        and r["workload"] in {w for w, _, _ in items}]
+                if mine:
+                    extra = (f" Measured here: {statistics.median(r['fsyncs_per_save'] for r in mine):.1f} fsyncs per "
+                             f"save (median over these workloads); save p50 without the time in fsync "
+                             f"{statistics.median(r['save_p50_ms_without_fsync'] for r in mine):.2f} ms.")
             L.append(f"| {fig} | {peer} | {len(items)}: {names} | {worst[1] / worst[2]:.2f}x ({worst[0]}) | "
-                     f"{_why(fig, peer)} |")
+                     f"{_why(fig, peer)}{extra} |")
+    costs = {c["system"]: c for c in cost_table(records)}
+    me_c, js_c = costs.get(ME), costs.get("json-files")
+    if me_c and js_c and me_c["write_usd"] and js_c["write_usd"] and me_c["write_usd"] > js_c["write_usd"]:
+        L.append("")
+        L.append(f"Requests (cost table below): writing 1 million checkpoints costs snapstore "
+                 f"${me_c['write_usd']:,.2f} in PUT/LIST requests against ${js_c['write_usd']:,.2f} for one object "
+                 f"per checkpoint ({me_c['requests_per_checkpoint']} per checkpoint): a save writes a pack and a "
+                 f"manifest, and in part of the saves a tier pack, an index record or a log segment. At these "
+                 f"sizes the requests cost more than a month of storage.")
     L.append("")
 
     L.append("## Cost of 1 million checkpoints of a typical run (S3 Standard list prices)")
