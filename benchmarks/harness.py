@@ -49,6 +49,33 @@ from benchmarks.child import digest  # noqa: E402
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "trajectories"
 RESULTS_DIR = HERE / "results"
 
+RECORD_DOC = {
+    "system": "the system's name (benchmarks.peers)",
+    "workload": "the workload's name (benchmarks.workloads)",
+    "checkpoints": "checkpoints this system saved (the cap for a capped quadratic system)",
+    "stored_bytes": "sum of the sizes of the files / objects the system keeps after the replay (what S3 bills), bytes",
+    "disk_bytes": "local stores: file system blocks of those files (st_blocks x 512, as du), bytes; None on S3",
+    "objects": "files / objects kept",
+    "requests": "what the saves sent, by kind: S3 requests (PUT, GET, LIST pages, HEAD, DELETE batches), or files "
+                "written / commits / graph invokes / snapshots",
+    "save_p50_ms": "median save latency, ms (LangGraph: time in the checkpointer's put + put_writes)",
+    "save_p99_ms": "99th percentile (nearest rank) save latency, ms",
+    "restore_ms": "median over trials of reading the heaviest run's latest checkpoint in a fresh process, ms "
+                  "(opening the store included, imports and client construction not)",
+    "resume_round_trips": "S3 systems: sequential round trips of that restore through the latency proxy",
+    "resume_ms_at_latency": "S3 systems: its wall time through the proxy (resume_delay_ms per response), ms",
+    "total_s": "wall time of the replay (every save, plus the stored-bytes samples), seconds",
+    "lower_bound_bytes": "the workload's lower bound (lb_def says how it is defined), bytes",
+    "durability": "what a save makes durable before it returns",
+}
+"""What each key of a record means, with its unit. Records also carry ``status`` (ok / skipped / failed),
+``note``, ``restore_ok``, ``series`` (checkpoint index, stored bytes, median save ms per window) and,
+where they apply, ``fsyncs_per_save`` and ``save_p50_ms_without_fsync`` (fsyncs made through
+``os.fsync`` in this process), ``invoke_p50_ms`` (LangGraph: a whole ``invoke``),
+``turn_checkpointer_p50_ms`` (LangGraph: every checkpointer call of one invoke, reads included),
+``extrapolated_stored_bytes`` (capped quadratic systems: ``{checkpoints: bytes}`` from a least-squares
+quadratic fit), ``resume_requests``."""
+
 RECORD_KEYS = ("system", "workload", "checkpoints", "stored_bytes", "disk_bytes", "objects", "requests",
                "save_p50_ms", "save_p99_ms", "restore_ms", "resume_round_trips", "resume_ms_at_latency",
                "total_s", "lower_bound_bytes", "durability")
@@ -219,6 +246,7 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
             rec["save_p50_ms_without_fsync"] = 1e3 * statistics.median(no_fsync)
         if getattr(system, "invoke_times", None):
             rec["invoke_p50_ms"] = 1e3 * statistics.median(system.invoke_times)
+            rec["turn_checkpointer_p50_ms"] = 1e3 * statistics.median(system.turn_store_times)
         if capped:
             rec["extrapolated_stored_bytes"] = fit_quadratic(series["index"], series["stored_bytes"],
                                                              workload.extrapolate_to or [workload.checkpoints])

@@ -42,13 +42,34 @@ from benchmarks.storage import LB_LEVEL, _Enc, conversation_lb
 SEED = 20251201
 
 
+class Prefixes:
+    """A read-only sequence of the growing prefixes of one message list: item ``i`` is
+    ``messages[:ends[i]]`` (a new list each time, sharing the message objects), so a run of n
+    append-only checkpoints takes O(n) memory instead of O(n^2)."""
+
+    def __init__(self, messages: list, ends: list):
+        self.messages, self.ends = messages, ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Prefixes(self.messages, self.ends[i])
+        return self.messages[:self.ends[i]]
+
+    def __iter__(self):
+        return (self.messages[:e] for e in self.ends)
+
+
 @dataclass
 class Run:
-    """One run (conversation / thread): ``checkpoints[i]`` is checkpoint i's full message list;
-    ``states[i]`` its session state (a JSON value) or ``states`` None when the run has none."""
+    """One run (conversation / thread): ``checkpoints[i]`` is checkpoint i's full message list (a
+    list, or :class:`Prefixes`); ``states[i]`` its session state (a JSON value) or ``states`` None
+    when the run has none."""
 
     run_id: str
-    checkpoints: list
+    checkpoints: object
     states: list | None = None
 
 
@@ -85,15 +106,13 @@ class Workload:
         runs = [Run(r.run_id, r.checkpoints[:cap], None if r.states is None else r.states[:cap]) for r in self.runs]
         return Workload(self.name, self.kind, runs, self.lb_bytes, self.lb_def, self.description)
 
-    def heaviest_run(self) -> Run:
-        """The run whose last checkpoint has the most JSON bytes (the one restores read)."""
-        enc = _Enc()
-        return max(self.runs, key=lambda r: enc.list_bytes(r.checkpoints[-1]) if r.checkpoints else -1)
-
 
 def deltas(run: Run) -> list:
     """Per checkpoint: ``("append", new_messages)`` when it extends the previous one (same message
     values in the same order, a few more at the end), else ``("rewrite", all_messages)``."""
+    if isinstance(run.checkpoints, Prefixes):  # append-only by construction
+        p = run.checkpoints
+        return [("append", p.messages[(p.ends[i - 1] if i else 0):e]) for i, e in enumerate(p.ends)]
     out = []
     prev: list = []
     for cp in run.checkpoints:
@@ -110,7 +129,14 @@ def message_lb(runs: list, enc: _Enc | None = None) -> int:
     """Sum over runs of zstd -19 of the run's final history (its distinct messages in order of first
     appearance when the history is rewritten): ``benchmarks/storage.py``'s lower bound."""
     enc = enc or _Enc()
-    return sum(conversation_lb(r.checkpoints, enc)[0] for r in runs)
+    total = 0
+    for r in runs:
+        if isinstance(r.checkpoints, Prefixes):  # append-only: the final history
+            if len(r.checkpoints):
+                total += _zstd19(json.dumps(r.checkpoints[-1], ensure_ascii=False).encode("utf-8"))
+        else:
+            total += conversation_lb(r.checkpoints, enc)[0]
+    return total
 
 
 def _zstd19(data: bytes) -> int:
@@ -176,16 +202,16 @@ def synthetic_long(n: int, sizes: list, quadratic_cap: int | None, extrapolate_t
     """One run of ``n`` checkpoints of 2 new messages each (sizes drawn from ``sizes``, else 1-2 KB)."""
     rng = random.Random(SEED + n)
     msgs = _latency_prelude(SEED)
-    cps = []
+    ends = []
     for i in range(n):
         new = _latency_turn(SEED, i)
         if sizes:
             for m in new:
                 target = max(40, rng.choice(sizes) - 120)
                 m["content"] = _text(rng, target)
-        msgs = msgs + new
-        cps.append(msgs)
-    runs = [Run("long-run", cps)]
+        msgs += new
+        ends.append(len(msgs))
+    runs = [Run("long-run", Prefixes(msgs, ends))]
     src = "the shared files' message sizes" if sizes else "1-2 KB (no shared files)"
     return Workload(f"synth:long-{n}", "synth", runs, message_lb(runs),
                     f"zstd-{LB_LEVEL} of the final history",

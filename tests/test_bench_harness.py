@@ -76,6 +76,11 @@ def test_deltas_and_lower_bound():
     run = wl.Run("r", [[a], [a, b], [b]])
     assert wl.deltas(run) == [("append", [a]), ("append", [b]), ("rewrite", [b])]
     assert wl.message_lb([run]) > 0
+    msgs = [a, b, dict(a), dict(b)]
+    lazy = wl.Run("p", wl.Prefixes(msgs, [1, 2, 4]))
+    assert list(lazy.checkpoints) == [msgs[:1], msgs[:2], msgs] and lazy.checkpoints[1:][0] == msgs[:2]
+    assert wl.deltas(lazy) == wl.deltas(wl.Run("q", [msgs[:1], msgs[:2], msgs]))
+    assert wl.message_lb([lazy]) == wl.message_lb([wl.Run("q", [msgs[:1], msgs[:2], msgs])])
 
 
 def test_langchain_messages_round_trip_exactly():
