@@ -297,7 +297,7 @@ def build_workloads(args, cfg) -> tuple[list, list]:
     sizes = []
     synth = [f"synth:long-{n}" for n in cfg["long"]]
     if data.is_dir():
-        if wanted("traj:") or wanted("rewritten:") or any(wanted(p.name) for p in wl.trajectory_files(data)):
+        if any(wanted(f"{kind}:{p.name}") for p in wl.trajectory_files(data) for kind in ("traj", "rewritten")):
             traj, rewritten = wl.trajectory_workloads(data, cfg["traj_skip"])
             skipped = [p.name for p in wl.trajectory_files(data) if any(s in p.name for s in cfg["traj_skip"])]
             if skipped:

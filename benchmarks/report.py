@@ -478,9 +478,9 @@ def markdown(records: list, meta: dict, plots_made: list, report_dir: Path) -> s
         L.append("| system | ckpts | stored kB | fit kB | stored/LB | bytes x | disk kB | objects | save p50 ms | "
                  "save p99 ms | save x | restore ms | restore x | resume RT | resume ms | replay s | note |")
         L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        not_run = [r for r in rows if not _ok(r)]
         for r in rows:
             if not _ok(r):
-                L.append(f"| {r['system']} | | | | | | | | | | | | | | | | {r['status']}: {r.get('note') or ''} |")
                 continue
             ex = r.get("extrapolated_stored_bytes") or {}
             full = meta_w["checkpoints"] if meta_w else None
@@ -498,6 +498,12 @@ def markdown(records: list, meta: dict, plots_made: list, report_dir: Path) -> s
                 f"{_ms(r['restore_ms'])} | {_ratio(r['restore_ms'], me['restore_ms']) if _ok(me) and r is not me else ''} | "
                 f"{r['resume_round_trips'] if r['resume_round_trips'] is not None else ''} | "
                 f"{_ms(r['resume_ms_at_latency'])} | {r['total_s']:.1f} | {note[:160]} |")
+        if not_run:
+            L.append("")
+            reasons: dict = {}
+            for r in not_run:
+                reasons.setdefault(f"{r['status']}: {r.get('note') or ''}", []).append(r["system"])
+            L.append("Not run here: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items()) + ".")
     L.append("")
     if plots_made:
         L.append("## Plots")
