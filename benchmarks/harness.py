@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -360,11 +361,32 @@ def environment(args, cfg, started: float) -> dict:
         load = os.getloadavg()
     except OSError:
         load = None
-    return {"command": "python -m benchmarks " + " ".join(sys.argv[1:]), "quick": args.quick,
+    return {"command": "python -m benchmarks " + shlex.join(sys.argv[1:]), "quick": args.quick,
             "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "cores": os.cpu_count(),
             "python": platform.python_version(), "platform": platform.platform(), "versions": versions,
             "commit": commit, "dirty": dirty, "load_avg_start": load, "delay_ms": args.delay_ms,
             "trials": cfg["trials"], "data": str(Path(args.data).resolve())}
+
+
+def write_report(out: Path, report_path: Path, no_plots: bool, rebuilt: bool = False) -> int:
+    """Write ``report_path`` (Markdown) and, unless ``no_plots``, the PNG plots into ``out``, from
+    ``out/latest.json`` and ``out/meta.json``. Returns 0, or 2 when those files are missing."""
+    from benchmarks import report
+
+    try:
+        records = json.loads((out / "latest.json").read_text())
+        meta = json.loads((out / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        print(f"cannot read the results in {out}: {e}", file=sys.stderr)
+        return 2
+    if rebuilt:
+        meta.setdefault("notes", []).append(
+            f"report rebuilt from these records on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with "
+            f"`python -m benchmarks --report-only` (nothing re-measured)")
+    plots = [] if no_plots else report.plots(records, meta, out)
+    report_path.write_text(report.markdown(records, meta, plots, report_path.parent))
+    print(f"wrote {report_path}", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -380,7 +402,11 @@ def main(argv=None) -> int:
     ap.add_argument("--report", default=str(HERE / "RESULTS.md"), help="the Markdown report to write")
     ap.add_argument("--machine-note", help="a sentence about the machine for the report (e.g. that it was loaded)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure nothing: rebuild the report and plots from OUT/latest.json and OUT/meta.json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        return write_report(Path(args.out), Path(args.report), args.no_plots, rebuilt=True)
     cfg = dict(QUICK if args.quick else FULL)
     if args.trials is not None:
         if args.trials < 1:
@@ -436,14 +462,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(records, indent=1))
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    from benchmarks import report
-
-    plots = [] if args.no_plots else report.plots(records, meta, out)
-    Path(args.report).write_text(report.markdown(records, meta, plots, Path(args.report).parent))
+    write_report(out, Path(args.report), args.no_plots)
     bad = [(r["system"], r["workload"]) for r in records if r.get("restore_ok") is False]
     failed = [(r["system"], r["workload"]) for r in records if r["status"] == "failed"]
-    print(f"wrote {out / 'latest.json'} ({len(records)} records), {args.report}; total {meta['total_s']:.0f} s",
-          file=sys.stderr)
+    print(f"wrote {out / 'latest.json'} ({len(records)} records); total {meta['total_s']:.0f} s", file=sys.stderr)
     if bad:
         print(f"RESTORE MISMATCH: {bad}", file=sys.stderr)
     if failed:

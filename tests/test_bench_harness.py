@@ -62,6 +62,10 @@ def test_harness_writes_every_required_key(tmp_path):
     text = (out / "RESULTS.md").read_text()
     assert "python -m benchmarks" in text and "## Targets" in text and "## Where snapstore loses" in text
     assert "traj:tiny-run.json" in text and "$/month" in text
+    again = out / "again.md"
+    assert harness.main(["--report-only", "--no-plots", "--out", str(out), "--report", str(again)]) == 0
+    assert "nothing re-measured" in again.read_text() and "traj:tiny-run.json" in again.read_text()
+    assert harness.main(["--report-only", "--out", str(tmp_path / "none"), "--report", str(again)]) == 2
     try:
         import matplotlib  # noqa: F401  (the bench extra)
     except ImportError:
