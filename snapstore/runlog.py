@@ -215,4 +215,13 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
             written.append(key)
         except SnapstoreError:
             continue  # exists already (our retry, or a racing writer of the same range), or the store failed
+        if level > 1:
+            # the lower-level segments of the range are now redundant copies of copies: without
+            # this every record was kept up to 3 more times (a reader that listed one meanwhile
+            # falls back to the manifests for its range)
+            sub = span(level - 1)
+            try:
+                repo.store.delete_many([logseg_key(run_key, hi, level - 1) for hi in range(lo + sub - 1, seq + 1, sub)])
+            except SnapstoreError:
+                pass  # left for GC, which deletes log segments with the positions they cover
     return written
