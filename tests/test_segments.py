@@ -221,3 +221,23 @@ def test_a_rewritten_segment_that_still_exists_is_read_itself():
     reader = CheckpointManager(store)
     assert reader.repo.forward_hints() == {tier: [new_id]}  # hints loaded, as after a first miss
     assert json.dumps(reader.latest("r").messages) == json.dumps(msgs)
+
+
+def test_covered_lower_level_log_segments_are_deleted():
+    """Once the level-2 segment of positions 0..255 is written, the 16 level-1 segments it covers
+    are gone (each record is copied once, not up to three more times), and list() still reads the
+    whole log from the segments."""
+    store = MemoryStore()
+    mgr = CheckpointManager(store)
+    msgs = []
+    ids = []
+    for i in range(256 + 32):
+        msgs = msgs + [{"role": "user", "content": f"m{i}"}]
+        ids.append(mgr.save("r", msgs))
+    rk = mgr.repo.run_key("r")
+    segs = sorted(parse_logseg_key(i.key) for i in store.list(f"runs/{rk}/l/"))
+    assert segs == [(255, 2), (271, 1), (287, 1)], segs
+    fresh = CheckpointManager(store)
+    before = store.stats.counts.get("GET", 0)
+    assert [c.id for c in fresh.list("r")] == ids[::-1]
+    assert store.stats.counts.get("GET", 0) - before <= 8  # config, 3 log segments, no manifest per position
