@@ -256,16 +256,25 @@ def test_unknown_outcome_resolved_by_the_callers_retry(tmp_path):
 
 
 def test_add_costs_new_items_only(tmp_path):
-    """An add on an established session is a save of only the new items: about 2 PUTs."""
+    """An add on a session this object wrote last is a save of only the new items: 2 PUTs and
+    no read (the compare-and-swap checks the head it remembers); pops likewise."""
     store = LocalStore(tmp_path / "r", fsync=False)
     counter = _LostReplies(store)
     s = SnapstoreSession(SID, CheckpointManager(store))
     run(s.add_items([item(i) for i in range(50)]))
     counter.puts = 0
+    before = dict(store.stats.counts)
     for i in range(16):
         run(s.add_items([item(100 + i)]))
+    run(s.pop_item())
+    delta = {k: store.stats.counts[k] - before.get(k, 0) for k in store.stats.counts}
     # 2 PUTs per save, plus a tier pack every 4th save and a log segment every 16th
-    assert counter.puts <= 2 * 16 + 16 // 4 + 2, counter.puts
+    assert counter.puts <= 2 * 17 + 17 // 4 + 2, counter.puts
+    assert delta.get("LIST", 0) == 0 and delta.get("GET", 0) == 0, delta
+    # another machine's write makes the next add read the head once, then continue
+    run(SnapstoreSession(SID, CheckpointManager(LocalStore(tmp_path / "r", fsync=False))).add_items([item("x")]))
+    run(s.add_items([item("y")]))
+    assert run(s.get_items(limit=3)) == [item(114), item("x"), item("y")]
 
 
 def test_example_runs_an_agent_with_a_scripted_model(tmp_path):

@@ -32,6 +32,7 @@ Mapping (docs: README "OpenAI Agents SDK"):
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import secrets
 import threading
@@ -130,6 +131,7 @@ class SnapstoreSession(SessionABC):
             self._own = True
         self._lock = threading.Lock()
         self._pending: dict | None = None  # a mutation whose outcome is unknown (see module docstring)
+        self._heads: dict[str, tuple] = {}  # run -> (checkpoint id, items) this object last saved
 
     # -------------------------------------------------------------------------------------------
     @property
@@ -286,41 +288,43 @@ class SnapstoreSession(SessionABC):
         cp = self.manager.latest(run)
         return [] if cp is None else list(cp.messages)
 
-    def _save(self, run: str, messages: list, head, op: dict) -> None:
-        """One compare-and-swap save; a StoreError is retried as the same save (lost reply).
-
-        Raises ConflictError only when the save is known not to have landed."""
-        kw = {"expect_head": head.id if head is not None else EMPTY_RUN, "metadata": op}
+    def _save(self, run: str, messages: list, base: str | None, op: dict) -> str:
+        """One compare-and-swap save on head ``base`` (a checkpoint id; None: the run must be
+        empty); a StoreError is retried as the same save (lost reply). Returns the new
+        checkpoint id. Raises ConflictError only when the save is known not to have landed."""
+        kw = {"expect_head": base if base is not None else EMPTY_RUN, "metadata": op}
         unknown = False
         for i in range(self.LOST_REPLY_RETRIES + 1):
             try:
-                self.manager.save(run, messages, **kw)
-                return
+                return self.manager.save(run, messages, **kw)
             except ConflictError:
-                if unknown and self._landed(run, op["op"], head.seq if head is not None else -1):
-                    return  # an earlier attempt landed, then the session moved on
+                if unknown:
+                    landed = self._landed(run, op["op"], base)
+                    if landed is not None:
+                        return landed  # an earlier attempt landed, then the session moved on
                 raise
             except StoreError:
                 if i == self.LOST_REPLY_RETRIES:
                     raise
                 unknown = True
                 time.sleep(0.05 * 2 ** i)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     PAGE = 32
 
-    def _landed(self, run: str, op_id: str, base_seq: int) -> bool:
-        """Whether a live checkpoint after log position ``base_seq`` carries mutation ``op_id``
-        (reads the run's listing newest first, back to ``base_seq``)."""
+    def _landed(self, run: str, op_id: str, base: str | None) -> str | None:
+        """The id of the live checkpoint carrying mutation ``op_id`` saved on top of checkpoint
+        ``base``, or None (reads the run's listing newest first, back to ``base``)."""
         before = None
         while True:
             page = self.manager.list(run, limit=self.PAGE, before_seq=before)
             for s in page:
-                if s.seq <= base_seq:
-                    return False
+                if s.id == base:
+                    return None
                 if isinstance(s.metadata, dict) and s.metadata.get("op") == op_id:
-                    return True
+                    return s.id
             if len(page) < self.PAGE:
-                return False
+                return None
             before = page[-1].seq
 
     def _resolve_pending(self, run: str, kind: str, items: list | None) -> tuple[bool, Any]:
@@ -329,18 +333,26 @@ class SnapstoreSession(SessionABC):
         p = self._pending
         if p is None or p["run"] != run:
             return False, None
-        same = p["kind"] == kind and (kind == "pop" or p["items"] == items)
-        if not same:
-            self._pending = None  # a different mutation: the caller took the error as final
-            return False, None
-        try:
-            self.manager.save(run, p["messages"], expect_head=p["expect"], metadata=p["op"])
-        except ConflictError:
-            self._pending = None
-            if not self._landed(run, p["op"]["op"], p["base_seq"]):
-                return False, None  # it never landed: do this call's work afresh
         self._pending = None
+        self._heads.pop(run, None)
+        if not (p["kind"] == kind and (kind == "pop" or p["items"] == items)):
+            return False, None  # a different mutation: the caller took the error as final
+        try:
+            self.manager.save(run, p["messages"], expect_head=p["base"] if p["base"] is not None else EMPTY_RUN,
+                              metadata=p["op"])
+        except ConflictError:
+            if self._landed(run, p["op"]["op"], p["base"]) is None:
+                return False, None  # it never landed: do this call's work afresh
         return True, p["result"]
+
+    def _head(self, run: str) -> tuple[str | None, list]:
+        """``(head checkpoint id or None, its items)``: what this object last wrote (the
+        compare-and-swap checks it is still the head), else read."""
+        h = self._heads.get(run)
+        if h is not None:
+            return h
+        cp = self.manager.latest(run)
+        return (None, []) if cp is None else (cp.id, cp.messages)
 
     def _mutate(self, run: str, kind: str, build, items: list | None = None):
         """Compare-and-swap loop: ``build(items_now) -> (new items or None for no change, result)``."""
@@ -350,25 +362,31 @@ class SnapstoreSession(SessionABC):
                 return result
             op = {"oa": kind, "op": secrets.token_hex(8)}
             for _ in range(self.MAX_ATTEMPTS):
-                head = self.manager.latest(run)
-                new, result = build([] if head is None else head.messages)
+                base, cur = self._head(run)
+                new, result = build(cur)
                 if new is None:
+                    if run in self._heads:  # an empty cached head: make sure it is still empty
+                        self._heads.pop(run)
+                        continue
                     return result
                 try:
-                    self._save(run, new, head, op)
-                    return result
+                    cid = self._save(run, new, base, op)
                 except ConflictError:
+                    self._heads.pop(run, None)
                     continue  # another caller moved the head: read it again
                 except StoreError:
+                    self._heads.pop(run, None)
                     self._pending = {"run": run, "kind": kind, "items": items, "messages": new, "op": op,
-                                     "expect": head.id if head is not None else EMPTY_RUN, "result": result,
-                                     "base_seq": head.seq if head is not None else -1}
+                                     "base": base, "result": result}
                     raise
+                self._heads[run] = (cid, new)
+                return result
             raise ConflictError(f"session {self.session_id!r}: gave up after {self.MAX_ATTEMPTS} compare-and-swap "
                                 "attempts (other writers kept changing it)")
 
     def _add(self, run: str, items: list) -> None:
-        self._mutate(run, "add", lambda cur: (cur + items, None), items)
+        mine = copy.deepcopy(items)  # the caller may change its dicts later; the cached head must not
+        self._mutate(run, "add", lambda cur: (cur + mine, None), items)
 
     def _pop(self, run: str):
         return self._mutate(run, "pop", lambda cur: (cur[:-1], cur[-1]) if cur else (None, None))
@@ -377,6 +395,7 @@ class SnapstoreSession(SessionABC):
         with self._lock:
             if self._pending is not None and self._pending["run"] == run:
                 self._pending = None
+            self._heads.pop(run, None)
             for _ in range(self.MAX_ATTEMPTS):
                 head = self.manager.head(run)
                 if head is None:
@@ -397,4 +416,4 @@ class SnapstoreSession(SessionABC):
             raise ConflictError(f"session {self.session_id!r} already has a branch {parse_run_id(dst)[1]!r}")
         cp = self.manager.fork(src, head.id, dst)
         if keep is not None and keep < len(cp.messages):
-            self._save(dst, cp.messages[:keep], cp, {"oa": "branch", "op": secrets.token_hex(8)})
+            self._save(dst, cp.messages[:keep], cp.id, {"oa": "branch", "op": secrets.token_hex(8)})
