@@ -324,3 +324,19 @@ def test_unknown_outcome_found_in_the_history(tmp_path):
     assert run(t.get_items()) == [item(0), item(1), item(2)]
     run(s.add_items([item(1)]))  # a new call (no pending outcome): a genuine second add
     assert run(t.get_items()) == [item(0), item(1), item(2), item(1)]
+
+
+def _readme_block(heading):
+    import re
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+
+
+def test_readme_example_runs(tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(_readme_block("OpenAI Agents SDK"))
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1 ['main', 'retry']"

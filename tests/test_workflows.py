@@ -190,3 +190,16 @@ def test_loop_run_bad_tools(tmp_path):
     with pytest.raises(InvalidMessageError):
         add_usage({}, {"prompt_tokens": "many"})
     assert add_usage({"a": 1}, {"a": 2, "b": None, "c": {"d": 1}}) == {"a": 3, "c": {"d": 1}}
+
+
+def test_readme_example_runs(tmp_path):
+    import re
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split("\n## Workflow helpers\n", 1)[1].split("\n## ", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(re.findall(r"```python\n(.*?)```", section, flags=re.S)[0])
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines() == ["(2, {'done': 2}, {'latency_s': 0.4})",
+                                               "1 {'prompt_tokens': 40, 'completion_tokens': 9} 3"]
