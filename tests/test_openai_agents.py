@@ -101,6 +101,8 @@ def test_session_settings_limit_and_bad_input(tmp_path):
     assert run(s.get_items(limit=3)) == [item(2), item(3), item(4)]
     with pytest.raises(InvalidMessageError):
         run(s.add_items([{"bad": float("nan")}]))
+    with pytest.raises(InvalidMessageError, match=r"items\[1\]"):
+        run(s.add_items([item(9), {"role": "user", "content": threading.Lock()}]))
     with pytest.raises(InvalidInputError):
         run(s.add_items({"role": "user"}))
     with pytest.raises(InvalidInputError):

@@ -42,7 +42,6 @@ from typing import Any
 from ..errors import ConflictError, InvalidInputError, MissingDependencyError, StoreError
 
 try:
-    from agents.memory.session import SessionABC
     from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as e:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError(
@@ -50,6 +49,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         "pip install 'snapstore[openai]'") from e
 
 from ..api import EMPTY_RUN, CheckpointManager
+from ..format.codec import validate
 
 __all__ = ["SnapstoreSession", "RUN_PREFIX", "run_id_for", "parse_run_id"]
 
@@ -83,7 +83,7 @@ def _check_name(what: str, value) -> str:
     return value
 
 
-class SnapstoreSession(SessionABC):
+class SnapstoreSession:
     """OpenAI Agents SDK ``Session`` storing its items in a snapstore repository.
 
     Args:
@@ -100,7 +100,9 @@ class SnapstoreSession(SessionABC):
         InvalidInputError: an empty session id or branch, or options given with a manager.
         MissingDependencyError: ``openai-agents`` is not installed (at import).
 
-    All methods are coroutines; the store's blocking calls run in worker threads
+    It implements the SDK's ``agents.memory.Session`` protocol (``isinstance(s, Session)`` holds;
+    the SDK asks third-party sessions to implement the protocol rather than subclass
+    ``SessionABC``). All methods are coroutines; the store's blocking calls run in worker threads
     (``asyncio.to_thread``). Several sessions (objects, processes, machines) may use one session
     id at once: every mutation is a compare-and-swap on the branch's head (module docstring).
     """
@@ -185,6 +187,8 @@ class SnapstoreSession(SessionABC):
             raise InvalidInputError(f"items must be a list, got {type(items).__name__}")
         if not items:
             return
+        for i, it in enumerate(items):
+            validate(it, f"items[{i}]")  # before copying: a bad item is a typed error, nothing stored
         await asyncio.to_thread(self._add, self.run_id, list(items))
 
     async def pop_item(self) -> Any:
