@@ -3,7 +3,7 @@
 Run (from the repository root; needs ``snapstore[openai]``)::
 
     python benchmarks/openai_session.py                 # 300 turns, local store with fsync, and SQLite
-    python benchmarks/openai_session.py --turns 1000 --no-fsync --json out.json
+    python benchmarks/openai_session.py --turns 1000 --max-checkpoints 0 --json out.json
 
 A turn is what ``Runner.run`` does with a session: ``add_items([user message])`` then
 ``add_items([assistant message])``, each message ~360 characters of text (deterministic

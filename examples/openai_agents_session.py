@@ -18,7 +18,6 @@ import sys
 import tempfile
 
 from agents import Agent, Model, ModelResponse, ModelSettings, Runner, Usage, function_tool, set_tracing_disabled
-from agents.models.interface import ModelTracing
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

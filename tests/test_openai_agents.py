@@ -342,3 +342,16 @@ def test_readme_example_runs(tmp_path):
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1 ['main', 'retry']"
+
+
+def test_example_agent_on_s3(store_factory):
+    """The same Agent run with the session on S3 (moto's HTTP server)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        import openai_agents_session as ex
+    finally:
+        sys.path.pop(0)
+    store = store_factory("s3-http")
+    items, branch_items, _ = asyncio.run(ex.main(CheckpointManager(store)))
+    assert len(items) == 6 and len(branch_items) == 6
+    assert run(SnapstoreSession("user-42", CheckpointManager(store)).get_items()) == items
