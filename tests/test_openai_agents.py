@@ -166,10 +166,25 @@ def test_two_machines_race_add_and_pop(repo, kind):
                 with lock:
                     popped.append(got["content"])
 
+    conflicts = [0]
+
+    def counting(mgr):
+        save = mgr.save
+
+        def counted(*a, **k):
+            try:
+                return save(*a, **k)
+            except ConflictError:
+                with lock:
+                    conflicts[0] += 1
+                raise
+        mgr.save = counted
+        return mgr
+
     def machine(store, m):
         try:
             async def main():
-                sess = SnapstoreSession(SID, CheckpointManager(store))
+                sess = SnapstoreSession(SID, counting(CheckpointManager(store)))
                 await asyncio.gather(worker(sess, f"m{m}t0"), worker(SnapstoreSession(SID, sess.manager), f"m{m}t1"))
             asyncio.run(main())
         except BaseException as e:  # noqa: BLE001
@@ -189,6 +204,9 @@ def test_two_machines_race_add_and_pop(repo, kind):
     for i, c in enumerate(left):  # batches are atomic: an a is followed by its b unless b was popped
         if c.endswith("-a") and c[:-2] + "-b" in left:
             assert left[i + 1] == c[:-2] + "-b", left
+    assert CheckpointManager(repo(kind)).verify(read_data=True).ok
+    print(f"{kind}: {len(added)} added, {len(popped)} popped, {len(left)} left, {conflicts[0]} compare-and-swap "
+          "conflicts retried")
 
 
 class _LostReplies:
@@ -225,6 +243,7 @@ def test_lost_reply_is_retried_without_duplicate(tmp_path):
     lost.fail(1)
     assert run(s.pop_item()) == item(2)
     assert run(s.get_items()) == [item(0), item(1)]
+    assert CheckpointManager(LocalStore(tmp_path / "r", fsync=False)).verify(read_data=True).ok
 
 
 def test_unknown_outcome_resolved_by_the_callers_retry(tmp_path):
@@ -255,6 +274,9 @@ def test_unknown_outcome_resolved_by_the_callers_retry(tmp_path):
         run(s.add_items([item(3)]))
     run(s.add_items([item(3)]))
     assert run(other.get_items()) == [item(0), item(3)]
+    fresh = CheckpointManager(LocalStore(tmp_path / "r", fsync=False))
+    assert fresh.verify(read_data=True).ok
+    assert [c.message_count for c in fresh.list(run_id_for(SID))][:2] == [2, 1]
 
 
 def test_add_costs_new_items_only(tmp_path):
