@@ -9,19 +9,25 @@ Mapping (docs: README "OpenAI Agents SDK"):
   (JSON, so any session id or branch name is safe); the default branch is ``"main"``.
 * The run's head checkpoint holds the session's whole item list (the SDK's
   ``TResponseInputItem`` dicts, one item per chunk). Every mutation (``add_items``, ``pop_item``,
-  ``clear_session``) is one compare-and-swap on the head: it reads the head, builds the new list
-  and saves it with ``expect_head=<that head>`` (``EMPTY_RUN`` for an empty session); a
-  :class:`~snapstore.errors.ConflictError` (another caller, on this machine or another, changed the
-  session meanwhile) makes it read the head again and retry. So a batch is added whole or not at
-  all, no item is popped twice, and none is lost. Snapstore stores only what is new in each save:
-  an ``add_items`` costs its new items (2 PUTs), a pop a small manifest.
+  ``clear_session``) is one compare-and-swap on the head: it takes the head this object wrote
+  last (else it reads the head), builds the new list and saves it with ``expect_head=<that head>``
+  (``EMPTY_RUN`` for an empty session); a :class:`~snapstore.errors.ConflictError` (another
+  caller, on this machine or another, changed the session meanwhile) makes it read the head and
+  retry. So a batch is added whole or not at all, no item is popped twice, and none is lost.
+  Snapstore stores only what is new in each save: an ``add_items`` after this object's own last
+  mutation costs its new items and 2 PUTs, no read; a pop a small manifest. Each mutation's
+  metadata carries ``{"oa": "add"|"pop", "op": <random id>}``.
 * A mutation whose reply was lost (:class:`~snapstore.errors.StoreError`: a timeout, a dropped
   connection) is retried as the very same save: the manager reuses the first attempt's manifest
   (same log position and write id), and a create-only refusal that reads back its own write id is a
   success, so the retry lands the batch at most once. If the store stays down the error
   propagates and the session remembers that mutation: the next ``add_items`` with an equal batch,
-  or the next ``pop_item``, first resolves it (it lands once, or is known not to have landed), so
-  a caller retrying after an unknown outcome gets no duplicate and loses no popped item.
+  or the next ``pop_item``, first resolves it (it lands once, or is found in the run's checkpoints
+  after the head it was built on by its op id, or is known not to have landed), so a caller
+  retrying after an unknown outcome gets no duplicate and loses no popped item. Any other
+  mutation drops the remembered one (the caller took its error as final). Limits: the memory is
+  per object (a new process cannot settle another's unknown outcome), and a mutation whose
+  checkpoint was deleted since (``clear_session``, retention) counts as not landed.
 * Branches: :meth:`SnapstoreSession.create_branch` forks the current branch's head with
   :meth:`CheckpointManager.fork` (the new run shares the message tree; one PUT of about the
   compressed size of the history and one manifest, whatever the number of items), optionally cut
