@@ -1020,6 +1020,19 @@ class CheckpointManager:
             return None
         return (cp.step if cp.step is not None else cp.seq), cp
 
+    def get_resume_point(self, run_id: str) -> tuple[object, object, object] | None:
+        """Return ``(step, session_state, metrics)`` of the run's latest checkpoint, or None if the
+        run has no checkpoint (the seed's shape; :meth:`resume_point` gives the whole checkpoint).
+
+        ``step`` is as in :meth:`resume_point` (the saved step, else the log position); the state
+        and metrics are what that checkpoint was saved with (None if none).
+        """
+        rp = self.resume_point(run_id)
+        if rp is None:
+            return None
+        step, cp = rp
+        return step, cp.session_state, cp.metrics
+
     # ------------------------------------------------------------------------------------------
     # log changes
 

@@ -2,6 +2,10 @@
 
 * :class:`SnapstoreSaver` (:mod:`snapstore.integrations.langgraph`): a LangGraph checkpointer;
   extra ``snapstore[langgraph]``.
+* :class:`SnapstoreSession` (:mod:`snapstore.integrations.openai_agents`): an OpenAI Agents SDK
+  session; extra ``snapstore[openai]``.
+* :class:`ResumableWorkflow` and :class:`CheckpointedLoop` (:mod:`snapstore.integrations.workflows`):
+  the seed's workflow helpers; no extra.
 
 This package imports without any framework installed; using an integration whose framework is
 missing raises :class:`snapstore.errors.MissingDependencyError` naming the extra to install.
@@ -9,9 +13,10 @@ missing raises :class:`snapstore.errors.MissingDependencyError` naming the extra
 
 from __future__ import annotations
 
-__all__ = ["SnapstoreSaver"]
+__all__ = ["SnapstoreSaver", "SnapstoreSession", "ResumableWorkflow", "CheckpointedLoop"]
 
-_LAZY = {"SnapstoreSaver": "langgraph"}
+_LAZY = {"SnapstoreSaver": "langgraph", "SnapstoreSession": "openai_agents", "ResumableWorkflow": "workflows",
+         "CheckpointedLoop": "workflows"}
 
 
 def __getattr__(name: str):

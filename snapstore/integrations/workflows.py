@@ -1,0 +1,284 @@
+"""The seed's workflow helpers on :class:`~snapstore.api.CheckpointManager` (no extra needed).
+
+* :class:`ResumableWorkflow` (Splinter's shape): a workflow that checkpoints after each step and,
+  restarted anywhere, asks where to resume: ``start = wf.try_resume()``, then
+  ``wf.checkpoint(step, agent_id=..., status=..., state=..., metrics=...)`` after each step.
+* :class:`CheckpointedLoop` (Agentium's automatic checkpointing): wraps a plain OpenAI-style
+  chat-completions message loop and saves a checkpoint after every **tool roundtrip** (an
+  assistant message with ``tool_calls`` plus every ``role: "tool"`` message answering one of its
+  call ids), with the cumulative token usage, the session state and the roundtrip number (the
+  checkpoint's ``step``). A restarted process calls :meth:`CheckpointedLoop.resume` and continues.
+
+Both use the manager's conflict contract: a second process continuing the same run after this
+one saved gets :class:`~snapstore.errors.ConflictError` instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..api import CheckpointManager
+from ..errors import InvalidInputError, InvalidMessageError
+
+__all__ = ["ResumableWorkflow", "CheckpointedLoop", "add_usage"]
+
+
+def _manager(m) -> CheckpointManager:
+    if not isinstance(m, CheckpointManager):
+        raise InvalidInputError(f"checkpoint_manager must be a CheckpointManager, got {type(m).__name__}")
+    return m
+
+
+class ResumableWorkflow:
+    """A workflow run ``workflow_id`` that checkpoints after each step and resumes where it stopped.
+
+    Args:
+        workflow_id: the snapstore run id (any non-empty string).
+        checkpoint_manager: a :class:`CheckpointManager` (local directory or S3).
+
+    Usage::
+
+        wf = ResumableWorkflow("nightly-eval", CheckpointManager("s3://bucket/ckpt"))
+        start = wf.try_resume()                 # 0 for a new workflow
+        state = wf.state or {}
+        for step in range(start, 10):
+            state = do_step(step, state)
+            wf.checkpoint(step, agent_id="planner", status="running", state=state, metrics={"s": 1.5})
+
+    Attributes (after :meth:`try_resume`): ``is_resumed`` (a checkpoint was found), ``last_step``
+    (the step of that checkpoint, or None), ``state`` and ``metrics`` (saved with it, or None),
+    ``messages`` (its message list; ``[]`` for a new workflow).
+    """
+
+    def __init__(self, workflow_id: str, checkpoint_manager: CheckpointManager):
+        if not isinstance(workflow_id, str) or not workflow_id:
+            raise InvalidInputError(f"workflow_id must be a non-empty string, got {workflow_id!r}")
+        self.workflow_id = workflow_id
+        self.manager = _manager(checkpoint_manager)
+        self.is_resumed = False
+        self.last_step = None
+        self.state = None
+        self.metrics = None
+        self.messages: list = []
+        self.last_checkpoint_id: str | None = None
+
+    def try_resume(self) -> int:
+        """Read the workflow's latest checkpoint; return the step to resume from.
+
+        Returns:
+            The step after the last checkpointed one (``last_step + 1``; a step saved as None
+            counts as its log position), or 0 when the workflow has no checkpoint. Sets
+            ``is_resumed``, ``last_step``, ``state``, ``metrics`` and ``messages``.
+        Raises:
+            StoreError: the store failed (nothing changed).
+        """
+        rp = self.manager.resume_point(self.workflow_id)
+        if rp is None:
+            self.is_resumed, self.last_step, self.state, self.metrics, self.messages = False, None, None, None, []
+            self.last_checkpoint_id = None
+            return 0
+        step, cp = rp
+        self.is_resumed = True
+        self.last_step = step
+        self.state, self.metrics, self.messages = cp.session_state, cp.metrics, list(cp.messages)
+        self.last_checkpoint_id = cp.id
+        return step + 1
+
+    def checkpoint(self, step: int, *, agent_id=None, status: str | None = "running", state=None, metrics=None,
+                   messages: list | None = None, token_usage=None, metadata=None) -> str:
+        """Save a checkpoint after ``step``; return its checkpoint id.
+
+        Args:
+            step: the step just completed (non-negative int).
+            agent_id: who ran it (normally a string). status: a string (default ``"running"``).
+            state: the workflow state (any JSON value; large states dedup between saves).
+            metrics: an object of numbers (seconds, counts...).
+            messages: the message list at this step (default: the list last saved or resumed,
+                ``[]`` at first).
+            token_usage, metadata: as :meth:`CheckpointManager.save` takes them.
+        Raises:
+            InvalidMessageError: a bad field (``step`` not a non-negative int, ...); nothing stored.
+            ConflictError: another process saved this workflow since this object last saw it.
+        """
+        msgs = self.messages if messages is None else list(messages)
+        cid = self.manager.save(self.workflow_id, msgs, step=step, agent_id=agent_id, status=status,
+                                session_state=state, metrics=metrics, token_usage=token_usage, metadata=metadata)
+        self.messages, self.last_step, self.state, self.metrics = msgs, step, state, metrics
+        self.last_checkpoint_id = cid
+        return cid
+
+
+def add_usage(total: dict | None, usage: Mapping | None) -> dict | None:
+    """Return ``total + usage``: numbers added key by key, nested objects (``*_details``) likewise,
+    None values skipped. Neither argument is modified.
+
+    Raises:
+        InvalidMessageError: a value is neither a number, None nor an object of those.
+    """
+    if usage is None:
+        return total
+    out = dict(total or {})
+    for k, v in usage.items():
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float, Mapping)):
+            raise InvalidMessageError(f"token usage {k!r} must be a number or an object of numbers, got {v!r}")
+        if isinstance(v, Mapping):
+            out[k] = add_usage(out.get(k) if isinstance(out.get(k), dict) else None, v)
+        else:
+            prev = out.get(k)
+            out[k] = v + (prev if isinstance(prev, (int, float)) else 0)
+    return out
+
+
+def _as_dict(obj) -> dict:
+    """An OpenAI SDK object (pydantic, ``model_dump``) or a mapping as a plain JSON dict."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(exclude_none=True)
+    raise InvalidInputError(f"expected a message dict or an OpenAI SDK object, got {type(obj).__name__}")
+
+
+class CheckpointedLoop:
+    """An OpenAI-style message loop that saves a checkpoint after every tool roundtrip.
+
+    Args:
+        manager: a :class:`CheckpointManager`.
+        run_id: the run to save into.
+        messages: the conversation so far (e.g. system and user messages); ignored by
+            :meth:`resume` when the run has checkpoints.
+        session_state: any JSON value saved with each checkpoint (change it via :attr:`state`).
+        agent_id: saved with each checkpoint.
+
+    Feed it every message (:meth:`record`), or let :meth:`run` drive a whole loop. A roundtrip is
+    complete when every call id of an assistant message's ``tool_calls`` has its ``role: "tool"``
+    message (``tool_call_id``); the checkpoint then holds the whole list, ``step`` = roundtrip
+    number (1, 2, ...), ``token_usage`` = the sum of every usage passed so far, ``session_state``
+    = :attr:`state`, ``status="running"``. :meth:`finish` saves a final checkpoint.
+    """
+
+    def __init__(self, manager: CheckpointManager, run_id: str, messages: list | None = None, *,
+                 session_state=None, agent_id=None):
+        self.manager = _manager(manager)
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidInputError(f"run_id must be a non-empty string, got {run_id!r}")
+        self.run_id = run_id
+        self.messages: list = list(messages or [])
+        self.state = session_state
+        self.agent_id = agent_id
+        self.token_usage: dict | None = None
+        self.roundtrip = 0
+        self._open: set | None = None  # call ids of the open roundtrip still unanswered
+        self.checkpoint_ids: list[str] = []
+
+    def resume(self) -> bool:
+        """Continue from the run's latest checkpoint if it has one: messages, cumulative token
+        usage, session state and roundtrip number are restored. Returns True if it resumed."""
+        cp = self.manager.latest(self.run_id)
+        if cp is None:
+            return False
+        self.messages = list(cp.messages)
+        self.token_usage = cp.token_usage
+        self.state = cp.session_state
+        self.roundtrip = cp.step if isinstance(cp.step, int) else 0
+        self._open = None
+        return True
+
+    def record(self, message, usage: Mapping | None = None) -> str | None:
+        """Append one message (a dict, or an OpenAI SDK message object) and the usage of the call
+        that produced it (``{"prompt_tokens": ..., "completion_tokens": ...}`` or the SDK's usage
+        object); save if it completes a tool roundtrip.
+
+        Returns:
+            The new checkpoint's id if this message completed a roundtrip, else None.
+        Raises:
+            InvalidInputError: a message that is not a dict/SDK object, or a tool message while
+                no roundtrip is open or answering an unknown call id.
+            InvalidMessageError / ConflictError: from the save.
+        """
+        msg = _as_dict(message)
+        if usage is not None:
+            self.token_usage = add_usage(self.token_usage, usage if isinstance(usage, Mapping) else _as_dict(usage))
+        role = msg.get("role")
+        if role == "tool":
+            cid = msg.get("tool_call_id")
+            if self._open is None or cid not in self._open:
+                raise InvalidInputError(f"tool message answers call id {cid!r}, which no open tool roundtrip has")
+            self.messages.append(msg)
+            self._open.discard(cid)
+            if not self._open:
+                self._open = None
+                self.roundtrip += 1
+                return self._save("running")
+            return None
+        if self._open:
+            raise InvalidInputError(f"a {role!r} message arrived before the tool results for call ids "
+                                    f"{sorted(self._open)}")
+        self.messages.append(msg)
+        calls = msg.get("tool_calls") if role == "assistant" else None
+        if calls:
+            ids = {c.get("id") if isinstance(c, Mapping) else None for c in calls}
+            if None in ids or len(ids) != len(calls):
+                raise InvalidInputError("every tool call needs a distinct id")
+            self._open = ids
+        return None
+
+    def finish(self, status: str = "completed") -> str:
+        """Save a final checkpoint with ``status`` (default ``"completed"``); return its id."""
+        return self._save(status)
+
+    def _save(self, status: str) -> str:
+        cid = self.manager.save(self.run_id, self.messages, step=self.roundtrip, token_usage=self.token_usage,
+                                session_state=self.state, agent_id=self.agent_id, status=status)
+        self.checkpoint_ids.append(cid)
+        return cid
+
+    def run(self, complete: Callable[[list], Any], tools: Mapping[str, Callable[..., Any]], *,
+            max_roundtrips: int = 50) -> dict:
+        """Drive the loop until the model answers without tool calls; return that final message.
+
+        Args:
+            complete: ``complete(messages) -> (assistant message, usage)`` or an OpenAI
+                ``ChatCompletion`` (its first choice's message and its usage are used), e.g.
+                ``lambda m: client.chat.completions.create(model=..., messages=m, tools=...)``.
+            tools: tool name -> callable taking the call's JSON arguments as keywords; its result
+                (a string, else JSON-encoded) is the tool message's content.
+            max_roundtrips: stop with InvalidInputError past this many roundtrips in this call.
+        Raises:
+            InvalidInputError: an unknown tool name, arguments that are not a JSON object, or
+                more than ``max_roundtrips`` roundtrips.
+        """
+        import json
+
+        for i in range(max_roundtrips + 1):
+            out = complete(self.messages)
+            if isinstance(out, tuple):
+                msg, usage = out
+            else:
+                msg, usage = out.choices[0].message, getattr(out, "usage", None)
+            msg = _as_dict(msg)
+            self.record(msg, usage)
+            calls = msg.get("tool_calls") or []
+            if not calls:
+                self.finish()
+                return msg
+            if i == max_roundtrips:
+                raise InvalidInputError(f"more than {max_roundtrips} tool roundtrips")
+            for c in calls:
+                fn = c.get("function") or {}
+                name = fn.get("name")
+                if name not in tools:
+                    raise InvalidInputError(f"the model called unknown tool {name!r}")
+                try:
+                    args = json.loads(fn.get("arguments") or "{}")
+                except ValueError:
+                    args = None
+                if not isinstance(args, dict):
+                    raise InvalidInputError(f"tool {name!r} arguments are not a JSON object: {fn.get('arguments')!r}")
+                res = tools[name](**args)
+                self.record({"role": "tool", "tool_call_id": c["id"],
+                             "content": res if isinstance(res, str) else json.dumps(res)})
+        raise AssertionError("unreachable")  # pragma: no cover
