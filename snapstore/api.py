@@ -101,7 +101,7 @@ class _RunView:
     head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
     list_state: ListState | None = None  # writer state for ``head``'s message list
     live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
-    pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded) of a save whose outcome is unknown
+    pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded, prepared save) of a save whose outcome is unknown
     log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
@@ -469,6 +469,9 @@ class CheckpointManager:
                     stale += 1
                     continue  # build again with a new pack (fresh view if the run changed)
                 except _PackIdCollision:
+                    v = self._views.get(run_id)
+                    if v is not None:
+                        v.pending = None  # that pack id belongs to another pack: no attempt of ours used it
                     continue  # build again (new pack id)
                 except PreconditionFailed:
                     # the run moved after the head this save was built on. A save with an explicit
@@ -547,11 +550,15 @@ class CheckpointManager:
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
                        ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = 0 if v.head_seq is None else v.head_seq + 1
-        if prep.pack_id is not None:
-            repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
         if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
-            m, tier, superseded = v.pending[1], v.pending[2], v.pending[3]  # retry of an unknown outcome: same write id
+            # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
+            # first attempt may have written and its manifest names: the segment list, the state
+            # hints and the pack all stay the first attempt's (a new pack id here left the landed
+            # manifest's segments without the pack the writer's later hints name)
+            m, tier, superseded, prep = v.pending[1], v.pending[2], v.pending[3], v.pending[4]
         else:
+            if prep.pack_id is not None:
+                repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=run_id, seq=seq, write_id=new_write_id(),
                          created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
                          parent_id=pm.checkpoint_id if pm else None, fields=fields)
@@ -571,7 +578,7 @@ class CheckpointManager:
             up = prep.state.spine.upper
             if up is not None and up[1] != prep.state.state[1]:
                 m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
-        v.pending = (fingerprint, m, tier, superseded)
+        v.pending = (fingerprint, m, tier, superseded, prep)
         self._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
         # index record first (a refused duplicate id writes nothing), then data, then the manifest
         indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
@@ -609,7 +616,10 @@ class CheckpointManager:
             newest = repo.head(rk)
             same = (newest.write_id if newest else None) == v.head_write_id and \
                 (newest.seq if newest else None) == v.head_seq
-            if same and pm is not None and parent_id is not None:
+            landed = newest is not None and newest.seq == seq and newest.write_id == m.write_id
+            if landed:
+                same = True  # an earlier attempt of this very save landed (its reply was lost): publish reads it back
+            elif same and pm is not None and parent_id is not None:
                 try:
                     same = repo.read_manifest_key(keys.manifest_key(rk, pm.seq)).write_id == pm.write_id
                 except ObjectNotFound:

@@ -732,3 +732,32 @@ def test_sigkill_import_at_random_moments(tmp_path):
                           "export", "r"], env=env, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     assert json.dumps(json.loads(out.stdout)) == json.dumps(cps[-1])
+
+
+@pytest.mark.parametrize("grace", [3600, 0], ids=["grace-1h", "grace-0"])
+@pytest.mark.parametrize("fanout", [0, 4], ids=["format1-writes", "segments"])
+def test_lost_reply_retry_keeps_the_first_attempts_pack(monkeypatch, fanout, grace):
+    """A save whose manifest landed but whose reply was lost is retried with the first attempt's
+    pack (same id and bytes), not a new one: the landed manifest names the first attempt's pack, so
+    a retry that built a new pack left the writer hinting at a pack no manifest references. A GC
+    then deleted it and the writer's next save referenced a deleted pack. A writer that re-checks
+    the head before publishing (grace 0 always does) finds its own landed manifest there: that is
+    not a conflict (it was taken for one, and the landed save's pack deleted)."""
+    if fanout == 0:
+        from conftest import use_format1_writes
+        use_format1_writes(monkeypatch)
+    store = MemoryStore()
+    fs = FaultyStore(store)
+    m = CheckpointManager(fs, gc_grace_period=grace)
+    m.save("r", [msg("a", 0)])
+    new = [msg("a", 0), msg("a", 1)]
+    fs.arm(2, "lost")  # write 1: the pack, write 2: the manifest (lands; the reply is lost)
+    with pytest.raises(StoreError):
+        m.save("r", new)
+    fs.disarm()
+    m.save("r", new)
+    CheckpointManager(store).gc(grace_period=0)
+    m.save("r", new + [msg("a", 2)])
+    fresh = CheckpointManager(store)
+    assert fresh.latest("r").messages == new + [msg("a", 2)]
+    assert fresh.verify(read_data=True).ok
