@@ -217,3 +217,37 @@ def store_factory(tmp_path, monkeypatch):
     finally:
         for store in reversed(made):
             store.close()
+
+
+def repo_clients(request, tmp_path, store_factory):
+    """For a test's ``repo`` fixture: ``open_one(kind)`` -> a new store object on one repository of
+    that kind (``"local"``: a directory under ``tmp_path``; ``"s3-http"``: one bucket of moto's HTTP
+    server). Each call is another client of the same repository, as another machine would have."""
+    made = {}
+
+    def open_one(kind):
+        if kind == "local":
+            from snapstore.stores import LocalStore
+            return LocalStore(tmp_path / "repo", fsync=False)
+        from snapstore.stores.s3 import S3Store
+        if "bucket" not in made:
+            first = store_factory("s3-http")
+            made["bucket"] = first.bucket
+            return first
+        s = S3Store(made["bucket"], endpoint_url=start_moto_server(), region_name="us-east-1", addressing_style="path")
+        request.addfinalizer(s.close)
+        return s
+    return open_one
+
+
+def serialise_creates(*stores):
+    """moto's create-only PUTs are not atomic under concurrent requests: serialise them (real S3
+    is atomic) so that two managers racing on moto test snapstore, not moto."""
+    lock = threading.Lock()
+    for s in stores:
+        put = s.put
+
+        def locked(key, data, _put=put):
+            with lock:
+                return _put(key, data)
+        s.put = locked

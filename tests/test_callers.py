@@ -16,6 +16,7 @@ import contextvars
 import threading
 
 import pytest
+from s3_fixtures import repo_clients, serialise_creates
 
 from snapstore import EMPTY_RUN, CheckpointManager, callers
 from snapstore.errors import CheckpointNotFound, ConflictError, InvalidInputError
@@ -31,36 +32,8 @@ def msg(who, i):
 
 @pytest.fixture
 def repo(request, tmp_path, store_factory):
-    """``repo(kind)`` -> a function returning a new store on one fresh repository of that kind."""
-    made = {}
-
-    def open_one(kind):
-        if kind == "local":
-            return LocalStore(tmp_path / "repo", fsync=False)
-        from s3_fixtures import start_moto_server
-
-        from snapstore.stores.s3 import S3Store
-        if "bucket" not in made:
-            first = store_factory("s3-http")
-            made["bucket"] = first.bucket
-            return first
-        s = S3Store(made["bucket"], endpoint_url=start_moto_server(), region_name="us-east-1", addressing_style="path")
-        request.addfinalizer(s.close)
-        return s
-    return open_one
-
-
-def _serialise_creates(*stores):
-    """moto's create-only PUTs are not atomic under concurrent requests: serialise them (real S3
-    is atomic) so that two managers racing on moto test snapstore, not moto."""
-    lock = threading.Lock()
-    for s in stores:
-        put = s.put
-
-        def locked(key, data, _put=put):
-            with lock:
-                return _put(key, data)
-        s.put = locked
+    """``repo(kind)`` -> a new store on one fresh repository of that kind (:func:`s3_fixtures.repo_clients`)."""
+    return repo_clients(request, tmp_path, store_factory)
 
 
 def _history(mgr, run_id):
@@ -480,7 +453,7 @@ def test_pop_never_returns_an_item_twice(repo, kind):
     seed.save(RUN, [{"i": i} for i in range(items)])
     second = repo(kind)
     if kind != "local":
-        _serialise_creates(first, second)
+        serialise_creates(first, second)
     managers = [CheckpointManager(first), CheckpointManager(second)]
     popped, lock = [], threading.Lock()
     ts = [threading.Thread(target=_pop, args=(managers[t % 2], popped, lock)) for t in range(6 if kind == "local" else 4)]

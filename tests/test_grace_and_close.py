@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from s3_fixtures import repo_clients
 
 from snapstore import CheckpointManager
 from snapstore.stores import LocalStore
@@ -28,23 +29,8 @@ def msg(who, i):
 
 @pytest.fixture
 def repo(request, tmp_path, store_factory):
-    """``repo(kind)`` -> a function returning a new store on one fresh repository of that kind."""
-    made = {}
-
-    def open_one(kind):
-        if kind == "local":
-            return LocalStore(tmp_path / "repo", fsync=False)
-        from s3_fixtures import start_moto_server
-
-        from snapstore.stores.s3 import S3Store
-        if "bucket" not in made:
-            first = store_factory("s3-http")
-            made["bucket"] = first.bucket
-            return first
-        s = S3Store(made["bucket"], endpoint_url=start_moto_server(), region_name="us-east-1", addressing_style="path")
-        request.addfinalizer(s.close)
-        return s
-    return open_one
+    """``repo(kind)`` -> a new store on one fresh repository of that kind (:func:`s3_fixtures.repo_clients`)."""
+    return repo_clients(request, tmp_path, store_factory)
 
 
 def _history(mgr, run_id):

@@ -15,6 +15,7 @@ import sys
 import threading
 
 import pytest
+from s3_fixtures import repo_clients, serialise_creates
 
 pytest.importorskip("agents")
 
@@ -39,35 +40,8 @@ def item(i, role="user"):
 
 @pytest.fixture
 def repo(request, tmp_path, store_factory):
-    """``repo(kind)`` -> a new store object on one repository of that kind (each call: another
-    client of the same repository, as another machine would have)."""
-    made = {}
-
-    def open_one(kind):
-        if kind == "local":
-            return LocalStore(tmp_path / "repo", fsync=False)
-        from s3_fixtures import start_moto_server
-
-        from snapstore.stores.s3 import S3Store
-        if "bucket" not in made:
-            first = store_factory("s3-http")
-            made["bucket"] = first.bucket
-            return first
-        s = S3Store(made["bucket"], endpoint_url=start_moto_server(), region_name="us-east-1", addressing_style="path")
-        request.addfinalizer(s.close)
-        return s
-    return open_one
-
-
-def _serialise_creates(*stores):
-    lock = threading.Lock()
-    for s in stores:
-        put = s.put
-
-        def locked(key, data, _put=put):
-            with lock:
-                return _put(key, data)
-        s.put = locked
+    """``repo(kind)`` -> a new store on one fresh repository of that kind (:func:`s3_fixtures.repo_clients`)."""
+    return repo_clients(request, tmp_path, store_factory)
 
 
 def test_is_a_session_and_round_trips(tmp_path):
@@ -150,7 +124,7 @@ def test_two_machines_race_add_and_pop(repo, kind):
     exactly once or still there, and each batch's items stay together in order."""
     first, second = repo(kind), repo(kind)
     if kind != "local":
-        _serialise_creates(first, second)
+        serialise_creates(first, second)
     rounds = 8 if kind == "local" else 4
     added, popped, errors = [], [], []
     lock = threading.Lock()
