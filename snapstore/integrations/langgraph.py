@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import random
 import threading
 from collections import OrderedDict
@@ -63,6 +62,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
 
 from ..api import CheckpointManager
 from ..format.codec import validate
+from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSaver", "RUN_PREFIX", "run_id_for", "parse_run_id"]
 
@@ -72,20 +72,12 @@ RUN_PREFIX = "langgraph:"
 
 def run_id_for(thread_id: str, checkpoint_ns: str = "") -> str:
     """The snapstore run id of a LangGraph thread's namespace: ``langgraph:["thread","ns"]``."""
-    return RUN_PREFIX + json.dumps([str(thread_id), str(checkpoint_ns)])
+    return pair_run_id(RUN_PREFIX, str(thread_id), str(checkpoint_ns))
 
 
 def parse_run_id(run_id: str) -> tuple[str, str] | None:
     """Inverse of :func:`run_id_for`: ``(thread_id, checkpoint_ns)``, or None for other runs."""
-    if not run_id.startswith(RUN_PREFIX):
-        return None
-    try:
-        t = json.loads(run_id[len(RUN_PREFIX):])
-    except ValueError:
-        return None
-    if isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t):
-        return t[0], t[1]
-    return None
+    return parse_pair_run_id(RUN_PREFIX, run_id)
 
 
 @dataclass

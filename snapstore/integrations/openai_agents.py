@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import secrets
 import threading
 import time
@@ -56,6 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
 
 from ..api import EMPTY_RUN, CheckpointManager
 from ..format.codec import validate
+from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSession", "RUN_PREFIX", "run_id_for", "parse_run_id"]
 
@@ -67,20 +67,12 @@ MAIN = "main"
 
 def run_id_for(session_id: str, branch: str = MAIN) -> str:
     """The snapstore run id of a session's branch: ``openai-agents:["session","branch"]``."""
-    return RUN_PREFIX + json.dumps([session_id, branch], ensure_ascii=False)
+    return pair_run_id(RUN_PREFIX, session_id, branch, ensure_ascii=False)
 
 
 def parse_run_id(run_id: str) -> tuple[str, str] | None:
     """Inverse of :func:`run_id_for`: ``(session_id, branch)``, or None for other runs."""
-    if not run_id.startswith(RUN_PREFIX):
-        return None
-    try:
-        t = json.loads(run_id[len(RUN_PREFIX):])
-    except ValueError:
-        return None
-    if isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t):
-        return t[0], t[1]
-    return None
+    return parse_pair_run_id(RUN_PREFIX, run_id)
 
 
 def _check_name(what: str, value) -> str:
