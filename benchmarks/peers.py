@@ -142,7 +142,22 @@ class System:
 # ------------------------------------------------------------------------------------------------
 # snapstore
 
-class SnapstoreLocal(System):
+class _SnapstoreSaves(System):
+    """The save path both snapstore systems share: one run per workload run, one
+    ``CheckpointManager.save`` per checkpoint (``self.mgr`` and ``self.run_ids`` set by setup)."""
+
+    def begin_run(self, index, run, step_deltas):
+        self.run_ids.append(run.run_id)
+
+    def save(self, index, i, messages, state, delta):
+        if state is None:
+            self.mgr.save(self.run_ids[index], messages)
+        else:
+            self.mgr.save(self.run_ids[index], messages, session_state=state)
+        return None
+
+
+class SnapstoreLocal(_SnapstoreSaves):
     name = "snapstore-local"
     durability = ("every object file and its directory entry fsynced before save returns "
                   "(LocalStore fsync=True, the default)")
@@ -155,16 +170,6 @@ class SnapstoreLocal(System):
         self.store = LocalStore(self.root, fsync=True)
         self.mgr = CheckpointManager(self.store)
         self.run_ids: list = []
-
-    def begin_run(self, index, run, step_deltas):
-        self.run_ids.append(run.run_id)
-
-    def save(self, index, i, messages, state, delta):
-        if state is None:
-            self.mgr.save(self.run_ids[index], messages)
-        else:
-            self.mgr.save(self.run_ids[index], messages, session_state=state)
-        return None
 
     def finish(self):
         self.mgr.close()
@@ -179,7 +184,7 @@ class SnapstoreLocal(System):
         return {"system": "snapstore", "location": str(self.root), "run": run.run_id}
 
 
-class SnapstoreS3(System):
+class SnapstoreS3(_SnapstoreSaves):
     name = "snapstore-s3"
     durability = "S3 PUT acknowledged (moto's HTTP server on 127.0.0.1: in memory)"
     s3 = True
@@ -194,16 +199,6 @@ class SnapstoreS3(System):
         self.url = f"s3://{self.bucket}/snap"
         self.mgr = CheckpointManager(self.url, endpoint_url=self.env.moto_endpoint)
         self.run_ids: list = []
-
-    def begin_run(self, index, run, step_deltas):
-        self.run_ids.append(run.run_id)
-
-    def save(self, index, i, messages, state, delta):
-        if state is None:
-            self.mgr.save(self.run_ids[index], messages)
-        else:
-            self.mgr.save(self.run_ids[index], messages, session_state=state)
-        return None
 
     def finish(self):
         self._counts = {k: v for k, v in self.mgr.store.stats.counts.items() if v}
