@@ -109,14 +109,9 @@ def pct(xs: list, p: float) -> float | None:
 
 def child_env() -> dict:
     """Environment of the restore processes: this checkout first on the path, dummy AWS credentials."""
-    from benchmarks.latency import DUMMY_ENV, UNSET_ENV
+    from benchmarks.latency import _child_env
 
-    env = dict(os.environ)
-    env.update(DUMMY_ENV)
-    for k in UNSET_ENV:
-        env.pop(k, None)
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return _child_env()
 
 
 def run_child(spec: dict, timeout: float = 900) -> dict:
