@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tarfile
-import io
 from pathlib import Path
 
 import pytest
+from old_release import extract_release
 
 from snapstore import CheckpointManager
 from snapstore.format import keys
@@ -53,15 +52,8 @@ json.dump(expect, open(out, "w"))
 
 @pytest.fixture(scope="module")
 def format1_repo(tmp_path_factory):
-    try:
-        tar = subprocess.run(["git", "-C", str(ROOT), "archive", FORMAT1_COMMIT, "snapstore"],
-                             capture_output=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        pytest.skip(f"git archive of {FORMAT1_COMMIT} not available (shallow clone?)")
     base = tmp_path_factory.mktemp("format1")
-    src = base / "src"
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(src, filter="data") if sys.version_info >= (3, 12) else t.extractall(src)
+    src = extract_release(FORMAT1_COMMIT, base)
     root, out = base / "repo", base / "expect.json"
     proc = subprocess.run([sys.executable, "-c", WRITER, str(root), str(out)], cwd=str(base),
                           env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import io
 import json
 import random
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from fake_text import text
+from old_release import extract_release
 from snapstore import CheckpointManager
 from snapstore.errors import IntegrityError
 from snapstore.format import keys
@@ -348,16 +347,8 @@ except Exception as e:
 
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory):
-    try:
-        tar = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS_COMMIT, "snapstore"],
-                             capture_output=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        pytest.skip(f"git archive of {PREVIOUS_COMMIT} not available (shallow clone?)")
     base = tmp_path_factory.mktemp("previous")
-    src = base / "src"
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(src, filter="data") if sys.version_info >= (3, 12) else t.extractall(src)
-    return base, src
+    return base, extract_release(PREVIOUS_COMMIT, base)
 
 
 def _run_old(previous, script, *args):
