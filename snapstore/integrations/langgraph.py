@@ -514,13 +514,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         h = self._heads.get(run)
         if h is not None and (h.items is not None or not items):
             return h
-        got = self.manager.list(run, limit=1)
-        if not got:
+        got = self.manager.head(run)  # one LIST (limit 1) and one GET, not a listing of the log
+        if got is None:
             h = _Head(None, [], 0)
         else:
-            h = _Head(got[0].id, None, 0)
+            h = _Head(got.id, None, 0)
             if items:
-                msgs, st = self._record(run, got[0].id, got[0].seq)
+                msgs, st = self._record(run, got.id, got.seq)
                 st = st if isinstance(st, dict) else {}
                 h.items = msgs
                 h.nlead = int(st.get("nlead", 0))
