@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 
 from . import callers
 from .callers import Seen
+from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, RunNotFound, SnapstoreError)
 from .format import keys
@@ -47,49 +48,6 @@ class _Stale(Exception):
     """A save paused longer than half the GC grace period after writing its pack: build it again."""
 
 
-@dataclass(frozen=True)
-class CheckpointSummary:
-    """A checkpoint's metadata without its messages (what :meth:`CheckpointManager.list` returns).
-
-    Attributes:
-        id: checkpoint id. run_id: the run. seq: position in the run's log.
-        step, token_usage, metrics, agent_id, status, metadata: as passed to ``save`` (or None).
-        created_at: creation time, timezone-aware UTC. parent_id: the parent checkpoint id or None.
-        message_count: number of messages. message_bytes: their total JSON size in bytes.
-    """
-
-    id: str
-    run_id: str
-    seq: int
-    step: object
-    token_usage: object
-    metrics: object
-    agent_id: object
-    status: object
-    metadata: object
-    created_at: datetime
-    parent_id: str | None
-    message_count: int
-    message_bytes: int
-
-    @classmethod
-    def _from(cls, m: Manifest) -> "CheckpointSummary":
-        f = m.fields
-        return cls(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),
-                   f.get("agent_id"), f.get("status"), f.get("metadata"), m.created, m.parent_id, m.count, m.size)
-
-
-@dataclass(frozen=True)
-class Checkpoint(CheckpointSummary):
-    """A restored checkpoint: the summary fields plus ``messages`` (list) and ``session_state``.
-
-    ``messages`` equals what ``save`` was given (JSON values; tuples come back as lists).
-    """
-
-    messages: list = None
-    session_state: object = None
-
-
 @dataclass
 class _RunView:
     """A manager's knowledge of one run, shared by all its callers (what each caller last saw is
@@ -105,24 +63,6 @@ class _RunView:
     log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
-
-
-class _EmptyRun:
-    """Type of :data:`EMPTY_RUN` (a singleton)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "EMPTY_RUN"
-
-    def __reduce__(self):
-        return "EMPTY_RUN"
-
-
-EMPTY_RUN = _EmptyRun()
-"""``expect_head=EMPTY_RUN``: the compare-and-swap expects the run to have no live checkpoint
-(never saved, deleted, or every checkpoint deleted). ``expect_head=None`` (the default) means no
-explicit expectation: the caller's own view of the run applies (docs/format.md §12)."""
 
 
 def _expect(expect_head) -> tuple | None:
@@ -377,13 +317,6 @@ class CheckpointManager:
             return dict(one(s) for s in seqs)
         return dict(self.repo._pool_get().map(one, seqs))
 
-    def _checkpoint(self, m: Manifest, messages: list) -> Checkpoint:
-        f = m.fields
-        return Checkpoint(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),
-                          f.get("agent_id"), f.get("status"), f.get("metadata"), m.created, m.parent_id, m.count,
-                          m.size, messages, self.repo.load_session_state(m))
-
-    # ------------------------------------------------------------------------------------------
     # save
 
     def save(self, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
@@ -773,7 +706,7 @@ class CheckpointManager:
                         return None
             v.list_state = ls
             self._saw_view(run_id, v)
-            return self._checkpoint(v.head, msgs)
+            return make_checkpoint(self.repo, v.head, msgs)
 
     def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
         """Return checkpoint ``checkpoint_id`` of ``run_id``.
@@ -819,7 +752,7 @@ class CheckpointManager:
                 callers.set_seen(self, run_id, Seen(m.checkpoint_id, prev.seq if prev else None,
                                                     prev.write_id if prev else None, at_head=False,
                                                     known=prev is not None and prev.known))
-            return self._checkpoint(m, msgs)
+            return make_checkpoint(self.repo, m, msgs)
 
     def head(self, run_id: str) -> CheckpointSummary | None:
         """Return the run's head checkpoint's metadata (its newest live checkpoint, after any
@@ -1144,7 +1077,7 @@ class CheckpointManager:
             v.list_state = ls
             self._saw(run_id, checkpoint_id, rec.seq, rec.write_id)
             v.live = None
-            return self._checkpoint(target, msgs)
+            return make_checkpoint(self.repo, target, msgs)
 
     def _remove_range(self, rk: str, low: int, high: int) -> list:
         """Delete every manifest with low < seq < high (and index records). Returns removed (seq, id)."""
@@ -1460,7 +1393,7 @@ class CheckpointManager:
             msgs, ls = self.repo.load_with_state(m, v.head_segs)
             v.list_state = ls
             self._saw(new_run_id, m.checkpoint_id, seq, m.write_id)
-            return self._checkpoint(m, msgs)
+            return make_checkpoint(self.repo, m, msgs)
 
     # ------------------------------------------------------------------------------------------
     # whole-repository operations
