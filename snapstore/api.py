@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from . import callers
+from . import callers, logscan
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
@@ -35,7 +35,7 @@ from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Man
 from .compaction import FORK_LEVEL, fork_copy, plan_save
 from .format.segs import Seg
 from .repository import ListState, Repository
-from .runlog import list_logsegs, list_positions, read_records, write_logsegs
+from .runlog import write_logsegs
 from .stores import open_store
 from .stores.base import ObjectStore
 
@@ -81,35 +81,6 @@ def _expect(expect_head) -> tuple | None:
                                 f"{type(expect_head).__name__}")
     check_checkpoint_id(expect_head)
     return (expect_head,)
-
-
-def _live_records(seqs, got: dict, state: dict):
-    """Walk log positions ``seqs`` (newest first) with their records ``got``: yield
-    ``(seq, checkpoint Manifest, False)`` for each live checkpoint, and a last ``(seq, record,
-    True)`` at a tombstone. Positions hidden by a rollback record are skipped: ``state["skip"]``
-    (None, or the lowest rollback target seen) carries that over between calls."""
-    for s in seqs:
-        skip = state.get("skip")
-        if skip is not None and s > skip:
-            continue
-        m = got.get(s)
-        if m is None:
-            continue
-        if m.kind == KIND_TOMBSTONE:
-            yield s, m, True
-            return
-        if m.kind == KIND_ROLLBACK:
-            t = int(m.target["seq"])
-            state["skip"] = t if skip is None else min(skip, t)
-            continue
-        yield s, m, False
-
-
-def _carried_segs(newest: Manifest | None) -> list | None:
-    """The segment list a new log record inherits from the run's newest record (None: none)."""
-    if newest is None or newest.kind == KIND_TOMBSTONE:
-        return None
-    return newest.segment_list()
 
 
 class CheckpointManager:
@@ -225,23 +196,6 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------
     # reading the log
 
-    def _resolve(self, rk: str, newest: Manifest | None) -> Manifest | None:
-        """Effective head checkpoint for a newest log record."""
-        if newest is None or newest.kind == KIND_TOMBSTONE:
-            return None
-        if newest.kind == KIND_CHECKPOINT:
-            return newest
-        tseq = int(newest.target["seq"])
-        try:
-            t = self.repo.read_manifest_key(keys.manifest_key(rk, tseq))
-            if t.kind == KIND_CHECKPOINT:
-                return t
-        except ObjectNotFound:
-            pass
-        for s, cid, m in self._scan(rk, below=tseq + 1):
-            return m
-        return None
-
     def _load_view(self, run_id: str) -> _RunView:
         """Read the run's newest record (LIST limit 1 + GET) into a fresh view."""
         rk = self._rk(run_id)
@@ -250,7 +204,7 @@ class CheckpointManager:
         v.head_seq = newest.seq if newest else None
         v.head_write_id = newest.write_id if newest else None
         v.head_segs = newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-        head = self._resolve(rk, newest)
+        head = logscan.resolve(self.repo, rk, newest)
         if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
             v.list_state = None
             v.live = None
@@ -266,56 +220,8 @@ class CheckpointManager:
             v = self._load_view(run_id)
         return v
 
-    def _scan(self, rk: str, below: int | None = None):
-        """Yield ``(seq, checkpoint id, Manifest)`` of live checkpoints, newest first.
-
-        Skips positions hidden by rollback records and stops at a tombstone. GETs manifests in
-        parallel batches as it goes, so the first k results cost about k reads.
-        """
-        seqs = self.repo.manifest_seqs(rk)
-        if below is not None:
-            seqs = [s for s in seqs if s < below]
-        state: dict = {"skip": None}  # positions in (target, rollback) are hidden
-        i = 0
-        batch = 4
-        while i < len(seqs):
-            chunk = [s for s in seqs[i:i + batch]]
-            i += len(chunk)
-            batch = min(batch * 2, 64)
-            todo = [s for s in chunk if state["skip"] is None or s <= state["skip"]]
-            got = self._read_many(rk, todo)
-            for s, m, end in _live_records(chunk, got, state):
-                if end:
-                    return
-                yield s, m.checkpoint_id, m
-
-    def _scan_bulk(self, rk: str):
-        """Like :meth:`_scan`, for the whole log at once: the positions are listed (LIST pages in
-        parallel) beside the run's log segments, then everything is read in one parallel wave
-        (docs/format.md §8a), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
-        few round trips instead of n GETs."""
-        repo = self.repo
-        pool = repo._pool_get()
-        f_segs = pool.submit(list_logsegs, repo, rk)
-        seqs = list_positions(repo, rk)
-        got = read_records(repo, rk, seqs, f_segs.result())
-        for s, m, end in _live_records(seqs, got, {"skip": None}):
-            if end:
-                return
-            yield s, m.checkpoint_id, m
-
     BULK_LIST_MIN = 32
-    """``list(limit=...)`` above this (or no limit) reads the log in bulk (:meth:`_scan_bulk`)."""
-
-    def _read_many(self, rk: str, seqs: list[int]) -> dict[int, Manifest]:
-        def one(s):
-            try:
-                return s, self.repo.read_manifest_key(keys.manifest_key(rk, s))
-            except ObjectNotFound:
-                return s, None
-        if len(seqs) <= 1:
-            return dict(one(s) for s in seqs)
-        return dict(self.repo._pool_get().map(one, seqs))
+    """``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.logscan.scan_bulk`)."""
 
     # save
 
@@ -650,7 +556,7 @@ class CheckpointManager:
 
     def _live(self, rk: str, v: _RunView) -> list:
         if v.live is None:
-            v.live = [(s, c) for s, c, _ in self._scan_bulk(rk)][::-1]
+            v.live = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk)][::-1]
         return v.live
 
     def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
@@ -766,7 +672,7 @@ class CheckpointManager:
         if not self._exists():
             return None
         rk = self._rk(run_id)
-        m = self._resolve(rk, self.repo.head(rk))
+        m = logscan.resolve(self.repo, rk, self.repo.head(rk))
         return None if m is None else CheckpointSummary._from(m)
 
     def summary(self, run_id: str, checkpoint_id: str) -> CheckpointSummary:
@@ -809,9 +715,9 @@ class CheckpointManager:
             return out
         rk = self._rk(run_id)
         if limit is not None and limit <= self.BULK_LIST_MIN:
-            scan = self._scan(rk, below=before_seq)
+            scan = logscan.scan(self.repo, rk, below=before_seq)
         else:
-            scan = (x for x in self._scan_bulk(rk) if before_seq is None or x[0] < before_seq)
+            scan = (x for x in logscan.scan_bulk(self.repo, rk) if before_seq is None or x[0] < before_seq)
         for s, cid, m in scan:
             if metadata:
                 md = m.fields.get("metadata")
@@ -910,7 +816,7 @@ class CheckpointManager:
             if newest is None:
                 return None
             if newest.kind == KIND_ROLLBACK:
-                return None if self._resolve(rk, newest) is None else run_id(rk, newest)
+                return None if logscan.resolve(self.repo, rk, newest) is None else run_id(rk, newest)
             got = None if newest.kind == KIND_TOMBSTONE else run_id(rk, newest)
             if etag:
                 seen[rk] = (key, etag, got)
@@ -1002,7 +908,7 @@ class CheckpointManager:
             return None
 
         def check(newest: Manifest | None) -> None:
-            head = self._resolve(rk, newest)
+            head = logscan.resolve(self.repo, rk, newest)
             hid = head.checkpoint_id if head else None
             if exp is not None:
                 if hid != exp[0]:
@@ -1064,7 +970,7 @@ class CheckpointManager:
             def make(seq, _n):
                 return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                                 created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
-                                segs=_carried_segs(_n))
+                                segs=logscan.carried_segs(_n))
             rec = newest
             if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
                 if check is not None:
@@ -1082,7 +988,7 @@ class CheckpointManager:
     def _remove_range(self, rk: str, low: int, high: int) -> list:
         """Delete every manifest with low < seq < high (and index records). Returns removed (seq, id)."""
         seqs = [s for s in self.repo.manifest_seqs(rk) if low < s < high]
-        got = self._read_many(rk, seqs)
+        got = logscan.read_many(self.repo, rk, seqs)
         entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
         self.repo.delete_checkpoint_objects(rk, entries)
         return entries
@@ -1118,7 +1024,7 @@ class CheckpointManager:
             check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
             if checkpoint_id is None:
                 newest = self.repo.head(rk)
-                if newest is None or self._resolve(rk, newest) is None:
+                if newest is None or logscan.resolve(self.repo, rk, newest) is None:
                     if exp is not None and check is not None:
                         check(newest)
                     raise RunNotFound(f"run {run_id!r} not found")
@@ -1167,7 +1073,7 @@ class CheckpointManager:
             check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
             if exp is not None:
                 check(self.repo.head(rk))
-            doomed = [(s, c) for s, c, _ in self._scan_bulk(rk) if c in wanted]
+            doomed = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk) if c in wanted]
             if doomed:
                 rec = self._delete_checkpoints(run_id, rk, doomed, check)
                 self._views.pop(run_id, None)
@@ -1177,7 +1083,7 @@ class CheckpointManager:
 
     def _saw_record(self, run_id: str, rk: str, rec: Manifest) -> None:
         """The calling context moved the head with record ``rec``: its view is now that head."""
-        head = self._resolve(rk, rec)
+        head = logscan.resolve(self.repo, rk, rec)
         self._saw(run_id, head.checkpoint_id if head else None, rec.seq, rec.write_id)
 
     def _delete_run(self, run_id: str, rk: str, newest: Manifest | None = None) -> Manifest:
@@ -1209,7 +1115,7 @@ class CheckpointManager:
         moved = None
         for _ in range(16):
             newest = self.repo.head(rk)
-            live = [(s, c) for s, c, _ in self._scan(rk)]
+            live = [(s, c) for s, c, _ in logscan.scan(self.repo, rk)]
             if newest is None or not live or live[0][0] not in doomed_seqs:
                 break
             if check is not None:
@@ -1220,7 +1126,7 @@ class CheckpointManager:
                 ts, tc = survivors[0]
                 rec = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                                created=datetime.now(timezone.utc), target={"seq": ts, "id": tc},
-                               segs=_carried_segs(newest))
+                               segs=logscan.carried_segs(newest))
             else:
                 ts = -1
                 rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
@@ -1268,7 +1174,7 @@ class CheckpointManager:
         out = []
         for r in runs:
             rk = self._rk(r)
-            out.extend(plan([CheckpointSummary._from(m) for _, _, m in self._scan(rk)], pol, now))
+            out.extend(plan([CheckpointSummary._from(m) for _, _, m in logscan.scan(self.repo, rk)], pol, now))
         return out
 
     def prune(self, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
@@ -1313,7 +1219,7 @@ class CheckpointManager:
         for r in runs:
             with self._run_lock(r):
                 rk = self._rk(r)
-                live = [m for _, _, m in self._scan(rk)]
+                live = [m for _, _, m in logscan.scan(self.repo, rk)]
                 decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
                 doomed = [m for m, d in zip(live, decisions) if not d.keep]
                 if not doomed:
@@ -1355,7 +1261,7 @@ class CheckpointManager:
         # the source run's newest record lists the segments that hold its checkpoints' entries;
         # the fork gets its own copy of what its first checkpoint needs (one pack), so that it
         # never depends on another run's segments
-        src_segs = _carried_segs(self.repo.head(rk)) or src.segment_list()
+        src_segs = logscan.carried_segs(self.repo.head(rk)) or src.segment_list()
         self.repo.prefetch_segments(src_segs)
         copy = None
         if self.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
@@ -1363,7 +1269,7 @@ class CheckpointManager:
         with self._run_lock(new_run_id):
             nrk = self._rk(new_run_id)
             newest = self.repo.head(nrk)
-            if newest is not None and self._resolve(nrk, newest) is not None:
+            if newest is not None and logscan.resolve(self.repo, nrk, newest) is not None:
                 raise ConflictError(f"run {new_run_id!r} already exists")
             seq = 0 if newest is None else newest.seq + 1
             m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
