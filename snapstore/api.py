@@ -9,7 +9,7 @@ number with a create-only write. If another writer claimed it first, or the head
 this caller saw, ``save`` raises :class:`~snapstore.errors.ConflictError` and writes no manifest;
 ``rollback``, ``delete`` and retention that move the head are conditional the same way, and
 ``expect_head=`` is an explicit compare-and-swap on the head. Sequence numbers are never reused:
-rollback and deletion publish new log records. The manager's per-run :class:`_RunView` (the newest
+rollback and deletion publish new log records. The manager's per-run :class:`~snapstore.views.RunView` (the newest
 head it knows and caches keyed by content) is shared by its callers.
 """
 
@@ -19,10 +19,9 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from . import callers, logscan
+from . import callers, logscan, views
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
@@ -34,10 +33,12 @@ from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, ne
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, check_record_size
 from .compaction import FORK_LEVEL, fork_copy, plan_save
 from .format.segs import Seg
-from .repository import ListState, Repository
+from .repository import Repository
 from .runlog import write_logsegs
 from .stores import open_store
 from .stores.base import ObjectStore
+
+__all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
 
 
 class _PackIdCollision(Exception):
@@ -46,41 +47,6 @@ class _PackIdCollision(Exception):
 
 class _Stale(Exception):
     """A save paused longer than half the GC grace period after writing its pack: build it again."""
-
-
-@dataclass
-class _RunView:
-    """A manager's knowledge of one run, shared by all its callers (what each caller last saw is
-    per calling context: :mod:`snapstore.callers`)."""
-
-    head_seq: int | None = None       # newest log position known (None: run has no records)
-    head_write_id: str | None = None  # write id of that newest record (identifies it across deletions)
-    head_segs: list | None = None     # segment list of that newest record (format 2; [] if none)
-    head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
-    list_state: ListState | None = None  # writer state for ``head``'s message list
-    live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
-    pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded, prepared save) of a save whose outcome is unknown
-    log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
-    loaded: bool = False              # head_seq/head are from a read or our own save
-    confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
-
-
-def _expect(expect_head) -> tuple | None:
-    """Normalise an ``expect_head`` argument: None (no expectation) or ``(checkpoint id | None,)``
-    (None inside: the run must be empty).
-
-    Raises:
-        InvalidInputError / InvalidCheckpointIdError: anything but None, EMPTY_RUN or a checkpoint id.
-    """
-    if expect_head is None:
-        return None
-    if expect_head is EMPTY_RUN:
-        return (None,)
-    if not isinstance(expect_head, str):
-        raise InvalidInputError(f"expect_head must be a checkpoint id (str), EMPTY_RUN or None, got "
-                                f"{type(expect_head).__name__}")
-    check_checkpoint_id(expect_head)
-    return (expect_head,)
 
 
 class CheckpointManager:
@@ -121,7 +87,7 @@ class CheckpointManager:
         self._repo: Repository | None = None
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.RLock] = {}
-        self._views: dict[str, _RunView] = {}
+        self._views: dict[str, views.RunView] = {}
         self.versioned = False
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
             raise InvalidInputError(f"gc_grace_period must be a non-negative number of seconds, got {gc_grace_period!r}")
@@ -196,30 +162,6 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------
     # reading the log
 
-    def _load_view(self, run_id: str) -> _RunView:
-        """Read the run's newest record (LIST limit 1 + GET) into a fresh view."""
-        rk = self._rk(run_id)
-        newest = self.repo.head(rk)
-        v = self._views.get(run_id) or _RunView()
-        v.head_seq = newest.seq if newest else None
-        v.head_write_id = newest.write_id if newest else None
-        v.head_segs = newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-        head = logscan.resolve(self.repo, rk, newest)
-        if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
-            v.list_state = None
-            v.live = None
-        v.head = head
-        v.confirmed_at = self._clock()
-        v.loaded = True
-        self._views[run_id] = v
-        return v
-
-    def _view(self, run_id: str) -> _RunView:
-        v = self._views.get(run_id)
-        if v is None or not v.loaded:
-            v = self._load_view(run_id)
-        return v
-
     BULK_LIST_MIN = 32
     """``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.logscan.scan_bulk`)."""
 
@@ -274,7 +216,7 @@ class CheckpointManager:
         segments of the head to dedup against), as a new manager does.
         """
         check_run_id(run_id)
-        exp = _expect(expect_head)
+        exp = views.expect(expect_head)
         if checkpoint_id is not None:
             check_checkpoint_id(checkpoint_id)
         if parent_id is not None:
@@ -322,7 +264,7 @@ class CheckpointManager:
                             f"run {run_id!r} changed: another writer saved, rolled back or deleted checkpoints "
                             "after the head this save continues (its log position is taken); call latest() and "
                             "retry, or fork() the run") from None
-                    self._load_view(run_id)
+                    views.load_view(self, run_id)
                     cached = False
         raise ConflictError(f"run {run_id!r}: gave up saving after {self.SAVE_ATTEMPTS} attempts (each was built "
                             "again because its pack id was taken or it paused longer than half the GC grace period)")
@@ -337,39 +279,15 @@ class CheckpointManager:
     and the save publishes anyway, with a RuntimeWarning (a GC with that grace period must not run
     beside this writer)."""
 
-    def _conflict_if_moved(self, run_id: str, v: "_RunView", exp: tuple | None, seen: Seen | None) -> None:
-        """Raise ConflictError unless the head in ``v`` is what ``exp`` (an explicit expected head) or,
-        without one, ``seen`` (the calling context's view; None: no view, nothing to check) says."""
-        head_id = v.head.checkpoint_id if v.head else None
-        if exp is not None:
-            if head_id != exp[0]:
-                want = "no checkpoint (EMPTY_RUN)" if exp[0] is None else repr(exp[0])
-                raise ConflictError(f"run {run_id!r}: expected head {want} but the head is {head_id!r}; "
-                                    "read the head again and retry")
-        elif seen is not None and not seen.matches(head_id, v.head_seq, v.head_write_id):
-            why = ("it read that checkpoint by id" if not seen.at_head else
-                   "another writer saved, rolled back or deleted since")
-            raise ConflictError(
-                f"run {run_id!r}: this caller last saw checkpoint {seen.checkpoint_id!r} but the head is {head_id!r} "
-                f"({why}); call latest() to continue from the head, or pass parent_id= to branch")
-
-    def _saw(self, run_id: str, checkpoint_id: str | None, seq: int | None, write_id: str | None) -> None:
-        """Record in the calling context that it saw ``checkpoint_id`` as the head at log record
-        ``(seq, write_id)``."""
-        callers.set_seen(self, run_id, Seen(checkpoint_id, seq, write_id))
-
-    def _saw_view(self, run_id: str, v: "_RunView") -> None:
-        self._saw(run_id, v.head.checkpoint_id if v.head else None, v.head_seq, v.head_write_id)
-
     def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id, exp=None,
                    seen=None, late_ok=False) -> str:
         t_start = self._clock()
         repo = self.repo
         rk = repo.run_key(run_id)
-        v = self._view(run_id)
+        v = views.view(self, run_id)
         if exp is not None and (v.head.checkpoint_id if v.head else None) != exp[0]:
-            v = self._load_view(run_id)  # the cached head may be older than the caller's knowledge
-        self._conflict_if_moved(run_id, v, exp, seen if parent_id is None else None)
+            v = views.load_view(self, run_id)  # the cached head may be older than the caller's knowledge
+        views.conflict_if_moved(run_id, v, exp, seen if parent_id is None else None)
         if parent_id is not None:
             if v.head is not None and v.head.checkpoint_id == parent_id:
                 pm = v.head
@@ -507,7 +425,7 @@ class CheckpointManager:
             except SnapstoreError:
                 pass
         v.confirmed_at = self._clock()
-        self._saw(run_id, m.checkpoint_id, seq, m.write_id)
+        views.saw(self, run_id, m.checkpoint_id, seq, m.write_id)
         v.list_state = prep.state
         if v.live is not None:
             v.live.append((seq, m.checkpoint_id))
@@ -522,7 +440,7 @@ class CheckpointManager:
     LOG_CACHE = 256
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
-    def _after_publish(self, rk: str, v: "_RunView | None", seq: int, data: bytes) -> None:
+    def _after_publish(self, rk: str, v: "views.RunView | None", seq: int, data: bytes) -> None:
         """Remember a record just published and write the log segments that end at it (format 2,
         docs/format.md §8a; best effort, a failure costs listing speed only)."""
         cache = None
@@ -554,12 +472,12 @@ class CheckpointManager:
             if repo.store.get(pkey) != data:
                 raise _PackIdCollision(pkey) from None
 
-    def _live(self, rk: str, v: _RunView) -> list:
+    def _live(self, rk: str, v: views.RunView) -> list:
         if v.live is None:
             v.live = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk)][::-1]
         return v.live
 
-    def _enforce_max(self, run_id: str, rk: str, v: _RunView) -> None:
+    def _enforce_max(self, run_id: str, rk: str, v: views.RunView) -> None:
         """Delete the oldest checkpoints beyond ``max_checkpoints`` (best effort: the save already
         succeeded; a failure here leaves extra checkpoints for the next save or prune).
 
@@ -590,12 +508,12 @@ class CheckpointManager:
         with self._run_lock(run_id):
             if not self._exists():
                 # nothing there yet: remember that this manager saw the run empty
-                self._views[run_id] = _RunView(head_seq=None, head=None, loaded=True, confirmed_at=self._clock())
-                self._saw(run_id, None, None, None)
+                self._views[run_id] = views.RunView(head_seq=None, head=None, loaded=True, confirmed_at=self._clock())
+                views.saw(self, run_id, None, None, None)
                 return None
-            v = self._load_view(run_id)
+            v = views.load_view(self, run_id)
             if v.head is None:
-                self._saw_view(run_id, v)
+                views.saw_view(self, run_id, v)
                 return None
             for attempt in range(self.READ_RETRIES):
                 try:
@@ -606,12 +524,12 @@ class CheckpointManager:
                     # deleted them: read the newest record again (a busy writer may do it again)
                     if attempt == self.READ_RETRIES - 1:
                         raise
-                    v = self._load_view(run_id)
+                    v = views.load_view(self, run_id)
                     if v.head is None:
-                        self._saw_view(run_id, v)
+                        views.saw_view(self, run_id, v)
                         return None
             v.list_state = ls
-            self._saw_view(run_id, v)
+            views.saw_view(self, run_id, v)
             return make_checkpoint(self.repo, v.head, msgs)
 
     def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
@@ -630,7 +548,7 @@ class CheckpointManager:
             f_view = None
             v = self._views.get(run_id)
             if v is None or not v.loaded:
-                f_view = self.repo._pool_get().submit(self._load_view, run_id)
+                f_view = self.repo._pool_get().submit(views.load_view, self, run_id)
             try:
                 m = self.repo.find_checkpoint(rk, checkpoint_id)
             except CheckpointNotFound:
@@ -647,11 +565,11 @@ class CheckpointManager:
                 except NotFoundError:
                     if attempt == self.READ_RETRIES - 1:
                         raise
-                    segs = self._load_view(run_id).head_segs or None
+                    segs = views.load_view(self, run_id).head_segs or None
             v = self._views.get(run_id)
             if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
                 v.list_state = ls
-                self._saw_view(run_id, v)  # the caller read the head: it may continue from it
+                views.saw_view(self, run_id, v)  # the caller read the head: it may continue from it
             else:
                 # an older checkpoint: a save needs parent_id=; what the caller saw of the head stays
                 prev = callers.seen(self, run_id)
@@ -899,29 +817,6 @@ class CheckpointManager:
                 continue
         raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
 
-    def _head_check(self, run_id: str, rk: str, exp: tuple | None, seen: Seen | None, what: str):
-        """A check of the run's newest record against the caller's expectation, for operations that
-        move the head: ``check(newest)`` raises ConflictError unless the head ``newest`` resolves to
-        is ``exp`` (explicit ``expect_head``) or, without one, what ``seen`` (the calling context's
-        view) recorded. None when there is nothing to check (no expectation, no view)."""
-        if exp is None and (seen is None or not seen.known):
-            return None
-
-        def check(newest: Manifest | None) -> None:
-            head = logscan.resolve(self.repo, rk, newest)
-            hid = head.checkpoint_id if head else None
-            if exp is not None:
-                if hid != exp[0]:
-                    want = "no checkpoint (EMPTY_RUN)" if exp[0] is None else repr(exp[0])
-                    raise ConflictError(f"run {run_id!r}: {what} expected head {want} but the head is {hid!r}; "
-                                        "read the head again and retry")
-            elif not seen.same_record(newest.seq if newest else None, newest.write_id if newest else None):
-                raise ConflictError(
-                    f"run {run_id!r}: {what} refused: this caller last saw checkpoint {seen.checkpoint_id!r} but the "
-                    f"head is {hid!r} (another writer saved, rolled back or deleted since); call latest() and decide "
-                    "again")
-        return check
-
     def _publish_record(self, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str) -> Manifest:
         """Publish a rollback/tombstone record ``m`` at exactly the position after ``newest`` (the
         head a conditional operation checked). Raises ConflictError if the run moved meanwhile."""
@@ -951,12 +846,12 @@ class CheckpointManager:
                 moved while rolling back; nothing was changed.
         """
         check_checkpoint_id(checkpoint_id)
-        exp = _expect(expect_head)
+        exp = views.expect(expect_head)
         with self._run_lock(run_id):
             if not self._exists():
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
-            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "rollback")
+            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "rollback")
             newest = self.repo.head(rk)
             if check is not None:
                 check(newest)
@@ -978,10 +873,10 @@ class CheckpointManager:
                 else:
                     rec = self._append_record(run_id, rk, make)
                 self._remove_range(rk, target.seq, rec.seq)
-            v = self._load_view(run_id)
+            v = views.load_view(self, run_id)
             msgs, ls = self.repo.load_with_state(target, v.head_segs)
             v.list_state = ls
-            self._saw(run_id, checkpoint_id, rec.seq, rec.write_id)
+            views.saw(self, run_id, checkpoint_id, rec.seq, rec.write_id)
             v.live = None
             return make_checkpoint(self.repo, target, msgs)
 
@@ -1012,7 +907,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted.
         """
-        exp = _expect(expect_head)
+        exp = views.expect(expect_head)
         with self._run_lock(run_id):
             if checkpoint_id is not None:
                 check_checkpoint_id(checkpoint_id)
@@ -1021,7 +916,7 @@ class CheckpointManager:
                     raise RunNotFound(f"run {run_id!r} not found")
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
             rk = self._rk(run_id)
-            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
+            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "delete")
             if checkpoint_id is None:
                 newest = self.repo.head(rk)
                 if newest is None or logscan.resolve(self.repo, rk, newest) is None:
@@ -1032,7 +927,7 @@ class CheckpointManager:
                     check(newest)
                 tomb = self._delete_run(run_id, rk, newest if check is not None else None)
                 self._views.pop(run_id, None)
-                self._saw(run_id, None, tomb.seq, tomb.write_id)
+                views.saw(self, run_id, None, tomb.seq, tomb.write_id)
             else:
                 check_checkpoint_id(checkpoint_id)
                 if exp is not None:
@@ -1044,7 +939,7 @@ class CheckpointManager:
                 rec = self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)], check)
                 self._views.pop(run_id, None)
                 if rec is not None:
-                    self._saw_record(run_id, rk, rec)
+                    views.saw_record(self, run_id, rk, rec)
 
     def delete_many(self, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
         """Delete several checkpoints of one run at once (one scan of the run's log).
@@ -1064,13 +959,13 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted then.
         """
-        exp = _expect(expect_head)
+        exp = views.expect(expect_head)
         wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
         with self._run_lock(run_id):
             if not wanted or not self._exists():
                 return []
             rk = self._rk(run_id)
-            check = self._head_check(run_id, rk, exp, callers.seen(self, run_id), "delete")
+            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "delete")
             if exp is not None:
                 check(self.repo.head(rk))
             doomed = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk) if c in wanted]
@@ -1078,13 +973,8 @@ class CheckpointManager:
                 rec = self._delete_checkpoints(run_id, rk, doomed, check)
                 self._views.pop(run_id, None)
                 if rec is not None:
-                    self._saw_record(run_id, rk, rec)
+                    views.saw_record(self, run_id, rk, rec)
             return [c for _, c in doomed]
-
-    def _saw_record(self, run_id: str, rk: str, rec: Manifest) -> None:
-        """The calling context moved the head with record ``rec``: its view is now that head."""
-        head = logscan.resolve(self.repo, rk, rec)
-        self._saw(run_id, head.checkpoint_id if head else None, rec.seq, rec.write_id)
 
     def _delete_run(self, run_id: str, rk: str, newest: Manifest | None = None) -> Manifest:
         """Publish a tombstone (at exactly the position after ``newest`` when given: conditional;
@@ -1105,7 +995,7 @@ class CheckpointManager:
 
         The record that moves the head is published at exactly the position after the head the
         decision was based on, so a checkpoint saved concurrently is never hidden by it. With
-        ``check`` (see :meth:`_head_check`) the head must pass it before it is moved, and a run
+        ``check`` (see :func:`snapstore.views.head_check`) the head must pass it before it is moved, and a run
         that moves meanwhile raises ConflictError; without, the decision is made again.
 
         Returns:
@@ -1226,11 +1116,11 @@ class CheckpointManager:
                     continue
                 if not dry_run:
                     # deleting the head is conditional on the caller's view of the run (if any)
-                    check = self._head_check(r, rk, None, callers.seen(self, r), "prune")
+                    check = views.head_check(self, r, rk, None, callers.seen(self, r), "prune")
                     rec = self._delete_checkpoints(r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
                     self._views.pop(r, None)
                     if rec is not None and check is not None:
-                        self._saw_record(r, rk, rec)
+                        views.saw_record(self, r, rk, rec)
                 gone.extend(CheckpointSummary._from(m) for m in doomed)
         return gone
 
@@ -1295,10 +1185,10 @@ class CheckpointManager:
                 raise ConflictError(f"run {new_run_id!r} changed while forking") from None
             self._after_publish(nrk, None, seq, data)
             self._views.pop(new_run_id, None)
-            v = self._load_view(new_run_id)
+            v = views.load_view(self, new_run_id)
             msgs, ls = self.repo.load_with_state(m, v.head_segs)
             v.list_state = ls
-            self._saw(new_run_id, m.checkpoint_id, seq, m.write_id)
+            views.saw(self, new_run_id, m.checkpoint_id, seq, m.write_id)
             return make_checkpoint(self.repo, m, msgs)
 
     # ------------------------------------------------------------------------------------------
