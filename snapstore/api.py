@@ -21,7 +21,7 @@ import time
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, views
+from . import callers, logscan, publish, views
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
@@ -34,7 +34,6 @@ from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Man
 from .compaction import FORK_LEVEL, fork_copy, plan_save
 from .format.segs import Seg
 from .repository import Repository
-from .runlog import write_logsegs
 from .stores import open_store
 from .stores.base import ObjectStore
 
@@ -415,7 +414,7 @@ class CheckpointManager:
         v.head_write_id = m.write_id
         v.head_segs = m.segs
         v.head = m
-        self._after_publish(rk, v, seq, data)
+        publish.after_publish(self, rk, v, seq, data)
         if superseded:
             # the packs merged into the tier pack: the new record's segments hold their entries
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
@@ -433,30 +432,12 @@ class CheckpointManager:
             self._enforce_max(run_id, rk, v)
         return m.checkpoint_id
 
+    LOG_CACHE = publish.LOG_CACHE
+    """Recent log records (their bytes) a manager keeps per run to write log segments."""
+
     READ_RETRIES = 5
     """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
     meanwhile) re-read the run's newest record and try again, at most this many times in all."""
-
-    LOG_CACHE = 256
-    """Recent log records (their bytes) a manager keeps per run to write log segments."""
-
-    def _after_publish(self, rk: str, v: "views.RunView | None", seq: int, data: bytes) -> None:
-        """Remember a record just published and write the log segments that end at it (format 2,
-        docs/format.md §8a; best effort, a failure costs listing speed only)."""
-        cache = None
-        if v is not None:
-            if v.log_cache is None:
-                v.log_cache = {}
-            cache = v.log_cache
-            cache[seq] = data
-            if len(cache) > self.LOG_CACHE:
-                for s in sorted(cache)[:len(cache) - self.LOG_CACHE]:
-                    del cache[s]
-        if (seq + 1) % 16 == 0:
-            try:
-                write_logsegs(self.repo, rk, seq, cache or {seq: data})
-            except SnapstoreError:
-                pass
 
     @staticmethod
     def _put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:
@@ -803,31 +784,6 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------
     # log changes
 
-    def _append_record(self, run_id: str, rk: str, make) -> Manifest:
-        """Publish a rollback/tombstone record at the next free position (fresh head; retries)."""
-        for _ in range(16):
-            newest = self.repo.head(rk)
-            seq = 0 if newest is None else newest.seq + 1
-            m = make(seq, newest)
-            try:
-                data = self.repo.publish(rk, m)
-                self._after_publish(rk, self._views.get(m.run_id), seq, data)
-                return m
-            except PreconditionFailed:
-                continue
-        raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
-
-    def _publish_record(self, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str) -> Manifest:
-        """Publish a rollback/tombstone record ``m`` at exactly the position after ``newest`` (the
-        head a conditional operation checked). Raises ConflictError if the run moved meanwhile."""
-        try:
-            data = self.repo.publish(rk, m)
-        except PreconditionFailed:
-            raise ConflictError(f"run {run_id!r} changed while checking it for {what} (another writer saved, "
-                                "rolled back or deleted); read the head again and retry") from None
-        self._after_publish(rk, self._views.get(run_id), m.seq, data)
-        return m
-
     def rollback(self, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
         """Make ``checkpoint_id`` the run's head again; later checkpoints are deleted.
 
@@ -869,9 +825,9 @@ class CheckpointManager:
             rec = newest
             if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
                 if check is not None:
-                    rec = self._publish_record(run_id, rk, newest, make(newest.seq + 1, newest), "rollback")
+                    rec = publish.publish_record(self, run_id, rk, newest, make(newest.seq + 1, newest), "rollback")
                 else:
-                    rec = self._append_record(run_id, rk, make)
+                    rec = publish.append_record(self, run_id, rk, make)
                 self._remove_range(rk, target.seq, rec.seq)
             v = views.load_view(self, run_id)
             msgs, ls = self.repo.load_with_state(target, v.head_segs)
@@ -983,9 +939,9 @@ class CheckpointManager:
             return Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
                             created=datetime.now(timezone.utc))
         if newest is not None:
-            tomb = self._publish_record(run_id, rk, newest, make(newest.seq + 1, newest), "delete")
+            tomb = publish.publish_record(self, run_id, rk, newest, make(newest.seq + 1, newest), "delete")
         else:
-            tomb = self._append_record(run_id, rk, make)
+            tomb = publish.append_record(self, run_id, rk, make)
         self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
         self.repo.store.delete_many(keys.manifest_key(rk, s) for s in self.repo.manifest_seqs(rk) if s < tomb.seq)
         return tomb
@@ -1028,7 +984,7 @@ class CheckpointManager:
                     raise ConflictError(f"run {run_id!r} changed while deleting its head checkpoint; read the "
                                         "head again and retry") from None
                 continue  # the run moved on: decide again
-            self._after_publish(rk, None, rec.seq, data)
+            publish.after_publish(self, rk, None, rec.seq, data)
             moved = rec
             # everything between the new head and the record is now hidden: remove it (incl. doomed)
             done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
@@ -1183,7 +1139,7 @@ class CheckpointManager:
                     except SnapstoreError:
                         pass  # left for GC
                 raise ConflictError(f"run {new_run_id!r} changed while forking") from None
-            self._after_publish(nrk, None, seq, data)
+            publish.after_publish(self, nrk, None, seq, data)
             self._views.pop(new_run_id, None)
             v = views.load_view(self, new_run_id)
             msgs, ls = self.repo.load_with_state(m, v.head_segs)
