@@ -21,11 +21,11 @@ import time
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, views
+from . import callers, logscan, publish, records, views
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
-                     RepositoryNotFound, RunNotFound, SnapstoreError)
+                     RepositoryNotFound, SnapstoreError)
 from .format import keys
 from .format.codec import validate
 from .format.fields import validate_fields
@@ -801,48 +801,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while rolling back; nothing was changed.
         """
-        check_checkpoint_id(checkpoint_id)
-        exp = views.expect(expect_head)
-        with self._run_lock(run_id):
-            if not self._exists():
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-            rk = self._rk(run_id)
-            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "rollback")
-            newest = self.repo.head(rk)
-            if check is not None:
-                check(newest)
-            try:
-                target = self.repo.find_checkpoint(rk, checkpoint_id)
-            except CheckpointNotFound:
-                if check is not None:
-                    check(self.repo.head(rk))  # gone because the run moved: that is the conflict
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-
-            def make(seq, _n):
-                return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                                created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
-                                segs=logscan.carried_segs(_n))
-            rec = newest
-            if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
-                if check is not None:
-                    rec = publish.publish_record(self, run_id, rk, newest, make(newest.seq + 1, newest), "rollback")
-                else:
-                    rec = publish.append_record(self, run_id, rk, make)
-                self._remove_range(rk, target.seq, rec.seq)
-            v = views.load_view(self, run_id)
-            msgs, ls = self.repo.load_with_state(target, v.head_segs)
-            v.list_state = ls
-            views.saw(self, run_id, checkpoint_id, rec.seq, rec.write_id)
-            v.live = None
-            return make_checkpoint(self.repo, target, msgs)
-
-    def _remove_range(self, rk: str, low: int, high: int) -> list:
-        """Delete every manifest with low < seq < high (and index records). Returns removed (seq, id)."""
-        seqs = [s for s in self.repo.manifest_seqs(rk) if low < s < high]
-        got = logscan.read_many(self.repo, rk, seqs)
-        entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
-        self.repo.delete_checkpoint_objects(rk, entries)
-        return entries
+        return records.rollback(self, run_id, checkpoint_id, expect_head=expect_head)
 
     def delete(self, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
         """Delete one checkpoint, or (``checkpoint_id=None``) the whole run.
@@ -863,39 +822,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted.
         """
-        exp = views.expect(expect_head)
-        with self._run_lock(run_id):
-            if checkpoint_id is not None:
-                check_checkpoint_id(checkpoint_id)
-            if not self._exists():
-                if checkpoint_id is None:
-                    raise RunNotFound(f"run {run_id!r} not found")
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-            rk = self._rk(run_id)
-            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "delete")
-            if checkpoint_id is None:
-                newest = self.repo.head(rk)
-                if newest is None or logscan.resolve(self.repo, rk, newest) is None:
-                    if exp is not None and check is not None:
-                        check(newest)
-                    raise RunNotFound(f"run {run_id!r} not found")
-                if check is not None:
-                    check(newest)
-                tomb = self._delete_run(run_id, rk, newest if check is not None else None)
-                self._views.pop(run_id, None)
-                views.saw(self, run_id, None, tomb.seq, tomb.write_id)
-            else:
-                check_checkpoint_id(checkpoint_id)
-                if exp is not None:
-                    check(self.repo.head(rk))  # explicit compare-and-swap: whatever is deleted
-                try:
-                    m = self.repo.find_checkpoint(rk, checkpoint_id)
-                except CheckpointNotFound:
-                    raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-                rec = self._delete_checkpoints(run_id, rk, [(m.seq, checkpoint_id)], check)
-                self._views.pop(run_id, None)
-                if rec is not None:
-                    views.saw_record(self, run_id, rk, rec)
+        return records.delete(self, run_id, checkpoint_id, expect_head=expect_head)
 
     def delete_many(self, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
         """Delete several checkpoints of one run at once (one scan of the run's log).
@@ -915,87 +842,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted then.
         """
-        exp = views.expect(expect_head)
-        wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
-        with self._run_lock(run_id):
-            if not wanted or not self._exists():
-                return []
-            rk = self._rk(run_id)
-            check = views.head_check(self, run_id, rk, exp, callers.seen(self, run_id), "delete")
-            if exp is not None:
-                check(self.repo.head(rk))
-            doomed = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk) if c in wanted]
-            if doomed:
-                rec = self._delete_checkpoints(run_id, rk, doomed, check)
-                self._views.pop(run_id, None)
-                if rec is not None:
-                    views.saw_record(self, run_id, rk, rec)
-            return [c for _, c in doomed]
-
-    def _delete_run(self, run_id: str, rk: str, newest: Manifest | None = None) -> Manifest:
-        """Publish a tombstone (at exactly the position after ``newest`` when given: conditional;
-        else at the next free one), then remove the run's older records. Returns the tombstone."""
-        def make(seq, _n):
-            return Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
-                            created=datetime.now(timezone.utc))
-        if newest is not None:
-            tomb = publish.publish_record(self, run_id, rk, newest, make(newest.seq + 1, newest), "delete")
-        else:
-            tomb = publish.append_record(self, run_id, rk, make)
-        self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
-        self.repo.store.delete_many(keys.manifest_key(rk, s) for s in self.repo.manifest_seqs(rk) if s < tomb.seq)
-        return tomb
-
-    def _delete_checkpoints(self, run_id: str, rk: str, doomed: list, check=None) -> Manifest | None:
-        """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
-
-        The record that moves the head is published at exactly the position after the head the
-        decision was based on, so a checkpoint saved concurrently is never hidden by it. With
-        ``check`` (see :func:`snapstore.views.head_check`) the head must pass it before it is moved, and a run
-        that moves meanwhile raises ConflictError; without, the decision is made again.
-
-        Returns:
-            The record that moved the head, or None if the head did not move.
-        """
-        doomed_seqs = {s for s, _ in doomed}
-        moved = None
-        for _ in range(16):
-            newest = self.repo.head(rk)
-            live = [(s, c) for s, c, _ in logscan.scan(self.repo, rk)]
-            if newest is None or not live or live[0][0] not in doomed_seqs:
-                break
-            if check is not None:
-                check(newest)
-            survivors = [(s, c) for s, c in live if s not in doomed_seqs]
-            seq = newest.seq + 1
-            if survivors:
-                ts, tc = survivors[0]
-                rec = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
-                               created=datetime.now(timezone.utc), target={"seq": ts, "id": tc},
-                               segs=logscan.carried_segs(newest))
-            else:
-                ts = -1
-                rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
-                               created=datetime.now(timezone.utc))
-            try:
-                data = self.repo.publish(rk, rec)
-            except PreconditionFailed:
-                if check is not None:
-                    raise ConflictError(f"run {run_id!r} changed while deleting its head checkpoint; read the "
-                                        "head again and retry") from None
-                continue  # the run moved on: decide again
-            publish.after_publish(self, rk, None, rec.seq, data)
-            moved = rec
-            # everything between the new head and the record is now hidden: remove it (incl. doomed)
-            done = {s for s, _ in self._remove_range(rk, ts, rec.seq)}
-            if not survivors:
-                self.repo.store.delete_many(i.key for i in self.repo.store.list(keys.index_prefix(rk)))
-            doomed = [(s, c) for s, c in doomed if s not in done]
-            break
-        else:
-            raise ConflictError(f"run {run_id!r} is changing too fast; gave up deleting")
-        self.repo.delete_checkpoint_objects(rk, doomed)
-        return moved
+        return records.delete_many(self, run_id, checkpoint_ids, expect_head=expect_head)
 
     def retention_plan(self, run_id: str | None = None, **policy) -> list:
         """Decide, without deleting, which live checkpoints a retention policy keeps and why.
@@ -1073,7 +920,7 @@ class CheckpointManager:
                 if not dry_run:
                     # deleting the head is conditional on the caller's view of the run (if any)
                     check = views.head_check(self, r, rk, None, callers.seen(self, r), "prune")
-                    rec = self._delete_checkpoints(r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
+                    rec = records.delete_checkpoints(self, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
                     self._views.pop(r, None)
                     if rec is not None and check is not None:
                         views.saw_record(self, r, rk, rec)
