@@ -21,7 +21,7 @@ import time
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, records, views
+from . import callers, logscan, publish, records, retention, views
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
@@ -429,7 +429,7 @@ class CheckpointManager:
         if v.live is not None:
             v.live.append((seq, m.checkpoint_id))
         if self.max_checkpoints is not None:
-            self._enforce_max(run_id, rk, v)
+            retention.enforce_max(self, run_id, rk, v)
         return m.checkpoint_id
 
     LOG_CACHE = publish.LOG_CACHE
@@ -452,31 +452,6 @@ class CheckpointManager:
         except PreconditionFailed:
             if repo.store.get(pkey) != data:
                 raise _PackIdCollision(pkey) from None
-
-    def _live(self, rk: str, v: views.RunView) -> list:
-        if v.live is None:
-            v.live = [(s, c) for s, c, _ in logscan.scan_bulk(self.repo, rk)][::-1]
-        return v.live
-
-    def _enforce_max(self, run_id: str, rk: str, v: views.RunView) -> None:
-        """Delete the oldest checkpoints beyond ``max_checkpoints`` (best effort: the save already
-        succeeded; a failure here leaves extra checkpoints for the next save or prune).
-
-        Conditional on the save just made: only while the run's newest live checkpoint is that
-        save (``v.head``); if another writer moved the head meanwhile (a rollback may be making an
-        old checkpoint the head again), nothing is deleted and the next save or prune decides."""
-        try:
-            if len(self._live(rk, v)) <= self.max_checkpoints:
-                return
-            v.live = None  # another manager may have deleted some: count afresh before deleting
-            live = self._live(rk, v)
-            excess = len(live) - self.max_checkpoints
-            if excess > 0 and v.head is not None and live[-1] == (v.head.seq, v.head.checkpoint_id):
-                self.repo.delete_checkpoint_objects(rk, live[:excess])
-                del live[:excess]
-        except SnapstoreError as e:
-            v.live = None
-            warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=4)
 
     # ------------------------------------------------------------------------------------------
     # read
@@ -858,17 +833,7 @@ class CheckpointManager:
         Raises:
             InvalidInputError: no rule or a bad value.
         """
-        from .retention import Policy, plan
-        pol = Policy.make(**policy)
-        now = datetime.now(timezone.utc)
-        if not self._exists():
-            return []
-        runs = [run_id] if run_id is not None else self.runs()
-        out = []
-        for r in runs:
-            rk = self._rk(r)
-            out.extend(plan([CheckpointSummary._from(m) for _, _, m in logscan.scan(self.repo, rk)], pol, now))
-        return out
+        return retention.retention_plan(self, run_id, **policy)
 
     def prune(self, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
               keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
@@ -899,33 +864,9 @@ class CheckpointManager:
             InvalidInputError: no rule given, or a bad value.
             ConflictError: a run's head moved since this caller saw it (see above).
         """
-        policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
-                      keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
-                      keep_yearly=keep_yearly)
-        from .retention import Policy, plan
-        pol = Policy.make(**policy)
-        now = datetime.now(timezone.utc)
-        if not self._exists():
-            return []
-        runs = [run_id] if run_id is not None else self.runs()
-        gone: list[CheckpointSummary] = []
-        for r in runs:
-            with self._run_lock(r):
-                rk = self._rk(r)
-                live = [m for _, _, m in logscan.scan(self.repo, rk)]
-                decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
-                doomed = [m for m, d in zip(live, decisions) if not d.keep]
-                if not doomed:
-                    continue
-                if not dry_run:
-                    # deleting the head is conditional on the caller's view of the run (if any)
-                    check = views.head_check(self, r, rk, None, callers.seen(self, r), "prune")
-                    rec = records.delete_checkpoints(self, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
-                    self._views.pop(r, None)
-                    if rec is not None and check is not None:
-                        views.saw_record(self, r, rk, rec)
-                gone.extend(CheckpointSummary._from(m) for m in doomed)
-        return gone
+        return retention.prune(self, older_than, keep_last, run_id, keep_within=keep_within,
+                               keep_hourly=keep_hourly, keep_daily=keep_daily, keep_weekly=keep_weekly,
+                               keep_monthly=keep_monthly, keep_yearly=keep_yearly, dry_run=dry_run)
 
     def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
         """Start run ``new_run_id`` at checkpoint ``checkpoint_id`` of ``run_id``.

@@ -2,19 +2,20 @@
 ``CheckpointManager.prune`` (per run, repository-wide, dry run), ``retention_plan`` reasons and
 ``max_checkpoints``.
 
-Manager tests control checkpoint creation times by replacing ``datetime`` in ``snapstore.api``
-(checkpoints' ``created`` and prune's "now" both come from it)."""
+Manager tests control checkpoint creation times by replacing ``datetime`` in the modules behind
+``snapstore.api`` (:data:`CLOCK_MODULES`: checkpoints' ``created`` and prune's "now" come from them)."""
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-import snapstore.api
+import snapstore.api  # noqa: F401  (imports every module in CLOCK_MODULES)
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, InvalidInputError
 from snapstore.retention import BUCKETS, Policy, parse_duration, plan
@@ -188,6 +189,11 @@ def test_policy_validation_and_durations():
 # the manager: prune, retention_plan, max_checkpoints
 
 
+CLOCK_MODULES = ("api", "saving", "records", "retention", "forking")
+"""The modules under ``snapstore`` that stamp records with ``datetime.now`` for the manager (those
+not split out of ``snapstore.api`` yet are skipped)."""
+
+
 class FakeDatetime(datetime):
     """``datetime`` whose ``now()`` is controlled by the test."""
 
@@ -201,7 +207,10 @@ class FakeDatetime(datetime):
 
 @pytest.fixture
 def clock(monkeypatch):
-    monkeypatch.setattr(snapstore.api, "datetime", FakeDatetime)
+    for name in CLOCK_MODULES:
+        mod = sys.modules.get("snapstore." + name)
+        if mod is not None and getattr(mod, "datetime", None) is datetime:
+            monkeypatch.setattr(mod, "datetime", FakeDatetime)
     FakeDatetime.current = T0
 
     class Ctl:
