@@ -21,31 +21,21 @@ import time
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, records, retention, views
+from . import callers, logscan, publish, records, retention, saving, views
 from .callers import Seen
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, SnapstoreError)
 from .format import keys
-from .format.codec import validate
-from .format.fields import validate_fields
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, check_record_size
-from .compaction import FORK_LEVEL, fork_copy, plan_save
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .compaction import FORK_LEVEL, fork_copy
 from .format.segs import Seg
 from .repository import Repository
 from .stores import open_store
 from .stores.base import ObjectStore
 
 __all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
-
-
-class _PackIdCollision(Exception):
-    """A new pack's random id is taken by a different pack (vanishingly rare): pick another."""
-
-
-class _Stale(Exception):
-    """A save paused longer than half the GC grace period after writing its pack: build it again."""
 
 
 class CheckpointManager:
@@ -214,223 +204,18 @@ class CheckpointManager:
         context read or saved it); otherwise it reads the head first (1 LIST + 1 GET, plus the
         segments of the head to dedup against), as a new manager does.
         """
-        check_run_id(run_id)
-        exp = views.expect(expect_head)
-        if checkpoint_id is not None:
-            check_checkpoint_id(checkpoint_id)
-        if parent_id is not None:
-            check_checkpoint_id(parent_id)
-        if not isinstance(messages, (list, tuple)):
-            raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
-        validate_fields(step=step, token_usage=token_usage, metrics=metrics, status=status)
-        fields = {"step": step, "token_usage": token_usage, "metrics": metrics, "agent_id": agent_id,
-                  "status": status, "metadata": metadata}
-        for k, v in fields.items():
-            validate(v, k)
-        check_record_size(fields)
-        if self._repo is None:
-            # the first write into an empty location must not create the repository for bad input
-            try:
-                self._open(False)
-            except RepositoryNotFound:
-                for i, msg in enumerate(messages):
-                    validate(msg, f"messages[{i}]")
-                validate(session_state, "session_state")
-        with self._run_lock(run_id):
-            seen = callers.seen(self, run_id)
-            v0 = self._views.get(run_id)
-            cached = v0 is not None and v0.loaded  # built on a head this manager knew before the call
-            stale = 0
-            for attempt in range(self.SAVE_ATTEMPTS):
-                try:
-                    return self._save_once(run_id, messages, fields, session_state, checkpoint_id, parent_id,
-                                           exp, seen, late_ok=stale >= self.STALE_REBUILDS)
-                except _Stale:
-                    stale += 1
-                    continue  # build again with a new pack (fresh view if the run changed)
-                except _PackIdCollision:
-                    v = self._views.get(run_id)
-                    if v is not None:
-                        v.pending = None  # that pack id belongs to another pack: no attempt of ours used it
-                    continue  # build again (new pack id)
-                except PreconditionFailed:
-                    # the run moved after the head this save was built on. A save with an explicit
-                    # parent or expected head decides again on the new head; a caller without a
-                    # view of the run continues from it if the head it used was this manager's
-                    # cached one (a new manager would have read the newer head)
-                    if (parent_id is None and exp is None and not cached) or attempt == self.SAVE_ATTEMPTS - 1:
-                        raise ConflictError(
-                            f"run {run_id!r} changed: another writer saved, rolled back or deleted checkpoints "
-                            "after the head this save continues (its log position is taken); call latest() and "
-                            "retry, or fork() the run") from None
-                    views.load_view(self, run_id)
-                    cached = False
-        raise ConflictError(f"run {run_id!r}: gave up saving after {self.SAVE_ATTEMPTS} attempts (each was built "
-                            "again because its pack id was taken or it paused longer than half the GC grace period)")
+        return saving.save(self, run_id, messages, step=step, token_usage=token_usage,
+                           session_state=session_state, metrics=metrics, agent_id=agent_id, status=status,
+                           metadata=metadata, checkpoint_id=checkpoint_id, parent_id=parent_id,
+                           expect_head=expect_head)
 
-    SAVE_ATTEMPTS = 8
+    SAVE_ATTEMPTS = saving.SAVE_ATTEMPTS
     """Times ``save`` builds a checkpoint again (pack id taken, paused past half the GC grace
     period, or, with ``parent_id``/``expect_head``, the run moved) before giving up."""
 
-    STALE_REBUILDS = 2
+    STALE_REBUILDS = saving.STALE_REBUILDS
     """A save that paused longer than half the GC grace period after writing its pack is built
-    again at most this many times; after that the grace period is shorter than a save takes here
-    and the save publishes anyway, with a RuntimeWarning (a GC with that grace period must not run
-    beside this writer)."""
-
-    def _save_once(self, run_id, messages, fields, session_state, checkpoint_id, parent_id, exp=None,
-                   seen=None, late_ok=False) -> str:
-        t_start = self._clock()
-        repo = self.repo
-        rk = repo.run_key(run_id)
-        v = views.view(self, run_id)
-        if exp is not None and (v.head.checkpoint_id if v.head else None) != exp[0]:
-            v = views.load_view(self, run_id)  # the cached head may be older than the caller's knowledge
-        views.conflict_if_moved(run_id, v, exp, seen if parent_id is None else None)
-        if parent_id is not None:
-            if v.head is not None and v.head.checkpoint_id == parent_id:
-                pm = v.head
-                ls = v.list_state
-            else:
-                pm = repo.find_checkpoint(rk, parent_id)
-                ls = None
-        else:
-            pm = v.head
-            ls = v.list_state
-        if ls is None and pm is not None:
-            repo.prefetch_segments(v.head_segs or pm.segment_list())
-            ls = repo.list_state(pm)
-        prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
-                                 pm.session_state_ref if pm else None, pm.session_state_tree if pm else None)
-        ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
-        fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
-                       ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
-        seq = 0 if v.head_seq is None else v.head_seq + 1
-        if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
-            # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
-            # first attempt may have written and its manifest names: the segment list, the state
-            # hints and the pack all stay the first attempt's (a new pack id here left the landed
-            # manifest's segments without the pack the writer's later hints name)
-            m, tier, superseded, prep = v.pending[1], v.pending[2], v.pending[3], v.pending[4]
-        else:
-            if prep.pack_id is not None:
-                repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
-            m = Manifest(kind=KIND_CHECKPOINT, run_id=run_id, seq=seq, write_id=new_write_id(),
-                         created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
-                         parent_id=pm.checkpoint_id if pm else None, fields=fields)
-            # format 2: the run's segment list, merging a tier when this save completes one
-            m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id)
-            if tier is not None:
-                repo.remember_pack(*tier)
-        m.session_state = prep.session_state_inline
-        m.session_state_ref = prep.session_state_ref
-        m.session_state_tree = prep.session_state_tree
-        m.has_session_state = prep.has_session_state
-        m.count, m.size = prep.state.count, prep.state.size
-        m.digest = prep.state.digest_hex()
-        m.state = None
-        if prep.state.state:
-            m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]
-            up = prep.state.spine.upper
-            if up is not None and up[1] != prep.state.state[1]:
-                m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
-        v.pending = (fingerprint, m, tier, superseded, prep)
-        self._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
-        # index record first (a refused duplicate id writes nothing), then data, then the manifest
-        indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
-        wrote_pack = False
-
-        def undo() -> None:
-            # a definite conflict: nothing references our index record or pack, remove them
-            v.pending = None
-            v.loaded = False
-            junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
-            if wrote_pack:
-                junk.append(keys.pack_key(prep.pack_id))
-            if tier is not None:
-                junk.append(keys.pack_key(tier[0]))
-            if junk:
-                try:
-                    repo.store.delete_many(junk)
-                except SnapstoreError:
-                    pass  # left for GC
-        t_pack = self._clock()
-        # the tier pack (if this save completes a tier) is written beside the save's own pack
-        tier_put = repo._pool_get().submit(self._put_pack, repo, tier[0], tier[1]) if tier is not None else None
-        try:
-            if prep.pack_bytes is not None:
-                self._put_pack(repo, prep.pack_id, prep.pack_bytes)
-                wrote_pack = True
-        finally:
-            if tier_put is not None:
-                tier_put.result()
-        self._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
-        half = self.gc_grace_period / 2
-        if self._clock() - v.confirmed_at > half or (parent_id is not None and self._clock() - t_start > half):
-            # GC safety: our parent (and so the data we dedup against) must still exist, and the
-            # run must be the one we know (same newest record, not a re-created run)
-            newest = repo.head(rk)
-            same = (newest.write_id if newest else None) == v.head_write_id and \
-                (newest.seq if newest else None) == v.head_seq
-            landed = newest is not None and newest.seq == seq and newest.write_id == m.write_id
-            if landed:
-                same = True  # an earlier attempt of this very save landed (its reply was lost): publish reads it back
-            elif same and pm is not None and parent_id is not None:
-                try:
-                    same = repo.read_manifest_key(keys.manifest_key(rk, pm.seq)).write_id == pm.write_id
-                except ObjectNotFound:
-                    same = False
-            if not same:
-                undo()
-                raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
-                                    "(re-checked before publishing); call latest() and retry")
-            v.confirmed_at = self._clock()
-        # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
-        # so no pack can turn into a deletion candidate while this save is in flight: the rule
-        # below does not apply (with it, every save was "stale": any time elapsed is > 0).
-        if self.gc_grace_period > 0 and self._clock() - t_pack > half:
-            if not late_ok:
-                # our pack may already be a GC deletion candidate: build the save again
-                undo()
-                raise _Stale()
-            if not self.__dict__.get("_warned_grace"):
-                self._warned_grace = True
-                warnings.warn(f"gc_grace_period={self.gc_grace_period:g} s is shorter than twice the time a save "
-                              f"takes here ({self._clock() - t_pack:.3g} s from pack to publish): saves publish "
-                              "anyway, and a GC with that grace period must not run beside this writer",
-                              RuntimeWarning, stacklevel=4)
-        self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
-        try:
-            data = repo.publish(rk, m)
-        except PreconditionFailed:
-            undo()
-            if parent_id is not None or exp is not None or seen is None:
-                raise  # the caller's save loop decides: move to the new head and retry, or conflict
-            raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
-                                f"checkpoints after the one this save continues (log position {seq} is "
-                                "taken); call latest() and retry, or fork() the run") from None
-        v.pending = None
-        v.head_seq = seq
-        v.head_write_id = m.write_id
-        v.head_segs = m.segs
-        v.head = m
-        publish.after_publish(self, rk, v, seq, data)
-        if superseded:
-            # the packs merged into the tier pack: the new record's segments hold their entries
-            # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
-            # delete is left for GC (no newest record lists them)
-            try:
-                repo.store.delete_many([keys.pack_key(p) for p in superseded])
-            except SnapstoreError:
-                pass
-        v.confirmed_at = self._clock()
-        views.saw(self, run_id, m.checkpoint_id, seq, m.write_id)
-        v.list_state = prep.state
-        if v.live is not None:
-            v.live.append((seq, m.checkpoint_id))
-        if self.max_checkpoints is not None:
-            retention.enforce_max(self, run_id, rk, v)
-        return m.checkpoint_id
+    again at most this many times (see :data:`snapstore.saving.STALE_REBUILDS`)."""
 
     LOG_CACHE = publish.LOG_CACHE
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
@@ -438,20 +223,6 @@ class CheckpointManager:
     READ_RETRIES = 5
     """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
     meanwhile) re-read the run's newest record and try again, at most this many times in all."""
-
-    @staticmethod
-    def _put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:
-        """Write a pack create-only; an existing identical object is our own earlier attempt.
-
-        Raises:
-            _PackIdCollision: another pack has that id (the save is built again with a new id).
-        """
-        pkey = keys.pack_key(pack_id)
-        try:
-            repo.store.put(pkey, data)
-        except PreconditionFailed:
-            if repo.store.get(pkey) != data:
-                raise _PackIdCollision(pkey) from None
 
     # ------------------------------------------------------------------------------------------
     # read
@@ -916,7 +687,7 @@ class CheckpointManager:
                          segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if self.repo.config.seg_fanout else None)
             self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
             if copy is not None:
-                self._put_pack(self.repo, copy[0], copy[1])
+                saving.put_pack(self.repo, copy[0], copy[1])
                 self.repo.remember_pack(*copy)
             try:
                 data = self.repo.publish(nrk, m)

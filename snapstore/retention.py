@@ -239,4 +239,4 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
             del live[:excess]
     except SnapstoreError as e:
         v.live = None
-        warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=4)
+        warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=5)
