@@ -21,14 +21,13 @@ import time
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, records, retention, saving, views
-from .callers import Seen
+from . import logscan, publish, reading, records, retention, saving, views
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
-from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
+from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, PreconditionFailed,
                      RepositoryNotFound, SnapstoreError)
 from .format import keys
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .format.manifest import KIND_CHECKPOINT, Manifest
 from .compaction import FORK_LEVEL, fork_copy
 from .format.segs import Seg
 from .repository import Repository
@@ -106,7 +105,7 @@ class CheckpointManager:
                             warnings.warn(
                                 f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
                                 "so garbage collection reclaims nothing without a noncurrent-version expiration "
-                                "rule (see infra/aws/README.md)", stacklevel=4)
+                                "rule (see infra/aws/README.md)", stacklevel=5)
                     self._repo = repo
         return self._repo
 
@@ -150,9 +149,6 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------------------
     # reading the log
-
-    BULK_LIST_MIN = 32
-    """``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.logscan.scan_bulk`)."""
 
     # save
 
@@ -217,12 +213,16 @@ class CheckpointManager:
     """A save that paused longer than half the GC grace period after writing its pack is built
     again at most this many times (see :data:`snapstore.saving.STALE_REBUILDS`)."""
 
-    LOG_CACHE = publish.LOG_CACHE
-    """Recent log records (their bytes) a manager keeps per run to write log segments."""
-
-    READ_RETRIES = 5
+    READ_RETRIES = reading.READ_RETRIES
     """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
     meanwhile) re-read the run's newest record and try again, at most this many times in all."""
+
+    BULK_LIST_MIN = reading.BULK_LIST_MIN
+    """``list(limit=...)`` above this (or no limit) reads the log in bulk
+    (:func:`snapstore.logscan.scan_bulk`)."""
+
+    LOG_CACHE = publish.LOG_CACHE
+    """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
     # ------------------------------------------------------------------------------------------
     # read
@@ -232,32 +232,7 @@ class CheckpointManager:
 
         Costs one LIST (limit 1) and one GET to find it, then the reads of its message tree.
         """
-        with self._run_lock(run_id):
-            if not self._exists():
-                # nothing there yet: remember that this manager saw the run empty
-                self._views[run_id] = views.RunView(head_seq=None, head=None, loaded=True, confirmed_at=self._clock())
-                views.saw(self, run_id, None, None, None)
-                return None
-            v = views.load_view(self, run_id)
-            if v.head is None:
-                views.saw_view(self, run_id, v)
-                return None
-            for attempt in range(self.READ_RETRIES):
-                try:
-                    msgs, ls = self.repo.load_with_state(v.head, v.head_segs)
-                    break
-                except NotFoundError:
-                    # the run's writer merged the segments we read into a new tier pack and
-                    # deleted them: read the newest record again (a busy writer may do it again)
-                    if attempt == self.READ_RETRIES - 1:
-                        raise
-                    v = views.load_view(self, run_id)
-                    if v.head is None:
-                        views.saw_view(self, run_id, v)
-                        return None
-            v.list_state = ls
-            views.saw_view(self, run_id, v)
-            return make_checkpoint(self.repo, v.head, msgs)
+        return reading.latest(self, run_id)
 
     def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
         """Return checkpoint ``checkpoint_id`` of ``run_id``.
@@ -265,45 +240,7 @@ class CheckpointManager:
         Raises:
             CheckpointNotFound: no such checkpoint in the run.
         """
-        check_checkpoint_id(checkpoint_id)
-        with self._run_lock(run_id):
-            if not self._exists():
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-            rk = self._rk(run_id)
-            # format 2: the run's newest record lists the segments holding every checkpoint's
-            # entries (an older record's list may name packs merged away since): read it beside
-            f_view = None
-            v = self._views.get(run_id)
-            if v is None or not v.loaded:
-                f_view = self.repo._pool_get().submit(views.load_view, self, run_id)
-            try:
-                m = self.repo.find_checkpoint(rk, checkpoint_id)
-            except CheckpointNotFound:
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-            finally:
-                if f_view is not None:
-                    f_view.result()
-            v = self._views.get(run_id)
-            segs = v.head_segs if v is not None and v.head_segs else None
-            for attempt in range(self.READ_RETRIES):
-                try:
-                    msgs, ls = self.repo.load_with_state(m, segs)
-                    break
-                except NotFoundError:
-                    if attempt == self.READ_RETRIES - 1:
-                        raise
-                    segs = views.load_view(self, run_id).head_segs or None
-            v = self._views.get(run_id)
-            if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
-                v.list_state = ls
-                views.saw_view(self, run_id, v)  # the caller read the head: it may continue from it
-            else:
-                # an older checkpoint: a save needs parent_id=; what the caller saw of the head stays
-                prev = callers.seen(self, run_id)
-                callers.set_seen(self, run_id, Seen(m.checkpoint_id, prev.seq if prev else None,
-                                                    prev.write_id if prev else None, at_head=False,
-                                                    known=prev is not None and prev.known))
-            return make_checkpoint(self.repo, m, msgs)
+        return reading.get(self, run_id, checkpoint_id)
 
     def head(self, run_id: str) -> CheckpointSummary | None:
         """Return the run's head checkpoint's metadata (its newest live checkpoint, after any
@@ -313,12 +250,7 @@ class CheckpointManager:
         Raises:
             InvalidRunIdError: a bad run id.
         """
-        check_run_id(run_id)
-        if not self._exists():
-            return None
-        rk = self._rk(run_id)
-        m = logscan.resolve(self.repo, rk, self.repo.head(rk))
-        return None if m is None else CheckpointSummary._from(m)
+        return reading.head(self, run_id)
 
     def summary(self, run_id: str, checkpoint_id: str) -> CheckpointSummary:
         """Return checkpoint ``checkpoint_id``'s metadata without reading its messages (its
@@ -328,14 +260,7 @@ class CheckpointManager:
             InvalidRunIdError / InvalidCheckpointIdError: bad ids.
             CheckpointNotFound: no such live checkpoint in the run.
         """
-        check_run_id(run_id)
-        check_checkpoint_id(checkpoint_id)
-        if not self._exists():
-            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-        try:
-            return CheckpointSummary._from(self.repo.find_checkpoint(self._rk(run_id), checkpoint_id))
-        except CheckpointNotFound:
-            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+        return reading.summary(self, run_id, checkpoint_id)
 
     def list(self, run_id: str, limit: int | None = None, *, metadata: dict | None = None,
              before_seq: int | None = None) -> list[CheckpointSummary]:
@@ -350,28 +275,7 @@ class CheckpointManager:
         Returns:
             A list of :class:`CheckpointSummary` (empty for an unknown run).
         """
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-        if before_seq is not None and (not isinstance(before_seq, int) or before_seq < 0):
-            raise InvalidInputError(f"before_seq must be a non-negative integer, got {before_seq!r}")
-        out = []
-        check_run_id(run_id)
-        if limit == 0 or not self._exists():
-            return out
-        rk = self._rk(run_id)
-        if limit is not None and limit <= self.BULK_LIST_MIN:
-            scan = logscan.scan(self.repo, rk, below=before_seq)
-        else:
-            scan = (x for x in logscan.scan_bulk(self.repo, rk) if before_seq is None or x[0] < before_seq)
-        for s, cid, m in scan:
-            if metadata:
-                md = m.fields.get("metadata")
-                if not isinstance(md, dict) or any(k not in md or md[k] != val for k, val in metadata.items()):
-                    continue
-            out.append(CheckpointSummary._from(m))
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+        return reading.list_checkpoints(self, run_id, limit, metadata=metadata, before_seq=before_seq)
 
     def runs(self) -> list[str]:
         """Return the ids of runs that have at least one live checkpoint, sorted.
@@ -380,139 +284,29 @@ class CheckpointManager:
         to no checkpoint, is not listed. Never creates a repository (none there: ``[]``).
 
         Requests: one LIST of ``runs/`` (per 1,000 runs), then for each run one LIST (max-keys 1:
-        the key of its newest record) and one GET of that record (a rollback also reads its
-        target), run by :meth:`_live_run_ids` with ``store.max_concurrency`` requests in flight (S3:
-        128). The GET cannot be skipped: only the record's content says whether it is a
+        the key of its newest record) and one GET of that record (a rollback also reads its target),
+        run by :func:`snapstore.reading.live_run_ids` with ``store.max_concurrency`` requests in
+        flight (S3: 128). The GET cannot be skipped: only the record's content says whether it is a
         checkpoint, a rollback or a tombstone (the key segment gives at most the run id). On a
         manager that has not opened the repository yet, the LISTs overlap reading its config (the
         GETs wait for it). A repeat call on the same manager GETs only rollback heads (see
-        :meth:`_live_run_ids`). Measured against moto's HTTP server with 1 s added per request
-        (``tests/test_runs_round_trips.py``, 204 run directories, 200 listed): 6 sequential round
-        trips and 415 requests on a new manager (config GET and versioning check included), 5 and
-        212 on a repeat call.
+        :func:`snapstore.reading.live_run_ids`). Measured against moto's HTTP server with 1 s added
+        per request (``tests/test_runs_round_trips.py``, 204 run directories, 200 listed): 6
+        sequential round trips and 415 requests on a new manager (config GET and versioning check
+        included), 5 and 212 on a repeat call.
 
         Raises:
             BucketNotFound, AccessDenied, CredentialsError, StoreError: a request failed.
             IntegrityError: a run's newest record is corrupt.
         """
-        opened = None  # a new manager: find out whether a repository exists beside the listing
-        if self._repo is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            ex = ThreadPoolExecutor(1, thread_name_prefix="snapstore-open")
-            opened = ex.submit(self._exists)
-            ex.shutdown(wait=False)
-        try:
-            rks = list(self.store.list_dirs(keys.RUNS))
-        except Exception:
-            if opened is not None and not opened.result():
-                return []  # no repository: what the listing said does not matter
-            raise
-        got = self._live_run_ids(rks, opened)
-        if opened is not None and not opened.result():
-            return []
-        return sorted(got)
-
-    def _live_run_ids(self, rks: list[str], opened=None) -> list[str]:
-        """The run ids of the run keys ``rks`` whose head is a live checkpoint (in no order).
-
-        Each run costs a LIST (max-keys 1) and, as soon as that returns, a GET of the newest
-        record, queued behind the remaining LISTs on one pool of ``store.max_concurrency``
-        threads, so n runs take about ``2n / max_concurrency`` sequential round trips. A ``b`` key
-        segment is decoded to the run id; an ``h`` (hashed) one takes it from the manifest
-        (``read_manifest_key`` checks that they agree). ``opened``: a future of :meth:`_exists`
-        still running; GETs wait for it and are skipped when it is False.
-
-        The GET is skipped when this manager already read the same head object: what a
-        checkpoint or tombstone record at a key says cannot change while its ETag (from the LIST)
-        stays the same, so the answer is remembered per run as ``(key, ETag, run id or None)``.
-        Rollback heads are always read and resolved again (their target may have gone since).
-
-        Raises:
-            StoreError (and subclasses), IntegrityError: as :meth:`runs`.
-        """
-        from concurrent.futures import ThreadPoolExecutor
-
-        from .format.ids import decode_name_key
-        from .stores.base import max_concurrency
-
-        if not rks:
-            return []
-        store = self.store
-        seen = self.__dict__.setdefault("_runs_seen", {})  # run key -> (head key, ETag, run id | None)
-
-        def run_id(rk: str, m: Manifest) -> str:
-            if rk.startswith("b"):
-                try:
-                    return decode_name_key(rk)
-                except (ValueError, UnicodeDecodeError):  # not a name segment (binascii.Error)
-                    pass
-            return m.run_id
-
-        def read_head(rk: str, key: str, etag: str) -> str | None:
-            if opened is not None and not opened.result():
-                return None
-            repo = self.repo  # open by now
-            try:
-                newest = repo.read_manifest_key(key)
-            except ObjectNotFound:
-                newest = repo.head(rk)  # removed between LIST and GET: look again
-                etag = None             # (not the object listed: nothing to remember)
-            if newest is None:
-                return None
-            if newest.kind == KIND_ROLLBACK:
-                return None if logscan.resolve(self.repo, rk, newest) is None else run_id(rk, newest)
-            got = None if newest.kind == KIND_TOMBSTONE else run_id(rk, newest)
-            if etag:
-                seen[rk] = (key, etag, got)
-            return got
-
-        class _Known:  # a head answered from ``seen``: a done "future"
-            def __init__(self, value):
-                self.value = value
-
-            def result(self):
-                return self.value
-
-        lock = threading.Lock()
-        futures: list = []
-
-        def find_head(rk: str) -> None:
-            for info in store.list(keys.manifests_prefix(rk), limit=1):
-                known = seen.get(rk)
-                if known is not None and known[:2] == (info.key, info.etag) and info.etag and opened is None:
-                    fut = _Known(known[2])
-                else:
-                    fut = pool.submit(read_head, rk, info.key, info.etag)
-                with lock:
-                    futures.append(fut)
-
-        pool = ThreadPoolExecutor(min(len(rks), max_concurrency(store)), thread_name_prefix="snapstore-runs")
-        try:
-            with lock:
-                futures.extend(pool.submit(find_head, rk) for rk in rks)
-            out, i = [], 0
-            while True:  # each LIST's future is waited for before the GET future it adds
-                with lock:
-                    if i >= len(futures):
-                        return out
-                    fut = futures[i]
-                i += 1
-                got = fut.result()
-                if got is not None:
-                    out.append(got)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return reading.runs(self)
 
     def resume_point(self, run_id: str) -> tuple[object, Checkpoint] | None:
         """Return ``(step, checkpoint)`` to resume the run from, or None if it has no checkpoint.
 
         ``step`` is the step saved with the latest checkpoint, or its sequence number if none was saved.
         """
-        cp = self.latest(run_id)
-        if cp is None:
-            return None
-        return (cp.step if cp.step is not None else cp.seq), cp
+        return reading.resume_point(self, run_id)
 
     def get_resume_point(self, run_id: str) -> tuple[object, object, object] | None:
         """Return ``(step, session_state, metrics)`` of the run's latest checkpoint, or None if the
@@ -521,11 +315,7 @@ class CheckpointManager:
         ``step`` is as in :meth:`resume_point` (the saved step, else the log position); the state
         and metrics are what that checkpoint was saved with (None if none).
         """
-        rp = self.resume_point(run_id)
-        if rp is None:
-            return None
-        step, cp = rp
-        return step, cp.session_state, cp.metrics
+        return reading.get_resume_point(self, run_id)
 
     # ------------------------------------------------------------------------------------------
     # log changes
