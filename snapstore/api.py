@@ -1,6 +1,19 @@
 """The checkpoint API: :class:`CheckpointManager`, :class:`Checkpoint`, :class:`CheckpointSummary`.
 
-Layer 4. Conflict rules, rollback, deletion and retention on top of :mod:`snapstore.repository`.
+Layer 4, the facade. :class:`CheckpointManager` holds what a manager is (its store, its repository
+opened on first use, per-run locks, per-run views, the GC grace period and clock, test hooks) and
+its public methods; each delegates to the module that owns the concept, below it:
+
+- :mod:`snapstore.checkpoint`: the values handed out (``Checkpoint``, ``CheckpointSummary``,
+  ``EMPTY_RUN``);
+- :mod:`snapstore.logscan`: a run's log read as live checkpoints (rollback records, tombstones);
+- :mod:`snapstore.views`: the manager's run views and the conflict contract;
+- :mod:`snapstore.publish`: publishing a log record and the log segments after it;
+- :mod:`snapstore.saving`: save (prepare, pack, publish, retry after a lost reply, tier hand-off);
+- :mod:`snapstore.reading`: latest, get, head, summary, list, runs, resume points;
+- :mod:`snapstore.records`: rollback, delete, delete_many;
+- :mod:`snapstore.retention`: prune, retention_plan, ``max_checkpoints``;
+- :mod:`snapstore.forking`: fork.
 
 Conflicts (docs/format.md §12): each calling context (thread or asyncio task, see
 :mod:`snapstore.callers`) remembers, per run, the last checkpoint it saved or read and the run's
@@ -9,8 +22,9 @@ number with a create-only write. If another writer claimed it first, or the head
 this caller saw, ``save`` raises :class:`~snapstore.errors.ConflictError` and writes no manifest;
 ``rollback``, ``delete`` and retention that move the head are conditional the same way, and
 ``expect_head=`` is an explicit compare-and-swap on the head. Sequence numbers are never reused:
-rollback and deletion publish new log records. The manager's per-run :class:`~snapstore.views.RunView` (the newest
-head it knows and caches keyed by content) is shared by its callers.
+rollback and deletion publish new log records. The manager's per-run
+:class:`~snapstore.views.RunView` (the newest head it knows and caches keyed by content) is shared
+by its callers.
 """
 
 from __future__ import annotations
@@ -19,17 +33,11 @@ import os
 import threading
 import time
 import warnings
-from datetime import datetime, timezone
 
-from . import logscan, publish, reading, records, retention, saving, views
-from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary, make_checkpoint
-from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, PreconditionFailed,
-                     RepositoryNotFound, SnapstoreError)
-from .format import keys
-from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, Manifest
-from .compaction import FORK_LEVEL, fork_copy
-from .format.segs import Seg
+from . import forking, publish, reading, records, retention, saving, views
+from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
+from .errors import InvalidInputError, RepositoryNotFound, SnapstoreError
+from .format.ids import check_run_id
 from .repository import Repository
 from .stores import open_store
 from .stores.base import ObjectStore
@@ -443,58 +451,7 @@ class CheckpointManager:
             CheckpointNotFound: no such source checkpoint.
             ConflictError: ``new_run_id`` already has live checkpoints.
         """
-        check_run_id(new_run_id)
-        check_checkpoint_id(checkpoint_id)
-        check_run_id(run_id)
-        if not self._exists():
-            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-        rk = self._rk(run_id)
-        try:
-            src = self.repo.find_checkpoint(rk, checkpoint_id)
-        except CheckpointNotFound:
-            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-        # the source run's newest record lists the segments that hold its checkpoints' entries;
-        # the fork gets its own copy of what its first checkpoint needs (one pack), so that it
-        # never depends on another run's segments
-        src_segs = logscan.carried_segs(self.repo.head(rk)) or src.segment_list()
-        self.repo.prefetch_segments(src_segs)
-        copy = None
-        if self.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
-            copy = fork_copy(self.repo, src)
-        with self._run_lock(new_run_id):
-            nrk = self._rk(new_run_id)
-            newest = self.repo.head(nrk)
-            if newest is not None and logscan.resolve(self.repo, nrk, newest) is not None:
-                raise ConflictError(f"run {new_run_id!r} already exists")
-            seq = 0 if newest is None else newest.seq + 1
-            m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
-                         created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
-                         fields=dict(src.fields), session_state=src.session_state,
-                         session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
-                         has_session_state=src.has_session_state,
-                         count=src.count, size=src.size, digest=src.digest, state=src.state,
-                         origin={"run": run_id, "id": checkpoint_id},
-                         segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if self.repo.config.seg_fanout else None)
-            self.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
-            if copy is not None:
-                saving.put_pack(self.repo, copy[0], copy[1])
-                self.repo.remember_pack(*copy)
-            try:
-                data = self.repo.publish(nrk, m)
-            except PreconditionFailed:
-                if copy is not None:
-                    try:
-                        self.repo.store.delete_many([keys.pack_key(copy[0])])
-                    except SnapstoreError:
-                        pass  # left for GC
-                raise ConflictError(f"run {new_run_id!r} changed while forking") from None
-            publish.after_publish(self, nrk, None, seq, data)
-            self._views.pop(new_run_id, None)
-            v = views.load_view(self, new_run_id)
-            msgs, ls = self.repo.load_with_state(m, v.head_segs)
-            v.list_state = ls
-            views.saw(self, new_run_id, m.checkpoint_id, seq, m.write_id)
-            return make_checkpoint(self.repo, m, msgs)
+        return forking.fork(self, run_id, checkpoint_id, new_run_id)
 
     # ------------------------------------------------------------------------------------------
     # whole-repository operations
