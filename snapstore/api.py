@@ -99,6 +99,12 @@ class CheckpointManager:
         return self._open(self._create)
 
     def _open(self, create: bool) -> Repository:
+        """The repository, opened on the first call (created if ``create`` and the location is
+        empty); warns once if the bucket has versioning enabled.
+
+        Raises:
+            RepositoryNotFound: none there and not ``create``; UnsupportedFormatError: too new.
+        """
         if self._repo is None:
             with self._lock:
                 if self._repo is None:
@@ -140,11 +146,17 @@ class CheckpointManager:
         self.close()
 
     def _hook(self, name: str, **info) -> None:
+        """Call test hook ``name`` (``self.hooks[name](**info)``) if one is set."""
         fn = self.hooks.get(name)
         if fn is not None:
             fn(**info)
 
     def _run_lock(self, run_id: str) -> threading.RLock:
+        """This manager's lock for run ``run_id`` (one per run: operations on a run take it).
+
+        Raises:
+            InvalidRunIdError: a bad run id.
+        """
         check_run_id(run_id)
         with self._lock:
             lk = self._run_locks.get(run_id)
@@ -153,12 +165,15 @@ class CheckpointManager:
             return lk
 
     def _rk(self, run_id: str) -> str:
+        """The key segment of run ``run_id`` in this repository (opens the repository).
+
+        Raises:
+            InvalidRunIdError: a bad run id.
+        """
         return self.repo.run_key(check_run_id(run_id))
 
     # ------------------------------------------------------------------------------------------
-    # reading the log
-
-    # save
+    # save (snapstore.saving)
 
     def save(self, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
              metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
@@ -233,7 +248,7 @@ class CheckpointManager:
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
     # ------------------------------------------------------------------------------------------
-    # read
+    # read (snapstore.reading)
 
     def latest(self, run_id: str) -> Checkpoint | None:
         """Return the run's newest checkpoint (after any rollback), or None if the run is empty/deleted.
@@ -326,7 +341,7 @@ class CheckpointManager:
         return reading.get_resume_point(self, run_id)
 
     # ------------------------------------------------------------------------------------------
-    # log changes
+    # log changes (snapstore.records), retention (snapstore.retention), fork (snapstore.forking)
 
     def rollback(self, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
         """Make ``checkpoint_id`` the run's head again; later checkpoints are deleted.

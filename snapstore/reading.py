@@ -91,8 +91,8 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
             # an older checkpoint: a save needs parent_id=; what the caller saw of the head stays
             prev = callers.seen(mgr, run_id)
             callers.set_seen(mgr, run_id, Seen(m.checkpoint_id, prev.seq if prev else None,
-                                                prev.write_id if prev else None, at_head=False,
-                                                known=prev is not None and prev.known))
+                                               prev.write_id if prev else None, at_head=False,
+                                               known=prev is not None and prev.known))
         return make_checkpoint(mgr.repo, m, msgs)
 
 

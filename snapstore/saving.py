@@ -107,7 +107,7 @@ beside this writer)."""
 
 
 def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, parent_id, exp=None,
-               seen=None, late_ok=False) -> str:
+              seen=None, late_ok=False) -> str:
     t_start = mgr._clock()
     repo = mgr.repo
     rk = repo.run_key(run_id)

@@ -8,14 +8,13 @@ Manager tests control checkpoint creation times by replacing ``datetime`` in the
 from __future__ import annotations
 
 import json
+import importlib
 import random
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-import snapstore.api  # noqa: F401  (imports every module in CLOCK_MODULES)
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, InvalidInputError
 from snapstore.retention import BUCKETS, Policy, parse_duration, plan
@@ -189,9 +188,9 @@ def test_policy_validation_and_durations():
 # the manager: prune, retention_plan, max_checkpoints
 
 
-CLOCK_MODULES = ("api", "saving", "records", "retention", "forking")
-"""The modules under ``snapstore`` that stamp records with ``datetime.now`` for the manager (those
-not split out of ``snapstore.api`` yet are skipped)."""
+CLOCK_MODULES = ("saving", "records", "retention", "forking")
+"""The modules under ``snapstore`` whose ``datetime.now`` stamps the manager's records (save, rollback
+and tombstone records, fork) and gives prune its "now"."""
 
 
 class FakeDatetime(datetime):
@@ -208,9 +207,9 @@ class FakeDatetime(datetime):
 @pytest.fixture
 def clock(monkeypatch):
     for name in CLOCK_MODULES:
-        mod = sys.modules.get("snapstore." + name)
-        if mod is not None and getattr(mod, "datetime", None) is datetime:
-            monkeypatch.setattr(mod, "datetime", FakeDatetime)
+        mod = importlib.import_module("snapstore." + name)
+        assert mod.datetime is datetime, name
+        monkeypatch.setattr(mod, "datetime", FakeDatetime)
     FakeDatetime.current = T0
 
     class Ctl:
