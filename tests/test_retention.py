@@ -380,7 +380,7 @@ def test_max_checkpoints_after_another_manager_deleted_one():
     """BUG: ``max_checkpoints`` deletes a checkpoint it should keep when another manager deleted
     one meanwhile.
 
-    ``_enforce_max`` counts the run's live checkpoints from the manager's cached ``v.live`` list,
+    ``retention.enforce_max`` counts the run's live checkpoints from the manager's cached ``v.live`` list,
     which does not learn about deletions by other managers (deleting a non-head checkpoint publishes
     no log record). With max 3: live [c0, c1, c2], another manager deletes c1, this manager saves
     c3: the cache says [c0, c1, c2, c3], so c0 is deleted and only 2 checkpoints remain."""
@@ -400,7 +400,7 @@ def test_deleting_the_head_does_not_delete_a_checkpoint_saved_concurrently():
     """BUG: ``delete(run, head)`` racing with another writer's save deletes that writer's new
     checkpoint too, although only the old head was asked for.
 
-    ``_delete_checkpoints`` decides from a scan that the head (c1) is doomed and the head must move
+    ``records.delete_checkpoints`` decides from a scan that the head (c1) is doomed and the head must move
     back to c0, then ``_append_record`` publishes the rollback record (target c0) at whatever
     position is next *now*. If a writer appended c2 (parent c1) in between, the record hides c2 as
     well: a checkpoint reported saved disappears (and GC then deletes its data). The record should
