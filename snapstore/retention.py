@@ -1,7 +1,7 @@
 """Retention policies: which checkpoints of a run to keep (restic ``forget`` semantics).
 
-Pure functions over checkpoint summaries; no I/O. A checkpoint is kept if any rule keeps it;
-every rule that keeps it is named in its reasons. Times are each checkpoint's ``created_at`` (UTC).
+:class:`Policy` and :func:`plan` are pure functions over checkpoint summaries (no I/O). A
+checkpoint is kept if any rule keeps it; every rule that keeps it is named in its reasons. Times are each checkpoint's ``created_at`` (UTC).
 
 Rules:
     keep_last N         the N newest checkpoints.
@@ -12,14 +12,23 @@ Rules:
     keep_hourly/daily/weekly/monthly/yearly N
                         for each of the N most recent hours/days/ISO weeks/months/years (UTC) that
                         have checkpoints, the newest checkpoint in it.
+
+Applying a policy to a repository (layer 4, functions taking the manager ``mgr``): :func:`prune`
+and :func:`retention_plan` (the bodies of :meth:`~snapstore.api.CheckpointManager.prune` and
+``retention_plan``), and :func:`enforce_max` (a manager's ``max_checkpoints``, after each save).
+Deleting a run's head checkpoint goes through :mod:`snapstore.records` (a rollback record or a
+tombstone, conditional like a save).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from .errors import InvalidInputError
+from . import callers, logscan, records, views
+from .checkpoint import CheckpointSummary
+from .errors import InvalidInputError, SnapstoreError
 
 BUCKETS = {
     "hourly": lambda t: (t.year, t.month, t.day, t.hour),
@@ -153,3 +162,81 @@ def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list
         if not d.keep:
             d.reasons.append("matched no keep rule")
     return out
+
+
+def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
+    """Implements :meth:`snapstore.api.CheckpointManager.retention_plan` (arguments, return value and
+    errors as documented there)."""
+    pol = Policy.make(**policy)
+    now = datetime.now(timezone.utc)
+    if not mgr._exists():
+        return []
+    runs = [run_id] if run_id is not None else mgr.runs()
+    out = []
+    for r in runs:
+        rk = mgr._rk(r)
+        out.extend(plan([CheckpointSummary._from(m) for _, _, m in logscan.scan(mgr.repo, rk)], pol, now))
+    return out
+
+
+def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
+          keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
+          keep_weekly: int | None = None, keep_monthly: int | None = None, keep_yearly: int | None = None,
+          dry_run: bool = False) -> list[CheckpointSummary]:
+    """Implements :meth:`snapstore.api.CheckpointManager.prune` (arguments, return value and
+    errors as documented there)."""
+    policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
+                  keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
+                  keep_yearly=keep_yearly)
+    pol = Policy.make(**policy)
+    now = datetime.now(timezone.utc)
+    if not mgr._exists():
+        return []
+    runs = [run_id] if run_id is not None else mgr.runs()
+    gone: list[CheckpointSummary] = []
+    for r in runs:
+        with mgr._run_lock(r):
+            rk = mgr._rk(r)
+            live = [m for _, _, m in logscan.scan(mgr.repo, rk)]
+            decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
+            doomed = [m for m, d in zip(live, decisions) if not d.keep]
+            if not doomed:
+                continue
+            if not dry_run:
+                # deleting the head is conditional on the caller's view of the run (if any)
+                check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
+                rec = records.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
+                mgr._views.pop(r, None)
+                if rec is not None and check is not None:
+                    views.saw_record(mgr, r, rk, rec)
+            gone.extend(CheckpointSummary._from(m) for m in doomed)
+    return gone
+
+
+def live_list(mgr, rk: str, v: views.RunView) -> list:
+    """The run's live checkpoints ``[(seq, checkpoint id)]``, oldest first, as view ``v`` caches them
+    (read with :func:`snapstore.logscan.scan_bulk` when it has none)."""
+    if v.live is None:
+        v.live = [(s, c) for s, c, _ in logscan.scan_bulk(mgr.repo, rk)][::-1]
+    return v.live
+
+
+def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
+    """Delete the oldest checkpoints beyond ``max_checkpoints`` (best effort: the save already
+    succeeded; a failure here leaves extra checkpoints for the next save or prune).
+
+    Conditional on the save just made: only while the run's newest live checkpoint is that
+    save (``v.head``); if another writer moved the head meanwhile (a rollback may be making an
+    old checkpoint the head again), nothing is deleted and the next save or prune decides."""
+    try:
+        if len(live_list(mgr, rk, v)) <= mgr.max_checkpoints:
+            return
+        v.live = None  # another manager may have deleted some: count afresh before deleting
+        live = live_list(mgr, rk, v)
+        excess = len(live) - mgr.max_checkpoints
+        if excess > 0 and v.head is not None and live[-1] == (v.head.seq, v.head.checkpoint_id):
+            mgr.repo.delete_checkpoint_objects(rk, live[:excess])
+            del live[:excess]
+    except SnapstoreError as e:
+        v.live = None
+        warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=5)

@@ -2,19 +2,19 @@
 ``CheckpointManager.prune`` (per run, repository-wide, dry run), ``retention_plan`` reasons and
 ``max_checkpoints``.
 
-Manager tests control checkpoint creation times by replacing ``datetime`` in ``snapstore.api``
-(checkpoints' ``created`` and prune's "now" both come from it)."""
+Manager tests control checkpoint creation times by replacing ``datetime`` in the modules behind
+``snapstore.api`` (:data:`CLOCK_MODULES`: checkpoints' ``created`` and prune's "now" come from them)."""
 
 from __future__ import annotations
 
 import json
+import importlib
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-import snapstore.api
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, InvalidInputError
 from snapstore.retention import BUCKETS, Policy, parse_duration, plan
@@ -188,6 +188,11 @@ def test_policy_validation_and_durations():
 # the manager: prune, retention_plan, max_checkpoints
 
 
+CLOCK_MODULES = ("saving", "records", "retention", "forking")
+"""The modules under ``snapstore`` whose ``datetime.now`` stamps the manager's records (save, rollback
+and tombstone records, fork) and gives prune its "now"."""
+
+
 class FakeDatetime(datetime):
     """``datetime`` whose ``now()`` is controlled by the test."""
 
@@ -201,7 +206,10 @@ class FakeDatetime(datetime):
 
 @pytest.fixture
 def clock(monkeypatch):
-    monkeypatch.setattr(snapstore.api, "datetime", FakeDatetime)
+    for name in CLOCK_MODULES:
+        mod = importlib.import_module("snapstore." + name)
+        assert mod.datetime is datetime, name
+        monkeypatch.setattr(mod, "datetime", FakeDatetime)
     FakeDatetime.current = T0
 
     class Ctl:
@@ -372,7 +380,7 @@ def test_max_checkpoints_after_another_manager_deleted_one():
     """BUG: ``max_checkpoints`` deletes a checkpoint it should keep when another manager deleted
     one meanwhile.
 
-    ``_enforce_max`` counts the run's live checkpoints from the manager's cached ``v.live`` list,
+    ``retention.enforce_max`` counts the run's live checkpoints from the manager's cached ``v.live`` list,
     which does not learn about deletions by other managers (deleting a non-head checkpoint publishes
     no log record). With max 3: live [c0, c1, c2], another manager deletes c1, this manager saves
     c3: the cache says [c0, c1, c2, c3], so c0 is deleted and only 2 checkpoints remain."""
@@ -392,7 +400,7 @@ def test_deleting_the_head_does_not_delete_a_checkpoint_saved_concurrently():
     """BUG: ``delete(run, head)`` racing with another writer's save deletes that writer's new
     checkpoint too, although only the old head was asked for.
 
-    ``_delete_checkpoints`` decides from a scan that the head (c1) is doomed and the head must move
+    ``records.delete_checkpoints`` decides from a scan that the head (c1) is doomed and the head must move
     back to c0, then ``_append_record`` publishes the rollback record (target c0) at whatever
     position is next *now*. If a writer appended c2 (parent c1) in between, the record hides c2 as
     well: a checkpoint reported saved disappears (and GC then deletes its data). The record should

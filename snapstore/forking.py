@@ -1,0 +1,78 @@
+"""Forking a run: a new run whose first checkpoint is a checkpoint of another run.
+
+Layer 4. The new checkpoint shares the source's message tree; with format 2 the entries it needs
+are first copied into one pack of the new run (:func:`snapstore.compaction.fork_copy`), so the
+fork never depends on the source run's packs, which the source's writer merges and deletes. The
+new run's first record is published create-only like a save (a live run of that id conflicts).
+Functions take the manager (``mgr``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from . import logscan, publish, saving, views
+from .checkpoint import Checkpoint, make_checkpoint
+from .compaction import FORK_LEVEL, fork_copy
+from .errors import CheckpointNotFound, ConflictError, PreconditionFailed, SnapstoreError
+from .format import keys
+from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
+from .format.manifest import KIND_CHECKPOINT, Manifest
+from .format.segs import Seg
+
+
+def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
+    """Implements :meth:`snapstore.api.CheckpointManager.fork` (arguments, return value and
+    errors as documented there)."""
+    check_run_id(new_run_id)
+    check_checkpoint_id(checkpoint_id)
+    check_run_id(run_id)
+    if not mgr._exists():
+        raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
+    rk = mgr._rk(run_id)
+    try:
+        src = mgr.repo.find_checkpoint(rk, checkpoint_id)
+    except CheckpointNotFound:
+        raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+    # the source run's newest record lists the segments that hold its checkpoints' entries;
+    # the fork gets its own copy of what its first checkpoint needs (one pack), so that it
+    # never depends on another run's segments
+    src_segs = logscan.carried_segs(mgr.repo.head(rk)) or src.segment_list()
+    mgr.repo.prefetch_segments(src_segs)
+    copy = None
+    if mgr.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
+        copy = fork_copy(mgr.repo, src)
+    with mgr._run_lock(new_run_id):
+        nrk = mgr._rk(new_run_id)
+        newest = mgr.repo.head(nrk)
+        if newest is not None and logscan.resolve(mgr.repo, nrk, newest) is not None:
+            raise ConflictError(f"run {new_run_id!r} already exists")
+        seq = 0 if newest is None else newest.seq + 1
+        m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
+                     created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
+                     fields=dict(src.fields), session_state=src.session_state,
+                     session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
+                     has_session_state=src.has_session_state,
+                     count=src.count, size=src.size, digest=src.digest, state=src.state,
+                     origin={"run": run_id, "id": checkpoint_id},
+                     segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if mgr.repo.config.seg_fanout else None)
+        mgr.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
+        if copy is not None:
+            saving.put_pack(mgr.repo, copy[0], copy[1])
+            mgr.repo.remember_pack(*copy)
+        try:
+            data = mgr.repo.publish(nrk, m)
+        except PreconditionFailed:
+            if copy is not None:
+                try:
+                    mgr.repo.store.delete_many([keys.pack_key(copy[0])])
+                except SnapstoreError:
+                    pass  # left for GC
+            raise ConflictError(f"run {new_run_id!r} changed while forking") from None
+        publish.after_publish(mgr, nrk, None, seq, data)
+        mgr._views.pop(new_run_id, None)
+        v = views.load_view(mgr, new_run_id)
+        msgs, ls = mgr.repo.load_with_state(m, v.head_segs)
+        v.list_state = ls
+        views.saw(mgr, new_run_id, m.checkpoint_id, seq, m.write_id)
+        return make_checkpoint(mgr.repo, m, msgs)

@@ -1,0 +1,119 @@
+"""A run's log read as its live checkpoints: walking the log newest first past rollback records
+(the positions they hide) to the first tombstone, and resolving the effective head.
+
+Layer 4, below the manager's views: functions over a :class:`~snapstore.repository.Repository`
+and a run key (docs/format.md §8, §8a, §9). Records are read in parallel batches (:func:`scan`) or
+in one wave through the run's log segments (:func:`scan_bulk`).
+"""
+
+from __future__ import annotations
+
+from .errors import ObjectNotFound
+from .format import keys
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from .runlog import list_logsegs, list_positions, read_records
+
+
+def live_records(seqs, got: dict, state: dict):
+    """Walk log positions ``seqs`` (newest first) with their records ``got``: yield
+    ``(seq, checkpoint Manifest, False)`` for each live checkpoint, and a last ``(seq, record,
+    True)`` at a tombstone. Positions hidden by a rollback record are skipped: ``state["skip"]``
+    (None, or the lowest rollback target seen) carries that over between calls."""
+    for s in seqs:
+        skip = state.get("skip")
+        if skip is not None and s > skip:
+            continue
+        m = got.get(s)
+        if m is None:
+            continue
+        if m.kind == KIND_TOMBSTONE:
+            yield s, m, True
+            return
+        if m.kind == KIND_ROLLBACK:
+            t = int(m.target["seq"])
+            state["skip"] = t if skip is None else min(skip, t)
+            continue
+        yield s, m, False
+
+
+def carried_segs(newest: Manifest | None) -> list | None:
+    """The segment list a new log record inherits from the run's newest record (None: none)."""
+    if newest is None or newest.kind == KIND_TOMBSTONE:
+        return None
+    return newest.segment_list()
+
+
+def resolve(repo, rk: str, newest: Manifest | None) -> Manifest | None:
+    """The effective head checkpoint of run key ``rk`` for its newest log record ``newest``: the
+    record itself (a checkpoint), its target (a rollback record: the newest live checkpoint at or
+    below the target when the target is gone), or None (no record, a tombstone, nothing live).
+
+    Raises:
+        IntegrityError: a record read is corrupt; StoreError: a request failed.
+    """
+    if newest is None or newest.kind == KIND_TOMBSTONE:
+        return None
+    if newest.kind == KIND_CHECKPOINT:
+        return newest
+    tseq = int(newest.target["seq"])
+    try:
+        t = repo.read_manifest_key(keys.manifest_key(rk, tseq))
+        if t.kind == KIND_CHECKPOINT:
+            return t
+    except ObjectNotFound:
+        pass
+    for s, cid, m in scan(repo, rk, below=tseq + 1):
+        return m
+    return None
+
+
+def scan(repo, rk: str, below: int | None = None):
+    """Yield ``(seq, checkpoint id, Manifest)`` of live checkpoints, newest first.
+
+    Skips positions hidden by rollback records and stops at a tombstone. GETs manifests in
+    parallel batches as it goes, so the first k results cost about k reads.
+    """
+    seqs = repo.manifest_seqs(rk)
+    if below is not None:
+        seqs = [s for s in seqs if s < below]
+    state: dict = {"skip": None}  # positions in (target, rollback) are hidden
+    i = 0
+    batch = 4
+    while i < len(seqs):
+        chunk = [s for s in seqs[i:i + batch]]
+        i += len(chunk)
+        batch = min(batch * 2, 64)
+        todo = [s for s in chunk if state["skip"] is None or s <= state["skip"]]
+        got = read_many(repo, rk, todo)
+        for s, m, end in live_records(chunk, got, state):
+            if end:
+                return
+            yield s, m.checkpoint_id, m
+
+
+def scan_bulk(repo, rk: str):
+    """Like :func:`scan`, for the whole log at once: the positions are listed (LIST pages in
+    parallel) beside the run's log segments, then everything is read in one parallel wave
+    (docs/format.md §8a), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
+    few round trips instead of n GETs."""
+    pool = repo._pool_get()
+    f_segs = pool.submit(list_logsegs, repo, rk)
+    seqs = list_positions(repo, rk)
+    got = read_records(repo, rk, seqs, f_segs.result())
+    for s, m, end in live_records(seqs, got, {"skip": None}):
+        if end:
+            return
+        yield s, m.checkpoint_id, m
+
+
+def read_many(repo, rk: str, seqs: list[int]) -> dict[int, Manifest]:
+    """Read the log records at positions ``seqs`` of run key ``rk`` in parallel: ``{seq: Manifest
+    or None}`` (None: no record there any more)."""
+    def one(s):
+        try:
+            return s, repo.read_manifest_key(keys.manifest_key(rk, s))
+        except ObjectNotFound:
+            return s, None
+    if len(seqs) <= 1:
+        return dict(one(s) for s in seqs)
+    return dict(repo._pool_get().map(one, seqs))

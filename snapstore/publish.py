@@ -1,0 +1,65 @@
+"""Publishing a log record: the create-only write that claims a run's next log position, and the
+log segments written after it (docs/format.md §8, §8a).
+
+Layer 4, used by saving, rollback, deletion and fork. :func:`append_record` publishes at the next
+free position (retrying), :func:`publish_record` at exactly the position after the head a
+conditional operation checked; :func:`after_publish` remembers the record's bytes and writes the
+log segments that end at it. Functions take the manager (``mgr``) whose views they update.
+"""
+
+from __future__ import annotations
+
+from .errors import ConflictError, PreconditionFailed, SnapstoreError
+from .format.manifest import Manifest
+from .runlog import write_logsegs
+from .views import RunView
+
+
+LOG_CACHE = 256
+"""Recent log records (their bytes) a manager keeps per run to write log segments."""
+
+
+def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> None:
+    """Remember a record just published and write the log segments that end at it (format 2,
+    docs/format.md §8a; best effort, a failure costs listing speed only)."""
+    cache = None
+    if v is not None:
+        if v.log_cache is None:
+            v.log_cache = {}
+        cache = v.log_cache
+        cache[seq] = data
+        if len(cache) > mgr.LOG_CACHE:
+            for s in sorted(cache)[:len(cache) - mgr.LOG_CACHE]:
+                del cache[s]
+    if (seq + 1) % 16 == 0:
+        try:
+            write_logsegs(mgr.repo, rk, seq, cache or {seq: data})
+        except SnapstoreError:
+            pass
+
+
+def append_record(mgr, run_id: str, rk: str, make) -> Manifest:
+    """Publish a rollback/tombstone record at the next free position (fresh head; retries)."""
+    for _ in range(16):
+        newest = mgr.repo.head(rk)
+        seq = 0 if newest is None else newest.seq + 1
+        m = make(seq, newest)
+        try:
+            data = mgr.repo.publish(rk, m)
+            after_publish(mgr, rk, mgr._views.get(m.run_id), seq, data)
+            return m
+        except PreconditionFailed:
+            continue
+    raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
+
+
+def publish_record(mgr, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str) -> Manifest:
+    """Publish a rollback/tombstone record ``m`` at exactly the position after ``newest`` (the
+    head a conditional operation checked). Raises ConflictError if the run moved meanwhile."""
+    try:
+        data = mgr.repo.publish(rk, m)
+    except PreconditionFailed:
+        raise ConflictError(f"run {run_id!r} changed while checking it for {what} (another writer saved, "
+                            "rolled back or deleted); read the head again and retry") from None
+    after_publish(mgr, rk, mgr._views.get(run_id), m.seq, data)
+    return m
