@@ -21,9 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+import orjson
+
 from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format import keys
-from .format.codec import decode_json
+from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
@@ -33,10 +35,16 @@ from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
 
 
 class _ReadCtx:
-    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary."""
+    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary.
 
-    def __init__(self, hasher: Hasher):
+    ``verified``: whether the raws added were each checked against their content id. When not
+    (a restore that verifies the whole list afterwards), the raws a dictionary is cut from are
+    checked here first: a dictionary made of damaged bytes would decompress a block into
+    garbage, and the pack would keep that garbage as its decompressed block."""
+
+    def __init__(self, hasher: Hasher, verified: bool = True):
         self.hasher = hasher
+        self.verified = verified
         self.ids: list[bytes] = []
         self.raws: list[bytes] = []
 
@@ -53,6 +61,8 @@ class _ReadCtx:
         parts, acc, i = [], 0, spec.end
         while i > spec.start and acc < spec.length:
             i -= 1
+            if not self.verified and self.hasher.content_id(self.raws[i]) != self.ids[i]:
+                return None  # the caller resolves the dictionary from verified reads
             parts.append(self.raws[i])
             acc += len(self.raws[i])
         if acc < spec.length:
@@ -494,10 +504,10 @@ class ReadPath:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
         return pack
 
-    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
+    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None, verify: bool = True) -> bytes:
         pack = self.locate(pack_id, etype, eid)
         try:
-            return self._entry_in(pack, etype, eid, ctx)
+            return self._entry_in(pack, etype, eid, ctx, verify)
         except SnapstoreError as first:
             if pack.id != pack_id and getattr(pack, "indexed", False):
                 # a tier pack (a copy) failed: read the entry where its hint says instead; if that
@@ -517,7 +527,9 @@ class ReadPath:
                     continue
             raise
 
-    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None) -> bytes:
+    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None, verify: bool = True) -> bytes:
+        """An entry's bytes from ``pack``, checked against its content id unless ``verify`` is
+        False (a caller that verifies what it reads as a whole: :meth:`read_list`)."""
         e = pack.entries[(etype, eid)]
         spec = pack.blocks[e.block].dict
         d = None
@@ -526,7 +538,7 @@ class ReadPath:
             if d is None:
                 d = self._resolve_dict(pack, spec)
         raw = pack.entry_bytes(e, d)
-        if etype != T_PIECES and self.hasher.content_id(raw) != eid:
+        if verify and etype != T_PIECES and self.hasher.content_id(raw) != eid:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) does not match its content id")
         return raw
 
@@ -659,38 +671,125 @@ class ReadPath:
                 break
         return out
 
-    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None) -> bytes:
-        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``."""
+    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None, verify: bool = True) -> bytes:
+        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``
+        (each piece against its own id too) unless ``verify`` is False: the caller then verifies
+        the bytes itself (:meth:`read_list`: the list digest covers them)."""
         if not ref.flags & FLAG_PIECES:
-            return self._entry(T_CHUNK, ref.id, ref.pack, ctx)
+            return self._entry(T_CHUNK, ref.id, ref.pack, ctx, verify)
         pieces_raw = self._entry(T_PIECES, ref.id, ref.pack)
         try:
             pieces = decode_pieces(pieces_raw)
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
         self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
-        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
-        if self.hasher.content_id(raw) != ref.id:
+        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx, verify) for p in pieces)
+        if verify and self.hasher.content_id(raw) != ref.id:
             raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
         return raw
 
     def read_messages(self, refs: list[Ref], raws: list | None = None) -> list:
         """Decode the messages of a list (refs in order); packs are fetched in parallel first.
 
-        If ``raws`` is a list, each message's exact JSON bytes are appended to it.
+        Every message is verified against its content id (used where no manifest's list digest
+        covers the refs; :meth:`read_list` is the restore of a checkpoint). If ``raws`` is a
+        list, each message's exact JSON is appended to it (bytes, or a read-only memoryview into a
+        cached block).
         """
         self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
-        ctx = _ReadCtx(self.hasher)
         out = []
+        got = self._list_raws(refs, verify=True)
+        for r, raw in zip(refs, got):
+            if raws is not None:
+                raws.append(raw)
+            exact = bool(r.flags & FLAG_EXACT)
+            out.append(decode_json(bytes(raw) if exact else raw, exact,
+                                   f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
+        return out
+
+    def read_list(self, refs: list[Ref], m: Manifest) -> tuple[list, list, object]:
+        """Restore checkpoint ``m``'s message list from its level-0 ``refs`` (in order): return
+        ``(messages, raws, digest)``, where ``raws`` holds each message's exact JSON (bytes, or a
+        read-only memoryview into a cached block) and ``digest`` is the incremental list digest a
+        writer continues from (:attr:`ListState.digest`: ``[`` + the raws joined by ``,``, no
+        closing bracket).
+
+        The list is verified as a whole: the keyed hash of its compact JSON (``[`` + raws joined
+        by ``,`` + ``]``, one pass, which the writer's digest needs anyway) must be the manifest's
+        ``messages.digest`` and the count its ``count``. That check is what makes the per-chunk
+        content-id checks redundant on this path (docs/format.md §11, "Verifying a restore");
+        nothing is parsed before it passed. A list that fails it (or whose chunks cannot be
+        read without help), and a manifest without a digest, take the per-entry path instead
+        (every chunk verified by its content id), which names the damaged pack; if every entry
+        passes there but the whole does not, the manifest is what is wrong.
+
+        Raises:
+            IntegrityError: a damaged entry (names its pack) or a list that does not match its
+                manifest (names the manifest).
+            ObjectNotFound: an entry is nowhere to be found.
+        """
+        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        hasher = self.hasher
+        want = m.digest if len(m.digest) == 32 else None
+        raws = None
+        if want is not None and len(refs) == m.count:
+            try:
+                raws = self._list_raws(refs, verify=False)
+            except IntegrityError:
+                raws = None  # the per-entry path below finds (and names, or works around) the damage
+        if raws is not None:
+            digest = _json_digest(hasher, raws)
+            last = digest.copy()
+            last.update(b"]")
+            if last.hexdigest(16) == want:
+                loads = orjson.loads
+                msgs = []
+                add = msgs.append
+                try:
+                    for r, raw in zip(refs, raws):
+                        add(loads(raw) if not r.flags & FLAG_EXACT else loads_exact(bytes(raw)))
+                except (ValueError, RecursionError, UnicodeDecodeError):
+                    # bytes the manifest vouches for that do not decode: name the message
+                    r = refs[len(msgs)]
+                    decode_json(bytes(raws[len(msgs)]), bool(r.flags & FLAG_EXACT),
+                                f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})")
+                    raise
+                return msgs, raws, digest
+        raws = []
+        msgs = self.read_messages(refs, raws)
+        digest = _json_digest(hasher, raws)
+        if want is not None and m.count == len(refs):
+            last = digest.copy()
+            last.update(b"]")
+            # the first release (a576e36) stored the keyed hash of the concatenated ids instead
+            if last.hexdigest(16) != want and hasher.content_id(b"".join(r.id for r in refs)).hex() != want:
+                raise IntegrityError(keys.manifest_key(self.run_key(m.run_id), m.seq),
+                                     f"checkpoint {m.checkpoint_id}: its messages (each matching its content id) do "
+                                     "not match the manifest's list digest")
+        return msgs, raws, digest
+
+    def _list_raws(self, refs: list[Ref], verify: bool) -> list:
+        """Each ref's exact JSON, in order (the packs already fetched): a read-only memoryview
+        into a cached block, or bytes.
+
+        Chunks in a pack at hand are sliced from its uncompressed block (a block without
+        dictionary is decompressed here, once); the rest, and every chunk of a block with a
+        dictionary not yet decompressed, go through :meth:`message_raw`, which finds the
+        dictionary among the messages decoded so far. With ``verify`` each sliced chunk is
+        checked against its content id (a mismatch falls back to :meth:`message_raw`, which
+        reports or works around it); without, the caller verifies the whole list.
+        """
+        ctx = _ReadCtx(self.hasher, verified=verify)
+        out: list = []
         with self._lock:  # the packs at hand now (the fast path below reads only these)
             cache = dict(self._cache)
             where = self._where
         content_id = self.hasher.content_id
+        views: dict = {}  # (pack id, block) -> memoryview of the uncompressed block
         for r in refs:
             raw = None
             if not r.flags & FLAG_PIECES:
-                # fast path: a chunk in a pack at hand whose block is already uncompressed (every
-                # tier pack's, once one entry was read) -- same checks as _entry, fewer calls
+                # fast path: a chunk in a pack at hand -- same checks as _entry, fewer calls
                 key = (T_CHUNK, r.id)
                 p = cache.get(r.pack)
                 e = p.entries.get(key) if p is not None else None
@@ -699,17 +798,27 @@ class ReadPath:
                     p = cache.get(w) if w is not None else None
                     e = p.entries.get(key) if p is not None else None
                 if e is not None:
-                    blk = p._raw.get(e.block)
-                    if blk is not None:
-                        raw = blk[e.offset:e.offset + e.length]
-                        if content_id(raw) != r.id:
+                    vk = (p.id, e.block)
+                    mv = views.get(vk)
+                    if mv is None:
+                        blk = p._raw.get(e.block)
+                        if blk is None and p.blocks[e.block].dict is None:
+                            try:
+                                blk = p.raw_block(e.block)
+                            except IntegrityError:
+                                if not verify:
+                                    raise
+                                blk = None  # let the full path report (or work around) it
+                        if blk is not None:
+                            mv = views[vk] = memoryview(blk).toreadonly()
+                    if mv is not None:
+                        raw = mv[e.offset:e.offset + e.length]
+                        if verify and content_id(raw) != r.id:
                             raw = None  # let the full path report (or work around) it
             if raw is None:
-                raw = self.message_raw(r, ctx)
+                raw = self.message_raw(r, ctx, verify)
             ctx.add(r.id, raw)
-            if raws is not None:
-                raws.append(raw)
-            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT), f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
+            out.append(raw)
         return out
 
     def decode_blocks(self, m: Manifest) -> None:
@@ -744,10 +853,8 @@ class ReadPath:
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
-        raws: list = []
-        msgs = self.read_messages(refs, raws)
+        msgs, raws, digest = self.read_list(refs, m)
         ids = [r.id for r in refs]
-        digest = _json_digest(self.hasher, raws)
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
         acc = 0
         for i in range(len(raws) - 1, -1, -1):

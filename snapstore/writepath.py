@@ -59,7 +59,8 @@ class ListState:
         ids: every message id in order, or None when not loaded (cold writer).
         refs: every level-0 ref in order, or None when not loaded.
         objs: the caller's message objects of the last save (identity fast path), or None.
-        raws: encoded JSON per position for recent positions (older entries are None).
+        raws: encoded JSON per position for recent positions (older entries are None): bytes, or
+            a read-only memoryview into a cached pack block (a restore slices without copying).
         known: chunk id -> Ref, for dedup within the run.
         known_pieces: piece id -> Ref.
         nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
