@@ -92,16 +92,29 @@ class ListState:
         return d.hexdigest(16)
 
 
+_DIGEST_BATCH = 1 << 16
+"""Bytes :func:`_json_digest` gathers before each hash update: blake3 hashes a long input several
+chunks at a time (SIMD), a 2 KB message alone at about a third of that speed."""
+
+
 def _json_digest(hasher: "Hasher", raws) -> object:
-    """Incremental list digest over ``[`` + raws joined by ``,`` (no closing bracket)."""
+    """Incremental list digest over ``[`` + raws joined by ``,`` (no closing bracket).
+
+    ``raws``: the messages' exact JSON (bytes-like), in list order. Returns the keyed blake3
+    hasher (copy it and add ``]`` for the manifest's ``messages.digest``)."""
     d = hasher.new_digest()
-    d.update(b"[")
+    buf = bytearray(b"[")
     first = True
     for r in raws:
-        if not first:
-            d.update(b",")
-        d.update(r)
-        first = False
+        if first:
+            first = False
+        else:
+            buf += b","
+        buf += r
+        if len(buf) >= _DIGEST_BATCH:
+            d.update(buf)
+            del buf[:]
+    d.update(buf)
     return d
 
 

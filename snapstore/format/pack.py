@@ -333,6 +333,7 @@ class Pack:
             # past the header's end land in the trailer or raise, and the length check after
             # the loop rejects both
             types = ENTRY_TYPES
+            new = tuple.__new__
             for _ in range(n):
                 t = data[pos]
                 if t not in types:
@@ -347,6 +348,9 @@ class Pack:
                 ln = data[pos]
                 if ln < 0x80:
                     pos += 1
+                elif data[pos + 1] < 0x80:
+                    ln = (ln & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2
                 else:
                     ln, pos = get_varint(header, pos)
                 if pos > hend or bi >= nblocks:
@@ -354,7 +358,7 @@ class Pack:
                 f = fill[bi]
                 if f + ln > rawlens[bi]:
                     raise ValueError("entry outside its block")
-                entries[(t, eid)] = Entry(t, eid, bi, f, ln)
+                entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
                 fill[bi] = f + ln
             if pos != hend:
                 raise ValueError("header length mismatch")
