@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-import fastcdc
 import orjson
 
 from .errors import InvalidInputError, SnapstoreError
@@ -26,6 +25,14 @@ from .format.valuetree import ValueTree, split_value
 
 RECENT_RAW_KEEP = 4
 """Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
+
+
+def _fastcdc():
+    """``fastcdc.fastcdc``, imported on first use: only writers cut large values, and the package
+    (with click, which it imports) costs a reader's fresh process about 9 ms of import time."""
+    from fastcdc import fastcdc
+
+    return fastcdc
 
 
 @dataclass
@@ -452,7 +459,7 @@ class WritePath:
             pb.add(T_CHUNK, bid, raw)
             return Ref(bid, len(raw), 1, flags, pb.pack_id)
         pieces = []
-        for c in fastcdc.fastcdc(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
+        for c in _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
             piece = raw[c.offset:c.offset + c.length]
             pid = self.hasher.content_id(piece)
             pr = known_pieces.get(pid)
@@ -508,6 +515,6 @@ class WritePath:
         for raw in parts:
             if len(raw) > cfg.cdc_threshold:
                 made_of.update(self.hasher.content_id(raw[c.offset:c.offset + c.length]) for c in
-                               fastcdc.fastcdc(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True))
+                               _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True))
         # the list is described by this save's own state entry, which goes into this pack
         pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:], made_of)
