@@ -42,26 +42,35 @@ class _ReadCtx:
     checked here first: a dictionary made of damaged bytes would decompress a block into
     garbage, and the pack would keep that garbage as its decompressed block."""
 
-    def __init__(self, hasher: Hasher, verified: bool = True):
+    def __init__(self, hasher: Hasher, verified: bool = True, refs: list | None = None, raws: list | None = None):
+        """``refs``/``raws``: the list being restored and the list its raws are appended to, in
+        order, by the caller (instead of :meth:`add`): message ``i`` is known once ``raws`` holds
+        it, and its id is ``refs[i].id``."""
         self.hasher = hasher
         self.verified = verified
+        self.refs = refs
         self.ids: list[bytes] = []
-        self.raws: list[bytes] = []
+        self.raws: list = [] if raws is None else raws
 
     def add(self, mid: bytes, raw: bytes) -> None:
         self.ids.append(mid)
         self.raws.append(raw)
 
+    def _id(self, i: int) -> bytes:
+        return self.refs[i].id if self.refs is not None else self.ids[i]
+
     def dict_for(self, spec: DictSpec) -> bytes | None:
-        if spec.end > len(self.ids) or spec.start > spec.end:
+        if spec.end > len(self.raws) or spec.start > spec.end:
             return None
-        if self.hasher.content_id(b"".join(self.ids[spec.start:spec.end])) != spec.digest:
+        ids = ([r.id for r in self.refs[spec.start:spec.end]] if self.refs is not None
+               else self.ids[spec.start:spec.end])
+        if self.hasher.content_id(b"".join(ids)) != spec.digest:
             return None
         # the last ``length`` bytes of messages [start, end): join only as many as needed
         parts, acc, i = [], 0, spec.end
         while i > spec.start and acc < spec.length:
             i -= 1
-            if not self.verified and self.hasher.content_id(self.raws[i]) != self.ids[i]:
+            if not self.verified and self.hasher.content_id(self.raws[i]) != self._id(i):
                 return None  # the caller resolves the dictionary from verified reads
             parts.append(self.raws[i])
             acc += len(self.raws[i])
@@ -815,8 +824,8 @@ class ReadPath:
         checked against its content id (a mismatch falls back to :meth:`message_raw`, which
         reports or works around it); without, the caller verifies the whole list.
         """
-        ctx = _ReadCtx(self.hasher, verified=verify)
         out: list = []
+        ctx = _ReadCtx(self.hasher, verified=verify, refs=refs, raws=out)
         with self._lock:  # the packs at hand now (the fast path below reads only these)
             cache = dict(self._cache)
             where = self._where
@@ -853,8 +862,7 @@ class ReadPath:
                             raw = None  # let the full path report (or work around) it
             if raw is None:
                 raw = self.message_raw(r, ctx, verify)
-            ctx.add(r.id, raw)
-            out.append(raw)
+            out.append(raw)  # ctx sees it: message len(out) - 1 is now known
         return out
 
     def decode_blocks(self, m: Manifest) -> None:
