@@ -39,13 +39,13 @@ Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method
 started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
 Targets are printed beside the figures with PASS/FAIL.
 
-Local part (``--local``, on by default; ``--no-local`` skips it): the coding-agent run with the
-largest final history (JSON bytes) among the shared trajectories (``../shared/data/trajectories`` or
-``$SNAPSTORE_SHARED_DATA``; SWE-agent, mini-swe-agent, OpenHands and Claude Code files) is saved into a
-temporary local repository, one checkpoint per turn (``snapstore.importers.load_trajectory`` + the
-API, as ``snapstore import`` does), and its final history written to one JSON file. Then, in 5 fresh
-processes each (median), ``latest()`` of it against ``json.load`` of the file, timed inside the
-process around the read only; the ratio is printed.
+Local part (``--local``, on by default; ``--no-local`` skips it): ``benchmarks/local_read.py``, in
+the same run: the coding-agent run with the largest final history (JSON bytes) among the shared
+trajectories (``../shared/data/trajectories`` or ``$SNAPSTORE_SHARED_DATA``) is saved into a temporary
+local repository, one checkpoint per turn, and its final history written to one JSON file; then
+``CheckpointManager(repo).latest()`` against ``open`` + ``json.load`` of the file, each in 15 fresh
+processes (interleaved), both timed inside the process around the read only (opening the
+repository included; imports and interpreter start outside), medians; the ratio is printed.
 
 The delay is the only thing that models the network: moto's CPU time (shared with this process's
 proxy threads, 2 cores here) adds to every request, and bandwidth is unlimited. Round trips and
@@ -65,7 +65,6 @@ import socketserver
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -83,8 +82,7 @@ PREFIX = "bench"
 RUN = "bench-run"
 SEED = 20240901
 STEADY_SAVES = 20
-LOCAL_TRIALS = 5
-CODING_FORMATS = ("sweagent", "minisweagent", "openhands", "claudecode")
+LOCAL_TRIALS = 15
 
 clock = time.monotonic  # CLOCK_MONOTONIC on Linux: one clock for the proxy and every child process
 
@@ -483,23 +481,7 @@ def child_main(spec: dict) -> dict:
         msgs = json.loads(zstandard.ZstdDecompressor().decompress(body))
         t1 = clock()
         return {"t0": t0, "t1": t1, "count": len(msgs), "bytes": len(body)}
-    if task == "local_json":
-        t0 = clock()
-        with open(spec["path"], encoding="utf-8") as f:
-            msgs = json.load(f)
-        t1 = clock()
-        return {"t0": t0, "t1": t1, "count": len(msgs)}
-
     from snapstore import CheckpointManager
-
-    if task == "local_latest":
-        mgr = CheckpointManager(spec["path"])
-        t0 = clock()
-        cp = mgr.latest(spec["run"])
-        t1 = clock()
-        with open(spec["json"], encoding="utf-8") as f:
-            same = json.load(f) == cp.messages
-        return {"t0": t0, "t1": t1, "count": len(cp.messages), "same": same}
 
     mgr = CheckpointManager(spec["url"], endpoint_url=spec["endpoint"])
     if task == "latest":
@@ -668,65 +650,24 @@ def bench_runs(n_runs: int, moto_ep: str, proxy: LatencyProxy, trials: int) -> d
 
 
 def largest_coding_run() -> tuple[Path, str, list, list] | None:
-    """(file, format, checkpoints, final history) of the coding-agent conversation with the largest
-    final history (compact JSON bytes) among the shared trajectories, or None without them."""
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from shared_data import shared_data_dir
+    """The largest shared coding-agent conversation (see :func:`benchmarks.local_read.largest_coding_run`)."""
+    return _local_read().largest_coding_run()
 
-    from snapstore.importers import load_trajectory
 
-    d = shared_data_dir()
-    if d is None:
-        return None
-    best = None
-    for path in sorted(d.iterdir()):
-        if not path.is_file() or path.suffix == ".md":
-            continue
-        try:
-            fmt, convs = load_trajectory(path)
-        except Exception:  # noqa: BLE001  (not a trajectory)
-            continue
-        if fmt not in CODING_FORMATS:
-            continue
-        for c in convs:
-            size = len(json.dumps(c.messages, separators=(",", ":")))
-            if best is None or size > best[0]:
-                best = (size, path, fmt, c)
-    if best is None:
-        return None
-    _, path, fmt, conv = best
-    return path, fmt + (f" ({conv.name})" if conv.name else ""), conv.checkpoints, conv.messages
+def _local_read():
+    sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks import local_read
+
+    return local_read
 
 
 def bench_local() -> dict | None:
-    from snapstore import CheckpointManager
-
-    found = largest_coding_run()
-    if found is None:
+    """The local part: :func:`benchmarks.local_read.measure` (both sides in fresh processes, the
+    read only, medians of ``LOCAL_TRIALS`` interleaved trials); None without the trajectories."""
+    res = _local_read().measure(LOCAL_TRIALS)
+    if res is None:
         print("local part skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
-        return None
-    path, fmt, checkpoints, final = found
-    with tempfile.TemporaryDirectory(prefix="latency-local-") as tmp:
-        repo, jpath = os.path.join(tmp, "repo"), os.path.join(tmp, "final.json")
-        mgr = CheckpointManager(repo)
-        for i, cp in enumerate(checkpoints):
-            mgr.save("local-run", cp, step=i)
-        mgr.close()
-        with open(jpath, "w", encoding="utf-8") as f:
-            json.dump(final, f)
-        lat, js = [], []
-        for _ in range(LOCAL_TRIALS):
-            out = run_child({"task": "local_latest", "path": repo, "run": "local-run", "json": jpath})
-            if out["count"] != len(final) or not out["same"]:
-                raise AssertionError("local latest() differs from the final history")
-            lat.append(out["t1"] - out["t0"])
-            out = run_child({"task": "local_json", "path": jpath})
-            js.append(out["t1"] - out["t0"])
-        return {"op": "local latest", "file": path.name, "format": fmt, "checkpoints": len(checkpoints),
-                "messages": len(final), "json_bytes": os.path.getsize(jpath),
-                "latest_s": statistics.median(lat), "json_load_s": statistics.median(js),
-                "latest_s_all": lat, "json_load_s_all": js,
-                "ratio": statistics.median(lat) / statistics.median(js)}
+    return res
 
 
 # ==================================================================================================
@@ -790,11 +731,7 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
             print(f"  note: {r['op']} {r['size']:,}: {r['outside_window']} request(s) outside the timed window")
     if local:
         print()
-        print(f"local: {local['file']} [{local['format']}], {local['checkpoints']:,} checkpoints, "
-              f"{local['messages']:,} messages, final history {local['json_bytes'] / 1e6:.2f} MB JSON")
-        print(f"  latest() in a fresh process: {local['latest_s'] * 1000:.1f} ms   json.load of the file: "
-              f"{local['json_load_s'] * 1000:.1f} ms   ratio {local['ratio']:.2f}x   (medians of {LOCAL_TRIALS} "
-              "processes, read only)")
+        print(_local_read().report(local))
 
 
 def git_commit() -> tuple[str, bool]:

@@ -21,9 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+import orjson
+
 from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format import keys
-from .format.codec import decode_json
+from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
@@ -33,26 +35,43 @@ from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
 
 
 class _ReadCtx:
-    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary."""
+    """Messages decoded so far by an in-order restore; lets data blocks find their dictionary.
 
-    def __init__(self, hasher: Hasher):
+    ``verified``: whether the raws added were each checked against their content id. When not
+    (a restore that verifies the whole list afterwards), the raws a dictionary is cut from are
+    checked here first: a dictionary made of damaged bytes would decompress a block into
+    garbage, and the pack would keep that garbage as its decompressed block."""
+
+    def __init__(self, hasher: Hasher, verified: bool = True, refs: list | None = None, raws: list | None = None):
+        """``refs``/``raws``: the list being restored and the list its raws are appended to, in
+        order, by the caller (instead of :meth:`add`): message ``i`` is known once ``raws`` holds
+        it, and its id is ``refs[i].id``."""
         self.hasher = hasher
+        self.verified = verified
+        self.refs = refs
         self.ids: list[bytes] = []
-        self.raws: list[bytes] = []
+        self.raws: list = [] if raws is None else raws
 
     def add(self, mid: bytes, raw: bytes) -> None:
         self.ids.append(mid)
         self.raws.append(raw)
 
+    def _id(self, i: int) -> bytes:
+        return self.refs[i].id if self.refs is not None else self.ids[i]
+
     def dict_for(self, spec: DictSpec) -> bytes | None:
-        if spec.end > len(self.ids) or spec.start > spec.end:
+        if spec.end > len(self.raws) or spec.start > spec.end:
             return None
-        if self.hasher.content_id(b"".join(self.ids[spec.start:spec.end])) != spec.digest:
+        ids = ([r.id for r in self.refs[spec.start:spec.end]] if self.refs is not None
+               else self.ids[spec.start:spec.end])
+        if self.hasher.content_id(b"".join(ids)) != spec.digest:
             return None
         # the last ``length`` bytes of messages [start, end): join only as many as needed
         parts, acc, i = [], 0, spec.end
         while i > spec.start and acc < spec.length:
             i -= 1
+            if not self.verified and self.hasher.content_id(self.raws[i]) != self._id(i):
+                return None  # the caller resolves the dictionary from verified reads
             parts.append(self.raws[i])
             acc += len(self.raws[i])
         if acc < spec.length:
@@ -494,10 +513,10 @@ class ReadPath:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")
         return pack
 
-    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None) -> bytes:
+    def _entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: _ReadCtx | None = None, verify: bool = True) -> bytes:
         pack = self.locate(pack_id, etype, eid)
         try:
-            return self._entry_in(pack, etype, eid, ctx)
+            return self._entry_in(pack, etype, eid, ctx, verify)
         except SnapstoreError as first:
             if pack.id != pack_id and getattr(pack, "indexed", False):
                 # a tier pack (a copy) failed: read the entry where its hint says instead; if that
@@ -517,7 +536,9 @@ class ReadPath:
                     continue
             raise
 
-    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None) -> bytes:
+    def _entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: _ReadCtx | None, verify: bool = True) -> bytes:
+        """An entry's bytes from ``pack``, checked against its content id unless ``verify`` is
+        False (a caller that verifies what it reads as a whole: :meth:`read_list`)."""
         e = pack.entries[(etype, eid)]
         spec = pack.blocks[e.block].dict
         d = None
@@ -526,7 +547,7 @@ class ReadPath:
             if d is None:
                 d = self._resolve_dict(pack, spec)
         raw = pack.entry_bytes(e, d)
-        if etype != T_PIECES and self.hasher.content_id(raw) != eid:
+        if verify and etype != T_PIECES and self.hasher.content_id(raw) != eid:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) does not match its content id")
         return raw
 
@@ -589,7 +610,9 @@ class ReadPath:
         hit = self._nodes.get(node_id)
         if hit is not None:
             return hit
-        raw = self._entry(T_NODE, node_id, pack_id)
+        raw = self._node_at_hand(node_id, pack_id)
+        if raw is None:
+            raw = self._entry(T_NODE, node_id, pack_id)
         try:
             node = decode_node(raw)
         except (ValueError, IndexError) as e:
@@ -600,32 +623,66 @@ class ReadPath:
             self._nodes[node_id] = node
         return node
 
+    def _node_at_hand(self, node_id: bytes, pack_id: bytes) -> bytes | None:
+        """A node's bytes, verified by its content id, when the pack that holds it (the hinted
+        one, else the indexed segment) is cached with that block uncompressed; else None (the
+        caller takes :meth:`_entry`, which fetches, decompresses, follows forwarding and names
+        damage). The common case of a tree walk, in fewer calls."""
+        key = (T_NODE, node_id)
+        cache = self._cache
+        p = cache.get(pack_id)
+        e = p.entries.get(key) if p is not None else None
+        if e is None:
+            w = self._where.get(key)
+            p = cache.get(w) if w is not None else None
+            e = p.entries.get(key) if p is not None else None
+            if e is None:
+                return None
+        blk = p._raw.get(e.block)
+        if blk is None:
+            return None
+        raw = blk[e.offset:e.offset + e.length]
+        return raw if self.hasher.content_id(raw) == node_id else None
+
     def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
         """Return every level-0 ref of the list, in order.
 
         Nodes are fetched level by level with the packs of each level fetched in parallel, so the
         number of sequential round trips is the tree depth. If ``nodes`` is given, every node read
-        is recorded in it as ``node id -> pack id``.
+        is recorded in it as ``node id -> pack id``. Each node must have the level below its ref's
+        and cover the messages its ref counts (so the expansion is bounded by the counts read so
+        far).
+
+        Raises:
+            IntegrityError: a node of the wrong level or count, or malformed (names its pack).
+            ObjectNotFound: a node is nowhere to be found.
         """
-        frontier: list[tuple[int, Ref]] = spine.top_down()
-        while any(level > 0 for level, _ in frontier):
-            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, r in frontier if level > 0))
-            nxt: list[tuple[int, Ref]] = []
-            for level, r in frontier:
+        # runs of items of one level, in list order (a node's items are one such run)
+        groups: list[tuple[int, list[Ref]]] = [(lv, run) for lv in range(len(spine.levels) - 1, -1, -1)
+                                               if (run := spine.levels[lv])]
+        while any(level > 0 for level, _ in groups):
+            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g))
+            nxt: list[tuple[int, list[Ref]]] = []
+            for level, g in groups:
                 if level == 0:
-                    nxt.append((0, r))
+                    nxt.append((0, g))
                     continue
-                lv, items = self.read_node(r.id, r.pack)
-                if nodes is not None:
-                    nodes[r.id] = r.pack
-                if lv != level - 1:
-                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
-                if sum(x.count for x in items) != r.count:  # bounds the expansion by the counts read so far
-                    raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} covers "
-                                         f"{sum(x.count for x in items)} messages, its ref says {r.count}")
-                nxt.extend((lv, x) for x in items)
-            frontier = nxt
-        return [r for _, r in frontier]
+                for r in g:
+                    lv, items = self.read_node(r.id, r.pack)
+                    if nodes is not None:
+                        nodes[r.id] = r.pack
+                    if lv != level - 1:
+                        raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} has level {lv}, expected {level - 1}")
+                    covered = len(items) if lv == 0 else sum([x.count for x in items])  # level 0: 1 each
+                    if covered != r.count:
+                        raise IntegrityError(keys.pack_key(r.pack), f"node {r.id.hex()} covers "
+                                             f"{covered} messages, its ref says {r.count}")
+                    nxt.append((lv, items))
+            groups = nxt
+        out: list[Ref] = []
+        for _, g in groups:
+            out.extend(g)
+        return out
 
     def refs_range(self, spine: Spine, start: int, end: int,
                    on_node: Callable[[Ref], None] | None = None) -> list[Ref]:
@@ -659,38 +716,125 @@ class ReadPath:
                 break
         return out
 
-    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None) -> bytes:
-        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``."""
+    def message_raw(self, ref: Ref, ctx: _ReadCtx | None = None, verify: bool = True) -> bytes:
+        """Return a message's exact JSON bytes (pieces reassembled), verified against ``ref.id``
+        (each piece against its own id too) unless ``verify`` is False: the caller then verifies
+        the bytes itself (:meth:`read_list`: the list digest covers them)."""
         if not ref.flags & FLAG_PIECES:
-            return self._entry(T_CHUNK, ref.id, ref.pack, ctx)
+            return self._entry(T_CHUNK, ref.id, ref.pack, ctx, verify)
         pieces_raw = self._entry(T_PIECES, ref.id, ref.pack)
         try:
             pieces = decode_pieces(pieces_raw)
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
         self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
-        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
-        if self.hasher.content_id(raw) != ref.id:
+        raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx, verify) for p in pieces)
+        if verify and self.hasher.content_id(raw) != ref.id:
             raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
         return raw
 
     def read_messages(self, refs: list[Ref], raws: list | None = None) -> list:
         """Decode the messages of a list (refs in order); packs are fetched in parallel first.
 
-        If ``raws`` is a list, each message's exact JSON bytes are appended to it.
+        Every message is verified against its content id (used where no manifest's list digest
+        covers the refs; :meth:`read_list` is the restore of a checkpoint). If ``raws`` is a
+        list, each message's exact JSON is appended to it (bytes, or a read-only memoryview into a
+        cached block).
         """
         self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
-        ctx = _ReadCtx(self.hasher)
         out = []
+        got = self._list_raws(refs, verify=True)
+        for r, raw in zip(refs, got):
+            if raws is not None:
+                raws.append(raw)
+            exact = bool(r.flags & FLAG_EXACT)
+            out.append(decode_json(bytes(raw) if exact else raw, exact,
+                                   f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
+        return out
+
+    def read_list(self, refs: list[Ref], m: Manifest) -> tuple[list, list, object]:
+        """Restore checkpoint ``m``'s message list from its level-0 ``refs`` (in order): return
+        ``(messages, raws, digest)``, where ``raws`` holds each message's exact JSON (bytes, or a
+        read-only memoryview into a cached block) and ``digest`` is the incremental list digest a
+        writer continues from (:attr:`ListState.digest`: ``[`` + the raws joined by ``,``, no
+        closing bracket).
+
+        The list is verified as a whole: the keyed hash of its compact JSON (``[`` + raws joined
+        by ``,`` + ``]``, one pass, which the writer's digest needs anyway) must be the manifest's
+        ``messages.digest`` and the count its ``count``. That check is what makes the per-chunk
+        content-id checks redundant on this path (docs/format.md §11, "Verifying a restore");
+        nothing is parsed before it passed. A list that fails it (or whose chunks cannot be
+        read without help), and a manifest without a digest, take the per-entry path instead
+        (every chunk verified by its content id), which names the damaged pack; if every entry
+        passes there but the whole does not, the manifest is what is wrong.
+
+        Raises:
+            IntegrityError: a damaged entry (names its pack) or a list that does not match its
+                manifest (names the manifest).
+            ObjectNotFound: an entry is nowhere to be found.
+        """
+        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        hasher = self.hasher
+        want = m.digest if len(m.digest) == 32 else None
+        raws = None
+        if want is not None and len(refs) == m.count:
+            try:
+                raws = self._list_raws(refs, verify=False)
+            except IntegrityError:
+                raws = None  # the per-entry path below finds (and names, or works around) the damage
+        if raws is not None:
+            digest = _json_digest(hasher, raws)
+            last = digest.copy()
+            last.update(b"]")
+            if last.hexdigest(16) == want:
+                loads = orjson.loads
+                msgs = []
+                add = msgs.append
+                try:
+                    for r, raw in zip(refs, raws):
+                        add(loads(raw) if not r.flags & FLAG_EXACT else loads_exact(bytes(raw)))
+                except (ValueError, RecursionError, UnicodeDecodeError):
+                    # bytes the manifest vouches for that do not decode: name the message
+                    r = refs[len(msgs)]
+                    decode_json(bytes(raws[len(msgs)]), bool(r.flags & FLAG_EXACT),
+                                f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})")
+                    raise
+                return msgs, raws, digest
+        raws = []
+        msgs = self.read_messages(refs, raws)
+        digest = _json_digest(hasher, raws)
+        if want is not None and m.count == len(refs):
+            last = digest.copy()
+            last.update(b"]")
+            # the first release (a576e36) stored the keyed hash of the concatenated ids instead
+            if last.hexdigest(16) != want and hasher.content_id(b"".join(r.id for r in refs)).hex() != want:
+                raise IntegrityError(keys.manifest_key(self.run_key(m.run_id), m.seq),
+                                     f"checkpoint {m.checkpoint_id}: its messages (each matching its content id) do "
+                                     "not match the manifest's list digest")
+        return msgs, raws, digest
+
+    def _list_raws(self, refs: list[Ref], verify: bool) -> list:
+        """Each ref's exact JSON, in order (the packs already fetched): a read-only memoryview
+        into a cached block, or bytes.
+
+        Chunks in a pack at hand are sliced from its uncompressed block (a block without
+        dictionary is decompressed here, once); the rest, and every chunk of a block with a
+        dictionary not yet decompressed, go through :meth:`message_raw`, which finds the
+        dictionary among the messages decoded so far. With ``verify`` each sliced chunk is
+        checked against its content id (a mismatch falls back to :meth:`message_raw`, which
+        reports or works around it); without, the caller verifies the whole list.
+        """
+        out: list = []
+        ctx = _ReadCtx(self.hasher, verified=verify, refs=refs, raws=out)
         with self._lock:  # the packs at hand now (the fast path below reads only these)
             cache = dict(self._cache)
             where = self._where
         content_id = self.hasher.content_id
+        views: dict = {}  # (pack id, block) -> memoryview of the uncompressed block
         for r in refs:
             raw = None
             if not r.flags & FLAG_PIECES:
-                # fast path: a chunk in a pack at hand whose block is already uncompressed (every
-                # tier pack's, once one entry was read) -- same checks as _entry, fewer calls
+                # fast path: a chunk in a pack at hand -- same checks as _entry, fewer calls
                 key = (T_CHUNK, r.id)
                 p = cache.get(r.pack)
                 e = p.entries.get(key) if p is not None else None
@@ -699,17 +843,26 @@ class ReadPath:
                     p = cache.get(w) if w is not None else None
                     e = p.entries.get(key) if p is not None else None
                 if e is not None:
-                    blk = p._raw.get(e.block)
-                    if blk is not None:
-                        raw = blk[e.offset:e.offset + e.length]
-                        if content_id(raw) != r.id:
+                    vk = (p.id, e.block)
+                    mv = views.get(vk)
+                    if mv is None:
+                        blk = p._raw.get(e.block)
+                        if blk is None and p.blocks[e.block].dict is None:
+                            try:
+                                blk = p.raw_block(e.block)
+                            except IntegrityError:
+                                if not verify:
+                                    raise
+                                blk = None  # let the full path report (or work around) it
+                        if blk is not None:
+                            mv = views[vk] = memoryview(blk).toreadonly()
+                    if mv is not None:
+                        raw = mv[e.offset:e.offset + e.length]
+                        if verify and content_id(raw) != r.id:
                             raw = None  # let the full path report (or work around) it
             if raw is None:
-                raw = self.message_raw(r, ctx)
-            ctx.add(r.id, raw)
-            if raws is not None:
-                raws.append(raw)
-            out.append(decode_json(raw, bool(r.flags & FLAG_EXACT), f"message {r.id.hex()} (hinted in {keys.pack_key(r.pack)})"))
+                raw = self.message_raw(r, ctx, verify)
+            out.append(raw)  # ctx sees it: message len(out) - 1 is now known
         return out
 
     def decode_blocks(self, m: Manifest) -> None:
@@ -744,10 +897,8 @@ class ReadPath:
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
-        raws: list = []
-        msgs = self.read_messages(refs, raws)
+        msgs, raws, digest = self.read_list(refs, m)
         ids = [r.id for r in refs]
-        digest = _json_digest(self.hasher, raws)
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
         acc = 0
         for i in range(len(raws) - 1, -1, -1):

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import struct
+import threading
 
 import blake3
 import orjson
@@ -35,6 +36,21 @@ MAX_WINDOW = 1 << 27
 """Largest zstd window (bytes) a reader accepts; writers use at most 8 MiB (level 19)."""
 
 _READ_PIECE = 1 << 20
+
+ONE_SHOT_MAX = 32 << 20
+"""Largest recorded length (bytes) :func:`zstd_decompress` decompresses in one call (into a buffer
+of exactly that size); longer frames are streamed, so memory grows only with real output."""
+
+_DCTX = threading.local()
+
+
+def _plain_dctx() -> "zstandard.ZstdDecompressor":
+    """This thread's decompressor without dictionary (window capped at :data:`MAX_WINDOW`);
+    reusing one saves its setup on every block (a context is not safe to share across threads)."""
+    d = getattr(_DCTX, "d", None)
+    if d is None:
+        d = _DCTX.d = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+    return d
 
 _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
@@ -201,7 +217,22 @@ def zstd_decompress(key: str, frame: bytes, limit: int, zdict: bytes | None = No
             zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
             dctx = zstandard.ZstdDecompressor(dict_data=zd, max_window_size=MAX_WINDOW)
         else:
-            dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+            dctx = _plain_dctx()
+        if expected is not None and expected <= ONE_SHOT_MAX:
+            # the length is recorded (a pack block): one call into an output buffer of exactly
+            # that size, about 3x faster than streaming. The frame's own content-size field, if
+            # present, would size the buffer instead, so it must say the same or be absent.
+            declared = zstandard.frame_content_size(frame)
+            if declared != -1 and declared > expected:
+                raise IntegrityError(key, f"{what} decompresses to more than the {expected} bytes recorded "
+                                     f"(its frame declares {declared})")
+            if declared != -1 and declared < expected:
+                raise IntegrityError(key, f"{what} decompressed to {declared} bytes, expected {expected} "
+                                     "(as its frame declares)")
+            out = dctx.decompress(frame, max_output_size=max(expected, 1)) if expected else b""
+            if len(out) != expected:
+                raise IntegrityError(key, f"{what} decompressed to {len(out)} bytes, expected {expected}")
+            return out
         # read in 1 MiB pieces up to one byte past what is allowed (faster than readinto a buffer
         # of the recorded size, and as fast as one-shot decompress)
         want = (limit if expected is None else expected) + 1

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import blake3
 import zstandard
@@ -84,9 +85,11 @@ class Block:
     stored: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block."""
+class Entry(NamedTuple):
+    """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block.
+
+    A named tuple rather than a frozen dataclass: a pack's header is parsed into one per entry,
+    and a tuple is several times cheaper to build (docs/format.md §11, "CPU")."""
 
     type: int
     id: bytes
@@ -257,11 +260,13 @@ class Pack:
         Raises:
             IntegrityError: bad magic, checksum or structure (names ``key``).
         """
+        if type(data) is not bytes:
+            data = bytes(data)  # slices of it are ids (dict keys): they must be bytes
         if len(data) < 5 + PACK_ID_BYTES + _TRAILER.size or data[:4] != MAGIC:
             raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
         hlen, digest = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
         body_end = len(data) - 16
-        if blake3.blake3(data[:body_end]).digest(16) != digest:
+        if blake3.blake3(memoryview(data)[:body_end]).digest(16) != digest:
             raise IntegrityError(key, "checksum mismatch")
         if data[4] != VERSION:
             raise IntegrityError(key, f"unsupported pack version {data[4]}")
@@ -323,18 +328,38 @@ class Pack:
                 raise ValueError(f"header too short for {n} entries")
             entries = {}
             fill = [0] * nblocks
+            rawlens = [b.rawlen for b in blocks]
+            # the hot loop of a cold read (one pass per entry): one-byte varints inline; reads
+            # past the header's end land in the trailer or raise, and the length check after
+            # the loop rejects both
+            types = ENTRY_TYPES
+            new = tuple.__new__
             for _ in range(n):
-                t = header[pos]
-                if t not in ENTRY_TYPES:
+                t = data[pos]
+                if t not in types:
                     raise ValueError(f"unknown entry type {t}")
-                eid = take(pos + 1, ID_BYTES)
-                pos += 1 + ID_BYTES
-                bi, pos = get_varint(header, pos)
-                ln, pos = get_varint(header, pos)
-                if bi >= nblocks or fill[bi] + ln > blocks[bi].rawlen:
+                end = pos + 1 + ID_BYTES
+                eid = data[pos + 1:end]
+                bi = data[end]
+                if bi < 0x80:
+                    pos = end + 1
+                else:
+                    bi, pos = get_varint(header, end)
+                ln = data[pos]
+                if ln < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    ln = (ln & 0x7F) | (data[pos + 1] << 7)
+                    pos += 2
+                else:
+                    ln, pos = get_varint(header, pos)
+                if pos > hend or bi >= nblocks:
+                    raise ValueError("entry outside its block" if pos <= hend else "truncated header")
+                f = fill[bi]
+                if f + ln > rawlens[bi]:
                     raise ValueError("entry outside its block")
-                entries[(t, eid)] = Entry(t, eid, bi, fill[bi], ln)
-                fill[bi] += ln
+                entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
+                fill[bi] = f + ln
             if pos != hend:
                 raise ValueError("header length mismatch")
             if any(f != b.rawlen for f, b in zip(fill, blocks)):

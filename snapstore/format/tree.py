@@ -99,23 +99,46 @@ def _get_table(buf: bytes, pos: int) -> tuple[list[bytes], int]:
 
 
 def _decode_items(buf: bytes, pos: int, level: int, packs: list[bytes]) -> tuple[list[Ref], int]:
+    # the hot loop of a cold read (every ref of a restored list passes here once): one- and
+    # two-byte varints inline, refs built as tuples directly; a truncated buffer raises
+    # ValueError or IndexError, which callers report as a malformed entry
+    if type(buf) is not bytes:
+        buf = bytes(buf)
     n, pos = get_varint(buf, pos)
-    items = []
+    items: list[Ref] = []
+    add = items.append
+    new = tuple.__new__
     for _ in range(n):
-        rid = bytes(buf[pos:pos + ID_BYTES])
+        end = pos + ID_BYTES
+        rid = buf[pos:end]
         if len(rid) != ID_BYTES:
             raise ValueError("truncated item")
-        pos += ID_BYTES
-        size, pos = get_varint(buf, pos)
-        if level == 0:
-            flags = buf[pos]
-            pos += 1
-            count = 1
+        b = buf[end]
+        if b < 0x80:
+            size, pos = b, end + 1
+        elif buf[end + 1] < 0x80:
+            size, pos = (b & 0x7F) | (buf[end + 1] << 7), end + 2
         else:
-            count, pos = get_varint(buf, pos)
+            size, pos = get_varint(buf, end)
+        if level == 0:
+            flags, count = buf[pos], 1
+            pos += 1
+        else:
+            b = buf[pos]
+            if b < 0x80:
+                count = b
+                pos += 1
+            else:
+                count, pos = get_varint(buf, pos)
             flags = 0
-        pi, pos = get_varint(buf, pos)
-        items.append(Ref(rid, size, count, flags, packs[pi]))
+        b = buf[pos]
+        if b < 0x80:
+            pk = packs[b]
+            pos += 1
+        else:
+            pi, pos = get_varint(buf, pos)
+            pk = packs[pi]
+        add(new(Ref, (rid, size, count, flags, pk)))
     return items, pos
 
 

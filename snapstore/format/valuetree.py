@@ -28,7 +28,6 @@ from __future__ import annotations
 import zlib
 from typing import NamedTuple
 
-import fastcdc
 import orjson
 
 from .codec import _ORJSON_OPTS, dumps_exact
@@ -61,6 +60,14 @@ MAX_DEPTH = 32
 ENCODE_BUDGET = 8
 """Descending re-encodes members; once it has encoded this many times ``len(S)`` bytes, the
 containers left are cut as leaves (so a deeply nested state costs O(len(S)) to cut)."""
+
+
+def _fastcdc():
+    """``fastcdc.fastcdc``, imported on first use: only writers cut large values, and the package
+    (with click, which it imports) costs a reader's fresh process about 9 ms of import time."""
+    from fastcdc import fastcdc
+
+    return fastcdc
 
 
 class ValueTree(NamedTuple):
@@ -105,7 +112,7 @@ class ValueTree(NamedTuple):
 
 def _cdc(raw: bytes) -> list[bytes]:
     return [raw[c.offset:c.offset + c.length]
-            for c in fastcdc.fastcdc(raw, min_size=CDC_MIN, avg_size=CDC_AVG, max_size=CDC_MAX, fat=True)]
+            for c in _fastcdc()(raw, min_size=CDC_MIN, avg_size=CDC_AVG, max_size=CDC_MAX, fat=True)]
 
 
 def split_value(value, raw: bytes, exact: bool) -> list[bytes]:
