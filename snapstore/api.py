@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from . import callers
+from . import callers, runmarks
 from .callers import Seen
 from .errors import (CheckpointNotFound, ConflictError, InvalidInputError, NotFoundError, ObjectNotFound, PreconditionFailed,
                      RepositoryNotFound, RunNotFound, SnapstoreError)
@@ -583,11 +583,17 @@ class CheckpointManager:
         # index record first (a refused duplicate id writes nothing), then data, then the manifest
         indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
         wrote_pack = False
+        revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§8b)
+        mark_put = repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
 
         def undo() -> None:
             # a definite conflict: nothing references our index record or pack, remove them
             v.pending = None
             v.loaded = False
+            try:
+                runmarks.abandon(repo.store, mark_put.result())
+            except SnapstoreError:
+                pass
             junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
             if wrote_pack:
                 junk.append(keys.pack_key(prep.pack_id))
@@ -645,7 +651,7 @@ class CheckpointManager:
                               RuntimeWarning, stacklevel=4)
         self._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
         try:
-            data = repo.publish(rk, m)
+            data = repo.publish(rk, m, revives, mark_put.result())
         except PreconditionFailed:
             undo()
             if parent_id is not None or exp is not None or seen is None:
@@ -653,6 +659,8 @@ class CheckpointManager:
             raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
                                 f"checkpoints after the one this save continues (log position {seq} is "
                                 "taken); call latest() and retry, or fork() the run") from None
+        if v.head is not None and v.head_seq is not None and v.head.seq != v.head_seq:
+            runmarks.after_rollback_head(repo.store, rk, v.head_seq)  # the newest record was a rollback
         v.pending = None
         v.head_seq = seq
         v.head_write_id = m.write_id
@@ -895,38 +903,37 @@ class CheckpointManager:
         A run whose newest log record is a tombstone (deleted), or a rollback record that resolves
         to no checkpoint, is not listed. Never creates a repository (none there: ``[]``).
 
-        Requests: one LIST of ``runs/`` (per 1,000 runs), then for each run one LIST (max-keys 1:
-        the key of its newest record) and one GET of that record (a rollback also reads its
-        target), run by :meth:`_live_run_ids` with ``store.max_concurrency`` requests in flight (S3:
-        128). The GET cannot be skipped: only the record's content says whether it is a
-        checkpoint, a rollback or a tombstone (the key segment gives at most the run id). On a
-        manager that has not opened the repository yet, the LISTs overlap reading its config (the
-        GETs wait for it). A repeat call on the same manager GETs only rollback heads (see
-        :meth:`_live_run_ids`). Measured against moto's HTTP server with 1 s added per request
-        (``tests/test_runs_round_trips.py``, 204 run directories, 200 listed): 6 sequential round
-        trips and 415 requests on a new manager (config GET and versioning check included), 5 and
-        212 on a repeat call.
+        Requests (docs/format.md §8b, :mod:`snapstore.runmarks`): one LIST of ``runs/`` beside
+        one LIST of ``runmarks/`` (each per 1,000 keys; on a new manager beside reading the
+        config). A run whose run markers say live costs nothing more (its id comes from its key,
+        or for a hashed long id from its marker's key); a run whose newest marker is a tombstone
+        costs one LIST (max-keys 1) confirming that tombstone is still the head; the others (no
+        markers: written before them; a rollback head; a liveness change in flight) are read as
+        before by :meth:`_live_run_ids` (a LIST and a GET each). ``tests/test_runs_round_trips.py``
+        measures it against moto's HTTP server with 1 s added per request.
 
         Raises:
             BucketNotFound, AccessDenied, CredentialsError, StoreError: a request failed.
             IntegrityError: a run's newest record is corrupt.
         """
-        opened = None  # a new manager: find out whether a repository exists beside the listing
-        if self._repo is None:
-            from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor
 
-            ex = ThreadPoolExecutor(1, thread_name_prefix="snapstore-open")
-            opened = ex.submit(self._exists)
-            ex.shutdown(wait=False)
+        ex = ThreadPoolExecutor(2, thread_name_prefix="snapstore-runs-list")
+        # a new manager finds out whether a repository exists beside the listings
+        opened = ex.submit(self._exists) if self._repo is None else None
+        marks = ex.submit(runmarks.list_marks, self.store)  # run markers (§8b), beside runs/
+        ex.shutdown(wait=False)
         try:
             rks = list(self.store.list_dirs(keys.RUNS))
+            marks = marks.result()
         except Exception:
             if opened is not None and not opened.result():
                 return []  # no repository: what the listing said does not matter
             raise
-        got = self._live_run_ids(rks, opened)
         if opened is not None and not opened.result():
             return []
+        got = runmarks.live_run_ids(self.store, rks, marks, self.repo.run_key, self._live_run_ids,
+                                    self.repo._pool_get())
         return sorted(got)
 
     def _live_run_ids(self, rks: list[str], opened=None) -> list[str]:
@@ -1446,7 +1453,7 @@ class CheckpointManager:
                 self._put_pack(self.repo, copy[0], copy[1])
                 self.repo.remember_pack(*copy)
             try:
-                data = self.repo.publish(nrk, m)
+                data = self.repo.publish(nrk, m, revives=True)
             except PreconditionFailed:
                 if copy is not None:
                     try:
