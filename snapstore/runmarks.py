@@ -211,12 +211,47 @@ def live_run_ids(store, run_keys: list[str], marks: dict, run_key_of, fallback, 
             return None if same and info.etag and runmark.etag_tag(info.etag) == mark.tag else rk
         return rk  # no manifest: the directory holds leftovers only; read it the old way
 
-    if check:
-        got = pool.map(confirm, check) if pool is not None and len(check) > 1 else map(confirm, check)
-        slow.extend(rk for rk in got if rk is not None)
+    # the confirming LISTs run beside the fallback's reads; a tombstone no longer the head joins
+    # the fallback afterwards
+    checked = [pool.submit(confirm, c) for c in check] if pool is not None else None
     if slow:
         out.extend(fallback(slow))
+    again = [rk for rk in (f.result() for f in checked) if rk is not None] if checked is not None else \
+        [rk for rk in map(confirm, check) if rk is not None]
+    if again:
+        out.extend(fallback(again))
     return out
+
+
+def gc_doomed(mark_infos: list, run_seqs: dict, tomb_going: dict, mature: float, grace: float) -> list:
+    """The run markers a GC deletes, in the order to delete them (oldest position first, so an
+    interrupted GC leaves a run's newest markers, never an older verdict alone).
+
+    Args:
+        mark_infos: the :class:`~snapstore.stores.base.ObjectInfo` of every key under
+            ``runmarks/`` (listed after ``runs/``).
+        run_seqs: run key -> the positions of its manifests in GC's listing.
+        tomb_going: run key -> the position of its lone tombstone this GC deletes (the run's last
+            record): its markers up to that position go, before the tombstone.
+        mature: store time (seconds since the epoch, UTC) before which an object is older than
+            the grace period.
+        grace: the grace period in seconds (0: no writer is active).
+    Returns:
+        ``[(key, size)]``: the markers of runs that lose their last record, and the markers older
+        than the grace period of runs with no manifest at all (left by a run GC removed, or by a
+        first save that never published: its writer publishes within half a grace period).
+    """
+    out = []
+    for info in mark_infos:
+        p = runmark.parse(info.key)
+        if p is None:
+            continue
+        old = grace == 0 or info.mtime <= mature
+        t = tomb_going.get(p.run_key)
+        if (t is not None and p.seq <= t) or (old and not run_seqs.get(p.run_key) and t is None):
+            out.append((p.seq, info.key, info.size))
+    out.sort()
+    return [(k, size) for _, k, size in out]
 
 
 def marker_problems(marks_keys: list[str]) -> list[str]:
