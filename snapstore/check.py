@@ -847,6 +847,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             c = "forward"
         elif parts[0] == "gc":
             c = "gc"
+        elif k.startswith(runmark.PREFIX):
+            c = "runmarks"
         else:
             c = "other"
         cats[c]["count"] += 1

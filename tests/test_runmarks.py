@@ -57,6 +57,7 @@ def test_runs_is_two_lists_and_no_get_per_run(any_store):
     assert c["LIST"] == 2 and c["GET"] == 1 and c["HEAD"] == 0 and c["PUT"] == 0, c
     # one marker per run (its first checkpoint), none per later save
     assert len(_marks(any_store)) == len(ids)
+    assert CheckpointManager(any_store).stats()["objects"]["runmarks"] == {"count": len(ids), "bytes": 0}
 
 
 def test_deleted_and_recreated_runs(any_store):
