@@ -306,17 +306,15 @@ class CheckpointManager:
         A run whose newest log record is a tombstone (deleted), or a rollback record that resolves
         to no checkpoint, is not listed. Never creates a repository (none there: ``[]``).
 
-        Requests: one LIST of ``runs/`` (per 1,000 runs), then for each run one LIST (max-keys 1:
-        the key of its newest record) and one GET of that record (a rollback also reads its target),
-        run by :func:`snapstore.reading.live_run_ids` with ``store.max_concurrency`` requests in
-        flight (S3: 128). The GET cannot be skipped: only the record's content says whether it is a
-        checkpoint, a rollback or a tombstone (the key segment gives at most the run id). On a
-        manager that has not opened the repository yet, the LISTs overlap reading its config (the
-        GETs wait for it). A repeat call on the same manager GETs only rollback heads (see
-        :func:`snapstore.reading.live_run_ids`). Measured against moto's HTTP server with 1 s added
-        per request (``tests/test_runs_round_trips.py``, 204 run directories, 200 listed): 6
-        sequential round trips and 415 requests on a new manager (config GET and versioning check
-        included), 5 and 212 on a repeat call.
+        Requests (docs/format.md §8b, :mod:`snapstore.runmarks`): one LIST of ``runs/`` beside
+        one LIST of ``runmarks/`` (each per 1,000 keys; on a new manager beside reading the
+        config). A run whose run markers say live costs nothing more (its id comes from its key,
+        or for a hashed long id from its marker's key); a run whose newest marker is a tombstone
+        costs one LIST (max-keys 1) confirming that tombstone is still the head; the others (no
+        markers: written before them; a rollback head; a liveness change in flight) are read as
+        before by :func:`snapstore.reading.live_run_ids` (a LIST and a GET each).
+        ``tests/test_runs_round_trips.py`` measures it against moto's HTTP server with 1 s added
+        per request.
 
         Raises:
             BucketNotFound, AccessDenied, CredentialsError, StoreError: a request failed.

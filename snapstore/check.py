@@ -14,7 +14,7 @@ from typing import Callable
 
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format.codec import encode_json
-from .format import keys
+from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
@@ -577,6 +577,10 @@ def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, i
             continue
         if k.startswith(keys.GC):
             continue
+        if k.startswith(runmark.PREFIX):
+            if runmark.parse(k) is None:  # run markers (§8b): advisory, only their shape is checked
+                rep.warnings.append(Problem("unknown-object", k, "not a run marker (docs/format.md §8b)"))
+            continue
         pid = keys.pack_id_from_key(k)
         if pid is not None:
             packs_present[pid] = k
@@ -843,6 +847,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             c = "forward"
         elif parts[0] == "gc":
             c = "gc"
+        elif k.startswith(runmark.PREFIX):
+            c = "runmarks"
         else:
             c = "other"
         cats[c]["count"] += 1

@@ -61,7 +61,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
             saving.put_pack(mgr.repo, copy[0], copy[1])
             mgr.repo.remember_pack(*copy)
         try:
-            data = mgr.repo.publish(nrk, m)
+            data = mgr.repo.publish(nrk, m, revives=True)
         except PreconditionFailed:
             if copy is not None:
                 try:

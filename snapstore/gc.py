@@ -37,7 +37,8 @@ from .check import head_segments, mark, read_all_runs, segments_by_run
 from .format.logseg import parse_logseg_key, span
 from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
-from .format import keys
+from . import runmarks
+from .format import keys, runmark
 from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import PACK_ID_BYTES, is_pack_hex
 from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
@@ -63,7 +64,7 @@ class GCReport:
         segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
             never repacked.
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
-            (format-2 log segments), ``gc``).
+            (format-2 log segments), ``runmarks`` (run markers of removed runs, §8b), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
@@ -273,6 +274,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             logseg_by_run[parts[1]].append(info)
         else:
             others.append(info)
+    mark_infos = list(store.list(runmark.PREFIX))  # run markers (§8b), after the run log
     # format 2: the listed manifests that log segments cover are read from their copies there
     lsegs = {rk: {parse_logseg_key(i.key): i.key for i in infos_} for rk, infos_ in logseg_by_run.items()}
     logs = read_all_runs(repo, keys_by_run, light=True, logsegs_by_run=lsegs)
@@ -485,6 +487,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # log segments (format 2 copies of log records): once no manifest of their range is left,
     # and older than the grace period (the writer of a range publishes its last record first)
     going = {k for k, _, c in del_keys if c == "manifests"}
+    lone = {rk: keys.seq_from_manifest_key(k) for k, _, c in del_keys if c == "manifests"
+            for rk in [k.split("/")[1]] if rk in logs and len(logs[rk].manifests) == 1}
+    del_keys[:0] = [(k, size, "runmarks") for k, size in runmarks.gc_doomed(
+        mark_infos, {rk: log.manifests for rk, log in logs.items()}, lone, mature, grace)]
     for rk, lsegs in logseg_by_run.items():
         log = logs.get(rk)
         left = sorted(s_ for s_ in (log.manifests if log else ()) if keys.manifest_key(rk, s_) not in going)
@@ -534,6 +540,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     _drop_forwards(rep, del_fwd, fmap)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
+        store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
         store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
         man = [k for k, _, c in del_keys if c == "manifests"]
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later

@@ -15,6 +15,9 @@ from .format.ids import seq_hint
 from .format.manifest import KIND_CHECKPOINT, Manifest, decode_index, encode_index
 
 
+_UNSET = object()
+
+
 class LogRecords:
     """Run-log records of :class:`~snapstore.repository.Repository`: manifests and index records
     (a mixin; uses the repository's store and key helpers)."""
@@ -49,26 +52,44 @@ class LogRecords:
         """Return all manifest sequence numbers of the run, newest first (LIST only)."""
         return [keys.seq_from_manifest_key(i.key) for i in self.store.list(keys.manifests_prefix(run_key))]
 
-    def publish(self, run_key: str, m: Manifest) -> bytes:
+    def publish(self, run_key: str, m: Manifest, revives: bool = False, pending=_UNSET) -> bytes:
         """Write manifest ``m`` create-only at its sequence number; return the bytes written.
 
         A refusal is resolved by reading the object back: if it carries our write id, an earlier
-        attempt of ours landed and this succeeds.
+        attempt of ours landed and this succeeds. A record that changes the run's liveness (a
+        tombstone; a checkpoint with ``revives``) gets its run markers (docs/format.md §8b,
+        :mod:`snapstore.runmarks`): an intent before, a commit after.
 
+        Args:
+            run_key: the run's key segment.
+            m: the record.
+            revives: ``m`` is a checkpoint whose log predecessor (the record at ``m.seq - 1``, or
+                none) leaves the run with no live checkpoint.
+            pending: what :func:`snapstore.runmarks.before_publish` already wrote for ``m`` (a
+                save writes it beside its pack); by default it is written here.
         Raises:
-            ConflictError: another writer holds that sequence number.
+            PreconditionFailed: another writer holds that sequence number.
+            StoreError: the store failed (also: the intent marker could not be written).
         """
+        from . import runmarks
+
         key = keys.manifest_key(run_key, m.seq)
         data = m.to_bytes()
+        if pending is _UNSET:
+            pending = runmarks.before_publish(self.store, run_key, m, revives)
+        etag = None
         try:
-            self.store.put(key, data)
+            etag = getattr(self.store.put(key, data), "etag", None)
         except PreconditionFailed:
             try:
                 other = self.read_manifest_key(key)
             except ObjectNotFound:
+                runmarks.abandon(self.store, pending)
                 raise PreconditionFailed(key, f"sequence {m.seq} of run {m.run_id!r} was taken and released") from None
             if other.write_id != m.write_id:
+                runmarks.abandon(self.store, pending)
                 raise
+        runmarks.after_publish(self.store, run_key, m, pending, etag)
         return data
 
     def write_index(self, run_key: str, checkpoint_id: str, seq: int, write_id: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from . import callers, logscan, views
+from . import callers, logscan, runmarks, views
 from .callers import Seen
 from .checkpoint import Checkpoint, CheckpointSummary, make_checkpoint
 from .errors import CheckpointNotFound, InvalidInputError, NotFoundError, ObjectNotFound
@@ -151,22 +151,24 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
 def runs(mgr) -> list[str]:
     """Implements :meth:`snapstore.api.CheckpointManager.runs` (arguments, return value and
     errors as documented there)."""
-    opened = None  # a new manager: find out whether a repository exists beside the listing
-    if mgr._repo is None:
-        from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-        ex = ThreadPoolExecutor(1, thread_name_prefix="snapstore-open")
-        opened = ex.submit(mgr._exists)
-        ex.shutdown(wait=False)
+    ex = ThreadPoolExecutor(2, thread_name_prefix="snapstore-runs-list")
+    # a new manager finds out whether a repository exists beside the listings
+    opened = ex.submit(mgr._exists) if mgr._repo is None else None
+    marks = ex.submit(runmarks.list_marks, mgr.store)  # run markers (§8b), beside runs/
+    ex.shutdown(wait=False)
     try:
         rks = list(mgr.store.list_dirs(keys.RUNS))
+        marks = marks.result()
     except Exception:
         if opened is not None and not opened.result():
             return []  # no repository: what the listing said does not matter
         raise
-    got = live_run_ids(mgr, rks, opened)
     if opened is not None and not opened.result():
         return []
+    got = runmarks.live_run_ids(mgr.store, rks, marks, mgr.repo.run_key, lambda ks: live_run_ids(mgr, ks),
+                                mgr.repo._pool_get())
     return sorted(got)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, publish, retention, views
+from . import callers, publish, retention, runmarks, views
 from .compaction import plan_save
 from .errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
                      SnapstoreError)
@@ -167,11 +167,17 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     # index record first (a refused duplicate id writes nothing), then data, then the manifest
     indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
     wrote_pack = False
+    revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§8b)
+    mark_put = repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
 
     def undo() -> None:
         # a definite conflict: nothing references our index record or pack, remove them
         v.pending = None
         v.loaded = False
+        try:
+            runmarks.abandon(repo.store, mark_put.result())
+        except SnapstoreError:
+            pass
         junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
         if wrote_pack:
             junk.append(keys.pack_key(prep.pack_id))
@@ -229,7 +235,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                           RuntimeWarning, stacklevel=5)
     mgr._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
     try:
-        data = repo.publish(rk, m)
+        data = repo.publish(rk, m, revives, mark_put.result())
     except PreconditionFailed:
         undo()
         if parent_id is not None or exp is not None or seen is None:
@@ -237,6 +243,8 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
         raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
                             f"checkpoints after the one this save continues (log position {seq} is "
                             "taken); call latest() and retry, or fork() the run") from None
+    if v.head is not None and v.head_seq is not None and v.head.seq != v.head_seq:
+        runmarks.after_rollback_head(repo.store, rk, v.head_seq)  # the newest record was a rollback
     v.pending = None
     v.head_seq = seq
     v.head_write_id = m.write_id

@@ -378,11 +378,13 @@ def test_fork_shares_data(root):
     new = {k: v for k, v in files_after.items() if k not in files_before}
     # format 2: one manifest and one pack holding a compressed copy of what the fork's checkpoint
     # needs (so the fork never depends on the source's packs, which its writer merges and deletes)
-    assert len(new) == 2, new
+    # and the new run's live marker (an empty object, §8b: runs() lists it from the listing)
+    assert len(new) == 3, new
     man = [k for k in new if "/m/" in k]
     pack = [k for k in new if k.startswith("packs/")]
     assert len(man) == 1 and len(pack) == 1, new
-    assert d.counts["PUT"] == 2 and d.bytes_up == sum(new.values())
+    assert [k for k in new if k.startswith("runmarks/")] == [f"runmarks/{mgr.repo.run_key('dst')}.{'f' * 16}.l"]
+    assert d.counts["PUT"] == 3 and d.bytes_up == sum(new.values())
     assert new[man[0]] < 1024 and new[pack[0]] < len(json.dumps(big[:3])) / 4, new
     assert {k: v for k, v in files_after.items() if k in files_before} == files_before
 

@@ -11,9 +11,10 @@ moto runs in its own process here: in this process (``ThreadedMotoServer``) its 
 ms a request) is serialised with the client's by the GIL, so 400 "parallel" requests would queue
 for seconds and timing would show chains that are only CPU contention.
 
-The run log format leaves one LIST (max-keys 1: the head's key) and one GET (the head manifest:
-only its content says whether it is a checkpoint, a rollback or a tombstone) per run, plus one
-LIST of ``runs/``; ``runs()`` issues them ``store.max_concurrency`` (128) at a time.
+Run markers (docs/format.md §8b) decide most runs from one LIST of ``runmarks/`` beside the LIST
+of ``runs/``; what they leave open (a deleted run: one LIST confirming its tombstone; a rollback
+head: one LIST and one GET, as before markers) ``runs()`` issues ``store.max_concurrency`` (128)
+at a time. ``tests/test_runmarks.py`` covers the cases; this file times them.
 """
 
 from __future__ import annotations
@@ -23,14 +24,12 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import pytest
 
 from snapstore import CheckpointManager
 from snapstore.format import keys
-from snapstore.stores.memory import MemoryStore
 from snapstore.stores.s3 import S3Store
 
 from s3_fixtures import _http_store
@@ -41,9 +40,9 @@ N_PLAIN, N_HASHED, N_ROLLED = 192, 6, 2          # 200 listed
 N_DELETED, N_EMPTY_ROLLBACK = 3, 1                # 4 run directories not listed
 
 
-def build_repo() -> tuple[MemoryStore, list[str]]:
-    """The repository (saved through the real write path into memory) and the runs it lists."""
-    mem = MemoryStore()
+def build_repo(mem) -> tuple[object, list[str]]:
+    """The repository (saved through the real write path into ``mem``, the bucket itself: a copy
+    would change the ETags that tombstone markers name) and the runs it lists."""
     mgr = CheckpointManager(mem)
     listed = []
     for i in range(N_PLAIN):
@@ -72,7 +71,7 @@ def build_repo() -> tuple[MemoryStore, list[str]]:
         rolled_back(run)
         # an interrupted delete of the target: the rollback now resolves to nothing
         mem.delete_many([keys.manifest_key(mgr.repo.run_key(run), 0)])
-    assert sum(k.startswith("runs/h") for k in mem.raw() if "/m/" in k) == N_HASHED
+    assert sum(i.key.startswith("runs/h") for i in mem.list("runs/") if "/m/" in i.key) == N_HASHED
     return mem, sorted(listed)
 
 
@@ -149,12 +148,8 @@ def moto_process(moto_server):
 
 @pytest.fixture(scope="module")
 def repo_bucket(moto_process):
-    mem, listed = build_repo()
     store = _http_store(moto_process)
-    objects = mem.raw()
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda kv: store._client.put_object(Bucket=store.bucket, Key=kv[0], Body=kv[1]),
-                      objects.items()))
+    _, listed = build_repo(store)
     store.close()
     return store.bucket, listed
 
@@ -194,18 +189,20 @@ def test_runs_200_in_few_round_trips(slow_store, repo_bucket):
           f"again: {counts(warm)} chain {chain(warm)} in {warm_s:.2f} s; "
           f"another new manager: {counts(again)} chain {chain(again)} in {again_s:.2f} s")
     # new manager: the config GET and the versioning check (overlapping the LISTs), 1 LIST of
-    # runs/, a LIST and a GET per run, the rollback targets (2 live, 1 missing, whose fallback
-    # scan is one more LIST)
+    # runs/ beside 1 LIST of runmarks/ (§8b); nothing for the 198 runs whose markers say live;
+    # one LIST per deleted run (its tombstone commit checked against the head); the rollback
+    # heads read as before: a LIST and a GET each, their targets (2 live, 1 missing, whose
+    # fallback scan is one more LIST)
+    rolled = N_ROLLED + N_EMPTY_ROLLBACK
     c = counts(cold)
-    assert c["LIST"] == 1 + n_dirs + N_EMPTY_ROLLBACK
-    assert c["GET"] == 1 + n_dirs + N_ROLLED + N_EMPTY_ROLLBACK and c["VERSIONING"] == 1
+    assert c["LIST"] == 2 + N_DELETED + rolled + N_EMPTY_ROLLBACK, c
+    assert c["GET"] == 1 + 2 * rolled and c["VERSIONING"] == 1, c
     assert chain(cold) <= 6
     assert counts(again) == c and chain(again) <= 6
-    # the same manager again: the LISTs show the same head objects (same ETags), so only the
-    # rollback heads are read (and resolved) again
+    # the same manager again: the same, without the config (rollback heads are always re-read)
     c = counts(warm)
-    assert c["LIST"] == 1 + n_dirs + N_EMPTY_ROLLBACK
-    assert c["GET"] == 2 * (N_ROLLED + N_EMPTY_ROLLBACK)
+    assert c["LIST"] == 2 + N_DELETED + rolled + N_EMPTY_ROLLBACK
+    assert c["GET"] == 2 * rolled
     assert chain(warm) <= 5
 
 
