@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Callable
 
 from .errors import IntegrityError, ObjectNotFound, SnapstoreError
@@ -26,7 +27,7 @@ from .format import keys
 from .format.codec import decode_json
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, RangedPack, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -76,13 +77,42 @@ class ReadPath:
 
     def _cache_put(self, pack: Pack) -> None:
         with self._lock:
-            if pack.id in self._cache:
-                return
+            old = self._cache.get(pack.id)
+            if old is not None:
+                if old.whole or not pack.whole:
+                    return
+                self._cache_drop(pack.id)  # a whole read replaces a ranged one
+                pack._raw.update(old._raw)
             self._cache[pack.id] = pack
-            self._cache_bytes += len(pack.data) * 3
+            pack._acct = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
+            self._cache_bytes += pack._acct
             while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
                 oid, old = self._cache.popitem(last=False)
-                self._cache_bytes -= len(old.data) * 3
+                self._cache_bytes -= old._acct
+
+    def _cache_drop(self, pack_id: bytes) -> None:
+        with self._lock:
+            old = self._cache.pop(pack_id, None)
+            if old is not None:
+                self._cache_bytes -= old._acct
+
+    RANGE_TAIL = 1 << 20
+    """Bytes of a pack's end the read path asks for first (one suffix-range GET). A pack no longer
+    than this comes whole in that one GET, as before; a longer one yields its header and the blocks
+    at its end, and the reader then fetches only the blocks holding the entries it needs
+    (docs/format.md §11, ranged reads)."""
+
+    @contextmanager
+    def whole_packs(self):
+        """While inside, every pack is read whole and checksum-verified (verify and GC, which check
+        or copy whole packs): no ranged reads, and a pack cached from ranged reads is read again."""
+        with self._lock:
+            self._whole_only = getattr(self, "_whole_only", 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._whole_only -= 1
 
     def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
         """Cache a pack this process built (before or after writing it), with its blocks already
@@ -199,7 +229,7 @@ class ReadPath:
             if p in hints:
                 continue
             try:
-                self.get_pack(p)
+                self.get_pack(p, ranged=True)
             except SnapstoreError as e:
                 errors[p] = e
         with self._lock:
@@ -233,11 +263,49 @@ class ReadPath:
         where = self._where
         return [p for t, i, p in items if (t, i) not in where]
 
+    def fetch_blocks(self, items) -> None:
+        """Fetch, in one parallel wave, the blocks not yet read of the ranged packs that hold the
+        entries ``items`` (``(type, id, hinted pack)``, looked up as :meth:`locate` does: the
+        hinted pack when cached, else the segment index). Adjacent blocks of one pack come in one
+        ranged GET. Whole packs and entries not at hand are left alone; a failed GET is left to the
+        read that needs the block (it reads it again and reports the error naming the pack)."""
+        want: dict = {}
+        with self._lock:
+            cache, where = self._cache, self._where
+            for t, i, hp in items:
+                k = (t, i)
+                p = cache.get(hp)
+                e = p.entries.get(k) if p is not None else None
+                if e is None:
+                    w = where.get(k)
+                    p = cache.get(w) if w is not None else None
+                    e = p.entries.get(k) if p is not None else None
+                if e is not None and not p.whole:
+                    want.setdefault(p, set()).add(e.block)
+        jobs = [(p, a, b) for p, blocks in want.items() for a, b in p.ranges(p.missing(blocks))]
+
+        def one(job):
+            p, a, b = job
+            try:
+                data = self.store.get(p.key, (a, b))
+            except SnapstoreError:
+                return
+            p.add_range(a, data)
+        if len(jobs) == 1:
+            one(jobs[0])
+        elif jobs:
+            list(self._pool_get().map(one, jobs))
+
     CORRUPT_MAX = 10_000
     """Most corrupt packs a repository remembers (:meth:`corrupt_packs`); the record is cleared when full."""
 
-    def get_pack(self, pack_id: bytes) -> Pack:
-        """Return the parsed, checksum-verified pack (cached).
+    def get_pack(self, pack_id: bytes, ranged: bool = False) -> Pack:
+        """Return the parsed pack (cached): whole and checksum-verified, or with ``ranged=True`` (a
+        restore) possibly a :class:`~snapstore.format.pack.RangedPack`: a pack longer than
+        :attr:`RANGE_TAIL` is read from one suffix-range GET (its header and its last blocks), its
+        other blocks fetched as they are needed (:meth:`fetch_blocks` fetches them in one wave),
+        each entry verified by its content id. Without ``ranged`` a cached ranged pack is read
+        again whole.
 
         A pack that fails to parse is read a second time (a transfer error is not damage); if it
         fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
@@ -251,7 +319,8 @@ class ReadPath:
         key = keys.pack_key(pack_id)
         with self._lock:
             p = self._cache.get(pack_id)
-            if p is not None:
+            ranged = ranged and not getattr(self, "_whole_only", 0)
+            if p is not None and (p.whole or ranged):
                 self._cache.move_to_end(pack_id)
                 return p
             if pack_id in self._gone:
@@ -259,15 +328,21 @@ class ReadPath:
             bad = self._corrupt.get(pack_id)
         if bad is not None:
             raise bad
+        tail = self.RANGE_TAIL
         for attempt in range(2):
             try:
-                data = self.store.get(key)
+                data = self.store.get(key, (-tail, None)) if ranged else self.store.get(key)
             except ObjectNotFound:
                 with self._lock:
                     self._gone.add(pack_id)
                 raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
             try:
-                p = Pack.parse(key, data, pack_id)
+                if ranged:
+                    p = parse_tail(key, data, tail, pack_id, lambda a, b, k=key: self.store.get(k, (a, b)))
+                    if not p.whole and p.blocks and p.blocks[0].dict is None:
+                        p.raw_block(0)  # the metadata block (nodes, states): every restore needs it
+                else:
+                    p = Pack.parse(key, data, pack_id)
                 break
             except IntegrityError as e:
                 if attempt == 1:
@@ -312,7 +387,7 @@ class ReadPath:
             to = hints.get(p) if depth < 4 and p not in no_forward else None
             if not to:
                 try:
-                    self.get_pack(p)
+                    self.get_pack(p, ranged=True)
                     return
                 except ObjectNotFound:
                     if p in no_forward:
@@ -434,7 +509,7 @@ class ReadPath:
                     return p
         if w is not None:
             try:
-                p = self.get_pack(w)
+                p = self.get_pack(w, ranged=True)
             except SnapstoreError:
                 p = None
             if p is not None and (etype, eid) in p.entries:
@@ -449,7 +524,7 @@ class ReadPath:
                     continue
             self._hint_failed()
         try:
-            pack = self.get_pack(pack_id)
+            pack = self.get_pack(pack_id, ranged=True)
         except (ObjectNotFound, IntegrityError) as err:
             # gone, or corrupt (checksum mismatch, undecodable): a retired pack's entries are also
             # in the packs its forwarding record names (a segment's copy was tried above)
@@ -610,6 +685,7 @@ class ReadPath:
         frontier: list[tuple[int, Ref]] = spine.top_down()
         while any(level > 0 for level, _ in frontier):
             self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, r in frontier if level > 0))
+            self.fetch_blocks((T_NODE, r.id, r.pack) for level, r in frontier if level > 0)
             nxt: list[tuple[int, Ref]] = []
             for level, r in frontier:
                 if level == 0:
@@ -669,6 +745,7 @@ class ReadPath:
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
         self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
+        self.fetch_blocks((T_CHUNK, p.id, p.pack) for p in pieces)
         raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx) for p in pieces)
         if self.hasher.content_id(raw) != ref.id:
             raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
@@ -679,7 +756,9 @@ class ReadPath:
 
         If ``raws`` is a list, each message's exact JSON bytes are appended to it.
         """
-        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
+        self.prefetch(self._packs_for(items))
+        self.fetch_blocks(items)
         ctx = _ReadCtx(self.hasher)
         out = []
         with self._lock:  # the packs at hand now (the fast path below reads only these)
@@ -799,6 +878,7 @@ class ReadPath:
         whole against ``tree.id``. Raises IntegrityError (naming the pack) / ObjectNotFound."""
         _, refs = self.value_refs(tree)
         self.prefetch(self._packs_for((T_CHUNK, r.id, r.pack) for r in refs))
+        self.fetch_blocks((T_CHUNK, r.id, r.pack) for r in refs)
         out = bytearray()
         for r in refs:
             piece = self._entry(T_CHUNK, r.id, r.pack)

@@ -47,3 +47,105 @@ def test_local_range_refuses_links(tmp_path):
         store.get("packs/aa/bbbbbbbbbbbbbbbb", (-4, None))
     with pytest.raises(IntegrityError):
         store.get("packs/aa/bbbbbbbbbbbbbbbb", (0, 4))
+
+
+# ------------------------------------------------------------------------------------------------
+# the read path: packs much larger than what a checkpoint needs are read with byte ranges
+
+def _packs_bytes(store) -> int:
+    return sum(o.size for o in store.list("packs/"))
+
+
+def _fresh(store):
+    from snapstore import CheckpointManager
+
+    return CheckpointManager(store)
+
+
+def _big_state(i: int, nbytes: int) -> dict:
+    import base64
+    import random
+
+    rnd = random.Random(i)
+    return {"step": i, "blob": base64.b64encode(rnd.randbytes(nbytes * 3 // 4)).decode()}
+
+
+@pytest.mark.parametrize("kind", ("local", "s3"))
+def test_old_checkpoint_beside_large_states_reads_bounded_bytes(kind, store_factory):  # noqa: F811
+    """An old checkpoint of a run whose newest tier pack is large (16 saves of a 1 MiB state,
+    rewritten whole each time) is read with byte ranges: its bytes, not the pack's."""
+    from snapstore.format.pack import Pack
+
+    store = store_factory(kind)
+    mgr = _fresh(store)
+    msgs = [{"role": "user", "content": "fix the bug"}]
+    first = mgr.save("r", msgs, step=0)
+    for i in range(1, 16):
+        msgs = msgs + [{"role": "assistant", "content": f"tool call {i} " * 20}]
+        mgr.save("r", msgs, step=i, session_state=_big_state(i, 1 << 20))
+    total = _packs_bytes(store)
+    big = max(store.list("packs/"), key=lambda o: o.size)
+    assert big.size > 10 << 20  # one tier pack holds the states
+    assert len(Pack.parse(big.key, store.get(big.key)).blocks) > 12  # data blocks of at most 1 MiB
+
+    before = store.stats.snapshot()
+    cp = _fresh(store).get("r", first)
+    d = store.stats.since(before)
+    assert cp.messages == msgs[:1] and cp.session_state is None
+    assert d.bytes_down < 2.5 * (1 << 20), (d.bytes_down, total)  # a 1 MiB tail, the meta block, one data block
+
+    before = store.stats.snapshot()
+    cp = _fresh(store).latest("r")
+    d = store.stats.since(before)
+    assert cp.messages == msgs and cp.session_state == _big_state(15, 1 << 20)
+    assert d.bytes_down < 5 * (1 << 20), (d.bytes_down, total)  # the newest state (1 MiB) and framing
+    assert d.bytes_down < total / 3
+
+
+def test_checkpoint_with_large_state_beside_messages(store_factory):  # noqa: F811
+    """A checkpoint with a several-MiB session state beside a few messages reads back exactly;
+    the small checkpoints before and after it are read without the state's bytes."""
+    store = store_factory("local")
+    mgr = _fresh(store)
+    state = _big_state(7, 6 << 20)
+    ids = []
+    msgs = []
+    for i in range(8):
+        msgs = msgs + [{"role": "user", "content": f"message {i}"}]
+        ids.append(mgr.save("r", msgs, step=i, session_state=state if i == 3 else {"step": i}))
+    for i in (0, 2, 5, 7):
+        before = store.stats.snapshot()
+        cp = _fresh(store).get("r", ids[i])
+        d = store.stats.since(before)
+        assert cp.messages == msgs[:i + 1] and cp.session_state == {"step": i}
+        assert d.bytes_down < 2.5 * (1 << 20), (i, d.bytes_down)
+    before = store.stats.snapshot()
+    cp = _fresh(store).get("r", ids[3])
+    assert cp.session_state == state and cp.messages == msgs[:4]
+    assert store.stats.since(before).bytes_down < len(state["blob"]) + (2 << 20)
+
+
+def test_corrupt_range_names_the_pack(store_factory):  # noqa: F811
+    """A block damaged in the middle of a large pack (outside the tail a ranged read starts with)
+    fails the read that needs it with IntegrityError naming the pack; verify reports it too."""
+    from snapstore.format.pack import Pack
+
+    store = store_factory("memory")
+    mgr = _fresh(store)
+    msgs = [{"role": "user", "content": "hello " * 50}]
+    first = mgr.save("r", msgs, step=0)
+    for i in range(1, 16):
+        mgr.save("r", msgs + [{"role": "assistant", "content": str(i)}], step=i, session_state=_big_state(i, 1 << 20))
+    big = max(store.list("packs/"), key=lambda o: o.size)
+    data = bytearray(store.get(big.key))
+    pack = Pack.parse(big.key, bytes(data))
+    blk = pack.blocks[1]  # the first data block: the messages (placed first), far from the tail
+    assert blk.offset + blk.clen < big.size - (1 << 20)
+    for pos in range(blk.offset + 1, blk.offset + blk.clen, 7):
+        data[pos] ^= 0xFF
+    store.corrupt(big.key, bytes(data))
+    fresh = _fresh(store)
+    with pytest.raises(IntegrityError) as ei:
+        fresh.get("r", first)
+    assert big.key in str(ei.value)
+    assert not _fresh(store).verify().ok
