@@ -157,6 +157,8 @@ def summarize(entries: list) -> dict:
         groups[g] = groups.get(g, 0) + 1
     span = (max(e["end"] for e in entries) - min(e["start"] for e in entries)) if entries else 0.0
     return {"requests": {k: v for k, v in by_kind.items() if v}, "total": len(entries),
+            "ranged_gets": sum(1 for e in entries if e["kind"] == "GET" and e.get("ranged")),
+            "bytes_down": sum(e.get("bytes", 0) for e in entries if e["kind"] == "GET"),
             "round_trips": sequential_round_trips((e["start"], e["end"]) for e in entries),
             "proxy_span_s": span, "by_key_group": dict(sorted(groups.items())),
             "errors": sum(1 for e in entries if e["status"] >= 500)}
@@ -368,7 +370,9 @@ class LatencyProxy:
                 end = clock()
                 with self.lock:
                     self.log.append({"method": method, "target": target, "kind": classify(method, target),
-                                     "status": status, "start": start, "end": end})
+                                     "status": status, "start": start, "end": end,
+                                     "ranged": "range" in headers,
+                                     "bytes": len(response[-1]) if not no_body else 0})
                     self._in_flight -= 1
                     counted = False
                 if upstream_close:
