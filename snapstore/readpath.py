@@ -27,7 +27,7 @@ from .format import keys
 from .format.codec import decode_json
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, RangedPack, parse_tail
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -339,8 +339,12 @@ class ReadPath:
             try:
                 if ranged:
                     p = parse_tail(key, data, tail, pack_id, lambda a, b, k=key: self.store.get(k, (a, b)))
-                    if not p.whole and p.blocks and p.blocks[0].dict is None:
-                        p.raw_block(0)  # the metadata block (nodes, states): every restore needs it
+                    if not p.whole:
+                        # the metadata blocks (nodes, states, spines): every restore needs them;
+                        # writers put them last, in the tail just read (older packs: block 0)
+                        meta = p.missing({e.block for e in p.entries.values() if e.type != T_CHUNK})
+                        for a, b in p.ranges(meta):
+                            p.add_range(a, self.store.get(key, (a, b)))
                 else:
                     p = Pack.parse(key, data, pack_id)
                 break

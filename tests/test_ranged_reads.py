@@ -86,7 +86,8 @@ def test_old_checkpoint_beside_large_states_reads_bounded_bytes(kind, store_fact
     total = _packs_bytes(store)
     big = max(store.list("packs/"), key=lambda o: o.size)
     assert big.size > 10 << 20  # one tier pack holds the states
-    assert len(Pack.parse(big.key, store.get(big.key)).blocks) > 12  # data blocks of at most 1 MiB
+    parsed = Pack.parse(big.key, store.get(big.key))
+    assert len(parsed.blocks) > 12 and all(b.rawlen <= 1 << 20 for b in parsed.blocks[:-1])  # data blocks <= 1 MiB
 
     before = store.stats.snapshot()
     cp = _fresh(store).get("r", first)
@@ -126,26 +127,30 @@ def test_checkpoint_with_large_state_beside_messages(store_factory):  # noqa: F8
 
 
 def test_corrupt_range_names_the_pack(store_factory):  # noqa: F811
-    """A block damaged in the middle of a large pack (outside the tail a ranged read starts with)
-    fails the read that needs it with IntegrityError naming the pack; verify reports it too."""
+    """A block damaged far from the tail of a large pack (outside the suffix a ranged read starts
+    with) fails the read that needs it with IntegrityError naming the pack; reads that do not need
+    it still work; verify reports it."""
     from snapstore.format.pack import Pack
 
     store = store_factory("memory")
     mgr = _fresh(store)
     msgs = [{"role": "user", "content": "hello " * 50}]
-    first = mgr.save("r", msgs, step=0)
+    ids = [mgr.save("r", msgs, step=0)]
     for i in range(1, 16):
-        mgr.save("r", msgs + [{"role": "assistant", "content": str(i)}], step=i, session_state=_big_state(i, 1 << 20))
+        msgs = msgs + [{"role": "assistant", "content": str(i)}]
+        ids.append(mgr.save("r", msgs, step=i, session_state=_big_state(i, 1 << 20)))
     big = max(store.list("packs/"), key=lambda o: o.size)
     data = bytearray(store.get(big.key))
     pack = Pack.parse(big.key, bytes(data))
-    blk = pack.blocks[1]  # the first data block: the messages (placed first), far from the tail
+    blk = pack.blocks[0]  # the first data block: pieces of the oldest state, far from the tail
     assert blk.offset + blk.clen < big.size - (1 << 20)
     for pos in range(blk.offset + 1, blk.offset + blk.clen, 7):
         data[pos] ^= 0xFF
     store.corrupt(big.key, bytes(data))
-    fresh = _fresh(store)
     with pytest.raises(IntegrityError) as ei:
-        fresh.get("r", first)
+        _fresh(store).get("r", ids[1])
     assert big.key in str(ei.value)
+    cp = _fresh(store).latest("r")
+    assert cp.messages == msgs and cp.session_state == _big_state(15, 1 << 20)
+    assert _fresh(store).get("r", ids[0]).messages == msgs[:1]
     assert not _fresh(store).verify().ok

@@ -110,8 +110,10 @@ class Entry:
 class PackBuilder:
     """Accumulate entries for one pack, then :meth:`build` its bytes.
 
-    Entries go into two blocks: block 0 (meta: nodes, states, value spines, pieces lists; no dictionary) and
-    block 1 (data: chunks; optionally compressed with a dictionary).
+    Entries go into data blocks (chunks; the first optionally compressed with a dictionary; each
+    at most ``data_block_max`` raw bytes) followed by the metadata block (nodes, states, value
+    spines, pieces lists; no dictionary), which sits next to the header so that a ranged reader's
+    first (suffix) GET holds it.
 
     Args:
         pack_id: the pack's 8-byte id (random, chosen by the writer before building).
@@ -187,23 +189,26 @@ class PackBuilder:
             meta = meta + [it for it in data if it[1] in dict_ids]
             data = [it for it in data if it[1] not in dict_ids]
         if self.first_ids:
-            # the chunks a reader of the newest checkpoint needs (its messages) first, so that they
-            # share data blocks, and what only older checkpoints need (their session-state pieces,
-            # rewritten messages) in the blocks after them
+            # what only older checkpoints need (their session-state pieces, messages a rewrite
+            # dropped) first, then the chunks a reader of the newest checkpoint needs (its
+            # messages), so that those sit in the last data blocks, next to the metadata block
+            # and the header: the tail a ranged reader reads first (docs/format.md §6, §11)
             first = self.first_ids
-            data = [it for it in data if it[1] in first] + [it for it in data if it[1] not in first]
-        for items, use_dict, limit in ((meta, False, block_max), (data, True, min(block_max, data_block_max))):
+            data = [it for it in data if it[1] not in first] + [it for it in data if it[1] in first]
+        # data blocks first, the metadata block last (beside the header)
+        for items, use_dict, limit, is_data in ((data, True, min(block_max, data_block_max), True),
+                                                 (meta, False, block_max, False)):
             cur, size = [], 0
             for it in items:
                 if len(it[2]) > block_max:
                     raise InvalidInputError(f"an entry of {len(it[2])} bytes is larger than a pack block may be ({block_max})")
                 if cur and size + len(it[2]) > limit:
-                    groups.append((cur, use_dict))
+                    groups.append((cur, use_dict, is_data))
                     cur, size, use_dict = [], 0, False  # only a type's first block has the dictionary
                 cur.append(it)
                 size += len(it[2])
-            groups.append((cur, use_dict))
-        for bi, (items, use_dict) in enumerate(groups):
+            groups.append((cur, use_dict, is_data))
+        for bi, (items, use_dict, is_data) in enumerate(groups):
             raw = bytearray()
             for etype, eid, r in items:
                 entries.append(Entry(etype, eid, bi, len(raw), len(r)))
@@ -221,7 +226,7 @@ class PackBuilder:
             if stored:
                 comp = bytes(raw)
             blocks.append(Block(len(out), len(comp), len(raw), spec, stored))
-            if bi > 0:
+            if is_data:
                 data_clen += len(comp)
             out += comp
         header = bytearray()
