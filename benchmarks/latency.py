@@ -787,6 +787,10 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
     print("final message list as zstd JSON, read + decompressed + json.loads, fresh process, same proxy.")
     print(f"save (steady): a warm manager, medians over {STEADY_SAVES} saves after one warm-up save.")
     for r in rows:
+        if r["op"] == "latest" and "bytes_down" in r:
+            print(f"  {r['op']} {r['size']:,}: {r['bytes_down']:,} bytes in GET responses "
+                  f"({r.get('ranged_gets', 0)} ranged GETs; baseline object {r.get('baseline_bytes', 0):,} bytes)")
+    for r in rows:
         if r.get("total_range") and r["total_range"][0] != r["total_range"][1]:
             print(f"  note: {r['op']} {r['size']:,}: requests varied over trials {r['total_range']}, "
                   f"RT {r['round_trips_range']}")
