@@ -102,6 +102,24 @@ class ReadPath:
     at its end, and the reader then fetches only the blocks holding the entries it needs
     (docs/format.md §11, ranged reads)."""
 
+    RANGE_TAIL_MIN = 64 << 10
+    """Smallest suffix a restore asks for (bytes; see :meth:`range_tail`)."""
+
+    def range_tail(self, m: Manifest) -> int:
+        """Bytes of each pack's end a restore of checkpoint ``m`` asks for first: what the
+        checkpoint needs, uncompressed (its messages' JSON bytes and its session state's, from the
+        manifest), plus 2 KiB per message for tree metadata (a state entry per save, nodes) and
+        64 KiB, at least :attr:`RANGE_TAIL_MIN`. A pack that holds only what the checkpoint needs
+        is no longer than that (its chunks are compressed), so it still comes whole in one GET;
+        a longer pack holds other checkpoints' data (older session states, rewritten or rolled
+        back messages) and is read with byte ranges (docs/format.md §11)."""
+        need = m.size or 0
+        if m.session_state_tree is not None:
+            need += m.session_state_tree.size
+        elif m.session_state_ref is not None:
+            need += int(m.session_state_ref[2])
+        return max(self.RANGE_TAIL_MIN, need + 2048 * (m.count or 0) + (64 << 10))
+
     @contextmanager
     def whole_packs(self):
         """While inside, every pack is read whole and checksum-verified (verify and GC, which check
@@ -171,7 +189,7 @@ class ReadPath:
                     p.indexed = False
             self._where = {k: v for k, v in self._where.items() if v not in drop}
 
-    def prefetch_segments(self, segs, also=()) -> None:
+    def prefetch_segments(self, segs, also=(), tail: int | None = None) -> None:
         """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
         index their entries, so that reads find entries there before following the location hints
         in their refs (the per-save packs hints name are deleted once merged into a tier pack).
@@ -180,6 +198,9 @@ class ReadPath:
         forwarding record, and the packs it leads to are indexed in its place. A segment that is
         simply gone (merged away since the record was read) is skipped: the caller reads the
         newest record again when an entry cannot be found.
+
+        ``tail``: bytes of each pack's end to ask for first (default :attr:`RANGE_TAIL`; a restore
+        passes :meth:`range_tail` of its checkpoint): a longer pack is read with byte ranges.
         """
         segs = list(segs or ())
         packs = [s.pack for s in segs]
@@ -187,7 +208,7 @@ class ReadPath:
         # it still holds everything, including entries its rewrite dropped that a checkpoint
         # written since needs; only a segment that is gone is looked up in the forwarding map
         also = [p for p in also if p]
-        self.prefetch(packs + also, no_forward=set(packs + also) if segs else ())
+        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail)
         # a segment GC rewrote and deleted: fetch where its forwarding hint says, and if the hint
         # is stale (or there is none), read its record in the forwarding map
         hints = self.forward_hints(load=False)
@@ -229,7 +250,7 @@ class ReadPath:
             if p in hints:
                 continue
             try:
-                self.get_pack(p, ranged=True)
+                self.get_pack(p, ranged=True, tail=tail)
             except SnapstoreError as e:
                 errors[p] = e
         with self._lock:
@@ -299,13 +320,13 @@ class ReadPath:
     CORRUPT_MAX = 10_000
     """Most corrupt packs a repository remembers (:meth:`corrupt_packs`); the record is cleared when full."""
 
-    def get_pack(self, pack_id: bytes, ranged: bool = False) -> Pack:
+    def get_pack(self, pack_id: bytes, ranged: bool = False, tail: int | None = None) -> Pack:
         """Return the parsed pack (cached): whole and checksum-verified, or with ``ranged=True`` (a
         restore) possibly a :class:`~snapstore.format.pack.RangedPack`: a pack longer than
         :attr:`RANGE_TAIL` is read from one suffix-range GET (its header and its last blocks), its
         other blocks fetched as they are needed (:meth:`fetch_blocks` fetches them in one wave),
         each entry verified by its content id. Without ``ranged`` a cached ranged pack is read
-        again whole.
+        again whole. ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`).
 
         A pack that fails to parse is read a second time (a transfer error is not damage); if it
         fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
@@ -328,7 +349,7 @@ class ReadPath:
             bad = self._corrupt.get(pack_id)
         if bad is not None:
             raise bad
-        tail = self.RANGE_TAIL
+        tail = max(1 << 10, tail or self.RANGE_TAIL)
         for attempt in range(2):
             try:
                 data = self.store.get(key, (-tail, None)) if ranged else self.store.get(key)
@@ -369,7 +390,7 @@ class ReadPath:
         with self._lock:
             return dict(self._corrupt)
 
-    def prefetch(self, pack_ids, no_forward=()) -> None:
+    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None) -> None:
         """Fetch the packs not yet cached, in parallel (bounded thread pool).
 
         A pack the forwarding hints name as retired is replaced by its targets, and a pack that is
@@ -391,7 +412,7 @@ class ReadPath:
             to = hints.get(p) if depth < 4 and p not in no_forward else None
             if not to:
                 try:
-                    self.get_pack(p, ranged=True)
+                    self.get_pack(p, ranged=True, tail=tail)
                     return
                 except ObjectNotFound:
                     if p in no_forward:
@@ -819,11 +840,12 @@ class ReadPath:
             segs = m.segment_list()
         if not m.state:
             if m.session_state_ref or m.session_state_tree:
-                self.prefetch_segments(segs)
+                self.prefetch_segments(segs, tail=self.range_tail(m))
             return [], self.list_state(None)
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         # with segments, the state is in them (the save's own pack is the last one, or merged)
-        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]])
+        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
+                               tail=self.range_tail(m))
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
