@@ -155,6 +155,8 @@ def summarize(entries: list) -> dict:
         groups[g] = groups.get(g, 0) + 1
     span = (max(e["end"] for e in entries) - min(e["start"] for e in entries)) if entries else 0.0
     return {"requests": {k: v for k, v in by_kind.items() if v}, "total": len(entries),
+            "ranged_gets": sum(1 for e in entries if e["kind"] == "GET" and e.get("ranged")),
+            "bytes_down": sum(e.get("bytes", 0) for e in entries if e["kind"] == "GET"),
             "round_trips": sequential_round_trips((e["start"], e["end"]) for e in entries),
             "proxy_span_s": span, "by_key_group": dict(sorted(groups.items())),
             "errors": sum(1 for e in entries if e["status"] >= 500)}
@@ -366,7 +368,9 @@ class LatencyProxy:
                 end = clock()
                 with self.lock:
                     self.log.append({"method": method, "target": target, "kind": classify(method, target),
-                                     "status": status, "start": start, "end": end})
+                                     "status": status, "start": start, "end": end,
+                                     "ranged": "range" in headers,
+                                     "bytes": len(response[-1]) if not no_body else 0})
                     self._in_flight -= 1
                     counted = False
                 if upstream_close:
@@ -727,6 +731,10 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
     print(f"each, median wall of {meta['trials']} (requests and RT of the median trial); baseline: one GET of the")
     print("final message list as zstd JSON, read + decompressed + json.loads, fresh process, same proxy.")
     print(f"save (steady): a warm manager, medians over {STEADY_SAVES} saves after one warm-up save.")
+    for r in rows:
+        if r["op"] == "latest" and "bytes_down" in r:
+            print(f"  {r['op']} {r['size']:,}: {r['bytes_down']:,} bytes in GET responses "
+                  f"({r.get('ranged_gets', 0)} ranged GETs; baseline object {r.get('baseline_bytes', 0):,} bytes)")
     for r in rows:
         if r.get("total_range") and r["total_range"][0] != r["total_range"][1]:
             print(f"  note: {r['op']} {r['size']:,}: requests varied over trials {r['total_range']}, "

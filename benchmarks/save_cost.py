@@ -79,7 +79,7 @@ import zstandard  # noqa: E402
 import snapstore  # noqa: E402
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.format.manifest import RepoConfig  # noqa: E402
-from snapstore.format.pack import ENTRY_TYPES, Pack  # noqa: E402
+from snapstore.format.pack import ENTRY_TYPES, T_CHUNK, Pack  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
 RUN_ID = "bench-run"
@@ -389,7 +389,9 @@ def pack_breakdown(packs: list, bytes_up: list) -> list:
         ents: dict = {}
         for (t, _), e in p.entries.items():
             ents[ENTRY_TYPES[t]] = ents.get(ENTRY_TYPES[t], 0) + 1
-        data = p.blocks[1].clen if len(p.blocks) > 1 else 0
+        chunk_blocks = {e.block for e in p.entries.values() if e.type == T_CHUNK} - \
+            {e.block for e in p.entries.values() if e.type != T_CHUNK}
+        data = sum(p.blocks[b].clen for b in chunk_blocks)  # data blocks (first or last: any order)
         blocks = sum(b.clen for b in p.blocks)
         out.append({"pack": len(pb), "data": data, "meta_block": blocks - data, "framing": len(pb) - blocks,
                     "manifest_index": bytes_up[k] - len(pb), "entries": ents})

@@ -542,6 +542,12 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
 
 
 def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
+    """Check the repository (every pack read whole, its checksum verified); see :func:`_verify`."""
+    with repo.whole_packs():
+        return _verify(repo, read_data, progress)
+
+
+def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
     """Check the repository.
 
     Every reachable object must exist and parse: manifests, packs (checksums), tree nodes and

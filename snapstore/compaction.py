@@ -35,7 +35,7 @@ def _input_packs(repo: Repository, pack_id: bytes, depth: int = 0) -> list:
     (retired, then deleted, or damaged), the packs its forwarding record leads to (GC writes those
     holding only that segment's live entries). Unreadable ones are left out."""
     try:
-        return [repo.get_pack(pack_id)]
+        return [repo.get_pack(pack_id, ranged=True)]  # entries are verified by content id when copied
     except (ObjectNotFound, IntegrityError):
         pass  # gone or damaged: a segment GC rewrote has an intact copy of its live entries
     except SnapstoreError:
@@ -51,7 +51,7 @@ def _input_packs(repo: Repository, pack_id: bytes, depth: int = 0) -> list:
     return out
 
 
-def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, bytes, dict, int]:
+def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tuple[bytes, bytes, dict, int]:
     """Build the tier pack that merges ``inputs`` (oldest first); nothing is written.
 
     Every entry of every input pack is copied once (duplicates across inputs are dropped), each
@@ -65,6 +65,9 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, 
         repo: the repository (input packs come from its cache, else one parallel wave of GETs).
         inputs: the segments to merge.
         level: the tier pack's segment level (chooses the zstd level).
+        first: content ids of chunks to place first among the data blocks (the newest
+            checkpoint's messages), so that a ranged read of them skips the rest (session-state
+            pieces of older checkpoints; docs/format.md §6).
     Returns:
         ``(pack id, pack bytes, raw blocks, entries left out)`` (raw blocks: see
         :meth:`Repository.remember_pack`).
@@ -72,9 +75,12 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, 
     repo.prefetch([s.pack for s in inputs])
     pid = os.urandom(PACK_ID_BYTES)
     pb = PackBuilder(pid, level=tier_zstd_level(level))
+    pb.first_ids = frozenset(first or ())
     skipped = 0
     for s in inputs:
         for pack in _input_packs(repo, s.pack):
+            if not pack.whole:  # read with byte ranges by a restore: the blocks not read yet, one GET
+                repo.fetch_blocks((e.type, e.id, pack.id) for e in pack.entries.values())
             bad_blocks = set()
             for e in sorted(pack.entries.values(), key=lambda e: (e.block, e.offset)):
                 if (e.type, e.id) in pb:
@@ -93,13 +99,15 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int) -> tuple[bytes, 
     return pid, data, pb.raw_blocks, skipped
 
 
-def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None):
+def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None, first=()):
     """Plan and build the segment change of one save.
 
     Args:
         repo: the repository (its config's ``seg_fanout``).
         base: the segment list of the run's newest record.
         new_pack: the save's own pack id (already remembered in the repository's cache), or None.
+        first: content ids of the saved list's messages (placed first in a tier pack, see
+            :func:`build_tier`).
     Returns:
         ``(segs, tier, superseded)``: the new record's segment list; ``tier`` is None or
         ``(pack id, bytes, raw blocks)`` of a tier pack to write before the record; ``superseded``
@@ -111,7 +119,7 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None):
     plan: MergePlan = plan_append(list(base), new_pack, repo.config.seg_fanout)
     if not plan.inputs:
         return plan.segs, None, []
-    pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level)
+    pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level, first)
     segs = list(plan.segs)
     segs[plan.slot] = Seg(pid, plan.level)
     superseded = [s.pack for s in plan.inputs if not s.foreign]

@@ -209,8 +209,9 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     if not dry_run:
         _lock(repo, now, lock_timeout, token)
     try:
-        _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-             repack_level, progress, hook, lock_timeout)
+        with repo.whole_packs():  # GC copies and checks whole packs: no ranged reads
+            _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
+                 repack_level, progress, hook, lock_timeout)
     finally:
         if not dry_run:
             _unlock(repo, token)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Callable
 
 import orjson
@@ -28,7 +29,7 @@ from .format import keys
 from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -95,13 +96,60 @@ class ReadPath:
 
     def _cache_put(self, pack: Pack) -> None:
         with self._lock:
-            if pack.id in self._cache:
-                return
+            old = self._cache.get(pack.id)
+            if old is not None:
+                if old.whole or not pack.whole:
+                    return
+                self._cache_drop(pack.id)  # a whole read replaces a ranged one
+                pack._raw.update(old._raw)
             self._cache[pack.id] = pack
-            self._cache_bytes += len(pack.data) * 3
+            pack._acct = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
+            self._cache_bytes += pack._acct
             while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
                 oid, old = self._cache.popitem(last=False)
-                self._cache_bytes -= len(old.data) * 3
+                self._cache_bytes -= old._acct
+
+    def _cache_drop(self, pack_id: bytes) -> None:
+        with self._lock:
+            old = self._cache.pop(pack_id, None)
+            if old is not None:
+                self._cache_bytes -= old._acct
+
+    RANGE_TAIL = 1 << 20
+    """Bytes of a pack's end the read path asks for first (one suffix-range GET). A pack no longer
+    than this comes whole in that one GET, as before; a longer one yields its header and the blocks
+    at its end, and the reader then fetches only the blocks holding the entries it needs
+    (docs/format.md §11, ranged reads)."""
+
+    RANGE_TAIL_MIN = 64 << 10
+    """Smallest suffix a restore asks for (bytes; see :meth:`range_tail`)."""
+
+    def range_tail(self, m: Manifest) -> int:
+        """Bytes of each pack's end a restore of checkpoint ``m`` asks for first: what the
+        checkpoint needs, uncompressed (its messages' JSON bytes and its session state's, from the
+        manifest), plus 2 KiB per message for tree metadata (a state entry per save, nodes) and
+        64 KiB, at least :attr:`RANGE_TAIL_MIN`. A pack that holds only what the checkpoint needs
+        is no longer than that (its chunks are compressed), so it still comes whole in one GET;
+        a longer pack holds other checkpoints' data (older session states, rewritten or rolled
+        back messages) and is read with byte ranges (docs/format.md §11)."""
+        need = m.size or 0
+        if m.session_state_tree is not None:
+            need += m.session_state_tree.size
+        elif m.session_state_ref is not None:
+            need += int(m.session_state_ref[2])
+        return max(self.RANGE_TAIL_MIN, need + 2048 * (m.count or 0) + (64 << 10))
+
+    @contextmanager
+    def whole_packs(self):
+        """While inside, every pack is read whole and checksum-verified (verify and GC, which check
+        or copy whole packs): no ranged reads, and a pack cached from ranged reads is read again."""
+        with self._lock:
+            self._whole_only = getattr(self, "_whole_only", 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._whole_only -= 1
 
     def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
         """Cache a pack this process built (before or after writing it), with its blocks already
@@ -160,7 +208,7 @@ class ReadPath:
                     p.indexed = False
             self._where = {k: v for k, v in self._where.items() if v not in drop}
 
-    def prefetch_segments(self, segs, also=()) -> None:
+    def prefetch_segments(self, segs, also=(), tail: int | None = None) -> None:
         """Fetch a record's segment packs (and the packs in ``also``) in one parallel wave, and
         index their entries, so that reads find entries there before following the location hints
         in their refs (the per-save packs hints name are deleted once merged into a tier pack).
@@ -169,6 +217,9 @@ class ReadPath:
         forwarding record, and the packs it leads to are indexed in its place. A segment that is
         simply gone (merged away since the record was read) is skipped: the caller reads the
         newest record again when an entry cannot be found.
+
+        ``tail``: bytes of each pack's end to ask for first (default :attr:`RANGE_TAIL`; a restore
+        passes :meth:`range_tail` of its checkpoint): a longer pack is read with byte ranges.
         """
         segs = list(segs or ())
         packs = [s.pack for s in segs]
@@ -176,7 +227,7 @@ class ReadPath:
         # it still holds everything, including entries its rewrite dropped that a checkpoint
         # written since needs; only a segment that is gone is looked up in the forwarding map
         also = [p for p in also if p]
-        self.prefetch(packs + also, no_forward=set(packs + also) if segs else ())
+        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail)
         # a segment GC rewrote and deleted: fetch where its forwarding hint says, and if the hint
         # is stale (or there is none), read its record in the forwarding map
         hints = self.forward_hints(load=False)
@@ -218,7 +269,7 @@ class ReadPath:
             if p in hints:
                 continue
             try:
-                self.get_pack(p)
+                self.get_pack(p, ranged=True, tail=tail)
             except SnapstoreError as e:
                 errors[p] = e
         with self._lock:
@@ -252,11 +303,49 @@ class ReadPath:
         where = self._where
         return [p for t, i, p in items if (t, i) not in where]
 
+    def fetch_blocks(self, items) -> None:
+        """Fetch, in one parallel wave, the blocks not yet read of the ranged packs that hold the
+        entries ``items`` (``(type, id, hinted pack)``, looked up as :meth:`locate` does: the
+        hinted pack when cached, else the segment index). Adjacent blocks of one pack come in one
+        ranged GET. Whole packs and entries not at hand are left alone; a failed GET is left to the
+        read that needs the block (it reads it again and reports the error naming the pack)."""
+        want: dict = {}
+        with self._lock:
+            cache, where = self._cache, self._where
+            for t, i, hp in items:
+                k = (t, i)
+                p = cache.get(hp)
+                e = p.entries.get(k) if p is not None else None
+                if e is None:
+                    w = where.get(k)
+                    p = cache.get(w) if w is not None else None
+                    e = p.entries.get(k) if p is not None else None
+                if e is not None and not p.whole:
+                    want.setdefault(p, set()).add(e.block)
+        jobs = [(p, a, b) for p, blocks in want.items() for a, b in p.ranges(p.missing(blocks))]
+
+        def one(job):
+            p, a, b = job
+            try:
+                data = self.store.get(p.key, (a, b))
+            except SnapstoreError:
+                return
+            p.add_range(a, data)
+        if len(jobs) == 1:
+            one(jobs[0])
+        elif jobs:
+            list(self._pool_get().map(one, jobs))
+
     CORRUPT_MAX = 10_000
     """Most corrupt packs a repository remembers (:meth:`corrupt_packs`); the record is cleared when full."""
 
-    def get_pack(self, pack_id: bytes) -> Pack:
-        """Return the parsed, checksum-verified pack (cached).
+    def get_pack(self, pack_id: bytes, ranged: bool = False, tail: int | None = None) -> Pack:
+        """Return the parsed pack (cached): whole and checksum-verified, or with ``ranged=True`` (a
+        restore) possibly a :class:`~snapstore.format.pack.RangedPack`: a pack longer than
+        :attr:`RANGE_TAIL` is read from one suffix-range GET (its header and its last blocks), its
+        other blocks fetched as they are needed (:meth:`fetch_blocks` fetches them in one wave),
+        each entry verified by its content id. Without ``ranged`` a cached ranged pack is read
+        again whole. ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`).
 
         A pack that fails to parse is read a second time (a transfer error is not damage); if it
         fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
@@ -270,7 +359,8 @@ class ReadPath:
         key = keys.pack_key(pack_id)
         with self._lock:
             p = self._cache.get(pack_id)
-            if p is not None:
+            ranged = ranged and not getattr(self, "_whole_only", 0)
+            if p is not None and (p.whole or ranged):
                 self._cache.move_to_end(pack_id)
                 return p
             if pack_id in self._gone:
@@ -278,15 +368,25 @@ class ReadPath:
             bad = self._corrupt.get(pack_id)
         if bad is not None:
             raise bad
+        tail = max(1 << 10, tail or self.RANGE_TAIL)
         for attempt in range(2):
             try:
-                data = self.store.get(key)
+                data = self.store.get(key, (-tail, None)) if ranged else self.store.get(key)
             except ObjectNotFound:
                 with self._lock:
                     self._gone.add(pack_id)
                 raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
             try:
-                p = Pack.parse(key, data, pack_id)
+                if ranged:
+                    p = parse_tail(key, data, tail, pack_id, lambda a, b, k=key: self.store.get(k, (a, b)))
+                    if not p.whole:
+                        # the metadata blocks (nodes, states, spines): every restore needs them;
+                        # writers put them last, in the tail just read (older packs: block 0)
+                        meta = p.missing({e.block for e in p.entries.values() if e.type != T_CHUNK})
+                        for a, b in p.ranges(meta):
+                            p.add_range(a, self.store.get(key, (a, b)))
+                else:
+                    p = Pack.parse(key, data, pack_id)
                 break
             except IntegrityError as e:
                 if attempt == 1:
@@ -309,7 +409,7 @@ class ReadPath:
         with self._lock:
             return dict(self._corrupt)
 
-    def prefetch(self, pack_ids, no_forward=()) -> None:
+    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None) -> None:
         """Fetch the packs not yet cached, in parallel (bounded thread pool).
 
         A pack the forwarding hints name as retired is replaced by its targets, and a pack that is
@@ -331,7 +431,7 @@ class ReadPath:
             to = hints.get(p) if depth < 4 and p not in no_forward else None
             if not to:
                 try:
-                    self.get_pack(p)
+                    self.get_pack(p, ranged=True, tail=tail)
                     return
                 except ObjectNotFound:
                     if p in no_forward:
@@ -453,7 +553,7 @@ class ReadPath:
                     return p
         if w is not None:
             try:
-                p = self.get_pack(w)
+                p = self.get_pack(w, ranged=True)
             except SnapstoreError:
                 p = None
             if p is not None and (etype, eid) in p.entries:
@@ -468,7 +568,7 @@ class ReadPath:
                     continue
             self._hint_failed()
         try:
-            pack = self.get_pack(pack_id)
+            pack = self.get_pack(pack_id, ranged=True)
         except (ObjectNotFound, IntegrityError) as err:
             # gone, or corrupt (checksum mismatch, undecodable): a retired pack's entries are also
             # in the packs its forwarding record names (a segment's copy was tried above)
@@ -662,6 +762,7 @@ class ReadPath:
                                                if (run := spine.levels[lv])]
         while any(level > 0 for level, _ in groups):
             self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g))
+            self.fetch_blocks((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g)
             nxt: list[tuple[int, list[Ref]]] = []
             for level, g in groups:
                 if level == 0:
@@ -728,6 +829,7 @@ class ReadPath:
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(ref.pack), f"malformed pieces list {ref.id.hex()}: {e}") from None
         self.prefetch(self._packs_for((T_CHUNK, p.id, p.pack) for p in pieces))
+        self.fetch_blocks((T_CHUNK, p.id, p.pack) for p in pieces)
         raw = b"".join(self._entry(T_CHUNK, p.id, p.pack, ctx, verify) for p in pieces)
         if verify and self.hasher.content_id(raw) != ref.id:
             raise IntegrityError(keys.pack_key(ref.pack), f"message {ref.id.hex()} does not match its content id")
@@ -741,7 +843,9 @@ class ReadPath:
         list, each message's exact JSON is appended to it (bytes, or a read-only memoryview into a
         cached block).
         """
-        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
+        self.prefetch(self._packs_for(items))
+        self.fetch_blocks(items)
         out = []
         got = self._list_raws(refs, verify=True)
         for r, raw in zip(refs, got):
@@ -773,7 +877,9 @@ class ReadPath:
                 manifest (names the manifest).
             ObjectNotFound: an entry is nowhere to be found.
         """
-        self.prefetch(self._packs_for((T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs))
+        items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
+        self.prefetch(self._packs_for(items))
+        self.fetch_blocks(items)
         hasher = self.hasher
         want = m.digest if len(m.digest) == 32 else None
         raws = None
@@ -889,11 +995,12 @@ class ReadPath:
             segs = m.segment_list()
         if not m.state:
             if m.session_state_ref or m.session_state_tree:
-                self.prefetch_segments(segs)
+                self.prefetch_segments(segs, tail=self.range_tail(m))
             return [], self.list_state(None)
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         # with segments, the state is in them (the save's own pack is the last one, or merged)
-        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]])
+        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
+                               tail=self.range_tail(m))
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
@@ -950,6 +1057,7 @@ class ReadPath:
         whole against ``tree.id``. Raises IntegrityError (naming the pack) / ObjectNotFound."""
         _, refs = self.value_refs(tree)
         self.prefetch(self._packs_for((T_CHUNK, r.id, r.pack) for r in refs))
+        self.fetch_blocks((T_CHUNK, r.id, r.pack) for r in refs)
         out = bytearray()
         for r in refs:
             piece = self._entry(T_CHUNK, r.id, r.pack)

@@ -84,6 +84,7 @@ class Repository(ReadPath, WritePath, LogRecords):
         self._where: dict = {}  # (type, id) -> id of a cached tier pack holding it (format 2 segments)
         self._seg_errors: dict = {}  # segment pack -> why the last prefetch_segments could not read it
         self._corrupt: dict = {}  # pack -> IntegrityError: found corrupt (read twice); readers use other copies
+        self._whole_only = 0  # > 0 inside ReadPath.whole_packs(): no ranged pack reads
 
     # ------------------------------------------------------------------------------------------
     # opening

@@ -147,7 +147,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                      created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
                      parent_id=pm.checkpoint_id if pm else None, fields=fields)
         # format 2: the run's segment list, merging a tier when this save completes one
-        m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id)
+        m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id, prep.state.ids or ())
         if tier is not None:
             repo.remember_pack(*tier)
     m.session_state = prep.session_state_inline

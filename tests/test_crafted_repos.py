@@ -91,21 +91,23 @@ def reseal_config(data: bytes, change) -> bytes:
 
 def rebuild_pack(data: bytes, block1: bytes | None = None, rawlen1: int | None = None,
                  nentries: int | None = None) -> bytes:
-    """Re-serialise a pack (dictionary-free blocks only) with block 1's compressed bytes and/or
-    recorded raw length replaced, or an entry count claimed; the checksum is recomputed."""
+    """Re-serialise a pack (dictionary-free blocks only) with its chunk data block's compressed
+    bytes (``block1``: block 1 in packs that put metadata first, block 0 in those that put it last)
+    and/or recorded raw length replaced, or an entry count claimed; the checksum is recomputed."""
     p = Pack.parse("p", data)
     assert all(b.dict is None for b in p.blocks)
     out = bytearray(data[:13])
     comps = [data[b.offset:b.offset + b.clen] for b in p.blocks]
+    db = min(e.block for e in p.entries.values() if e.type == b"c"[0])  # the (first) data block
     if block1 is not None:
-        comps[1] = block1
+        comps[db] = block1
     header = bytearray()
     put_varint(header, len(p.blocks))
     for i, b in enumerate(p.blocks):
-        stored = b.stored and not (i == 1 and block1 is not None)
+        stored = b.stored and not (i == db and block1 is not None)
         header.append(3 if stored else 0)
         put_varint(header, len(comps[i]))
-        put_varint(header, rawlen1 if (i == 1 and rawlen1 is not None) else b.rawlen)
+        put_varint(header, rawlen1 if (i == db and rawlen1 is not None) else b.rawlen)
         out += comps[i]
     entries = sorted(p.entries.values(), key=lambda e: (e.block, e.offset))
     put_varint(header, nentries if nentries is not None else len(entries))

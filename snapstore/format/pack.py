@@ -60,6 +60,18 @@ records, so reading one block costs at most about twice this in memory. Writers 
 (without dictionary) instead of growing one past it (docs/format.md §6)."""
 MAX_BLOCKS = 4096
 
+DATA_BLOCK_MAX = 1 << 20
+"""Largest uncompressed *data* block writers make (bytes): chunks (messages, message pieces,
+session-state pieces) beyond it go into further data blocks, so that a reader needing a few
+entries of a large pack fetches only the blocks holding them with byte ranges (docs/format.md §6).
+A single entry larger than this gets a block of its own. Metadata (block 0) is not split."""
+
+HEADER_POS = 5 + PACK_ID_BYTES
+"""Offset of block 0 (bytes): magic, version, pack id."""
+
+TRAILER_BYTES = 4 + 16
+"""Bytes after the header: u32 header length and the checksum."""
+
 
 @dataclass(frozen=True, slots=True)
 class DictSpec:
@@ -101,8 +113,10 @@ class Entry(NamedTuple):
 class PackBuilder:
     """Accumulate entries for one pack, then :meth:`build` its bytes.
 
-    Entries go into two blocks: block 0 (meta: nodes, states, value spines, pieces lists; no dictionary) and
-    block 1 (data: chunks; optionally compressed with a dictionary).
+    Entries go into data blocks (chunks; the first optionally compressed with a dictionary; each
+    at most ``data_block_max`` raw bytes) followed by the metadata block (nodes, states, value
+    spines, pieces lists; no dictionary), which sits next to the header so that a ranged reader's
+    first (suffix) GET holds it.
 
     Args:
         pack_id: the pack's 8-byte id (random, chosen by the writer before building).
@@ -120,6 +134,7 @@ class PackBuilder:
         self._dict_ids: frozenset = frozenset()
         self.raw_bytes = 0  # uncompressed bytes of all entries added so far
         self.raw_blocks: dict[int, bytes] = {}  # after build(): block index -> uncompressed bytes
+        self.first_ids: frozenset = frozenset()  # chunks placed first among the data (see build)
 
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._ids
@@ -151,12 +166,16 @@ class PackBuilder:
         """True when nothing was added."""
         return not self._ids
 
-    def build(self, block_max: int = MAX_BLOCK_RAW) -> tuple[bytes, dict]:
+    def build(self, block_max: int = MAX_BLOCK_RAW, data_block_max: int = DATA_BLOCK_MAX) -> tuple[bytes, dict]:
         """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``.
 
         Args:
             block_max: largest raw block (bytes; tests lower it): metadata or data beyond it go into
                 further blocks without a dictionary (normally there are exactly two blocks).
+            data_block_max: largest raw data block (bytes, at most ``block_max``): chunks beyond it
+                go into further data blocks without a dictionary (only the first data block has
+                it), so a ranged reader fetches only the blocks it needs; an entry larger than
+                this gets a block of its own.
         Raises:
             InvalidInputError: one entry is larger than ``block_max``.
         """
@@ -172,18 +191,27 @@ class PackBuilder:
         if self.dict_spec is not None and dict_ids:
             meta = meta + [it for it in data if it[1] in dict_ids]
             data = [it for it in data if it[1] not in dict_ids]
-        for items, use_dict in ((meta, False), (data, True)):
+        if self.first_ids:
+            # what only older checkpoints need (their session-state pieces, messages a rewrite
+            # dropped) first, then the chunks a reader of the newest checkpoint needs (its
+            # messages), so that those sit in the last data blocks, next to the metadata block
+            # and the header: the tail a ranged reader reads first (docs/format.md §6, §11)
+            first = self.first_ids
+            data = [it for it in data if it[1] not in first] + [it for it in data if it[1] in first]
+        # data blocks first, the metadata block last (beside the header)
+        for items, use_dict, limit, is_data in ((data, True, min(block_max, data_block_max), True),
+                                                 (meta, False, block_max, False)):
             cur, size = [], 0
             for it in items:
                 if len(it[2]) > block_max:
                     raise InvalidInputError(f"an entry of {len(it[2])} bytes is larger than a pack block may be ({block_max})")
-                if cur and size + len(it[2]) > block_max:
-                    groups.append((cur, use_dict))
+                if cur and size + len(it[2]) > limit:
+                    groups.append((cur, use_dict, is_data))
                     cur, size, use_dict = [], 0, False  # only a type's first block has the dictionary
                 cur.append(it)
                 size += len(it[2])
-            groups.append((cur, use_dict))
-        for bi, (items, use_dict) in enumerate(groups):
+            groups.append((cur, use_dict, is_data))
+        for bi, (items, use_dict, is_data) in enumerate(groups):
             raw = bytearray()
             for etype, eid, r in items:
                 entries.append(Entry(etype, eid, bi, len(raw), len(r)))
@@ -201,7 +229,7 @@ class PackBuilder:
             if stored:
                 comp = bytes(raw)
             blocks.append(Block(len(out), len(comp), len(raw), spec, stored))
-            if bi > 0:
+            if is_data:
                 data_clen += len(comp)
             out += comp
         header = bytearray()
@@ -241,6 +269,9 @@ class Pack:
     entries (keyed by ``(type, id)``).
     """
 
+    whole = True
+    """True: every byte of the pack was read and its checksum verified (see :class:`RangedPack`)."""
+
     def __init__(self, key: str, data: bytes, pack_id: bytes, blocks: list[Block], entries: dict):
         self.key = key
         self.data = data
@@ -248,6 +279,15 @@ class Pack:
         self.blocks = blocks
         self.entries: dict[tuple[int, bytes], Entry] = entries
         self._raw: dict[int, bytes] = {}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the pack held in memory (compressed)."""
+        return len(self.data)
+
+    def _comp(self, block: int) -> bytes:
+        b = self.blocks[block]
+        return self.data[b.offset:b.offset + b.clen]
 
     @classmethod
     def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
@@ -273,103 +313,10 @@ class Pack:
         stored_id = bytes(data[5:5 + PACK_ID_BYTES])
         if pack_id is not None and stored_id != pack_id:
             raise IntegrityError(key, f"holds pack {stored_id.hex()}, not the pack its key names")
-        try:
-            hstart = body_end - 4 - hlen
-            hend = body_end - 4
-            if hstart < 5 + PACK_ID_BYTES:
-                raise ValueError("header length larger than the pack")
-            header = memoryview(data)[:hend]  # reads past the header's end raise IndexError
-
-            def take(pos: int, n: int) -> bytes:
-                if pos + n > hend:
-                    raise ValueError("truncated header")
-                return bytes(data[pos:pos + n])
-
-            pos = hstart
-            nblocks, pos = get_varint(header, pos)
-            if nblocks > MAX_BLOCKS:
-                raise ValueError(f"{nblocks} blocks (at most {MAX_BLOCKS})")
-            blocks = []
-            off = 5 + PACK_ID_BYTES
-            for _ in range(nblocks):
-                kind = header[pos]
-                pos += 1
-                if kind > 3:
-                    raise ValueError(f"unknown block kind {kind}")
-                sid = spk = None
-                if kind == 2:
-                    sid = take(pos, ID_BYTES)
-                    spk = take(pos + ID_BYTES, PACK_ID_BYTES)
-                    pos += ID_BYTES + PACK_ID_BYTES
-                clen, pos = get_varint(header, pos)
-                rawlen, pos = get_varint(header, pos)
-                if rawlen > MAX_BLOCK_RAW:
-                    raise ValueError(f"a block claims {rawlen} bytes uncompressed (at most {MAX_BLOCK_RAW})")
-                if kind == 3 and clen != rawlen:
-                    raise ValueError("a stored block's lengths differ")
-                spec = None
-                if kind in (1, 2):
-                    dg = take(pos, 16)
-                    pos += 16
-                    a, pos = get_varint(header, pos)
-                    b, pos = get_varint(header, pos)
-                    dl, pos = get_varint(header, pos)
-                    if a > b or dl > MAX_BLOCK_RAW:
-                        raise ValueError("dictionary range out of order or too long")
-                    spec = DictSpec(sid, spk, a, b, dl, dg)
-                blocks.append(Block(off, clen, rawlen, spec, kind == 3))
-                off += clen
-                if off > hstart:
-                    raise ValueError("blocks run into the header")
-            if off != hstart:
-                raise ValueError("blocks do not end where the header starts")
-            n, pos = get_varint(header, pos)
-            if n * (2 + ID_BYTES + 1) > hend - pos:
-                raise ValueError(f"header too short for {n} entries")
-            entries = {}
-            fill = [0] * nblocks
-            rawlens = [b.rawlen for b in blocks]
-            # the hot loop of a cold read (one pass per entry): one-byte varints inline; reads
-            # past the header's end land in the trailer or raise, and the length check after
-            # the loop rejects both
-            types = ENTRY_TYPES
-            new = tuple.__new__
-            for _ in range(n):
-                t = data[pos]
-                if t not in types:
-                    raise ValueError(f"unknown entry type {t}")
-                end = pos + 1 + ID_BYTES
-                eid = data[pos + 1:end]
-                bi = data[end]
-                if bi < 0x80:
-                    pos = end + 1
-                else:
-                    bi, pos = get_varint(header, end)
-                ln = data[pos]
-                if ln < 0x80:
-                    pos += 1
-                elif data[pos + 1] < 0x80:
-                    ln = (ln & 0x7F) | (data[pos + 1] << 7)
-                    pos += 2
-                else:
-                    ln, pos = get_varint(header, pos)
-                if pos > hend or bi >= nblocks:
-                    raise ValueError("entry outside its block" if pos <= hend else "truncated header")
-                f = fill[bi]
-                if f + ln > rawlens[bi]:
-                    raise ValueError("entry outside its block")
-                entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
-                fill[bi] = f + ln
-            if pos != hend:
-                raise ValueError("header length mismatch")
-            if any(f != b.rawlen for f, b in zip(fill, blocks)):
-                raise ValueError("a block's length is not the sum of its entries' lengths")
-            states = [e for e in entries.values() if e.type == T_STATE]
-            for b in blocks:
-                if b.dict and b.dict.state_id is None and len(states) != 1:
-                    raise ValueError("dictionary refers to the pack's state entry but there is not exactly one")
-        except (ValueError, IndexError) as e:
-            raise IntegrityError(key, f"malformed header: {e}") from None
+        hstart = body_end - 4 - hlen
+        if hstart < HEADER_POS:
+            raise IntegrityError(key, "malformed header: header length larger than the pack")
+        blocks, entries = _parse_header(key, data, hstart, body_end - 4, hstart)
         return cls(key, data, stored_id, blocks, entries)
 
     def dict_state(self, spec: DictSpec) -> tuple[bytes, bytes]:
@@ -391,7 +338,7 @@ class Pack:
         if raw is not None:
             return raw
         b = self.blocks[block]
-        comp = self.data[b.offset:b.offset + b.clen]
+        comp = self._comp(block)
         if b.rawlen == 0:
             raw = b""
         elif b.stored:
@@ -409,3 +356,230 @@ class Pack:
         """Return an entry's uncompressed bytes (not verified against its id; callers verify)."""
         raw = self.raw_block(entry.block, dict_bytes)
         return raw[entry.offset:entry.offset + entry.length]
+
+
+class RangedPack(Pack):
+    """A pack read with byte ranges: its header and trailer (from one suffix read) and the blocks
+    fetched so far (docs/format.md §11, ranged reads).
+
+    The pack checksum cannot be verified without every byte, so a ranged pack is trusted only as
+    far as its entries are: every entry a reader takes from it is verified by its content id, and a
+    block that does not decompress to its recorded length is corrupt (``IntegrityError`` naming the
+    pack). Readers that must verify whole packs (``verify --read-data``, GC) read them whole.
+
+    Args:
+        key: the pack's object key.
+        pack_id: its id (from the key; the bytes holding the id are not read).
+        blocks, entries: the parsed header.
+        size: the pack's length in bytes (from the header: blocks, header and trailer).
+        have: compressed bytes of the blocks already read, by block index.
+        fetch: ``fetch(start, end) -> bytes`` reads pack bytes ``[start, end)`` (one ranged GET);
+            used for a block that is needed but was not fetched in the caller's parallel wave.
+    """
+
+    whole = False
+
+    def __init__(self, key: str, pack_id: bytes, blocks: list[Block], entries: dict, size: int,
+                 have: dict, fetch):
+        super().__init__(key, b"", pack_id, blocks, entries)
+        self.size = size
+        self._have: dict[int, bytes] = dict(have)
+        self._fetch = fetch
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the pack held in memory (the compressed blocks fetched so far)."""
+        return sum(len(v) for v in self._have.values())
+
+    def missing(self, blocks) -> list[int]:
+        """The block indices among ``blocks`` neither fetched nor decompressed yet, sorted."""
+        return sorted({b for b in blocks if b not in self._have and b not in self._raw and self.blocks[b].clen})
+
+    def ranges(self, blocks, gap: int = 16 << 10) -> list[tuple[int, int]]:
+        """Byte ranges ``[start, end)`` of the pack covering ``blocks`` (indices), adjacent blocks
+        (or blocks less than ``gap`` bytes apart) joined into one range."""
+        out: list[list[int]] = []
+        for bi in sorted(set(blocks)):
+            b = self.blocks[bi]
+            if out and b.offset - out[-1][1] <= gap:
+                out[-1][1] = max(out[-1][1], b.offset + b.clen)
+            else:
+                out.append([b.offset, b.offset + b.clen])
+        return [(a, e) for a, e in out]
+
+    def add_range(self, start: int, data: bytes) -> None:
+        """Take the bytes ``data`` read at pack offset ``start``: every block they cover whole is kept.
+
+        Raises:
+            IntegrityError: fewer bytes than asked for (the object is shorter than its header says).
+        """
+        for bi, b in enumerate(self.blocks):
+            if b.offset >= start and b.offset + b.clen <= start + len(data) and bi not in self._have:
+                self._have[bi] = bytes(data[b.offset - start:b.offset - start + b.clen])
+
+    def _comp(self, block: int) -> bytes:
+        got = self._have.get(block)
+        if got is None:
+            b = self.blocks[block]
+            data = self._fetch(b.offset, b.offset + b.clen)
+            if len(data) != b.clen:
+                raise IntegrityError(self.key, f"block {block} is cut short: read {len(data)} of {b.clen} bytes "
+                                     f"at offset {b.offset} (the pack is shorter than its header says)")
+            self._have[block] = got = bytes(data)
+        return got
+
+    def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
+        raw = super().raw_block(block, dict_bytes)
+        self._have.pop(block, None)  # keep one copy (the uncompressed one is memoised)
+        return raw
+
+
+def parse_tail(key: str, tail: bytes, asked: int, pack_id: bytes, fetch) -> Pack:
+    """Parse a pack from its last bytes (a suffix read of ``asked`` bytes that returned ``tail``).
+
+    If ``tail`` is the whole pack (shorter than asked, or exactly as long as its header says the
+    pack is), it is parsed and checksum-verified as :meth:`Pack.parse` does. Otherwise the header
+    is parsed from the tail (one more suffix read through ``fetch`` when the header is longer than
+    the tail) and a :class:`RangedPack` is returned, holding the blocks the tail covers whole.
+
+    Args:
+        key: the object key (named in errors).
+        tail: the bytes read.
+        asked: how many bytes the suffix read asked for.
+        pack_id: the pack's id (from its key).
+        fetch: ``fetch(start, end) -> bytes`` for pack bytes ``[start, end)``; ``fetch(-n, None)``
+            for its last ``n`` bytes.
+    Raises:
+        IntegrityError: truncated, or a malformed header or trailer (names ``key``).
+    """
+    if len(tail) < asked:
+        return Pack.parse(key, tail, pack_id)
+    if len(tail) < _TRAILER.size + 1:
+        raise IntegrityError(key, "not a snapstore pack (truncated)")
+    hlen, _ = _TRAILER.unpack_from(tail, len(tail) - _TRAILER.size)
+    if hlen + TRAILER_BYTES > len(tail):
+        if hlen > 64 * MAX_BLOCKS + 64 * (1 << 20):
+            raise IntegrityError(key, f"malformed header: header length {hlen} is implausible")
+        tail = fetch(-(hlen + TRAILER_BYTES), None)
+        if len(tail) < hlen + TRAILER_BYTES:
+            return Pack.parse(key, tail, pack_id)
+    hend = len(tail) - TRAILER_BYTES
+    blocks, entries = _parse_header(key, tail, hend - hlen, hend, None)
+    hstart = blocks[-1].offset + blocks[-1].clen if blocks else HEADER_POS
+    size = hstart + hlen + TRAILER_BYTES
+    if size == len(tail):
+        return Pack.parse(key, tail, pack_id)
+    if size < len(tail):
+        raise IntegrityError(key, f"malformed header: the header describes a pack of {size} bytes, "
+                             f"but more were read")
+    base = size - len(tail)  # pack offset of tail[0]
+    p = RangedPack(key, pack_id, blocks, entries, size, {}, fetch)
+    p.add_range(base, tail[:len(tail) - hlen - TRAILER_BYTES])
+    return p
+
+
+def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None) -> tuple[list[Block], dict]:
+    """Parse a pack header held in ``data[hstart:hend]`` (positions in ``data``). Block offsets
+    are offsets in the pack, starting at :data:`HEADER_POS`; ``blocks_end`` is where the header
+    starts in the pack (the blocks must end exactly there), None when unknown (a ranged read: the
+    caller derives it from the blocks).
+
+    Raises:
+        IntegrityError: the header is malformed (names ``key``).
+    """
+    if type(data) is not bytes:
+        data = bytes(data)  # slices of it are ids (dict keys): they must be bytes
+    try:
+        header = memoryview(data)[:hend]  # reads past the header's end raise IndexError
+
+        def take(pos: int, n: int) -> bytes:
+            if pos + n > hend:
+                raise ValueError("truncated header")
+            return bytes(data[pos:pos + n])
+
+        pos = hstart
+        nblocks, pos = get_varint(header, pos)
+        if nblocks > MAX_BLOCKS:
+            raise ValueError(f"{nblocks} blocks (at most {MAX_BLOCKS})")
+        blocks = []
+        off = HEADER_POS
+        for _ in range(nblocks):
+            kind = header[pos]
+            pos += 1
+            if kind > 3:
+                raise ValueError(f"unknown block kind {kind}")
+            sid = spk = None
+            if kind == 2:
+                sid = take(pos, ID_BYTES)
+                spk = take(pos + ID_BYTES, PACK_ID_BYTES)
+                pos += ID_BYTES + PACK_ID_BYTES
+            clen, pos = get_varint(header, pos)
+            rawlen, pos = get_varint(header, pos)
+            if rawlen > MAX_BLOCK_RAW:
+                raise ValueError(f"a block claims {rawlen} bytes uncompressed (at most {MAX_BLOCK_RAW})")
+            if kind == 3 and clen != rawlen:
+                raise ValueError("a stored block's lengths differ")
+            spec = None
+            if kind in (1, 2):
+                dg = take(pos, 16)
+                pos += 16
+                a, pos = get_varint(header, pos)
+                b, pos = get_varint(header, pos)
+                dl, pos = get_varint(header, pos)
+                if a > b or dl > MAX_BLOCK_RAW:
+                    raise ValueError("dictionary range out of order or too long")
+                spec = DictSpec(sid, spk, a, b, dl, dg)
+            blocks.append(Block(off, clen, rawlen, spec, kind == 3))
+            off += clen
+            if blocks_end is not None and off > blocks_end:
+                raise ValueError("blocks run into the header")
+        if blocks_end is not None and off != blocks_end:
+            raise ValueError("blocks do not end where the header starts")
+        n, pos = get_varint(header, pos)
+        if n * (2 + ID_BYTES + 1) > hend - pos:
+            raise ValueError(f"header too short for {n} entries")
+        entries = {}
+        fill = [0] * nblocks
+        rawlens = [b.rawlen for b in blocks]
+        # the hot loop of a cold read (one pass per entry): one-byte varints inline; reads
+        # past the header's end land in the trailer or raise, and the length check after
+        # the loop rejects both
+        types = ENTRY_TYPES
+        new = tuple.__new__
+        for _ in range(n):
+            t = data[pos]
+            if t not in types:
+                raise ValueError(f"unknown entry type {t}")
+            end = pos + 1 + ID_BYTES
+            eid = data[pos + 1:end]
+            bi = data[end]
+            if bi < 0x80:
+                pos = end + 1
+            else:
+                bi, pos = get_varint(header, end)
+            ln = data[pos]
+            if ln < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                ln = (ln & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                ln, pos = get_varint(header, pos)
+            if pos > hend or bi >= nblocks:
+                raise ValueError("entry outside its block" if pos <= hend else "truncated header")
+            f = fill[bi]
+            if f + ln > rawlens[bi]:
+                raise ValueError("entry outside its block")
+            entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
+            fill[bi] = f + ln
+        if pos != hend:
+            raise ValueError("header length mismatch")
+        if any(f != b.rawlen for f, b in zip(fill, blocks)):
+            raise ValueError("a block's length is not the sum of its entries' lengths")
+        states = [e for e in entries.values() if e.type == T_STATE]
+        for b in blocks:
+            if b.dict and b.dict.state_id is None and len(states) != 1:
+                raise ValueError("dictionary refers to the pack's state entry but there is not exactly one")
+    except (ValueError, IndexError) as e:
+        raise IntegrityError(key, f"malformed header: {e}") from None
+    return blocks, entries

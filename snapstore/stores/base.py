@@ -50,6 +50,46 @@ def check_key(key: str) -> str:
     return key
 
 
+def check_range(key: str, byte_range) -> tuple[int, int | None] | None:
+    """Validate a ``byte_range`` argument of :meth:`ObjectStore.get` and return it as a tuple.
+
+    Args:
+        key: the object key (named in the error).
+        byte_range: None (the whole object); ``(start, end)``: bytes ``[start, end)``, truncated
+            at the object's end like a slice (``0 <= start <= end``); ``(start, None)``: from byte
+            ``start`` to the end; ``(-n, None)``: the last ``n`` bytes (``n >= 1``; the whole
+            object when it is shorter: an S3 suffix range ``bytes=-n``).
+    Returns:
+        ``(start, end)`` with ``end`` None for open and suffix ranges, or None.
+    Raises:
+        InvalidInputError: anything else (non-integers, bools, negative ends, ``end < start``,
+            a suffix range with an end).
+    """
+    if byte_range is None:
+        return None
+    try:
+        start, end = byte_range
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"invalid byte range {byte_range!r} for {key}: expected (start, end)") from None
+
+    def is_int(x):
+        return isinstance(x, int) and not isinstance(x, bool)
+    if not is_int(start) or not (end is None or is_int(end)):
+        raise InvalidInputError(f"invalid byte range {byte_range!r} for {key}: integers expected")
+    if end is None or 0 <= start <= end:
+        return start, end
+    raise InvalidInputError(f"invalid byte range {byte_range!r} for {key}: need 0 <= start <= end, "
+                            f"(start, None) or (-n, None)")
+
+
+def slice_range(data: bytes, byte_range: tuple[int, int | None] | None) -> bytes:
+    """Apply a range :func:`check_range` returned to an object's whole ``data`` (bytes)."""
+    if byte_range is None:
+        return data
+    start, end = byte_range
+    return data[start:] if end is None else data[start:end]
+
+
 @dataclass(frozen=True, slots=True)
 class Leftover:
     """A crash leftover a store holds outside its keys: a local temporary file a killed process
@@ -162,11 +202,17 @@ class ObjectStore(Protocol):
             PreconditionFailed: the object changed (or exists / is missing) meanwhile.
         """
 
-    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
-        """Return the object's bytes, or ``[start, end)`` of them when ``byte_range`` is given.
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """Return the object's bytes, or a ranged part of them (one request either way).
 
+        Args:
+            byte_range: None for the whole object; ``(start, end)`` for bytes ``[start, end)``
+                (truncated at the object's end, like a slice); ``(start, None)`` from ``start`` to
+                the end; ``(-n, None)`` for the last ``n`` bytes (the whole object when shorter; S3
+                ``Range: bytes=-n``). See :func:`check_range`.
         Raises:
             ObjectNotFound: no such key.
+            InvalidInputError: a malformed range.
         """
 
     def head(self, key: str) -> ObjectInfo:

@@ -35,7 +35,7 @@ import threading
 from typing import Iterable, Iterator
 
 from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
-from .base import Leftover, ObjectInfo, RequestStats, check_key
+from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -246,9 +246,19 @@ class LocalStore:
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
 
-    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
-        """Return the object's bytes (or ``[start, end)``); raises ObjectNotFound."""
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """Return the object's bytes, or a range of them (``pread`` of just those bytes; see
+        :func:`~snapstore.stores.base.check_range`). The file is opened with ``O_NOFOLLOW`` below
+        directories opened the same way, so a link on the key's path is refused.
+
+        Raises:
+            ObjectNotFound: no such key.
+            IntegrityError: a symbolic link on the key's path.
+            InvalidInputError: a malformed range.
+            StoreError: the read failed.
+        """
         path = self._path(key)
+        byte_range = check_range(key, byte_range)
         parts = key.split("/")
         try:
             dfd = self._dir_fd(parts[:-1])
@@ -262,8 +272,12 @@ class LocalStore:
                 if byte_range is None:
                     data = f.read()
                 else:
-                    f.seek(byte_range[0])
-                    data = f.read(max(0, byte_range[1] - byte_range[0]))
+                    start, end = byte_range
+                    size = os.fstat(f.fileno()).st_size
+                    if start < 0:
+                        start = max(0, size + start)
+                    end = size if end is None else min(end, size)
+                    data = os.pread(f.fileno(), end - start, start) if end > start else b""
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             self._count("GET")
             raise ObjectNotFound(key) from None

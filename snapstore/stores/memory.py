@@ -8,7 +8,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from ..errors import ObjectNotFound, PreconditionFailed
-from .base import ObjectInfo, RequestStats, check_key
+from .base import ObjectInfo, RequestStats, check_key, check_range, slice_range
 
 
 class MemoryStore:
@@ -58,17 +58,18 @@ class MemoryStore:
                 raise PreconditionFailed(key)
             return self._store(key, data)
 
-    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
-        """Return the bytes (or ``[start, end)`` of them); raises ObjectNotFound."""
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """Return the bytes (or a range of them, see :func:`~snapstore.stores.base.check_range`);
+        raises ObjectNotFound, InvalidInputError (a malformed range)."""
         check_key(key)
+        byte_range = check_range(key, byte_range)
         with self._lock:
             self.stats.counts["GET"] += 1
             try:
                 data = self._objects[key][0]
             except KeyError:
                 raise ObjectNotFound(key) from None
-            if byte_range is not None:
-                data = data[byte_range[0]:byte_range[1]]
+            data = slice_range(data, byte_range)
             self.stats.bytes_down += len(data)
             return data
 

@@ -55,7 +55,7 @@ from ..errors import (
     PreconditionFailed,
     StoreError,
 )
-from .base import Leftover, ObjectInfo, RequestStats, check_key
+from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, slice_range
 
 __all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
            "DEFAULT_MAX_POOL_CONNECTIONS"]
@@ -658,15 +658,18 @@ class S3Store:
             pass
 
     # reads -------------------------------------------------------------------------------------
-    def get(self, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
-        """Return the object's bytes, or bytes ``[start, end)`` when ``byte_range=(start, end)``.
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """Return the object's bytes, or a range of them (one GetObject with a ``Range`` header).
 
-        A range is sent as ``Range: bytes=start-(end-1)``; like slicing, a range past the end of the
-        object is truncated (``b""`` when ``start`` is at or past the end).
+        ``(start, end)`` is sent as ``Range: bytes=start-(end-1)``, ``(start, None)`` as
+        ``bytes=start-`` and the suffix ``(-n, None)`` as ``bytes=-n`` (the last ``n`` bytes, the
+        whole object when it is shorter). Like slicing, a range past the end of the object is
+        truncated (``b""`` when ``start`` is at or past the end). A server that ignores ``Range``
+        and sends everything is sliced here.
 
         Raises:
             ObjectNotFound: no such key.
-            InvalidInputError: a malformed range (negative, or ``end < start``).
+            InvalidInputError: a malformed range (see :func:`~snapstore.stores.base.check_range`).
             StoreError (and subclasses): the request failed.
         """
         from botocore.exceptions import (
@@ -677,15 +680,20 @@ class S3Store:
         check_key(key)
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
         want: int | None = None
+        byte_range = check_range(key, byte_range)
         if byte_range is not None:
             start, end = byte_range
-            if not (isinstance(start, int) and isinstance(end, int)) or start < 0 or end < start:
-                raise InvalidInputError(f"invalid byte range {byte_range!r} for {key}")
             if start == end:
                 self.head(key)
                 return b""
-            params["Range"] = f"bytes={start}-{end - 1}"
-            want = end - start
+            if end is not None:
+                params["Range"] = f"bytes={start}-{end - 1}"
+                want = end - start
+            elif start < 0:
+                params["Range"] = f"bytes={start}"
+                want = -start
+            else:
+                params["Range"] = f"bytes={start}-"
         body_errors = (IncompleteReadError, ReadTimeoutError, ResponseStreamingError, ConnectionClosedError)
         for attempt in range(3):
             self._count("GET")
@@ -713,8 +721,8 @@ class S3Store:
                 body.close()
             with self._lock:
                 self.stats.bytes_down += len(data)
-            if want is not None and "ContentRange" not in resp and len(data) > want:
-                data = data[byte_range[0]:byte_range[1]]  # server ignored Range and sent everything
+            if byte_range is not None and "ContentRange" not in resp and (want is None or len(data) > want):
+                data = slice_range(data, byte_range)  # the server ignored Range and sent everything
             return data
         raise AssertionError("unreachable")  # pragma: no cover
 
