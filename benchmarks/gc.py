@@ -236,6 +236,103 @@ def build(root: str, pkg: Path, nruns: int, c: int, procs: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+# requests and sequential round trips
+
+
+def sequential_round_trips(intervals) -> int:
+    """Length of the longest chain of requests, each starting after the previous one ended
+    (the same definition and algorithm as ``benchmarks/latency.py``)."""
+    items = sorted((float(s), max(float(e), float(s) + 1e-9)) for s, e in intervals)
+    n = len(items)
+    by_end = sorted(range(n), key=lambda i: items[i][1])
+    chain = [0] * n
+    best = p = 0
+    for i, (start, _) in enumerate(items):
+        while p < n and items[by_end[p]][1] <= start:
+            best = max(best, chain[by_end[p]])
+            p += 1
+        chain[i] = best + 1
+    return max(chain, default=0)
+
+
+def key_kind(key: str) -> str:
+    """What a key is, for requests by kind: ``log-segment``, ``manifest``, ``pack``, ``fwd``, ``gc``..."""
+    parts = key.split("/")
+    if parts[0] == "runs" and len(parts) == 4:
+        return {"l": "log-segment", "m": "manifest", "c": "index"}.get(parts[2], "runs")
+    return {"packs": "pack", "fwd": "fwd", "gc": "gc", "runs": "runs"}.get(parts[0], parts[0])
+
+
+class RequestRecorder:
+    """Wraps a store's methods to record every request's ``(kind, key kind, start, end)`` while
+    started (``time.perf_counter`` seconds), optionally sleeping ``delay`` seconds inside each
+    request (the GIL is released while sleeping, so requests a GC issues in parallel overlap as
+    they would on S3, and the sequential round trips measured are the GC's structure, not the
+    local disk's speed). A LIST counts one request per page of 1,000 keys, each page starting when
+    the previous ended; ``delete_many`` one per batch of 1,000 keys."""
+
+    def __init__(self, store, delay: float = 0.0):
+        self.store, self.delay, self.on = store, delay, False
+        self.log: list = []
+        lock = __import__("threading").Lock()
+        self._lock = lock
+
+        def timed(kind, fn, keyarg=True):
+            def f(*a, **kw):
+                if not self.on:
+                    return fn(*a, **kw)
+                t = time.perf_counter()
+                try:
+                    if self.delay:
+                        time.sleep(self.delay)
+                    return fn(*a, **kw)
+                finally:
+                    k = key_kind(a[0]) if keyarg and a and isinstance(a[0], str) else ""
+                    with lock:
+                        self.log.append((kind, k, t, time.perf_counter()))
+            return f
+        for name, kind in (("get", "GET"), ("put", "PUT"), ("put_if_match", "PUT"), ("head", "HEAD")):
+            setattr(store, name, timed(kind, getattr(store, name)))
+        orig_list, orig_del = store.list, store.delete_many
+
+        def listing(prefix, *a, **kw):
+            it = orig_list(prefix, *a, **kw)
+            while True:
+                t = time.perf_counter()
+                if self.on and self.delay:
+                    time.sleep(self.delay)
+                page = list(__import__("itertools").islice(it, 1000))
+                if self.on:
+                    with lock:
+                        self.log.append(("LIST", key_kind(prefix) if prefix else "", t, time.perf_counter()))
+                yield from page
+                if len(page) < 1000:
+                    return
+
+        def deleting(ks):
+            ks = list(ks)
+            for i in range(0, max(1, len(ks)), 1000):
+                timed("DELETE", orig_del, keyarg=False)(ks[i:i + 1000])
+        store.list, store.delete_many = listing, deleting
+
+    def start(self) -> None:
+        self.on = True
+
+    def stop(self) -> None:
+        self.on = False
+
+    def round_trips(self) -> int:
+        return sequential_round_trips((s, e) for _, _, s, e in self.log)
+
+    def by_kind(self) -> dict:
+        out: dict = {}
+        for kind, k, _, _ in self.log:
+            name = f"{kind} {k}".strip()
+            out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------------------
 # child process: one prune or one GC
 
 
@@ -263,6 +360,7 @@ def child_main(argv: list[str]) -> None:
     reqs: dict[str, dict] = {}
     counters = {"listed": 0, "get_missing": 0}
 
+    recorder = RequestRecorder(store, opts.get("latency_ms", 0.0) / 1e3)
     orig_list, orig_get = store.list, store.get
 
     def counting_list(prefix, *a, **kw):
@@ -304,12 +402,25 @@ def child_main(argv: list[str]) -> None:
     def timed_mark(*a, **kw):
         stamp("before_mark")
         reach = orig_mark(*a, **kw)
-        out["live_messages"] = len(reach.refs)
+        out["live_messages"] = len(reach.refs) or None  # GC keeps no refs since it marks run by run
         out["live_nodes"] = len(reach.nodes_seen)
         return reach
     sgc.read_all_runs, sgc.mark = timed_read, timed_mark
 
-    trace = mode == "trace"
+    trace = mode in ("trace", "tracetop")
+    if mode == "tracetop":
+        import tracemalloc
+
+        def top(name):
+            snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+            stats = snap.statistics("lineno")
+            out.setdefault("top", {})[name] = {
+                "traced": sum(st.size for st in stats),
+                "lines": [(f"{st.traceback[0].filename.rsplit('/snapstore/', 1)[-1]}:{st.traceback[0].lineno}",
+                           st.size, st.count) for st in stats[:20]]}
+        for name in ("after_mark", "after_repack"):
+            prev = hooks[name]
+            hooks[name] = (lambda prev, name: lambda **info: (prev(**info), top(name)))(prev, name)
     prof = None
     if trace:
         import tracemalloc
@@ -325,9 +436,11 @@ def child_main(argv: list[str]) -> None:
     before = store.stats.snapshot()
     reqs["start"] = dict(before.counts)
     t0[0] = time.perf_counter()
+    recorder.start()
     if prof:
         prof.enable()
     rep = mgr.gc(grace_period=0, hooks=hooks, **gc_opts)
+    recorder.stop()
     if prof:
         prof.disable()
     total = time.perf_counter() - t0[0]
@@ -345,7 +458,14 @@ def child_main(argv: list[str]) -> None:
     out.update(seconds=total, marks=marks, phase_requests=reqs, report=rep.as_dict(),
                deleted_bytes=rep.deleted_bytes, written_bytes=rep.written_bytes,
                requests=store.stats.since(before).as_dict(), keys_listed=counters["listed"],
-               get_missing=counters["get_missing"], python_version=sys.version.split()[0])
+               get_missing=counters["get_missing"], python_version=sys.version.split()[0],
+               round_trips=recorder.round_trips(), requests_by_kind=recorder.by_kind(),
+               latency_ms=opts.get("latency_ms", 0.0))
+    if "top" in out:
+        for name, t in out["top"].items():
+            print(f"tracemalloc at {name}: {t['traced'] / 1e6:.1f} MB traced; top lines (size MB, count):")
+            for ln, size, count in t["lines"]:
+                print(f"   {size / 1e6:8.2f} {count:>9}  {ln}")
     if prof:
         import io
         import pstats
@@ -396,7 +516,9 @@ def summarise(res: dict) -> dict:
             "new_packs": rep["new_packs"], "requests": res["requests"], "get_missing": res["get_missing"],
             "live_messages": res.get("live_messages"), "live_nodes": res.get("live_nodes"),
             "snapstore_file": res.get("snapstore_file"), "maxrss_before": res["maxrss_before"], "maxrss_end": res["maxrss_end"],
-            "tracemalloc_peak": res.get("tracemalloc_peak"),
+            "tracemalloc_peak": res.get("tracemalloc_peak"), "round_trips": res.get("round_trips"),
+            "requests_by_kind": res.get("requests_by_kind"), "latency_ms": res.get("latency_ms", 0.0),
+            "top": res.get("top"),
             "mark_us_per_live_checkpoint": round(1e6 * mark_s / live, 1) if live else None,
             "mark_us_per_live_message": round(1e6 * mark_s / res["live_messages"], 1) if res.get("live_messages") else None,
             "repack_us_per_packed_pack": (round(1e6 * ph["repack"]["seconds"] / rep["repacked_packs"], 1)
@@ -475,10 +597,10 @@ def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var:
                     wanted: list, timeout: float) -> None:
     """Run each GC kind on its own hard-link copy of the variant ``var`` with package ``pkg``;
     store the summaries in ``r``."""
-    for kind, mode, gopts in kinds:
+    for kind, mode, gopts, extra in kinds:
         d = str(work / f"gc-{setting}-{pct}-{kind.replace('+', '-').replace('#', '')}")
         link_copy(var, d)
-        res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts})], timeout)
+        res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts, **extra})], timeout)
         if kind == "profile":
             r["profile"] = res.get("_stdout", "")
             print(f"   cProfile of the GC ({setting}, {pct}% pruned):\n{r['profile']}")
@@ -486,10 +608,15 @@ def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var:
             continue
         s = summarise(res)
         r[kind] = s
+        if kind == "gc+top":
+            print(res.get("_stdout", ""))
         print(f"   {kind:>9}: {s['seconds']:.2f}s, deleted {s['deleted_objects']}, reclaimed "
               f"{s['reclaimed_bytes'] / 1e6:.1f} MB, requests {req_str(s['requests'])}"
               + (f", tracemalloc peak {s['tracemalloc_peak'] / 1e6:.1f} MB" if s.get("tracemalloc_peak") else "")
-              + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB", flush=True)
+              + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB, cpu {s['cpu_seconds']:.1f}s, "
+              f"{s['round_trips']} sequential round trips"
+              + (f" ({s['latency_ms']:g} ms added per request)" if s["latency_ms"] else "")
+              + f"\n{'':>14}requests by kind: {json.dumps(s['requests_by_kind'])}", flush=True)
         if kind == "gc":
             files2, nbytes2 = tree_summary(d)
             r["after_gc"] = {"files": files2, "bytes": nbytes2}
@@ -518,6 +645,13 @@ def main() -> int:
                          "after gc), norepack (repacking off), norepack-trace, profile (cProfile of gc); "
                          "default gc,trace,second,norepack")
     ap.add_argument("--profile", action="store_true", help="same as adding 'profile' to --kinds")
+    ap.add_argument("--latency-ms", type=float, default=5.0,
+                    help="delay added inside every store request of the 'rt' kind, so that parallel requests "
+                         "overlap and its sequential round trips show the GC's structure (default 5)")
+    ap.add_argument("--project-ms", type=float, default=20.0,
+                    help="latency per request for the projection to --project-to checkpoints (default 20)")
+    ap.add_argument("--project-to", type=int, default=1_000_000,
+                    help="live checkpoints of the projection (default 1,000,000)")
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds allowed per child process")
     ap.add_argument("--code", default="head",
                     help="measure the snapstore package as committed at HEAD (default), at a git revision, "
@@ -539,7 +673,8 @@ def main() -> int:
     print(f"python {meta['python']}; {meta['cpus']} CPUs; {meta['platform']}; load average {os.getloadavg()[0]:.2f}")
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",")]
     wanted = [k.strip() for k in args.kinds.split(",") if k.strip()] + (["profile"] if args.profile else [])
-    bad = [k for k in wanted if k not in ("gc", "trace", "second", "norepack", "norepack-trace", "profile")]
+    bad = [k for k in wanted if k not in ("gc", "trace", "tracetop", "rt", "second", "norepack", "norepack-trace",
+                                          "profile")]
     if bad:
         ap.error(f"unknown --kinds {bad}")
     prunes = [int(p) for p in args.prunes.split(",")]
@@ -577,9 +712,12 @@ def main() -> int:
             files, nbytes = tree_summary(var)
             r["before"] = {"files": files, "bytes": nbytes}
             norep = {"max_unused": 1.0, "small_pack_bytes": 0}
-            table = {"gc": ("gc", "clean", {}), "trace": ("gc+trace", "trace", {}),
-                     "norepack": ("norepack", "clean", norep), "norepack-trace": ("norepack+trace", "trace", norep),
-                     "profile": ("profile", "profile", {})}
+            table = {"gc": ("gc", "clean", {}, {}), "trace": ("gc+trace", "trace", {}, {}),
+                     "tracetop": ("gc+top", "tracetop", {}, {}),
+                     "rt": ("gc+rt", "clean", {}, {"latency_ms": args.latency_ms}),
+                     "norepack": ("norepack", "clean", norep, {}),
+                     "norepack-trace": ("norepack+trace", "trace", norep, {}),
+                     "profile": ("profile", "profile", {}, {})}
             kinds = [table[k] for k in wanted if k in table]
             for code, (cpkg, _) in zip(codes, pkgs):
                 rc = dict(r, code=code)

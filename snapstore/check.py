@@ -23,6 +23,7 @@ from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
 from .runlog import choose_logsegs, copies_from_logseg
+from .stores.base import max_concurrency
 
 
 @dataclass
@@ -225,6 +226,35 @@ class Reach:
     seg_home: dict | None = None  # (type, id) -> segment pack, for the run being marked (format 2)
     fresh_segs: set = field(default_factory=set)  # segments of newest records read again during mark
     seg_standins: set = field(default_factory=set)  # packs standing in for segments GC rewrote
+    usage: dict = field(default_factory=dict)  # pack -> (live raw bytes, raw bytes, needed entries) when last cached
+    waves: int = 0  # parallel waves of segment fetches made while marking (format 2)
+
+    def note_usage(self, repo: Repository, pids) -> None:
+        """Record, for each pack of ``pids`` still in the repository's pack cache, the raw bytes of
+        its needed entries, its raw bytes and how many entries are needed, so that GC can judge how
+        dead the pack is without fetching it again (see :meth:`pack_usage`)."""
+        with repo._lock:
+            for pid in pids:
+                needed = self.packs.get(pid)
+                pack = repo._cache.get(pid)
+                if needed is None or pack is None:
+                    continue
+                ents = pack.entries
+                total = sum(e.length for e in ents.values())
+                live = sum(ents[x].length for x in needed if x in ents)
+                self.usage[pid] = (live, total, len(needed))
+
+    def pack_usage(self, repo: Repository, pid: bytes) -> tuple[int, int]:
+        """``(live raw bytes, raw bytes)`` of a pack mark found needed: from :meth:`note_usage` when
+        its needed entries have not changed since (needed sets only grow), else from the pack
+        (fetched again if it left the cache). Raises ObjectNotFound / IntegrityError."""
+        needed = self.packs.get(pid, ())
+        u = self.usage.get(pid)
+        if u is not None and u[2] == len(needed):
+            return u[0], u[1]
+        pack = repo.get_pack(pid)
+        total = sum(e.length for e in pack.entries.values())
+        return sum(pack.entries[x].length for x in needed if x in pack.entries), total
 
     def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, seen: set | None = None) -> bytes | None:
         """The pack that now holds an entry hinted at ``pack`` (following forwarding records).
@@ -285,9 +315,14 @@ class Reach:
         got.add((etype, eid))
 
 
+WAVE_BYTES = 24 << 20
+"""Most pack bytes (as listed) :func:`mark` fetches in one wave of several runs' segments (and at
+most a sixth of the repository's pack cache, so a wave stays cached until its runs are marked)."""
+
+
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
          present: set | None = None, segs_by_run: dict | None = None, refresh=None,
-         keep_index: bool = False) -> Reach:
+         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -312,6 +347,13 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         keep_index: leave every run's segments in the repository's segment index afterwards (verify
             reads the data through it); by default each run's entries leave the index once that
             run is marked, so memory holds one run's index at a time.
+        sizes: pack id -> bytes (from the listing). The segments of consecutive runs are fetched
+            together in parallel waves of up to the store's ``max_concurrency`` packs and
+            :data:`WAVE_BYTES` listed bytes (each run is still marked on its own, with its own
+            memo); without ``sizes`` a wave holds up to ``max_concurrency`` packs.
+        keep_refs: return every level-0 ref in ``reach.refs`` (verify reads them); False (GC)
+            drops each run's refs and visited nodes once the run is marked, so the memo holds
+            one run at a time (runs without segments share one memo, as in format 1).
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -466,8 +508,35 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     all_nodes: set = set()
     done = 0
     shared_memo = (reach.refs, reach.node_hints, reach.nodes_seen, set(seen_states))
-    for run_id, checkpoints in by_run.items():
+    per_wave = max_concurrency(repo.store)
+    wave_bytes = max(1, min(WAVE_BYTES, repo._cache_limit // 6))
+    run_ids = list(by_run)
+    fetched_until = 0  # runs whose segments a wave has fetched
+
+    def wave(i: int) -> int:
+        """Fetch the segments of runs ``i, i+1, ...`` in one parallel wave (as many runs as fit);
+        return the index of the first run left out. Forwarded or vanished segments are left to
+        the run's own :meth:`prefetch_segments`, which then finds the others cached."""
+        todo, nbytes, j = [], 0, i
+        while j < len(run_ids):
+            ps = [sg.pack for sg in segs_by_run.get(run_ids[j]) or ()
+                  if (present is None or sg.pack in present) and sg.pack not in reach.fwd]
+            b = sum((sizes or {}).get(p, 0) for p in ps)
+            if j > i and (len(todo) + len(ps) > per_wave or nbytes + b > wave_bytes):
+                break
+            todo += ps
+            nbytes += b
+            j += 1
+        with repo._lock:
+            todo = [p for p in dict.fromkeys(todo) if p not in repo._cache]
+        if todo:
+            repo.prefetch(todo, no_forward=set(todo))
+            reach.waves += 1
+        return j
+    for ri, (run_id, checkpoints) in enumerate(by_run.items()):
         segs = list(segs_by_run.get(run_id) or ())
+        if segs and ri >= fetched_until:
+            fetched_until = wave(ri)
         # what a walk memoises (refs, node hints, nodes, states) is attributed to a home; with
         # segments the home depends on the run, so a run with segments gets its own memo (runs
         # without share one, as in format 1)
@@ -524,12 +593,14 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
+        reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))))
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)
         if segs:
-            all_refs.update(reach.refs)
-            all_nodes.update(reach.nodes_seen)
+            if keep_refs:
+                all_refs.update(reach.refs)
+                all_nodes.update(reach.nodes_seen)
         else:
             shared_memo[3].update(seen_states)
     for k, v in all_refs.items():
@@ -538,6 +609,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
     reach.seg_home = None
     dictionaries(done)
+    reach.note_usage(repo, reach.order[done:])
     return reach
 
 

@@ -45,6 +45,10 @@ from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, dec
 from .forwarding import ForwardMap
 from .format.pack import PackBuilder
 from .repository import Repository
+from .stores.base import max_concurrency
+
+GC_CACHE_BYTES = 48 << 20
+"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs."""
 
 CANDIDATES_MAGIC = b"SNGC"
 LOCK_KEY = "gc/lock"
@@ -207,10 +211,15 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     token = os.urandom(8).hex()
     if not dry_run:
         _lock(repo, now, lock_timeout, token)
+    # mark needs each pack once, while its run is marked (what the sweep needs of it is kept in
+    # ``Reach.usage``): a small pack cache bounds GC's memory whatever the repository's size
+    cache_limit = repo._cache_limit
+    repo._cache_limit = min(cache_limit, GC_CACHE_BYTES)
     try:
         _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
              repack_level, progress, hook, lock_timeout)
     finally:
+        repo._cache_limit = cache_limit
         if not dry_run:
             _unlock(repo, token)
     if hasattr(store, "remove_empty_dirs") and not dry_run:
@@ -321,7 +330,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     def refresh(run_id):
         newest = repo.head(repo.run_key(run_id))
         return newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh)
+    sizes = {p: i.size for p, i in packs.items()}
+    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes, keep_refs=False)
     for p in reach.fresh_segs | reach.seg_standins:
         seg_keep.setdefault(p, "")
     # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
@@ -352,12 +362,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             # forwarding record from it to its rewrite (docs/format.md §13)
             if pid in packs and tier_levels.get(pid, 1) >= 1:
                 try:
-                    pack = repo.get_pack(pid)
+                    live_raw, total = reach.pack_usage(repo, pid)
                 except ObjectNotFound:
                     continue
-                total = sum(e.length for e in pack.entries.values()) or 1
-                live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
-                if 1 - live_raw / total > max_unused:
+                if 1 - live_raw / (total or 1) > max_unused:
                     seg_select.append(pid)
             continue
         if pid in fwd:
@@ -366,12 +374,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             select.append((packs[pid].mtime, pid, 1.0))
             continue
         try:
-            pack = repo.get_pack(pid)
+            live_raw, total = reach.pack_usage(repo, pid)  # measured while marking: no second GET
         except ObjectNotFound:
             continue  # merged into a tier pack and deleted by its writer since the listing
-        total = sum(e.length for e in pack.entries.values()) or 1
-        live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
-        unused = 1 - live_raw / total
+        unused = 1 - live_raw / (total or 1)
         if unused > max_unused or packs[pid].size < small_pack_bytes:
             select.append((packs[pid].mtime, pid, unused))
     # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite of
@@ -386,10 +392,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if select and worth:
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fmap, heads, grace, now)
+                              dry_run, progress, fwd, fmap, heads, grace, now, sizes)
     for pid in seg_select:  # one at a time: each rewrite holds exactly one segment's live entries
         retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
-                               [], grace, now)
+                               [], grace, now, sizes)
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -721,9 +727,11 @@ def _account_flush(rep: GCReport, res) -> None:
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
-            now: float) -> list[bytes]:
+            now: float, sizes: dict | None = None) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, then write their forwarding records (in
-    ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids.
+    ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids. The packs are
+    fetched in parallel waves of up to the store's ``max_concurrency`` (and, by ``sizes``: pack id
+    -> listed bytes, a sixth of the pack cache).
 
     Raises:
         ConflictError: a forwarding-map shard changed meanwhile (the retired packs stay live).
@@ -740,8 +748,19 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     cur = None
     moved: dict[bytes, set] = defaultdict(set)
     size_in = 0
+    sizes = sizes or {}
+    per_wave = max_concurrency(store)
+    budget = max(1, repo._cache_limit // 6)
+    fetched = 0
     try:
         for i, pid in enumerate(pids):
+            if i >= fetched:  # the next packs in one parallel wave (as many as the cache holds)
+                nbytes, fetched = 0, i
+                while fetched < len(pids) and fetched - i < per_wave and (
+                        fetched == i or nbytes + sizes.get(pids[fetched], 0) <= budget):
+                    nbytes += sizes.get(pids[fetched], 0)
+                    fetched += 1
+                repo.prefetch(pids[i:fetched], no_forward=set(pids[i:fetched]))
             pack = repo.get_pack(pid)
             size_in += len(pack.data)
             needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
