@@ -30,9 +30,9 @@ on its own copy, with ``CheckpointManager(dir)`` (fsync ON, the default) and ``m
 
 * ``gc``: the GC as the library runs it by default (repacking on). Wall time (``time.perf_counter``);
   phases from the GC hooks (``after_list``, ``after_mark``, ``after_repack``, ``before_sweep``,
-  ``after_sweep``), with the mark interval split into reading every manifest (``read_all_runs``),
+  ``after_sweep``), with the mark interval split into reading every manifest (``read_runs_slim``),
   reading every forwarding record (``fwd``) and the tree walk (``mark``), by wrapping
-  ``read_all_runs`` and ``mark`` inside the child; ``finish`` is lock
+  ``read_runs_slim`` and ``mark`` inside the child; ``finish`` is lock
   removal plus ``remove_empty_dirs`` (a walk of the whole directory tree). Store requests
   (``mgr.store.stats`` delta, total and per phase; LIST counts one per 1,000 keys, DELETE one per
   1,000 keys), GETs of missing keys, keys listed, objects deleted, bytes reclaimed. Memory:
@@ -392,7 +392,8 @@ def child_main(argv: list[str]) -> None:
                 out["delete_packs"] = len(info.get("delete_packs", ()))
         return f
     hooks = {n: hook(n) for n in ("after_list", "after_mark", "after_repack", "before_sweep", "after_sweep")}
-    orig_read, orig_mark = sgc.read_all_runs, sgc.mark
+    read_name = "read_runs_slim" if hasattr(sgc, "read_runs_slim") else "read_all_runs"  # (older code)
+    orig_read, orig_mark = getattr(sgc, read_name), sgc.mark
 
     def timed_read(*a, **kw):
         r = orig_read(*a, **kw)
@@ -405,7 +406,8 @@ def child_main(argv: list[str]) -> None:
         out["live_messages"] = len(reach.refs) or None  # GC keeps no refs since it marks run by run
         out["live_nodes"] = len(reach.nodes_seen)
         return reach
-    sgc.read_all_runs, sgc.mark = timed_read, timed_mark
+    setattr(sgc, read_name, timed_read)
+    sgc.mark = timed_mark
 
     trace = mode in ("trace", "tracetop")
     if mode == "tracetop":

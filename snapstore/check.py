@@ -86,6 +86,56 @@ class RunLog:
     corrupt: list
 
 
+class LogEntry:
+    """What GC keeps of a log record once its run's log is read and classified (a few hundred
+    bytes instead of a :class:`Manifest`'s ~1.5 KB): enough to mark it (``kind``, ``run_id``,
+    ``state``, session-state refs) and to decide which records to delete (``seq``, ``kind``,
+    ``target``). ``checkpoint_id`` is not kept (None)."""
+
+    __slots__ = ("kind", "run_id", "seq", "target", "state", "session_state_ref", "session_state_tree")
+    checkpoint_id = None
+
+    def __init__(self, m: Manifest, run_id: str):
+        self.kind, self.run_id, self.seq = m.kind, run_id, m.seq
+        self.target = {"seq": int(m.target["seq"])} if m.target else None
+        self.state = tuple(m.state) if m.state else None
+        self.session_state_ref, self.session_state_tree = m.session_state_ref, m.session_state_tree
+
+
+def slim_log(log: RunLog) -> RunLog:
+    """Replace every record of ``log`` but its head and its newest live checkpoint (kept whole:
+    GC reads their segments and blocks) by a :class:`LogEntry`, in place; return ``log``."""
+    keep = {id(log.head)} | ({id(log.live[0])} if log.live else set())
+    run_id = log.head.run_id if log.head is not None else None
+    # (records normally all name the head's run id: share that one string)
+    slim = {s: (m if id(m) in keep else LogEntry(m, run_id if m.run_id == run_id else m.run_id))
+            for s, m in log.manifests.items()}
+    log.live = [slim[m.seq] for m in log.live]
+    log.manifests = slim
+    return log
+
+
+def read_runs_slim(repo: Repository, keys_by_run: dict, logsegs_by_run: dict | None = None,
+                   batch_keys: int = 4096) -> dict[str, RunLog]:
+    """:func:`read_all_runs` (``light``) for GC, in batches of runs of about ``batch_keys``
+    manifest keys each, every batch's records made :class:`LogEntry` (:func:`slim_log`) before
+    the next is read, so memory holds one batch of decoded manifests at a time. Within a batch
+    every GET is in flight together (bounded by the repository's thread pool)."""
+    out: dict[str, RunLog] = {}
+    batch: dict = {}
+    n = 0
+    rks = list(keys_by_run)
+    for i, rk in enumerate(rks):
+        batch[rk] = keys_by_run[rk]
+        n += len(keys_by_run[rk])
+        if n >= batch_keys or i == len(rks) - 1:
+            logs = read_all_runs(repo, batch, light=True,
+                                 logsegs_by_run={k: v for k, v in (logsegs_by_run or {}).items() if k in batch})
+            out.update((k, slim_log(log)) for k, log in logs.items())
+            batch, n = {}, 0
+    return out
+
+
 def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None = None) -> RunLog:
     """Compute which manifests of a run are live (pure function of the records).
 

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .check import head_segments, mark, read_all_runs, segments_by_run
+from .check import head_segments, mark, read_runs_slim, segments_by_run
 from .format.logseg import parse_logseg_key, span
 from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
@@ -284,7 +284,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             others.append(info)
     # format 2: the listed manifests that log segments cover are read from their copies there
     lsegs = {rk: {parse_logseg_key(i.key): i.key for i in infos_} for rk, infos_ in logseg_by_run.items()}
-    logs = read_all_runs(repo, keys_by_run, light=True, logsegs_by_run=lsegs)
+    logs = read_runs_slim(repo, keys_by_run, lsegs)  # records kept as LogEntry: bounded memory
     for log in logs.values():
         if log.corrupt:
             k, err = log.corrupt[0]
