@@ -572,7 +572,7 @@ def print_tables(results: list[dict]) -> None:
     print(hdr)
     print("-" * len(hdr))
     for r in results:
-        for kind in ("gc", "gc#2", "norepack"):
+        for kind in ("gc", "gc+rt", "gc#2", "norepack"):
             s = r.get(kind)
             if not s:
                 continue
@@ -593,6 +593,45 @@ def print_tables(results: list[dict]) -> None:
               f"{(r['prune'] or {}).get('seconds', 0):>8.1f} {s['live_packs']:>10} {s['repacked_packs']:>8} "
               f"{s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
               f"{mb(r.get('after_gc', {}).get('bytes')):>11}")
+
+
+def projection(r: dict, to: int, ms: float) -> dict | None:
+    """The GC of ``to`` live checkpoints projected from the measured one: sequential round trips
+    (of the ``gc+rt`` run, whose parallel requests overlapped thanks to the added delay) x ``ms`` per
+    request, plus the CPU seconds of the plain ``gc`` run, both scaled linearly by live checkpoints."""
+    g, rt = r.get("gc"), r.get("gc+rt")
+    if not g or not rt or not g["live_checkpoints"]:
+        return None
+    k = to / g["live_checkpoints"]
+    wait = rt["round_trips"] * k * ms / 1e3
+    cpu = g["cpu_seconds"] * k
+    return {"to": to, "ms_per_request": ms, "scale": k, "round_trips": rt["round_trips"],
+            "requests": sum(rt["requests_by_kind"].values()), "cpu_seconds": g["cpu_seconds"],
+            "projected_round_trips": round(rt["round_trips"] * k), "projected_wait_s": round(wait, 1),
+            "projected_cpu_s": round(cpu, 1), "projected_s": round(wait + cpu, 1),
+            "peak_rss_per_live_checkpoint": round(g["maxrss_end"] / g["live_checkpoints"]),
+            "rss_growth_per_live_checkpoint": round((g["maxrss_end"] - g["maxrss_before"]) / g["live_checkpoints"])}
+
+
+def print_projection(results: list[dict], to: int, ms: float) -> None:
+    rows = [(r, projection(r, to, ms)) for r in results]
+    rows = [(r, p) for r, p in rows if p]
+    if not rows:
+        return
+    print()
+    print(f"Projection to {to:,} live checkpoints at {ms:g} ms per request: sequential round trips (gc+rt run) x "
+          f"{ms:g} ms + CPU seconds (gc run), both scaled linearly; memory: peak RSS of the gc run per live "
+          "checkpoint (whole process, and growth during the GC)")
+    hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'live cp':>8} {'requests':>8} {'seq RT':>7} {'cpu s':>7} "
+           f"{'proj RT':>8} {'wait s':>8} {'cpu s':>8} {'total s':>8} {'<= 1 h':>6} {'B/live cp':>9} {'growth B':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r, p in rows:
+        print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {r['gc']['live_checkpoints']:>8} "
+              f"{p['requests']:>8} {p['round_trips']:>7} {p['cpu_seconds']:>7.1f} {p['projected_round_trips']:>8} "
+              f"{p['projected_wait_s']:>8.0f} {p['projected_cpu_s']:>8.0f} {p['projected_s']:>8.0f} "
+              f"{'yes' if p['projected_s'] <= 3600 else 'NO':>6} {p['peak_rss_per_live_checkpoint']:>9} "
+              f"{p['rss_growth_per_live_checkpoint']:>8}")
 
 
 def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var: str, kinds: list,
@@ -734,6 +773,11 @@ def main() -> int:
                 with open(args.json, "w") as f:
                     json.dump({"meta": meta, "builds": builds, "results": results}, f, indent=1)
     print_tables(results)
+    print_projection(results, args.project_to, args.project_ms)
+    for r in results:
+        p = projection(r, args.project_to, args.project_ms)
+        if p:
+            r["projection"] = p
     print(f"\ntotal benchmark time {time.perf_counter() - t_all:.0f}s")
     if args.json:
         with open(args.json, "w") as f:

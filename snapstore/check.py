@@ -259,6 +259,41 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
     return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in set(keys_by_run) | set(per)}
 
 
+class Needed:
+    """The needed entries of one pack, compact (GC): a bitmap over the pack's entries in header
+    order (1 bit per entry instead of ~100 bytes per needed ``(type, id)``), plus the needs added
+    after it was made (a set). Iterating needs the pack: :meth:`entries`."""
+
+    __slots__ = ("bits", "nbits", "extra")
+
+    def __init__(self, pack, needed):
+        order = {k: i for i, k in enumerate(pack.entries)}
+        bits = bytearray((len(order) + 7) // 8)
+        self.extra: set = set()
+        n = 0
+        for x in needed:
+            i = order.get(x)
+            if i is None:
+                self.extra.add(x)  # not in this pack (skipped by its readers too): kept as is
+            elif not bits[i >> 3] & (1 << (i & 7)):
+                bits[i >> 3] |= 1 << (i & 7)
+                n += 1
+        self.bits, self.nbits = bytes(bits), n
+
+    def add(self, x) -> None:
+        self.extra.add(x)
+
+    def __len__(self) -> int:
+        """Needs recorded (an entry needed again after compaction may count twice)."""
+        return self.nbits + len(self.extra)
+
+    def entries(self, pack) -> set:
+        """The needed ``(type, id)`` set, given the same pack (by id) this was made from."""
+        ks = list(pack.entries)
+        out = {ks[i] for i in range(min(len(ks), len(self.bits) * 8)) if self.bits[i >> 3] & (1 << (i & 7))}
+        return out | self.extra
+
+
 @dataclass
 class Reach:
     """What live checkpoints need: packs, and each pack's needed entries ``(type, id)``."""
@@ -279,20 +314,32 @@ class Reach:
     usage: dict = field(default_factory=dict)  # pack -> (live raw bytes, raw bytes, needed entries) when last cached
     waves: int = 0  # parallel waves of segment fetches made while marking (format 2)
 
-    def note_usage(self, repo: Repository, pids) -> None:
+    def note_usage(self, repo: Repository, pids, compact: bool = False) -> None:
         """Record, for each pack of ``pids`` still in the repository's pack cache, the raw bytes of
         its needed entries, its raw bytes and how many entries are needed, so that GC can judge how
-        dead the pack is without fetching it again (see :meth:`pack_usage`)."""
+        dead the pack is without fetching it again (see :meth:`pack_usage`). ``compact``: also
+        replace its needed set by a :class:`Needed` bitmap."""
         with repo._lock:
             for pid in pids:
                 needed = self.packs.get(pid)
                 pack = repo._cache.get(pid)
                 if needed is None or pack is None:
                     continue
+                if isinstance(needed, Needed):
+                    if self.usage.get(pid, (0, 0, -1))[2] == len(needed):
+                        continue
+                    needed = needed.entries(pack)
                 ents = pack.entries
                 total = sum(e.length for e in ents.values())
                 live = sum(ents[x].length for x in needed if x in ents)
-                self.usage[pid] = (live, total, len(needed))
+                if compact:
+                    self.packs[pid] = Needed(pack, needed)
+                self.usage[pid] = (live, total, len(self.packs[pid]))
+
+    def needed_entries(self, pid: bytes, pack) -> set:
+        """The ``(type, id)`` entries needed of pack ``pid`` (``pack``: that pack, parsed)."""
+        got = self.packs.get(pid, ())
+        return got.entries(pack) if isinstance(got, Needed) else set(got)
 
     def pack_usage(self, repo: Repository, pid: bytes) -> tuple[int, int]:
         """``(live raw bytes, raw bytes)`` of a pack mark found needed: from :meth:`note_usage` when
@@ -303,6 +350,7 @@ class Reach:
         if u is not None and u[2] == len(needed):
             return u[0], u[1]
         pack = repo.get_pack(pid)
+        needed = self.needed_entries(pid, pack)
         total = sum(e.length for e in pack.entries.values())
         return sum(pack.entries[x].length for x in needed if x in pack.entries), total
 
@@ -403,7 +451,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             memo); without ``sizes`` a wave holds up to ``max_concurrency`` packs.
         keep_refs: return every level-0 ref in ``reach.refs`` (verify reads them); False (GC)
             drops each run's refs and visited nodes once the run is marked, so the memo holds
-            one run at a time (runs without segments share one memo, as in format 1).
+            one run at a time (runs without segments share one memo, as in format 1), and keeps
+            each pack's needed entries as a :class:`Needed` bitmap once its run is marked.
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -643,7 +692,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
-        reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))))
+        reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))), compact=not keep_refs)
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)
@@ -659,7 +708,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
     reach.seg_home = None
     dictionaries(done)
-    reach.note_usage(repo, reach.order[done:])
+    reach.note_usage(repo, reach.order[done:], compact=not keep_refs)
     return reach
 
 

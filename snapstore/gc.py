@@ -763,7 +763,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
                 repo.prefetch(pids[i:fetched], no_forward=set(pids[i:fetched]))
             pack = repo.get_pack(pid)
             size_in += len(pack.data)
-            needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
+            needed = sorted(reach.needed_entries(pid, pack),
+                            key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
             for etype, eid in needed:
                 if (etype, eid) not in pack.entries:
                     continue
