@@ -693,6 +693,9 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
         reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))), compact=not keep_refs)
+        if not keep_refs and segs:
+            with repo._lock:
+                repo._nodes.clear()  # decoded nodes: the next run (own memo) reads its own
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)

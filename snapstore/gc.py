@@ -47,8 +47,9 @@ from .format.pack import PackBuilder
 from .repository import Repository
 from .stores.base import max_concurrency
 
-GC_CACHE_BYTES = 48 << 20
-"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs."""
+GC_CACHE_BYTES = 24 << 20
+"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs
+(raised to 6x the listed bytes of the largest run's segments, up to the repository's own budget)."""
 
 CANDIDATES_MAGIC = b"SNGC"
 LOCK_KEY = "gc/lock"
@@ -217,7 +218,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     repo._cache_limit = min(cache_limit, GC_CACHE_BYTES)
     try:
         _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-             repack_level, progress, hook, lock_timeout)
+             repack_level, progress, hook, lock_timeout, cache_limit)
     finally:
         repo._cache_limit = cache_limit
         if not dry_run:
@@ -256,7 +257,7 @@ def _lock(repo: Repository, now: float, timeout: float, token: str) -> None:
 
 
 def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook,
-         lock_timeout):
+         lock_timeout, cache_limit):
     store = repo.store
     mature = now - grace          # unreferenced that long ago: deletable (two-phase)
     settled = now - grace / 2     # older than this, a pack's writer can no longer publish it (see docs)
@@ -308,6 +309,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             else:
                 others.append(info)
     hook("after_list", packs=set(packs))
+    sizes_of = {p: i.size for p, i in packs.items()}
+    del keys_by_run  # (the keys stay in ``infos``)
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
     fwd_cached = _read_forward_cache(repo, infos.get(FWD_CACHE_KEY))
@@ -326,11 +329,16 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
+    # the pack cache must hold the largest run's segments twice over (that run's wave and what
+    # its walk reads), or marking it would fetch its packs again
+    biggest = max((sum(sizes_of.get(sg.pack, 0) for sg in segs) for segs in segments_by_run(logs).values()),
+                  default=0)
+    repo._cache_limit = max(repo._cache_limit, min(cache_limit, 6 * biggest))
     seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
     def refresh(run_id):
         newest = repo.head(repo.run_key(run_id))
         return newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-    sizes = {p: i.size for p, i in packs.items()}
+    sizes = sizes_of
     reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes, keep_refs=False)
     for p in reach.fresh_segs | reach.seg_standins:
         seg_keep.setdefault(p, "")
