@@ -45,6 +45,21 @@ on its own copy, with ``CheckpointManager(dir)`` (fsync ON, the default) and ``m
   copy: pure list + mark + sweep, the shape the issue's cost claim describes (``norepack-trace``:
   the same under tracemalloc).
 
+* ``gc+rt`` (``--kinds rt``): the same GC on another copy with ``--latency-ms`` (default 5 ms) slept
+  inside every store request, so that requests the GC issues together overlap as on S3; its
+  **sequential round trips** (the longest chain of requests each starting after the previous one
+  ended, as in ``benchmarks/latency.py``) are the GC's structure, not the local disk's speed.
+  Every GC row also shows its requests by kind (method and key kind: log segment, manifest,
+  pack, ...), recorded by wrapping the store (:class:`RequestRecorder`; LIST per page of 1,000).
+* ``gc+top`` (``--kinds tracetop``): tracemalloc's top 20 allocation lines at ``after_mark`` and
+  ``after_repack`` (slow: for finding where the memory goes).
+
+With both ``gc`` and ``rt`` the benchmark prints the **projection** to ``--project-to`` live
+checkpoints (default 1,000,000) at ``--project-ms`` per request (default 20): the ``gc+rt`` run's
+sequential round trips x latency plus the ``gc`` run's CPU seconds, both scaled linearly by live
+checkpoints (run a larger ``--settings``, e.g. ``3000x100``, to check the linearity), and peak RSS
+per live checkpoint (of the whole process, and its growth during the GC).
+
 ``--kinds`` selects which of these run (default ``gc,trace,second,norepack``).
 
 The claim checked: mark is O(live data), sweep is O(objects / 1,000) LIST pages plus O(dead)
