@@ -448,7 +448,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         sizes: pack id -> bytes (from the listing). The segments of consecutive runs are fetched
             together in parallel waves of up to the store's ``max_concurrency`` packs and
             :data:`WAVE_BYTES` listed bytes (each run is still marked on its own, with its own
-            memo); without ``sizes`` a wave holds up to ``max_concurrency`` packs.
+            memo); without ``sizes`` a wave holds one run's segments.
         keep_refs: return every level-0 ref in ``reach.refs`` (verify reads them); False (GC)
             drops each run's refs and visited nodes once the run is marked, so the memo holds
             one run at a time (runs without segments share one memo, as in format 1), and keeps
@@ -621,7 +621,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             ps = [sg.pack for sg in segs_by_run.get(run_ids[j]) or ()
                   if (present is None or sg.pack in present) and sg.pack not in reach.fwd]
             b = sum((sizes or {}).get(p, 0) for p in ps)
-            if j > i and (len(todo) + len(ps) > per_wave or nbytes + b > wave_bytes):
+            if j > i and (sizes is None or len(todo) + len(ps) > per_wave or nbytes + b > wave_bytes):
                 break
             todo += ps
             nbytes += b
