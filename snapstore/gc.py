@@ -401,9 +401,21 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
                               dry_run, progress, fwd, fmap, heads, grace, now, sizes)
-    for pid in seg_select:  # one at a time: each rewrite holds exactly one segment's live entries
+    # one at a time: each rewrite holds exactly one segment's live entries; the packs are fetched
+    # in parallel waves and the forwarding-map shards written once, after every rewrite is durable
+    per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
+    for i, pid in enumerate(seg_select):
+        if i >= fetched:
+            nbytes, fetched = 0, i
+            while fetched < len(seg_select) and fetched - i < per_wave and (
+                    fetched == i or nbytes + sizes.get(seg_select[fetched], 0) <= budget):
+                nbytes += sizes.get(seg_select[fetched], 0)
+                fetched += 1
+            repo.prefetch(seg_select[i:fetched], no_forward=set(seg_select[i:fetched]))
         retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
-                               [], grace, now, sizes)
+                               [], grace, now, sizes, flush=False)
+    if seg_select:
+        _account_flush(rep, fmap.flush(dry_run=dry_run))
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -735,11 +747,12 @@ def _account_flush(rep: GCReport, res) -> None:
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
-            now: float, sizes: dict | None = None) -> list[bytes]:
+            now: float, sizes: dict | None = None, flush: bool = True) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, then write their forwarding records (in
     ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids. The packs are
     fetched in parallel waves of up to the store's ``max_concurrency`` (and, by ``sizes``: pack id
-    -> listed bytes, a sixth of the pack cache).
+    -> listed bytes, a sixth of the pack cache). ``flush=False``: leave writing the changed
+    forwarding-map shards to the caller (after every rewrite it makes is durable).
 
     Raises:
         ConflictError: a forwarding-map shard changed meanwhile (the retired packs stay live).
@@ -807,7 +820,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
     # after the new packs are durable (writer.finish above); a dry run counts what it would write
-    _account_flush(rep, fmap.flush(dry_run=dry_run))
+    if flush:
+        _account_flush(rep, fmap.flush(dry_run=dry_run))
     if dry_run:
         return list(pids)
     with repo._lock:
