@@ -636,7 +636,9 @@ def print_projection(results: list[dict], to: int, ms: float) -> None:
     print()
     print(f"Projection to {to:,} live checkpoints at {ms:g} ms per request: sequential round trips (gc+rt run) x "
           f"{ms:g} ms + CPU seconds (gc run), both scaled linearly; memory: peak RSS of the gc run per live "
-          "checkpoint (whole process, and growth during the GC)")
+          "checkpoint (whole process, and growth during the GC).\nScaling by live checkpoints fits a repository "
+          "without pruning; a pruned one's requests follow its runs and stored objects (and its memory includes a "
+          "fixed pack cache and repack buffers), so its row overstates both")
     hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'live cp':>8} {'requests':>8} {'seq RT':>7} {'cpu s':>7} "
            f"{'proj RT':>8} {'wait s':>8} {'cpu s':>8} {'total s':>8} {'<= 1 h':>6} {'B/live cp':>9} {'growth B':>8}")
     print(hdr)
