@@ -30,9 +30,9 @@ on its own copy, with ``CheckpointManager(dir)`` (fsync ON, the default) and ``m
 
 * ``gc``: the GC as the library runs it by default (repacking on). Wall time (``time.perf_counter``);
   phases from the GC hooks (``after_list``, ``after_mark``, ``after_repack``, ``before_sweep``,
-  ``after_sweep``), with the mark interval split into reading every manifest (``read_all_runs``),
+  ``after_sweep``), with the mark interval split into reading every manifest (``read_runs_slim``),
   reading every forwarding record (``fwd``) and the tree walk (``mark``), by wrapping
-  ``read_all_runs`` and ``mark`` inside the child; ``finish`` is lock
+  ``read_runs_slim`` and ``mark`` inside the child; ``finish`` is lock
   removal plus ``remove_empty_dirs`` (a walk of the whole directory tree). Store requests
   (``mgr.store.stats`` delta, total and per phase; LIST counts one per 1,000 keys, DELETE one per
   1,000 keys), GETs of missing keys, keys listed, objects deleted, bytes reclaimed. Memory:
@@ -44,6 +44,21 @@ on its own copy, with ``CheckpointManager(dir)`` (fsync ON, the default) and ``m
 * ``norepack``: a GC with repacking disabled (``max_unused=1.0, small_pack_bytes=0``) on a fresh
   copy: pure list + mark + sweep, the shape the issue's cost claim describes (``norepack-trace``:
   the same under tracemalloc).
+
+* ``gc+rt`` (``--kinds rt``): the same GC on another copy with ``--latency-ms`` (default 5 ms) slept
+  inside every store request, so that requests the GC issues together overlap as on S3; its
+  **sequential round trips** (the longest chain of requests each starting after the previous one
+  ended, as in ``benchmarks/latency.py``) are the GC's structure, not the local disk's speed.
+  Every GC row also shows its requests by kind (method and key kind: log segment, manifest,
+  pack, ...), recorded by wrapping the store (:class:`RequestRecorder`; LIST per page of 1,000).
+* ``gc+top`` (``--kinds tracetop``): tracemalloc's top 20 allocation lines at ``after_mark`` and
+  ``after_repack`` (slow: for finding where the memory goes).
+
+With both ``gc`` and ``rt`` the benchmark prints the **projection** to ``--project-to`` live
+checkpoints (default 1,000,000) at ``--project-ms`` per request (default 20): the ``gc+rt`` run's
+sequential round trips x latency plus the ``gc`` run's CPU seconds, both scaled linearly by live
+checkpoints (run a larger ``--settings``, e.g. ``3000x100``, to check the linearity), and peak RSS
+per live checkpoint (of the whole process, and its growth during the GC).
 
 ``--kinds`` selects which of these run (default ``gc,trace,second,norepack``).
 
@@ -236,6 +251,103 @@ def build(root: str, pkg: Path, nruns: int, c: int, procs: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+# requests and sequential round trips
+
+
+def sequential_round_trips(intervals) -> int:
+    """Length of the longest chain of requests, each starting after the previous one ended
+    (the same definition and algorithm as ``benchmarks/latency.py``)."""
+    items = sorted((float(s), max(float(e), float(s) + 1e-9)) for s, e in intervals)
+    n = len(items)
+    by_end = sorted(range(n), key=lambda i: items[i][1])
+    chain = [0] * n
+    best = p = 0
+    for i, (start, _) in enumerate(items):
+        while p < n and items[by_end[p]][1] <= start:
+            best = max(best, chain[by_end[p]])
+            p += 1
+        chain[i] = best + 1
+    return max(chain, default=0)
+
+
+def key_kind(key: str) -> str:
+    """What a key is, for requests by kind: ``log-segment``, ``manifest``, ``pack``, ``fwd``, ``gc``..."""
+    parts = key.split("/")
+    if parts[0] == "runs" and len(parts) == 4:
+        return {"l": "log-segment", "m": "manifest", "c": "index"}.get(parts[2], "runs")
+    return {"packs": "pack", "fwd": "fwd", "gc": "gc", "runs": "runs"}.get(parts[0], parts[0])
+
+
+class RequestRecorder:
+    """Wraps a store's methods to record every request's ``(kind, key kind, start, end)`` while
+    started (``time.perf_counter`` seconds), optionally sleeping ``delay`` seconds inside each
+    request (the GIL is released while sleeping, so requests a GC issues in parallel overlap as
+    they would on S3, and the sequential round trips measured are the GC's structure, not the
+    local disk's speed). A LIST counts one request per page of 1,000 keys, each page starting when
+    the previous ended; ``delete_many`` one per batch of 1,000 keys."""
+
+    def __init__(self, store, delay: float = 0.0):
+        self.store, self.delay, self.on = store, delay, False
+        self.log: list = []
+        lock = __import__("threading").Lock()
+        self._lock = lock
+
+        def timed(kind, fn, keyarg=True):
+            def f(*a, **kw):
+                if not self.on:
+                    return fn(*a, **kw)
+                t = time.perf_counter()
+                try:
+                    if self.delay:
+                        time.sleep(self.delay)
+                    return fn(*a, **kw)
+                finally:
+                    k = key_kind(a[0]) if keyarg and a and isinstance(a[0], str) else ""
+                    with lock:
+                        self.log.append((kind, k, t, time.perf_counter()))
+            return f
+        for name, kind in (("get", "GET"), ("put", "PUT"), ("put_if_match", "PUT"), ("head", "HEAD")):
+            setattr(store, name, timed(kind, getattr(store, name)))
+        orig_list, orig_del = store.list, store.delete_many
+
+        def listing(prefix, *a, **kw):
+            it = orig_list(prefix, *a, **kw)
+            while True:
+                t = time.perf_counter()
+                if self.on and self.delay:
+                    time.sleep(self.delay)
+                page = list(__import__("itertools").islice(it, 1000))
+                if self.on:
+                    with lock:
+                        self.log.append(("LIST", key_kind(prefix) if prefix else "", t, time.perf_counter()))
+                yield from page
+                if len(page) < 1000:
+                    return
+
+        def deleting(ks):
+            ks = list(ks)
+            for i in range(0, max(1, len(ks)), 1000):
+                timed("DELETE", orig_del, keyarg=False)(ks[i:i + 1000])
+        store.list, store.delete_many = listing, deleting
+
+    def start(self) -> None:
+        self.on = True
+
+    def stop(self) -> None:
+        self.on = False
+
+    def round_trips(self) -> int:
+        return sequential_round_trips((s, e) for _, _, s, e in self.log)
+
+    def by_kind(self) -> dict:
+        out: dict = {}
+        for kind, k, _, _ in self.log:
+            name = f"{kind} {k}".strip()
+            out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------------------
 # child process: one prune or one GC
 
 
@@ -263,6 +375,7 @@ def child_main(argv: list[str]) -> None:
     reqs: dict[str, dict] = {}
     counters = {"listed": 0, "get_missing": 0}
 
+    recorder = RequestRecorder(store, opts.get("latency_ms", 0.0) / 1e3)
     orig_list, orig_get = store.list, store.get
 
     def counting_list(prefix, *a, **kw):
@@ -294,7 +407,8 @@ def child_main(argv: list[str]) -> None:
                 out["delete_packs"] = len(info.get("delete_packs", ()))
         return f
     hooks = {n: hook(n) for n in ("after_list", "after_mark", "after_repack", "before_sweep", "after_sweep")}
-    orig_read, orig_mark = sgc.read_all_runs, sgc.mark
+    read_name = "read_runs_slim" if hasattr(sgc, "read_runs_slim") else "read_all_runs"  # (older code)
+    orig_read, orig_mark = getattr(sgc, read_name), sgc.mark
 
     def timed_read(*a, **kw):
         r = orig_read(*a, **kw)
@@ -304,12 +418,26 @@ def child_main(argv: list[str]) -> None:
     def timed_mark(*a, **kw):
         stamp("before_mark")
         reach = orig_mark(*a, **kw)
-        out["live_messages"] = len(reach.refs)
+        out["live_messages"] = len(reach.refs) or None  # GC keeps no refs since it marks run by run
         out["live_nodes"] = len(reach.nodes_seen)
         return reach
-    sgc.read_all_runs, sgc.mark = timed_read, timed_mark
+    setattr(sgc, read_name, timed_read)
+    sgc.mark = timed_mark
 
-    trace = mode == "trace"
+    trace = mode in ("trace", "tracetop")
+    if mode == "tracetop":
+        import tracemalloc
+
+        def top(name):
+            snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+            stats = snap.statistics("lineno")
+            out.setdefault("top", {})[name] = {
+                "traced": sum(st.size for st in stats),
+                "lines": [(f"{st.traceback[0].filename.rsplit('/snapstore/', 1)[-1]}:{st.traceback[0].lineno}",
+                           st.size, st.count) for st in stats[:20]]}
+        for name in ("after_mark", "after_repack"):
+            prev = hooks[name]
+            hooks[name] = (lambda prev, name: lambda **info: (prev(**info), top(name)))(prev, name)
     prof = None
     if trace:
         import tracemalloc
@@ -325,9 +453,11 @@ def child_main(argv: list[str]) -> None:
     before = store.stats.snapshot()
     reqs["start"] = dict(before.counts)
     t0[0] = time.perf_counter()
+    recorder.start()
     if prof:
         prof.enable()
     rep = mgr.gc(grace_period=0, hooks=hooks, **gc_opts)
+    recorder.stop()
     if prof:
         prof.disable()
     total = time.perf_counter() - t0[0]
@@ -345,7 +475,14 @@ def child_main(argv: list[str]) -> None:
     out.update(seconds=total, marks=marks, phase_requests=reqs, report=rep.as_dict(),
                deleted_bytes=rep.deleted_bytes, written_bytes=rep.written_bytes,
                requests=store.stats.since(before).as_dict(), keys_listed=counters["listed"],
-               get_missing=counters["get_missing"], python_version=sys.version.split()[0])
+               get_missing=counters["get_missing"], python_version=sys.version.split()[0],
+               round_trips=recorder.round_trips(), requests_by_kind=recorder.by_kind(),
+               latency_ms=opts.get("latency_ms", 0.0))
+    if "top" in out:
+        for name, t in out["top"].items():
+            print(f"tracemalloc at {name}: {t['traced'] / 1e6:.1f} MB traced; top lines (size MB, count):")
+            for ln, size, count in t["lines"]:
+                print(f"   {size / 1e6:8.2f} {count:>9}  {ln}")
     if prof:
         import io
         import pstats
@@ -396,7 +533,9 @@ def summarise(res: dict) -> dict:
             "new_packs": rep["new_packs"], "requests": res["requests"], "get_missing": res["get_missing"],
             "live_messages": res.get("live_messages"), "live_nodes": res.get("live_nodes"),
             "snapstore_file": res.get("snapstore_file"), "maxrss_before": res["maxrss_before"], "maxrss_end": res["maxrss_end"],
-            "tracemalloc_peak": res.get("tracemalloc_peak"),
+            "tracemalloc_peak": res.get("tracemalloc_peak"), "round_trips": res.get("round_trips"),
+            "requests_by_kind": res.get("requests_by_kind"), "latency_ms": res.get("latency_ms", 0.0),
+            "top": res.get("top"),
             "mark_us_per_live_checkpoint": round(1e6 * mark_s / live, 1) if live else None,
             "mark_us_per_live_message": round(1e6 * mark_s / res["live_messages"], 1) if res.get("live_messages") else None,
             "repack_us_per_packed_pack": (round(1e6 * ph["repack"]["seconds"] / rep["repacked_packs"], 1)
@@ -448,7 +587,7 @@ def print_tables(results: list[dict]) -> None:
     print(hdr)
     print("-" * len(hdr))
     for r in results:
-        for kind in ("gc", "gc#2", "norepack"):
+        for kind in ("gc", "gc+rt", "gc#2", "norepack"):
             s = r.get(kind)
             if not s:
                 continue
@@ -471,14 +610,55 @@ def print_tables(results: list[dict]) -> None:
               f"{mb(r.get('after_gc', {}).get('bytes')):>11}")
 
 
+def projection(r: dict, to: int, ms: float) -> dict | None:
+    """The GC of ``to`` live checkpoints projected from the measured one: sequential round trips
+    (of the ``gc+rt`` run, whose parallel requests overlapped thanks to the added delay) x ``ms`` per
+    request, plus the CPU seconds of the plain ``gc`` run, both scaled linearly by live checkpoints."""
+    g, rt = r.get("gc"), r.get("gc+rt")
+    if not g or not rt or not g["live_checkpoints"]:
+        return None
+    k = to / g["live_checkpoints"]
+    wait = rt["round_trips"] * k * ms / 1e3
+    cpu = g["cpu_seconds"] * k
+    return {"to": to, "ms_per_request": ms, "scale": k, "round_trips": rt["round_trips"],
+            "requests": sum(rt["requests_by_kind"].values()), "cpu_seconds": g["cpu_seconds"],
+            "projected_round_trips": round(rt["round_trips"] * k), "projected_wait_s": round(wait, 1),
+            "projected_cpu_s": round(cpu, 1), "projected_s": round(wait + cpu, 1),
+            "peak_rss_per_live_checkpoint": round(g["maxrss_end"] / g["live_checkpoints"]),
+            "rss_growth_per_live_checkpoint": round((g["maxrss_end"] - g["maxrss_before"]) / g["live_checkpoints"])}
+
+
+def print_projection(results: list[dict], to: int, ms: float) -> None:
+    rows = [(r, projection(r, to, ms)) for r in results]
+    rows = [(r, p) for r, p in rows if p]
+    if not rows:
+        return
+    print()
+    print(f"Projection to {to:,} live checkpoints at {ms:g} ms per request: sequential round trips (gc+rt run) x "
+          f"{ms:g} ms + CPU seconds (gc run), both scaled linearly; memory: peak RSS of the gc run per live "
+          "checkpoint (whole process, and growth during the GC).\nScaling by live checkpoints fits a repository "
+          "without pruning; a pruned one's requests follow its runs and stored objects (and its memory includes a "
+          "fixed pack cache and repack buffers), so its row overstates both")
+    hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'live cp':>8} {'requests':>8} {'seq RT':>7} {'cpu s':>7} "
+           f"{'proj RT':>8} {'wait s':>8} {'cpu s':>8} {'total s':>8} {'<= 1 h':>6} {'B/live cp':>9} {'growth B':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r, p in rows:
+        print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {r['gc']['live_checkpoints']:>8} "
+              f"{p['requests']:>8} {p['round_trips']:>7} {p['cpu_seconds']:>7.1f} {p['projected_round_trips']:>8} "
+              f"{p['projected_wait_s']:>8.0f} {p['projected_cpu_s']:>8.0f} {p['projected_s']:>8.0f} "
+              f"{'yes' if p['projected_s'] <= 3600 else 'NO':>6} {p['peak_rss_per_live_checkpoint']:>9} "
+              f"{p['rss_growth_per_live_checkpoint']:>8}")
+
+
 def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var: str, kinds: list,
                     wanted: list, timeout: float) -> None:
     """Run each GC kind on its own hard-link copy of the variant ``var`` with package ``pkg``;
     store the summaries in ``r``."""
-    for kind, mode, gopts in kinds:
+    for kind, mode, gopts, extra in kinds:
         d = str(work / f"gc-{setting}-{pct}-{kind.replace('+', '-').replace('#', '')}")
         link_copy(var, d)
-        res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts})], timeout)
+        res = run_child(pkg, [mode, d, json.dumps({"gc_options": gopts, **extra})], timeout)
         if kind == "profile":
             r["profile"] = res.get("_stdout", "")
             print(f"   cProfile of the GC ({setting}, {pct}% pruned):\n{r['profile']}")
@@ -486,10 +666,15 @@ def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var:
             continue
         s = summarise(res)
         r[kind] = s
+        if kind == "gc+top":
+            print(res.get("_stdout", ""))
         print(f"   {kind:>9}: {s['seconds']:.2f}s, deleted {s['deleted_objects']}, reclaimed "
               f"{s['reclaimed_bytes'] / 1e6:.1f} MB, requests {req_str(s['requests'])}"
               + (f", tracemalloc peak {s['tracemalloc_peak'] / 1e6:.1f} MB" if s.get("tracemalloc_peak") else "")
-              + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB", flush=True)
+              + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB, cpu {s['cpu_seconds']:.1f}s, "
+              f"{s['round_trips']} sequential round trips"
+              + (f" ({s['latency_ms']:g} ms added per request)" if s["latency_ms"] else "")
+              + f"\n{'':>14}requests by kind: {json.dumps(s['requests_by_kind'])}", flush=True)
         if kind == "gc":
             files2, nbytes2 = tree_summary(d)
             r["after_gc"] = {"files": files2, "bytes": nbytes2}
@@ -518,6 +703,13 @@ def main() -> int:
                          "after gc), norepack (repacking off), norepack-trace, profile (cProfile of gc); "
                          "default gc,trace,second,norepack")
     ap.add_argument("--profile", action="store_true", help="same as adding 'profile' to --kinds")
+    ap.add_argument("--latency-ms", type=float, default=5.0,
+                    help="delay added inside every store request of the 'rt' kind, so that parallel requests "
+                         "overlap and its sequential round trips show the GC's structure (default 5)")
+    ap.add_argument("--project-ms", type=float, default=20.0,
+                    help="latency per request for the projection to --project-to checkpoints (default 20)")
+    ap.add_argument("--project-to", type=int, default=1_000_000,
+                    help="live checkpoints of the projection (default 1,000,000)")
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds allowed per child process")
     ap.add_argument("--code", default="head",
                     help="measure the snapstore package as committed at HEAD (default), at a git revision, "
@@ -539,7 +731,8 @@ def main() -> int:
     print(f"python {meta['python']}; {meta['cpus']} CPUs; {meta['platform']}; load average {os.getloadavg()[0]:.2f}")
     settings = [tuple(int(x) for x in s.split("x")) for s in args.settings.split(",")]
     wanted = [k.strip() for k in args.kinds.split(",") if k.strip()] + (["profile"] if args.profile else [])
-    bad = [k for k in wanted if k not in ("gc", "trace", "second", "norepack", "norepack-trace", "profile")]
+    bad = [k for k in wanted if k not in ("gc", "trace", "tracetop", "rt", "second", "norepack", "norepack-trace",
+                                          "profile")]
     if bad:
         ap.error(f"unknown --kinds {bad}")
     prunes = [int(p) for p in args.prunes.split(",")]
@@ -577,9 +770,12 @@ def main() -> int:
             files, nbytes = tree_summary(var)
             r["before"] = {"files": files, "bytes": nbytes}
             norep = {"max_unused": 1.0, "small_pack_bytes": 0}
-            table = {"gc": ("gc", "clean", {}), "trace": ("gc+trace", "trace", {}),
-                     "norepack": ("norepack", "clean", norep), "norepack-trace": ("norepack+trace", "trace", norep),
-                     "profile": ("profile", "profile", {})}
+            table = {"gc": ("gc", "clean", {}, {}), "trace": ("gc+trace", "trace", {}, {}),
+                     "tracetop": ("gc+top", "tracetop", {}, {}),
+                     "rt": ("gc+rt", "clean", {}, {"latency_ms": args.latency_ms}),
+                     "norepack": ("norepack", "clean", norep, {}),
+                     "norepack-trace": ("norepack+trace", "trace", norep, {}),
+                     "profile": ("profile", "profile", {}, {})}
             kinds = [table[k] for k in wanted if k in table]
             for code, (cpkg, _) in zip(codes, pkgs):
                 rc = dict(r, code=code)
@@ -594,6 +790,11 @@ def main() -> int:
                 with open(args.json, "w") as f:
                     json.dump({"meta": meta, "builds": builds, "results": results}, f, indent=1)
     print_tables(results)
+    print_projection(results, args.project_to, args.project_ms)
+    for r in results:
+        p = projection(r, args.project_to, args.project_ms)
+        if p:
+            r["projection"] = p
     print(f"\ntotal benchmark time {time.perf_counter() - t_all:.0f}s")
     if args.json:
         with open(args.json, "w") as f:

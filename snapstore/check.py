@@ -23,6 +23,7 @@ from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
 from .runlog import choose_logsegs, copies_from_logseg
+from .stores.base import max_concurrency
 
 
 @dataclass
@@ -83,6 +84,56 @@ class RunLog:
     hidden: list
     head: Manifest | None
     corrupt: list
+
+
+class LogEntry:
+    """What GC keeps of a log record once its run's log is read and classified (a few hundred
+    bytes instead of a :class:`Manifest`'s ~1.5 KB): enough to mark it (``kind``, ``run_id``,
+    ``state``, session-state refs) and to decide which records to delete (``seq``, ``kind``,
+    ``target``). ``checkpoint_id`` is not kept (None)."""
+
+    __slots__ = ("kind", "run_id", "seq", "target", "state", "session_state_ref", "session_state_tree")
+    checkpoint_id = None
+
+    def __init__(self, m: Manifest, run_id: str):
+        self.kind, self.run_id, self.seq = m.kind, run_id, m.seq
+        self.target = {"seq": int(m.target["seq"])} if m.target else None
+        self.state = tuple(m.state) if m.state else None
+        self.session_state_ref, self.session_state_tree = m.session_state_ref, m.session_state_tree
+
+
+def slim_log(log: RunLog) -> RunLog:
+    """Replace every record of ``log`` but its head and its newest live checkpoint (kept whole:
+    GC reads their segments and blocks) by a :class:`LogEntry`, in place; return ``log``."""
+    keep = {id(log.head)} | ({id(log.live[0])} if log.live else set())
+    run_id = log.head.run_id if log.head is not None else None
+    # (records normally all name the head's run id: share that one string)
+    slim = {s: (m if id(m) in keep else LogEntry(m, run_id if m.run_id == run_id else m.run_id))
+            for s, m in log.manifests.items()}
+    log.live = [slim[m.seq] for m in log.live]
+    log.manifests = slim
+    return log
+
+
+def read_runs_slim(repo: Repository, keys_by_run: dict, logsegs_by_run: dict | None = None,
+                   batch_keys: int = 4096) -> dict[str, RunLog]:
+    """:func:`read_all_runs` (``light``) for GC, in batches of runs of about ``batch_keys``
+    manifest keys each, every batch's records made :class:`LogEntry` (:func:`slim_log`) before
+    the next is read, so memory holds one batch of decoded manifests at a time. Within a batch
+    every GET is in flight together (bounded by the repository's thread pool)."""
+    out: dict[str, RunLog] = {}
+    batch: dict = {}
+    n = 0
+    rks = list(keys_by_run)
+    for i, rk in enumerate(rks):
+        batch[rk] = keys_by_run[rk]
+        n += len(keys_by_run[rk])
+        if n >= batch_keys or i == len(rks) - 1:
+            logs = read_all_runs(repo, batch, light=True,
+                                 logsegs_by_run={k: v for k, v in (logsegs_by_run or {}).items() if k in batch})
+            out.update((k, slim_log(log)) for k, log in logs.items())
+            batch, n = {}, 0
+    return out
 
 
 def classify(run_key: str, manifests: dict[int, Manifest], corrupt: list | None = None) -> RunLog:
@@ -208,6 +259,41 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
     return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in set(keys_by_run) | set(per)}
 
 
+class Needed:
+    """The needed entries of one pack, compact (GC): a bitmap over the pack's entries in header
+    order (1 bit per entry instead of ~100 bytes per needed ``(type, id)``), plus the needs added
+    after it was made (a set). Iterating needs the pack: :meth:`entries`."""
+
+    __slots__ = ("bits", "nbits", "extra")
+
+    def __init__(self, pack, needed):
+        order = {k: i for i, k in enumerate(pack.entries)}
+        bits = bytearray((len(order) + 7) // 8)
+        self.extra: set = set()
+        n = 0
+        for x in needed:
+            i = order.get(x)
+            if i is None:
+                self.extra.add(x)  # not in this pack (skipped by its readers too): kept as is
+            elif not bits[i >> 3] & (1 << (i & 7)):
+                bits[i >> 3] |= 1 << (i & 7)
+                n += 1
+        self.bits, self.nbits = bytes(bits), n
+
+    def add(self, x) -> None:
+        self.extra.add(x)
+
+    def __len__(self) -> int:
+        """Needs recorded (an entry needed again after compaction may count twice)."""
+        return self.nbits + len(self.extra)
+
+    def entries(self, pack) -> set:
+        """The needed ``(type, id)`` set, given the same pack (by id) this was made from."""
+        ks = list(pack.entries)
+        out = {ks[i] for i in range(min(len(ks), len(self.bits) * 8)) if self.bits[i >> 3] & (1 << (i & 7))}
+        return out | self.extra
+
+
 @dataclass
 class Reach:
     """What live checkpoints need: packs, and each pack's needed entries ``(type, id)``."""
@@ -225,6 +311,48 @@ class Reach:
     seg_home: dict | None = None  # (type, id) -> segment pack, for the run being marked (format 2)
     fresh_segs: set = field(default_factory=set)  # segments of newest records read again during mark
     seg_standins: set = field(default_factory=set)  # packs standing in for segments GC rewrote
+    usage: dict = field(default_factory=dict)  # pack -> (live raw bytes, raw bytes, needed entries) when last cached
+    waves: int = 0  # parallel waves of segment fetches made while marking (format 2)
+
+    def note_usage(self, repo: Repository, pids, compact: bool = False) -> None:
+        """Record, for each pack of ``pids`` still in the repository's pack cache, the raw bytes of
+        its needed entries, its raw bytes and how many entries are needed, so that GC can judge how
+        dead the pack is without fetching it again (see :meth:`pack_usage`). ``compact``: also
+        replace its needed set by a :class:`Needed` bitmap."""
+        with repo._lock:
+            for pid in pids:
+                needed = self.packs.get(pid)
+                pack = repo._cache.get(pid)
+                if needed is None or pack is None:
+                    continue
+                if isinstance(needed, Needed):
+                    if self.usage.get(pid, (0, 0, -1))[2] == len(needed):
+                        continue
+                    needed = needed.entries(pack)
+                ents = pack.entries
+                total = sum(e.length for e in ents.values())
+                live = sum(ents[x].length for x in needed if x in ents)
+                if compact:
+                    self.packs[pid] = Needed(pack, needed)
+                self.usage[pid] = (live, total, len(self.packs[pid]))
+
+    def needed_entries(self, pid: bytes, pack) -> set:
+        """The ``(type, id)`` entries needed of pack ``pid`` (``pack``: that pack, parsed)."""
+        got = self.packs.get(pid, ())
+        return got.entries(pack) if isinstance(got, Needed) else set(got)
+
+    def pack_usage(self, repo: Repository, pid: bytes) -> tuple[int, int]:
+        """``(live raw bytes, raw bytes)`` of a pack mark found needed: from :meth:`note_usage` when
+        its needed entries have not changed since (needed sets only grow), else from the pack
+        (fetched again if it left the cache). Raises ObjectNotFound / IntegrityError."""
+        needed = self.packs.get(pid, ())
+        u = self.usage.get(pid)
+        if u is not None and u[2] == len(needed):
+            return u[0], u[1]
+        pack = repo.get_pack(pid)
+        needed = self.needed_entries(pid, pack)
+        total = sum(e.length for e in pack.entries.values())
+        return sum(pack.entries[x].length for x in needed if x in pack.entries), total
 
     def home(self, repo: Repository, pack: bytes, etype: int, eid: bytes, seen: set | None = None) -> bytes | None:
         """The pack that now holds an entry hinted at ``pack`` (following forwarding records).
@@ -285,9 +413,14 @@ class Reach:
         got.add((etype, eid))
 
 
+WAVE_BYTES = 24 << 20
+"""Most pack bytes (as listed) :func:`mark` fetches in one wave of several runs' segments (and at
+most a sixth of the repository's pack cache, so a wave stays cached until its runs are marked)."""
+
+
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
          present: set | None = None, segs_by_run: dict | None = None, refresh=None,
-         keep_index: bool = False) -> Reach:
+         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -312,6 +445,14 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         keep_index: leave every run's segments in the repository's segment index afterwards (verify
             reads the data through it); by default each run's entries leave the index once that
             run is marked, so memory holds one run's index at a time.
+        sizes: pack id -> bytes (from the listing). The segments of consecutive runs are fetched
+            together in parallel waves of up to the store's ``max_concurrency`` packs and
+            :data:`WAVE_BYTES` listed bytes (each run is still marked on its own, with its own
+            memo); without ``sizes`` a wave holds one run's segments.
+        keep_refs: return every level-0 ref in ``reach.refs`` (verify reads them); False (GC)
+            drops each run's refs and visited nodes once the run is marked, so the memo holds
+            one run at a time (runs without segments share one memo, as in format 1), and keeps
+            each pack's needed entries as a :class:`Needed` bitmap once its run is marked.
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -466,8 +607,35 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     all_nodes: set = set()
     done = 0
     shared_memo = (reach.refs, reach.node_hints, reach.nodes_seen, set(seen_states))
-    for run_id, checkpoints in by_run.items():
+    per_wave = max_concurrency(repo.store)
+    wave_bytes = max(1, min(WAVE_BYTES, repo._cache_limit // 6))
+    run_ids = list(by_run)
+    fetched_until = 0  # runs whose segments a wave has fetched
+
+    def wave(i: int) -> int:
+        """Fetch the segments of runs ``i, i+1, ...`` in one parallel wave (as many runs as fit);
+        return the index of the first run left out. Forwarded or vanished segments are left to
+        the run's own :meth:`prefetch_segments`, which then finds the others cached."""
+        todo, nbytes, j = [], 0, i
+        while j < len(run_ids):
+            ps = [sg.pack for sg in segs_by_run.get(run_ids[j]) or ()
+                  if (present is None or sg.pack in present) and sg.pack not in reach.fwd]
+            b = sum((sizes or {}).get(p, 0) for p in ps)
+            if j > i and (sizes is None or len(todo) + len(ps) > per_wave or nbytes + b > wave_bytes):
+                break
+            todo += ps
+            nbytes += b
+            j += 1
+        with repo._lock:
+            todo = [p for p in dict.fromkeys(todo) if p not in repo._cache]
+        if todo:
+            repo.prefetch(todo, no_forward=set(todo))
+            reach.waves += 1
+        return j
+    for ri, (run_id, checkpoints) in enumerate(by_run.items()):
         segs = list(segs_by_run.get(run_id) or ())
+        if segs and ri >= fetched_until:
+            fetched_until = wave(ri)
         # what a walk memoises (refs, node hints, nodes, states) is attributed to a home; with
         # segments the home depends on the run, so a run with segments gets its own memo (runs
         # without share one, as in format 1)
@@ -524,12 +692,17 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
+        reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))), compact=not keep_refs)
+        if not keep_refs and segs:
+            with repo._lock:
+                repo._nodes.clear()  # decoded nodes: the next run (own memo) reads its own
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)
         if segs:
-            all_refs.update(reach.refs)
-            all_nodes.update(reach.nodes_seen)
+            if keep_refs:
+                all_refs.update(reach.refs)
+                all_nodes.update(reach.nodes_seen)
         else:
             shared_memo[3].update(seen_states)
     for k, v in all_refs.items():
@@ -538,6 +711,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     reach.refs, reach.node_hints, reach.nodes_seen = shared_memo[0], shared_memo[1], shared_memo[2]
     reach.seg_home = None
     dictionaries(done)
+    reach.note_usage(repo, reach.order[done:], compact=not keep_refs)
     return reach
 
 

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .check import head_segments, mark, read_all_runs, segments_by_run
+from .check import head_segments, mark, read_runs_slim, segments_by_run
 from .format.logseg import parse_logseg_key, span
 from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
@@ -46,6 +46,11 @@ from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, dec
 from .forwarding import ForwardMap
 from .format.pack import PackBuilder
 from .repository import Repository
+from .stores.base import max_concurrency
+
+GC_CACHE_BYTES = 24 << 20
+"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs
+(raised to 6x the listed bytes of the largest run's segments, up to the repository's own budget)."""
 
 CANDIDATES_MAGIC = b"SNGC"
 LOCK_KEY = "gc/lock"
@@ -208,11 +213,16 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     token = os.urandom(8).hex()
     if not dry_run:
         _lock(repo, now, lock_timeout, token)
+    # mark needs each pack once, while its run is marked (what the sweep needs of it is kept in
+    # ``Reach.usage``): a small pack cache bounds GC's memory whatever the repository's size
+    cache_limit = repo._cache_limit
+    repo._cache_limit = min(cache_limit, GC_CACHE_BYTES)
     try:
         with repo.whole_packs():  # GC copies and checks whole packs: no ranged reads
             _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-                 repack_level, progress, hook, lock_timeout)
+                 repack_level, progress, hook, lock_timeout, cache_limit)
     finally:
+        repo._cache_limit = cache_limit
         if not dry_run:
             _unlock(repo, token)
     if hasattr(store, "remove_empty_dirs") and not dry_run:
@@ -249,7 +259,7 @@ def _lock(repo: Repository, now: float, timeout: float, token: str) -> None:
 
 
 def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook,
-         lock_timeout):
+         lock_timeout, cache_limit):
     store = repo.store
     mature = now - grace          # unreferenced that long ago: deletable (two-phase)
     settled = now - grace / 2     # older than this, a pack's writer can no longer publish it (see docs)
@@ -278,7 +288,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     mark_infos = list(store.list(runmark.PREFIX))  # run markers (§8b), after the run log
     # format 2: the listed manifests that log segments cover are read from their copies there
     lsegs = {rk: {parse_logseg_key(i.key): i.key for i in infos_} for rk, infos_ in logseg_by_run.items()}
-    logs = read_all_runs(repo, keys_by_run, light=True, logsegs_by_run=lsegs)
+    logs = read_runs_slim(repo, keys_by_run, lsegs)  # records kept as LogEntry: bounded memory
     for log in logs.values():
         if log.corrupt:
             k, err = log.corrupt[0]
@@ -302,6 +312,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             else:
                 others.append(info)
     hook("after_list", packs=set(packs))
+    sizes_of = {p: i.size for p, i in packs.items()}
+    del keys_by_run  # (the keys stay in ``infos``)
     live = [m for log in logs.values() for m in log.live]
     rep.live_checkpoints = len(live)
     fwd_cached = _read_forward_cache(repo, infos.get(FWD_CACHE_KEY))
@@ -320,11 +332,17 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
+    # the pack cache must hold the largest run's segments twice over (that run's wave and what
+    # its walk reads), or marking it would fetch its packs again
+    biggest = max((sum(sizes_of.get(sg.pack, 0) for sg in segs) for segs in segments_by_run(logs).values()),
+                  default=0)
+    repo._cache_limit = max(repo._cache_limit, min(cache_limit, 6 * biggest))
     seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
     def refresh(run_id):
         newest = repo.head(repo.run_key(run_id))
         return newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh)
+    sizes = sizes_of
+    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes, keep_refs=False)
     for p in reach.fresh_segs | reach.seg_standins:
         seg_keep.setdefault(p, "")
     # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
@@ -355,12 +373,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             # forwarding record from it to its rewrite (docs/format.md §13)
             if pid in packs and tier_levels.get(pid, 1) >= 1:
                 try:
-                    pack = repo.get_pack(pid)
+                    live_raw, total = reach.pack_usage(repo, pid)
                 except ObjectNotFound:
                     continue
-                total = sum(e.length for e in pack.entries.values()) or 1
-                live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
-                if 1 - live_raw / total > max_unused:
+                if 1 - live_raw / (total or 1) > max_unused:
                     seg_select.append(pid)
             continue
         if pid in fwd:
@@ -369,12 +385,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             select.append((packs[pid].mtime, pid, 1.0))
             continue
         try:
-            pack = repo.get_pack(pid)
+            live_raw, total = reach.pack_usage(repo, pid)  # measured while marking: no second GET
         except ObjectNotFound:
             continue  # merged into a tier pack and deleted by its writer since the listing
-        total = sum(e.length for e in pack.entries.values()) or 1
-        live_raw = sum(pack.entries[x].length for x in needed if x in pack.entries)
-        unused = 1 - live_raw / total
+        unused = 1 - live_raw / (total or 1)
         if unused > max_unused or packs[pid].size < small_pack_bytes:
             select.append((packs[pid].mtime, pid, unused))
     # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite of
@@ -389,10 +403,22 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if select and worth:
         heads = [log.live[0] for log in logs.values() if log.live]
         retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fmap, heads, grace, now)
-    for pid in seg_select:  # one at a time: each rewrite holds exactly one segment's live entries
+                              dry_run, progress, fwd, fmap, heads, grace, now, sizes)
+    # one at a time: each rewrite holds exactly one segment's live entries; the packs are fetched
+    # in parallel waves and the forwarding-map shards written once, after every rewrite is durable
+    per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
+    for i, pid in enumerate(seg_select):
+        if i >= fetched:
+            nbytes, fetched = 0, i
+            while fetched < len(seg_select) and fetched - i < per_wave and (
+                    fetched == i or nbytes + sizes.get(seg_select[fetched], 0) <= budget):
+                nbytes += sizes.get(seg_select[fetched], 0)
+                fetched += 1
+            repo.prefetch(seg_select[i:fetched], no_forward=set(seg_select[i:fetched]))
         retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
-                               [], grace, now)
+                               [], grace, now, sizes, flush=False)
+    if seg_select:
+        _account_flush(rep, fmap.flush(dry_run=dry_run))
     hook("after_repack", retired=set(retired_now))
 
     # ---- decide what to delete
@@ -729,9 +755,12 @@ def _account_flush(rep: GCReport, res) -> None:
 
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
-            now: float) -> list[bytes]:
+            now: float, sizes: dict | None = None, flush: bool = True) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, then write their forwarding records (in
-    ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids.
+    ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids. The packs are
+    fetched in parallel waves of up to the store's ``max_concurrency`` (and, by ``sizes``: pack id
+    -> listed bytes, a sixth of the pack cache). ``flush=False``: leave writing the changed
+    forwarding-map shards to the caller (after every rewrite it makes is durable).
 
     Raises:
         ConflictError: a forwarding-map shard changed meanwhile (the retired packs stay live).
@@ -748,11 +777,23 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     cur = None
     moved: dict[bytes, set] = defaultdict(set)
     size_in = 0
+    sizes = sizes or {}
+    per_wave = max_concurrency(store)
+    budget = max(1, repo._cache_limit // 6)
+    fetched = 0
     try:
         for i, pid in enumerate(pids):
+            if i >= fetched:  # the next packs in one parallel wave (as many as the cache holds)
+                nbytes, fetched = 0, i
+                while fetched < len(pids) and fetched - i < per_wave and (
+                        fetched == i or nbytes + sizes.get(pids[fetched], 0) <= budget):
+                    nbytes += sizes.get(pids[fetched], 0)
+                    fetched += 1
+                repo.prefetch(pids[i:fetched], no_forward=set(pids[i:fetched]))
             pack = repo.get_pack(pid)
             size_in += len(pack.data)
-            needed = sorted(reach.packs[pid], key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
+            needed = sorted(reach.needed_entries(pid, pack),
+                            key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
             for etype, eid in needed:
                 if (etype, eid) not in pack.entries:
                     continue
@@ -787,7 +828,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
     # after the new packs are durable (writer.finish above); a dry run counts what it would write
-    _account_flush(rep, fmap.flush(dry_run=dry_run))
+    if flush:
+        _account_flush(rep, fmap.flush(dry_run=dry_run))
     if dry_run:
         return list(pids)
     with repo._lock:
