@@ -13,8 +13,8 @@ import traceback
 import pytest
 
 from snapstore import CheckpointManager
-from snapstore.errors import IntegrityError
-from snapstore.format.logseg import decode_logseg, encode_logseg, logseg_key, parse_logseg_key
+from snapstore.errors import IntegrityError, InvalidInputError
+from snapstore.format.logseg import decode_logseg, encode_logseg, encode_logseg_v2, logseg_key, parse_logseg_key
 from snapstore.format.segs import MAX_SEGS, Seg, decode_segs, encode_segs, plan_append
 from snapstore.stores.local import LocalStore
 from snapstore.stores.memory import MemoryStore
@@ -58,9 +58,16 @@ def test_segment_list_encoding_round_trips_and_refuses_garbage():
 
 
 def test_log_segment_encoding_bounds_and_keys():
-    recs = [(16, b"a" * 10), (17, b"b"), (31, b"")]
+    recs = [(16, 2, b"a" * 10), (17, 3, b"b"), (31, 2, b"")]
     data = encode_logseg(recs)
-    assert decode_logseg("k", data) == recs
+    assert data[4] == 3
+    assert [(c.seq, c.version, c.data) for c in decode_logseg("k", data)] == recs
+    old = [(16, b"x" * 10), (17, b"y")]  # version 2: whole manifest objects
+    assert [(c.seq, c.version, c.data) for c in decode_logseg("k", encode_logseg_v2(old))] == [
+        (16, None, b"x" * 10), (17, None, b"y")]
+    for bad in ([(17, 2, b""), (16, 2, b"")], [(16, 0, b"")]):
+        with pytest.raises(InvalidInputError):
+            encode_logseg(bad)
     with pytest.raises(IntegrityError):
         decode_logseg("k", data[:-1])
     with pytest.raises(IntegrityError):

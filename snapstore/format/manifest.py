@@ -220,8 +220,24 @@ class Manifest:
             UnsupportedFormatError: written by a newer format version.
         """
         version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+        return cls.from_body(key, version, body, light)
+
+    @classmethod
+    def from_body(cls, key: str, version: int, body: bytes, light: bool = False) -> "Manifest":
+        """Decode a manifest from its envelope ``version`` and its JSON ``body`` (what the envelope
+        holds after decompression; a log segment of version 3 stores records so, docs/format.md §8a).
+        ``light`` as in :meth:`from_bytes`.
+
+        Raises:
+            IntegrityError: malformed (names ``key``); a body over :data:`MAX_MANIFEST_BODY` bytes.
+            UnsupportedFormatError: written by a newer format version.
+        """
         if version > MANIFEST_VERSION_MAX:
             raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {MANIFEST_VERSION_MAX}")
+        if version < 1:
+            raise IntegrityError(key, f"invalid manifest format version {version}")
+        if len(body) > MAX_MANIFEST_BODY:
+            raise IntegrityError(key, f"manifest body of {len(body)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
         try:
             d = loads_exact(body, MAX_DEPTH + 1)  # user fields sit one level below the record
             if not isinstance(d, dict):
@@ -269,6 +285,16 @@ class Manifest:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(key, f"malformed manifest: {e}") from None
         return m
+
+
+def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
+    """Verify a manifest object's envelope and return ``(envelope version, JSON body)``, the form a
+    log segment of version 3 stores (docs/format.md §8a); :meth:`Manifest.from_body` decodes it.
+
+    Raises:
+        IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
+    """
+    return open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
 
 
 def encode_index(seq: int, write_id: str) -> bytes:
