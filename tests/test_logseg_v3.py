@@ -92,7 +92,7 @@ def test_mixed_versions_merge_into_a_version3_level2_segment(tmp_path):
     copies = decode_logseg("k", data)
     assert [c.seq for c in copies] == list(range(256))
     for c in copies:  # each copy equals the manifest at its position, field by field
-        assert c.manifest("k") == Manifest.from_bytes("m", store.get(keys.manifest_key(rk, c.seq)))
+        assert c.manifest("k", run_id="r") == Manifest.from_bytes("m", store.get(keys.manifest_key(rk, c.seq)), run_id="r")
     fresh = CheckpointManager(store)
     assert [c.id for c in fresh.list("r")] == ids[::-1]
     assert fresh.verify().ok
@@ -157,4 +157,4 @@ def test_open_manifest_and_from_body_agree_with_from_bytes():
     rk = mgr.repo.run_key("r")
     obj = store.raw()[keys.manifest_key(rk, 1)]
     v, body = open_manifest("m", obj)
-    assert Manifest.from_body("m", v, body) == Manifest.from_bytes("m", obj)
+    assert Manifest.from_body("m", v, body, run_id="r") == Manifest.from_bytes("m", obj, run_id="r")

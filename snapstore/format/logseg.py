@@ -65,16 +65,17 @@ class LogCopy:
     version: int | None
     data: bytes
 
-    def manifest(self, key: str, light: bool = False) -> Manifest:
-        """Decode the copy (``key`` names it in errors; ``light`` as :meth:`Manifest.from_bytes`).
+    def manifest(self, key: str, light: bool = False, run_id: str | None = None) -> Manifest:
+        """Decode the copy (``key`` names it in errors; ``light`` and ``run_id`` as
+        :meth:`Manifest.from_bytes`: a compact record is read as belonging to the run ``key`` names).
 
         Raises:
             IntegrityError: the copy is not a valid manifest.
             UnsupportedFormatError: written by a newer format version.
         """
         if self.version is None:
-            return Manifest.from_bytes(key, self.data, light)
-        return Manifest.from_body(key, self.version, self.data, light)
+            return Manifest.from_bytes(key, self.data, light, run_id)
+        return Manifest.from_body(key, self.version, self.data, light, run_id)
 
     def record(self, key: str) -> tuple[int, bytes]:
         """``(envelope version, JSON body)`` of the copy (what :func:`encode_logseg` takes).

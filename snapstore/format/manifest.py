@@ -15,7 +15,7 @@ import zstandard
 
 from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
 from .codec import ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, seal_envelope, zstd_decompress
-from .ids import is_id_hex, is_pack_hex
+from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
 from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
 from .valuetree import ValueTree
@@ -32,7 +32,13 @@ MANIFEST_VERSION_VALUE_TREE = 3
 """Envelope version of a manifest whose session state is a value tree (``session_state_tree``,
 docs/format.md §5a): a reader that does not know value trees refuses the record instead of
 returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_VALUE_TREE
+MANIFEST_VERSION_COMPACT = 4
+"""Envelope version of a manifest that names its run by the short digest ``rd`` instead of the full
+run id ``run`` (docs/format.md §8): the run id is the one its key names. Written for every record
+of a run whose key segment is inline (the run id is short enough to be encoded in the key); such
+records may also hold a value tree. A reader that does not know version 4 refuses the record
+(``UnsupportedFormatError``) instead of misreading it."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_COMPACT
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -112,6 +118,26 @@ def _check_state_ref(v) -> list | None:
     return v
 
 
+def _run_of(key: str, version: int, d: dict, run_id: str | None) -> str:
+    """The run id of record ``d``: its ``run``, or for a compact record (``rd``, version 4) the run
+    ``run_id`` or ``key`` names, checked against the digest. Raises ValueError, KeyError."""
+    if "run" in d:
+        if "rd" in d:
+            raise ValueError("both run and rd")
+        return _str(d["run"], "run")
+    rd = _str(d["rd"], "rd")
+    if version < MANIFEST_VERSION_COMPACT:
+        raise ValueError(f"rd in a record of version {version}")
+    if run_id is None:
+        parts = key.split("/")
+        run_id = name_from_key(parts[1]) if len(parts) >= 4 and parts[0] == "runs" else None
+        if run_id is None:
+            raise ValueError("the record names its run by digest only and is not read under a run's key")
+    if run_digest(run_id) != rd:
+        raise ValueError(f"rd {rd[:16]!r} is not the digest of run {run_id[:80]!r} (a record of another run)")
+    return run_id
+
+
 def format_time(dt: datetime) -> str:
     """ISO-8601 UTC with microseconds and a ``Z`` suffix."""
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -185,8 +211,13 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNMF`` envelope around JSON."""
-        d = {"kind": self.kind, "run": self.run_id, "seq": self.seq,
-             "write_id": self.write_id, "created": format_time(self.created)}
+        compact = name_is_inline(self.run_id)
+        d = {"kind": self.kind}
+        if compact:  # the key names the run; the digest checks the record is under the right one
+            d["rd"] = run_digest(self.run_id)
+        else:
+            d["run"] = self.run_id
+        d.update(seq=self.seq, write_id=self.write_id, created=format_time(self.created))
         if self.kind == KIND_CHECKPOINT:
             d["id"] = self.checkpoint_id
             d["parent"] = self.parent_id
@@ -207,26 +238,32 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        version = MANIFEST_VERSION_VALUE_TREE if "session_state_tree" in d else FORMAT_VERSION
+        if compact:
+            version = MANIFEST_VERSION_COMPACT
+        else:
+            version = MANIFEST_VERSION_VALUE_TREE if "session_state_tree" in d else FORMAT_VERSION
         return seal_envelope(MANIFEST_MAGIC, version, body, MANIFEST_DICT_V1)
 
     @classmethod
-    def from_bytes(cls, key: str, data: bytes, light: bool = False) -> "Manifest":
+    def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
         """Decode and verify. ``light``: drop the user fields and an inline session state (what
         garbage collection does not need; saves memory when every manifest is held at once).
+        ``run_id``: the run the record is read as belonging to, for a compact record (version 4,
+        which names its run only by digest); None: the run ``key`` names (``runs/<R>/...``).
 
         Raises:
             IntegrityError: corrupt or malformed (names ``key``).
             UnsupportedFormatError: written by a newer format version.
         """
         version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
-        return cls.from_body(key, version, body, light)
+        return cls.from_body(key, version, body, light, run_id)
 
     @classmethod
-    def from_body(cls, key: str, version: int, body: bytes, light: bool = False) -> "Manifest":
+    def from_body(cls, key: str, version: int, body: bytes, light: bool = False,
+                  run_id: str | None = None) -> "Manifest":
         """Decode a manifest from its envelope ``version`` and its JSON ``body`` (what the envelope
         holds after decompression; a log segment of version 3 stores records so, docs/format.md §8a).
-        ``light`` as in :meth:`from_bytes`.
+        ``light`` and ``run_id`` as in :meth:`from_bytes`.
 
         Raises:
             IntegrityError: malformed (names ``key``); a body over :data:`MAX_MANIFEST_BODY` bytes.
@@ -243,7 +280,7 @@ class Manifest:
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
-            m = cls(kind=kind, run_id=_str(d["run"], "run"), seq=_int(d["seq"], "seq"),
+            m = cls(kind=kind, run_id=_run_of(key, version, d, run_id), seq=_int(d["seq"], "seq"),
                     write_id=_str(d["write_id"], "write_id", empty=True), created=parse_time(_str(d["created"], "created")))
             if kind == KIND_CHECKPOINT:
                 m.checkpoint_id = _str(d["id"], "id")
