@@ -1,6 +1,7 @@
-"""Compact manifests (envelope version 4, docs/format.md §8): a record of a run whose key segment is
-inline names its run by an 8-hex-digit digest (``rd``) instead of the full run id; the run id is
-the one its key names, and the digest ties the record to it.
+"""Manifests of envelope version 4 (docs/format.md §8): the body compressed with the version-4
+dictionary (codec 3), and a record of a run whose key segment is inline names its run by an
+8-hex-digit digest (``rd``) instead of the full run id; the run id is the one its key names, and
+the digest ties the record to it. Records of versions 1-3 still read.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ def test_a_compact_record_needs_a_run_key_and_the_right_digest():
     v, body = open_manifest("m", data)
     d = json.loads(body)
     for version, bad in ((FORMAT_VERSION, d), (v, dict(d, run="a"))):
-        obj = seal_envelope(MANIFEST_MAGIC, version, dumps_exact(bad), MANIFEST_DICT_V1)
+        raw = dumps_exact(bad)
+        obj = (seal_envelope(MANIFEST_MAGIC, version, raw, MANIFEST_DICT_V1) if version < 4
+               else seal_envelope(MANIFEST_MAGIC, version, b"\0" + raw, compress=False))
         with pytest.raises(IntegrityError):
             Manifest.from_bytes(keys.manifest_key(mgr.repo.run_key("a"), 0), obj)
 
@@ -94,6 +97,44 @@ def test_a_run_id_too_long_for_its_key_keeps_the_full_id():
     rk = mgr.repo.run_key(long_run)
     assert rk.startswith("h") and name_from_key(rk) is None
     version, body = _body(store, rk, 1)
-    assert version == FORMAT_VERSION and json.loads(body)["run"] == long_run
+    assert version == MANIFEST_VERSION_COMPACT and json.loads(body)["run"] == long_run and "rd" not in json.loads(body)
     fresh = CheckpointManager(store)
     assert fresh.latest(long_run).step == 1 and long_run in fresh.runs()
+
+
+def test_version4_manifests_are_a_third_smaller_and_older_versions_still_read():
+    """A LangGraph-shaped record (the two records SnapstoreSaver writes per step) and a
+    CheckpointManager checkpoint: the version-2 encoding (full run id, MANIFEST_DICT_V1) against
+    version 4, and the version-2 object still decodes to the same record."""
+    store = MemoryStore()
+    mgr = CheckpointManager(store)
+    msgs = []
+    for i in range(20):
+        msgs = msgs + [{"role": "user", "content": f"m{i}"}]
+        mgr.save(RUN, msgs, step=i, metadata={"lg": "c", "id": f"1f1ed985-c814-60ce-8382-7772f67eb{i:03d}",
+                                               "parent": f"1f1ed985-c80a-6540-8381-fac0c6b85{i:03d}",
+                                               "chs": ["messages"], "md": {"source": "loop", "step": i, "parents": {}}},
+                 session_state={"cp": {"json": {"v": 4, "ts": "2026-12-01T15:03:26.798241+00:00",
+                                                "channel_versions": {"__start__": i, "messages": i + 1,
+                                                                     "branch:to:model": i + 1},
+                                                "versions_seen": {"__input__": {}, "__start__": {"__start__": i},
+                                                                  "model": {"branch:to:model": i}},
+                                                "updated_channels": ["messages"]}},
+                                "layout": [["messages", "s", 0, i]], "nlead": i})
+        mgr.save("plain", msgs, step=i, token_usage={"input_tokens": 1000 + i, "output_tokens": 80},
+                 agent_id="coder", status="running", metrics={"latency_s": 1.5})
+    for run in (RUN, "plain"):
+        rk = mgr.repo.run_key(run)
+        old = new = 0
+        for seq in range(20):
+            key = keys.manifest_key(rk, seq)
+            obj = store.raw()[key]
+            version, body = open_manifest(key, obj)
+            d = json.loads(body)
+            full = dict(kind=d.pop("kind"), run=run, **{k: v for k, v in d.items() if k != "rd"})
+            v2 = seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, dumps_exact(full), MANIFEST_DICT_V1)
+            assert Manifest.from_bytes(key, v2) == Manifest.from_bytes(key, obj)
+            old += len(v2)
+            new += len(obj)
+        print(f"{run[:10]}: version 2 {old / 20:.0f} B per manifest, version 4 {new / 20:.0f} B")
+        assert new < (0.75 if run == RUN else 0.95) * old

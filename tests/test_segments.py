@@ -190,15 +190,16 @@ def test_hostile_segment_list_in_a_manifest_is_a_typed_error():
     man.segs_text = None
     body = man.to_bytes()
     # a record whose list is not a valid segment string is refused naming the object
-    from snapstore.format.codec import dumps_exact, loads_exact, open_envelope, seal_envelope
-    from snapstore.format.manifest import MANIFEST_DICT_V1, MANIFEST_MAGIC
-    _, raw = open_envelope(key, MANIFEST_MAGIC, body, MANIFEST_DICT_V1)
+    from snapstore.format.codec import dumps_exact, loads_exact, seal_envelope
+    from snapstore.format.manifest import MANIFEST_MAGIC, open_manifest
+    version, raw = open_manifest(key, body)
     d = loads_exact(raw)
     d["segs"] = "not hex at all"
-    store.corrupt(key, seal_envelope(MANIFEST_MAGIC, 2, dumps_exact(d), MANIFEST_DICT_V1))
+    # version 4: the envelope stored, the body "codec 0 | JSON" (docs/format.md §8)
+    store.corrupt(key, seal_envelope(MANIFEST_MAGIC, version, b"\0" + dumps_exact(d), compress=False))
     with pytest.raises(IntegrityError) as ei:
         CheckpointManager(store).latest("r")
-    assert key in str(ei.value)
+    assert key in str(ei.value) and "segment list" in str(ei.value)
 
 
 def test_a_rewritten_segment_that_still_exists_is_read_itself():

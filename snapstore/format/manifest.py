@@ -33,11 +33,12 @@ MANIFEST_VERSION_VALUE_TREE = 3
 docs/format.md §5a): a reader that does not know value trees refuses the record instead of
 returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
 MANIFEST_VERSION_COMPACT = 4
-"""Envelope version of a manifest that names its run by the short digest ``rd`` instead of the full
-run id ``run`` (docs/format.md §8): the run id is the one its key names. Written for every record
-of a run whose key segment is inline (the run id is short enough to be encoded in the key); such
-records may also hold a value tree. A reader that does not know version 4 refuses the record
-(``UnsupportedFormatError``) instead of misreading it."""
+"""Envelope version of every manifest this version writes (docs/format.md §8): the envelope stores
+its body as ``u8 codec | data`` (codec 3: zstd with :data:`MANIFEST_DICT_V2`), and a record of a
+run whose key segment is inline names its run by the short digest ``rd`` instead of the full run
+id ``run`` (the run id is the one its key names). Such records may hold a value tree. A reader
+that does not know version 4 refuses the record (``UnsupportedFormatError``; its envelope opens,
+being stored uncompressed) instead of misreading it."""
 MANIFEST_VERSION_MAX = MANIFEST_VERSION_COMPACT
 """Newest manifest envelope version this code reads."""
 
@@ -56,6 +57,66 @@ MANIFEST_DICT_V1 = (
 )
 """Raw-content zstd dictionary for manifests (envelope compression 2). Part of format version 1:
 never change these bytes; a new dictionary needs a new constant and compression code."""
+
+MANIFEST_DICT_V2 = (
+    b'{"kind":"tombstone","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z"}'
+    b'{"kind":"rollback","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"target":{"seq":1,"id":""},"segs":""}'
+    b'{"kind":"checkpoint","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","step":1,"agent_id":"","status":"running","token_usage":{"input_tokens":1,'
+    b'"output_tokens":1,"total_tokens":1,"prompt_tokens":1,"completion_tokens":1,"cache_read_input_tokens":0,'
+    b'"cache_creation_input_tokens":0},"metrics":{"latency_s":1.0},"metadata":{},"session_state":{},'
+    b'"session_state_tree":["",1,0,"",""],"messages":{"count":1,"bytes":1,"digest":"","state":["",""]},'
+    b'"origin":{"run":"","id":""},"segs":""}'
+    b'{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","metadata":{"lg":"w","for":"","task":"","path":"~__pregel_pull, model",'
+    b'"chs":["messages"]},"session_state":{"off":0,"w":[["messages",0,"ml",0,1]],"blobs":[]},'
+    b'"messages":{"count":1,"bytes":1,"digest":"","state":["",""]},"segs":""}'
+    b'{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","step":1,"metadata":{"lg":"c","id":"","parent":"","chs":["messages"],'
+    b'"md":{"source":"loop","step":1,"parents":{},"counters_since_delta_snapshot":{"messages":[1,1]}}},'
+    b'"session_state":{"cp":{"json":{"v":4,"ts":"2026-01-01T00:00:00.000000+00:00","channel_versions":'
+    b'{"__start__":1,"messages":1,"branch:to:model":1},"versions_seen":{"__input__":{},"__start__":'
+    b'{"__start__":1},"model":{"branch:to:model":1}},"updated_channels":["messages"]}},'
+    b'"layout":[["messages","s",0,1]],"nlead":0},"messages":{"count":1,"bytes":1,"digest":"",'
+    b'"state":["",""]},"segs":""}'
+)
+"""Raw-content zstd dictionary of version-4 manifests (body codec 3, docs/format.md §8): the
+record shapes this version writes, the compact ``rd`` form, a CheckpointManager checkpoint with the
+usual user fields, and the two records SnapstoreSaver writes (a LangGraph checkpoint and its
+pending writes). Part of manifest version 4: never change these bytes; a new dictionary needs a
+new codec. Only the compression ratio depends on it (a record of any shape decodes)."""
+
+_BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2 = 0, 1, 2, 3
+_ZD1 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_ZD2 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V2, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_BODY_DICTS = {_BODY_DICT1: MANIFEST_DICT_V1, _BODY_DICT2: MANIFEST_DICT_V2}
+
+
+def _seal_body_v4(body: bytes) -> bytes:
+    """The stored body of a version-4 manifest: ``u8 codec | data`` with the smallest of codec 0
+    (``data`` is the JSON), 1 (one zstd frame) and 3 (one zstd frame with :data:`MANIFEST_DICT_V2`);
+    codec 2 (:data:`MANIFEST_DICT_V1`) is read, not written."""
+    options = [(_BODY_RAW, body), (_BODY_ZSTD, zstandard.ZstdCompressor(level=19, write_checksum=False).compress(body)),
+               (_BODY_DICT2, zstandard.ZstdCompressor(level=19, dict_data=_ZD2, write_checksum=False,
+                                                      write_dict_id=False).compress(body))]
+    codec, data = min(options, key=lambda o: len(o[1]))
+    return bytes([codec]) + data
+
+
+def _open_body_v4(key: str, stored: bytes) -> bytes:
+    """Inverse of :func:`_seal_body_v4`, bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
+    if not stored:
+        raise IntegrityError(key, "empty manifest body")
+    codec, data = stored[0], stored[1:]
+    if codec == _BODY_RAW:
+        if len(data) > MAX_MANIFEST_BODY:
+            raise IntegrityError(key, f"manifest body of {len(data)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
+        return data
+    if codec not in (_BODY_ZSTD, _BODY_DICT1, _BODY_DICT2):
+        raise IntegrityError(key, f"unknown manifest body codec {codec}")
+    return zstd_decompress(key, data, MAX_MANIFEST_BODY, _BODY_DICTS.get(codec), what="manifest body")
+
 
 USER_FIELDS = ("step", "agent_id", "status", "token_usage", "metrics", "metadata")
 
@@ -238,11 +299,7 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        if compact:
-            version = MANIFEST_VERSION_COMPACT
-        else:
-            version = MANIFEST_VERSION_VALUE_TREE if "session_state_tree" in d else FORMAT_VERSION
-        return seal_envelope(MANIFEST_MAGIC, version, body, MANIFEST_DICT_V1)
+        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_COMPACT, _seal_body_v4(body), compress=False)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
@@ -255,7 +312,7 @@ class Manifest:
             IntegrityError: corrupt or malformed (names ``key``).
             UnsupportedFormatError: written by a newer format version.
         """
-        version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+        version, body = open_manifest(key, data)
         return cls.from_body(key, version, body, light, run_id)
 
     @classmethod
@@ -331,12 +388,15 @@ def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     Raises:
         IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
     """
-    return open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
+        body = _open_body_v4(key, body)
+    return version, body
 
 
 def encode_index(seq: int, write_id: str) -> bytes:
     """Encode a checkpoint-id index record (``SNIX`` envelope of ``{"seq", "write_id"}``)."""
-    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}).encode())
+    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}, separators=(",", ":")).encode())
 
 
 def decode_index(key: str, data: bytes) -> tuple[int, str]:
