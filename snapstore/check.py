@@ -817,10 +817,11 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             except SnapstoreError as e:
                 rep.warnings.append(Problem("corrupt-logseg", lk, f"{e}; a copy: listing reads the manifests instead"))
                 continue
-            for seq, data in recs:
+            for c in recs:
+                seq = c.seq
                 if log is not None and seq in log.manifests:
                     try:
-                        same = Manifest.from_bytes(lk, data).write_id == log.manifests[seq].write_id
+                        same = c.manifest(lk) == log.manifests[seq]  # every field, not only the write id
                     except SnapstoreError:
                         same = False
                     if not same:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format import keys
-from .format.logseg import (MAX_LEVEL, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
+from .format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
                             parse_logseg_key, span)
-from .format.manifest import Manifest
+from .format.manifest import Manifest, open_manifest
 from .repository import Repository
 
 PAGE = 1000
@@ -79,11 +79,11 @@ def choose_logsegs(seqs, logsegs: dict) -> tuple[list, set]:
     return chosen, left
 
 
-def _check(repo: Repository, run_key: str, seq: int, data: bytes, where: str, light: bool = False) -> Manifest:
+def _check(repo: Repository, run_key: str, seq: int, copy: LogCopy, where: str, light: bool = False) -> Manifest:
     """Decode a copy of the manifest at ``seq`` found in log segment ``where`` and check that it
     belongs there (run and position). Raises IntegrityError (naming both)."""
     key = keys.manifest_key(run_key, seq)
-    m = Manifest.from_bytes(f"{key} (copy in {where})" if where else key, data, light)
+    m = copy.manifest(f"{key} (copy in {where})" if where else key, light)
     if m.seq != seq or repo.run_key(m.run_id) != run_key:
         raise IntegrityError(where or key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of {key}")
     return m
@@ -106,11 +106,11 @@ def copies_from_logseg(repo: Repository, run_key: str, key: str, cover: set,
     except SnapstoreError:
         return {}, set(cover)
     got: dict[int, Manifest] = {}
-    for s, data in recs:
-        if s in cover:
+    for c in recs:
+        if c.seq in cover:
             try:
-                got[s] = _check(repo, run_key, s, data, key, light)
-            except IntegrityError:
+                got[c.seq] = _check(repo, run_key, c.seq, c, key, light)
+            except SnapstoreError:  # corrupt, misplaced, or of a newer version: read the manifest
                 continue
     return got, set(cover) - set(got)
 
@@ -164,12 +164,23 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
     return out
 
 
+def _add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
+    """Add the manifest object ``data`` at ``seq`` to ``recs`` as ``(envelope version, body)``;
+    a corrupt object is left out (the segment is a copy; readers read that manifest)."""
+    try:
+        recs[seq] = open_manifest(keys.manifest_key(run_key, seq), data)
+    except IntegrityError:
+        pass
+
+
 def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes]) -> list[str]:
     """After publishing position ``seq``, write the log segments that end there (create-only).
 
-    Records come from ``known`` (``seq -> manifest bytes`` the writer holds), then from the
-    lower-level segments of the range, then from GETs of the manifests themselves. Best effort:
-    a failure leaves the range to be read manifest by manifest (log segments are copies).
+    Records come from ``known`` (``seq -> manifest object bytes`` the writer holds), then from the
+    lower-level segments of the range (version 2 or 3), then from GETs of the manifests
+    themselves; each is stored as its envelope version and JSON body (segment version 3). Best
+    effort: a failure leaves the range to be read manifest by manifest (log segments are copies),
+    and a record whose object does not open (corrupt) is left out of the segment.
 
     Returns:
         The keys written.
@@ -179,7 +190,10 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
         if (seq + 1) % span(level):
             break
         lo = seq - span(level) + 1
-        recs: dict[int, bytes] = {s: known[s] for s in range(lo, seq + 1) if s in known}
+        recs: dict[int, tuple[int, bytes]] = {}
+        for s in range(lo, seq + 1):
+            if s in known:
+                _add_object(recs, run_key, s, known[s])
         try:
             if len(recs) < span(level) and level > 1:
                 sub = span(level - 1)
@@ -187,13 +201,16 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
 
                 def get_sub(k):
                     try:
-                        return decode_logseg(k, repo.store.get(k))
+                        return k, decode_logseg(k, repo.store.get(k))
                     except (ObjectNotFound, IntegrityError):
-                        return []
-                for part in repo._pool_get().map(get_sub, subs):
-                    for s, data in part:
-                        if lo <= s <= seq:
-                            recs.setdefault(s, data)
+                        return k, []
+                for k, part in repo._pool_get().map(get_sub, subs):
+                    for c in part:
+                        if lo <= c.seq <= seq and c.seq not in recs:
+                            try:
+                                recs[c.seq] = c.record(k)
+                            except IntegrityError:
+                                continue
             missing = [s for s in range(lo, seq + 1) if s not in recs]
             if missing:
                 listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
@@ -207,11 +224,11 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                         return s, None
                 for s, data in repo._pool_get().map(get_one, [s for s in missing if s in listed]):
                     if data is not None:
-                        recs[s] = data
+                        _add_object(recs, run_key, s, data)
             if not recs:
                 continue
             key = logseg_key(run_key, seq, level)
-            repo.store.put(key, encode_logseg(sorted(recs.items())))
+            repo.store.put(key, encode_logseg([(s, v, b) for s, (v, b) in sorted(recs.items())], level))
             written.append(key)
         except SnapstoreError:
             continue  # exists already (our retry, or a racing writer of the same range), or the store failed

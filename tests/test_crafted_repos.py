@@ -32,7 +32,7 @@ import zstandard
 from snapstore import CheckpointManager
 from snapstore.format.codec import open_envelope, seal_envelope
 from snapstore.format.logseg import LOG_MAGIC, LOG_VERSION
-from snapstore.format.manifest import CONFIG_MAGIC, FWD_CACHE_MAGIC, FWD_MAP_MAGIC, INDEX_MAGIC, MANIFEST_DICT_V1, MANIFEST_MAGIC
+from snapstore.format.manifest import CONFIG_MAGIC, FWD_CACHE_MAGIC, FWD_MAP_MAGIC, INDEX_MAGIC, MANIFEST_DICT_V1, MANIFEST_DICT_V2, MANIFEST_MAGIC, open_manifest
 from snapstore.format.pack import Pack
 from snapstore.format.codec import put_varint
 
@@ -76,9 +76,11 @@ def deep_json(levels: int) -> bytes:
 
 def reseal_manifest(data: bytes, change) -> bytes:
     """Decode a manifest's JSON, let ``change(d)`` edit it, seal it again (valid checksum)."""
-    _, body = open_envelope("m", MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    version, body = open_manifest("m", data)
     d = json.loads(body)
     change(d)
+    if version >= 4:  # the envelope stored, the body ``codec 0 | JSON`` (docs/format.md §8)
+        return envelope(MANIFEST_MAGIC, b"\0" + json.dumps(d).encode(), 0, version)
     return seal_envelope(MANIFEST_MAGIC, 2, json.dumps(d).encode(), MANIFEST_DICT_V1)
 
 
@@ -183,6 +185,36 @@ def manifest_dict_claims_1tib(root, outside):
     f = zstandard.ZstdCompressor(dict_data=zd, write_dict_id=False, write_content_size=False).compress(b"{}")
     f = f[:4] + bytes([0xC0 | (f[4] & 0x04)]) + f[5:6] + (1 << 40).to_bytes(8, "little") + f[6:]
     return _put(root, _head(root), envelope(MANIFEST_MAGIC, f, 2))
+
+
+def manifest_v4_codec1_inflates_1gib(root, outside):
+    """Version 4: the envelope is stored, its body ``codec | data`` (docs/format.md §8)."""
+    return _put(root, _head(root), envelope(MANIFEST_MAGIC, b"\1" + frame_inflating(1 << 30), 0, 4))
+
+
+def manifest_v4_dict2_claims_1tib(root, outside):
+    zd = zstandard.ZstdCompressionDict(MANIFEST_DICT_V2, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    f = zstandard.ZstdCompressor(dict_data=zd, write_dict_id=False, write_content_size=False).compress(b"{}")
+    f = f[:4] + bytes([0xC0 | (f[4] & 0x04)]) + f[5:6] + (1 << 40).to_bytes(8, "little") + f[6:]
+    return _put(root, _head(root), envelope(MANIFEST_MAGIC, b"\3" + f, 0, 4))
+
+
+def manifest_v4_unknown_codec(root, outside):
+    return _put(root, _head(root), envelope(MANIFEST_MAGIC, b"\x09{}", 0, 4))
+
+
+def manifest_v4_raw_huge(root, outside):
+    body = b'\0{"kind":"checkpoint","pad":"' + b"x" * (20 << 20) + b'"}'
+    return _put(root, _head(root), envelope(MANIFEST_MAGIC, body, 0, 4))
+
+
+def manifest_v4_rd_of_another_run(root, outside):
+    from snapstore.format.ids import run_digest
+    p = _head(root)
+    v, body = open_manifest("m", p.read_bytes())
+    d = json.loads(body)
+    d["rd"] = run_digest("another run")
+    return _put(root, p, envelope(MANIFEST_MAGIC, b"\0" + json.dumps(d).encode(), 0, 4))
 
 
 def manifest_uncompressed_huge(root, outside):

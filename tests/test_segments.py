@@ -13,8 +13,8 @@ import traceback
 import pytest
 
 from snapstore import CheckpointManager
-from snapstore.errors import IntegrityError
-from snapstore.format.logseg import decode_logseg, encode_logseg, logseg_key, parse_logseg_key
+from snapstore.errors import IntegrityError, InvalidInputError
+from snapstore.format.logseg import decode_logseg, encode_logseg, encode_logseg_v2, logseg_key, parse_logseg_key
 from snapstore.format.segs import MAX_SEGS, Seg, decode_segs, encode_segs, plan_append
 from snapstore.stores.local import LocalStore
 from snapstore.stores.memory import MemoryStore
@@ -58,9 +58,16 @@ def test_segment_list_encoding_round_trips_and_refuses_garbage():
 
 
 def test_log_segment_encoding_bounds_and_keys():
-    recs = [(16, b"a" * 10), (17, b"b"), (31, b"")]
+    recs = [(16, 2, b"a" * 10), (17, 3, b"b"), (31, 2, b"")]
     data = encode_logseg(recs)
-    assert decode_logseg("k", data) == recs
+    assert data[4] == 3
+    assert [(c.seq, c.version, c.data) for c in decode_logseg("k", data)] == recs
+    old = [(16, b"x" * 10), (17, b"y")]  # version 2: whole manifest objects
+    assert [(c.seq, c.version, c.data) for c in decode_logseg("k", encode_logseg_v2(old))] == [
+        (16, None, b"x" * 10), (17, None, b"y")]
+    for bad in ([(17, 2, b""), (16, 2, b"")], [(16, 0, b"")]):
+        with pytest.raises(InvalidInputError):
+            encode_logseg(bad)
     with pytest.raises(IntegrityError):
         decode_logseg("k", data[:-1])
     with pytest.raises(IntegrityError):
@@ -183,15 +190,16 @@ def test_hostile_segment_list_in_a_manifest_is_a_typed_error():
     man.segs_text = None
     body = man.to_bytes()
     # a record whose list is not a valid segment string is refused naming the object
-    from snapstore.format.codec import dumps_exact, loads_exact, open_envelope, seal_envelope
-    from snapstore.format.manifest import MANIFEST_DICT_V1, MANIFEST_MAGIC
-    _, raw = open_envelope(key, MANIFEST_MAGIC, body, MANIFEST_DICT_V1)
+    from snapstore.format.codec import dumps_exact, loads_exact, seal_envelope
+    from snapstore.format.manifest import MANIFEST_MAGIC, open_manifest
+    version, raw = open_manifest(key, body)
     d = loads_exact(raw)
     d["segs"] = "not hex at all"
-    store.corrupt(key, seal_envelope(MANIFEST_MAGIC, 2, dumps_exact(d), MANIFEST_DICT_V1))
+    # version 4: the envelope stored, the body "codec 0 | JSON" (docs/format.md §8)
+    store.corrupt(key, seal_envelope(MANIFEST_MAGIC, version, b"\0" + dumps_exact(d), compress=False))
     with pytest.raises(IntegrityError) as ei:
         CheckpointManager(store).latest("r")
-    assert key in str(ei.value)
+    assert key in str(ei.value) and "segment list" in str(ei.value)
 
 
 def test_a_rewritten_segment_that_still_exists_is_read_itself():

@@ -273,16 +273,15 @@ def test_malformed_tree_field_is_an_integrity_error_naming_the_manifest():
         __import__("datetime").timezone.utc), checkpoint_id="c")
     m.session_state_tree = ValueTree(b"\0" * 16, 10, 0, b"\1" * 16, b"\2" * 8)
     data = m.to_bytes()
-    assert data[4] == MANIFEST_VERSION_VALUE_TREE
-    assert Manifest.from_bytes("k", data).session_state_tree == m.session_state_tree
-    body = json.loads(__import__("snapstore.format.codec", fromlist=["x"]).open_envelope(
-        "k", b"SNMF", data, __import__("snapstore.format.manifest", fromlist=["x"]).MANIFEST_DICT_V1)[1])
-    body["session_state_tree"][1] = "ten"
+    assert data[4] == MANIFEST_VERSION_VALUE_TREE + 1  # run "r" has an inline key: a compact record (4), which may hold a value tree
+    assert Manifest.from_bytes("k", data, run_id="r").session_state_tree == m.session_state_tree
     from snapstore.format.codec import dumps_exact, seal_envelope
-    from snapstore.format.manifest import MANIFEST_DICT_V1
-    bad = seal_envelope(b"SNMF", 3, dumps_exact(body), MANIFEST_DICT_V1)
-    with pytest.raises(IntegrityError, match="runs/x/m/0"):
-        Manifest.from_bytes("runs/x/m/0", bad)
+    from snapstore.format.manifest import open_manifest
+    body = json.loads(open_manifest("k", data)[1])
+    body["session_state_tree"][1] = "ten"
+    bad = seal_envelope(b"SNMF", data[4], b"\0" + dumps_exact(body), compress=False)  # body codec 0: JSON
+    with pytest.raises(IntegrityError, match="runs/boi/m/0.*session_state_tree"):  # "boi": run "r"
+        Manifest.from_bytes("runs/boi/m/0", bad)
 
 
 def _rewrite_entry(store, key, etype, mutate):

@@ -288,16 +288,19 @@ def get_varint(buf, pos: int) -> tuple[int, int]:
 _ENV_HEADER = struct.Struct("<4sBB16s")  # magic, version, compression (0 none, 1 zstd), blake3-128(body)
 
 
-def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None = None) -> bytes:
+def seal_envelope(magic: bytes, version: int, body: bytes, zdict: bytes | None = None, compress: bool = True) -> bytes:
     """Wrap ``body`` as ``magic(4) | version(1) | compression(1) | checksum(16) | stored body``.
 
     The checksum is blake3-128 of ``magic | version | compression | stored body``.
 
     Compression: 0 none, 1 zstd, 2 zstd with ``zdict`` as a raw-content dictionary (a constant of
-    the format, see docs/format.md); the smallest is used.
+    the format, see docs/format.md); the smallest is used. ``compress=False``: always 0 (the body
+    is already compressed, e.g. a version-4 manifest's ``codec | data``).
     """
-    options = [(body, 0), (zstandard.ZstdCompressor(level=19, write_checksum=False).compress(body), 1)]
-    if zdict:
+    options = [(body, 0)]
+    if compress:
+        options.append((zstandard.ZstdCompressor(level=19, write_checksum=False).compress(body), 1))
+    if zdict and compress:
         zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         options.append((zstandard.ZstdCompressor(level=19, dict_data=zd, write_checksum=False,
                                                  write_dict_id=False).compress(body), 2))

@@ -103,6 +103,30 @@ def decode_name_key(segment: str) -> str | None:
     return base64.b32decode(enc).decode("utf-8", "surrogatepass")
 
 
+def name_from_key(segment: str) -> str | None:
+    """The name an inline key segment (``b`` + base32, :func:`name_key`) encodes; None for a hashed
+    segment or one that is not a valid encoding (a stray or hostile key)."""
+    try:
+        name = decode_name_key(segment)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not name or "b" + base64.b32encode(name.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=").lower() != segment:
+        return None
+    return name
+
+
+def name_is_inline(name: str) -> bool:
+    """Whether :func:`name_key` encodes ``name`` inline (so its key segment gives the name back)."""
+    enc = base64.b32encode(name.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=")
+    return len(enc) + 1 <= NAME_INLINE_MAX
+
+
+def run_digest(run_id: str) -> str:
+    """``rd`` of a compact manifest (docs/format.md §8): 8 hex digits of unkeyed
+    ``blake3(b"run\\0" + UTF-8 of the run id)[:4]``; ties a record to the run its key names."""
+    return blake3.blake3(b"run\0" + run_id.encode("utf-8", "surrogatepass")).hexdigest(4)
+
+
 _id_lock = threading.Lock()
 _last_ms = 0
 _counter = 0

@@ -15,7 +15,7 @@ import zstandard
 
 from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
 from .codec import ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, seal_envelope, zstd_decompress
-from .ids import is_id_hex, is_pack_hex
+from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
 from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
 from .valuetree import ValueTree
@@ -32,7 +32,14 @@ MANIFEST_VERSION_VALUE_TREE = 3
 """Envelope version of a manifest whose session state is a value tree (``session_state_tree``,
 docs/format.md §5a): a reader that does not know value trees refuses the record instead of
 returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_VALUE_TREE
+MANIFEST_VERSION_COMPACT = 4
+"""Envelope version of every manifest this version writes (docs/format.md §8): the envelope stores
+its body as ``u8 codec | data`` (codec 3: zstd with :data:`MANIFEST_DICT_V2`), and a record of a
+run whose key segment is inline names its run by the short digest ``rd`` instead of the full run
+id ``run`` (the run id is the one its key names). Such records may hold a value tree. A reader
+that does not know version 4 refuses the record (``UnsupportedFormatError``; its envelope opens,
+being stored uncompressed) instead of misreading it."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_COMPACT
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -50,6 +57,66 @@ MANIFEST_DICT_V1 = (
 )
 """Raw-content zstd dictionary for manifests (envelope compression 2). Part of format version 1:
 never change these bytes; a new dictionary needs a new constant and compression code."""
+
+MANIFEST_DICT_V2 = (
+    b'{"kind":"tombstone","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z"}'
+    b'{"kind":"rollback","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"target":{"seq":1,"id":""},"segs":""}'
+    b'{"kind":"checkpoint","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","step":1,"agent_id":"","status":"running","token_usage":{"input_tokens":1,'
+    b'"output_tokens":1,"total_tokens":1,"prompt_tokens":1,"completion_tokens":1,"cache_read_input_tokens":0,'
+    b'"cache_creation_input_tokens":0},"metrics":{"latency_s":1.0},"metadata":{},"session_state":{},'
+    b'"session_state_tree":["",1,0,"",""],"messages":{"count":1,"bytes":1,"digest":"","state":["",""]},'
+    b'"origin":{"run":"","id":""},"segs":""}'
+    b'{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","metadata":{"lg":"w","for":"","task":"","path":"~__pregel_pull, model",'
+    b'"chs":["messages"]},"session_state":{"off":0,"w":[["messages",0,"ml",0,1]],"blobs":[]},'
+    b'"messages":{"count":1,"bytes":1,"digest":"","state":["",""]},"segs":""}'
+    b'{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
+    b'"id":"","parent":"","step":1,"metadata":{"lg":"c","id":"","parent":"","chs":["messages"],'
+    b'"md":{"source":"loop","step":1,"parents":{},"counters_since_delta_snapshot":{"messages":[1,1]}}},'
+    b'"session_state":{"cp":{"json":{"v":4,"ts":"2026-01-01T00:00:00.000000+00:00","channel_versions":'
+    b'{"__start__":1,"messages":1,"branch:to:model":1},"versions_seen":{"__input__":{},"__start__":'
+    b'{"__start__":1},"model":{"branch:to:model":1}},"updated_channels":["messages"]}},'
+    b'"layout":[["messages","s",0,1]],"nlead":0},"messages":{"count":1,"bytes":1,"digest":"",'
+    b'"state":["",""]},"segs":""}'
+)
+"""Raw-content zstd dictionary of version-4 manifests (body codec 3, docs/format.md §8): the
+record shapes this version writes, the compact ``rd`` form, a CheckpointManager checkpoint with the
+usual user fields, and the two records SnapstoreSaver writes (a LangGraph checkpoint and its
+pending writes). Part of manifest version 4: never change these bytes; a new dictionary needs a
+new codec. Only the compression ratio depends on it (a record of any shape decodes)."""
+
+_BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2 = 0, 1, 2, 3
+_ZD1 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_ZD2 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V2, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_BODY_DICTS = {_BODY_DICT1: MANIFEST_DICT_V1, _BODY_DICT2: MANIFEST_DICT_V2}
+
+
+def _seal_body_v4(body: bytes) -> bytes:
+    """The stored body of a version-4 manifest: ``u8 codec | data`` with the smallest of codec 0
+    (``data`` is the JSON), 1 (one zstd frame) and 3 (one zstd frame with :data:`MANIFEST_DICT_V2`);
+    codec 2 (:data:`MANIFEST_DICT_V1`) is read, not written."""
+    options = [(_BODY_RAW, body), (_BODY_ZSTD, zstandard.ZstdCompressor(level=19, write_checksum=False).compress(body)),
+               (_BODY_DICT2, zstandard.ZstdCompressor(level=19, dict_data=_ZD2, write_checksum=False,
+                                                      write_dict_id=False).compress(body))]
+    codec, data = min(options, key=lambda o: len(o[1]))
+    return bytes([codec]) + data
+
+
+def _open_body_v4(key: str, stored: bytes) -> bytes:
+    """Inverse of :func:`_seal_body_v4`, bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
+    if not stored:
+        raise IntegrityError(key, "empty manifest body")
+    codec, data = stored[0], stored[1:]
+    if codec == _BODY_RAW:
+        if len(data) > MAX_MANIFEST_BODY:
+            raise IntegrityError(key, f"manifest body of {len(data)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
+        return data
+    if codec not in (_BODY_ZSTD, _BODY_DICT1, _BODY_DICT2):
+        raise IntegrityError(key, f"unknown manifest body codec {codec}")
+    return zstd_decompress(key, data, MAX_MANIFEST_BODY, _BODY_DICTS.get(codec), what="manifest body")
+
 
 USER_FIELDS = ("step", "agent_id", "status", "token_usage", "metrics", "metadata")
 
@@ -110,6 +177,26 @@ def _check_state_ref(v) -> list | None:
             or type(v[2]) is not int or v[2] < 0 or type(v[3]) is not int or not 0 <= v[3] <= 3):
         raise ValueError("session_state_ref is not [id hex, pack hex, size, flags]")
     return v
+
+
+def _run_of(key: str, version: int, d: dict, run_id: str | None) -> str:
+    """The run id of record ``d``: its ``run``, or for a compact record (``rd``, version 4) the run
+    ``run_id`` or ``key`` names, checked against the digest. Raises ValueError, KeyError."""
+    if "run" in d:
+        if "rd" in d:
+            raise ValueError("both run and rd")
+        return _str(d["run"], "run")
+    rd = _str(d["rd"], "rd")
+    if version < MANIFEST_VERSION_COMPACT:
+        raise ValueError(f"rd in a record of version {version}")
+    if run_id is None:
+        parts = key.split("/")
+        run_id = name_from_key(parts[1]) if len(parts) >= 4 and parts[0] == "runs" else None
+        if run_id is None:
+            raise ValueError("the record names its run by digest only and is not read under a run's key")
+    if run_digest(run_id) != rd:
+        raise ValueError(f"rd {rd[:16]!r} is not the digest of run {run_id[:80]!r} (a record of another run)")
+    return run_id
 
 
 def format_time(dt: datetime) -> str:
@@ -197,8 +284,13 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNMF`` envelope around JSON."""
-        d = {"kind": self.kind, "run": self.run_id, "seq": self.seq,
-             "write_id": self.write_id, "created": format_time(self.created)}
+        compact = name_is_inline(self.run_id)
+        d = {"kind": self.kind}
+        if compact:  # the key names the run; the digest checks the record is under the right one
+            d["rd"] = run_digest(self.run_id)
+        else:
+            d["run"] = self.run_id
+        d.update(seq=self.seq, write_id=self.write_id, created=format_time(self.created))
         if self.kind == KIND_CHECKPOINT:
             d["id"] = self.checkpoint_id
             d["parent"] = self.parent_id
@@ -219,27 +311,45 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        version = MANIFEST_VERSION_VALUE_TREE if "session_state_tree" in d else FORMAT_VERSION
-        return seal_envelope(MANIFEST_MAGIC, version, body, MANIFEST_DICT_V1)
+        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_COMPACT, _seal_body_v4(body), compress=False)
 
     @classmethod
-    def from_bytes(cls, key: str, data: bytes, light: bool = False) -> "Manifest":
+    def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
         """Decode and verify. ``light``: drop the user fields and an inline session state (what
         garbage collection does not need; saves memory when every manifest is held at once).
+        ``run_id``: the run the record is read as belonging to, for a compact record (version 4,
+        which names its run only by digest); None: the run ``key`` names (``runs/<R>/...``).
 
         Raises:
             IntegrityError: corrupt or malformed (names ``key``).
             UnsupportedFormatError: written by a newer format version.
         """
-        version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+        version, body = open_manifest(key, data)
+        return cls.from_body(key, version, body, light, run_id)
+
+    @classmethod
+    def from_body(cls, key: str, version: int, body: bytes, light: bool = False,
+                  run_id: str | None = None) -> "Manifest":
+        """Decode a manifest from its envelope ``version`` and its JSON ``body`` (what the envelope
+        holds after decompression; a log segment of version 3 stores records so, docs/format.md §8a).
+        ``light`` and ``run_id`` as in :meth:`from_bytes`.
+
+        Raises:
+            IntegrityError: malformed (names ``key``); a body over :data:`MAX_MANIFEST_BODY` bytes.
+            UnsupportedFormatError: written by a newer format version.
+        """
         if version > MANIFEST_VERSION_MAX:
             raise UnsupportedFormatError(f"{key}: manifest format {version} is newer than supported {MANIFEST_VERSION_MAX}")
+        if version < 1:
+            raise IntegrityError(key, f"invalid manifest format version {version}")
+        if len(body) > MAX_MANIFEST_BODY:
+            raise IntegrityError(key, f"manifest body of {len(body)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
         try:
             d = loads_exact(body, MAX_DEPTH + 1)  # user fields sit one level below the record
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
-            m = cls(kind=kind, run_id=_str(d["run"], "run"), seq=_int(d["seq"], "seq"),
+            m = cls(kind=kind, run_id=_run_of(key, version, d, run_id), seq=_int(d["seq"], "seq"),
                     write_id=_str(d["write_id"], "write_id", empty=True), created=parse_time(_str(d["created"], "created")))
             if kind == KIND_CHECKPOINT:
                 m.checkpoint_id = _str(d["id"], "id")
@@ -283,9 +393,22 @@ class Manifest:
         return m
 
 
+def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
+    """Verify a manifest object's envelope and return ``(envelope version, JSON body)``, the form a
+    log segment of version 3 stores (docs/format.md §8a); :meth:`Manifest.from_body` decodes it.
+
+    Raises:
+        IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
+    """
+    version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
+        body = _open_body_v4(key, body)
+    return version, body
+
+
 def encode_index(seq: int, write_id: str) -> bytes:
     """Encode a checkpoint-id index record (``SNIX`` envelope of ``{"seq", "write_id"}``)."""
-    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}).encode())
+    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}, separators=(",", ":")).encode())
 
 
 def decode_index(key: str, data: bytes) -> tuple[int, str]:
