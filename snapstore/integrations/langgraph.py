@@ -217,9 +217,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.RLock] = {}
         self._heads: dict[str, _Head] = {}
-        self._enc: dict[str, dict] = {}          # run -> id(message) -> (message, item)
+        self._enc: dict[str, dict] = {}          # run -> id(message) -> (message, item, message id)
         self._seen: dict[tuple, set] = {}        # (run, checkpoint id) -> {(task, idx)} written here
         self._records: OrderedDict = OrderedDict()  # (run, snapstore id, seq) -> (messages, session state)
+        self._put_ids: dict[str, dict] = {}     # run -> checkpoint ids this saver put lately (oldest first)
+
+    PUT_IDS = 256
+    """Checkpoint ids put lately, per run, that a writes record arriving later is recognised
+    by as late (see :meth:`put_writes`)."""
 
     RECORD_CACHE = 1024
     """Records (their stored message items and session state) kept in memory, least recently
@@ -286,7 +291,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
     def _enc_msg(self, m, cache: dict) -> dict:
         hit = cache.get(id(m))
-        if hit is not None and hit[0] is m:
+        if hit is not None and hit[0] is m and hit[2] == m.id:
             return hit[1]
         item = None
         try:
@@ -299,7 +304,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             item = None
         if item is None:
             item = self._blob(m)
-        cache[id(m)] = (m, item)
+        # the id is kept beside: add_messages gives a message written without one an id in place
+        cache[id(m)] = (m, item, m.id)
         return item
 
     def _dec_item(self, item):
@@ -321,7 +327,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         items = []
         for m in msgs:
             hit = cache.get(id(m)) or (old.get(id(m)) if old else None)
-            if hit is not None and hit[0] is m:
+            if hit is not None and hit[0] is m and hit[2] == m.id:
                 cache[id(m)] = hit
                 items.append(hit[1])
             else:
@@ -383,49 +389,85 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         items.append({"lgmeta": meta})
         if hist:
             state["hist"] = hist
-        pre = self._covers(head, checkpoint["id"])
-        if pre is not None and pre["rows"]:
-            state["pre"] = [head.id, head.seq]  # writes stored before their checkpoint
+        # writes stored before their checkpoint (LangGraph's async durability puts a task's
+        # writes before the checkpoint they are for): the record carries them too
+        early = self._covers(head, checkpoint["id"])
+        if early is not None and early["rows"]:
+            desc = []
+            for task, path, ch, idx, kind, its in early["rows"]:
+                desc.append([task, path, ch, idx, kind, len(items), len(its)])
+                items.extend(its)
+            state["w"] = desc
+        elif self._seen.get((run, checkpoint["id"])):
+            state["x"] = 1  # this saver stored writes for it that the newest record does not carry
         with self._lock:
             self._enc[run] = cache
         return items, state, sorted(values)
 
     def _covers(self, head: _Head | None, checkpoint_id: str) -> dict | None:
         """What the run's newest record ``head`` holds of checkpoint ``checkpoint_id``: ``{"base":
-        "c" or None, "items": the checkpoint's items, "cst": its state, "pre", "rows": its writes
-        so far (oldest first), "wdesc", "witems"}``, or None when it is not about it.
+        "c" or None, "items": the checkpoint's items, "cst": its state, "pre": true when writes
+        for it may exist that the record does not carry, "rows": its writes so far (oldest first),
+        "wdesc": their descriptors, "stale": true when writes for an earlier checkpoint landed
+        after this one was put, so its history section may miss them}``, or None when it is not
+        about it.
 
-        ``base == "c"``: ``head`` is the checkpoint's record, or a writes record that carries it
-        (every writes record for the newest checkpoint, built on the record before it, carries
-        the checkpoint and all its writes so far: reading the latest checkpoint is one record).
-        ``base is None``: writes stored before their checkpoint (a chain of writes records)."""
+        ``base == "c"``: ``head`` carries the checkpoint and all its writes so far: it is the
+        checkpoint's record (which also carries the writes stored before it), or a writes record
+        (which carries the run's latest checkpoint, ``cf``, with its writes, plus the writes
+        stored so far for the checkpoint to come, ``ef``: LangGraph's default async durability
+        may store a task's writes before the checkpoint they are for). So the latest checkpoint
+        and its writes are one record, and so is the parent of a new checkpoint with its writes.
+        ``base is None``: ``head`` carries writes stored before ``checkpoint_id`` was put."""
         if head is None or head.id is None or head.items is None or not isinstance(head.st, dict):
             return None
         md, st = head.md or {}, head.st
+        if st.get("v") != 2:
+            return None
         try:
-            if md.get("lg") == "C" and md.get("id") == checkpoint_id and st.get("v") == 2:
-                return {"base": "c", "items": head.items, "cst": st, "pre": st.get("pre"), "rows": [],
-                        "wdesc": [], "witems": []}
-            if md.get("lg") == "W" and md.get("for") == checkpoint_id and st.get("v") == 2:
-                n = st["n"]
-                rows = self._rows(head.items, st)
-                base = st.get("base")
-                return {"base": base, "items": head.items[:n] if base == "c" else None,
-                        "cst": st.get("c") if base == "c" else None, "pre": st.get("pre"), "rows": rows,
-                        "wdesc": list(st["w"]), "witems": head.items[n:]}
-        except (KeyError, TypeError, ValueError, IndexError):
+            if md.get("lg") == "C":
+                if md.get("id") != checkpoint_id:
+                    return None
+                wd = list(st.get("w", ()))
+                return {"base": "c", "items": head.items[:st["meta"] + 1],
+                        "cst": {k: v for k, v in st.items() if k != "w"}, "pre": st.get("x"),
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": False}
+            if md.get("lg") != "W":
+                return None
+            if st.get("cf") == checkpoint_id:
+                wd = list(st["w"])
+                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"], "pre": st.get("x"),
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": st.get("h")}
+            if st.get("ef") == checkpoint_id:
+                wd = list(st["e"])
+                return {"base": None, "items": None, "cst": None, "pre": None,
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return None
 
-    def _rows(self, items: list, st: dict) -> list:
-        """The writes a format-2 writes record holds: ``(task, path, channel, idx, kind, items)``,
-        oldest first."""
-        n = st["n"]
+    def _head_view(self, head: _Head | None) -> tuple[str, dict] | None:
+        """``(checkpoint id, view)`` of the checkpoint the run's newest record carries whole
+        (the latest checkpoint, :meth:`_covers` with ``base == "c"``), or None."""
+        if head is None or head.id is None or not isinstance(head.st, dict):
+            return None
+        md, st = head.md or {}, head.st
+        cid = md.get("id") if md.get("lg") == "C" else st.get("cf") if md.get("lg") == "W" else None
+        if not isinstance(cid, str):
+            return None
+        view = self._covers(head, cid)
+        return (cid, view) if view is not None and view["base"] == "c" else None
+
+    @staticmethod
+    def _rows(items: list, desc: list) -> list:
+        """The writes ``desc`` describes: ``(task, path, channel, idx, kind, items)``, oldest
+        first (each descriptor ``[task, path, channel, idx, kind, start, count]`` names
+        ``items[start:start + count]``)."""
         out = []
-        for task, path, ch, idx, kind, start, count in st["w"]:
-            its = items[n + start:n + start + count]
+        for task, path, ch, idx, kind, start, count in desc:
+            its = items[start:start + count]
             if len(its) != count:
-                raise ValueError(f"{count} items expected at {n + start}, found {len(its)}")
+                raise ValueError(f"{count} items expected at {start}, found {len(its)}")
             out.append((task, path, ch, idx, kind, its))
         return out
 
@@ -470,7 +512,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         if parent is None:
             return {ch: [] for ch in need}
         view = self._covers(head, parent)
-        if view is None or view["base"] != "c" or view["pre"]:
+        if view is None or view["base"] != "c" or view["pre"] or view["stale"]:
             return None
         items, cst = view["items"], view["cst"]
         lay = {row[0]: row for row in cst["layout"]}
@@ -597,7 +639,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         items, st = self._record(run, r.sid, r.seq)
         try:
             if isinstance(st, dict) and st.get("v") == 2:
-                return self._rows(items, st)
+                for_ = r.md.get("for")
+                if st.get("cf") == for_:
+                    return self._rows(items, st["w"])
+                if st.get("ef") == for_:
+                    return self._rows(items, st["e"])
+                return []
             return self._rows_v1(items, st, r.md)
         except SnapstoreError:
             raise
@@ -673,24 +720,18 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         the record of writes stored before their checkpoint, if any), or None when that record
         does not carry the latest checkpoint (an older saver's record, writes for another
         checkpoint): then the run is listed."""
-        md = h.md or {}
-        cid = md.get("id") if md.get("lg") == "C" else md.get("for") if md.get("lg") == "W" else None
-        if not isinstance(cid, str):
+        hv = self._head_view(h)
+        if hv is None:
             return None
-        view = self._covers(h, cid)
-        if view is None or view["base"] != "c":
+        cid, view = hv
+        if view["pre"]:
             return None
         try:
-            rows = list(view["rows"])
-            if view["pre"]:
-                sid, seq = view["pre"]
-                rows = self._rec_rows(run, _Rec(sid, seq, {"lg": "W"})) + rows
+            rows = view["rows"]
             meta = view["items"][view["cst"]["meta"]]["lgmeta"]
             checkpoint = self._decode_checkpoint(view["items"], view["cst"], cid, run)
             pending = self._pending(rows)
             metadata = self._md_from(meta)
-        except CheckpointNotFound:
-            return None  # the record of early writes was deleted meanwhile: list the run
         except SnapstoreError:
             raise
         except Exception as e:
@@ -851,6 +892,10 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
         with self._rlock(run):
             self._put_record(run, build)
+            ids = self._put_ids.setdefault(run, {})
+            ids[cid] = None
+            while len(ids) > self.PUT_IDS:
+                del ids[next(iter(ids))]
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -885,30 +930,50 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 if not todo:
                     return None
                 cache = self._enc.setdefault(run, {})
-                if view is not None:
-                    base = view["base"]
-                    items = list(head.items)
-                    n = len(view["items"]) if base == "c" else 0
-                    desc = list(view["wdesc"])
-                    state = {"v": 2, "base": base, "n": n, "w": desc}
-                    if base == "c":
-                        state["c"] = view["cst"]
-                    if view["pre"]:
-                        state["pre"] = view["pre"]
-                    acc = head.seq
+                hv = self._head_view(head)
+                v2 = isinstance(head.st, dict) and head.st.get("v") == 2 and head.items is not None
+                items = list(head.items) if v2 else []
+                state: dict = {"v": 2}
+                if hv is not None:
+                    pcid, pv = hv
+                    state.update(cf=pcid, c=pv["cst"], cn=len(pv["items"]), w=list(pv["wdesc"]))
+                    if pv["pre"]:
+                        state["x"] = 1
+                    if pv["stale"]:
+                        state["h"] = 1
+                hst = head.st if v2 and (head.md or {}).get("lg") == "W" else {}
+                early_for, early = hst.get("ef"), list(hst.get("e", ()))
+                mine = v2 and (head.md or {}).get("lg") == "W" and head.md.get("for") == cid
+                if hv is not None and hv[0] == cid:
+                    # writes for the latest checkpoint: carried on with it
+                    desc = state["w"]
+                    carried = mine
+                    if early_for is not None:
+                        state.update(ef=early_for, e=early)
                 else:
-                    items, n, desc = [], 0, []
-                    state = {"v": 2, "base": None, "n": 0, "w": desc}
-                    acc = None
+                    if early_for == cid:
+                        state.update(ef=cid, e=early)  # more writes before their checkpoint
+                        carried = mine
+                    else:
+                        # writes for a checkpoint to come (or an older one); early writes for a
+                        # third checkpoint are no longer carried (its put marks itself, see "x")
+                        state.update(ef=cid, e=[])
+                        carried = False
+                        if hv is not None and cid in self._put_ids.get(run, ()):
+                            # writes for a checkpoint put before the latest (LangGraph's async
+                            # durability may store a task's writes after the next checkpoint):
+                            # the history sections built since may miss them, so they are not used
+                            state["h"] = 1
+                    desc = state["e"]
                 chs = {row[2] for row in desc}
                 for widx, ch, v in todo:
                     kind, its = self._enc_value(v, cache)
-                    desc.append([task_id, task_path, ch, widx, kind, len(items) - n, len(its)])
+                    desc.append([task_id, task_path, ch, widx, kind, len(items), len(its)])
                     items.extend(its)
                     chs.add(ch)
                 field_md = {"lg": "W", "for": cid, "task": task_id, "path": task_path, "chs": sorted(chs)}
-                if acc is not None:
-                    field_md["acc"] = acc
+                if carried:
+                    field_md["acc"] = head.seq
                 return items, state, field_md, None
 
             def build_or_skip(head):
@@ -983,13 +1048,6 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     cp = self.manager.get(run, r.sid)
                     st = cp.session_state
                     md = cp.metadata
-                    if isinstance(st, dict) and st.get("v") == 2:
-                        st = dict(st)
-                        if st.get("pre"):
-                            st["pre"] = [moved[st["pre"][1]][0], moved[st["pre"][1]][1]] \
-                                if st["pre"][1] in moved else None
-                            if st["pre"] is None:
-                                del st["pre"]
                     if isinstance(md, dict) and isinstance(md.get("acc"), int):
                         md = dict(md)
                         if md["acc"] in moved:
@@ -1085,12 +1143,11 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             limit *= 4
 
     def _hist_from_head(self, run: str, h: _Head, cid: str | None, channels: Sequence[str]) -> dict | None:
-        md = h.md or {}
-        head_cid = md.get("id") if md.get("lg") == "C" else md.get("for") if md.get("lg") == "W" else None
-        if head_cid is None or (cid is not None and cid != head_cid):
+        hv = self._head_view(h)
+        if hv is None or (cid is not None and cid != hv[0]):
             return None
-        view = self._covers(h, head_cid)
-        if view is None or view["base"] != "c":
+        view = hv[1]
+        if view["stale"]:
             return None
         hist = view["cst"].get("hist") or {}
         if not all(ch in hist for ch in channels):
