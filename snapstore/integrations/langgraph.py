@@ -7,26 +7,40 @@ Mapping (docs: README "LangGraph"):
 
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
   ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
-* A LangGraph checkpoint is one snapstore checkpoint whose id is the LangGraph checkpoint id
-  (caller-supplied ids kept). Its **message list** holds the messages of every message-list
-  channel value (a non-empty list of LangChain messages, or a DeltaChannel ``_DeltaSnapshot`` of
-  one), one message per chunk as LangChain's ``message_to_dict`` JSON, followed by the other
-  channel values, each as one item of the saver's serde output (base64; values over 64 KiB are
-  split by content-defined chunking like any large message). The skeleton (id, ts, versions,
-  versions_seen...) goes through the serde into the session state. The snapstore ``metadata``
-  field holds what listing needs without reading data: ``{"lg": "c", "id", "parent", "chs",
-  "md"}`` (``md``: LangGraph's metadata; ``mdb`` instead when it is not exact JSON).
-* Each ``put_writes`` call is one more snapstore checkpoint of the run (a generated id, metadata
-  ``{"lg": "w", "for": <checkpoint id>, "task", "path", "chs"}``). Its message list is the leading
-  messages of the run's newest record followed by the messages the writes carry, so the next
-  checkpoint, whose message channel now ends with those messages, is an append to it: every
-  message is stored once, whether the graph uses ``add_messages`` (the whole list in every
-  checkpoint) or ``DeltaChannel`` (only the writes carry new messages). Non-message write values
-  go through the serde into the record's session state.
-* Every save branches from the run's newest record (``CheckpointManager.save(parent_id=...)``), so
-  time travel (a put whose parent is an old checkpoint) and new roots are plain saves; the
-  LangGraph parent is kept in the metadata. Two processes writing one thread both succeed, the
-  later put being the newer checkpoint (as LangGraph's SQL savers do).
+* Every ``put`` and every ``put_writes`` call is one snapstore checkpoint of the run (a *record*,
+  with a generated snapstore id; no index record). Records written by this version have ``"v":
+  2`` in their session state; records of the earlier layout (``"lg": "c"``/``"w"``, the LangGraph
+  id as snapstore id) are still read.
+* A **checkpoint record** (metadata ``{"lg": "C", "id", "parent", "chs", "md"}``: what listing
+  needs without reading data; ``md`` is LangGraph's metadata, ``mdb`` when it is not exact JSON)
+  has as its **message list**: the messages of every message-list channel value (a non-empty list
+  of LangChain messages, or a DeltaChannel ``_DeltaSnapshot`` of one), one message per chunk as
+  LangChain's ``message_to_dict`` JSON; then, for each DeltaChannel channel it does not hold (the
+  metadata's ``counters_since_delta_snapshot`` names them), its **history section**: the seed
+  and the on-path writes that ``get_delta_channel_history`` returns for it, as message items after
+  small marker items (computed at put time from the parent, which the run's newest record
+  carries); then the other channel values (one serde item each, base64; over 64 KiB split by
+  content-defined chunking like any large message); then one *meta* item (the checkpoint without
+  its values: versions, ts...; the metadata and the parent); then any writes stored for it
+  before it was put. The session state holds only the layout (positions). Items repeated from
+  record to record are stored once; the rest (meta items) compresses with the run's other
+  records when its packs are merged.
+* A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
+  the run's latest checkpoint (``cf``: its items, layout and writes so far, the newest record's
+  ones plus this call's) and the writes stored so far for a checkpoint not put yet (``ef``:
+  LangGraph's default async durability stores a task's writes before the checkpoint they are
+  for). So the run's **newest record** always holds the latest checkpoint with its pending
+  writes and history, and the parent of the next checkpoint with its writes: a fresh
+  ``get_state`` reads one record, and a step's cost does not grow with the run. ``acc``: the
+  log position of the record this one carries on (listing reads only the newest of a chain).
+  Writes for an older checkpoint (or that land after its child was put) start a new chain and
+  mark the carried history as stale (readers then walk the parent chain, as before).
+* Every record is saved on top of the run's newest record as a compare-and-swap on it
+  (``expect_head``): it is built from what that record carries, so when another writer saved
+  meanwhile it is built again on the new newest record. Time travel (a put whose parent is an
+  old checkpoint) and new roots are plain saves; the LangGraph parent is kept in the metadata.
+  Two processes writing one thread both succeed, the later put being the newer checkpoint (as
+  LangGraph's SQL savers do); a checkpoint id put again is replaced (the newest record wins).
 * "Latest" (``get_tuple`` without ``checkpoint_id``) is the checkpoint put last; ``list`` orders
   by checkpoint id, newest first. LangGraph's ids grow with time, so the two agree for graphs.
 """
@@ -196,12 +210,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         InvalidInputError: ``manager_options`` given together with a manager.
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
-    ``put`` is one snapstore save (about 3 PUTs: pack, index record, manifest); a ``put_writes``
-    one save (2 PUTs); ``get_tuple`` lists the run's newest records (a LIST and a few GETs, more
-    for an old checkpoint: every record after it is listed) and reads the checkpoint and its
-    writes records. ``list``, ``prune``, ``copy_thread`` and the history walk read a run's whole
-    log through its log segments (``CheckpointManager.list``). ``delete_for_runs`` and listing
-    without a thread, which have no thread to start from, list every LangGraph run.
+    ``put`` and a ``put_writes`` are one snapstore save each (2 PUTs: pack, manifest);
+    ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
+    record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
+    of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
+    ``prune``, ``copy_thread`` and the history walk (records of the earlier layout, or a stale
+    history) read a run's whole log through its log segments (``CheckpointManager.list``).
+    ``delete_for_runs`` and listing without a thread, which have no thread to start from, list
+    every LangGraph run.
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
@@ -375,7 +391,6 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 continue
             layout.append([ch, kind, len(items), len(its)])
             items.extend(its)
-        nlead = len(items)
         hist = {}
         for ch, sec in sorted((self._history_for(head, parent, values, md) or {}).items()):
             hist[ch] = [len(items), len(sec)]
@@ -385,7 +400,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             items.extend(its)
         skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         meta = {"cp": self._json_or_blob(skeleton), "parent": parent, **self._md_field(md)}
-        state = {"v": 2, "layout": layout, "nlead": nlead, "meta": len(items)}
+        state = {"v": 2, "layout": layout, "meta": len(items)}
         items.append({"lgmeta": meta})
         if hist:
             state["hist"] = hist
@@ -971,7 +986,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     desc.append([task_id, task_path, ch, widx, kind, len(items), len(its)])
                     items.extend(its)
                     chs.add(ch)
-                field_md = {"lg": "W", "for": cid, "task": task_id, "path": task_path, "chs": sorted(chs)}
+                field_md = {"lg": "W", "for": cid, "chs": sorted(chs)}  # tasks and paths: in the descriptors
                 if carried:
                     field_md["acc"] = head.seq
                 return items, state, field_md, None
