@@ -237,6 +237,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         self._seen: dict[tuple, set] = {}        # (run, checkpoint id) -> {(task, idx)} written here
         self._records: OrderedDict = OrderedDict()  # (run, snapstore id, seq) -> (messages, session state)
         self._put_ids: dict[str, dict] = {}     # run -> checkpoint ids this saver put lately (oldest first)
+        self._dec: dict = {}                     # id(stored item) -> (item, message, its id)
+        self._rev: dict = {}                     # id(message) -> (message, stored item, its id)
 
     PUT_IDS = 256
     """Checkpoint ids put lately, per run, that a writes record arriving later is recognised
@@ -306,7 +308,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((item["serde"], base64.b64decode(item["b64"])))
 
     def _enc_msg(self, m, cache: dict) -> dict:
-        hit = cache.get(id(m))
+        hit = cache.get(id(m)) or self._rev.get(id(m))
         if hit is not None and hit[0] is m and hit[2] == m.id:
             return hit[1]
         item = None
@@ -324,10 +326,24 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         cache[id(m)] = (m, item, m.id)
         return item
 
+    DECODED_CACHE = 200_000
+    """Stored message items kept decoded (the message object made from each), so a step's
+    ``get_tuple`` on the record this saver holds decodes only the new messages and the next
+    ``put`` recognises the messages by identity instead of encoding them again."""
+
     def _dec_item(self, item):
         if isinstance(item, dict) and "serde" in item and "b64" in item:
             return self._unblob(item)
-        return messages_from_dict([item])[0]
+        hit = self._dec.get(id(item))
+        if hit is not None and hit[0] is item and hit[1].id == hit[2]:
+            return hit[1]
+        m = messages_from_dict([item])[0]
+        if len(self._dec) >= self.DECODED_CACHE:
+            self._dec.clear()
+            self._rev.clear()
+        self._dec[id(item)] = (item, m, m.id)
+        self._rev[id(m)] = (m, item, m.id)
+        return m
 
     def _enc_value(self, v, cache: dict, old: dict | None = None) -> tuple[str, list]:
         """``(kind, items)`` of a channel or write value: ``m1`` one message, ``m`` a non-empty
@@ -342,7 +358,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             return "b", [self._blob(v)]
         items = []
         for m in msgs:
-            hit = cache.get(id(m)) or (old.get(id(m)) if old else None)
+            hit = cache.get(id(m)) or (old.get(id(m)) if old else None) or self._rev.get(id(m))
             if hit is not None and hit[0] is m and hit[2] == m.id:
                 cache[id(m)] = hit
                 items.append(hit[1])
