@@ -236,7 +236,9 @@ def test_langchain_messages_round_trip_equal(tmp_path):
         assert tup.pending_writes == [("task-1", "messages", msgs[1]), ("task-1", "messages", msgs[2:4]),
                                       ("task-1", "x", {"v": 1})]
         # messages are stored as JSON chunks (one per message), not as one serialized blob
-        raw = saver2.manager.get(run_id_for("rt"), tup.config["configurable"]["checkpoint_id"]).messages
+        rec = next(s for s in saver2.manager.list(run_id_for("rt"))
+                   if s.metadata["lg"] == "C" and s.metadata["id"] == tup.config["configurable"]["checkpoint_id"])
+        raw = saver2.manager.get(run_id_for("rt"), rec.id).messages
         assert raw[0]["type"] == "human" and raw[1]["data"]["tool_calls"][0]["args"]["x"] == 2 ** 70
         assert "serde" in raw[4]
 

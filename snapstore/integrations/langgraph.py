@@ -7,26 +7,40 @@ Mapping (docs: README "LangGraph"):
 
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
   ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
-* A LangGraph checkpoint is one snapstore checkpoint whose id is the LangGraph checkpoint id
-  (caller-supplied ids kept). Its **message list** holds the messages of every message-list
-  channel value (a non-empty list of LangChain messages, or a DeltaChannel ``_DeltaSnapshot`` of
-  one), one message per chunk as LangChain's ``message_to_dict`` JSON, followed by the other
-  channel values, each as one item of the saver's serde output (base64; values over 64 KiB are
-  split by content-defined chunking like any large message). The skeleton (id, ts, versions,
-  versions_seen...) goes through the serde into the session state. The snapstore ``metadata``
-  field holds what listing needs without reading data: ``{"lg": "c", "id", "parent", "chs",
-  "md"}`` (``md``: LangGraph's metadata; ``mdb`` instead when it is not exact JSON).
-* Each ``put_writes`` call is one more snapstore checkpoint of the run (a generated id, metadata
-  ``{"lg": "w", "for": <checkpoint id>, "task", "path", "chs"}``). Its message list is the leading
-  messages of the run's newest record followed by the messages the writes carry, so the next
-  checkpoint, whose message channel now ends with those messages, is an append to it: every
-  message is stored once, whether the graph uses ``add_messages`` (the whole list in every
-  checkpoint) or ``DeltaChannel`` (only the writes carry new messages). Non-message write values
-  go through the serde into the record's session state.
-* Every save branches from the run's newest record (``CheckpointManager.save(parent_id=...)``), so
-  time travel (a put whose parent is an old checkpoint) and new roots are plain saves; the
-  LangGraph parent is kept in the metadata. Two processes writing one thread both succeed, the
-  later put being the newer checkpoint (as LangGraph's SQL savers do).
+* Every ``put`` and every ``put_writes`` call is one snapstore checkpoint of the run (a *record*,
+  with a generated snapstore id; no index record). Records written by this version have ``"v":
+  2`` in their session state; records of the earlier layout (``"lg": "c"``/``"w"``, the LangGraph
+  id as snapstore id) are still read.
+* A **checkpoint record** (metadata ``{"lg": "C", "id", "parent", "chs", "md"}``: what listing
+  needs without reading data; ``md`` is LangGraph's metadata, ``mdb`` when it is not exact JSON)
+  has as its **message list**: the messages of every message-list channel value (a non-empty list
+  of LangChain messages, or a DeltaChannel ``_DeltaSnapshot`` of one), one message per chunk as
+  LangChain's ``message_to_dict`` JSON; then, for each DeltaChannel channel it does not hold (the
+  metadata's ``counters_since_delta_snapshot`` names them), its **history section**: the seed
+  and the on-path writes that ``get_delta_channel_history`` returns for it, as message items after
+  small marker items (computed at put time from the parent, which the run's newest record
+  carries); then the other channel values (one serde item each, base64; over 64 KiB split by
+  content-defined chunking like any large message); then one *meta* item (the checkpoint without
+  its values: versions, ts...; the metadata and the parent); then any writes stored for it
+  before it was put. The session state holds only the layout (positions). Items repeated from
+  record to record are stored once; the rest (meta items) compresses with the run's other
+  records when its packs are merged.
+* A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
+  the run's latest checkpoint (``cf``: its items, layout and writes so far, the newest record's
+  ones plus this call's) and the writes stored so far for a checkpoint not put yet (``ef``:
+  LangGraph's default async durability stores a task's writes before the checkpoint they are
+  for). So the run's **newest record** always holds the latest checkpoint with its pending
+  writes and history, and the parent of the next checkpoint with its writes: a fresh
+  ``get_state`` reads one record, and a step's cost does not grow with the run. ``acc``: the
+  log position of the record this one carries on (listing reads only the newest of a chain).
+  Writes for an older checkpoint (or that land after its child was put) start a new chain and
+  mark the carried history as stale (readers then walk the parent chain, as before).
+* Every record is saved on top of the run's newest record as a compare-and-swap on it
+  (``expect_head``): it is built from what that record carries, so when another writer saved
+  meanwhile it is built again on the new newest record. Time travel (a put whose parent is an
+  old checkpoint) and new roots are plain saves; the LangGraph parent is kept in the metadata.
+  Two processes writing one thread both succeed, the later put being the newer checkpoint (as
+  LangGraph's SQL savers do); a checkpoint id put again is replaced (the newest record wins).
 * "Latest" (``get_tuple`` without ``checkpoint_id``) is the checkpoint put last; ``list`` orders
   by checkpoint id, newest first. LangGraph's ids grow with time, so the two agree for graphs.
 """
@@ -37,6 +51,7 @@ import asyncio
 import base64
 import random
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,8 +75,9 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"snapstore.integrations.langgraph needs langgraph-checkpoint and langchain-core "
         f"({e.name or e} is not installed): pip install 'snapstore[langgraph]'") from e
 
-from ..api import CheckpointManager
+from ..api import EMPTY_RUN, CheckpointManager
 from ..format.codec import validate
+from ..format.ids import seq_hint
 from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSaver", "RUN_PREFIX", "run_id_for", "parse_run_id"]
@@ -86,7 +102,10 @@ class _Head:
 
     id: str | None = None          # snapstore checkpoint id (None: empty run)
     items: list | None = None      # its message list (None: not loaded)
-    nlead: int = 0                 # how many leading items are messages
+    st: Any = None                 # its session state
+    md: dict | None = None         # its snapstore metadata field
+    seq: int | None = None         # its log position
+    read_at: float = field(default_factory=time.monotonic)  # when it was read or written
 
 
 @dataclass
@@ -100,9 +119,16 @@ class _Rec:
     @property
     def kind(self) -> str | None:
         k = self.md.get("lg")
+        if k == "C":
+            return "c"
+        if k == "W":
+            return "w"
         if k == "c" and self.md.get("id") != self.sid:
-            return None  # a fork's base record (copy_thread): a data carrier, not a checkpoint
+            return None  # a format-1 fork's base record (copy_thread): a data carrier, not a checkpoint
         return k
+
+
+_KINDS = ("c", "w", "C", "W")
 
 
 @dataclass
@@ -110,7 +136,7 @@ class _RunIndex:
     """A run's records grouped: checkpoints by LangGraph id, writes by the checkpoint they are for."""
 
     recs: list = field(default_factory=list)       # newest first
-    cps: dict = field(default_factory=dict)        # checkpoint id -> _Rec
+    cps: dict = field(default_factory=dict)        # checkpoint id -> _Rec (the newest record of that id)
     writes: dict = field(default_factory=dict)     # checkpoint id -> [_Rec] oldest first
     listed: int = 0                                # summaries listed (ours or not)
 
@@ -121,7 +147,7 @@ class _RunIndex:
         ix.listed = len(summaries)
         for s in summaries:
             md = s.metadata
-            if not isinstance(md, dict) or md.get("lg") not in ("c", "w"):
+            if not isinstance(md, dict) or md.get("lg") not in _KINDS:
                 continue
             r = _Rec(s.id, s.seq, md)
             ix.recs.append(r)
@@ -136,6 +162,19 @@ class _RunIndex:
             if r.kind == "c":
                 return r
         return None
+
+    def all_of(self, checkpoint_id: str) -> list:
+        """Every record of LangGraph checkpoint ``checkpoint_id``: each put of it and its writes."""
+        return [r for r in self.recs if (r.kind == "c" and r.md.get("id") == checkpoint_id)
+                or (r.kind == "w" and r.md.get("for") == checkpoint_id)]
+
+
+class _NothingToWrite(Exception):
+    """Every write of a put_writes call is stored already."""
+
+
+def _seq_of(sid: str) -> int | None:
+    return seq_hint(sid)
 
 
 def _target(config, what: str, need_id: bool = False) -> tuple[dict, str, str]:
@@ -171,12 +210,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         InvalidInputError: ``manager_options`` given together with a manager.
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
-    ``put`` is one snapstore save (about 3 PUTs: pack, index record, manifest); a ``put_writes``
-    one save (2 PUTs); ``get_tuple`` lists the run's newest records (a LIST and a few GETs, more
-    for an old checkpoint: every record after it is listed) and reads the checkpoint and its
-    writes records. ``list``, ``prune``, ``copy_thread`` and the history walk read a run's whole
-    log through its log segments (``CheckpointManager.list``). ``delete_for_runs`` and listing
-    without a thread, which have no thread to start from, list every LangGraph run.
+    ``put`` and a ``put_writes`` are one snapstore save each (2 PUTs: pack, manifest);
+    ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
+    record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
+    of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
+    ``prune``, ``copy_thread`` and the history walk (records of the earlier layout, or a stale
+    history) read a run's whole log through its log segments (``CheckpointManager.list``).
+    ``delete_for_runs`` and listing without a thread, which have no thread to start from, list
+    every LangGraph run.
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
@@ -192,9 +233,16 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.RLock] = {}
         self._heads: dict[str, _Head] = {}
-        self._enc: dict[str, dict] = {}          # run -> id(message) -> (message, item)
+        self._enc: dict[str, dict] = {}          # run -> id(message) -> (message, item, message id)
         self._seen: dict[tuple, set] = {}        # (run, checkpoint id) -> {(task, idx)} written here
         self._records: OrderedDict = OrderedDict()  # (run, snapstore id, seq) -> (messages, session state)
+        self._put_ids: dict[str, dict] = {}     # run -> checkpoint ids this saver put lately (oldest first)
+        self._dec: dict = {}                     # id(stored item) -> (item, message, its id)
+        self._rev: dict = {}                     # id(message) -> (message, stored item, its id)
+
+    PUT_IDS = 256
+    """Checkpoint ids put lately, per run, that a writes record arriving later is recognised
+    by as late (see :meth:`put_writes`)."""
 
     RECORD_CACHE = 1024
     """Records (their stored message items and session state) kept in memory, least recently
@@ -260,8 +308,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((item["serde"], base64.b64decode(item["b64"])))
 
     def _enc_msg(self, m, cache: dict) -> dict:
-        hit = cache.get(id(m))
-        if hit is not None and hit[0] is m:
+        hit = cache.get(id(m)) or self._rev.get(id(m))
+        if hit is not None and hit[0] is m and hit[2] == m.id:
             return hit[1]
         item = None
         try:
@@ -274,15 +322,78 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             item = None
         if item is None:
             item = self._blob(m)
-        cache[id(m)] = (m, item)
+        # the id is kept beside: add_messages gives a message written without one an id in place
+        cache[id(m)] = (m, item, m.id)
         return item
+
+    DECODED_CACHE = 200_000
+    """Stored message items kept decoded (the message object made from each), so a step's
+    ``get_tuple`` on the record this saver holds decodes only the new messages and the next
+    ``put`` recognises the messages by identity instead of encoding them again."""
 
     def _dec_item(self, item):
         if isinstance(item, dict) and "serde" in item and "b64" in item:
             return self._unblob(item)
-        return messages_from_dict([item])[0]
+        hit = self._dec.get(id(item))
+        if hit is not None and hit[0] is item and hit[1].id == hit[2]:
+            return hit[1]
+        m = messages_from_dict([item])[0]
+        if len(self._dec) >= self.DECODED_CACHE:
+            self._dec.clear()
+            self._rev.clear()
+        self._dec[id(item)] = (item, m, m.id)
+        self._rev[id(m)] = (m, item, m.id)
+        return m
 
-    def _encode_checkpoint(self, run: str, checkpoint: Checkpoint) -> tuple[list, dict, list]:
+    def _enc_value(self, v, cache: dict, old: dict | None = None) -> tuple[str, list]:
+        """``(kind, items)`` of a channel or write value: ``m1`` one message, ``m`` a non-empty
+        message list, ``s`` a DeltaChannel snapshot of one, ``b`` anything else (one serde item)."""
+        if isinstance(v, BaseMessage):
+            return "m1", [self._enc_msg(v, cache)]
+        if _msg_list(v):
+            kind, msgs = "m", v
+        elif isinstance(v, _DeltaSnapshot) and _msg_list(v.value):
+            kind, msgs = "s", v.value
+        else:
+            return "b", [self._blob(v)]
+        items = []
+        for m in msgs:
+            hit = cache.get(id(m)) or (old.get(id(m)) if old else None) or self._rev.get(id(m))
+            if hit is not None and hit[0] is m and hit[2] == m.id:
+                cache[id(m)] = hit
+                items.append(hit[1])
+            else:
+                items.append(self._enc_msg(m, cache))
+        return kind, items
+
+    def _dec_value(self, kind: str, items: list):
+        if kind == "b":
+            if len(items) != 1:
+                raise ValueError(f"a serde value takes 1 item, found {len(items)}")
+            return self._unblob(items[0])
+        msgs = [self._dec_item(i) for i in items]
+        if kind == "m1":
+            if len(msgs) != 1:
+                raise ValueError(f"a message takes 1 item, found {len(msgs)}")
+            return msgs[0]
+        if not msgs:
+            raise ValueError("an empty message list")
+        return _DeltaSnapshot(msgs) if kind == "s" else msgs
+
+    def _encode_checkpoint(self, run: str, checkpoint: Checkpoint, md: dict, parent: str | None,
+                           head: _Head) -> tuple[list, dict, list]:
+        """``(items, session state, channels)`` of a checkpoint record (format ``v`` 2).
+
+        Items: the message-list channel values (one item per message), then for each DeltaChannel
+        channel the checkpoint does not hold (named in the metadata's
+        ``counters_since_delta_snapshot``) its history section (what
+        :meth:`get_delta_channel_history` returns for this checkpoint: the seed and the on-path
+        writes, each after a small marker item), then the other channel values (one serde item
+        each), then one *meta* item: the checkpoint without its values (versions, ts...), its
+        LangGraph metadata and parent. Every item is a chunk of the pack, so what repeats from
+        record to record (messages, markers) is stored once and the rest compresses with the
+        run's other records when packs are merged; the manifest keeps only the small layout.
+        """
         values = checkpoint.get("channel_values") or {}
         old = self._enc.get(run) or {}
         cache: dict = {}
@@ -290,35 +401,194 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         layout: list = []
         blobs = []
         for ch in sorted(values):
-            v = values[ch]
-            if _msg_list(v):
-                kind, msgs = "m", v
-            elif isinstance(v, _DeltaSnapshot) and _msg_list(v.value):
-                kind, msgs = "s", v.value
-            else:
-                blobs.append(ch)
+            kind, its = self._enc_value(values[ch], cache, old)
+            if kind == "b":
+                blobs.append((ch, its))
                 continue
-            layout.append([ch, kind, len(items), len(msgs)])
-            for m in msgs:
-                hit = cache.get(id(m)) or old.get(id(m))
-                if hit is not None and hit[0] is m:
-                    cache[id(m)] = hit
-                    items.append(hit[1])
-                else:
-                    items.append(self._enc_msg(m, cache))
-        nlead = len(items)
-        for ch in blobs:
+            layout.append([ch, kind, len(items), len(its)])
+            items.extend(its)
+        hist = {}
+        for ch, sec in sorted((self._history_for(head, parent, values, md) or {}).items()):
+            hist[ch] = [len(items), len(sec)]
+            items.extend(sec)
+        for ch, its in blobs:
             layout.append([ch, "b", len(items), 1])
-            items.append(self._blob(values[ch]))
+            items.extend(its)
         skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
-        state = {"cp": self._json_or_blob(skeleton), "layout": layout, "nlead": nlead}
+        meta = {"cp": self._json_or_blob(skeleton), "parent": parent, **self._md_field(md)}
+        state = {"v": 2, "layout": layout, "meta": len(items)}
+        items.append({"lgmeta": meta})
+        if hist:
+            state["hist"] = hist
+        # writes stored before their checkpoint (LangGraph's async durability puts a task's
+        # writes before the checkpoint they are for): the record carries them too
+        early = self._covers(head, checkpoint["id"])
+        if early is not None and early["rows"]:
+            desc = []
+            for task, path, ch, idx, kind, its in early["rows"]:
+                desc.append([task, path, ch, idx, kind, len(items), len(its)])
+                items.extend(its)
+            state["w"] = desc
+        elif self._seen.get((run, checkpoint["id"])):
+            state["x"] = 1  # this saver stored writes for it that the newest record does not carry
         with self._lock:
             self._enc[run] = cache
         return items, state, sorted(values)
 
+    def _covers(self, head: _Head | None, checkpoint_id: str) -> dict | None:
+        """What the run's newest record ``head`` holds of checkpoint ``checkpoint_id``: ``{"base":
+        "c" or None, "items": the checkpoint's items, "cst": its state, "pre": true when writes
+        for it may exist that the record does not carry, "rows": its writes so far (oldest first),
+        "wdesc": their descriptors, "stale": true when writes for an earlier checkpoint landed
+        after this one was put, so its history section may miss them}``, or None when it is not
+        about it.
+
+        ``base == "c"``: ``head`` carries the checkpoint and all its writes so far: it is the
+        checkpoint's record (which also carries the writes stored before it), or a writes record
+        (which carries the run's latest checkpoint, ``cf``, with its writes, plus the writes
+        stored so far for the checkpoint to come, ``ef``: LangGraph's default async durability
+        may store a task's writes before the checkpoint they are for). So the latest checkpoint
+        and its writes are one record, and so is the parent of a new checkpoint with its writes.
+        ``base is None``: ``head`` carries writes stored before ``checkpoint_id`` was put."""
+        if head is None or head.id is None or head.items is None or not isinstance(head.st, dict):
+            return None
+        md, st = head.md or {}, head.st
+        if st.get("v") != 2:
+            return None
+        try:
+            if md.get("lg") == "C":
+                if md.get("id") != checkpoint_id:
+                    return None
+                wd = list(st.get("w", ()))
+                return {"base": "c", "items": head.items[:st["meta"] + 1],
+                        "cst": {k: v for k, v in st.items() if k != "w"}, "pre": st.get("x"),
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": False}
+            if md.get("lg") != "W":
+                return None
+            if st.get("cf") == checkpoint_id:
+                wd = list(st["w"])
+                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"], "pre": st.get("x"),
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": st.get("h")}
+            if st.get("ef") == checkpoint_id:
+                wd = list(st["e"])
+                return {"base": None, "items": None, "cst": None, "pre": None,
+                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
+        return None
+
+    def _head_view(self, head: _Head | None) -> tuple[str, dict] | None:
+        """``(checkpoint id, view)`` of the checkpoint the run's newest record carries whole
+        (the latest checkpoint, :meth:`_covers` with ``base == "c"``), or None."""
+        if head is None or head.id is None or not isinstance(head.st, dict):
+            return None
+        md, st = head.md or {}, head.st
+        cid = md.get("id") if md.get("lg") == "C" else st.get("cf") if md.get("lg") == "W" else None
+        if not isinstance(cid, str):
+            return None
+        view = self._covers(head, cid)
+        return (cid, view) if view is not None and view["base"] == "c" else None
+
+    @staticmethod
+    def _rows(items: list, desc: list) -> list:
+        """The writes ``desc`` describes: ``(task, path, channel, idx, kind, items)``, oldest
+        first (each descriptor ``[task, path, channel, idx, kind, start, count]`` names
+        ``items[start:start + count]``)."""
+        out = []
+        for task, path, ch, idx, kind, start, count in desc:
+            its = items[start:start + count]
+            if len(its) != count:
+                raise ValueError(f"{count} items expected at {start}, found {len(its)}")
+            out.append((task, path, ch, idx, kind, its))
+        return out
+
+    def _rows_v1(self, items: list, st: dict, md: dict) -> list:
+        off = st["off"]
+        task, path = md.get("task", ""), md.get("path", "")
+        out = []
+        for ch, idx, kind, start, count in st["w"]:
+            if kind == "b":
+                its = [st["blobs"][start]]
+            else:
+                its = items[off + start:off + start + count]
+                if len(its) != count:
+                    raise ValueError(f"{count} messages expected at {off + start}, found {len(its)}")
+            out.append((task, path, ch, idx, "m" if kind == "ml" else kind, its))
+        return out
+
+    @staticmethod
+    def _dedup(rows: list) -> list:
+        """One checkpoint's writes, deduplicated per (task, index) (first kept; special negative
+        indexes: last kept), in ``writes_sort_key`` order."""
+        got: dict = {}
+        for row in rows:
+            task, path, _ch, idx, _k, _its = row
+            key = (task, idx)
+            if key in got and idx >= 0:
+                continue
+            got[key] = row
+        return sorted(got.values(), key=lambda r: writes_sort_key(r[1], r[0], r[3]))
+
+    def _pending(self, rows: list) -> list[PendingWrite]:
+        return [(task, ch, self._dec_value(kind, its)) for task, _p, ch, _i, kind, its in self._dedup(rows)]
+
+    def _history_for(self, head: _Head, parent: str | None, values: dict, md: dict) -> dict | None:
+        """Per DeltaChannel channel that the new checkpoint does not hold: its history section
+        (items), computed from the parent's record as the run's newest record ``head`` carries
+        it. Channels whose parent history is unknown here are left out (readers then walk)."""
+        counters = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
+        need = [ch for ch in (counters if isinstance(counters, dict) else ()) if ch not in values]
+        if not need:
+            return None
+        if parent is None:
+            return {ch: [] for ch in need}
+        view = self._covers(head, parent)
+        if view is None or view["base"] != "c" or view["pre"] or view["stale"]:
+            return None
+        items, cst = view["items"], view["cst"]
+        lay = {row[0]: row for row in cst["layout"]}
+        phist = cst.get("hist") or {}
+        pmeta = items[cst["meta"]]["lgmeta"]
+        pending = self._dedup(view["rows"])
+        out = {}
+        for ch in need:
+            ws = []
+            for task, _p, c, _i, kind, its in pending:
+                if c == ch:
+                    ws.append({"lgw": [task, kind, len(its)]})
+                    ws.extend(its)
+            if ch in lay:
+                _c, kind, start, count = lay[ch]
+                out[ch] = [{"lgs": [kind, count]}] + items[start:start + count] + ws
+            elif ch in phist:
+                start, count = phist[ch]
+                out[ch] = items[start:start + count] + ws
+            elif pmeta.get("parent") is None:
+                out[ch] = ws
+        return out
+
+    def _parse_hist(self, items: list, start: int, count: int, ch: str) -> DeltaChannelHistory:
+        sec = items[start:start + count]
+        if len(sec) != count:
+            raise ValueError(f"history section of {count} items at {start}, found {len(sec)}")
+        out: DeltaChannelHistory = {"writes": []}
+        i = 0
+        while i < len(sec):
+            mark = sec[i]
+            if "lgs" in mark and i == 0:
+                kind, n = mark["lgs"]
+                out["seed"] = self._dec_value(kind, sec[i + 1:i + 1 + n])
+            else:
+                task, kind, n = mark["lgw"]
+                out["writes"].append((task, ch, self._dec_value(kind, sec[i + 1:i + 1 + n])))
+            if i + 1 + n > len(sec):
+                raise ValueError("history section truncated")
+            i += 1 + n
+        return out
+
     def _json_or_blob(self, value) -> dict:
         """``{"json": value}`` when ``value`` is exact JSON that comes back equal (compresses far
-        better in a manifest than serde bytes in base64), else a serde blob."""
+        better than serde bytes in base64), else a serde blob."""
         try:
             validate(value, "value")
             if orjson.loads(orjson.dumps(value)) == value:
@@ -341,16 +611,16 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                                  f"not a valid LangGraph checkpoint record: {type(e).__name__}: {e}") from e
 
     def _decode_checkpoint_raw(self, items: list, st: dict, checkpoint_id: str) -> Checkpoint:
-        skeleton = self._unjson(st["cp"])
+        if st.get("v") == 2:
+            skeleton = self._unjson(items[st["meta"]]["lgmeta"]["cp"])
+        else:
+            skeleton = self._unjson(st["cp"])
         values: dict = {}
         for ch, kind, start, count in st["layout"]:
-            if kind == "b":
-                values[ch] = self._unblob(items[start])
-            else:
-                msgs = [self._dec_item(i) for i in items[start:start + count]]
-                if len(msgs) != count:
-                    raise ValueError(f"channel {ch!r}: {count} messages expected at {start}, found {len(msgs)}")
-                values[ch] = _DeltaSnapshot(msgs) if kind == "s" else msgs
+            its = items[start:start + count]
+            if len(its) != count:
+                raise ValueError(f"channel {ch!r}: {count} items expected at {start}, found {len(its)}")
+            values[ch] = self._dec_value("m" if kind == "m" else kind, its)
         out = dict(skeleton)
         out["id"] = checkpoint_id
         out["channel_values"] = values
@@ -364,10 +634,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             return {"mdb": self._blob(md)}
 
     def _md_of(self, rec: _Rec) -> dict:
-        if "md" in rec.md:
-            return rec.md["md"]
-        if "mdb" in rec.md:
-            return self._unblob(rec.md["mdb"])
+        return self._md_from(rec.md)
+
+    def _md_from(self, d: dict) -> dict:
+        if "md" in d:
+            return d["md"]
+        if "mdb" in d:
+            return self._unblob(d["mdb"])
         return {}
 
     # ------------------------------------------------------------------------------------------
@@ -393,35 +666,45 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 return ix, None
             limit *= 4
 
+    def _rec_rows(self, run: str, r: _Rec) -> list:
+        items, st = self._record(run, r.sid, r.seq)
+        try:
+            if isinstance(st, dict) and st.get("v") == 2:
+                for_ = r.md.get("for")
+                if st.get("cf") == for_:
+                    return self._rows(items, st["w"])
+                if st.get("ef") == for_:
+                    return self._rows(items, st["e"])
+                return []
+            return self._rows_v1(items, st, r.md)
+        except SnapstoreError:
+            raise
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
+                                 f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
+
     def _writes_of(self, run: str, recs: list) -> list[PendingWrite]:
-        """Pending writes of one checkpoint from its writes records (oldest first), deduplicated
-        per (task, index) (first kept; special negative indexes: last kept), in
-        ``writes_sort_key`` order."""
-        got: dict = {}
-        for r in recs:
-            items, st = self._record(run, r.sid, r.seq)
-            try:
-                off = st["off"]
-                task, path = r.md.get("task", ""), r.md.get("path", "")
-                for ch, idx, kind, start, count in st["w"]:
-                    if kind == "b":
-                        value = self._unblob(st["blobs"][start])
-                    else:
-                        msgs = [self._dec_item(i) for i in items[off + start:off + start + count]]
-                        if len(msgs) != count:
-                            raise ValueError(f"{count} messages expected at {off + start}, found {len(msgs)}")
-                        value = msgs[0] if kind == "m1" else msgs
-                    key = (task, idx)
-                    if key in got and idx >= 0:
-                        continue
-                    got[key] = (path, task, ch, value, idx)
-            except SnapstoreError:
-                raise
-            except Exception as e:
-                raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
-                                     f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
-        rows = sorted(got.values(), key=lambda x: writes_sort_key(x[0], x[1], x[4]))
-        return [(t, ch, v) for _p, t, ch, v, _i in rows]
+        """Pending writes of one checkpoint from its writes records (oldest first). A format-2
+        writes record carries every write stored before it for its checkpoint (on that chain),
+        so only the newest of each chain is read."""
+        rows: list = []
+        for r in self._chain_heads(recs):
+            rows.extend(self._rec_rows(run, r))
+        try:
+            return self._pending(rows)
+        except SnapstoreError:
+            raise
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} writes of {recs[0].md.get('for')!r}",
+                                 f"not valid LangGraph writes: {type(e).__name__}: {e}") from e
+
+    @staticmethod
+    def _chain_heads(recs: list) -> list:
+        """Of one checkpoint's writes records (oldest first), those to read: every format-1
+        record, and of format-2 records each one not carried by the next (``md["acc"]``: the position of the
+        record it was built on, whose writes it carries)."""
+        carried = {r.md.get("acc") for r in recs if r.md.get("lg") == "W" and isinstance(r.md.get("acc"), int)}
+        return [r for r in recs if r.seq not in carried]
 
     def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
         items, st = self._record(run, rec.sid, rec.seq)
@@ -435,6 +718,63 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                            if parent else None),
             pending_writes=self._writes_of(run, wrecs),
         )
+
+    def _fresh_head(self, run: str) -> _Head:
+        """The run's newest record as stored now: one LIST (limit 1) and one GET when this saver
+        already holds it, else the record read whole (``CheckpointManager.latest``: LIST, GET,
+        one parallel wave of its packs)."""
+        h = self._heads.get(run)
+        if h is not None and h.items is not None:
+            got = self.manager.head(run)
+            if got is None:
+                h = _Head(None, [], None, {}, None)
+                self._heads[run] = h
+                return h
+            if got.id == h.id and got.seq == h.seq:
+                return h
+        return self._load_head(run)
+
+    def _load_head(self, run: str) -> _Head:
+        cp = self.manager.latest(run)
+        if cp is None:
+            h = _Head(None, [], None, {}, None)
+        else:
+            h = _Head(cp.id, cp.messages, cp.session_state, cp.metadata if isinstance(cp.metadata, dict) else {},
+                      cp.seq)
+            with self._lock:
+                self._records[(run, cp.id, cp.seq)] = (cp.messages, cp.session_state)
+        self._heads[run] = h
+        return h
+
+    def _latest_from_head(self, run: str, thread_id: str, ns: str, h: _Head) -> CheckpointTuple | None:
+        """The latest checkpoint with its pending writes from the run's newest record alone (plus
+        the record of writes stored before their checkpoint, if any), or None when that record
+        does not carry the latest checkpoint (an older saver's record, writes for another
+        checkpoint): then the run is listed."""
+        hv = self._head_view(h)
+        if hv is None:
+            return None
+        cid, view = hv
+        if view["pre"]:
+            return None
+        try:
+            rows = view["rows"]
+            meta = view["items"][view["cst"]["meta"]]["lgmeta"]
+            checkpoint = self._decode_checkpoint(view["items"], view["cst"], cid, run)
+            pending = self._pending(rows)
+            metadata = self._md_from(meta)
+        except SnapstoreError:
+            raise
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} record {h.id!r} (log position {h.seq})",
+                                 f"not a valid LangGraph record: {type(e).__name__}: {e}") from e
+        parent = meta.get("parent")
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
+            checkpoint=checkpoint, metadata=metadata,
+            parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+                           if parent else None),
+            pending_writes=pending)
 
     def _runs(self, thread_id: str | None = None) -> list[tuple[str, str, str]]:
         """``(run, thread_id, ns)`` of this saver's live runs (of one thread, or all)."""
@@ -450,11 +790,22 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint ``config`` names (``checkpoint_id``), or the thread's latest in
-        ``checkpoint_ns`` (default ``""``), with its pending writes; None if there is none."""
+        ``checkpoint_ns`` (default ``""``), with its pending writes; None if there is none.
+
+        The latest (and a ``checkpoint_id`` naming it) comes from the run's newest record alone,
+        which carries the latest checkpoint and its writes: one LIST (limit 1) and one GET when
+        this saver holds that record already, else LIST, GET and one parallel wave of packs.
+        Other checkpoints: the newest records are listed down to the one wanted."""
         c, thread_id, ns = _target(config, "get_tuple")
         run = run_id_for(thread_id, ns)
         cid = get_checkpoint_id(config)
         with self._rlock(run):
+            h = self._fresh_head(run)
+            if h.id is None:
+                return None
+            tup = self._latest_from_head(run, thread_id, ns, h)
+            if tup is not None and (cid is None or cid == tup.config["configurable"]["checkpoint_id"]):
+                return tup
             ix, target = self._window(run, cid)
             if target is None:
                 return None
@@ -510,65 +861,72 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------------------------------
     # BaseCheckpointSaver: writes
 
-    def _head(self, run: str, items: bool) -> _Head:
+    def _head(self, run: str, items: bool = True) -> _Head:
         h = self._heads.get(run)
-        if h is not None and (h.items is not None or not items):
+        if h is not None and h.items is not None:
             return h
-        got = self.manager.head(run)  # one LIST (limit 1) and one GET, not a listing of the log
-        if got is None:
-            h = _Head(None, [], 0)
-        else:
-            h = _Head(got.id, None, 0)
-            if items:
-                msgs, st = self._record(run, got.id, got.seq)
-                st = st if isinstance(st, dict) else {}
-                h.items = msgs
-                h.nlead = int(st.get("nlead", 0))
-        self._heads[run] = h
-        return h
+        return self._load_head(run)
 
-    def _save(self, run: str, items: list, nlead: int, **kw) -> str:
-        """Save a record branching from the run's newest one; on a stale head, look again once."""
-        for attempt in (0, 1):
-            head = self._head(run, False)
+    SAVE_ATTEMPTS = 8
+    """Times a put or put_writes is built again on the run's new newest record after another
+    writer (another saver, process or machine) moved it, before ConflictError is raised."""
+
+    def _put_record(self, run: str, build) -> str:
+        """Save the record ``build(head)`` returns (``(items, session state, metadata field,
+        step)``) on top of the run's newest record, as a compare-and-swap on it: a record is built
+        from what the newest one carries, so if another writer saved meanwhile it is built again
+        on the new one."""
+        for attempt in range(self.SAVE_ATTEMPTS):
+            head = self._head(run)
+            items, state, field_md, step = build(head)
             try:
-                sid = self.manager.save(run, items, parent_id=head.id, **kw)
-                break
-            except CheckpointNotFound:
-                if attempt:
+                sid = self.manager.save(run, items, parent_id=head.id, step=step, metadata=field_md,
+                                        session_state=state, expect_head=head.id or EMPTY_RUN)
+            except (ConflictError, CheckpointNotFound):
+                if attempt == self.SAVE_ATTEMPTS - 1:
                     raise
-                self._forget(run)  # our head was deleted by another process
-        self._heads[run] = _Head(sid, items, nlead)
-        return sid
+                self._forget(run)  # another writer moved the run: build again on its newest record
+                continue
+            seq = _seq_of(sid)
+            self._heads[run] = _Head(sid, items, state, field_md, seq)
+            with self._lock:
+                self._records[(run, sid, seq)] = (items, state)
+            return sid
+        raise AssertionError("unreachable")
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store ``checkpoint`` (its full ``channel_values``) as a child of ``config``'s checkpoint.
 
+        One snapstore save (a pack and a manifest: 2 PUTs). A checkpoint id put again replaces
+        the earlier put of it (the newest record of an id is the checkpoint).
+
         Returns:
             ``{"configurable": {"thread_id", "checkpoint_ns", "checkpoint_id"}}`` of the stored one.
         Raises:
             StoreError: the store failed (nothing visible was half-written).
+            ConflictError: other writers kept moving the thread (``SAVE_ATTEMPTS`` times).
         """
         c, thread_id, ns = _target(config, "put")
         run = run_id_for(thread_id, ns)
         cid = checkpoint["id"]
         md = get_checkpoint_metadata(config, metadata)
-        with self._rlock(run):
-            items, state, chs = self._encode_checkpoint(run, checkpoint)
-            field_md = {"lg": "c", "id": cid, "parent": c.get("checkpoint_id"), "chs": chs, **self._md_field(md)}
+        parent = c.get("checkpoint_id")
+
+        def build(head):
+            items, state, chs = self._encode_checkpoint(run, checkpoint, md, parent, head)
+            field_md = {"lg": "C", "id": cid, "parent": parent, "chs": chs, **self._md_field(md)}
             # LangGraph numbers the input checkpoint -1; snapstore's step is a non-negative int (the
             # exact value stays in the metadata)
             step = md.get("step") if isinstance(md.get("step"), int) and md.get("step") >= 0 else None
-            kw = dict(step=step, metadata=field_md, session_state=state, checkpoint_id=cid)
-            try:
-                self._save(run, items, state["nlead"], **kw)
-            except ConflictError:
-                # the same checkpoint id put again (LangGraph savers replace it): replace it
-                if not self.manager.delete_many(run, [cid]):
-                    raise
-                self._forget(run)
-                self._save(run, items, state["nlead"], **kw)
+            return items, state, field_md, step
+
+        with self._rlock(run):
+            self._put_record(run, build)
+            ids = self._put_ids.setdefault(run, {})
+            ids[cid] = None
+            while len(ids) > self.PUT_IDS:
+                del ids[next(iter(ids))]
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -576,43 +934,90 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         """Store a task's writes for ``config``'s checkpoint (idempotent per task and index).
 
         Messages written (a message, or a non-empty list of messages) are stored one per chunk;
-        other values through the serde. Writes may be stored before their checkpoint is.
+        other values through the serde. Writes may be stored before their checkpoint is. One
+        snapstore save (2 PUTs). When the run's newest record is the checkpoint (or a writes
+        record carrying it), the new record carries the checkpoint and all its writes so far,
+        so the latest checkpoint is always read from one record.
         """
         c, thread_id, ns = _target(config, "put_writes", need_id=True)
         cid = c["checkpoint_id"]
         run = run_id_for(thread_id, ns)
         with self._rlock(run):
             seen = self._seen.setdefault((run, cid), set())
-            todo = []
-            for idx, (ch, v) in enumerate(writes):
-                widx = WRITES_IDX_MAP.get(ch, idx)
-                if widx >= 0 and (task_id, widx) in seen:
-                    continue
-                todo.append((widx, ch, v))
-            if not todo:
-                return
-            head = self._head(run, True)
-            base = list(head.items[:head.nlead])
-            cache = self._enc.setdefault(run, {})
-            msg_items: list = []
-            blobs: list = []
-            desc = []
-            for widx, ch, v in todo:
-                if isinstance(v, BaseMessage):
-                    desc.append([ch, widx, "m1", len(msg_items), 1])
-                    msg_items.append(self._enc_msg(v, cache))
-                elif _msg_list(v):
-                    desc.append([ch, widx, "ml", len(msg_items), len(v)])
-                    msg_items.extend(self._enc_msg(m, cache) for m in v)
+            done: list = []
+
+            def build(head):
+                view = self._covers(head, cid)
+                known = set(seen)
+                if view is not None:
+                    known.update((r[0], r[3]) for r in view["rows"])
+                todo = []
+                for idx, (ch, v) in enumerate(writes):
+                    widx = WRITES_IDX_MAP.get(ch, idx)
+                    if widx >= 0 and (task_id, widx) in known:
+                        continue
+                    todo.append((widx, ch, v))
+                done[:] = todo
+                if not todo:
+                    return None
+                cache = self._enc.setdefault(run, {})
+                hv = self._head_view(head)
+                v2 = isinstance(head.st, dict) and head.st.get("v") == 2 and head.items is not None
+                items = list(head.items) if v2 else []
+                state: dict = {"v": 2}
+                if hv is not None:
+                    pcid, pv = hv
+                    state.update(cf=pcid, c=pv["cst"], cn=len(pv["items"]), w=list(pv["wdesc"]))
+                    if pv["pre"]:
+                        state["x"] = 1
+                    if pv["stale"]:
+                        state["h"] = 1
+                hst = head.st if v2 and (head.md or {}).get("lg") == "W" else {}
+                early_for, early = hst.get("ef"), list(hst.get("e", ()))
+                mine = v2 and (head.md or {}).get("lg") == "W" and head.md.get("for") == cid
+                if hv is not None and hv[0] == cid:
+                    # writes for the latest checkpoint: carried on with it
+                    desc = state["w"]
+                    carried = mine
+                    if early_for is not None:
+                        state.update(ef=early_for, e=early)
                 else:
-                    desc.append([ch, widx, "b", len(blobs), 1])
-                    blobs.append(self._blob(v))
-            state = {"off": len(base), "w": desc, "blobs": blobs}
-            field_md = {"lg": "w", "for": cid, "task": task_id, "path": task_path,
-                        "chs": sorted({ch for _, ch, _ in todo})}
-            items = base + msg_items
-            self._save(run, items, len(items), metadata=field_md, session_state=state)
-            seen.update((task_id, w) for w, _, _ in todo if w >= 0)
+                    if early_for == cid:
+                        state.update(ef=cid, e=early)  # more writes before their checkpoint
+                        carried = mine
+                    else:
+                        # writes for a checkpoint to come (or an older one); early writes for a
+                        # third checkpoint are no longer carried (its put marks itself, see "x")
+                        state.update(ef=cid, e=[])
+                        carried = False
+                        if hv is not None and cid in self._put_ids.get(run, ()):
+                            # writes for a checkpoint put before the latest (LangGraph's async
+                            # durability may store a task's writes after the next checkpoint):
+                            # the history sections built since may miss them, so they are not used
+                            state["h"] = 1
+                    desc = state["e"]
+                chs = {row[2] for row in desc}
+                for widx, ch, v in todo:
+                    kind, its = self._enc_value(v, cache)
+                    desc.append([task_id, task_path, ch, widx, kind, len(items), len(its)])
+                    items.extend(its)
+                    chs.add(ch)
+                field_md = {"lg": "W", "for": cid, "chs": sorted(chs)}  # tasks and paths: in the descriptors
+                if carried:
+                    field_md["acc"] = head.seq
+                return items, state, field_md, None
+
+            def build_or_skip(head):
+                got = build(head)
+                if got is None:
+                    raise _NothingToWrite
+                return got
+
+            try:
+                self._put_record(run, build_or_skip)
+            except _NothingToWrite:
+                return
+            seen.update((task_id, w) for w, _, _ in done if w >= 0)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace (a tombstone per
@@ -637,8 +1042,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 doomed = []
                 for cid, rec in ix.cps.items():
                     if self._md_of(rec).get("run_id") in wanted:
-                        doomed.append(rec.sid)
-                        doomed.extend(w.sid for w in ix.writes.get(cid, []))
+                        doomed.extend(r.sid for r in ix.all_of(cid))
                 if doomed:
                     self.manager.delete_many(run, doomed)
                     self._forget(run)
@@ -669,15 +1073,25 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 if latest is not None:
                     base = self.manager.fork(run, latest.sid, dst).id
                 self._forget(dst)
+                moved: dict = {}  # source position -> (target id, target position)
+                prev = base
                 for r in reversed(ix.recs):
                     cp = self.manager.get(run, r.sid)
-                    st = cp.session_state if isinstance(cp.session_state, dict) else {}
-                    nlead = len(cp.messages) if r.kind == "w" else int(st.get("nlead", 0))
-                    self._save(dst, cp.messages, nlead, step=cp.step, metadata=cp.metadata,
-                               session_state=cp.session_state,
-                               checkpoint_id=r.sid if r.kind == "c" else None)
+                    st = cp.session_state
+                    md = cp.metadata
+                    if isinstance(md, dict) and isinstance(md.get("acc"), int):
+                        md = dict(md)
+                        if md["acc"] in moved:
+                            md["acc"] = moved[md["acc"]][1]
+                        else:
+                            del md["acc"]
+                    sid = self.manager.save(dst, cp.messages, step=cp.step, metadata=md, session_state=st,
+                                            checkpoint_id=r.sid if r.md.get("lg") == "c" else None, parent_id=prev)
+                    prev = sid
+                    moved[r.seq] = (sid, self.manager.head(dst).seq if r.md.get("lg") == "c" else _seq_of(sid))
                 if base is not None:
                     self.manager.delete_many(dst, [base])
+                self._forget(dst)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps each namespace's latest checkpoint and its
@@ -720,17 +1134,34 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                         self.manager.delete_many(run, doomed)
                         self._forget(run)
 
+    HEAD_FRESH_S = 1.0
+    """A DeltaChannel history read within this many seconds of reading the run's newest record
+    (``get_state`` reads the checkpoint, then its history) uses that record without asking the
+    store again: it is the answer as of that read."""
+
     def get_delta_channel_history(self, *, config: RunnableConfig,
                                   channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
-        """Walk the parent chain of ``config``'s checkpoint once for all ``channels``: per
-        channel, the on-path writes oldest first and the ``seed`` (the value stored at the nearest
-        ancestor holding one; omitted if none). One listing of the run; only the ancestors and
-        writes records that hold a wanted channel are read."""
+        """Per channel, the on-path writes oldest first and the ``seed`` (the value stored at the
+        nearest ancestor holding one; omitted if none) of ``config``'s checkpoint (default: the
+        latest).
+
+        A checkpoint this saver put on top of its parent's newest record carries the answer (its
+        history section), so the latest checkpoint's history costs no request beyond reading the
+        latest record. Otherwise the parent chain is walked once for all ``channels`` over one
+        listing of the run; only the ancestors and writes records that hold a wanted channel are
+        read."""
         if not channels:
             return {}
         c, thread_id, ns = _target(config, "get_delta_channel_history")
         run = run_id_for(thread_id, ns)
         cid = get_checkpoint_id(config)
+        with self._rlock(run):
+            h = self._heads.get(run)
+            if h is None or h.items is None or time.monotonic() - h.read_at > self.HEAD_FRESH_S:
+                h = self._fresh_head(run)
+            got = self._hist_from_head(run, h, cid, channels)
+            if got is not None:
+                return got
         limit = 64
         while True:
             # the newest records of the run, more of them until the walk ends inside the window
@@ -741,6 +1172,24 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             if out is not None:
                 return out
             limit *= 4
+
+    def _hist_from_head(self, run: str, h: _Head, cid: str | None, channels: Sequence[str]) -> dict | None:
+        hv = self._head_view(h)
+        if hv is None or (cid is not None and cid != hv[0]):
+            return None
+        view = hv[1]
+        if view["stale"]:
+            return None
+        hist = view["cst"].get("hist") or {}
+        if not all(ch in hist for ch in channels):
+            return None
+        try:
+            return {ch: self._parse_hist(view["items"], hist[ch][0], hist[ch][1], ch) for ch in channels}
+        except SnapstoreError:
+            raise
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} record {h.id!r} (log position {h.seq})",
+                                 f"not a valid LangGraph history section: {type(e).__name__}: {e}") from e
 
     def _delta_walk(self, run: str, ix: _RunIndex, cid: str | None, channels: Sequence[str],
                     complete: bool) -> dict | None:
