@@ -139,7 +139,7 @@ def child_main(spec: dict) -> dict:
 
 PHASES = [
     ("snapstore.repository", "Repository.open", "open the repository (config GET + parse)"),
-    ("snapstore.api", "CheckpointManager._load_view", "newest record: LIST limit 1 + manifest GET + decode"),
+    ("snapstore.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
     ("snapstore.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
     ("snapstore.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
@@ -148,7 +148,7 @@ PHASES = [
     ("snapstore.readpath", "ReadPath._list_raws", "  slicing chunks out of their blocks"),
     ("snapstore.format.pack", "Pack.raw_block", "block decompression (zstd)"),
     ("snapstore.writepath", "_json_digest", "list digest (keyed blake3 of the list's JSON)"),
-    ("snapstore.api", "CheckpointManager._checkpoint", "the Checkpoint (session state included)"),
+    ("snapstore.reading", "make_checkpoint", "the Checkpoint (session state included)"),
 ]
 
 
