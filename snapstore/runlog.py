@@ -212,6 +212,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                             except IntegrityError:
                                 continue
             missing = [s for s in range(lo, seq + 1) if s not in recs]
+            listed: set = set()
             if missing:
                 listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
                     keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
@@ -227,12 +228,16 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                         _add_object(recs, run_key, s, data)
             if not recs:
                 continue
+            # a listed position without a record here is one whose manifest did not open: a stub
+            # (§8c: its content is its copy in a lower-level segment) or a corrupt object. The
+            # lower-level segments are then kept: they may hold the only copy of a stub.
+            complete = not any(s in listed and s not in recs for s in missing)
             key = logseg_key(run_key, seq, level)
             repo.store.put(key, encode_logseg([(s, v, b) for s, (v, b) in sorted(recs.items())], level))
             written.append(key)
         except SnapstoreError:
             continue  # exists already (our retry, or a racing writer of the same range), or the store failed
-        if level > 1:
+        if level > 1 and complete:
             # the lower-level segments of the range are now redundant copies of copies: without
             # this every record was kept up to 3 more times (a reader that listed one meanwhile
             # falls back to the manifests for its range)
