@@ -225,3 +225,22 @@ def test_hostile_stub_whose_copy_is_of_another_position():
     assert e.value.key == key and "position 4" in str(e.value)
     assert fresh.get("r", ids[5]).messages == msgs(6)
     assert "compacted-record-without-copy" in {p.code for p in fresh.verify().errors}
+
+
+def test_cli_no_compact_log_writes_full_manifests(tmp_path):
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps({"messages": msgs(100)}))
+    for flag, repo in (("--no-compact-log", tmp_path / "full"), ("--compact-log", tmp_path / "stubbed")):
+        r = CliRunner().invoke(cli, ["--repo", str(repo), flag, "import", str(src), "--run", "r", "-q"],
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    full, stubbed = LocalStore(str(tmp_path / "full")), LocalStore(str(tmp_path / "stubbed"))
+    rk = CheckpointManager(full).repo.run_key("r")
+    n = len(sizes(full, rk))
+    assert n >= 32 and all(v > 0 for v in sizes(full, rk).values())
+    assert any(v == 0 for v in sizes(stubbed, rk).values())
+    assert ([c.step for c in CheckpointManager(full).list("r")] == [c.step for c in CheckpointManager(stubbed).list("r")])
