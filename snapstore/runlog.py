@@ -164,6 +164,34 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
     return out
 
 
+def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
+    """Read the compacted records (0-byte manifests, docs/format.md §8c) at positions ``seqs``
+    together: one LIST of the run's log segments, then the covering segments (largest first) in
+    parallel, so n stubs cost about 1 + n/16 requests instead of 2n. A stub left without a valid
+    copy is read alone (:meth:`~snapstore.logrecords.LogRecords.read_compacted`), which raises.
+
+    Returns:
+        ``{seq: Manifest}`` (a position whose manifest is gone by then is left out).
+    Raises:
+        CompactedRecordError: a stub has no valid copy; StoreError: the store failed.
+    """
+    got, rest = {}, set(seqs)
+    if not rest:
+        return got
+    chosen, _ = choose_logsegs(rest, list_logsegs(repo, run_key))
+    pool = repo._pool_get()
+    futs = [pool.submit(copies_from_logseg, repo, run_key, key, cover) for key, cover in chosen]
+    for f in futs:
+        part, _ = f.result()
+        got.update(part)
+    for s in sorted(rest - set(got), reverse=True):
+        try:
+            got[s] = repo.read_manifest_key(keys.manifest_key(run_key, s))
+        except ObjectNotFound:
+            continue
+    return got
+
+
 def _add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
     """Add the manifest object ``data`` at ``seq`` to ``recs`` as ``(envelope version, body)``;
     a corrupt object is left out (the segment is a copy; readers read that manifest)."""
