@@ -11,7 +11,9 @@ and reports, per run, the stored objects by kind (packs, manifests ``m/``, index
 log segments ``l/``) and the run log re-encoded as earlier versions wrote it, from the same
 records: every manifest as version 2 (full run id, ``MANIFEST_DICT_V1``), and every log segment as
 version 2 (the version-2 manifest objects in one frame). So "before" and "after" come from one
-run, with no dependence on timing or random ids.
+run, with no dependence on timing or random ids. Local repositories compact their run logs by
+default (docs/format.md §8c: manifests covered by a log segment are 0-byte stubs); the "disk"
+figures are the files' allocated blocks (``st_blocks``), what ``du`` counts.
 
     python benchmarks/log_bytes.py                 # LangGraph add_messages + plain, 300 turns
     python benchmarks/log_bytes.py --delta         # LangGraph with DeltaChannel
@@ -41,11 +43,15 @@ from snapstore.format.manifest import FORMAT_VERSION, MANIFEST_DICT_V1, MANIFEST
 from snapstore.stores.local import LocalStore  # noqa: E402
 
 
-def _v2_manifest(key: str, obj: bytes) -> bytes:
-    """The record at ``key`` sealed as version 2/3 wrote it: the full run id, dictionary V1."""
-    version, body = open_manifest(key, obj)
+def _v2_manifest(key: str, obj: bytes, copy=None) -> bytes:
+    """The record at ``key`` sealed as version 2/3 wrote it: the full run id, dictionary V1. A
+    compacted record (0 bytes, docs/format.md §8c) is taken from its log segment ``copy``."""
+    if not obj:
+        version, body = copy.record(key)
+    else:
+        version, body = open_manifest(key, obj)
     if version < 4:
-        return obj
+        return obj or seal_envelope(MANIFEST_MAGIC, version, body, MANIFEST_DICT_V1)
     d = json.loads(body)
     if "rd" in d:
         run = name_from_key(key.split("/")[1])
@@ -58,15 +64,23 @@ def measure(root: str) -> dict:
     """Bytes by object kind in the repository at ``root``, and the run logs re-encoded as version 2."""
     store = LocalStore(root, fsync=False)
     kinds: dict[str, list[int]] = {}
+    blocks: dict[str, int] = {}
     objs: dict[str, bytes] = {}
     for info in store.list(""):
         parts = info.key.split("/")
         kind = parts[2] if parts[0] == "runs" and len(parts) == 4 else parts[0]
         data = store.get(info.key)
         kinds.setdefault(kind, []).append(len(data))
+        blocks[kind] = blocks.get(kind, 0) + os.stat(os.path.join(root, *parts)).st_blocks * 512
         if kind in ("m", "l"):
             objs[info.key] = data
-    v2_man = {k: _v2_manifest(k, v) for k, v in objs.items() if k.split("/")[2] == "m"}
+    copies = {}
+    for k, v in objs.items():
+        if k.split("/")[2] == "l" and parse_logseg_key(k) is not None:
+            rk = k.split("/")[1]
+            for c in decode_logseg(k, v):
+                copies.setdefault(keys.manifest_key(rk, c.seq), c)
+    v2_man = {k: _v2_manifest(k, v, copies.get(k)) for k, v in objs.items() if k.split("/")[2] == "m"}
     v2_seg = 0
     for k, v in objs.items():
         if k.split("/")[2] != "l" or parse_logseg_key(k) is None:
@@ -76,7 +90,9 @@ def measure(root: str) -> dict:
                 if keys.manifest_key(rk, c.seq) in v2_man]
         v2_seg += len(encode_logseg_v2(recs))
     n_m = len(kinds.get("m", []))
-    out = {k: {"objects": len(v), "bytes": sum(v)} for k, v in sorted(kinds.items())}
+    out = {k: {"objects": len(v), "bytes": sum(v), "disk_bytes": blocks.get(k, 0), "empty": v.count(0)}
+           for k, v in sorted(kinds.items())}
+    out["disk_bytes"] = sum(blocks.values())
     out["total_bytes"] = sum(sum(v) for v in kinds.values())
     out["manifest_bytes_each"] = round(sum(kinds.get("m", [])) / max(1, n_m), 1)
     out["v2_manifest_bytes_each"] = round(sum(len(v) for v in v2_man.values()) / max(1, n_m), 1)
@@ -128,11 +144,13 @@ def main() -> None:
             build(root)
             r = measure(root)
             results[name] = r
-            print(f"{name} ({a.turns} turns): {r['total_bytes']:,} B stored; as version 2 wrote the log: "
-                  f"{r['v2_total_bytes']:,} B")
+            print(f"{name} ({a.turns} turns): {r['total_bytes']:,} B stored ({r['disk_bytes']:,} B in disk "
+                  f"blocks); as version 2 wrote the log: {r['v2_total_bytes']:,} B")
             for k in ("packs", "m", "c", "l"):
                 if k in r:
-                    print(f"  {k:6} {r[k]['objects']:6} objects {r[k]['bytes']:>10,} B")
+                    stubs = f", {r[k]['empty']} of them 0-byte stubs (§8c)" if k == "m" and r[k]["empty"] else ""
+                    print(f"  {k:6} {r[k]['objects']:6} objects {r[k]['bytes']:>10,} B "
+                          f"({r[k]['disk_bytes']:>10,} B on disk){stubs}")
             print(f"  manifest {r['manifest_bytes_each']} B each (version 2: {r['v2_manifest_bytes_each']} B); "
                   f"log segments {r.get('l', {}).get('bytes', 0):,} B (version 2: {r['v2_logseg_bytes']:,} B)")
     if a.json:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from .errors import CompactedRecordError, IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format.codec import encode_json
 from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
@@ -197,6 +197,43 @@ def segments_by_run(logs: dict) -> dict:
     return {run: segs for _rk, run, segs in _newest_segments(logs)}
 
 
+_STUB = object()
+
+
+def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> list:
+    """Read compacted records (0-byte manifests, docs/format.md §8c) from their copies: per run,
+    one LIST of its log segments, then the covering ones (largest first) in parallel; a stub left
+    without a valid copy is read alone, raising CompactedRecordError. Returns
+    ``[(run key, manifest key, Manifest | None, error | None)]``."""
+    from .runlog import list_logsegs
+
+    tasks = []
+    for rk, ks in stubs.items():
+        try:
+            lsegs = list_logsegs(repo, rk)
+        except SnapstoreError:
+            lsegs = {}
+        chosen, left = choose_logsegs([keys.seq_from_manifest_key(k) for k in ks], lsegs)
+        tasks.extend(("seg", rk, lk, cover) for lk, cover in chosen)
+        tasks.extend(("m", rk, keys.manifest_key(rk, sq), None) for sq in left)
+
+    def manifest(rk, k):
+        try:
+            return rk, k, repo.read_manifest_key(k, light), None
+        except SnapstoreError as e:
+            return rk, k, None, e
+
+    def one(task):
+        kind, rk, k, cover = task
+        if kind == "m":
+            return [manifest(rk, k)]
+        got, rest = copies_from_logseg(repo, rk, k, cover, light)
+        out = [(rk, keys.manifest_key(rk, sq), m, None) for sq, m in got.items()]
+        out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(rest, reverse=True))
+        return out
+    return [r for rs in repo._pool_get().map(one, tasks) for r in rs]
+
+
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
                   on_error: Callable[[str, Exception], None] | None = None, light: bool = False,
                   logsegs_by_run: dict | None = None) -> dict[str, RunLog]:
@@ -233,7 +270,10 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
 
     def manifest(rk, k):
         try:
-            return rk, k, repo.read_manifest_key(k, light), None
+            data = repo.store.get(k)
+            if not data:
+                return rk, k, None, _STUB  # a compacted record (§8c): read below, per run in bulk
+            return rk, k, repo.manifest_from_object(k, data, light), None
         except SnapstoreError as e:
             return rk, k, None, e
 
@@ -247,6 +287,12 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         return out
     pool = repo._pool_get()
     results = [r for rs in (pool.map(one, tasks) if len(tasks) > 1 else map(one, tasks)) for r in rs]
+    stubs: dict[str, list[str]] = defaultdict(list)
+    for rk, k, m, err in results:
+        if err is _STUB:
+            stubs[rk].append(k)
+    if stubs:
+        results = [r for r in results if r[3] is not _STUB] + _read_stubs(repo, stubs, light)
     per: dict[str, dict] = defaultdict(dict)
     bad: dict[str, list] = defaultdict(list)
     for rk, k, m, err in results:
@@ -785,7 +831,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     live = []
     for rk, log in logs.items():
         for k, err in log.corrupt:
-            rep.errors.append(Problem("corrupt-manifest", k, str(err)))
+            code = "compacted-record-without-copy" if isinstance(err, CompactedRecordError) else "corrupt-manifest"
+            rep.errors.append(Problem(code, k, str(err)))
         for s in log.hidden:
             rep.warnings.append(Problem("orphaned-manifest", keys.manifest_key(rk, s),
                                         "hidden by a rollback or deletion (cleanup not finished); removed by 'snapstore gc'"))
@@ -1000,7 +1047,7 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (the JSON bytes of every
         live checkpoint's messages and session state: the cost of storing every checkpoint whole;
         ``message_bytes`` and ``session_state_bytes`` are its two parts), ``stored_bytes`` (all
-        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``) and
+        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``; ``manifests`` also has ``"stubs"``, the compacted records of 0 bytes, when there are any) and
         ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
         Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
         counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
@@ -1020,6 +1067,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "m":
             c = "manifests"
             keys_by_run[parts[1]].append(k)
+            if info.size == 0:
+                cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§8c)
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":
             c = "index"
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "l":

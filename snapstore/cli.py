@@ -422,8 +422,9 @@ def probe_store(location: str) -> None:
 
 
 class _State:
-    def __init__(self, location: str):
+    def __init__(self, location: str, compact_log: bool | None = None):
         self.location = location
+        self.compact_log = compact_log
         self._mgr: CheckpointManager | None = None
 
     def open_store(self):
@@ -437,7 +438,7 @@ class _State:
         """The checkpoint manager (repository must exist unless ``create``)."""
         if self._mgr is None:
             probe_store(self.location)
-            mgr = CheckpointManager(self.location, create=create)
+            mgr = CheckpointManager(self.location, create=create, compact_log=self.compact_log)
             click.get_current_context().find_root().call_on_close(mgr.close)
             if not create:
                 mgr.repo  # open now: a missing repository is an error, not an empty one
@@ -453,9 +454,12 @@ def _state(ctx: click.Context) -> _State:
 @click.option("--repo", metavar="PATH_OR_URL", envvar="SNAPSTORE_URL", default=None,
               help="Repository: a directory, file:///path, s3://BUCKET/PREFIX or memory://. "
                    "[default: $SNAPSTORE_URL, else ./.snapstore]")
+@click.option("--compact-log/--no-compact-log", default=None,
+              help="Writers replace manifests covered by a log segment with 0-byte stubs (docs/format.md "
+                   "§8c). [default: on for a local directory, off elsewhere]")
 @click.version_option(__version__, "--version", prog_name="snapstore", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, repo: str | None):
+def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
     """Content-addressed, deduplicated storage for AI-agent checkpoints.
 
     Exit status: 0 ok, 1 failure (unknown run/checkpoint, conflict, store error), 2 bad usage or
@@ -463,7 +467,7 @@ def cli(ctx: click.Context, repo: str | None):
     """
     if repo is not None and not repo.strip():
         raise CommandError("--repo is empty: give a directory, file:///path, s3://BUCKET/PREFIX or memory://", 2)
-    ctx.obj = _State(repo if repo is not None else DEFAULT_REPO)
+    ctx.obj = _State(repo if repo is not None else DEFAULT_REPO, compact_log)
     if ctx.invoked_subcommand is not None:
         activity = _Activity(ctx.invoked_subcommand).start()
         ctx.call_on_close(activity.stop)
@@ -727,7 +731,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     except BaseException:
         store.close()
         raise
-    st._mgr = mgr = CheckpointManager(store)
+    st._mgr = mgr = CheckpointManager(store, compact_log=st.compact_log)
     ctx.find_root().call_on_close(mgr.close)
     if created and not quiet:
         _write(f"initialized new snapstore repository at {store.url}\n", err=True)

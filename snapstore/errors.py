@@ -133,3 +133,8 @@ class MissingDependencyError(SnapstoreError, ImportError):
     The message names the missing package and the extra to install, e.g.
     ``pip install 'snapstore[langgraph]'``.
     """
+
+
+class CompactedRecordError(IntegrityError):
+    """A compacted record (a manifest object of 0 bytes, docs/format.md §8c) has no valid copy in
+    any log segment covering its position. ``key`` names the manifest."""

@@ -9,8 +9,10 @@ run through log segments) is :mod:`snapstore.runlog`.
 
 from __future__ import annotations
 
-from .errors import CheckpointNotFound, ConflictError, IntegrityError, ObjectNotFound, PreconditionFailed
+from .errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
+                     PreconditionFailed, SnapstoreError)
 from .format import keys
+from .format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
 from .format.ids import seq_hint
 from .format.manifest import KIND_CHECKPOINT, Manifest, decode_index, encode_index
 
@@ -32,12 +34,71 @@ class LogRecords:
     def read_manifest_key(self, key: str, light: bool = False) -> Manifest:
         """Read and verify one manifest (also that it belongs under ``key``: its run and sequence
         number must match); ``light``: see :meth:`Manifest.from_bytes`. Raises ObjectNotFound,
-        IntegrityError."""
-        m = Manifest.from_bytes(key, self.store.get(key), light)
+        IntegrityError (:class:`~snapstore.errors.CompactedRecordError` for a compacted record, a
+        0-byte manifest, with no valid copy: docs/format.md §8c)."""
+        return self.manifest_from_object(key, self.store.get(key), light)
+
+    def manifest_from_object(self, key: str, data: bytes, light: bool = False) -> Manifest:
+        """:meth:`read_manifest_key` for the object bytes ``data`` already read from ``key`` (a
+        0-byte object, a compacted record, is read from its log segment copy)."""
+        if not data:
+            return self.read_compacted(key, light)
+        m = Manifest.from_bytes(key, data, light)
         parts = key.split("/")
         if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
             raise IntegrityError(key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of this key")
         return m
+
+    def read_compacted(self, key: str, light: bool = False) -> Manifest:
+        """Read the compacted record (0-byte manifest, docs/format.md §8c) at manifest ``key``: its
+        content is its copy in a log segment covering its position. LISTs the run's log segments and
+        GETs the covering ones, highest level first, until one holds a valid copy of this run at
+        this position (decoded and checked as a manifest).
+
+        Args:
+            key: ``runs/<R>/m/<inverted seq>``.
+            light: see :meth:`Manifest.from_bytes`.
+        Returns:
+            The record's Manifest.
+        Raises:
+            CompactedRecordError: no covering segment holds a valid copy (names ``key``).
+            StoreError: the store failed.
+        """
+        parts = key.split("/")
+        try:
+            seq = keys.seq_from_manifest_key(key)
+        except (ValueError, IndexError):
+            seq = None
+        if len(parts) != 4 or seq is None:
+            raise CompactedRecordError(key, "compacted record without a copy (not a run-log key)")
+        run_key = parts[1]
+        cover = []
+        for info in self.store.list(logseg_prefix(run_key)):
+            p = parse_logseg_key(info.key)
+            if p is not None and p[0] - span(p[1]) < seq <= p[0]:
+                cover.append((p[1], info.key))
+        why = "no log segment covers its position"
+        for _, lk in sorted(cover, reverse=True):
+            try:
+                recs = decode_logseg(lk, self.store.get(lk))
+            except SnapstoreError as e:
+                why = f"log segment {lk} is unreadable ({e})"
+                continue
+            for c in recs:
+                if c.seq != seq:
+                    continue
+                try:
+                    m = c.manifest(f"{key} (copy in {lk})", light)
+                except SnapstoreError as e:
+                    why = f"its copy in {lk} does not decode ({e})"
+                    break
+                if m.seq != seq or self.run_key(m.run_id) != run_key:
+                    why = f"its copy in {lk} is the record of run {m.run_id!r} position {m.seq}"
+                    break
+                return m
+            else:
+                why = f"log segment {lk} holds no copy of position {seq}"
+        raise CompactedRecordError(key, f"compacted record without a copy: {why}")
 
     def head(self, run_key: str) -> Manifest | None:
         """Return the newest manifest of the run (one LIST with limit 1, one GET), or None."""

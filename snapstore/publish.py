@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .errors import ConflictError, PreconditionFailed, SnapstoreError
 from .format.manifest import Manifest
+from .logstubs import prefetch, write_stubs
 from .runlog import write_logsegs
 from .views import RunView
 
@@ -32,10 +33,22 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> N
             for s in sorted(cache)[:len(cache) - mgr.LOG_CACHE]:
                 del cache[s]
     if (seq + 1) % 16 == 0:
+        known = cache or {seq: data}
+        started = None
+        if getattr(mgr, "compact_log", False):
+            try:  # the stubs' LIST and segment GET go beside the new segment's PUT (§8c)
+                started = prefetch(mgr.repo, rk, seq)
+            except SnapstoreError:
+                started = None
         try:
-            write_logsegs(mgr.repo, rk, seq, cache or {seq: data})
+            written = write_logsegs(mgr.repo, rk, seq, known)
         except SnapstoreError:
-            pass
+            written = []
+        if started is not None and written:
+            write_stubs(mgr.repo, rk, seq, known, started)
+        elif started is not None:
+            for f in started:  # the segment was not written (by us): leave the range full
+                f.cancel() or f.exception()
 
 
 def append_record(mgr, run_id: str, rk: str, make) -> Manifest:

@@ -164,6 +164,34 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
     return out
 
 
+def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
+    """Read the compacted records (0-byte manifests, docs/format.md §8c) at positions ``seqs``
+    together: one LIST of the run's log segments, then the covering segments (largest first) in
+    parallel, so n stubs cost about 1 + n/16 requests instead of 2n. A stub left without a valid
+    copy is read alone (:meth:`~snapstore.logrecords.LogRecords.read_compacted`), which raises.
+
+    Returns:
+        ``{seq: Manifest}`` (a position whose manifest is gone by then is left out).
+    Raises:
+        CompactedRecordError: a stub has no valid copy; StoreError: the store failed.
+    """
+    got, rest = {}, set(seqs)
+    if not rest:
+        return got
+    chosen, _ = choose_logsegs(rest, list_logsegs(repo, run_key))
+    pool = repo._pool_get()
+    futs = [pool.submit(copies_from_logseg, repo, run_key, key, cover) for key, cover in chosen]
+    for f in futs:
+        part, _ = f.result()
+        got.update(part)
+    for s in sorted(rest - set(got), reverse=True):
+        try:
+            got[s] = repo.read_manifest_key(keys.manifest_key(run_key, s))
+        except ObjectNotFound:
+            continue
+    return got
+
+
 def _add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
     """Add the manifest object ``data`` at ``seq`` to ``recs`` as ``(envelope version, body)``;
     a corrupt object is left out (the segment is a copy; readers read that manifest)."""
@@ -212,6 +240,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                             except IntegrityError:
                                 continue
             missing = [s for s in range(lo, seq + 1) if s not in recs]
+            listed: set = set()
             if missing:
                 listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
                     keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
@@ -227,12 +256,16 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                         _add_object(recs, run_key, s, data)
             if not recs:
                 continue
+            # a listed position without a record here is one whose manifest did not open: a stub
+            # (§8c: its content is its copy in a lower-level segment) or a corrupt object. The
+            # lower-level segments are then kept: they may hold the only copy of a stub.
+            complete = not any(s in listed and s not in recs for s in missing)
             key = logseg_key(run_key, seq, level)
             repo.store.put(key, encode_logseg([(s, v, b) for s, (v, b) in sorted(recs.items())], level))
             written.append(key)
         except SnapstoreError:
             continue  # exists already (our retry, or a racing writer of the same range), or the store failed
-        if level > 1:
+        if level > 1 and complete:
             # the lower-level segments of the range are now redundant copies of copies: without
             # this every record was kept up to 3 more times (a reader that listed one meanwhile
             # falls back to the manifests for its range)

@@ -137,8 +137,8 @@ def test_one_flipped_byte_in_any_object_is_survived_or_reported(fmt, tmp_path, m
     restore_all(root, expect)
     survived, failed = [], []
     for k in sorted(store.raw()):
-        if k.startswith("runmarks/"):
-            continue  # run markers: empty, only their key is read (docs/format.md §8b)
+        if k.startswith("runmarks/") or not store.raw()[k]:
+            continue  # run markers: empty, only their key is read (docs/format.md §8b); stubs (§8c): empty
         path = os.path.join(root, *k.split("/"))
         with open(path, "rb") as f:
             data = f.read()

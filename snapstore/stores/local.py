@@ -222,7 +222,9 @@ class LocalStore:
         lockdir = os.path.join(self.root, ".locks")
         try:
             self._ensure_dir(lockdir)
-            lockfile = os.path.join(lockdir, hashlib.sha256(key.encode()).hexdigest()[:32])
+            # one of 64 striped lock files (not one per key: compacted run logs, docs/format.md §8c,
+            # compare-and-swap a manifest per save, which would leave a file per manifest)
+            lockfile = os.path.join(lockdir, f"{hashlib.sha256(key.encode()).digest()[0] & 63:02x}")
             lfd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(lfd, fcntl.LOCK_EX)
