@@ -15,6 +15,8 @@ default durability: 3 checkpoints (input, after ``__start__``, after ``model``) 
   records ``c``, log segments ``l``).
 * ``snapstore-s3``: ``SnapstoreSaver`` on moto's HTTP server on 127.0.0.1; bytes = the sum of the
   object sizes, split the same way.
+* ``snapstore-s3-compact``: the same with ``compact_log=True`` (compacted run logs, docs/format.md
+  §8c: the default on a local directory, off on S3, where it costs one PUT more per save).
 * ``objectstorage``: ``ObjectStorageSaver`` (langgraph-checkpoint-objectstorage, its default
   ``compression='none'``) over boto3 on the same moto server (``benchmarks.lgraph.BotoFS``);
   bytes = the sum of the object sizes.
@@ -69,8 +71,8 @@ from langgraph.graph.message import add_messages  # noqa: E402
 WORDS = ("the agent tool call result file test error patch function value returns line module import "
          "config repository branch commit review change build output input request response status "
          "check update data model token user system message context state step plan fix run").split()
-SAVERS = ("sqlite", "objectstorage", "snapstore", "snapstore-s3")
-S3_SAVERS = ("objectstorage", "snapstore-s3")
+SAVERS = ("sqlite", "objectstorage", "snapstore", "snapstore-s3", "snapstore-s3-compact")
+S3_SAVERS = ("objectstorage", "snapstore-s3", "snapstore-s3-compact")
 QUADRATIC = ("sqlite", "objectstorage")  # with add_messages: the whole list in every checkpoint
 THREAD = "bench"
 clock = time.monotonic  # the latency proxy's clock
@@ -121,6 +123,8 @@ def make_saver(spec: dict):
         client = boto3.client("s3", endpoint_url=spec["endpoint"], region_name="us-east-1")
         return ObjectStorageSaver(BotoFS(client), f"{spec['bucket']}/lg")
     from snapstore.integrations.langgraph import SnapstoreSaver
+    if kind == "snapstore-s3-compact":
+        return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path", compact_log=True)
     if kind == "snapstore-s3":
         return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path")
     return SnapstoreSaver(spec["path"], fsync=os.environ.get("BENCH_FSYNC", "1") == "1")
@@ -227,7 +231,7 @@ def stored(kind: str, saver, spec: dict, env: S3Env | None) -> dict:
                 items.append((os.path.relpath(full, spec["path"]), os.lstat(full).st_size))
     else:
         items = list(env.objects(spec["bucket"]))
-        if kind == "snapstore-s3":
+        if kind.startswith("snapstore-s3"):
             items = [(k.partition("/")[2], s) for k, s in items]  # below the repository prefix
     by: dict = {}
     for k, s in items:
@@ -246,7 +250,7 @@ def run(kind: str, turns: int, delta: bool, work: str, env: S3Env | None, trials
     else:
         spec["bucket"] = env.new_bucket(kind.split("-")[0][:5])
         spec["endpoint"] = env.endpoint
-        if kind == "snapstore-s3":
+        if kind.startswith("snapstore-s3"):
             spec["path"] = f"s3://{spec['bucket']}/repo"
     saver = make_saver(spec)
     graph = build(saver, delta)
