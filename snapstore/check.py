@@ -223,6 +223,14 @@ def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> l
         except SnapstoreError as e:
             return rk, k, None, e
 
+    return [r for rs in repo._pool_get().map(_task_reader(repo, manifest, light), tasks) for r in rs]
+
+
+def _task_reader(repo: Repository, manifest, light: bool):
+    """A reader of one run-log task: ``("m", run key, manifest key, None)`` reads that manifest with
+    ``manifest(rk, key)``; ``("seg", run key, log segment key, positions)`` takes the positions'
+    copies from the segment and reads the manifests of those it does not give. Each result is a
+    list of ``(run key, manifest key, Manifest or None, error or None)``."""
     def one(task):
         kind, rk, k, cover = task
         if kind == "m":
@@ -231,7 +239,7 @@ def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> l
         out = [(rk, keys.manifest_key(rk, sq), m, None) for sq, m in got.items()]
         out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(rest, reverse=True))
         return out
-    return [r for rs in repo._pool_get().map(one, tasks) for r in rs]
+    return one
 
 
 def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = None,
@@ -277,14 +285,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         except SnapstoreError as e:
             return rk, k, None, e
 
-    def one(task):
-        kind, rk, k, cover = task
-        if kind == "m":
-            return [manifest(rk, k)]
-        got, rest = copies_from_logseg(repo, rk, k, cover, light)
-        out = [(rk, keys.manifest_key(rk, sq), m, None) for sq, m in got.items()]
-        out.extend(manifest(rk, keys.manifest_key(rk, sq)) for sq in sorted(rest, reverse=True))
-        return out
+    one = _task_reader(repo, manifest, light)
     pool = repo._pool_get()
     results = [r for rs in (pool.map(one, tasks) if len(tasks) > 1 else map(one, tasks)) for r in rs]
     stubs: dict[str, list[str]] = defaultdict(list)
