@@ -409,12 +409,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
     for i, pid in enumerate(seg_select):
         if i >= fetched:
-            nbytes, fetched = 0, i
-            while fetched < len(seg_select) and fetched - i < per_wave and (
-                    fetched == i or nbytes + sizes.get(seg_select[fetched], 0) <= budget):
-                nbytes += sizes.get(seg_select[fetched], 0)
-                fetched += 1
-            repo.prefetch(seg_select[i:fetched], no_forward=set(seg_select[i:fetched]))
+            fetched = _prefetch_wave(repo, seg_select, i, sizes, per_wave, budget)
         retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
                                [], grace, now, sizes, flush=False)
     if seg_select:
@@ -753,6 +748,17 @@ def _account_flush(rep: GCReport, res) -> None:
         rep.deleted_bytes += res.deleted_bytes
 
 
+
+def _prefetch_wave(repo: Repository, pids: list, start: int, sizes: dict, per_wave: int, budget: int) -> int:
+    """Fetch ``pids[start:end]`` in one parallel wave: at most ``per_wave`` packs and ``budget``
+    bytes (by ``sizes``; at least one pack), forwarding not followed. Returns ``end``."""
+    nbytes, end = 0, start
+    while end < len(pids) and end - start < per_wave and (end == start or nbytes + sizes.get(pids[end], 0) <= budget):
+        nbytes += sizes.get(pids[end], 0)
+        end += 1
+    repo.prefetch(pids[start:end], no_forward=set(pids[start:end]))
+    return end
+
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
             now: float, sizes: dict | None = None, flush: bool = True) -> list[bytes]:
@@ -784,12 +790,7 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     try:
         for i, pid in enumerate(pids):
             if i >= fetched:  # the next packs in one parallel wave (as many as the cache holds)
-                nbytes, fetched = 0, i
-                while fetched < len(pids) and fetched - i < per_wave and (
-                        fetched == i or nbytes + sizes.get(pids[fetched], 0) <= budget):
-                    nbytes += sizes.get(pids[fetched], 0)
-                    fetched += 1
-                repo.prefetch(pids[i:fetched], no_forward=set(pids[i:fetched]))
+                fetched = _prefetch_wave(repo, pids, i, sizes, per_wave, budget)
             pack = repo.get_pack(pid)
             size_in += len(pack.data)
             needed = sorted(reach.needed_entries(pid, pack),
