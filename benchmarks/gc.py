@@ -94,7 +94,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-from package_snapshot import snapshot_package  # noqa: E402  (benchmarks/ is on sys.path)
+from latency import sequential_round_trips  # noqa: E402  (benchmarks/ is on sys.path; stdlib only at import)
+from package_snapshot import snapshot_package  # noqa: E402
 
 SETTINGS = [(1000, 100), (10000, 10)]
 PRUNES = [0, 90]
@@ -252,22 +253,6 @@ def build(root: str, pkg: Path, nruns: int, c: int, procs: int) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 # requests and sequential round trips
-
-
-def sequential_round_trips(intervals) -> int:
-    """Length of the longest chain of requests, each starting after the previous one ended
-    (the same definition and algorithm as ``benchmarks/latency.py``)."""
-    items = sorted((float(s), max(float(e), float(s) + 1e-9)) for s, e in intervals)
-    n = len(items)
-    by_end = sorted(range(n), key=lambda i: items[i][1])
-    chain = [0] * n
-    best = p = 0
-    for i, (start, _) in enumerate(items):
-        while p < n and items[by_end[p]][1] <= start:
-            best = max(best, chain[by_end[p]])
-            p += 1
-        chain[i] = best + 1
-    return max(chain, default=0)
 
 
 def key_kind(key: str) -> str:
