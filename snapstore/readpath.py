@@ -227,7 +227,7 @@ class ReadPath:
         # it still holds everything, including entries its rewrite dropped that a checkpoint
         # written since needs; only a segment that is gone is looked up in the forwarding map
         also = [p for p in also if p]
-        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail)
+        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail, inline_ok=True)
         # a segment GC rewrote and deleted: fetch where its forwarding hint says, and if the hint
         # is stale (or there is none), read its record in the forwarding map
         hints = self.forward_hints(load=False)
@@ -409,8 +409,10 @@ class ReadPath:
         with self._lock:
             return dict(self._corrupt)
 
-    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None) -> None:
-        """Fetch the packs not yet cached, in parallel (bounded thread pool).
+    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None, inline_ok: bool = False) -> None:
+        """Fetch the packs not yet cached, in parallel (bounded thread pool); with ``inline_ok``
+        and a store whose ``inline_reads`` is true (a local directory, memory), one after another
+        in this thread (a restore's segment wave: see :class:`~snapstore.stores.local.LocalStore`).
 
         A pack the forwarding hints name as retired is replaced by its targets, and a pack that is
         missing is looked up in the forwarding map (its targets fetched in the same wave), except
@@ -453,7 +455,7 @@ class ReadPath:
                         continue
                     claimed.add(t)
                 one(t, depth + 1)
-        if len(todo) <= 1:
+        if len(todo) <= 1 or (inline_ok and getattr(self.store, "inline_reads", False)):
             for p in todo:
                 one(p)
             return
