@@ -75,9 +75,10 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"snapstore.integrations.langgraph needs langgraph-checkpoint and langchain-core "
         f"({e.name or e} is not installed): pip install 'snapstore[langgraph]'") from e
 
-from ..api import EMPTY_RUN, CheckpointManager
+from ..api import EMPTY_RUN
 from ..format.codec import validate
 from ..format.ids import seq_hint
+from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSaver", "RUN_PREFIX", "run_id_for", "parse_run_id"]
@@ -222,14 +223,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
         super().__init__(serde=serde)
-        if isinstance(location, CheckpointManager):
-            if manager_options:
-                raise InvalidInputError("SnapstoreSaver: options are for a manager it opens, not one passed in")
-            self.manager = location
-            self._own = False
-        else:
-            self.manager = CheckpointManager(location, **manager_options)
-            self._own = True
+        self.manager, self._own = manager_for("SnapstoreSaver", location, manager_options)
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.RLock] = {}
         self._heads: dict[str, _Head] = {}

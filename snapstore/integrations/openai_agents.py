@@ -53,8 +53,9 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"snapstore.integrations.openai_agents needs openai-agents ({e.name or e} is not installed): "
         "pip install 'snapstore[openai]'") from e
 
-from ..api import EMPTY_RUN, CheckpointManager
+from ..api import EMPTY_RUN
 from ..format.codec import validate
+from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSession", "RUN_PREFIX", "run_id_for", "parse_run_id"]
@@ -121,14 +122,7 @@ class SnapstoreSession:
         self._branch = _check_name("branch", branch)
         self.session_settings = (coerce_session_settings(session_settings) if session_settings is not None
                                  else SessionSettings())
-        if isinstance(location, CheckpointManager):
-            if manager_options:
-                raise InvalidInputError("SnapstoreSession: options are for a manager it opens, not one passed in")
-            self.manager = location
-            self._own = False
-        else:
-            self.manager = CheckpointManager(location, **manager_options)
-            self._own = True
+        self.manager, self._own = manager_for("SnapstoreSession", location, manager_options)
         self._lock = threading.Lock()
         self._pending: dict | None = None  # a mutation whose outcome is unknown (see module docstring)
         self._heads: dict[str, tuple] = {}  # run -> (checkpoint id, items) this object last saved
