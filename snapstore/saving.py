@@ -168,14 +168,16 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
     wrote_pack = False
     revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§8b)
-    mark_put = repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
+    # the run marker it needs (most saves need none: no pool task for them), beside the pack
+    mark_put = (repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
+                if runmarks.marks_record(m, revives) else None)
 
     def undo() -> None:
         # a definite conflict: nothing references our index record or pack, remove them
         v.pending = None
         v.loaded = False
         try:
-            runmarks.abandon(repo.store, mark_put.result())
+            runmarks.abandon(repo.store, mark_put.result() if mark_put is not None else None)
         except SnapstoreError:
             pass
         junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
@@ -235,7 +237,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                           RuntimeWarning, stacklevel=5)
     mgr._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
     try:
-        data = repo.publish(rk, m, revives, mark_put.result())
+        data = repo.publish(rk, m, revives, mark_put.result() if mark_put is not None else None)
     except PreconditionFailed:
         undo()
         if parent_id is not None or exp is not None or seen is None:
