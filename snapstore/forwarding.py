@@ -15,6 +15,8 @@ writes the map moves them into their shards and deletes them.
 from __future__ import annotations
 
 import os
+import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -179,7 +181,7 @@ class ForwardMap:
             if dry_run:  # what the shard would look like (so a later flush counts from there); an
                 # ETag as long as the store's (the forwarding cache records them), but not a real one
                 like = old.etag if old is not None else self.etag_like
-                fake = os.urandom(len(like)).hex()[:len(like)] if like else "(dry run)"
+                fake = _dry_run_etag(like, len(data))
                 return k, ObjectInfo(k, len(data), fake, 0.0)
             try:
                 return k, self.repo.store.put_if_match(k, data, old.etag if old is not None else None)
@@ -210,6 +212,26 @@ class ForwardMap:
             res.deleted_bytes += self.legacy.pop(k).size
         self._dirty.clear()
         return res
+
+
+_LOCAL_ETAG = re.compile(r"^([0-9a-f]+)\.([0-9a-f]+)\.([0-9a-f]+)$")
+
+
+def _dry_run_etag(like: str, size: int) -> str:
+    """An ETag shaped like ``like`` (an ETag of the same store) for a shard of ``size`` bytes that a
+    dry run does not write, so that the forwarding cache it sizes compresses like the real one: a
+    local ETag (``inode.mtime_ns.size`` in hex) gets a nearby inode, the current time and the
+    real size; any other (S3's quoted MD5) keeps its punctuation with every hex digit random."""
+    if not like:
+        return "(dry run)"
+    m = _LOCAL_ETAG.match(like)
+    if m:
+        rnd = int.from_bytes(os.urandom(6), "big")
+        ino = int(m.group(1), 16) + 1 + (rnd & 0x3F)
+        mtime = time.time_ns() + (rnd >> 6) % 10_000_000  # written within milliseconds
+        return f"{ino:x}.{mtime:x}.{size:x}"
+    digits = iter(os.urandom(len(like)).hex())
+    return "".join(next(digits) if c in "0123456789abcdefABCDEF" else c for c in like)
 
 
 def read_forward_map(repo: Repository) -> ForwardMap:
