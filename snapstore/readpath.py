@@ -879,15 +879,19 @@ class ReadPath:
                 manifest (names the manifest).
             ObjectNotFound: an entry is nowhere to be found.
         """
-        items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
-        self.prefetch(self._packs_for(items))
-        self.fetch_blocks(items)
         hasher = self.hasher
         want = m.digest if len(m.digest) == 32 else None
         raws = None
         if want is not None and len(refs) == m.count:
             try:
-                raws = self._list_raws(refs, verify=False)
+                # everything at hand (the segments were read): one pass; else one parallel wave
+                # for what is not, then the pass again
+                raws = self._list_raws(refs, verify=False, at_hand=True)
+                if raws is None:
+                    items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
+                    self.prefetch(self._packs_for(items))
+                    self.fetch_blocks(items)
+                    raws = self._list_raws(refs, verify=False)
             except IntegrityError:
                 raws = None  # the per-entry path below finds (and names, or works around) the damage
         if raws is not None:
@@ -921,9 +925,11 @@ class ReadPath:
                                      "not match the manifest's list digest")
         return msgs, raws, digest
 
-    def _list_raws(self, refs: list[Ref], verify: bool) -> list:
+    def _list_raws(self, refs: list[Ref], verify: bool, at_hand: bool = False) -> list | None:
         """Each ref's exact JSON, in order (the packs already fetched): a read-only memoryview
-        into a cached block, or bytes.
+        into a cached block, or bytes. With ``at_hand``, None as soon as an entry is not in a
+        cached pack (or its block is not held: a ranged pack's block not fetched yet), so that
+        the caller fetches what is missing in one parallel wave instead of one GET at a time.
 
         Chunks in a pack at hand are sliced from its uncompressed block (a block without
         dictionary is decompressed here, once); the rest, and every chunk of a block with a
@@ -941,7 +947,15 @@ class ReadPath:
         views: dict = {}  # (pack id, block) -> memoryview of the uncompressed block
         for r in refs:
             raw = None
-            if not r.flags & FLAG_PIECES:
+            if r.flags & FLAG_PIECES:
+                if at_hand:
+                    key = (T_PIECES, r.id)
+                    p = cache.get(r.pack)
+                    if p is None or key not in p.entries:
+                        w = where.get(key)
+                        if w is None or w not in cache or key not in cache[w].entries:
+                            return None
+            else:
                 # fast path: a chunk in a pack at hand -- same checks as _entry, fewer calls
                 key = (T_CHUNK, r.id)
                 p = cache.get(r.pack)
@@ -950,11 +964,15 @@ class ReadPath:
                     w = where.get(key)
                     p = cache.get(w) if w is not None else None
                     e = p.entries.get(key) if p is not None else None
+                if e is None and at_hand:
+                    return None
                 if e is not None:
                     vk = (p.id, e.block)
                     mv = views.get(vk)
                     if mv is None:
                         blk = p._raw.get(e.block)
+                        if blk is None and at_hand and not p.whole and e.block not in p.held_blocks():
+                            return None
                         if blk is None and p.blocks[e.block].dict is None:
                             try:
                                 blk = p.raw_block(e.block)

@@ -289,6 +289,10 @@ class Pack:
         b = self.blocks[block]
         return self.data[b.offset:b.offset + b.clen]
 
+    def held_blocks(self):
+        """The blocks whose compressed bytes are in memory (a whole pack: all of them)."""
+        return range(len(self.blocks))
+
     @classmethod
     def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
         """Verify the checksum and parse the header.
@@ -427,6 +431,10 @@ class RangedPack(Pack):
                                      f"at offset {b.offset} (the pack is shorter than its header says)")
             self._have[block] = got = bytes(data)
         return got
+
+    def held_blocks(self):
+        """The blocks whose compressed bytes were fetched so far (a dict view of their indices)."""
+        return self._have.keys()
 
     def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
         raw = super().raw_block(block, dict_bytes)
