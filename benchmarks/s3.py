@@ -40,12 +40,10 @@ parallel GETs).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -62,6 +60,7 @@ for _k, _v in DUMMY_ENV.items():
 for _k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
     os.environ.pop(_k, None)
 
+from roundtrips import RoundTrips  # noqa: E402  (sequential round trips of a restore)
 from save_cost import make_history  # noqa: E402  (the realistic message generator)
 
 from snapstore import CheckpointManager  # noqa: E402
@@ -88,73 +87,6 @@ def new_bucket(endpoint: str) -> str:
     name = f"snapstore-bench-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return name
-
-
-class RoundTrips:
-    """Store wrapper: records each request and the round it belongs to.
-
-    A round is one parallel batch (one ``Repository.prefetch`` call: its GETs run concurrently in the
-    repository's thread pool) or one request made on its own. With unlimited parallelism a restore
-    takes ``len(rounds)`` sequential round trips. ``max_in_flight``: most requests seen at once.
-    """
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.url = inner.url
-        self.stats = inner.stats
-        self.calls: list = []
-        self.batch = None
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def _do(self, kind, key, fn):
-        with self._lock:
-            rnd = self.batch if self.batch is not None else ("single", next(self._ids))
-            self.calls.append((rnd, kind, key))
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            return fn()
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-
-    def get(self, key, byte_range=None):
-        return self._do("GET", key, lambda: self.inner.get(key, byte_range))
-
-    def head(self, key):
-        return self._do("HEAD", key, lambda: self.inner.head(key))
-
-    def list(self, prefix, start_after=None, limit=None):
-        return iter(self._do("LIST", prefix, lambda: list(self.inner.list(prefix, start_after, limit))))
-
-    def list_dirs(self, prefix):
-        return iter(self._do("LIST", prefix, lambda: list(self.inner.list_dirs(prefix))))
-
-    def watch(self, repo) -> None:
-        orig = repo.prefetch
-
-        def prefetch(pack_ids, **kw):
-            pack_ids = list(pack_ids)
-            if self.batch is not None:
-                return orig(pack_ids, **kw)
-            self.batch = ("batch", next(self._ids))
-            try:
-                return orig(pack_ids, **kw)
-            finally:
-                self.batch = None
-        repo.prefetch = prefetch
-
-    def rounds(self) -> list:
-        out: dict = {}
-        for rnd, kind, key in self.calls:
-            out.setdefault(rnd, []).append(kind)
-        return list(out.values())
 
 
 def pct(xs: list, p: float) -> float:

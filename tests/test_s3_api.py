@@ -23,11 +23,11 @@ object into the moto bucket through moto's backend (the bytes are exactly what a
 from __future__ import annotations
 
 import importlib
-import itertools
 import math
 import random
-import threading
+import sys
 import warnings
+from pathlib import Path
 
 import boto3
 import pytest
@@ -42,6 +42,9 @@ from snapstore.stores.s3 import S3Store
 
 from s3_fixtures import _http_store, new_bucket_name
 from fake_text import text as _text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.roundtrips import RoundTrips  # noqa: E402  (shared with benchmarks/s3.py)
 
 PREFIX = "team/agents"
 
@@ -477,75 +480,6 @@ def test_list_limit_costs_o_k_gets(store):
 
 
 # --- restore round trips ------------------------------------------------------------------------------
-
-class RoundTrips:
-    """A store wrapper recording every request and which *round* it belongs to.
-
-    A round is one parallel batch (a call of ``Repository.prefetch``, whose GETs run concurrently in
-    the repository's thread pool) or one request made on its own outside any batch. The number of
-    rounds is the number of sequential round trips a restore needs when every batch runs fully in
-    parallel. ``max_in_flight`` is the highest number of requests seen in progress at once.
-    """
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.url = inner.url
-        self.stats = inner.stats
-        self.calls: list[tuple] = []  # (round, kind, key)
-        self.batch = None
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def _do(self, kind, key, fn):
-        with self._lock:
-            rnd = self.batch if self.batch is not None else ("single", next(self._ids))
-            self.calls.append((rnd, kind, key))
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            return fn()
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-
-    def get(self, key, byte_range=None):
-        return self._do("GET", key, lambda: self.inner.get(key, byte_range))
-
-    def head(self, key):
-        return self._do("HEAD", key, lambda: self.inner.head(key))
-
-    def list(self, prefix, start_after=None, limit=None):
-        return iter(self._do("LIST", prefix, lambda: list(self.inner.list(prefix, start_after, limit))))
-
-    def list_dirs(self, prefix):
-        return iter(self._do("LIST", prefix, lambda: list(self.inner.list_dirs(prefix))))
-
-    def watch(self, repo) -> None:
-        """Mark each ``repo.prefetch`` call as one round."""
-        orig = repo.prefetch
-
-        def prefetch(pack_ids, **kw):
-            pack_ids = list(pack_ids)
-            if self.batch is not None:
-                return orig(pack_ids, **kw)
-            self.batch = ("batch", next(self._ids))
-            try:
-                return orig(pack_ids, **kw)
-            finally:
-                self.batch = None
-        repo.prefetch = prefetch
-
-    def rounds(self) -> list[list[tuple]]:
-        out: dict = {}
-        for rnd, kind, key in self.calls:
-            out.setdefault(rnd, []).append((kind, key))
-        return list(out.values())
-
 
 def test_restore_of_10k_messages_takes_3_round_trips_from_its_segments(store):
     """Format 2: a fresh reader of a ~420-save run (no GC) makes one LIST, one manifest GET and
