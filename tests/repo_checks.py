@@ -1,4 +1,4 @@
-"""Checks shared by the GC tests: a repository is clean and restores what was saved."""
+"""Checks shared by tests: a repository is clean and restores what was saved; a run's history."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ def assert_clean(store, expect: dict) -> None:
     assert not rep.errors, [str(e) for e in rep.errors]
     for (run, cid), messages in expect.items():
         assert json.dumps(clean.get(run, cid).messages) == json.dumps(messages)
+
+
+def history_ids(mgr, run_id: str) -> list[str]:
+    """Ids of ``run_id``'s final head and its parent chain, newest first (as ``mgr`` reads them)."""
+    cp = mgr.latest(run_id)
+    out = []
+    while cp is not None:
+        out.append(cp.id)
+        cp = mgr.get(run_id, cp.parent_id) if cp.parent_id else None
+    return out

@@ -16,6 +16,7 @@ import contextvars
 import threading
 
 import pytest
+from repo_checks import history_ids as _history
 from s3_fixtures import repo_clients, serialise_creates
 
 from snapstore import EMPTY_RUN, CheckpointManager, callers
@@ -34,16 +35,6 @@ def msg(who, i):
 def repo(request, tmp_path, store_factory):
     """``repo(kind)`` -> a new store on one fresh repository of that kind (:func:`s3_fixtures.repo_clients`)."""
     return repo_clients(request, tmp_path, store_factory)
-
-
-def _history(mgr, run_id):
-    """Ids of the final head's history (parent chain), newest first, read by a fresh reader."""
-    cp = mgr.latest(run_id)
-    out = []
-    while cp is not None:
-        out.append(cp.id)
-        cp = mgr.get(run_id, cp.parent_id) if cp.parent_id else None
-    return out
 
 
 def _in_context(fn, *args, **kwargs):

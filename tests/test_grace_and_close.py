@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from repo_checks import history_ids as _history
 from s3_fixtures import repo_clients
 
 from snapstore import CheckpointManager
@@ -31,15 +32,6 @@ def msg(who, i):
 def repo(request, tmp_path, store_factory):
     """``repo(kind)`` -> a new store on one fresh repository of that kind (:func:`s3_fixtures.repo_clients`)."""
     return repo_clients(request, tmp_path, store_factory)
-
-
-def _history(mgr, run_id):
-    cp = mgr.latest(run_id)
-    out = []
-    while cp is not None:
-        out.append(cp.id)
-        cp = mgr.get(run_id, cp.parent_id) if cp.parent_id else None
-    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)
