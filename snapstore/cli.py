@@ -1170,6 +1170,14 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
                                 f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
                                 f"({_human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if rep.pending_candidates != 1 else 'it'}"))
+    held = int(getattr(rep, "pending_objects", 0) or 0)
+    if held:
+        names = {"manifests": "log record", "index": "index record", "log": "log segment"}
+        kinds = ", ".join(_plural(n, names.get(k, k)) for k, n in sorted(dict(rep.pending_kinds).items()) if n)
+        rows.append(("waiting", f"{kinds} no longer needed ({human_size(rep.pending_bytes)}) "
+                                f"{'are' if held != 1 else 'is'} younger than the grace period "
+                                f"({_human_duration(rep.grace_period)}); a gc run after it has passed deletes "
+                                f"{'them' if held != 1 else 'it'}"))
     corrupt = list(getattr(rep, "corrupt_packs", None) or ())
     if corrupt:
         rows.append(("damaged", f"{_plural(len(corrupt), 'pack')} ({', '.join(corrupt[:3])}"

@@ -80,6 +80,10 @@ class GCReport:
         deleted["forward"] counts forwarding-map objects deleted: shards left empty, and per-pack
             records of the older layout once their shard holds them.
         pending_candidates: unreferenced packs waiting for the grace period to pass.
+        pending_objects / pending_bytes: other objects no longer needed (hidden or dead log
+            records, orphaned index records, log segments whose manifests are all gone) that are
+            younger than the grace period: a GC after it has passed deletes them.
+            ``pending_kinds`` counts them by the categories of ``deleted``.
         corrupt_packs: keys of the packs found damaged (checksum mismatch, undecodable) while
             marking. A damaged pack whose live entries are all found in other copies (a retired
             pack's forwarding targets, a segment) is unreferenced like any other and deleted once
@@ -107,6 +111,9 @@ class GCReport:
     repack_bytes_in: int = 0
     repack_bytes_out: int = 0
     pending_candidates: int = 0
+    pending_objects: int = 0
+    pending_bytes: int = 0
+    pending_kinds: dict = field(default_factory=lambda: defaultdict(int))
     added_forward: int = 0
     redirected_forward: int = 0
     removed_forward: int = 0
@@ -133,6 +140,8 @@ class GCReport:
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
                 "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
                 "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
+                "pending_objects": self.pending_objects, "pending_bytes": self.pending_bytes,
+                "pending_kinds": dict(self.pending_kinds),
                 "added_forward": self.added_forward, "redirected_forward": self.redirected_forward,
                 "removed_forward": self.removed_forward, "forward_writes": self.forward_writes,
                 "corrupt_packs": list(self.corrupt_packs), "leftovers_removed": self.leftovers_removed,
@@ -465,6 +474,11 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         info = infos.get(key)
         return grace == 0 or (info is not None and info.mtime <= mature)
 
+    def held(size: int, cat: str) -> None:  # not needed any more, but younger than the grace period
+        rep.pending_objects += 1
+        rep.pending_bytes += size
+        rep.pending_kinds[cat] += 1
+
     del_keys: list[tuple[str, int, str]] = []
     for rk, log in logs.items():
         hidden = set(log.hidden)
@@ -472,6 +486,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             k = keys.manifest_key(rk, s_)
             if old(k):
                 del_keys.append((k, infos[k].size if k in infos else 0, "manifests"))
+            else:
+                held(infos[k].size if k in infos else 0, "manifests")
         remaining = sorted(x for x in log.manifests if x not in hidden)
         head_seq = remaining[-1] if remaining else None
         for s_ in remaining:
@@ -479,18 +495,17 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             k = keys.manifest_key(rk, s_)
             size = infos[k].size if k in infos else 0
             if s_ == head_seq:
-                if m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1 and not log.hidden and old(k):
-                    del_keys.append((k, size, "manifests"))
-                continue
-            if not old(k):
-                continue
-            if m.kind == KIND_ROLLBACK:
+                dead = m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1 and not log.hidden
+            elif m.kind == KIND_ROLLBACK:
                 t = int(m.target["seq"])
-                if not any(t < x < s_ for x in log.manifests if x not in hidden) and not any(
-                        t < x < s_ for x in log.hidden):
-                    del_keys.append((k, size, "manifests"))
-            elif m.kind == KIND_TOMBSTONE and not any(x < s_ for x in log.manifests):
+                dead = not any(t < x < s_ for x in log.manifests if x not in hidden) and not any(
+                    t < x < s_ for x in log.hidden)
+            else:
+                dead = m.kind == KIND_TOMBSTONE and not any(x < s_ for x in log.manifests)
+            if dead and old(k):
                 del_keys.append((k, size, "manifests"))
+            elif dead:
+                held(size, "manifests")
         live_seq = {m.seq: m.checkpoint_id for m in log.live}
         for info in index_by_run.get(rk, []):
             try:
@@ -499,11 +514,15 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                 continue
             if seq not in live_seq and (grace == 0 or info.mtime <= mature):
                 del_keys.append((info.key, info.size, "index"))
+            elif seq not in live_seq:
+                held(info.size, "index")
     for rk in index_by_run:
         if rk not in logs:
             for info in index_by_run[rk]:
                 if grace == 0 or info.mtime <= mature:
                     del_keys.append((info.key, info.size, "index"))
+                else:
+                    held(info.size, "index")
     for info in probes:
         del_keys.append((info.key, info.size, "gc"))
     # log segments (format 2 copies of log records): once no manifest of their range is left,
@@ -520,8 +539,11 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             hi, level = parse_logseg_key(info.key)
             lo = hi - span(level) + 1
             i = bisect.bisect_left(left, lo)
-            if (i == len(left) or left[i] > hi) and (grace == 0 or info.mtime <= mature):
-                del_keys.append((info.key, info.size, "log"))
+            if i == len(left) or left[i] > hi:
+                if grace == 0 or info.mtime <= mature:
+                    del_keys.append((info.key, info.size, "log"))
+                else:
+                    held(info.size, "log")
 
     hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
     if dry_run:

@@ -1041,3 +1041,22 @@ def test_shared_file_cli_import_exports_as_before(repo, name):
     digests = "".join(hashlib.sha256(json.dumps(json.loads(e), ensure_ascii=False).encode()).hexdigest()
                       for e in exports)
     assert hashlib.sha256(digests.encode()).hexdigest() == conv["sha256"]
+
+
+def test_gc_says_what_waits_for_the_grace_period(repo):
+    """After a prune, the log segments covering the pruned records are no longer needed but younger
+    than the grace period: gc (and gc -n) says so, with the count the grace-0 run then deletes."""
+    with CheckpointManager(repo) as mgr:
+        for k in range(40):
+            mgr.save("r", [{"role": "user", "content": f"m{j}"} for j in range(k + 1)], step=k)
+    run(repo, "prune", "--keep-last", "2")
+    dry = json.loads(run(repo, "gc", "-n", "--json").stdout)
+    real = json.loads(run(repo, "gc", "--json").stdout)
+    assert real["deleted"].get("log", 0) == 0 and real["pending_objects"] > 0
+    for key in ("pending_objects", "pending_bytes", "pending_kinds"):
+        assert dry[key] == real[key], key
+    text = run(repo, "gc").stdout
+    assert "waiting:" in text and f"{real['pending_kinds']['log']} log segment" in text and "grace period (1h)" in text
+    now = json.loads(run(repo, "gc", "--grace-period", "0", "--json").stdout)
+    assert now["deleted"].get("log", 0) == real["pending_kinds"]["log"] and now["pending_objects"] == 0
+    assert "waiting:" not in run(repo, "gc").stdout
