@@ -1280,7 +1280,11 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
     out = _kv(pairs, width)
     objects = st.get("objects") or {}
     if objects:
-        rows = [[f"  {cat}", str(v.get("count", 0)), human_size(v.get("bytes", 0))] for cat, v in objects.items()]
+        rows = []
+        for cat, v in objects.items():
+            rows.append([f"  {cat}", str(v.get("count", 0)), human_size(v.get("bytes", 0))])
+            if v.get("stubs"):  # compacted run-log records (their copies are in log segments)
+                rows.append(["    of them stubs", str(v["stubs"]), human_size(0)])
         total_n = sum(int(v.get("count", 0)) for v in objects.values())
         total_b = sum(int(v.get("bytes", 0)) for v in objects.values())
         rows.append(["  total", str(total_n), human_size(total_b)])

@@ -1060,3 +1060,16 @@ def test_gc_says_what_waits_for_the_grace_period(repo):
     now = json.loads(run(repo, "gc", "--grace-period", "0", "--json").stdout)
     assert now["deleted"].get("log", 0) == real["pending_kinds"]["log"] and now["pending_objects"] == 0
     assert "waiting:" not in run(repo, "gc").stdout
+
+
+def test_stats_counts_the_compacted_stubs(repo):
+    """On a local directory the run log is compacted: `stats` shows how many manifests are 0-byte
+    stubs (their records live in log segments), the same number as its JSON."""
+    with CheckpointManager(repo) as mgr:
+        for k in range(40):
+            mgr.save("r", [{"role": "user", "content": f"m{j}"} for j in range(k + 1)], step=k)
+    st = json.loads(run(repo, "stats", "--json").stdout)
+    stubs = st["objects"]["manifests"]["stubs"]
+    assert 0 < stubs < st["objects"]["manifests"]["count"]
+    row = [ln for ln in run(repo, "stats").stdout.splitlines() if "of them stubs" in ln]
+    assert len(row) == 1 and row[0].split()[3] == str(stubs), row
