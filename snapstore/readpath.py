@@ -706,6 +706,9 @@ class ReadPath:
                 raise IntegrityError(keys.pack_key(upper[1]), f"malformed upper entry {upper[0].hex()}: {e}") from None
         return Spine(self.params, levels, upper)
 
+    NODES_MAX = 200_000
+    """Most decoded tree nodes a repository object keeps (``_nodes``); cleared when full."""
+
     def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
         """Read and decode a tree node; return ``(level, items)`` (decoded nodes are cached: a node's
         content never changes, its id is its content id)."""
@@ -720,7 +723,7 @@ class ReadPath:
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(pack_id), f"malformed node {node_id.hex()}: {e}") from None
         with self._lock:
-            if len(self._nodes) >= 200_000:
+            if len(self._nodes) >= self.NODES_MAX:
                 self._nodes.clear()
             self._nodes[node_id] = node
         return node
@@ -746,14 +749,69 @@ class ReadPath:
         raw = blk[e.offset:e.offset + e.length]
         return raw if self.hasher.content_id(raw) == node_id else None
 
+    def _nodes_at_hand(self, refs) -> dict:
+        """The nodes among ``refs`` (refs of level >= 1) that need no request, decoded: node id ->
+        ``(level, items)``. A node is at hand when this repository object decoded it before, or
+        when the pack holding it (the hinted one, else the indexed segment) is cached whole and
+        its block is uncompressed or has no dictionary (then it is decompressed here, once).
+        Every node read here is verified by its content id, as :meth:`read_node` does; one that
+        is not at hand, does not match its id or does not decode is left out, for
+        :meth:`read_node` to fetch, read from another copy, or report naming its pack.
+
+        The same lookups as :meth:`read_node` and :meth:`_node_at_hand`, for a whole level of a
+        walk in one call (a cold restore's tree walk is mostly these calls)."""
+        memo = self._nodes
+        cache, where = self._cache, self._where
+        content_id = self.hasher.content_id
+        out: dict = {}
+        new: dict = {}
+        for r in refs:
+            nid = r.id
+            hit = memo.get(nid)
+            if hit is not None:
+                out[nid] = hit
+                continue
+            key = (T_NODE, nid)
+            p = cache.get(r.pack)
+            e = p.entries.get(key) if p is not None else None
+            if e is None:
+                w = where.get(key)
+                p = cache.get(w) if w is not None else None
+                e = p.entries.get(key) if p is not None else None
+                if e is None:
+                    continue
+            blk = p._raw.get(e.block)
+            if blk is None:
+                if not p.whole or p.blocks[e.block].dict is not None:
+                    continue
+                try:
+                    blk = p.raw_block(e.block)
+                except IntegrityError:
+                    continue
+            raw = blk[e.offset:e.offset + e.length]
+            if content_id(raw) != nid:
+                continue
+            try:
+                node = decode_node(raw)
+            except (ValueError, IndexError):
+                continue
+            out[nid] = new[nid] = node
+        if new:
+            with self._lock:
+                if len(memo) + len(new) > self.NODES_MAX:
+                    memo.clear()
+                memo.update(new)
+        return out
+
     def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
         """Return every level-0 ref of the list, in order.
 
-        Nodes are fetched level by level with the packs of each level fetched in parallel, so the
-        number of sequential round trips is the tree depth. If ``nodes`` is given, every node read
-        is recorded in it as ``node id -> pack id``. Each node must have the level below its ref's
-        and cover the messages its ref counts (so the expansion is bounded by the counts read so
-        far).
+        Nodes are read level by level. The nodes of a level that are at hand (decoded before, or
+        in a cached pack: :meth:`_nodes_at_hand`) are taken first; the packs of the others are
+        fetched in parallel, so the number of sequential round trips is at most the tree depth.
+        If ``nodes`` is given, every node read is recorded in it as ``node id -> pack id``. Each
+        node must have the level below its ref's and cover the messages its ref counts (so the
+        expansion is bounded by the counts read so far).
 
         Raises:
             IntegrityError: a node of the wrong level or count, or malformed (names its pack).
@@ -763,15 +821,20 @@ class ReadPath:
         groups: list[tuple[int, list[Ref]]] = [(lv, run) for lv in range(len(spine.levels) - 1, -1, -1)
                                                if (run := spine.levels[lv])]
         while any(level > 0 for level, _ in groups):
-            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g))
-            self.fetch_blocks((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g)
+            want = [r for level, g in groups if level > 0 for r in g]
+            got = self._nodes_at_hand(want)
+            missing = [(T_NODE, r.id, r.pack) for r in want if r.id not in got]
+            if missing:
+                self.prefetch(self._packs_for(missing))
+                self.fetch_blocks(missing)
             nxt: list[tuple[int, list[Ref]]] = []
             for level, g in groups:
                 if level == 0:
                     nxt.append((0, g))
                     continue
                 for r in g:
-                    lv, items = self.read_node(r.id, r.pack)
+                    node = got.get(r.id)
+                    lv, items = node if node is not None else self.read_node(r.id, r.pack)
                     if nodes is not None:
                         nodes[r.id] = r.pack
                     if lv != level - 1:
