@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from itertools import accumulate
+from operator import itemgetter
 from typing import Callable
 
 import orjson
@@ -33,6 +36,10 @@ from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, D
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
+
+
+_REF_ID = itemgetter(0)
+"""A :class:`~snapstore.format.tree.Ref`'s ``id`` (its first field), for C-level passes over refs."""
 
 
 class _ReadCtx:
@@ -181,9 +188,7 @@ class ReadPath:
             if len(self._where) + len(pack.entries) > self.WHERE_MAX:
                 self._where.clear()
             pack.indexed = True
-            where = self._where
-            for k in pack.entries:
-                where[k] = pack.id
+            self._where.update(dict.fromkeys(pack.entries, pack.id))
 
     def segment_index(self, packs) -> dict:
         """``(type, id) -> pack id`` over the cached packs in ``packs`` (from :meth:`segment_packs`);
@@ -1070,16 +1075,16 @@ class ReadPath:
         nodes: dict = {}
         refs = self.expand(spine, nodes)
         msgs, raws, digest = self.read_list(refs, m)
-        ids = [r.id for r in refs]
+        # C-level passes over the list (no Python step per message): the ids, chunk id -> ref,
+        # and the raws trimmed to the most recent RECENT_RAW_KEEP x dict_bytes (the message that
+        # crosses the limit and every one before it dropped)
+        ids = list(map(_REF_ID, refs))
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
-        acc = 0
-        for i in range(len(raws) - 1, -1, -1):
-            acc += len(raws[i])
-            if acc > keep:
-                raws[:i + 1] = [None] * (i + 1)
-                break
+        cut = len(raws) - bisect_right(list(accumulate(map(len, reversed(raws)))), keep)
+        if cut > 0:
+            raws[:cut] = [None] * cut
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
-                       objs=None, raws=raws, known={r.id: r for r in refs}, nodes=nodes)
+                       objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes)
         return msgs, ls
 
     def load_messages(self, m: Manifest) -> list:
