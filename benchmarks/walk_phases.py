@@ -18,6 +18,12 @@ besides fetching, walking and reading the list (``load_with_state rest``: buildi
 ListState). ``local_read.py --profile`` profiles a single child; this one reports medians over
 ``--trials`` children, which is what to compare before and after a change of a few hundred
 microseconds on a shared machine.
+
+``--floors`` adds, in as many more fresh children, what the two decoders cost against the
+allocations they cannot avoid: the four segment packs' headers parsed by ``_parse_header`` and by
+the same loop storing a plain integer instead of each ``Entry`` (the packs read before the
+clock); the run's tree nodes decoded by ``decode_node`` and a loop that only slices each item's id
+and builds its ``Ref`` (the node bytes taken from the packs before the clock).
 """
 
 from __future__ import annotations
@@ -84,6 +90,91 @@ def child(spec: dict) -> dict:
     return out
 
 
+def floors_child(spec: dict) -> dict:
+    """Fresh-process costs of the header and node decoders and of their allocations alone."""
+    sys.path.insert(0, str(local_read.REPO_ROOT))
+    from snapstore import CheckpointManager, views
+    from snapstore.format import pack as P
+    from snapstore.format.codec import get_varint
+    from snapstore.format.tree import Ref, decode_node
+
+    datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]
+    bounds = []
+    for d in datas:
+        hlen = int.from_bytes(d[-20:-16], "little")
+        bounds.append((len(d) - 20 - hlen, len(d) - 20))
+
+    def ints_only(data, hstart, hend):
+        # the entry table as _parse_header walks it, a plain integer stored per entry
+        pos = hstart
+        nb, pos = get_varint(data, pos)
+        for _ in range(nb):
+            kind = data[pos]
+            pos += 1 + (24 if kind == 2 else 0)
+            _, pos = get_varint(data, pos)
+            _, pos = get_varint(data, pos)
+            if kind in (1, 2):
+                pos += 16
+                for _ in range(3):
+                    _, pos = get_varint(data, pos)
+        n, pos = get_varint(data, pos)
+        entries, fill = {}, [0] * nb
+        for _ in range(n):  # as _parse_header's loop (one-byte blocks, 1-2 byte lengths inline)
+            end = pos + 17
+            bi = data[end]
+            if bi < 0x80:
+                ln = data[end + 1]
+                p = end + 2
+            else:
+                bi, p = get_varint(data, end)
+                ln = data[p]
+                p += 1
+            if ln >= 0x80:
+                x = data[p]
+                if x < 0x80:
+                    ln = (ln & 0x7F) | (x << 7)
+                    p += 1
+                else:
+                    ln, p = get_varint(data, p - 1)
+            f = fill[bi]
+            fill[bi] = f + ln
+            t = data[pos]
+            eid = data[pos + 1:end]
+            entries[(t, eid)] = f
+            pos = p
+        return entries
+
+    clock = time.perf_counter
+    t0 = clock()
+    for d, (a, b) in zip(datas, bounds):
+        P._parse_header("k", d, a, b, a)
+    t1 = clock()
+    for d, (a, b) in zip(datas, bounds):
+        ints_only(d, a, b)
+    t2 = clock()
+    # the run's nodes, as bytes (read with a throwaway manager, before the clock)
+    mgr = CheckpointManager(spec["repo"])
+    m = views.load_view(mgr, spec["run"]).head
+    ls = mgr.repo.load_with_state(m)[1]
+    raws = [mgr.repo._node_at_hand(nid, pk) for nid, pk in ls.nodes.items()]
+    nitems = sum(len(decode_node(r)[1]) for r in raws)
+    mgr.repo._nodes.clear()
+    ids = b"".join(r[-20 * 8:] for r in raws) * 4
+    pk = bytes(8)
+    new = tuple.__new__
+    t3 = clock()
+    for r in raws:
+        decode_node(r)
+    t4 = clock()
+    out = [None] * nitems
+    for i in range(nitems):
+        out[i] = new(Ref, (ids[i * 16:i * 16 + 16], 1000, 1, 0, pk))
+    t5 = clock()
+    nent = sum(len(P._parse_header("k", d, a, b, a)[1]) for d, (a, b) in zip(datas, bounds))
+    return {"entries": nent, "header_s": t1 - t0, "header_ints_s": t2 - t1,
+            "nodes": len(raws), "items": nitems, "nodes_s": t4 - t3, "refs_only_s": t5 - t4}
+
+
 def run_child(spec: dict) -> dict:
     import subprocess
 
@@ -95,15 +186,20 @@ def run_child(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(trials: int) -> dict | None:
+def measure(trials: int, floors: bool = False) -> dict | None:
     """Build the repository, run ``trials`` fresh children; medians per phase (or None without
-    the shared trajectories)."""
+    the shared trajectories). With ``floors``, also the medians of :func:`floors_child`."""
+    fl = []
     with tempfile.TemporaryDirectory(prefix="walk-phases-") as tmp:
         info = local_read.build(tmp)
         if info is None:
             return None
         spec = {"repo": info["repo"], "run": local_read.RUN}
-        rows = [run_child(spec) for _ in range(trials)]
+        rows = []
+        for _ in range(trials):
+            rows.append(run_child(spec))
+            if floors:
+                fl.append(run_child(dict(spec, floors=True)))
     for r in rows:
         if r["count"] != info["messages"]:
             raise AssertionError("latest() returned the wrong number of messages")
@@ -115,6 +211,8 @@ def measure(trials: int) -> dict | None:
         res["phases"][q] = {"wall_s": statistics.median(r[q]["wall_s"] for r in rows),
                             "calls": rows[0][q]["calls"],
                             "faults": statistics.median(r[q]["faults"] for r in rows)}
+    if fl:
+        res["floors"] = {k: (statistics.median(r[k] for r in fl) if k.endswith("_s") else fl[0][k]) for k in fl[0]}
     return res
 
 
@@ -123,19 +221,28 @@ def report(r: dict) -> str:
              f"(phases nest): total {r['total_s'] * 1e3:.2f} ms, {r['faults']:.0f} page faults"]
     for q, p in r["phases"].items():
         lines.append(f"  {p['wall_s'] * 1e3:7.3f} ms {p['faults']:6.0f} flt {p['calls']:4d}x  {q}")
+    f = r.get("floors")
+    if f:
+        ms = 1e3
+        lines.append(f"  floors (fresh children, medians): {f['entries']} header entries: _parse_header "
+                     f"{f['header_s'] * ms:.3f} ms, the same loop storing ints instead of Entry objects "
+                     f"{f['header_ints_s'] * ms:.3f} ms; {f['nodes']} nodes, {f['items']} items: decode_node "
+                     f"{f['nodes_s'] * ms:.3f} ms, slicing ids and building Refs alone {f['refs_only_s'] * ms:.3f} ms")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=21, help="fresh children (default 21)")
+    ap.add_argument("--floors", action="store_true", help="also the decoders against their allocations alone")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+        spec = json.loads(args.child)
+        print(json.dumps(floors_child(spec) if spec.get("floors") else child(spec)))
         return 0
-    r = measure(args.trials)
+    r = measure(args.trials, args.floors)
     if r is None:
         print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
         return 0

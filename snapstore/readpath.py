@@ -757,8 +757,9 @@ class ReadPath:
     def _nodes_at_hand(self, refs) -> dict:
         """The nodes among ``refs`` (refs of level >= 1) that need no request, decoded: node id ->
         ``(level, items)``. A node is at hand when this repository object decoded it before, or
-        when the pack holding it (the hinted one, else the indexed segment) is cached whole and
-        its block is uncompressed or has no dictionary (then it is decompressed here, once).
+        when the pack holding it (the hinted one, else the indexed segment) is cached with its
+        block in memory (a ranged pack: fetched) and that block is uncompressed or has no
+        dictionary (then it is decompressed here, once).
         Every node read here is verified by its content id, as :meth:`read_node` does; one that
         is not at hand, does not match its id or does not decode is left out, for
         :meth:`read_node` to fetch, read from another copy, or report naming its pack.
@@ -787,7 +788,7 @@ class ReadPath:
                     continue
             blk = p._raw.get(e.block)
             if blk is None:
-                if not p.whole or p.blocks[e.block].dict is not None:
+                if p.blocks[e.block].dict is not None or not p.block_at_hand(e.block):
                     continue
                 try:
                     blk = p.raw_block(e.block)

@@ -290,6 +290,11 @@ class Pack:
         b = self.blocks[block]
         return self.data[b.offset:b.offset + b.clen]
 
+    def block_at_hand(self, block: int) -> bool:
+        """True when block ``block`` (an index) is in memory, compressed or not: :meth:`raw_block`
+        needs no request for it (always, for a pack read whole)."""
+        return True
+
     @classmethod
     def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
         """Verify the checksum and parse the header.
@@ -391,6 +396,9 @@ class RangedPack(Pack):
     def nbytes(self) -> int:
         """Bytes of the pack held in memory (the compressed blocks fetched so far)."""
         return sum(len(v) for v in self._have.values())
+
+    def block_at_hand(self, block: int) -> bool:
+        return block in self._have or block in self._raw
 
     def missing(self, blocks) -> list[int]:
         """The block indices among ``blocks`` neither fetched nor decompressed yet, sorted."""
