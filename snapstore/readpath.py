@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from itertools import accumulate
 from operator import itemgetter
 from typing import Callable
 
@@ -1076,14 +1074,14 @@ class ReadPath:
         nodes: dict = {}
         refs = self.expand(spine, nodes)
         msgs, raws, digest = self.read_list(refs, m)
-        # C-level passes over the list (no Python step per message): the ids, chunk id -> ref,
-        # and the raws trimmed to the most recent RECENT_RAW_KEEP x dict_bytes (the message that
-        # crosses the limit and every one before it dropped)
-        ids = list(map(_REF_ID, refs))
+        ids = list(map(_REF_ID, refs))  # C-level passes over the refs (here and ``known``)
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
-        cut = len(raws) - bisect_right(list(accumulate(map(len, reversed(raws)))), keep)
-        if cut > 0:
-            raws[:cut] = [None] * cut
+        acc = 0
+        for i in range(len(raws) - 1, -1, -1):  # from the end: stops at the limit
+            acc += len(raws[i])
+            if acc > keep:
+                raws[:i + 1] = [None] * (i + 1)
+                break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes)
         return msgs, ls

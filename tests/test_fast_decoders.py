@@ -23,7 +23,6 @@ import pytest
 
 from snapstore import CheckpointManager, views
 from snapstore.errors import IntegrityError
-from snapstore.format.codec import get_varint
 from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
 from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_NODE, T_STATE,
                                    Block, DictSpec, Entry, PackBuilder, _parse_header)
