@@ -19,6 +19,15 @@ ListState). ``local_read.py --profile`` profiles a single child; this one report
 ``--trials`` children, which is what to compare before and after a change of a few hundred
 microseconds on a shared machine.
 
+``--fixed-malloc`` runs the children with glibc's malloc thresholds fixed
+(``MALLOC_MMAP_THRESHOLD_`` 32 MiB, ``MALLOC_TRIM_THRESHOLD_`` 256 MiB) instead of adjusting
+themselves: by default glibc raises its mmap threshold when an mmapped block is freed, so whether
+a later large buffer (a decompressed block, orjson's output) comes from already touched heap or
+from fresh pages depends on the allocations before it, and an unrelated change (one more class
+attribute in the read path) moves a fresh ``latest()`` by about 120 page faults (0.3 ms) either
+way. With the thresholds fixed the counts repeat to within a fault or two, which is what an A/B
+of a change needs; the default is what a user's process does.
+
 ``--floors`` adds, in as many more fresh children, what the two decoders cost against the
 allocations they cannot avoid: the four segment packs' headers parsed by ``_parse_header`` and by
 the same loop storing a plain integer instead of each ``Entry`` (the packs read before the
@@ -175,36 +184,51 @@ def floors_child(spec: dict) -> dict:
             "nodes": len(raws), "items": nitems, "nodes_s": t4 - t3, "refs_only_s": t5 - t4}
 
 
-def run_child(spec: dict) -> dict:
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def run_child(spec: dict, fixed_malloc: bool = False) -> dict:
     import subprocess
 
+    env = local_read._child_env()
+    if fixed_malloc:
+        env.update(FIXED_MALLOC)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                          cwd=str(local_read.REPO_ROOT), env=local_read._child_env(), capture_output=True,
-                          text=True, timeout=600)
+                          cwd=str(local_read.REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(trials: int, floors: bool = False) -> dict | None:
+def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo: str | None = None) -> dict | None:
     """Build the repository, run ``trials`` fresh children; medians per phase (or None without
-    the shared trajectories). With ``floors``, also the medians of :func:`floors_child`."""
+    the shared trajectories). With ``floors``, also the medians of :func:`floors_child`; with
+    ``fixed_malloc``, the children run with :data:`FIXED_MALLOC`. ``repo``: a directory to
+    build the repository in and keep (or to reuse, if built there before: pack ids are random,
+    so an A/B of two checkouts should read the same one)."""
     fl = []
     with tempfile.TemporaryDirectory(prefix="walk-phases-") as tmp:
-        info = local_read.build(tmp)
-        if info is None:
-            return None
+        if repo is not None and Path(repo, "info.json").exists():
+            info = json.loads(Path(repo, "info.json").read_text())
+        else:
+            if repo is not None:
+                Path(repo).mkdir(parents=True, exist_ok=True)
+            info = local_read.build(repo or tmp)
+            if info is None:
+                return None
+            if repo is not None:
+                Path(repo, "info.json").write_text(json.dumps(info))
         spec = {"repo": info["repo"], "run": local_read.RUN}
         rows = []
         for _ in range(trials):
-            rows.append(run_child(spec))
+            rows.append(run_child(spec, fixed_malloc))
             if floors:
-                fl.append(run_child(dict(spec, floors=True)))
+                fl.append(run_child(dict(spec, floors=True), fixed_malloc))
     for r in rows:
         if r["count"] != info["messages"]:
             raise AssertionError("latest() returned the wrong number of messages")
     names = [q for _, q in PHASES] + ["load_with_state rest"]
-    res = {"trials": trials, "messages": info["messages"], "packs": info["packs"],
+    res = {"trials": trials, "fixed_malloc": fixed_malloc, "messages": info["messages"], "packs": info["packs"],
            "total_s": statistics.median(r["wall_s"] for r in rows),
            "faults": statistics.median(r["faults"] for r in rows), "phases": {}}
     for q in names:
@@ -217,8 +241,8 @@ def measure(trials: int, floors: bool = False) -> dict | None:
 
 
 def report(r: dict) -> str:
-    lines = [f"fresh latest(), {r['messages']} messages, {r['packs']} packs; medians of {r['trials']} children "
-             f"(phases nest): total {r['total_s'] * 1e3:.2f} ms, {r['faults']:.0f} page faults"]
+    lines = [f"fresh latest(), {r['messages']} messages, {r['packs']} packs; medians of {r['trials']} children"
+             f"{' (malloc thresholds fixed)' if r.get('fixed_malloc') else ''} (phases nest): total {r['total_s'] * 1e3:.2f} ms, {r['faults']:.0f} page faults"]
     for q, p in r["phases"].items():
         lines.append(f"  {p['wall_s'] * 1e3:7.3f} ms {p['faults']:6.0f} flt {p['calls']:4d}x  {q}")
     f = r.get("floors")
@@ -234,7 +258,9 @@ def report(r: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=21, help="fresh children (default 21)")
+    ap.add_argument("--fixed-malloc", action="store_true", help="children with glibc's malloc thresholds fixed")
     ap.add_argument("--floors", action="store_true", help="also the decoders against their allocations alone")
+    ap.add_argument("--repo", help="build the repository here and keep it, or reuse the one built here before")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -242,7 +268,7 @@ def main(argv=None) -> int:
         spec = json.loads(args.child)
         print(json.dumps(floors_child(spec) if spec.get("floors") else child(spec)))
         return 0
-    r = measure(args.trials, args.floors)
+    r = measure(args.trials, args.floors, args.fixed_malloc, args.repo)
     if r is None:
         print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
         return 0
