@@ -28,6 +28,14 @@ attribute in the read path) moves a fresh ``latest()`` by about 120 page faults 
 way. With the thresholds fixed the counts repeat to within a fault or two, which is what an A/B
 of a change needs; the default is what a user's process does.
 
+``--pyc`` makes the children import snapstore from bytecode, as an installed package does (pip
+compiles it), instead of compiling it from source at import, as a checkout does where
+``PYTHONDONTWRITEBYTECODE`` is set or no ``__pycache__`` can be written: the checkout is compiled
+first into a private cache (``PYTHONPYCACHEPREFIX`` in a temporary directory; nothing is written
+into the checkout). Compiling from source leaves the interpreter's heap with more touched, freed
+memory that the read then reuses, so the same ``latest()`` costs fewer fresh pages than it would
+in a user's process.
+
 ``--floors`` adds, in as many more fresh children, what the two decoders cost against the
 allocations they cannot avoid: the four segment packs' headers parsed by ``_parse_header`` and by
 the same loop storing a plain integer instead of each ``Entry`` (the packs read before the
@@ -187,12 +195,15 @@ def floors_child(spec: dict) -> dict:
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
-def run_child(spec: dict, fixed_malloc: bool = False) -> dict:
+def run_child(spec: dict, fixed_malloc: bool = False, pycache: str | None = None) -> dict:
     import subprocess
 
     env = local_read._child_env()
     if fixed_malloc:
         env.update(FIXED_MALLOC)
+    if pycache is not None:
+        env["PYTHONPYCACHEPREFIX"] = pycache
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
                           cwd=str(local_read.REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -200,14 +211,31 @@ def run_child(spec: dict, fixed_malloc: bool = False) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo: str | None = None) -> dict | None:
+def compile_checkout(pycache: str) -> None:
+    """Compile this checkout's snapstore into the bytecode cache ``pycache`` (a directory used as
+    ``PYTHONPYCACHEPREFIX``; the checkout itself is not written to)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=pycache)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(local_read.REPO_ROOT / "snapstore")],
+                   env=env, check=True, timeout=600)
+
+
+def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo: str | None = None,
+            pyc: bool = False) -> dict | None:
     """Build the repository, run ``trials`` fresh children; medians per phase (or None without
     the shared trajectories). With ``floors``, also the medians of :func:`floors_child`; with
     ``fixed_malloc``, the children run with :data:`FIXED_MALLOC`. ``repo``: a directory to
     build the repository in and keep (or to reuse, if built there before: pack ids are random,
-    so an A/B of two checkouts should read the same one)."""
+    so an A/B of two checkouts should read the same one). ``pyc``: the children import snapstore
+    from bytecode compiled first (:func:`compile_checkout`)."""
     fl = []
     with tempfile.TemporaryDirectory(prefix="walk-phases-") as tmp:
+        pycache = None
+        if pyc:
+            pycache = str(Path(tmp, "pycache"))
+            compile_checkout(pycache)
         if repo is not None and Path(repo, "info.json").exists():
             info = json.loads(Path(repo, "info.json").read_text())
         else:
@@ -221,14 +249,14 @@ def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo:
         spec = {"repo": info["repo"], "run": local_read.RUN}
         rows = []
         for _ in range(trials):
-            rows.append(run_child(spec, fixed_malloc))
+            rows.append(run_child(spec, fixed_malloc, pycache))
             if floors:
-                fl.append(run_child(dict(spec, floors=True), fixed_malloc))
+                fl.append(run_child(dict(spec, floors=True), fixed_malloc, pycache))
     for r in rows:
         if r["count"] != info["messages"]:
             raise AssertionError("latest() returned the wrong number of messages")
     names = [q for _, q in PHASES] + ["load_with_state rest"]
-    res = {"trials": trials, "fixed_malloc": fixed_malloc, "messages": info["messages"], "packs": info["packs"],
+    res = {"trials": trials, "fixed_malloc": fixed_malloc, "pyc": pyc, "messages": info["messages"], "packs": info["packs"],
            "total_s": statistics.median(r["wall_s"] for r in rows),
            "faults": statistics.median(r["faults"] for r in rows), "phases": {}}
     for q in names:
@@ -242,7 +270,8 @@ def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo:
 
 def report(r: dict) -> str:
     lines = [f"fresh latest(), {r['messages']} messages, {r['packs']} packs; medians of {r['trials']} children"
-             f"{' (malloc thresholds fixed)' if r.get('fixed_malloc') else ''} (phases nest): total {r['total_s'] * 1e3:.2f} ms, {r['faults']:.0f} page faults"]
+             f"{' (malloc thresholds fixed)' if r.get('fixed_malloc') else ''}"
+             f"{' (snapstore from bytecode)' if r.get('pyc') else ''} (phases nest): total {r['total_s'] * 1e3:.2f} ms, {r['faults']:.0f} page faults"]
     for q, p in r["phases"].items():
         lines.append(f"  {p['wall_s'] * 1e3:7.3f} ms {p['faults']:6.0f} flt {p['calls']:4d}x  {q}")
     f = r.get("floors")
@@ -259,6 +288,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=21, help="fresh children (default 21)")
     ap.add_argument("--fixed-malloc", action="store_true", help="children with glibc's malloc thresholds fixed")
+    ap.add_argument("--pyc", action="store_true", help="children import snapstore from bytecode (as installed)")
     ap.add_argument("--floors", action="store_true", help="also the decoders against their allocations alone")
     ap.add_argument("--repo", help="build the repository here and keep it, or reuse the one built here before")
     ap.add_argument("--json", help="write the results here")
@@ -268,7 +298,7 @@ def main(argv=None) -> int:
         spec = json.loads(args.child)
         print(json.dumps(floors_child(spec) if spec.get("floors") else child(spec)))
         return 0
-    r = measure(args.trials, args.floors, args.fixed_malloc, args.repo)
+    r = measure(args.trials, args.floors, args.fixed_malloc, args.repo, args.pyc)
     if r is None:
         print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
         return 0

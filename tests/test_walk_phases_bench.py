@@ -1,5 +1,5 @@
 """benchmarks/walk_phases.py runs end to end: fresh children, every phase timed, the floors and the
-fixed-malloc mode reported, a kept repository reused (one trial; skipped without the shared data)."""
+fixed-malloc and bytecode modes reported, a kept repository reused (one trial; skipped without the shared data)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def test_walk_phases_times_every_phase_in_fresh_children_and_reuses_a_kept_repos
     assert f["entries"] > 100 and f["items"] >= r["messages"] and f["nodes"] > 1
     assert 0 < f["header_ints_s"] and 0 < f["refs_only_s"]
     info = json.loads((keep / "info.json").read_text())
-    again = walk_phases.measure(trials=1, repo=str(keep))  # the same repository, not a new one
-    assert again["packs"] == info["packs"] == r["packs"]
+    again = walk_phases.measure(trials=1, repo=str(keep), pyc=True)  # the same repository, not a new one
+    assert again["packs"] == info["packs"] == r["packs"] and again["pyc"]
+    walk_phases.compile_checkout(str(tmp_path / "pycache"))  # into the private cache it names
+    assert list((tmp_path / "pycache").rglob("readpath.cpython-*.pyc"))
     text = walk_phases.report(again)
     assert "ReadPath.expand" in text and "load_with_state rest" in text
