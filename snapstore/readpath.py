@@ -20,6 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Callable
 
 import orjson
@@ -33,6 +34,10 @@ from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, D
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
+
+
+_REF_ID = itemgetter(0)
+"""A :class:`~snapstore.format.tree.Ref`'s ``id`` (its first field), for C-level passes over refs."""
 
 
 class _ReadCtx:
@@ -181,9 +186,7 @@ class ReadPath:
             if len(self._where) + len(pack.entries) > self.WHERE_MAX:
                 self._where.clear()
             pack.indexed = True
-            where = self._where
-            for k in pack.entries:
-                where[k] = pack.id
+            self._where.update(dict.fromkeys(pack.entries, pack.id))
 
     def segment_index(self, packs) -> dict:
         """``(type, id) -> pack id`` over the cached packs in ``packs`` (from :meth:`segment_packs`);
@@ -706,6 +709,9 @@ class ReadPath:
                 raise IntegrityError(keys.pack_key(upper[1]), f"malformed upper entry {upper[0].hex()}: {e}") from None
         return Spine(self.params, levels, upper)
 
+    NODES_MAX = 200_000
+    """Most decoded tree nodes a repository object keeps (``_nodes``); cleared when full."""
+
     def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
         """Read and decode a tree node; return ``(level, items)`` (decoded nodes are cached: a node's
         content never changes, its id is its content id)."""
@@ -720,7 +726,7 @@ class ReadPath:
         except (ValueError, IndexError) as e:
             raise IntegrityError(keys.pack_key(pack_id), f"malformed node {node_id.hex()}: {e}") from None
         with self._lock:
-            if len(self._nodes) >= 200_000:
+            if len(self._nodes) >= self.NODES_MAX:
                 self._nodes.clear()
             self._nodes[node_id] = node
         return node
@@ -746,14 +752,70 @@ class ReadPath:
         raw = blk[e.offset:e.offset + e.length]
         return raw if self.hasher.content_id(raw) == node_id else None
 
+    def _nodes_at_hand(self, refs) -> dict:
+        """The nodes among ``refs`` (refs of level >= 1) that need no request, decoded: node id ->
+        ``(level, items)``. A node is at hand when this repository object decoded it before, or
+        when the pack holding it (the hinted one, else the indexed segment) is cached with its
+        block in memory (a ranged pack: fetched) and that block is uncompressed or has no
+        dictionary (then it is decompressed here, once).
+        Every node read here is verified by its content id, as :meth:`read_node` does; one that
+        is not at hand, does not match its id or does not decode is left out, for
+        :meth:`read_node` to fetch, read from another copy, or report naming its pack.
+
+        The same lookups as :meth:`read_node` and :meth:`_node_at_hand`, for a whole level of a
+        walk in one call (a cold restore's tree walk is mostly these calls)."""
+        memo = self._nodes
+        cache, where = self._cache, self._where
+        content_id = self.hasher.content_id
+        out: dict = {}
+        new: dict = {}
+        for r in refs:
+            nid = r.id
+            hit = memo.get(nid)
+            if hit is not None:
+                out[nid] = hit
+                continue
+            key = (T_NODE, nid)
+            p = cache.get(r.pack)
+            e = p.entries.get(key) if p is not None else None
+            if e is None:
+                w = where.get(key)
+                p = cache.get(w) if w is not None else None
+                e = p.entries.get(key) if p is not None else None
+                if e is None:
+                    continue
+            blk = p._raw.get(e.block)
+            if blk is None:
+                if p.blocks[e.block].dict is not None or not p.block_at_hand(e.block):
+                    continue
+                try:
+                    blk = p.raw_block(e.block)
+                except IntegrityError:
+                    continue
+            raw = blk[e.offset:e.offset + e.length]
+            if content_id(raw) != nid:
+                continue
+            try:
+                node = decode_node(raw)
+            except (ValueError, IndexError):
+                continue
+            out[nid] = new[nid] = node
+        if new:
+            with self._lock:
+                if len(memo) + len(new) > self.NODES_MAX:
+                    memo.clear()
+                memo.update(new)
+        return out
+
     def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
         """Return every level-0 ref of the list, in order.
 
-        Nodes are fetched level by level with the packs of each level fetched in parallel, so the
-        number of sequential round trips is the tree depth. If ``nodes`` is given, every node read
-        is recorded in it as ``node id -> pack id``. Each node must have the level below its ref's
-        and cover the messages its ref counts (so the expansion is bounded by the counts read so
-        far).
+        Nodes are read level by level. The nodes of a level that are at hand (decoded before, or
+        in a cached pack: :meth:`_nodes_at_hand`) are taken first; the packs of the others are
+        fetched in parallel, so the number of sequential round trips is at most the tree depth.
+        If ``nodes`` is given, every node read is recorded in it as ``node id -> pack id``. Each
+        node must have the level below its ref's and cover the messages its ref counts (so the
+        expansion is bounded by the counts read so far).
 
         Raises:
             IntegrityError: a node of the wrong level or count, or malformed (names its pack).
@@ -763,15 +825,20 @@ class ReadPath:
         groups: list[tuple[int, list[Ref]]] = [(lv, run) for lv in range(len(spine.levels) - 1, -1, -1)
                                                if (run := spine.levels[lv])]
         while any(level > 0 for level, _ in groups):
-            self.prefetch(self._packs_for((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g))
-            self.fetch_blocks((T_NODE, r.id, r.pack) for level, g in groups if level > 0 for r in g)
+            want = [r for level, g in groups if level > 0 for r in g]
+            got = self._nodes_at_hand(want)
+            missing = [(T_NODE, r.id, r.pack) for r in want if r.id not in got]
+            if missing:
+                self.prefetch(self._packs_for(missing))
+                self.fetch_blocks(missing)
             nxt: list[tuple[int, list[Ref]]] = []
             for level, g in groups:
                 if level == 0:
                     nxt.append((0, g))
                     continue
                 for r in g:
-                    lv, items = self.read_node(r.id, r.pack)
+                    node = got.get(r.id)
+                    lv, items = node if node is not None else self.read_node(r.id, r.pack)
                     if nodes is not None:
                         nodes[r.id] = r.pack
                     if lv != level - 1:
@@ -971,7 +1038,7 @@ class ReadPath:
                     mv = views.get(vk)
                     if mv is None:
                         blk = p._raw.get(e.block)
-                        if blk is None and at_hand and not p.whole and e.block not in p.held_blocks():
+                        if blk is None and at_hand and not p.block_at_hand(e.block):
                             return None
                         if blk is None and p.blocks[e.block].dict is None:
                             try:
@@ -1025,16 +1092,16 @@ class ReadPath:
         nodes: dict = {}
         refs = self.expand(spine, nodes)
         msgs, raws, digest = self.read_list(refs, m)
-        ids = [r.id for r in refs]
+        ids = list(map(_REF_ID, refs))  # C-level passes over the refs (here and ``known``)
         keep = RECENT_RAW_KEEP * max(self.config.dict_bytes, 1)
         acc = 0
-        for i in range(len(raws) - 1, -1, -1):
+        for i in range(len(raws) - 1, -1, -1):  # from the end: stops at the limit
             acc += len(raws[i])
             if acc > keep:
                 raws[:i + 1] = [None] * (i + 1)
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
-                       objs=None, raws=raws, known={r.id: r for r in refs}, nodes=nodes)
+                       objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes)
         return msgs, ls
 
     def load_messages(self, m: Manifest) -> list:

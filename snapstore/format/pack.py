@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 import blake3
@@ -289,9 +290,10 @@ class Pack:
         b = self.blocks[block]
         return self.data[b.offset:b.offset + b.clen]
 
-    def held_blocks(self):
-        """The blocks whose compressed bytes are in memory (a whole pack: all of them)."""
-        return range(len(self.blocks))
+    def block_at_hand(self, block: int) -> bool:
+        """True when block ``block`` (an index) is in memory, compressed or not: :meth:`raw_block`
+        needs no request for it (always, for a pack read whole)."""
+        return True
 
     @classmethod
     def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
@@ -395,6 +397,9 @@ class RangedPack(Pack):
         """Bytes of the pack held in memory (the compressed blocks fetched so far)."""
         return sum(len(v) for v in self._have.values())
 
+    def block_at_hand(self, block: int) -> bool:
+        return block in self._have or block in self._raw
+
     def missing(self, blocks) -> list[int]:
         """The block indices among ``blocks`` neither fetched nor decompressed yet, sorted."""
         return sorted({b for b in blocks if b not in self._have and b not in self._raw and self.blocks[b].clen})
@@ -431,10 +436,6 @@ class RangedPack(Pack):
                                      f"at offset {b.offset} (the pack is shorter than its header says)")
             self._have[block] = got = bytes(data)
         return got
-
-    def held_blocks(self):
-        """The blocks whose compressed bytes were fetched so far (a dict view of their indices)."""
-        return self._have.keys()
 
     def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
         raw = super().raw_block(block, dict_bytes)
@@ -548,45 +549,48 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
             raise ValueError(f"header too short for {n} entries")
         entries = {}
         fill = [0] * nblocks
-        rawlens = [b.rawlen for b in blocks]
-        # the hot loop of a cold read (one pass per entry): one-byte varints inline; reads
-        # past the header's end land in the trailer or raise, and the length check after
-        # the loop rejects both
-        types = ENTRY_TYPES
+        # the hot loop of a cold read (one pass per entry): one-byte block indexes and one- and
+        # two-byte lengths inline, nothing checked per entry that the checks after the loop
+        # cover. Reads past the header's end land in the trailer or raise IndexError, and
+        # ``pos == hend`` after the loop rejects both; a block index past the table raises
+        # IndexError at ``fill[bi]``; an entry reaching past its block makes that block's sum
+        # of lengths differ from its recorded length (lengths are not negative)
         new = tuple.__new__
-        for _ in range(n):
-            t = data[pos]
-            if t not in types:
-                raise ValueError(f"unknown entry type {t}")
-            end = pos + 1 + ID_BYTES
-            eid = data[pos + 1:end]
-            bi = data[end]
-            if bi < 0x80:
-                pos = end + 1
-            else:
-                bi, pos = get_varint(header, end)
-            ln = data[pos]
-            if ln < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                ln = (ln & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                ln, pos = get_varint(header, pos)
-            if pos > hend or bi >= nblocks:
-                raise ValueError("entry outside its block" if pos <= hend else "truncated header")
-            f = fill[bi]
-            if f + ln > rawlens[bi]:
-                raise ValueError("entry outside its block")
-            entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
-            fill[bi] = f + ln
+        try:
+            for _ in range(n):
+                end = pos + 17
+                bi = data[end]
+                if bi < 0x80:
+                    ln = data[end + 1]
+                    p = end + 2
+                else:
+                    bi, p = get_varint(header, end)
+                    ln = data[p]
+                    p += 1
+                if ln >= 0x80:
+                    x = data[p]
+                    if x < 0x80:
+                        ln = (ln & 0x7F) | (x << 7)
+                        p += 1
+                    else:
+                        ln, p = get_varint(header, p - 1)
+                f = fill[bi]
+                fill[bi] = f + ln
+                t = data[pos]
+                eid = data[pos + 1:end]
+                entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
+                pos = p
+        except IndexError:
+            raise ValueError("truncated header, or an entry in a block the pack does not have") from None
         if pos != hend:
             raise ValueError("header length mismatch")
-        if any(f != b.rawlen for f, b in zip(fill, blocks)):
-            raise ValueError("a block's length is not the sum of its entries' lengths")
-        states = [e for e in entries.values() if e.type == T_STATE]
-        for b in blocks:
-            if b.dict and b.dict.state_id is None and len(states) != 1:
+        if not ENTRY_TYPES.keys() >= set(map(itemgetter(0), entries)):
+            bad = min(set(map(itemgetter(0), entries)) - ENTRY_TYPES.keys())
+            raise ValueError(f"unknown entry type {bad}")
+        if fill != [b.rawlen for b in blocks]:
+            raise ValueError("a block's length is not the sum of its entries' lengths (or an entry lies outside its block)")
+        if any(b.dict and b.dict.state_id is None for b in blocks):
+            if sum(1 for e in entries.values() if e.type == T_STATE) != 1:
                 raise ValueError("dictionary refers to the pack's state entry but there is not exactly one")
     except (ValueError, IndexError) as e:
         raise IntegrityError(key, f"malformed header: {e}") from None

@@ -90,29 +90,60 @@ def _put_table(out: bytearray, table: dict[bytes, int]) -> None:
 
 
 def _get_table(buf: bytes, pos: int) -> tuple[list[bytes], int]:
-    n, pos = get_varint(buf, pos)
-    packs = [bytes(buf[pos + i * PACK_ID_BYTES: pos + (i + 1) * PACK_ID_BYTES]) for i in range(n)]
-    pos += n * PACK_ID_BYTES
-    if pos > len(buf):
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = get_varint(buf, pos)
+    end = pos + n * PACK_ID_BYTES
+    if end > len(buf):  # before anything is built: a hostile count costs nothing
         raise ValueError("truncated pack table")
-    return packs, pos
+    if n == 1:  # the common case: every ref of the node in one pack
+        return [bytes(buf[pos:end])], end
+    return [bytes(buf[p:p + PACK_ID_BYTES]) for p in range(pos, end, PACK_ID_BYTES)], end
+
+
+_MIN_ITEM = ID_BYTES + 3
+"""Fewest bytes an encoded item takes (id, then three one-byte varints or bytes)."""
 
 
 def _decode_items(buf: bytes, pos: int, level: int, packs: list[bytes]) -> tuple[list[Ref], int]:
     # the hot loop of a cold read (every ref of a restored list passes here once): one- and
-    # two-byte varints inline, refs built as tuples directly; a truncated buffer raises
-    # ValueError or IndexError, which callers report as a malformed entry
+    # two-byte varints inline, refs built as tuples directly. A truncated buffer raises
+    # ValueError or IndexError (an id cut short is followed by a read past the end), which
+    # callers report as a malformed entry
     if type(buf) is not bytes:
         buf = bytes(buf)
-    n, pos = get_varint(buf, pos)
-    items: list[Ref] = []
-    add = items.append
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = get_varint(buf, pos)
+    if n * _MIN_ITEM > len(buf) - pos:  # checked before the list is allocated
+        raise ValueError(f"{n} items do not fit in the bytes left")
+    items: list[Ref] = [None] * n  # type: ignore[list-item]
     new = tuple.__new__
-    for _ in range(n):
+    if level == 0:
+        for i in range(n):
+            end = pos + ID_BYTES
+            b = buf[end]
+            if b < 0x80:
+                size, pos = b, end + 1
+            elif buf[end + 1] < 0x80:
+                size, pos = (b & 0x7F) | (buf[end + 1] << 7), end + 2
+            else:
+                size, pos = get_varint(buf, end)
+            b = buf[pos + 1]
+            if b < 0x80:
+                items[i] = new(Ref, (buf[end - ID_BYTES:end], size, 1, buf[pos], packs[b]))
+                pos += 2
+            else:
+                flags = buf[pos]
+                b, pos = get_varint(buf, pos + 1)
+                items[i] = new(Ref, (buf[end - ID_BYTES:end], size, 1, flags, packs[b]))
+        return items, pos
+    for i in range(n):
         end = pos + ID_BYTES
-        rid = buf[pos:end]
-        if len(rid) != ID_BYTES:
-            raise ValueError("truncated item")
         b = buf[end]
         if b < 0x80:
             size, pos = b, end + 1
@@ -120,25 +151,18 @@ def _decode_items(buf: bytes, pos: int, level: int, packs: list[bytes]) -> tuple
             size, pos = (b & 0x7F) | (buf[end + 1] << 7), end + 2
         else:
             size, pos = get_varint(buf, end)
-        if level == 0:
-            flags, count = buf[pos], 1
-            pos += 1
-        else:
-            b = buf[pos]
-            if b < 0x80:
-                count = b
-                pos += 1
-            else:
-                count, pos = get_varint(buf, pos)
-            flags = 0
         b = buf[pos]
         if b < 0x80:
-            pk = packs[b]
+            count = b
             pos += 1
         else:
-            pi, pos = get_varint(buf, pos)
-            pk = packs[pi]
-        add(new(Ref, (rid, size, count, flags, pk)))
+            count, pos = get_varint(buf, pos)
+        b = buf[pos]
+        if b < 0x80:
+            pos += 1
+        else:
+            b, pos = get_varint(buf, pos)
+        items[i] = new(Ref, (buf[end - ID_BYTES:end], size, count, 0, packs[b]))
     return items, pos
 
 
@@ -152,7 +176,10 @@ def encode_node(level: int, items: list[Ref]) -> bytes:
 
 
 def decode_node(data: bytes) -> tuple[int, list[Ref]]:
-    """Decode a node; return ``(level, items)``. Raises ValueError on malformed input."""
+    """Decode a node; return ``(level, items)``. Raises ValueError (or IndexError: truncated)
+    on malformed input."""
+    if type(data) is not bytes:
+        data = bytes(data)  # the ids sliced from it are dict keys: they must be bytes
     level = data[0]
     packs, pos = _get_table(data, 1)
     items, pos = _decode_items(data, pos, level, packs)
