@@ -34,6 +34,12 @@ target is a ratio of at most 1. The result is checked: the restored list must eq
 read (each phase's function wrapped with a timer; nested phases count in both), the other runs
 the read under ``cProfile`` (the 25 functions with the most own time).
 
+The children import snapstore from bytecode, as an installed package does: the checkout is first
+compiled into a private cache (``PYTHONPYCACHEPREFIX`` in the temporary directory; nothing is
+written into the checkout). Compiling from source in each child instead (``--source``; what a
+checkout run with ``PYTHONDONTWRITEBYTECODE`` does) leaves the compiler's freed memory for the
+read to reuse, which hides about 500 page faults (~1 ms) of a real fresh process.
+
 Shares the machine with whatever else runs: on a busy 2-core machine single trials vary by 2-5x;
 the medians of interleaved trials are what to compare.
 """
@@ -193,17 +199,31 @@ def _profile(spec: dict, manager) -> dict:
 # the parent
 
 
-def _child_env() -> dict:
+def _child_env(pycache: str | None = None) -> dict:
+    """The children's environment: this checkout first on the path; with ``pycache``, bytecode
+    read from (and written to) that private cache directory."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if pycache is not None:
+        env["PYTHONPYCACHEPREFIX"] = pycache
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
-def run_child(spec: dict, timeout: float = 600) -> dict:
-    """Run ``spec`` in a fresh child process; its JSON result plus ``process_s`` (spawn to exit)."""
+def compile_checkout(pycache: str) -> None:
+    """Compile this checkout's snapstore into the bytecode cache ``pycache`` (a directory used as
+    ``PYTHONPYCACHEPREFIX``; the checkout itself is not written to)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "snapstore")],
+                   env=_child_env(pycache), check=True, timeout=600, capture_output=True)
+
+
+def run_child(spec: dict, timeout: float = 600, pycache: str | None = None) -> dict:
+    """Run ``spec`` in a fresh child process (importing snapstore from the bytecode cache
+    ``pycache`` if given); its JSON result plus ``process_s`` (spawn to exit)."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                          cwd=str(REPO_ROOT), env=_child_env(), capture_output=True, text=True, timeout=timeout)
+                          cwd=str(REPO_ROOT), env=_child_env(pycache), capture_output=True, text=True,
+                          timeout=timeout)
     process_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"child {spec['task']} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -238,9 +258,10 @@ def _med(rows: list, key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def measure(trials: int = TRIALS, profile: bool = False) -> dict | None:
+def measure(trials: int = TRIALS, profile: bool = False, source: bool = False) -> dict | None:
     """Build the repository and the file, run ``trials`` interleaved pairs of fresh children; the
     medians (seconds, faults) and the ratio, or None without the shared trajectories.
+    ``source``: the children compile snapstore from source instead of reading bytecode.
 
     Raises:
         AssertionError: a restored list differs from the file's.
@@ -249,23 +270,27 @@ def measure(trials: int = TRIALS, profile: bool = False) -> dict | None:
         info = build(tmp)
         if info is None:
             return None
+        pycache = None
+        if not source:
+            pycache = os.path.join(tmp, "pycache")
+            compile_checkout(pycache)
         snap, js = [], []
         spec = {"repo": info["repo"], "run": RUN, "json": info["json"]}
         for i in range(trials):
             order = ("snapstore", "json") if i % 2 == 0 else ("json", "snapstore")
             for task in order:
-                out = run_child(dict(spec, task=task))
+                out = run_child(dict(spec, task=task), pycache=pycache)
                 if out["count"] != info["messages"] or (task == "snapstore" and not out["same"]):
                     raise AssertionError("latest() differs from the final history")
                 (snap if task == "snapstore" else js).append(out)
         prof = None
         if profile:
-            prof = run_child(dict(spec, task="profile"))
-            prof["cprofile"] = run_child(dict(spec, task="cprofile"))["cprofile"]
+            prof = run_child(dict(spec, task="profile"), pycache=pycache)
+            prof["cprofile"] = run_child(dict(spec, task="cprofile"), pycache=pycache)["cprofile"]
     res = dict(info)
     for k in ("repo", "json"):
         res.pop(k)
-    res.update(op="local latest", trials=trials,
+    res.update(op="local latest", trials=trials, bytecode=not source,
                latest_s=_med(snap, "wall_s"), json_load_s=_med(js, "wall_s"),
                latest_cpu_s=_med(snap, "cpu_s"), json_load_cpu_s=_med(js, "cpu_s"),
                latest_faults=_med(snap, "faults"), json_load_faults=_med(js, "faults"),
@@ -286,7 +311,8 @@ def report(r: dict) -> str:
     lines = [f"local: {r['file']} [{r['format']}], {r['checkpoints']:,} checkpoints, {r['messages']:,} messages, "
              f"final history {r['json_bytes'] / 1e6:.2f} MB JSON; repository: {r['packs']} packs, "
              f"{r['pack_bytes'] / 1e6:.2f} MB",
-             f"  fresh process, read only (imports done), medians of {r['trials']} interleaved trials:",
+             f"  fresh process, read only (imports done, snapstore from "
+             f"{'bytecode' if r.get('bytecode', True) else 'source'}), medians of {r['trials']} interleaved trials:",
              f"    latest():  {r['latest_s'] * ms:6.1f} ms wall  {r['latest_cpu_s'] * ms:6.1f} ms CPU  "
              f"{r['latest_faults']:6.0f} page faults",
              f"    json.load: {r['json_load_s'] * ms:6.1f} ms wall  {r['json_load_cpu_s'] * ms:6.1f} ms CPU  "
@@ -311,13 +337,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=TRIALS, help=f"interleaved pairs of fresh processes (default {TRIALS})")
     ap.add_argument("--profile", action="store_true", help="also profile one fresh latest() (phases and cProfile)")
+    ap.add_argument("--source", action="store_true",
+                    help="children compile snapstore from source (default: from bytecode, as installed)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child_main(json.loads(args.child))))
         return 0
-    r = measure(args.trials, args.profile)
+    r = measure(args.trials, args.profile, args.source)
     if r is None:
         print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
         return 0

@@ -198,28 +198,14 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_
 def run_child(spec: dict, fixed_malloc: bool = False, pycache: str | None = None) -> dict:
     import subprocess
 
-    env = local_read._child_env()
+    env = local_read._child_env(pycache)
     if fixed_malloc:
         env.update(FIXED_MALLOC)
-    if pycache is not None:
-        env["PYTHONPYCACHEPREFIX"] = pycache
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
                           cwd=str(local_read.REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def compile_checkout(pycache: str) -> None:
-    """Compile this checkout's snapstore into the bytecode cache ``pycache`` (a directory used as
-    ``PYTHONPYCACHEPREFIX``; the checkout itself is not written to)."""
-    import os
-    import subprocess
-
-    env = dict(os.environ, PYTHONPYCACHEPREFIX=pycache)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(local_read.REPO_ROOT / "snapstore")],
-                   env=env, check=True, timeout=600)
 
 
 def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo: str | None = None,
@@ -229,13 +215,13 @@ def measure(trials: int, floors: bool = False, fixed_malloc: bool = False, repo:
     ``fixed_malloc``, the children run with :data:`FIXED_MALLOC`. ``repo``: a directory to
     build the repository in and keep (or to reuse, if built there before: pack ids are random,
     so an A/B of two checkouts should read the same one). ``pyc``: the children import snapstore
-    from bytecode compiled first (:func:`compile_checkout`)."""
+    from bytecode compiled first (:func:`local_read.compile_checkout`)."""
     fl = []
     with tempfile.TemporaryDirectory(prefix="walk-phases-") as tmp:
         pycache = None
         if pyc:
             pycache = str(Path(tmp, "pycache"))
-            compile_checkout(pycache)
+            local_read.compile_checkout(pycache)
         if repo is not None and Path(repo, "info.json").exists():
             info = json.loads(Path(repo, "info.json").read_text())
         else:

@@ -30,7 +30,7 @@ def test_walk_phases_times_every_phase_in_fresh_children_and_reuses_a_kept_repos
     info = json.loads((keep / "info.json").read_text())
     again = walk_phases.measure(trials=1, repo=str(keep), pyc=True)  # the same repository, not a new one
     assert again["packs"] == info["packs"] == r["packs"] and again["pyc"]
-    walk_phases.compile_checkout(str(tmp_path / "pycache"))  # into the private cache it names
+    walk_phases.local_read.compile_checkout(str(tmp_path / "pycache"))  # into the private cache it names
     assert list((tmp_path / "pycache").rglob("readpath.cpython-*.pyc"))
     text = walk_phases.report(again)
     assert "ReadPath.expand" in text and "load_with_state rest" in text
