@@ -14,7 +14,8 @@ import orjson
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
-from .codec import ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, seal_envelope, zstd_decompress
+from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, prepared_dict, seal_envelope,
+                    zstd_decompress)
 from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
 from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
@@ -88,9 +89,9 @@ pending writes). Part of manifest version 4: never change these bytes; a new dic
 new codec. Only the compression ratio depends on it (a record of any shape decodes)."""
 
 _BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2 = 0, 1, 2, 3
-_ZD1 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-_ZD2 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V2, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-_BODY_DICTS = {_BODY_DICT1: MANIFEST_DICT_V1, _BODY_DICT2: MANIFEST_DICT_V2}
+_ZD1 = prepared_dict(MANIFEST_DICT_V1)  # prepared once per process: each thread reuses one decompressor
+_ZD2 = prepared_dict(MANIFEST_DICT_V2)
+_BODY_DICTS = {_BODY_DICT1: _ZD1, _BODY_DICT2: _ZD2}
 
 
 def _seal_body_v4(body: bytes) -> bytes:
@@ -400,7 +401,7 @@ def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     Raises:
         IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
     """
-    version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    version, body = open_envelope(key, MANIFEST_MAGIC, data, _ZD1)
     if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
         body = _open_body_v4(key, body)
     return version, body
