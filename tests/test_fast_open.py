@@ -198,3 +198,175 @@ def test_hostile_key_segments_decode_as_before():
         segs.append(seg[:i] + rng.choice(chars) + seg[i + 1:] if rng.random() < 0.7 else seg[:i])
     for seg in segs:
         assert ids.name_from_key(seg) == _stdlib_name_from_key(seg), seg
+
+
+# ------------------------------------------------------------------------------------------------
+# record JSON through orjson
+
+def _same(a, b) -> bool:
+    """Equal JSON values with equal types all the way down (1 is not 1.0), dict order included."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return a == b
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        return rng.choice([0, -1, 2 ** 63 - 1, -2 ** 63, 2 ** 64 - 1, 2 ** 64, -2 ** 63 - 1, 10 ** 30, -10 ** 19,
+                           rng.randrange(-10 ** 18, 10 ** 18), 1234567890123456789])
+    if kind == 1:
+        return rng.choice([0.0, -0.0, 1.5, 1e16, 1e-300, 5e-324, 1.7976931348623157e308, 0.1 + 0.2,
+                           rng.random() * 10 ** rng.randrange(-30, 30), float(2 ** 63), 1234567890123456789.0])
+    if kind == 2:
+        return "".join(rng.choice("ab\"\\/\n\x00\x1f\u00e9\u2028\ud800\udfff\U0001f600 09") for _ in range(rng.randrange(8)))
+    if kind == 3:
+        return rng.choice([None, True, False])
+    if kind in (4, 5):
+        return rng.choice(["", "x", "2026-01-01T00:00:00.000000Z", "0123456789" * 3])
+    if kind in (6, 7):
+        return {"".join(rng.choice("ab\ud800") for _ in range(rng.randrange(3))) + str(i): _random_value(rng, depth + 1)
+                for i in range(rng.randrange(4))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+
+
+def test_record_json_reads_exactly_as_the_exact_parser():
+    rng = random.Random(5)
+    docs = [codec.dumps_exact(_random_value(rng)) for _ in range(3000)]
+    docs += [b"NaN", b"[Infinity]", b"1e999", b"-0", b"[\"\\ud800\"]", b"{\"a\":1,\"a\":2}", b"\xef\xbb\xbf{}",
+             b"[1,]", b"\xff", b"", b" {} ", b"[1.0e+2, 1E-2]", b"18446744073709551616", b"\"\\u0000\"",
+             b"[" * 3 + b"]" * 3, b"{\"k\": 9223372036854775807}", b"[12345678901234567890.5]"]
+    for d in list(docs[:500]):  # damaged documents: both refuse, or both read the same value
+        for _ in range(3):
+            i = rng.randrange(len(d) + 1)
+            docs.append(d[:i] + bytes([rng.randrange(256)]) + d[i + 1:])
+    for d in docs:
+        try:
+            want = codec.loads_exact(d, 3)
+        except (ValueError, UnicodeDecodeError) as e:
+            with pytest.raises(type(e) if isinstance(e, UnicodeDecodeError) else ValueError):
+                codec.loads_exact_fast(d, 3)
+            continue
+        assert _same(codec.loads_exact_fast(d, 3), want), d
+
+
+def test_big_integers_and_surrogates_in_manifest_fields_come_back_exactly(tmp_path):
+    mgr = CheckpointManager(str(tmp_path / "r"))
+    meta = {"big": 2 ** 64, "neg": -2 ** 63 - 1, "float": 1e16, "n": 10 ** 40}
+    mgr.save("run", [{"m": 1}], step=3, metadata=meta, token_usage={"input_tokens": 2 ** 70})
+    mgr.save("run-\ud800", [{"m": 1}], step=4, metadata=dict(meta, s="\ud800x"))
+    fresh = CheckpointManager(str(tmp_path / "r"))
+    cp = fresh.latest("run")
+    assert _same(cp.metadata, meta) and _same(cp.token_usage, {"input_tokens": 2 ** 70}) and cp.step == 3
+    assert _same(fresh.latest("run-\ud800").metadata, dict(meta, s="\ud800x"))
+
+
+# ------------------------------------------------------------------------------------------------
+# the local store's LIST with a small limit and its GET
+
+def _walked(store, prefix, limit):
+    """What the full walk answers (the general path of LocalStore.list)."""
+    return [k for k in sorted(store._walk(prefix))][:limit]
+
+
+def test_a_small_limit_lists_what_the_full_walk_lists(tmp_path):
+    from snapstore.stores.local import LocalStore
+
+    store = LocalStore(tmp_path / "s", fsync=False)
+    names = ["ff", "fe", "f", "a0", "b", "b0", "zz", "0", "00"]
+    for n in names:
+        store.put(f"runs/x/m/{n}", n.encode())
+    base = dict(store.stats.counts)
+    for limit in (1, 2, 5, 63):
+        got = list(store.list("runs/x/m/", limit=limit))
+        assert [i.key for i in got] == _walked(store, "runs/x/m/", limit)
+        assert all(i.size == len(i.key.rsplit("/", 1)[1]) for i in got)
+        assert [i.etag for i in got] == [store.head(i.key).etag for i in got]
+    assert store.stats.counts["LIST"] - base["LIST"] == 4  # one LIST each
+    # dot files are not keys; a subdirectory among the smallest names makes the walk answer
+    (tmp_path / "s" / "runs" / "x" / "m" / ".tmp-123").write_bytes(b"x")
+    (tmp_path / "s" / "runs" / "x" / "m" / ".hidden").mkdir()
+    assert [i.key for i in store.list("runs/x/m/", limit=1)] == ["runs/x/m/0"]
+    os.makedirs(tmp_path / "s" / "runs" / "x" / "m" / "0-dir")
+    (tmp_path / "s" / "runs" / "x" / "m" / "0-dir" / "k").write_bytes(b"deep")
+    os.makedirs(tmp_path / "s" / "runs" / "x" / "m" / "a")
+    (tmp_path / "s" / "runs" / "x" / "m" / "a" / "k").write_bytes(b"deep")
+    for limit in (1, 2, 3, 4, 20):
+        assert [i.key for i in store.list("runs/x/m/", limit=limit)] == _walked(store, "runs/x/m/", limit)
+    assert [i.key for i in store.list("runs/x/m/", limit=4)] == ["runs/x/m/0", "runs/x/m/0-dir/k", "runs/x/m/00",
+                                                              "runs/x/m/a/k"]
+    # a missing directory, a prefix through a file, a linked directory: nothing listed
+    assert list(store.list("runs/nope/m/", limit=1)) == []
+    assert list(store.list("runs/x/m/ff/", limit=1)) == []
+    os.symlink(tmp_path / "s" / "runs" / "x", tmp_path / "s" / "runs" / "y")
+    assert list(store.list("runs/y/m/", limit=1)) == [] and _walked(store, "runs/y/m/", 1) == []
+    # a linked file is listed as itself (reading it reports it), as the walk does
+    os.symlink(tmp_path / "outside", tmp_path / "s" / "runs" / "x" / "m" / "-link")
+    first = list(store.list("runs/x/m/", limit=1))
+    assert [i.key for i in first] == ["runs/x/m/-link"] == _walked(store, "runs/x/m/", 1)
+    with pytest.raises(IntegrityError, match="symbolic link"):
+        store.get(first[0].key)
+    # a name that is no key is refused as the walk's listing refuses it
+    (tmp_path / "s" / "runs" / "x" / "m" / "+Bad").write_bytes(b"x")
+    from snapstore.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError):
+        list(store.list("runs/x/m/", limit=1))
+
+
+def test_an_entry_gone_between_listing_and_stat_falls_back_to_the_walk(tmp_path, monkeypatch):
+    from snapstore.stores.local import LocalStore
+
+    store = LocalStore(tmp_path / "s", fsync=False)
+    for n in ("a", "b", "c"):
+        store.put(f"p/{n}", b"x")
+    real_listdir = os.listdir
+
+    def listdir_then_delete(fd):
+        names = real_listdir(fd)
+        if (tmp_path / "s" / "p" / "a").exists():
+            os.unlink(tmp_path / "s" / "p" / "a")  # deleted after the listing, before the stat
+        return names
+    monkeypatch.setattr(os, "listdir", listdir_then_delete)
+    assert [i.key for i in store.list("p/", limit=1)] == ["p/b"]
+
+
+def test_local_get_reads_whole_files_ranges_and_empty_ones(tmp_path):
+    from snapstore.stores.local import LocalStore
+
+    store = LocalStore(tmp_path / "s", fsync=False)
+    big = os.urandom(3 << 20)
+    store.put("packs/aa/big", big)
+    store.put("runs/x/m/empty", b"")
+    assert store.get("packs/aa/big") == big
+    assert store.get("runs/x/m/empty") == b""
+    assert store.get("packs/aa/big", (10, 20)) == big[10:20]
+    assert store.get("packs/aa/big", (-5, None)) == big[-5:]
+    assert store.stats.bytes_down == len(big) + 15
+    from snapstore.errors import ObjectNotFound
+
+    os.makedirs(tmp_path / "s" / "packs" / "aa" / "dir")
+    for missing in ("packs/aa/none", "packs/aa/dir", "packs/aa/big/x", "nope/x"):
+        with pytest.raises(ObjectNotFound):
+            store.get(missing)
+
+
+def test_local_get_reads_a_file_that_grew_since_its_size_was_taken(tmp_path, monkeypatch):
+    from snapstore.stores import local
+
+    store = local.LocalStore(tmp_path / "s", fsync=False)
+    store.put("k", b"abc")
+    real_fstat = os.fstat
+
+    def stale_fstat(fd):  # the size the read is planned with is short of the file
+        st = real_fstat(fd)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, 1,
+                               st.st_atime, st.st_mtime, st.st_ctime))
+    monkeypatch.setattr(local.os, "fstat", stale_fstat)
+    assert store.get("k") == b"abc"

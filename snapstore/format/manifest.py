@@ -14,8 +14,8 @@ import orjson
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
-from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, prepared_dict, seal_envelope,
-                    zstd_decompress)
+from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, loads_exact_fast, open_envelope, prepared_dict,
+                    seal_envelope, zstd_decompress)
 from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
 from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
@@ -346,7 +346,7 @@ class Manifest:
         if len(body) > MAX_MANIFEST_BODY:
             raise IntegrityError(key, f"manifest body of {len(body)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
         try:
-            d = loads_exact(body, MAX_DEPTH + 1)  # user fields sit one level below the record
+            d = loads_exact_fast(body, MAX_DEPTH + 1)  # user fields sit one level below the record
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
@@ -618,7 +618,7 @@ class RepoConfig:
             raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
         version, body = open_envelope(key, CONFIG_MAGIC, data)
         try:
-            d = loads_exact(body, 1)
+            d = loads_exact_fast(body, 1)
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             v = max(version, _int(d.get("version", version), "version", 256))
