@@ -82,7 +82,11 @@ class LocalStore:
 
     def __init__(self, root: str | os.PathLike, fsync: bool = True):
         self.root = os.path.abspath(os.fspath(root))
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
+        try:  # one stat (following links, as the root may be one): exists and is not a directory?
+            is_dir = stat.S_ISDIR(os.stat(self.root).st_mode)
+        except (OSError, ValueError):
+            is_dir = True  # missing (created on the first write) or unreadable (reported by the first request)
+        if not is_dir:
             raise StoreError(f"repository path is not a directory: {self.root}")
         self.url = self.root
         self.stats = RequestStats()
@@ -355,11 +359,12 @@ class LocalStore:
                 return []  # a linked directory: not followed
             raise
         try:
-            names = [n for n in os.listdir(fd) if not n.startswith(".")]
-            if limit == 1:
-                names = [min(names)] if names else []
+            names = os.listdir(fd)
+            first = min(names) if limit == 1 and names else "."
+            if not first.startswith("."):
+                names = [first]  # the smallest name is no dot name (not a key): nothing to filter
             else:
-                names = heapq.nsmallest(limit, names)
+                names = heapq.nsmallest(limit, [n for n in names if not n.startswith(".")])
             out = []
             for n in names:
                 try:  # lstat: a link is listed as itself (reading it raises IntegrityError)
