@@ -215,10 +215,9 @@ def parse_time(s: str) -> datetime:
     """
     if (len(s) == 27 and s.isascii() and s[4] == "-" and s[7] == "-" and s[10] == "T" and s[13] == ":"
             and s[16] == ":" and s[19] == "." and s[26] == "Z"):
-        parts = (s[0:4], s[5:7], s[8:10], s[11:13], s[14:16], s[17:19], s[20:26])
-        if all(p.isdigit() for p in parts):
-            y, mo, d, h, mi, sec, us = map(int, parts)
-            return datetime(y, mo, d, h, mi, sec, us, tzinfo=timezone.utc)
+        if (s[0:4] + s[5:7] + s[8:10] + s[11:13] + s[14:16] + s[17:19] + s[20:26]).isdigit():
+            return datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13]), int(s[14:16]), int(s[17:19]),
+                            int(s[20:26]), tzinfo=timezone.utc)
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
