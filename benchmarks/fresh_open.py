@@ -77,7 +77,9 @@ def child_main(spec: dict) -> dict:
     steps = {"manager": [t1 - t0, f1 - f0], "open": [t2 - t1, f2 - f1], "newest record": [t3 - t2, f3 - f2],
              "before segments": [t3 - t0, f3 - f0], "segments + messages": [t4 - t3, f4 - f3],
              "checkpoint": [t5 - t4, f5 - f4], "total": [t5 - t0, f5 - f0]}
-    return {"count": len(cp.messages), "steps": steps}
+    import snapstore
+
+    return {"count": len(cp.messages), "steps": steps, "snapstore": os.path.dirname(os.path.dirname(snapstore.__file__))}
 
 
 def _child(tree: Path, spec: dict) -> dict:
@@ -97,8 +99,13 @@ def measure(trials: int = TRIALS, compare: str | None = None) -> dict | None:
 
     Raises:
         AssertionError: a child returned another number of messages than the run has.
+        ValueError: ``compare`` is this checkout or holds no snapstore.
     """
     trees = [local_read.REPO_ROOT] + ([Path(compare).resolve()] if compare else [])
+    if len(set(trees)) != len(trees):
+        raise ValueError(f"--compare {compare} is this checkout")
+    if compare and not (trees[1] / "snapstore" / "__init__.py").is_file():
+        raise ValueError(f"--compare {compare}: no snapstore checkout there")
     with tempfile.TemporaryDirectory(prefix="fresh-open-") as tmp:
         info = local_read.build(tmp)
         if info is None:
@@ -110,6 +117,8 @@ def measure(trials: int = TRIALS, compare: str | None = None) -> dict | None:
                 out = _child(t, spec)
                 if out["count"] != info["messages"]:
                     raise AssertionError("latest() returned the wrong history")
+                if Path(out["snapstore"]).resolve() != t:
+                    raise AssertionError(f"the child for {t} imported the snapstore of {out['snapstore']}")
                 rows[str(t)].append(out["steps"])
     med = {t: {s: {"wall_s": statistics.median(r[s][0] for r in rs), "faults": statistics.median(r[s][1] for r in rs)}
                for s in STEPS} for t, rs in rows.items()}
