@@ -52,6 +52,34 @@ def _plain_dctx() -> "zstandard.ZstdDecompressor":
         d = _DCTX.d = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
     return d
 
+
+def prepared_dict(raw: bytes) -> "zstandard.ZstdCompressionDict":
+    """A raw-content zstd dictionary prepared once, for a dictionary that is a constant of the
+    format (the manifest dictionaries): pass the result as ``zdict`` to :func:`zstd_decompress`
+    (or :func:`open_envelope`) and each thread reuses one decompressor for it instead of setting
+    up a dictionary and a decompression context on every call. Keep the object for the life of
+    the process (module constants): each thread holds one decompressor per prepared dictionary.
+
+    Args:
+        raw: the dictionary's bytes.
+    """
+    return zstandard.ZstdCompressionDict(raw, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def _dict_dctx(zdict) -> "zstandard.ZstdDecompressor":
+    """A decompressor for dictionary ``zdict``: raw bytes (a pack's own dictionary) get a new one;
+    a :func:`prepared_dict` gets this thread's decompressor for it, made on first use."""
+    if not isinstance(zdict, zstandard.ZstdCompressionDict):
+        zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        return zstandard.ZstdDecompressor(dict_data=zd, max_window_size=MAX_WINDOW)
+    per = getattr(_DCTX, "dicts", None)
+    if per is None:
+        per = _DCTX.dicts = {}
+    got = per.get(id(zdict))
+    if got is None:  # the dictionary object is kept beside its decompressor: its id stays its own
+        got = per[id(zdict)] = (zdict, zstandard.ZstdDecompressor(dict_data=zdict, max_window_size=MAX_WINDOW))
+    return got[1]
+
 _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
@@ -146,6 +174,34 @@ def loads_exact(data: bytes, max_depth: int = MAX_DEPTH):
     return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
+_DIGITS_AS_ZERO = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # translate: a digit -> "0", else " "
+_LONG_NUMBER = b"0" * 19
+
+
+def loads_exact_fast(data: bytes, max_depth: int = MAX_DEPTH):
+    """:func:`loads_exact`, through orjson where that gives the same value: for the small JSON
+    documents of the repository's own records (config, manifests), which every read parses.
+
+    orjson reads integers past 64 bits as floats, so a document holding 19 digits in a row (an
+    integer that may not fit, or anything else that looks so) goes to :func:`loads_exact`, and
+    so does every document orjson refuses (lone surrogates, NaN, invalid UTF-8: the exact parser
+    accepts or refuses it as before). Depth is checked first, as there.
+
+    Args:
+        data: the JSON bytes.
+        max_depth: deepest nesting accepted.
+    Raises:
+        ValueError: not JSON, not UTF-8 (surrogates allowed), or nested deeper than ``max_depth``.
+    """
+    check_depth(data, max_depth)
+    if _LONG_NUMBER not in data.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data.decode("utf-8", "surrogatepass"))
+
+
 def check_depth(data: bytes, limit: int = MAX_DEPTH) -> None:
     """Raise ValueError if the JSON text ``data`` nests lists/dicts deeper than ``limit`` levels.
 
@@ -189,20 +245,24 @@ def decode_json(data: bytes, exact: bool, key: str = "chunk"):
         raise IntegrityError(key, f"not a stored JSON value: {e}") from None
 
 
-def zstd_decompress(key: str, frame: bytes, limit: int, zdict: bytes | None = None, *,
+def zstd_decompress(key: str, frame: bytes, limit: int, zdict: "bytes | zstandard.ZstdCompressionDict | None" = None, *,
                     expected: int | None = None, what: str = "object") -> bytes:
     """Decompress one zstd frame in bounded memory: at most ``limit`` bytes are ever produced.
 
-    Streams the frame through zstandard's decompression reader in 1 MiB pieces, so a frame whose
-    header claims a huge content size allocates nothing up front and a frame that really inflates
-    past ``limit`` is stopped at ``limit + 1`` bytes. The window size is capped at
-    :data:`MAX_WINDOW`.
+    A frame whose length is known (``expected``, or else the content size its header declares)
+    and at most :data:`ONE_SHOT_MAX` and ``limit`` is decompressed in one call into a buffer of
+    exactly that length (a declared size above ``limit`` is refused before anything is
+    allocated; a frame that does not inflate to exactly that length is corrupt). Any other frame
+    is streamed through zstandard's decompression reader in 1 MiB pieces, so a frame whose header
+    claims a huge content size allocates nothing up front and a frame that really inflates past
+    ``limit`` is stopped at ``limit + 1`` bytes. The window size is capped at :data:`MAX_WINDOW`.
 
     Args:
         key: the object key, named in errors.
         frame: the compressed bytes (one zstd frame; anything after it is ignored).
         limit: the most uncompressed bytes the format allows for this object.
-        zdict: raw-content dictionary, if the frame was compressed with one.
+        zdict: raw-content dictionary, if the frame was compressed with one: its bytes, or a
+            :func:`prepared_dict` (a format constant: a reused decompressor per thread).
         expected: the exact uncompressed size the format records, if it records one.
         what: what the frame is, for error messages (e.g. ``"block 1"``).
     Returns:
@@ -213,12 +273,21 @@ def zstd_decompress(key: str, frame: bytes, limit: int, zdict: bytes | None = No
     if expected is not None and expected > limit:
         raise IntegrityError(key, f"{what} claims {expected} bytes uncompressed (limit {limit})")
     try:
-        if zdict is not None:
-            zd = zstandard.ZstdCompressionDict(zdict, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-            dctx = zstandard.ZstdDecompressor(dict_data=zd, max_window_size=MAX_WINDOW)
-        else:
-            dctx = _plain_dctx()
-        if expected is not None and expected <= ONE_SHOT_MAX:
+        dctx = _plain_dctx() if zdict is None else _dict_dctx(zdict)
+        if expected is None:
+            # no recorded length (envelopes): the frame's declared content size, when it has one
+            # within the limit, sizes a one-shot output buffer (zstd refuses a frame that inflates
+            # to any other length); a declared size past the limit is refused before allocating
+            declared = zstandard.frame_content_size(frame)
+            if declared > limit:
+                raise IntegrityError(key, f"{what} decompresses to more than {limit} bytes (the limit for it; "
+                                     f"its frame declares {declared})")
+            if 0 < declared <= ONE_SHOT_MAX:
+                out = dctx.decompress(frame, max_output_size=declared)
+                if len(out) != declared:
+                    raise IntegrityError(key, f"{what} decompressed to {len(out)} bytes, its frame declares {declared}")
+                return out
+        elif expected <= ONE_SHOT_MAX:
             # the length is recorded (a pack block): one call into an output buffer of exactly
             # that size, about 3x faster than streaming. The frame's own content-size field, if
             # present, would size the buffer instead, so it must say the same or be absent.
@@ -316,7 +385,7 @@ index record, per-pack forwarding record, forwarding-map shard, forwarding-recor
 candidate record (docs/format.md §2, "Limits")."""
 
 
-def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = None,
+def open_envelope(key: str, magic: bytes, data: bytes, zdict: "bytes | zstandard.ZstdCompressionDict | None" = None,
                   limit: int | None = None) -> tuple[int, bytes]:
     """Verify and unwrap an envelope; return ``(version, body)``.
 
@@ -324,7 +393,8 @@ def open_envelope(key: str, magic: bytes, data: bytes, zdict: bytes | None = Non
         key: object key, named in errors.
         magic: the expected 4-byte magic.
         data: the object's bytes.
-        zdict: the format's dictionary for this kind of object (needed for compression 2).
+        zdict: the format's dictionary for this kind of object (needed for compression 2): its
+            bytes or, better, a :func:`prepared_dict` of them.
         limit: the largest body (bytes) allowed; default :data:`ENVELOPE_LIMITS` for ``magic``
             (1 MiB for a magic not listed). Decompression stops there (bounded memory).
     Raises:

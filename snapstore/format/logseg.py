@@ -29,7 +29,7 @@ import blake3
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError
-from .codec import get_varint, put_varint, zstd_decompress
+from .codec import get_varint, prepared_dict, put_varint, zstd_decompress
 from .keys import SEQ_MAX
 from .manifest import MANIFEST_DICT_V1, Manifest, open_manifest
 
@@ -49,7 +49,7 @@ _LEVELS_ZSTD = {1: 19, 2: 19, 3: 12}
 with other jobs): 16 records about 4 ms at 19; 256 records 0.1-0.3 s at 19 (106 B a record) against
 74 ms at 12 (118 B) and 21 ms at 9 (122 B), paid by the one save in 256 that writes it; 4,096
 records (about 4 MB of JSON) about 0.4 s at 12."""
-_ZDICT = zstandard.ZstdCompressionDict(MANIFEST_DICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_ZDICT = prepared_dict(MANIFEST_DICT_V1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
         raise IntegrityError(key, f"log segment version {version} is not one this code reads (2-{LOG_VERSION})")
     objects = version == LOG_VERSION_OBJECTS
     # bounded, whatever the frame claims
-    body = zstd_decompress(key, frame, MAX_RAW, None if objects else MANIFEST_DICT_V1, what="log segment")
+    body = zstd_decompress(key, frame, MAX_RAW, None if objects else _ZDICT, what="log segment")  # prepared: one decompressor per thread
     try:
         n, pos = get_varint(body, 0)
         if n > span(MAX_LEVEL) or n * 3 > len(body):

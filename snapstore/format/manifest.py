@@ -14,7 +14,8 @@ import orjson
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
-from .codec import ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, open_envelope, seal_envelope, zstd_decompress
+from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, loads_exact_fast, open_envelope, prepared_dict,
+                    seal_envelope, zstd_decompress)
 from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
 from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
@@ -88,9 +89,9 @@ pending writes). Part of manifest version 4: never change these bytes; a new dic
 new codec. Only the compression ratio depends on it (a record of any shape decodes)."""
 
 _BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2 = 0, 1, 2, 3
-_ZD1 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-_ZD2 = zstandard.ZstdCompressionDict(MANIFEST_DICT_V2, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-_BODY_DICTS = {_BODY_DICT1: MANIFEST_DICT_V1, _BODY_DICT2: MANIFEST_DICT_V2}
+_ZD1 = prepared_dict(MANIFEST_DICT_V1)  # prepared once per process: each thread reuses one decompressor
+_ZD2 = prepared_dict(MANIFEST_DICT_V2)
+_BODY_DICTS = {_BODY_DICT1: _ZD1, _BODY_DICT2: _ZD2}
 
 
 def _seal_body_v4(body: bytes) -> bytes:
@@ -214,10 +215,9 @@ def parse_time(s: str) -> datetime:
     """
     if (len(s) == 27 and s.isascii() and s[4] == "-" and s[7] == "-" and s[10] == "T" and s[13] == ":"
             and s[16] == ":" and s[19] == "." and s[26] == "Z"):
-        parts = (s[0:4], s[5:7], s[8:10], s[11:13], s[14:16], s[17:19], s[20:26])
-        if all(p.isdigit() for p in parts):
-            y, mo, d, h, mi, sec, us = map(int, parts)
-            return datetime(y, mo, d, h, mi, sec, us, tzinfo=timezone.utc)
+        if (s[0:4] + s[5:7] + s[8:10] + s[11:13] + s[14:16] + s[17:19] + s[20:26]).isdigit():
+            return datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13]), int(s[14:16]), int(s[17:19]),
+                            int(s[20:26]), tzinfo=timezone.utc)
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
@@ -345,7 +345,7 @@ class Manifest:
         if len(body) > MAX_MANIFEST_BODY:
             raise IntegrityError(key, f"manifest body of {len(body)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
         try:
-            d = loads_exact(body, MAX_DEPTH + 1)  # user fields sit one level below the record
+            d = loads_exact_fast(body, MAX_DEPTH + 1)  # user fields sit one level below the record
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
@@ -400,7 +400,7 @@ def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     Raises:
         IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
     """
-    version, body = open_envelope(key, MANIFEST_MAGIC, data, MANIFEST_DICT_V1)
+    version, body = open_envelope(key, MANIFEST_MAGIC, data, _ZD1)
     if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
         body = _open_body_v4(key, body)
     return version, body
@@ -617,7 +617,7 @@ class RepoConfig:
             raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
         version, body = open_envelope(key, CONFIG_MAGIC, data)
         try:
-            d = loads_exact(body, 1)
+            d = loads_exact_fast(body, 1)
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             v = max(version, _int(d.get("version", version), "version", 256))

@@ -45,6 +45,22 @@ def _link_error(key: str) -> IntegrityError:
     return IntegrityError(key, "a symbolic link is on its path (the local store never follows links below its root)")
 
 
+def _read_to_end(fd: int, size: int) -> bytes:
+    """Read file ``fd`` from its position to its end; ``size`` (bytes, from ``fstat``) sizes the
+    first read, and a file of that size ends with one more read of one byte (empty): no buffer
+    larger than the file is allocated unless the file is larger than ``size``."""
+    first = os.read(fd, size)
+    pieces = [first]
+    want = 1
+    while True:
+        more = os.read(fd, want)
+        if not more:
+            break
+        pieces.append(more)
+        want = 1 << 20
+    return first if len(pieces) == 1 else b"".join(pieces)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -66,7 +82,11 @@ class LocalStore:
 
     def __init__(self, root: str | os.PathLike, fsync: bool = True):
         self.root = os.path.abspath(os.fspath(root))
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
+        try:  # one stat (following links, as the root may be one): exists and is not a directory?
+            is_dir = stat.S_ISDIR(os.stat(self.root).st_mode)
+        except (OSError, ValueError):
+            is_dir = True  # missing (created on the first write) or unreadable (reported by the first request)
+        if not is_dir:
             raise StoreError(f"repository path is not a directory: {self.root}")
         self.url = self.root
         self.stats = RequestStats()
@@ -263,27 +283,29 @@ class LocalStore:
             InvalidInputError: a malformed range.
             StoreError: the read failed.
         """
-        path = self._path(key)
+        parts = check_key(key).split("/")
         byte_range = check_range(key, byte_range)
-        parts = key.split("/")
         try:
             dfd = self._dir_fd(parts[:-1])
             try:
                 fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dfd)
             finally:
                 os.close(dfd)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise IsADirectoryError(path)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise IsADirectoryError(key)
                 if byte_range is None:
-                    data = f.read()
+                    data = _read_to_end(fd, st.st_size)
                 else:
                     start, end = byte_range
-                    size = os.fstat(f.fileno()).st_size
+                    size = st.st_size
                     if start < 0:
                         start = max(0, size + start)
                     end = size if end is None else min(end, size)
-                    data = os.pread(f.fileno(), end - start, start) if end > start else b""
+                    data = os.pread(fd, end - start, start) if end > start else b""
+            finally:
+                os.close(fd)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             self._count("GET")
             raise ObjectNotFound(key) from None
@@ -291,7 +313,7 @@ class LocalStore:
             self._count("GET")
             if e.errno == errno.ELOOP:
                 raise _link_error(key) from None
-            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+            raise StoreError(f"cannot read {self._path(key)}: {e.strerror or e}") from e
         self._count("GET", down=len(data))
         return data
 
@@ -317,6 +339,44 @@ class LocalStore:
         if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFound(key)
         return self._info(key, st)
+
+    def _smallest_in_dir(self, prefix: str, limit: int) -> list[ObjectInfo] | None:
+        """The first ``limit`` objects in key order below ``prefix`` (which ends in ``/``) when
+        they are files directly in its directory: one ``listdir`` and an ``lstat`` of only those
+        names, relative to the directory opened without following links. A name sorts before
+        every key below a directory with a greater name, so the smallest names answer unless one
+        of them is a directory (or has gone meanwhile): then None, and the full walk answers.
+
+        Raises:
+            OSError: the directory cannot be read; InvalidInputError: a chosen name is no key.
+        """
+        try:
+            fd = self._dir_fd(prefix[:-1].split("/"))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return []  # a linked directory: not followed
+            raise
+        try:
+            names = os.listdir(fd)
+            first = min(names) if limit == 1 and names else "."
+            if not first.startswith("."):
+                names = [first]  # the smallest name is no dot name (not a key): nothing to filter
+            else:
+                names = heapq.nsmallest(limit, [n for n in names if not n.startswith(".")])
+            out = []
+            for n in names:
+                try:  # lstat: a link is listed as itself (reading it raises IntegrityError)
+                    st = os.stat(n, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    return None
+                if stat.S_ISDIR(st.st_mode):
+                    return None
+                out.append(self._info(check_key(prefix + n), st))
+            return out
+        finally:
+            os.close(fd)
 
     def _walk(self, prefix: str) -> list[str]:
         if prefix.endswith("/"):
@@ -361,6 +421,15 @@ class LocalStore:
         Raises:
             StoreError: the directory cannot be read (permissions, I/O error).
         """
+        if limit is not None and start_after is None and 0 < limit < 64 and prefix.endswith("/"):
+            try:
+                few = self._smallest_in_dir(prefix, limit)
+            except OSError as e:
+                raise StoreError(f"cannot list {prefix!r} in {self.root}: {e.strerror or e}") from e
+            if few is not None:
+                self._count("LIST")
+                yield from few
+                return
         try:
             found = [k for k in self._walk(prefix) if start_after is None or k > start_after]
         except OSError as e:
