@@ -139,7 +139,10 @@ class Rewrite:
 
     Attributes:
         needs: how many needs mark had recorded for the pack when it was copied (``len`` of its
-            needed set; needs only grow, so an unchanged count means the copy is complete).
+            needed set, just made of distinct entries by ``Reach.note_usage``). Needs only grow
+            while mark runs (a count of distinct entries that grows by at least one for each new
+            entry, and by one for an entry needed again), so the same count at the end means the
+            same needs: the copy is complete.
         moved: ids of the new packs holding the copy.
         size_in: bytes of the copied pack.
         out_bytes: bytes of the new packs (to undo their count when the copy is discarded).
@@ -200,6 +203,8 @@ class SegmentRewrites:
             if u is None or not self.eligible(reach, pid):
                 continue
             live, total, n = u
+            if n != len(reach.packs.get(pid, ())):
+                continue  # not measured with its present needs (it was not cached just now)
             if 1 - live / (total or 1) <= self.max_unused:
                 continue
             prev = self.copies.get(pid)
