@@ -354,76 +354,78 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     seg_writer = PackWriter(store, rep, dry_run, max_pending=SEG_PENDING_BYTES)
     rewrites = SegmentRewrites(repo, seg_writer, seg_keep, packs, fwd, tier_levels, max_unused, target_pack_bytes,
                                level)
+    # copies made so far are deleted if GC stops before it takes them (nothing names them)
+    taken = False
     try:
         reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes,
                      keep_refs=False, on_run=rewrites.on_run)
-    except BaseException:
-        _abandon(rewrites, seg_writer, store, dry_run)
-        raise
-    for p in reach.fresh_segs | reach.seg_standins:
-        seg_keep.setdefault(p, "")
-    # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
-    seg_keep = {p: rk for p, rk in seg_keep.items() if p not in fwd}
-    if reach.unresolved:
-        pid, etype, eid = reach.unresolved[0]
-        raise ObjectNotFound(keys.fwd_key(pid), f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
-    for pid in reach.packs:
-        if pid not in packs and pid not in seg_keep:
-            raise ObjectNotFound(keys.pack_key(pid), f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
-    rep.live_packs = len(reach.packs)
-    # damaged packs met while marking: readers (and this mark) took their entries from other
-    # copies, so they are unreferenced unless they are the only copy (then a read above failed)
-    rep.corrupt_packs = sorted(keys.pack_key(p) for p in repo.corrupt_packs() if p in packs)
-    hook("after_mark", live=set(reach.packs))
-    if progress:
-        progress("mark", len(reach.packs), len(reach.packs))
+        for p in reach.fresh_segs | reach.seg_standins:
+            seg_keep.setdefault(p, "")
+        # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
+        seg_keep = {p: rk for p, rk in seg_keep.items() if p not in fwd}
+        if reach.unresolved:
+            pid, etype, eid = reach.unresolved[0]
+            raise ObjectNotFound(keys.fwd_key(pid),
+                                 f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
+        for pid in reach.packs:
+            if pid not in packs and pid not in seg_keep:
+                raise ObjectNotFound(keys.pack_key(pid),
+                                     f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
+        rep.live_packs = len(reach.packs)
+        # damaged packs met while marking: readers (and this mark) took their entries from other
+        # copies, so they are unreferenced unless they are the only copy (then a read above failed)
+        rep.corrupt_packs = sorted(keys.pack_key(p) for p in repo.corrupt_packs() if p in packs)
+        hook("after_mark", live=set(reach.packs))
+        if progress:
+            progress("mark", len(reach.packs), len(reach.packs))
 
-    # ---- repack: mostly-dead packs and small live packs
-    retired_now: list[bytes] = []
-    select = []
-    seg_select = []
-    for pid, needed in reach.packs.items():
-        if pid in seg_keep:
-            # a segment: its writer merges it (tiered compaction) and GC never merges it with other
-            # packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own, with a
-            # forwarding record from it to its rewrite (docs/format.md §13)
-            if pid in packs and tier_levels.get(pid, 1) >= 1:
-                try:
-                    live_raw, total = _usage(repo, rep, reach, pid)
-                except ObjectNotFound:
-                    continue
-                if 1 - live_raw / (total or 1) > max_unused:
-                    seg_select.append(pid)
-            continue
-        if pid in fwd:
-            # retired, yet it holds live entries its forwarding record does not lead to (referenced
-            # again after its repack dropped them): move them too, and extend its record
-            select.append((packs[pid].mtime, pid, 1.0))
-            continue
-        try:
-            live_raw, total = _usage(repo, rep, reach, pid)  # measured while marking: no second GET
-        except ObjectNotFound:
-            continue  # merged into a tier pack and deleted by its writer since the listing
-        unused = 1 - live_raw / (total or 1)
-        if unused > max_unused or packs[pid].size < small_pack_bytes:
-            select.append((packs[pid].mtime, pid, unused))
-    # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite of
-    # each of those records when it is merged again; merge such packs only MERGE_OUTPUTS at a time,
-    # so that a record is rewritten O(log) times, not once per GC, while writers keep adding packs.
-    targets = {t for ts in fwd.values() for t in ts}
-    small_targets = [x for x in select if x[1] in targets and x[2] <= max_unused]
-    if len(small_targets) < MERGE_OUTPUTS:
-        select = [x for x in select if not (x[1] in targets and x[2] <= max_unused)]
-    select.sort()
-    worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
-    if select and worth:
-        heads = [log.live[0] for log in logs.values() if log.live]
-        try:
+        # ---- repack: mostly-dead packs and small live packs
+        retired_now: list[bytes] = []
+        select = []
+        seg_select = []
+        for pid, needed in reach.packs.items():
+            if pid in seg_keep:
+                # a segment: its writer merges it (tiered compaction) and GC never merges it with
+                # other packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own,
+                # with a forwarding record from it to its rewrite (docs/format.md §13)
+                if pid in packs and tier_levels.get(pid, 1) >= 1:
+                    try:
+                        live_raw, total = _usage(repo, rep, reach, pid)
+                    except ObjectNotFound:
+                        continue
+                    if 1 - live_raw / (total or 1) > max_unused:
+                        seg_select.append(pid)
+                continue
+            if pid in fwd:
+                # retired, yet it holds live entries its forwarding record does not lead to
+                # (referenced again after its repack dropped them): move them too, and extend its record
+                select.append((packs[pid].mtime, pid, 1.0))
+                continue
+            try:
+                live_raw, total = _usage(repo, rep, reach, pid)  # measured while marking: no second GET
+            except ObjectNotFound:
+                continue  # merged into a tier pack and deleted by its writer since the listing
+            unused = 1 - live_raw / (total or 1)
+            if unused > max_unused or packs[pid].size < small_pack_bytes:
+                select.append((packs[pid].mtime, pid, unused))
+        # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite
+        # of each of those records when it is merged again; merge such packs only MERGE_OUTPUTS at a
+        # time, so that a record is rewritten O(log) times, not once per GC, while writers keep
+        # adding packs.
+        targets = {t for ts in fwd.values() for t in ts}
+        small_targets = [x for x in select if x[1] in targets and x[2] <= max_unused]
+        if len(small_targets) < MERGE_OUTPUTS:
+            select = [x for x in select if not (x[1] in targets and x[2] <= max_unused)]
+        select.sort()
+        worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
+        if select and worth:
+            heads = [log.live[0] for log in logs.values() if log.live]
             retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
                                   dry_run, progress, fwd, fmap, heads, grace, now, sizes)
-        except BaseException:
+        taken = True
+    finally:
+        if not taken:
             _abandon(rewrites, seg_writer, store, dry_run)
-            raise
     # one at a time: each rewrite holds exactly one segment's live entries. Most were copied while
     # mark had them cached (with every need mark ended with); the others are fetched again, in
     # parallel waves. The forwarding-map shards are written once, after every rewrite is durable.
