@@ -527,7 +527,8 @@ def summarise(res: dict) -> dict:
             "live_packs": rep["live_packs"], "keys_listed": res["keys_listed"], "deleted": rep["deleted"],
             "deleted_objects": deleted, "deleted_bytes": res["deleted_bytes"], "written_bytes": res["written_bytes"],
             "reclaimed_bytes": rep["reclaimed_bytes"], "repacked_packs": rep["repacked_packs"],
-            "new_packs": rep["new_packs"], "requests": res["requests"], "get_missing": res["get_missing"],
+            "new_packs": rep["new_packs"], "repack_bytes_in": rep.get("repack_bytes_in"),
+            "repack_bytes_out": rep.get("repack_bytes_out"), "requests": res["requests"], "get_missing": res["get_missing"],
             "live_messages": res.get("live_messages"), "live_nodes": res.get("live_nodes"),
             "snapstore_file": res.get("snapstore_file"), "maxrss_before": res["maxrss_before"], "maxrss_end": res["maxrss_end"],
             "tracemalloc_peak": res.get("tracemalloc_peak"), "round_trips": res.get("round_trips"),
@@ -596,9 +597,11 @@ def print_tables(results: list[dict]) -> None:
             print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {kind:>9} {req_str(s['requests']):>26} "
                   f"{s['get_missing']:>8} {twice:>8}  {per}")
     print()
-    print("Repository before GC and what GC did (objects/MB after gc: the directory after the first GC)")
+    print("Repository before GC and what GC did (MB in->out: the repacked packs' bytes and the new packs'; objects/MB"
+          " after gc: the directory after the first GC)")
     hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'objects':>8} {'MB':>8} {'prune s':>8} {'live packs':>10} "
-           f"{'repacked':>8} {'new packs':>9} {'deleted by category':>40} {'objects after gc':>16} {'MB after gc':>11}")
+           f"{'repacked':>8} {'MB in->out':>11} {'new packs':>9} {'deleted by category':>40} {'objects after gc':>16} "
+           f"{'MB after gc':>11}")
     print(hdr)
     print("-" * len(hdr))
     for r in results:
@@ -607,7 +610,7 @@ def print_tables(results: list[dict]) -> None:
             continue
         print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {r['before']['files']:>8} {mb(r['before']['bytes']):>8} "
               f"{(r['prune'] or {}).get('seconds', 0):>8.1f} {s['live_packs']:>10} {s['repacked_packs']:>8} "
-              f"{s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
+              f"{mb(s.get('repack_bytes_in')) + '->' + mb(s.get('repack_bytes_out')):>11} {s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
               f"{mb(r.get('after_gc', {}).get('bytes')):>11}")
 
 
