@@ -448,8 +448,14 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             if i >= fetched:
                 fetched, n = prefetch_wave(repo, late, i, sizes, per_wave, budget)
                 rep.refetched_packs += n
-            retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
-                                   [], grace, now, sizes, flush=False)
+            try:
+                retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd,
+                                       fmap, [], grace, now, sizes, flush=False)
+            except ObjectNotFound as e:
+                if e.key != keys.pack_key(pid):
+                    raise
+                # merged and deleted by its writer since mark read it (its entries are in the
+                # writer's new tier pack, which the run's newest record lists): nothing to rewrite
     finally:
         seg_writer.finish()  # every copy made during mark is durable before a record names it
         rewrites.delete_discarded(store, dry_run)

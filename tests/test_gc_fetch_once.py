@@ -199,3 +199,41 @@ def test_a_gc_that_fails_while_marking_deletes_the_copies_it_made(tmp_path, monk
     rep = CheckpointManager(store).gc(grace_period=0)
     assert rep.repacked_packs > 0
     assert_clean(store, expect)
+
+
+@pytest.mark.usefixtures("small_gc_cache")
+@pytest.mark.parametrize("copied", ["during-mark", "after-mark"])
+def test_a_writer_merging_a_rewritten_segment_away_during_gc(copied, tmp_path, monkeypatch):
+    """After mark, the run's writer saves on and its tiered compaction merges a segment GC is
+    rewriting into a new tier pack and deletes it (grace period: a writer may). Copied during mark,
+    the rewrite goes ahead and its forwarding record leads to a copy nothing needs; copied after
+    mark (the fallback, here because the pack left the cache), the vanished segment is skipped.
+    Either way the GC completes, and everything restores, then and after the GCs that follow."""
+    store = local(tmp_path)
+    expect = build(store, 24)
+    m = CheckpointManager(store)
+    drop = (lambda rw, reach, pid: rw.repo._cache_drop(pid)) if copied == "after-mark" else None
+    chosen = _first_copy_target(monkeypatch, before_copy=drop)
+    writer = CheckpointManager(store)
+
+    def merge_it_away(**info):
+        key = keys.pack_key(chosen[0])
+        run = next(r for r in {k[0] for k in expect}
+                   if any(sg.pack == chosen[0] for sg in writer.repo.head(writer.repo.run_key(r)).segment_list()))
+        (cid_run, cid), = [k for k in expect if k[0] == run]
+        msgs = list(expect.pop((cid_run, cid)))
+        for i in range(64):
+            msgs = msgs + [msg(f"w-{run}", i)]
+            cid = writer.save(run, msgs)
+            if key not in pack_keys(store):
+                break
+        assert key not in pack_keys(store), "the writer's compaction did not merge the segment"
+        expect[(run, cid)] = msgs
+
+    rep = m.gc(hooks={"after_mark": merge_it_away})
+    assert chosen
+    assert rep.repacked_packs >= 2
+    assert_clean(store, expect)
+    for _ in range(2):
+        CheckpointManager(store).gc(grace_period=0)
+    assert_clean(store, expect)
