@@ -53,6 +53,7 @@ class PackWriter:
         self.pool = None
         self.pending: list = []  # (future, bytes)
         self.done: list = []
+        self.track: list | None = None  # when a list: receives the id of every pack closed
 
     def close(self, b: PackBuilder) -> int:
         """Build ``b`` and submit its create-only write (nothing when it is empty). Returns the
@@ -60,6 +61,8 @@ class PackWriter:
         if b.empty:
             return 0
         data, _ = b.build()  # also in a dry run: its report then says what the real run writes
+        if self.track is not None:
+            self.track.append(b.pack_id)
         self.rep.new_packs += 1
         self.rep.repack_bytes_out += len(data)
         self.rep.written_bytes += len(data)
@@ -161,8 +164,7 @@ class SegmentRewrites:
 
     A pack is copied when it is a segment GC keeps whole (``keep``: the newest records' segments;
     packs standing in for segments an earlier GC rewrote, and the segments of records mark read
-    again, count too), is listed (``listed``: pack
-    id -> listing info), has no forwarding record (``fwd``), has level >= 1 (``levels``; a
+    again, count too), is listed (``listed``: pack id -> listing info), has no forwarding record (``fwd``), has level >= 1 (``levels``; a
     stand-in counts as level 1) and more than ``max_unused`` of its raw bytes are not needed.
     That is the rule GC applies after mark (``snapstore.gc``), evaluated with the needs known when
     the pack's run is marked.
@@ -217,6 +219,7 @@ class SegmentRewrites:
             if prev is not None:
                 self.discard(pid)
             out0 = self.writer.rep.repack_bytes_out
+            self.writer.track = closed = []
             try:
                 b, moved = copy_live(repo, pid, pack, reach.needed_entries(pid, pack), None, self.writer,
                                      self.target, self.level,
@@ -224,7 +227,12 @@ class SegmentRewrites:
                 if b is not None:
                     self.writer.close(b)
             except SnapstoreError:
-                continue  # the copy after mark reads it again and reports the error
+                # the copy after mark reads it again and reports the error; new packs this copy
+                # already closed are deleted like a discarded copy's
+                self._drop(Rewrite(n, closed, 0, self.writer.rep.repack_bytes_out - out0))
+                continue
+            finally:
+                self.writer.track = None
             self.copies[pid] = Rewrite(n, sorted(moved), len(pack.data), self.writer.rep.repack_bytes_out - out0)
 
     def take(self, pid: bytes, needs: int) -> Rewrite | None:

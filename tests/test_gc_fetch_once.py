@@ -237,3 +237,35 @@ def test_a_writer_merging_a_rewritten_segment_away_during_gc(copied, tmp_path, m
     for _ in range(2):
         CheckpointManager(store).gc(grace_period=0)
     assert_clean(store, expect)
+
+
+@pytest.mark.usefixtures("small_gc_cache")
+def test_a_copy_that_fails_halfway_leaves_no_pack_behind(tmp_path, monkeypatch):
+    """An entry that cannot be read while a segment is copied during mark (here one read fails
+    once, after the copy closed some new packs: ``target_pack_bytes`` is tiny) abandons that copy:
+    the packs it closed are deleted, the pack is copied again after mark, and the report counts
+    only the new packs that stay."""
+    from snapstore.errors import IntegrityError
+    from snapstore.readpath import ReadPath
+    store = local(tmp_path)
+    expect = build(store, 24)
+    before = pack_keys(store)
+    orig = ReadPath._entry_in
+    state = {"reads": 0, "failed": False}
+
+    def flaky(self, pack, etype, eid, ctx, verify=True):
+        if chosen and pack.id == chosen[0] and not state["failed"]:
+            state["reads"] += 1
+            if state["reads"] == 3:
+                state["failed"] = True
+                raise IntegrityError(pack.key, "injected: entry unreadable once")
+        return orig(self, pack, etype, eid, ctx, verify)
+    chosen = _first_copy_target(monkeypatch)
+    monkeypatch.setattr(ReadPath, "_entry_in", flaky)
+    rep = CheckpointManager(store).gc(grace_period=0, target_pack_bytes=200)
+    assert state["failed"], "the injected failure did not happen during a copy"
+    after = pack_keys(store)
+    assert len(after - before) == rep.new_packs
+    assert_clean(store, expect)
+    again = CheckpointManager(store).gc(grace_period=0, target_pack_bytes=200)
+    assert sum(again.deleted.values()) == 0, again.as_dict()
