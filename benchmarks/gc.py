@@ -50,7 +50,9 @@ on its own copy, with ``CheckpointManager(dir)`` (fsync ON, the default) and ``m
   **sequential round trips** (the longest chain of requests each starting after the previous one
   ended, as in ``benchmarks/latency.py``) are the GC's structure, not the local disk's speed.
   Every GC row also shows its requests by kind (method and key kind: log segment, manifest,
-  pack, ...), recorded by wrapping the store (:class:`RequestRecorder`; LIST per page of 1,000).
+  pack, ...), recorded by wrapping the store (:class:`RequestRecorder`; LIST per page of 1,000),
+  and how many pack keys it GETs more than once (issue 8: a GC fetches no pack twice), beside the
+  report's own count (``refetched_packs``; "-" for code older than that field).
 * ``gc+top`` (``--kinds tracetop``): tracemalloc's top 20 allocation lines at ``after_mark`` and
   ``after_repack`` (slow: for finding where the memory goes).
 
@@ -274,6 +276,7 @@ class RequestRecorder:
     def __init__(self, store, delay: float = 0.0):
         self.store, self.delay, self.on = store, delay, False
         self.log: list = []
+        self.pack_gets: dict = {}  # pack key -> GETs of it (whole or ranged)
         lock = __import__("threading").Lock()
         self._lock = lock
 
@@ -290,6 +293,8 @@ class RequestRecorder:
                     k = key_kind(a[0]) if keyarg and a and isinstance(a[0], str) else ""
                     with lock:
                         self.log.append((kind, k, t, time.perf_counter()))
+                        if kind == "GET" and k == "pack":
+                            self.pack_gets[a[0]] = self.pack_gets.get(a[0], 0) + 1
             return f
         for name, kind in (("get", "GET"), ("put", "PUT"), ("put_if_match", "PUT"), ("head", "HEAD")):
             setattr(store, name, timed(kind, getattr(store, name)))
@@ -323,6 +328,12 @@ class RequestRecorder:
 
     def round_trips(self) -> int:
         return sequential_round_trips((s, e) for _, _, s, e in self.log)
+
+    def repeated_pack_gets(self) -> dict:
+        """``{"packs_fetched_twice": pack keys GET more than once, "repeated_pack_gets": GETs of a
+        pack key after its first}`` (issue 8: no pack fetched twice)."""
+        return {"packs_fetched_twice": sum(1 for n in self.pack_gets.values() if n > 1),
+                "repeated_pack_gets": sum(n - 1 for n in self.pack_gets.values())}
 
     def by_kind(self) -> dict:
         out: dict = {}
@@ -462,6 +473,7 @@ def child_main(argv: list[str]) -> None:
                requests=store.stats.since(before).as_dict(), keys_listed=counters["listed"],
                get_missing=counters["get_missing"], python_version=sys.version.split()[0],
                round_trips=recorder.round_trips(), requests_by_kind=recorder.by_kind(),
+               **recorder.repeated_pack_gets(),
                latency_ms=opts.get("latency_ms", 0.0))
     if "top" in out:
         for name, t in out["top"].items():
@@ -515,11 +527,14 @@ def summarise(res: dict) -> dict:
             "live_packs": rep["live_packs"], "keys_listed": res["keys_listed"], "deleted": rep["deleted"],
             "deleted_objects": deleted, "deleted_bytes": res["deleted_bytes"], "written_bytes": res["written_bytes"],
             "reclaimed_bytes": rep["reclaimed_bytes"], "repacked_packs": rep["repacked_packs"],
-            "new_packs": rep["new_packs"], "requests": res["requests"], "get_missing": res["get_missing"],
+            "new_packs": rep["new_packs"], "repack_bytes_in": rep.get("repack_bytes_in"),
+            "repack_bytes_out": rep.get("repack_bytes_out"), "requests": res["requests"], "get_missing": res["get_missing"],
             "live_messages": res.get("live_messages"), "live_nodes": res.get("live_nodes"),
             "snapstore_file": res.get("snapstore_file"), "maxrss_before": res["maxrss_before"], "maxrss_end": res["maxrss_end"],
             "tracemalloc_peak": res.get("tracemalloc_peak"), "round_trips": res.get("round_trips"),
             "requests_by_kind": res.get("requests_by_kind"), "latency_ms": res.get("latency_ms", 0.0),
+            "packs_fetched_twice": res.get("packs_fetched_twice"), "repeated_pack_gets": res.get("repeated_pack_gets"),
+            "refetched_packs": rep.get("refetched_packs"),
             "top": res.get("top"),
             "mark_us_per_live_checkpoint": round(1e6 * mark_s / live, 1) if live else None,
             "mark_us_per_live_message": round(1e6 * mark_s / res["live_messages"], 1) if res.get("live_messages") else None,
@@ -567,8 +582,8 @@ def print_tables(results: list[dict]) -> None:
                   f"{str(s['repack_us_per_packed_pack'] or '-'):>11} {str(s['sweep_us_per_deleted_object'] or '-'):>10}")
     print()
     print("Store requests of each GC, PUT/GET/HEAD/LIST/DELETE (LIST and DELETE count pages/batches of 1,000 keys);"
-          " GET-miss = GETs of missing keys")
-    hdr = f"{'code':>8} {'setting':>10} {'pruned':>6} {'kind':>9} {'total':>26} {'GET-miss':>8}  per phase"
+          " GET-miss = GETs of missing keys; packs x2 = pack keys GET more than once")
+    hdr = f"{'code':>8} {'setting':>10} {'pruned':>6} {'kind':>9} {'total':>26} {'GET-miss':>8} {'packs x2':>8}  per phase"
     print(hdr)
     print("-" * len(hdr))
     for r in results:
@@ -578,11 +593,15 @@ def print_tables(results: list[dict]) -> None:
                 continue
             per = " ".join(f"{n}={req_str(p['requests'])}" for n, p in s["phases"].items()
                            if sum(p["requests"].values()))
-            print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {kind:>9} {req_str(s['requests']):>26} {s['get_missing']:>8}  {per}")
+            twice = "-" if s.get("packs_fetched_twice") is None else s["packs_fetched_twice"]
+            print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {kind:>9} {req_str(s['requests']):>26} "
+                  f"{s['get_missing']:>8} {twice:>8}  {per}")
     print()
-    print("Repository before GC and what GC did (objects/MB after gc: the directory after the first GC)")
+    print("Repository before GC and what GC did (MB in->out: the repacked packs' bytes and the new packs'; objects/MB"
+          " after gc: the directory after the first GC)")
     hdr = (f"{'code':>8} {'setting':>10} {'pruned':>6} {'objects':>8} {'MB':>8} {'prune s':>8} {'live packs':>10} "
-           f"{'repacked':>8} {'new packs':>9} {'deleted by category':>40} {'objects after gc':>16} {'MB after gc':>11}")
+           f"{'repacked':>8} {'MB in->out':>11} {'new packs':>9} {'deleted by category':>40} {'objects after gc':>16} "
+           f"{'MB after gc':>11}")
     print(hdr)
     print("-" * len(hdr))
     for r in results:
@@ -591,7 +610,7 @@ def print_tables(results: list[dict]) -> None:
             continue
         print(f"{r.get('code', 'head')[:8]:>8} {r['setting']:>10} {r['pruned']:>5}% {r['before']['files']:>8} {mb(r['before']['bytes']):>8} "
               f"{(r['prune'] or {}).get('seconds', 0):>8.1f} {s['live_packs']:>10} {s['repacked_packs']:>8} "
-              f"{s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
+              f"{mb(s.get('repack_bytes_in')) + '->' + mb(s.get('repack_bytes_out')):>11} {s['new_packs']:>9} {json.dumps(s['deleted']):>40} {r.get('after_gc', {}).get('files', '-'):>16} "
               f"{mb(r.get('after_gc', {}).get('bytes')):>11}")
 
 
@@ -659,7 +678,10 @@ def measure_variant(r: dict, pkg: Path, work: Path, setting: str, pct: int, var:
               + f", maxrss {s['maxrss_end'] / 1e6:.0f} MB, cpu {s['cpu_seconds']:.1f}s, "
               f"{s['round_trips']} sequential round trips"
               + (f" ({s['latency_ms']:g} ms added per request)" if s["latency_ms"] else "")
-              + f"\n{'':>14}requests by kind: {json.dumps(s['requests_by_kind'])}", flush=True)
+              + f"\n{'':>14}requests by kind: {json.dumps(s['requests_by_kind'])}"
+              + f"\n{'':>14}pack keys fetched more than once: {s['packs_fetched_twice']} "
+              f"({s['repeated_pack_gets']} repeated GETs; GCReport.refetched_packs "
+              f"{'-' if s['refetched_packs'] is None else s['refetched_packs']})", flush=True)
         if kind == "gc":
             files2, nbytes2 = tree_summary(d)
             r["after_gc"] = {"files": files2, "bytes": nbytes2}

@@ -467,7 +467,7 @@ most a sixth of the repository's pack cache, so a wave stays cached until its ru
 
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
          present: set | None = None, segs_by_run: dict | None = None, refresh=None,
-         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True) -> Reach:
+         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True, on_run=None) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -500,6 +500,10 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             drops each run's refs and visited nodes once the run is marked, so the memo holds
             one run at a time (runs without segments share one memo, as in format 1), and keeps
             each pack's needed entries as a :class:`Needed` bitmap once its run is marked.
+        on_run: ``on_run(reach, pids)``, called once each run is marked, with the packs it met
+            (``reach.usage`` holds their needed and total raw bytes), while they are still in
+            the pack cache: GC copies the live entries of the segments it rewrites then, so that
+            it fetches no pack a second time (docs/format.md §13).
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -739,7 +743,10 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
                 seen_states.clear()
-        reach.note_usage(repo, list(dict.fromkeys(reach.order[first:] + list(held))), compact=not keep_refs)
+        met = list(dict.fromkeys(reach.order[first:] + list(held)))
+        reach.note_usage(repo, met, compact=not keep_refs)
+        if on_run is not None:
+            on_run(reach, met)
         if not keep_refs and segs:
             with repo._lock:
                 repo._nodes.clear()  # decoded nodes: the next run (own memo) reads its own

@@ -29,7 +29,6 @@ import json
 import os
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,11 +39,11 @@ from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNot
 from . import runmarks
 from .format import keys, runmark
 from .format.codec import loads_exact, open_envelope, seal_envelope
-from .format.ids import PACK_ID_BYTES, is_pack_hex
+from .format.ids import is_pack_hex
 from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
 from .forwarding import ForwardMap
-from .format.pack import PackBuilder
+from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .repository import Repository
 from .stores.base import max_concurrency
 
@@ -73,6 +72,10 @@ class GCReport:
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
+        refetched_packs: packs GC fetched again after mark had read them (to judge or to copy
+            them): the per-save and format-1 packs it merges, and a mostly dead segment only when
+            it had left the pack cache before its run was marked, or another run needed more of
+            it after it was copied (a segment is otherwise copied while mark has it cached).
         added_forward: forwarding records written for packs this GC repacked (new or extended).
         redirected_forward: existing forwarding records rewritten to point past a pack deleted now.
         removed_forward: forwarding records dropped from the map (nothing leads to them any more).
@@ -110,6 +113,7 @@ class GCReport:
     new_packs: int = 0
     repack_bytes_in: int = 0
     repack_bytes_out: int = 0
+    refetched_packs: int = 0
     pending_candidates: int = 0
     pending_objects: int = 0
     pending_bytes: int = 0
@@ -139,7 +143,8 @@ class GCReport:
                 "deleted": dict(self.deleted), "reclaimed_bytes": self.reclaimed_bytes,
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
                 "new_packs": self.new_packs, "repack_bytes_in": self.repack_bytes_in,
-                "repack_bytes_out": self.repack_bytes_out, "pending_candidates": self.pending_candidates,
+                "repack_bytes_out": self.repack_bytes_out, "refetched_packs": self.refetched_packs,
+                "pending_candidates": self.pending_candidates,
                 "pending_objects": self.pending_objects, "pending_bytes": self.pending_bytes,
                 "pending_kinds": dict(self.pending_kinds),
                 "added_forward": self.added_forward, "redirected_forward": self.redirected_forward,
@@ -351,76 +356,122 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         newest = repo.head(repo.run_key(run_id))
         return newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
     sizes = sizes_of
-    reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes, keep_refs=False)
-    for p in reach.fresh_segs | reach.seg_standins:
-        seg_keep.setdefault(p, "")
-    # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
-    seg_keep = {p: rk for p, rk in seg_keep.items() if p not in fwd}
     tier_levels = {sg.pack: sg.level for segs in segments_by_run(logs).values() for sg in segs}
-    if reach.unresolved:
-        pid, etype, eid = reach.unresolved[0]
-        raise ObjectNotFound(keys.fwd_key(pid), f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
-    for pid in reach.packs:
-        if pid not in packs and pid not in seg_keep:
-            raise ObjectNotFound(keys.pack_key(pid), f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
-    rep.live_packs = len(reach.packs)
-    # damaged packs met while marking: readers (and this mark) took their entries from other
-    # copies, so they are unreferenced unless they are the only copy (then a read above failed)
-    rep.corrupt_packs = sorted(keys.pack_key(p) for p in repo.corrupt_packs() if p in packs)
-    hook("after_mark", live=set(reach.packs))
-    if progress:
-        progress("mark", len(reach.packs), len(reach.packs))
+    # a mostly dead segment is copied as soon as its run is marked, while mark has it cached, so
+    # that no pack is fetched twice (docs/format.md §13, "GC at scale"); the new packs are written
+    # as they fill up, a bounded number of bytes in flight
+    seg_writer = PackWriter(store, rep, dry_run, max_pending=SEG_PENDING_BYTES)
+    rewrites = SegmentRewrites(repo, seg_writer, seg_keep, packs, fwd, tier_levels, max_unused, target_pack_bytes,
+                               level)
+    # copies made so far are deleted if GC stops before it takes them (nothing names them)
+    taken = False
+    try:
+        reach = mark(repo, live, None, fwd, set(packs), segments_by_run(logs), refresh, sizes=sizes,
+                     keep_refs=False, on_run=rewrites.on_run)
+        for p in reach.fresh_segs | reach.seg_standins:
+            seg_keep.setdefault(p, "")
+        # a segment GC rewrote (retired, below) is kept by the pack standing in for it, not itself
+        seg_keep = {p: rk for p, rk in seg_keep.items() if p not in fwd}
+        if reach.unresolved:
+            pid, etype, eid = reach.unresolved[0]
+            raise ObjectNotFound(keys.fwd_key(pid),
+                                 f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
+        for pid in reach.packs:
+            if pid not in packs and pid not in seg_keep:
+                raise ObjectNotFound(keys.pack_key(pid),
+                                     f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
+        rep.live_packs = len(reach.packs)
+        # damaged packs met while marking: readers (and this mark) took their entries from other
+        # copies, so they are unreferenced unless they are the only copy (then a read above failed)
+        rep.corrupt_packs = sorted(keys.pack_key(p) for p in repo.corrupt_packs() if p in packs)
+        hook("after_mark", live=set(reach.packs))
+        if progress:
+            progress("mark", len(reach.packs), len(reach.packs))
 
-    # ---- repack: mostly-dead packs and small live packs
-    retired_now: list[bytes] = []
-    select = []
-    seg_select = []
-    for pid, needed in reach.packs.items():
-        if pid in seg_keep:
-            # a segment: its writer merges it (tiered compaction) and GC never merges it with other
-            # packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own, with a
-            # forwarding record from it to its rewrite (docs/format.md §13)
-            if pid in packs and tier_levels.get(pid, 1) >= 1:
-                try:
-                    live_raw, total = reach.pack_usage(repo, pid)
-                except ObjectNotFound:
-                    continue
-                if 1 - live_raw / (total or 1) > max_unused:
-                    seg_select.append(pid)
-            continue
-        if pid in fwd:
-            # retired, yet it holds live entries its forwarding record does not lead to (referenced
-            # again after its repack dropped them): move them too, and extend its record
-            select.append((packs[pid].mtime, pid, 1.0))
-            continue
-        try:
-            live_raw, total = reach.pack_usage(repo, pid)  # measured while marking: no second GET
-        except ObjectNotFound:
-            continue  # merged into a tier pack and deleted by its writer since the listing
-        unused = 1 - live_raw / (total or 1)
-        if unused > max_unused or packs[pid].size < small_pack_bytes:
-            select.append((packs[pid].mtime, pid, unused))
-    # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite of
-    # each of those records when it is merged again; merge such packs only MERGE_OUTPUTS at a time,
-    # so that a record is rewritten O(log) times, not once per GC, while writers keep adding packs.
-    targets = {t for ts in fwd.values() for t in ts}
-    small_targets = [x for x in select if x[1] in targets and x[2] <= max_unused]
-    if len(small_targets) < MERGE_OUTPUTS:
-        select = [x for x in select if not (x[1] in targets and x[2] <= max_unused)]
-    select.sort()
-    worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
-    if select and worth:
-        heads = [log.live[0] for log in logs.values() if log.live]
-        retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
-                              dry_run, progress, fwd, fmap, heads, grace, now, sizes)
-    # one at a time: each rewrite holds exactly one segment's live entries; the packs are fetched
-    # in parallel waves and the forwarding-map shards written once, after every rewrite is durable
-    per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
-    for i, pid in enumerate(seg_select):
-        if i >= fetched:
-            fetched = _prefetch_wave(repo, seg_select, i, sizes, per_wave, budget)
-        retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd, fmap,
-                               [], grace, now, sizes, flush=False)
+        # ---- repack: mostly-dead packs and small live packs
+        retired_now: list[bytes] = []
+        select = []
+        seg_select = []
+        for pid, needed in reach.packs.items():
+            if pid in seg_keep:
+                # a segment: its writer merges it (tiered compaction) and GC never merges it with
+                # other packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own,
+                # with a forwarding record from it to its rewrite (docs/format.md §13)
+                if pid in packs and tier_levels.get(pid, 1) >= 1:
+                    try:
+                        live_raw, total = _usage(repo, rep, reach, pid)
+                    except ObjectNotFound:
+                        continue
+                    if 1 - live_raw / (total or 1) > max_unused:
+                        seg_select.append(pid)
+                continue
+            if pid in fwd:
+                # retired, yet it holds live entries its forwarding record does not lead to
+                # (referenced again after its repack dropped them): move them too, and extend its record
+                select.append((packs[pid].mtime, pid, 1.0))
+                continue
+            try:
+                live_raw, total = _usage(repo, rep, reach, pid)  # measured while marking: no second GET
+            except ObjectNotFound:
+                continue  # merged into a tier pack and deleted by its writer since the listing
+            unused = 1 - live_raw / (total or 1)
+            if unused > max_unused or packs[pid].size < small_pack_bytes:
+                select.append((packs[pid].mtime, pid, unused))
+        # A small pack that forwarding records point at (an earlier repack's output) costs a rewrite
+        # of each of those records when it is merged again; merge such packs only MERGE_OUTPUTS at a
+        # time, so that a record is rewritten O(log) times, not once per GC, while writers keep
+        # adding packs.
+        targets = {t for ts in fwd.values() for t in ts}
+        small_targets = [x for x in select if x[1] in targets and x[2] <= max_unused]
+        if len(small_targets) < MERGE_OUTPUTS:
+            select = [x for x in select if not (x[1] in targets and x[2] <= max_unused)]
+        select.sort()
+        worth = len(select) >= 2 or any(u > max_unused for _, _, u in select)
+        if select and worth:
+            heads = [log.live[0] for log in logs.values() if log.live]
+            retired_now = _repack(repo, rep, [pid for _, pid, _ in select], reach, target_pack_bytes, level,
+                                  dry_run, progress, fwd, fmap, heads, grace, now, sizes)
+        taken = True
+    finally:
+        if not taken:
+            _abandon(rewrites, seg_writer, store, dry_run)
+    # one at a time: each rewrite holds exactly one segment's live entries. Most were copied while
+    # mark had them cached (with every need mark ended with); the others are fetched again, in
+    # parallel waves. The forwarding-map shards are written once, after every rewrite is durable.
+    early, late = {}, []
+    for pid in seg_select:
+        c = rewrites.take(pid, len(reach.packs[pid]))
+        if c is not None:
+            early[pid] = c
+        else:
+            late.append(pid)
+    rewrites.discard_all()  # copied, but not rewritten after all (more of it is live than it was)
+    try:
+        for i, (pid, c) in enumerate(early.items()):
+            rep.repacked_packs += 1
+            rep.repack_bytes_in += c.size_in
+            if progress:
+                progress("repack", i + 1, len(seg_select))
+        per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
+        for i, pid in enumerate(late):
+            if i >= fetched:
+                fetched, n = prefetch_wave(repo, late, i, sizes, per_wave, budget)
+                rep.refetched_packs += n
+            try:
+                retired_now += _repack(repo, rep, [pid], reach, target_pack_bytes, level, dry_run, progress, fwd,
+                                       fmap, [], grace, now, sizes, flush=False)
+            except ObjectNotFound as e:
+                if e.key != keys.pack_key(pid):
+                    raise
+                # merged and deleted by its writer since mark read it (its entries are in the
+                # writer's new tier pack, which the run's newest record lists): nothing to rewrite
+    finally:
+        seg_writer.finish()  # every copy made during mark is durable before a record names it
+        rewrites.delete_discarded(store, dry_run)
+    if early:
+        _retire(repo, rep, list(early), {p: c.moved for p, c in early.items()}, reach, fwd, fmap, grace, now,
+                dry_run)
+        retired_now += list(early)
     if seg_select:
         _account_flush(rep, fmap.flush(dry_run=dry_run))
     hook("after_repack", retired=set(retired_now))
@@ -674,47 +725,6 @@ def _write_forward_cache(repo: Repository, rep: GCReport, fmap: ForwardMap, cach
 MERGE_OUTPUTS = 8
 """Small packs that forwarding records point at are merged only when at least this many are small."""
 
-PUT_PARALLEL = 16
-"""Pack writes GC keeps in flight while repacking."""
-
-
-class _PackWriter:
-    """Builds and creates new packs as the repack closes them, ``PUT_PARALLEL`` writes at a time and
-    at most ``MAX_PENDING`` bytes in flight; counts them in the report. ``finish`` waits for every
-    write and raises the first error (a pack id collision raises PreconditionFailed)."""
-
-    MAX_PENDING = 64 << 20
-
-    def __init__(self, store, rep: GCReport, dry_run: bool):
-        self.store, self.rep, self.dry_run = store, rep, dry_run
-        self.pool = None if dry_run else ThreadPoolExecutor(PUT_PARALLEL, thread_name_prefix="snapstore-gc-put")
-        self.pending: list = []  # (future, bytes)
-        self.done: list = []
-
-    def close(self, b: PackBuilder) -> None:
-        if b.empty:
-            return
-        data, _ = b.build()  # also in a dry run: its report then says what the real run writes
-        self.rep.new_packs += 1
-        self.rep.repack_bytes_out += len(data)
-        self.rep.written_bytes += len(data)
-        self.rep.written_objects += 1
-        if self.dry_run:
-            return
-        self.pending.append((self.pool.submit(self.store.put, keys.pack_key(b.pack_id), data), len(data)))
-        while sum(n for _, n in self.pending) > self.MAX_PENDING:
-            f, _ = self.pending.pop(0)
-            f.exception()  # wait; errors are raised by finish()
-            self.done.append(f)
-
-    def finish(self) -> None:
-        if self.pool is None:
-            return
-        self.pool.shutdown(wait=True)
-        for f in self.done + [f for f, _ in self.pending]:
-            f.result()
-
-
 def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: set, fwd: dict,
                      fmap: ForwardMap, listed: dict, now: float, dry_run: bool = False) -> None:
     """Before packs are deleted: rewrite ("splice") every forwarding record that names one of them
@@ -761,6 +771,34 @@ def _drop_forwards(rep: GCReport, del_fwd: set, fmap: ForwardMap, dry_run: bool 
     _account_flush(rep, fmap.flush(dry_run=dry_run))
 
 
+SEG_PENDING_BYTES = 16 << 20
+"""Bytes of segment rewrites (built during mark) whose writes may be in flight at once."""
+
+
+def _usage(repo: Repository, rep: GCReport, reach, pid: bytes) -> tuple[int, int]:
+    """``reach.pack_usage``, counting in ``rep.refetched_packs`` a pack it has to fetch again
+    (its needs grew after mark measured it, and it left the pack cache)."""
+    u = reach.usage.get(pid)
+    if u is None or u[2] != len(reach.packs.get(pid, ())):
+        with repo._lock:
+            if pid not in repo._cache:
+                rep.refetched_packs += 1
+    return reach.pack_usage(repo, pid)
+
+
+def _abandon(rewrites: SegmentRewrites, writer: PackWriter, store, dry_run: bool) -> None:
+    """Mark failed: wait for the segment copies it made and delete them (nothing names them)."""
+    rewrites.discard_all()
+    try:
+        writer.finish()
+    except SnapstoreError:
+        pass  # a pack that failed to land needs no deleting; one that landed is deleted below
+    try:
+        rewrites.delete_discarded(store, dry_run)
+    except SnapstoreError:
+        pass  # left as unreferenced packs: a later GC collects them
+
+
 def _account_flush(rep: GCReport, res) -> None:
     rep.written_bytes += res.written_bytes
     rep.written_objects += res.written_objects
@@ -771,24 +809,15 @@ def _account_flush(rep: GCReport, res) -> None:
 
 
 
-def _prefetch_wave(repo: Repository, pids: list, start: int, sizes: dict, per_wave: int, budget: int) -> int:
-    """Fetch ``pids[start:end]`` in one parallel wave: at most ``per_wave`` packs and ``budget``
-    bytes (by ``sizes``; at least one pack), forwarding not followed. Returns ``end``."""
-    nbytes, end = 0, start
-    while end < len(pids) and end - start < per_wave and (end == start or nbytes + sizes.get(pids[end], 0) <= budget):
-        nbytes += sizes.get(pids[end], 0)
-        end += 1
-    repo.prefetch(pids[start:end], no_forward=set(pids[start:end]))
-    return end
-
 def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: int, level: int,
             dry_run: bool, progress, fwd: dict, fmap: ForwardMap, heads: list, grace: float,
             now: float, sizes: dict | None = None, flush: bool = True) -> list[bytes]:
     """Copy the live entries of ``pids`` into new packs, then write their forwarding records (in
     ``fmap``, and in ``fwd``: retired pack -> targets); return the retired pack ids. The packs are
     fetched in parallel waves of up to the store's ``max_concurrency`` (and, by ``sizes``: pack id
-    -> listed bytes, a sixth of the pack cache). ``flush=False``: leave writing the changed
-    forwarding-map shards to the caller (after every rewrite it makes is durable).
+    -> listed bytes, a sixth of the pack cache); those not cached count in
+    ``rep.refetched_packs`` (mark read every one of them before). ``flush=False``: leave writing
+    the changed forwarding-map shards to the caller (after every rewrite it makes is durable).
 
     Raises:
         ConflictError: a forwarding-map shard changed meanwhile (the retired packs stay live).
@@ -799,11 +828,11 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
             repo.decode_blocks(m)
         except SnapstoreError:
             pass  # the copy below reads entries one by one and reports what is wrong
-    # new packs are built and written as they fill up (at most _PackWriter.MAX_PENDING bytes in
+    # new packs are built and written as they fill up (at most PackWriter.MAX_PENDING bytes in
     # flight), so memory stays bounded by one open pack plus the writes in progress
-    writer = _PackWriter(store, rep, dry_run)
+    writer = PackWriter(store, rep, dry_run)
     cur = None
-    moved: dict[bytes, set] = defaultdict(set)
+    moved: dict[bytes, set] = {}
     size_in = 0
     sizes = sizes or {}
     per_wave = max_concurrency(store)
@@ -812,21 +841,11 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     try:
         for i, pid in enumerate(pids):
             if i >= fetched:  # the next packs in one parallel wave (as many as the cache holds)
-                fetched = _prefetch_wave(repo, pids, i, sizes, per_wave, budget)
+                fetched, n = prefetch_wave(repo, pids, i, sizes, per_wave, budget)
+                rep.refetched_packs += n
             pack = repo.get_pack(pid)
             size_in += len(pack.data)
-            needed = sorted(reach.needed_entries(pid, pack),
-                            key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
-            for etype, eid in needed:
-                if (etype, eid) not in pack.entries:
-                    continue
-                raw = repo._entry(etype, eid, pid)
-                if cur is None or cur.raw_bytes > target:
-                    if cur is not None:
-                        writer.close(cur)
-                    cur = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
-                cur.add(etype, eid, raw)
-                moved[pid].add(cur.pack_id)
+            cur, moved[pid] = copy_live(repo, pid, pack, reach.needed_entries(pid, pack), cur, writer, target, level)
             if progress:
                 progress("repack", i + 1, len(pids))
         if cur is not None:
@@ -835,8 +854,20 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
         writer.finish()  # every new pack is durable before any forwarding record names one
     rep.repacked_packs += len(pids)
     rep.repack_bytes_in += size_in
-    # a forwarding record for every retired pack that hints or older records lead to; a pack
-    # retired before (see the selection) keeps its targets and gets the new ones added
+    _retire(repo, rep, pids, moved, reach, fwd, fmap, grace, now, dry_run)
+    # after the new packs are durable (writer.finish above); a dry run counts what it would write
+    if flush:
+        _account_flush(rep, fmap.flush(dry_run=dry_run))
+    return list(pids)
+
+
+def _retire(repo: Repository, rep: GCReport, pids: list[bytes], moved: dict, reach, fwd: dict, fmap: ForwardMap,
+            grace: float, now: float, dry_run: bool) -> None:
+    """Retire the packs ``pids`` whose live entries were copied into the new packs ``moved``
+    (pack id -> ids of the new packs): a forwarding record (in ``fmap``, and in ``fwd``: retired
+    pack -> targets) for every retired pack that hints or older records lead to; a pack retired
+    before keeps its targets and gets the new ones added. Writes nothing: the caller flushes
+    ``fmap`` once every new pack is durable."""
     named = {t for ts in fwd.values() for t in ts}
     for pid in pids:
         if pid in fwd:
@@ -850,12 +881,8 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
                 rep.added_forward += 1
             # else nothing leads to it but records that are spliced when it is deleted, which with
             # grace 0 is in this GC: the record would be unreferenced at once
-    # after the new packs are durable (writer.finish above); a dry run counts what it would write
-    if flush:
-        _account_flush(rep, fmap.flush(dry_run=dry_run))
     if dry_run:
-        return list(pids)
+        return
     with repo._lock:
         for pid in pids:
             repo._fwd.pop(pid, None)
-    return list(pids)

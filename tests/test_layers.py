@@ -20,7 +20,7 @@ LAYER4 = ["callers", "checkpoint", "logscan", "views", "publish", "records", "re
           "forking", "api"]
 """Layer 4 bottom to top: each may import only the ones before it."""
 
-BELOW = ["repository", "readpath", "writepath", "logrecords", "compaction", "runlog", "logstubs", "forwarding", "check", "gc"]
+BELOW = ["repository", "readpath", "writepath", "logrecords", "compaction", "runlog", "logstubs", "forwarding", "check", "repack", "gc"]
 """Layers 1-3 (``stores`` and ``format`` are packages, checked too): they import nothing in :data:`LAYER4`."""
 
 
