@@ -1170,6 +1170,10 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
                                 f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
                                 f"({_human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if rep.pending_candidates != 1 else 'it'}"))
+    refetched = int(getattr(rep, "refetched_packs", 0) or 0)
+    if refetched:
+        rows.append(("refetched", f"{_plural(refetched, 'pack')} fetched again after mark (they left the pack "
+                                  "cache before their live entries could be copied)"))
     held = int(getattr(rep, "pending_objects", 0) or 0)
     if held:
         names = {"manifests": "log record", "index": "index record", "log": "log segment"}
