@@ -1141,6 +1141,10 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
                      f"{_plural(n_deleted, 'object')}, {human_size(rep.deleted_bytes)} ({what})"))
     else:
         rows.append((f"{would}delete" if dry else "deleted", "nothing"))
+    if rep.live_packs and not rep.repacked_packs:
+        # why nothing of the packs was reclaimed: data that live checkpoints use is never deleted
+        rows.append(("kept", f"{_plural(rep.live_packs, 'pack')}, each holding data a live checkpoint uses (gc "
+                             f"rewrites a pack once more than {rep.max_unused:.0%} of it is dead)"))
     if rep.repacked_packs:
         into = _plural(rep.new_packs, "new pack") + f" ({human_size(rep.repack_bytes_out)})"
         rows.append((f"{would}repack" if dry else "repacked",
@@ -1284,15 +1288,19 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
     out = _kv(pairs, width)
     objects = st.get("objects") or {}
     if objects:
+        order = ("config", "packs", "manifests", "log", "index", "forward", "gc", "runmarks")
         rows = []
-        for cat, v in objects.items():
+        for cat, v in sorted(objects.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order),
+                                                             kv[0])):
             rows.append([f"  {cat}", str(v.get("count", 0)), human_size(v.get("bytes", 0))])
             if v.get("stubs"):  # compacted run-log records (their copies are in log segments)
                 rows.append(["    of them stubs", str(v["stubs"]), human_size(0)])
         total_n = sum(int(v.get("count", 0)) for v in objects.values())
         total_b = sum(int(v.get("bytes", 0)) for v in objects.values())
         rows.append(["  total", str(total_n), human_size(total_b)])
-        out += "objects:\n" + "".join(_table(["", "COUNT", "SIZE"], rows, right={1, 2}).splitlines(True)[1:])
+        table = _table(["", "COUNT", "SIZE"], rows, right={1, 2})  # the header's first column is blank:
+        label = "objects:"                                           # the section's name goes there
+        out += (label + table[len(label):]) if not table[:len(label)].strip() else f"{label}\n{table}"
     tail = []
     left = st.get("leftovers")
     if isinstance(left, dict) and left.get("count"):

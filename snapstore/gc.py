@@ -63,6 +63,7 @@ class GCReport:
     Attributes:
         dry_run: nothing was changed.
         grace_period: seconds.
+        max_unused: the fraction of a live pack's bytes that must be dead before it is rewritten.
         store_time: the store's clock at the start (seconds since the epoch, UTC).
         live_checkpoints / live_packs: what mark found live.
         segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
@@ -101,6 +102,7 @@ class GCReport:
 
     dry_run: bool
     grace_period: float
+    max_unused: float = 0.25
     store_time: float = 0.0
     live_checkpoints: int = 0
     live_packs: int = 0
@@ -138,7 +140,8 @@ class GCReport:
 
     def as_dict(self) -> dict:
         """JSON-friendly form."""
-        return {"dry_run": self.dry_run, "grace_period": self.grace_period, "store_time": self.store_time,
+        return {"dry_run": self.dry_run, "grace_period": self.grace_period, "max_unused": self.max_unused,
+                "store_time": self.store_time,
                 "live_checkpoints": self.live_checkpoints, "live_packs": self.live_packs,
                 "deleted": dict(self.deleted), "reclaimed_bytes": self.reclaimed_bytes,
                 "reclaimed_objects": self.reclaimed_objects, "repacked_packs": self.repacked_packs,
@@ -220,7 +223,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         raise InvalidInputError("grace_period must be >= 0 and max_unused within [0, 1]")
     t0 = time.monotonic()
     hook = _Hooks(hooks)
-    rep = GCReport(dry_run=dry_run, grace_period=grace_period)
+    rep = GCReport(dry_run=dry_run, grace_period=grace_period, max_unused=max_unused)
     store = repo.store
     now = store_now(repo)
     rep.store_time = now

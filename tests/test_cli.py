@@ -1057,6 +1057,7 @@ def test_gc_says_what_waits_for_the_grace_period(repo):
         assert dry[key] == real[key], key
     text = run(repo, "gc").stdout
     assert "waiting:" in text and f"{real['pending_kinds']['log']} log segment" in text and "grace period (1h)" in text
+    assert f"kept:       {real['live_packs']} pack" in text and "more than 25% of it is dead" in text
     now = json.loads(run(repo, "gc", "--grace-period", "0", "--json").stdout)
     assert now["deleted"].get("log", 0) == real["pending_kinds"]["log"] and now["pending_objects"] == 0
     assert "waiting:" not in run(repo, "gc").stdout
