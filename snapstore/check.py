@@ -1064,6 +1064,7 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
     """
     cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
     keys_by_run: dict[str, list[str]] = defaultdict(list)
+    logsegs_by_run: dict[str, dict] = defaultdict(dict)
     total = 0
     for info in repo.store.list(""):
         k = info.key
@@ -1081,6 +1082,9 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             c = "index"
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "l":
             c = "log"
+            pos = parse_logseg_key(k)
+            if pos is not None:
+                logsegs_by_run[parts[1]][pos] = k
         elif parts[0] == "fwd":
             c = "forward"
         elif parts[0] == "gc":
@@ -1092,7 +1096,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         cats[c]["count"] += 1
         cats[c]["bytes"] += info.size
         total += info.size
-    logs = read_all_runs(repo, keys_by_run)
+    # the records log segments cover are read from them (one GET per segment, not per manifest)
+    logs = read_all_runs(repo, keys_by_run, logsegs_by_run=logsegs_by_run)
     live = [m for log in logs.values() for m in log.live]
     message_bytes = sum(m.size for m in live)
     state_bytes = sum(session_state_bytes(m) for m in live)

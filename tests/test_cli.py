@@ -1074,3 +1074,21 @@ def test_stats_counts_the_compacted_stubs(repo):
     assert 0 < stubs < st["objects"]["manifests"]["count"]
     row = [ln for ln in run(repo, "stats").stdout.splitlines() if "of them stubs" in ln]
     assert len(row) == 1 and row[0].split()[3] == str(stubs), row
+
+
+def test_stats_reads_the_run_log_from_its_log_segments(repo):
+    """`stats` reads the records that log segments cover from the segments (a GET per segment, not per
+    manifest) and reports the same figures as reading every manifest."""
+    from snapstore.check import read_all_runs
+
+    with CheckpointManager(repo, compact_log=False) as mgr:
+        for k in range(300):
+            mgr.save("r", [{"role": "user", "content": f"m{j}"} for j in range(k + 1)], step=k,
+                     session_state={"k": k})
+    st = json.loads(run(repo, "stats", "--json").stdout)
+    assert st["checkpoints"] == 300 and st["requests"]["requests"]["GET"] < 300 // 4, st["requests"]
+    whole = CheckpointManager(repo)
+    logs = read_all_runs(whole.repo)  # every manifest, one GET each
+    live = [m for log in logs.values() for m in log.live]
+    assert st["message_bytes"] == sum(m.size for m in live) and len(live) == 300
+    assert whole.store.stats.counts["GET"] >= 300
