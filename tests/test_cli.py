@@ -26,7 +26,7 @@ from shared_data import SHARED
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "demo-run.json"
 OPENHANDS = SHARED / "openhands-oas-gpt4o-critic.jsonl"
-needs_openhands = pytest.mark.skipif(not OPENHANDS.is_file(), reason=f"shared trajectory {OPENHANDS} not found")
+needs_openhands = pytest.mark.skipif(not OPENHANDS.is_file(), reason=f"shared trajectory {OPENHANDS} not found (set SNAPSTORE_SHARED_DATA)")
 
 HAS_STATS = hasattr(CheckpointManager, "stats")
 HAS_VERIFY = hasattr(CheckpointManager, "verify")
@@ -1023,7 +1023,7 @@ def test_gc_dry_run_is_as_precise_as_the_readme_says(repo):
     assert "few dozen" in (ROOT / "README.md").read_text()
 
 
-@pytest.mark.skipif(not (SHARED / "sweagent-pydicom1458-gpt4.traj").is_file(), reason="shared trajectories not found")
+@pytest.mark.skipif(not (SHARED / "sweagent-pydicom1458-gpt4.traj").is_file(), reason="shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
 @pytest.mark.parametrize("name", ["sweagent-pydicom1458-gpt4.traj", "sweagent-marshmallow1867-fcreplace.traj"])
 def test_shared_file_cli_import_exports_as_before(repo, name):
     """Regression through the CLI: the runs, turns and every checkpoint's export of a shared file are

@@ -679,7 +679,7 @@ def test_sigkill_import_at_random_moments(tmp_path):
     holds a prefix of the file's checkpoints; re-running the import completes it."""
     traj = SHARED / "minisweagent-astroid1333-chat.traj.json"
     if not traj.is_file():
-        pytest.skip("shared trajectory not found")
+        pytest.skip("shared trajectory not found (set SNAPSTORE_SHARED_DATA)")
     _, convs = load_trajectory(traj)
     cps = convs[0].checkpoints
     repo = tmp_path / "repo"

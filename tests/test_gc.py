@@ -35,7 +35,7 @@ def stored(store) -> tuple[int, int]:
 def trajectory(name: str) -> list:
     path = SHARED / name
     if not path.is_file():
-        pytest.skip(f"shared trajectory {name} not found")
+        pytest.skip(f"shared trajectory {name} not found (set SNAPSTORE_SHARED_DATA)")
     _, convs = load_trajectory(path)
     assert len(convs) == 1
     return convs[0].checkpoints
