@@ -149,14 +149,7 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(child_main(json.loads(args.child))))
         return 0
-    r = measure(args.trials, args.compare)
-    if r is None:
-        print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
-        return 0
-    print(report(r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=2))
-    return 0
+    return local_read.emit(measure(args.trials, args.compare), report, args.json)
 
 
 if __name__ == "__main__":

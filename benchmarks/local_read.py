@@ -376,13 +376,19 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(child_main(json.loads(args.child))))
         return 0
-    r = measure(args.trials, args.profile, args.source)
+    return emit(measure(args.trials, args.profile, args.source), report, args.json)
+
+
+def emit(r: dict | None, report_fn, json_path: str | None) -> int:
+    """Print a local benchmark's result (``report_fn(r)``), or that the shared trajectories are
+    missing (``r`` None), and write it as JSON to ``json_path`` if given; the exit status (0).
+    Shared by ``local_read.py``, ``fresh_open.py`` and ``walk_phases.py``."""
     if r is None:
         print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
         return 0
-    print(report(r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=2))
+    print(report_fn(r))
+    if json_path:
+        Path(json_path).write_text(json.dumps(r, indent=2))
     return 0
 
 

@@ -284,14 +284,7 @@ def main(argv=None) -> int:
         spec = json.loads(args.child)
         print(json.dumps(floors_child(spec) if spec.get("floors") else child(spec)))
         return 0
-    r = measure(args.trials, args.floors, args.fixed_malloc, args.repo, args.pyc)
-    if r is None:
-        print("skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
-        return 0
-    print(report(r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=2))
-    return 0
+    return local_read.emit(measure(args.trials, args.floors, args.fixed_malloc, args.repo, args.pyc), report, args.json)
 
 
 if __name__ == "__main__":
