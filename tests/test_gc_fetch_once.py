@@ -22,28 +22,14 @@ from snapstore.format.pack import T_CHUNK
 from snapstore.repack import SegmentRewrites
 from snapstore.stores import LocalStore
 
-from repo_checks import assert_clean
-
-
-def msg(tag: str, i: int, size: int = 300) -> dict:
-    return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
+from repo_checks import assert_clean, build_runs, grown_msg as msg
 
 
 def build(store, runs: int, saves: int = 9) -> dict:
     """``runs`` runs of ``saves`` saves (tier packs, fanout 4), then pruned to the newest
     checkpoint of each run: the states and nodes of the pruned checkpoints leave some tier packs
     more than a quarter dead, and GC rewrites those. Returns what must still restore."""
-    m = CheckpointManager(store)
-    expect = {}
-    for r in range(runs):
-        msgs: list = []
-        for i in range(saves):
-            msgs = msgs + [msg(f"r{r}", i)]
-            cid = m.save(f"run-{r:03d}", msgs, step=i)
-        expect[(f"run-{r:03d}", cid)] = msgs
-    m.prune(keep_last=1)
-    m.close()
-    return expect
+    return build_runs(store, runs, saves, keep_last=1)
 
 
 def count_pack_gets(store) -> Counter:

@@ -15,24 +15,11 @@ from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, Pack, PackBuilder
 from snapstore.stores import LocalStore
 
-from repo_checks import assert_clean
-
-
-def msg(tag: str, i: int, size: int = 300) -> dict:
-    return {"role": "user", "content": f"{tag}-{i} " + "words and more words " * (size // 21)}
+from repo_checks import assert_clean, build_runs
 
 
 def build(store, runs: int = 24, saves: int = 9) -> dict:
-    m = CheckpointManager(store)
-    expect = {}
-    for r in range(runs):
-        msgs: list = []
-        for i in range(saves):
-            msgs = msgs + [msg(f"r{r}", i)]
-            cid = m.save(f"run-{r:03d}", msgs, step=i)
-        expect[(f"run-{r:03d}", cid)] = msgs
-    m.close()
-    return expect
+    return build_runs(store, runs, saves)
 
 
 class Recorder:
