@@ -350,14 +350,9 @@ class LocalStore:
         Raises:
             OSError: the directory cannot be read; InvalidInputError: a chosen name is no key.
         """
-        try:
-            fd = self._dir_fd(prefix[:-1].split("/"))
-        except (FileNotFoundError, NotADirectoryError):
+        fd = self._prefix_dir_fd(prefix)
+        if fd is None:
             return []
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return []  # a linked directory: not followed
-            raise
         try:
             names = os.listdir(fd)
             first = min(names) if limit == 1 and names else "."
@@ -378,16 +373,28 @@ class LocalStore:
         finally:
             os.close(fd)
 
+    def _prefix_dir_fd(self, prefix: str) -> int | None:
+        """A descriptor of the directory a ``/``-ending ``prefix`` names (opened without following
+        links; the caller closes it), or None when there is none: missing, not a directory, or
+        a linked directory (not followed).
+
+        Raises:
+            OSError: the directory exists but cannot be opened.
+        """
+        try:
+            return self._dir_fd(prefix[:-1].split("/"))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None
+            raise
+
     def _walk(self, prefix: str) -> list[str]:
         if prefix.endswith("/"):
-            try:
-                fd = self._dir_fd(prefix[:-1].split("/"))
-            except (FileNotFoundError, NotADirectoryError):
+            fd = self._prefix_dir_fd(prefix)
+            if fd is None:
                 return []
-            except OSError as e:
-                if e.errno == errno.ELOOP:
-                    return []  # a linked directory: not followed
-                raise
             try:
                 entries = list(os.scandir(fd))
             finally:
