@@ -230,7 +230,8 @@ class ReadPath:
         # it still holds everything, including entries its rewrite dropped that a checkpoint
         # written since needs; only a segment that is gone is looked up in the forwarding map
         also = [p for p in also if p]
-        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail, inline_ok=True)
+        got: set = set()  # read in this wave (a pack the cache evicts again is not gone)
+        self.prefetch(packs + also, no_forward=set(packs + also) if segs else (), tail=tail, inline_ok=True, got=got)
         # a segment GC rewrote and deleted: fetch where its forwarding hint says, and if the hint
         # is stale (or there is none), read its record in the forwarding map
         hints = self.forward_hints(load=False)
@@ -243,7 +244,7 @@ class ReadPath:
             gone[p] = to if to is not None else hints.get(p)
         hinted = [t for to in gone.values() if to for t in to]
         if hinted:
-            self.prefetch(hinted)
+            self.prefetch(hinted, got=got)
         stale = []
         for p, to in gone.items():
             with self._lock:
@@ -256,12 +257,19 @@ class ReadPath:
             if to:
                 stale.extend(to)
         if stale:
-            self.prefetch(stale)
-        held = self.segment_packs(segs)
+            self.prefetch(stale, got=got)
+        held = self.segment_packs(segs, also=got)
         for p in held:
             with self._lock:
                 pk = self._cache.get(p)
-            if pk is not None and not getattr(pk, "indexed", False):
+            if pk is None:
+                # read in this wave but evicted since (the run's segments outgrow the pack cache):
+                # read again, so that its entries are indexed and not looked for at their hints
+                try:
+                    pk = self.get_pack(p, ranged=True, tail=tail)
+                except SnapstoreError:
+                    continue
+            if not getattr(pk, "indexed", False):
                 self._index_pack(pk)
         # remember why a segment could not be read: a read that then finds an entry nowhere names
         # the segment (the object that is damaged or gone), not the per-save pack its hint names
@@ -278,16 +286,17 @@ class ReadPath:
         with self._lock:
             self._seg_errors = errors
 
-    def segment_packs(self, segs) -> list[bytes]:
+    def segment_packs(self, segs, also=()) -> list[bytes]:
         """The cached packs that hold a segment list's entries: each segment itself, or for one
         GC rewrote, the packs its forwarding record leads to (from memory and the hint cache only;
-        :meth:`prefetch_segments` fetches them)."""
+        :meth:`prefetch_segments` fetches them). ``also``: pack ids to count as cached (read by
+        the caller, possibly evicted since)."""
         out: list[bytes] = []
         hints = self.forward_hints(load=False)
 
         def add(p, depth):
             with self._lock:
-                cached = p in self._cache
+                cached = p in self._cache or p in also
                 to = self._fwd.get(p)
             if to is None:
                 to = hints.get(p)
@@ -412,7 +421,8 @@ class ReadPath:
         with self._lock:
             return dict(self._corrupt)
 
-    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None, inline_ok: bool = False) -> None:
+    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None, inline_ok: bool = False,
+                 got: set | None = None) -> None:
         """Fetch the packs not yet cached, in parallel (bounded thread pool); with ``inline_ok``
         and a store whose ``inline_reads`` is true (a local directory, memory), one after another
         in this thread (a restore's segment wave: see :class:`~snapstore.stores.local.LocalStore`).
@@ -421,10 +431,13 @@ class ReadPath:
         missing is looked up in the forwarding map (its targets fetched in the same wave), except
         the packs in ``no_forward`` (segments: fetched themselves, and skipped when missing; the
         caller follows their records), and corrupt packs are skipped (the read that needs one
-        reports it).
+        reports it). ``got``, if given, receives every pack id read or found cached here.
         """
         with self._lock:
-            todo = [p for p in dict.fromkeys(pack_ids) if p not in self._cache]
+            ids = list(dict.fromkeys(pack_ids))
+            todo = [p for p in ids if p not in self._cache]
+            if got is not None:
+                got.update(p for p in ids if p in self._cache)
         claimed = set(todo)
         claim_lock = threading.Lock()
 
@@ -437,6 +450,8 @@ class ReadPath:
             if not to:
                 try:
                     self.get_pack(p, ranged=True, tail=tail)
+                    if got is not None:
+                        got.add(p)
                     return
                 except ObjectNotFound:
                     if p in no_forward:

@@ -66,13 +66,15 @@ def test_a_gc_that_rewrites_tier_packs_fetches_each_pack_once(kind, runs, grace,
     store = local(tmp_path) if kind == "local" else store_factory("s3-http")
     expect = build(store, runs)
     listed = pack_keys(store)
+    # max_unused 0.1: every pruned run's tier packs qualify (at the default 0.25 how many do
+    # depends on how the random pack ids and keyed ids compress: 2 to 8 of 12 runs' packs)
     m = CheckpointManager(store)
-    dry = m.gc(grace_period=grace, dry_run=True)
+    dry = m.gc(grace_period=grace, dry_run=True, max_unused=0.1)
     m = CheckpointManager(store)
     gets = count_pack_gets(store)
-    rep = m.gc(grace_period=grace)
+    rep = m.gc(grace_period=grace, max_unused=0.1)
     # the GC rewrote tier packs (segments of the runs' newest records) ...
-    assert rep.repacked_packs >= 3 and rep.new_packs >= 3, rep.as_dict()
+    assert rep.repacked_packs >= runs and rep.new_packs >= 3, rep.as_dict()
     assert rep.segment_packs > 0
     # ... and read every pack it listed exactly once
     assert set(gets) == listed, (len(gets), len(listed))
