@@ -460,41 +460,6 @@ class Reach:
         got.add((etype, eid))
 
 
-def _absent(repo: Repository, pid: bytes) -> bool:
-    """Is pack ``pid`` missing from the store? Cached or damaged: no; otherwise it is read (a pack
-    the cache evicted since it was fetched is read again)."""
-    with repo._lock:
-        if pid in repo._cache or pid in repo._corrupt:
-            return False
-    try:
-        repo.get_pack(pid)
-    except NotFoundError:
-        return True
-    except SnapstoreError:
-        return False  # damaged (now in repo._corrupt): its entries are read from other copies
-    return False
-
-
-def _segment_index(repo: Repository, held: list) -> dict:
-    """``(type, id) -> pack id`` over the packs ``held`` (a run's segments and the packs their
-    forwarding records lead to; later packs win), reading again any the cache evicted since they
-    were fetched: an entry missing from the index would send mark to the per-save pack its hint
-    names, which the run's writer deleted once it was merged. Packs gone or damaged are left out
-    (their entries are found through hints and other copies, as before)."""
-    out: dict = {}
-    for pid in held:
-        with repo._lock:
-            p = repo._cache.get(pid)
-        if p is None:
-            try:
-                p = repo.get_pack(pid)
-            except SnapstoreError:
-                continue
-        for k in p.entries:
-            out[k] = pid
-    return out
-
-
 WAVE_BYTES = 24 << 20
 """Most pack bytes (as listed) :func:`mark` fetches in one wave of several runs' segments (and at
 most a sixth of the repository's pack cache, so a wave stays cached until its runs are marked)."""
@@ -744,7 +709,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 # gone = not in the store (a damaged segment is not gone: its entries are read from
                 # other copies); a pack the cache already evicted again (a run whose packs, with
                 # the ones a rewrite put its entries in, outgrow the cache) is not gone either
-                gone = [p for p in held if _absent(repo, p)]
+                gone = [p for p in held if repo.pack_absent(p)]
                 if not gone or refresh is None:
                     break
                 # merged and deleted by the run's writer since the log was read: read the newest
@@ -753,7 +718,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
                 fresh = True
                 reach.fresh_segs.update(sg.pack for sg in segs)
             if held:
-                reach.seg_home = _segment_index(repo, held)
+                reach.seg_home = repo.segment_index(held)
             first = len(reach.order)
             try:
                 for n, m in enumerate(checkpoints):

@@ -25,7 +25,7 @@ from typing import Callable
 
 import orjson
 
-from .errors import IntegrityError, ObjectNotFound, SnapstoreError
+from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format import keys
 from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
@@ -189,16 +189,38 @@ class ReadPath:
             self._where.update(dict.fromkeys(pack.entries, pack.id))
 
     def segment_index(self, packs) -> dict:
-        """``(type, id) -> pack id`` over the cached packs in ``packs`` (from :meth:`segment_packs`);
-        later packs win (the newest copy)."""
+        """``(type, id) -> pack id`` over ``packs`` (a run's segments and the packs their forwarding
+        records lead to; later packs win: the newest copy), reading again any the cache evicted
+        since they were fetched: an entry missing from the index would be looked for at its
+        location hint, a per-save pack its writer deleted once it was merged. Packs gone or
+        damaged are left out (their entries are found through hints and other copies)."""
         out: dict = {}
-        with self._lock:
-            for pid in packs:
+        for pid in packs:
+            with self._lock:
                 p = self._cache.get(pid)
-                if p is not None:
-                    for k in p.entries:
-                        out[k] = pid
+            if p is None:
+                try:
+                    p = self.get_pack(pid)
+                except SnapstoreError:
+                    continue
+            for k in p.entries:
+                out[k] = pid
         return out
+
+    def pack_absent(self, pack_id: bytes) -> bool:
+        """Is pack ``pack_id`` missing from the store? Cached or known damaged: no; otherwise it is
+        read (a pack the cache evicted since it was fetched is read again, and a damaged one is
+        remembered as corrupt). Tells a segment merged away by its writer from an evicted one."""
+        with self._lock:
+            if pack_id in self._cache or pack_id in self._corrupt:
+                return False
+        try:
+            self.get_pack(pack_id)
+        except NotFoundError:
+            return True
+        except SnapstoreError:
+            return False  # damaged: its entries are read from other copies
+        return False
 
     def forget_segments(self, packs) -> None:
         """Drop the entries of ``packs`` from the segment index (GC marks run by run, so that the
