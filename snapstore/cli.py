@@ -1298,9 +1298,7 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
         total_n = sum(int(v.get("count", 0)) for v in objects.values())
         total_b = sum(int(v.get("bytes", 0)) for v in objects.values())
         rows.append(["  total", str(total_n), human_size(total_b)])
-        table = _table(["", "COUNT", "SIZE"], rows, right={1, 2})  # the header's first column is blank:
-        label = "objects:"                                           # the section's name goes there
-        out += (label + table[len(label):]) if not table[:len(label)].strip() else f"{label}\n{table}"
+        out += _table(["objects:", "COUNT", "SIZE"], rows, right={1, 2})  # the section's name heads its rows
     tail = []
     left = st.get("leftovers")
     if isinstance(left, dict) and left.get("count"):
