@@ -173,7 +173,7 @@ def floors_child(spec: dict) -> dict:
     mgr = CheckpointManager(spec["repo"])
     m = views.load_view(mgr, spec["run"]).head
     ls = mgr.repo.load_with_state(m)[1]
-    raws = [mgr.repo._node_at_hand(nid, pk) for nid, pk in ls.nodes.items()]
+    raws = [mgr.repo._entry(P.T_NODE, nid, pk) for nid, pk in ls.nodes.items()]
     nitems = sum(len(decode_node(r)[1]) for r in raws)
     mgr.repo._nodes.clear()
     ids = b"".join(r[-20 * 8:] for r in raws) * 4

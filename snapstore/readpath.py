@@ -755,9 +755,10 @@ class ReadPath:
         hit = self._nodes.get(node_id)
         if hit is not None:
             return hit
-        raw = self._node_at_hand(node_id, pack_id)
-        if raw is None:
-            raw = self._entry(T_NODE, node_id, pack_id)
+        hit = self._nodes_at_hand([Ref(node_id, 0, 1, 0, pack_id)]).get(node_id)
+        if hit is not None:
+            return hit
+        raw = self._entry(T_NODE, node_id, pack_id)
         try:
             node = decode_node(raw)
         except (ValueError, IndexError) as e:
@@ -767,27 +768,6 @@ class ReadPath:
                 self._nodes.clear()
             self._nodes[node_id] = node
         return node
-
-    def _node_at_hand(self, node_id: bytes, pack_id: bytes) -> bytes | None:
-        """A node's bytes, verified by its content id, when the pack that holds it (the hinted
-        one, else the indexed segment) is cached with that block uncompressed; else None (the
-        caller takes :meth:`_entry`, which fetches, decompresses, follows forwarding and names
-        damage). The common case of a tree walk, in fewer calls."""
-        key = (T_NODE, node_id)
-        cache = self._cache
-        p = cache.get(pack_id)
-        e = p.entries.get(key) if p is not None else None
-        if e is None:
-            w = self._where.get(key)
-            p = cache.get(w) if w is not None else None
-            e = p.entries.get(key) if p is not None else None
-            if e is None:
-                return None
-        blk = p._raw.get(e.block)
-        if blk is None:
-            return None
-        raw = blk[e.offset:e.offset + e.length]
-        return raw if self.hasher.content_id(raw) == node_id else None
 
     def _nodes_at_hand(self, refs) -> dict:
         """The nodes among ``refs`` (refs of level >= 1) that need no request, decoded: node id ->
@@ -799,8 +779,8 @@ class ReadPath:
         is not at hand, does not match its id or does not decode is left out, for
         :meth:`read_node` to fetch, read from another copy, or report naming its pack.
 
-        The same lookups as :meth:`read_node` and :meth:`_node_at_hand`, for a whole level of a
-        walk in one call (a cold restore's tree walk is mostly these calls)."""
+        A whole level of a walk in one call (a cold restore's tree walk is mostly these calls);
+        :meth:`read_node` takes its fast path here too, for one node."""
         memo = self._nodes
         cache, where = self._cache, self._where
         content_id = self.hasher.content_id
