@@ -15,7 +15,7 @@ import os
 
 from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format.ids import PACK_ID_BYTES
-from .format.pack import PackBuilder
+from .format.pack import T_CHUNK, T_HOLE, PackBuilder
 from .format.segs import MergePlan, Seg, plan_append
 from .repository import Repository
 
@@ -77,13 +77,39 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
     pb = PackBuilder(pid, level=tier_zstd_level(level))
     pb.first_ids = frozenset(first or ())
     skipped = 0
+    content_id = repo.hasher.content_id
     for s in inputs:
         for pack in _input_packs(repo, s.pack):
+            arrays = [bi for bi, b in enumerate(pack.blocks) if b.array]
             if not pack.whole:  # read with byte ranges by a restore: the blocks not read yet, one GET
-                repo.fetch_blocks((e.type, e.id, pack.id) for e in pack.entries.values())
+                repo.fetch_pack_blocks({pack: {e.block for e in pack.entries.values()} | set(arrays)})
+            # the segments' array blocks, item by item and in order, become the tier pack's: the
+            # run's lists in the order they were appended (docs/format.md §6, §7a)
             bad_blocks = set()
+            for bi in arrays:
+                try:
+                    raw = pack.raw_block(bi)
+                    items, cur = [], []
+                    for etype, cid, off, ln, cont in pack.blocks[bi].parts:
+                        part = raw[off:off + ln]
+                        if etype == T_CHUNK and content_id(part) != cid:
+                            raise IntegrityError(pack.key, f"entry {cid.hex()} (c) does not match its content id")
+                        if not cont and cur:
+                            items.append(cur)
+                            cur = []
+                        cur.append((etype, cid, part))
+                    items.append(cur)
+                except SnapstoreError:
+                    bad_blocks.add(bi)
+                    skipped += len(pack.blocks[bi].parts)
+                    continue
+                for item in items:
+                    if item[0][0] == T_HOLE:
+                        pb.add_hole(item[0][1])
+                    else:
+                        pb.add_item([(cid, part) for _, cid, part in item])
             for e in sorted(pack.entries.values(), key=lambda e: (e.block, e.offset)):
-                if (e.type, e.id) in pb:
+                if (e.type, e.id) in pb or pack.blocks[e.block].array:
                     continue
                 if e.block in bad_blocks:
                     skipped += 1

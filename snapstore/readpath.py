@@ -356,7 +356,13 @@ class ReadPath:
                     e = p.entries.get(k) if p is not None else None
                 if e is not None and not p.whole:
                     want.setdefault(p, set()).add(e.block)
-        jobs = [(p, a, b) for p, blocks in want.items() for a, b in p.ranges(p.missing(blocks))]
+        self.fetch_pack_blocks(want)
+
+    def fetch_pack_blocks(self, want: dict) -> None:
+        """Fetch, in one parallel wave, the blocks ``want`` names (``{ranged pack: block indexes}``)
+        that are not read yet; adjacent blocks of one pack come in one ranged GET. A failed GET is
+        left to the read that needs the block. Whole packs need nothing."""
+        jobs = [(p, a, b) for p, blocks in want.items() if not p.whole for a, b in p.ranges(p.missing(blocks))]
 
         def one(job):
             p, a, b = job
@@ -1118,7 +1124,8 @@ class ReadPath:
                 raws[:i + 1] = [None] * (i + 1)
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
-                       objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes)
+                       objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
+                       exact=sum(1 for r in refs if r.flags & FLAG_EXACT))
         return msgs, ls
 
     def load_messages(self, m: Manifest) -> list:
@@ -1206,6 +1213,7 @@ class ReadPath:
             return ls
         ls.digest = None
         ls.digest_hex_value = m.digest
+        ls.exact = m.exact
         ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.count, ls.size = m.count, m.size
@@ -1218,6 +1226,7 @@ class ReadPath:
             refs = self.expand(ls.spine)
             ls.refs = refs
             ls.ids = [r.id for r in refs]
+            ls.exact = sum(1 for r in refs if r.flags & FLAG_EXACT)
             for r in refs:
                 ls.known[r.id] = r
             self._index_nodes(ls)

@@ -156,6 +156,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     m.has_session_state = prep.has_session_state
     m.count, m.size = prep.state.count, prep.state.size
     m.digest = prep.state.digest_hex()
+    m.exact = prep.state.exact
     m.state = None
     if prep.state.state:
         m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]

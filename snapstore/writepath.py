@@ -73,6 +73,8 @@ class ListState:
         nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
         value: the session-state value tree of the same checkpoint, when it has one and the
             writer read or wrote it (:class:`ValueKnown`), else None.
+        exact: how many messages carry the EXACT flag (the manifest's ``messages.x``), None
+            when unknown.
     """
 
     spine: Spine
@@ -89,6 +91,7 @@ class ListState:
     nodes: dict = field(default_factory=dict)
     digest_hex_value: str | None = None
     value: ValueKnown | None = None
+    exact: int | None = 0
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -263,17 +266,30 @@ class WritePath:
         new_bytes = 0
         first_new = None
         tail_refs: list[Ref] = []
+        # format 2 appends put every new position's message into the pack's array blocks, in list
+        # order (a message stored before is stored again there), so that a reader of the run's
+        # newest checkpoint parses the segments' arrays without the tree (docs/format.md §6, §11)
+        arrays = cfg.seg_fanout > 0 and append
         for i in range(prefix, n):
             mid = ids[i]
             r = known.get(mid)
+            parts = [] if arrays else None
             if r is None:
                 raw = raws[i]
-                r = self._store_blob(pb, mid, raw, flags[i], known_pieces)
+                r = self._store_blob(pb, mid, raw, flags[i], known_pieces, parts)
                 known[mid] = r
                 new_chunks += 1
                 new_bytes += len(raw)
                 if first_new is None:
                     first_new = i
+            if arrays:
+                if r.flags & FLAG_PIECES:
+                    pb.add_hole(mid)  # a large message: its pieces stay deduplicated
+                elif parts:
+                    pb.add_item(parts)
+                else:
+                    raw = raws[i]
+                    pb.add_item([(mid, raw if raw is not None else encode_json(messages[i])[0])])
             tail_refs.append(r)
 
         # 3. the new tree: append to the parent's spine, or rebuild from the common prefix
@@ -300,7 +316,7 @@ class WritePath:
             spine.append(r, seal, hasher.content_id)
 
         # 4. the dictionary for the data block: the messages just before the first new one
-        if first_new is not None and first_new > 0 and cfg.dict_bytes > 0:
+        if first_new is not None and first_new > 0 and cfg.dict_bytes > 0 and not arrays:
             self._set_dictionary(pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, first_new)
 
         # 5. session state: inline when small, else a value tree deduplicated against the parent's
@@ -368,9 +384,14 @@ class WritePath:
             # what the rewritten list no longer references
             known = {r.id: r for r in all_refs}
             known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
+        if append:
+            new_exact = sum(1 for r in tail_refs if r.flags & FLAG_EXACT)
+            exact = None if parent.exact is None and n_old else (parent.exact or 0) + new_exact
+        else:
+            exact = sum(1 for r in all_refs if r.flags & FLAG_EXACT)
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
-                       known_pieces=known_pieces, nodes=new_nodes, value=value)
+                       known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact)
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
                                 session_state_tree=ss_tree)
@@ -453,10 +474,19 @@ class WritePath:
         ls.known_pieces.update(parent.known_pieces)
         return ls
 
-    def _store_blob(self, pb: PackBuilder, bid: bytes, raw: bytes, flags: int, known_pieces: dict) -> Ref:
+    def _store_blob(self, pb: PackBuilder, bid: bytes, raw: bytes, flags: int, known_pieces: dict,
+                    parts: list | None = None) -> Ref:
+        """Store message ``raw`` (content id ``bid``) in ``pb``: as one chunk, or cut into pieces
+        (a pieces entry plus the pieces not in ``known_pieces``). With ``parts`` (a list), a
+        message stored as one chunk goes there as ``(id, bytes)`` for an array item instead of
+        into the pack's ordinary data blocks (pieces always go there: an array holds a hole for
+        them). Returns the message's ref."""
         cfg = self.config
         if len(raw) <= cfg.cdc_threshold:
-            pb.add(T_CHUNK, bid, raw)
+            if parts is None:
+                pb.add(T_CHUNK, bid, raw)
+            else:
+                parts.append((bid, raw))
             return Ref(bid, len(raw), 1, flags, pb.pack_id)
         pieces = []
         for c in _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):

@@ -40,7 +40,13 @@ run whose key segment is inline names its run by the short digest ``rd`` instead
 id ``run`` (the run id is the one its key names). Such records may hold a value tree. A reader
 that does not know version 4 refuses the record (``UnsupportedFormatError``; its envelope opens,
 being stored uncompressed) instead of misreading it."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_COMPACT
+MANIFEST_VERSION_ARRAYS = 5
+"""Envelope version of every manifest this version writes: version 4's envelope and body codec,
+for records whose segments may hold *array blocks* (docs/format.md §6) and whose ``messages``
+may say how many of the list's messages need the exact parser (``x``, docs/format.md §8). A reader
+that does not know version 5 refuses the record (``UnsupportedFormatError``) instead of taking
+the packs' array blocks for damage."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_ARRAYS
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -242,6 +248,8 @@ class Manifest:
         count / size: messages in the list and their uncompressed JSON bytes.
         digest: hex keyed blake3 of the concatenated message ids (prefix checks without reading).
         state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
+        exact: how many of the list's messages carry the EXACT flag (need the exact parser,
+            docs/format.md §5); None when the writer did not know (records before version 5).
         target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
         origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
         segs: format 2: the run's segment list (:class:`snapstore.format.segs.Seg`), on checkpoint
@@ -265,6 +273,7 @@ class Manifest:
     size: int = 0
     digest: str = ""
     state: list | None = None
+    exact: int | None = None
     target: dict | None = None
     origin: dict | None = None
     segs: list | None = None
@@ -304,6 +313,8 @@ class Manifest:
             elif self.has_session_state:
                 d["session_state"] = self.session_state
             d["messages"] = {"count": self.count, "bytes": self.size, "digest": self.digest, "state": self.state}
+            if self.exact is not None:
+                d["messages"]["x"] = self.exact
             if self.origin is not None:
                 d["origin"] = self.origin
         elif self.kind == KIND_ROLLBACK:
@@ -311,7 +322,7 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_COMPACT, _seal_body_v4(body), compress=False)
+        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, _seal_body_v4(body), compress=False)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
@@ -369,6 +380,10 @@ class Manifest:
                 m.count, m.size = _int(msgs["count"], "messages.count"), _int(msgs["bytes"], "messages.bytes")
                 m.digest = _str(msgs["digest"], "messages.digest", empty=True)
                 m.state = _check_state(msgs["state"])
+                if "x" in msgs:
+                    m.exact = _int(msgs["x"], "messages.x")
+                    if m.exact > m.count:
+                        raise ValueError(f"messages.x {m.exact} exceeds messages.count {m.count}")
                 m.origin = d.get("origin")
                 if m.origin is not None and not (isinstance(m.origin, dict) and isinstance(m.origin.get("run"), str)
                                                  and isinstance(m.origin.get("id"), str)):

@@ -13,10 +13,18 @@ Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "P
                   varint a, varint b, varint dict_len.
                   kind 0: a zstd frame; 3: stored uncompressed; 1: a zstd frame compressed with a
                   raw-content dictionary described by the pack's one state entry; 2: the same with
-                  the state named explicitly.
+                  the state named explicitly; 4 (a zstd frame) and 5 (stored): an *array block*,
+                  followed by varint nitems.
     entry table:  varint nentries; per entry: u8 type, id(16), varint block, varint length;
                   an entry's offset is the sum of the lengths of the entries before it in the
                   same block (entries are listed in block order).
+
+Array blocks (docs/format.md §6): the raw bytes are a JSON array, ``[`` + items joined by ``,`` +
+``]``, each item one message's JSON made of one or more consecutive chunk entries (a message stored
+whole, or the pieces of a large one). An entry whose type byte has bit 7 set (``0x80 | c``)
+continues the item of the entry before it; every other entry starts an item, one byte (the ``[``
+or a ``,``) after the end of the entry before it. ``nitems`` counts the items. A message may
+appear in an array block more than once (a list repeats it); its entries then repeat too.
 
 Pack ids are 8 random bytes chosen by the writer (the key is ``packs/<2 hex>/<16 hex>``); pack
 contents are verified by the trailing checksum and each entry by its content id.
@@ -50,8 +58,12 @@ VERSION = 1
 T_CHUNK, T_NODE, T_STATE, T_UPPER, T_PIECES = b"c"[0], b"n"[0], b"s"[0], b"u"[0], b"p"[0]
 T_VALUE = b"v"[0]
 """Entry type of a session-state value tree's spine (docs/format.md §5a; the layout of ``s``)."""
+T_HOLE = b"h"[0]
+"""Entry type of an array block's *hole* (docs/format.md §6): a zero-length entry standing for one
+item, a large message stored as pieces (its id names the ``p`` entry; the pieces stay
+deduplicated), whose JSON a reader splices in at the hole's offset."""
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
-               T_VALUE: "value spine"}
+               T_VALUE: "value spine", T_HOLE: "hole"}
 _TRAILER = struct.Struct("<I16s")
 
 MAX_BLOCK_RAW = 128 << 20
@@ -96,6 +108,14 @@ class Block:
     rawlen: int
     dict: DictSpec | None
     stored: bool = False
+    array: bool = False
+    """An array block (kinds 4 and 5): its raw bytes are a JSON array of messages (see the module
+    docstring)."""
+    nitems: int = 0
+    """Array blocks: the number of items (messages) in the array."""
+    parts: tuple = ()
+    """Array blocks: every entry in block order, ``(type, id, offset, length, continues)``
+    (duplicates kept: :attr:`Pack.entries` holds one entry per type and id)."""
 
 
 class Entry(NamedTuple):
@@ -136,6 +156,7 @@ class PackBuilder:
         self.raw_bytes = 0  # uncompressed bytes of all entries added so far
         self.raw_blocks: dict[int, bytes] = {}  # after build(): block index -> uncompressed bytes
         self.first_ids: frozenset = frozenset()  # chunks placed first among the data (see build)
+        self._items: list[list[tuple[bytes, bytes]]] = []  # array items, in list order
 
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._ids
@@ -148,6 +169,32 @@ class PackBuilder:
         (self._data if etype == T_CHUNK else self._meta).append((etype, eid, raw))
         self.raw_bytes += len(raw)
         return True
+
+    def add_item(self, parts: list[tuple[bytes, bytes]]) -> None:
+        """Append one message to the pack's array blocks (docs/format.md §6): ``parts`` is
+        ``[(chunk id, bytes)]``, the message's JSON whole (one part) or in consecutive chunks.
+
+        Items keep their order and are never deduplicated (a list that repeats a message holds it
+        twice). A chunk placed here is not also added to the ordinary data blocks: a later
+        :meth:`add` of the same chunk id is ignored.
+        """
+        if not parts:
+            raise InvalidInputError("an array item needs at least one part")
+        for pid, raw in parts:
+            self._ids.add((T_CHUNK, pid))
+            self.raw_bytes += len(raw)
+        self._items.append([(T_CHUNK, pid, raw) for pid, raw in parts])
+
+    def add_hole(self, message_id: bytes) -> None:
+        """Append a hole to the array blocks: an item standing for a large message stored as
+        pieces (``message_id`` names its ``p`` entry, in this pack or another), which keeps them
+        deduplicated; readers splice its JSON in (docs/format.md §6)."""
+        self._items.append([(T_HOLE, message_id, b"")])
+
+    @property
+    def items(self) -> int:
+        """Number of array items added so far."""
+        return len(self._items)
 
     def set_dictionary(self, spec: DictSpec, dict_bytes: bytes, made_of: set | None = None) -> None:
         """Compress the data block with ``dict_bytes`` (raw content), recorded as ``spec``.
@@ -165,7 +212,7 @@ class PackBuilder:
     @property
     def empty(self) -> bool:
         """True when nothing was added."""
-        return not self._ids
+        return not self._ids and not self._items
 
     def build(self, block_max: int = MAX_BLOCK_RAW, data_block_max: int = DATA_BLOCK_MAX) -> tuple[bytes, dict]:
         """Return ``(pack bytes, sizes)`` where sizes splits the bytes into ``data`` and ``meta``.
@@ -185,6 +232,7 @@ class PackBuilder:
         out += self.pack_id
         blocks: list[Block] = []
         entries: list[Entry] = []
+        conts: set[int] = set()  # indexes into entries that continue an array item
         data_clen = 0
         groups = []
         meta, data = self._meta, self._data
@@ -199,9 +247,23 @@ class PackBuilder:
             # and the header: the tail a ranged reader reads first (docs/format.md §6, §11)
             first = self.first_ids
             data = [it for it in data if it[1] not in first] + [it for it in data if it[1] in first]
-        # data blocks first, the metadata block last (beside the header)
-        for items, use_dict, limit, is_data in ((data, True, min(block_max, data_block_max), True),
-                                                 (meta, False, block_max, False)):
+        # data blocks first, then the array blocks, the metadata block last (beside the header)
+        dlimit = min(block_max, data_block_max)
+        for items, use_dict, limit, is_data in ((data, True, dlimit, True), (meta, False, block_max, False)):
+            if not is_data and self._items:
+                # array blocks: whole items, at most ``dlimit`` raw bytes each (a larger item gets
+                # a block of its own)
+                cur, size = [], 1
+                for parts in self._items:
+                    n = sum(len(r) for _, _, r in parts) + 1
+                    if n + 1 > block_max:
+                        raise InvalidInputError(f"a message of {n - 1} bytes is larger than a pack block may be ({block_max})")
+                    if cur and size + n > dlimit:
+                        groups.append((cur, "array", True))
+                        cur, size = [], 1
+                    cur.append(parts)
+                    size += n
+                groups.append((cur, "array", True))
             cur, size = [], 0
             for it in items:
                 if len(it[2]) > block_max:
@@ -211,9 +273,31 @@ class PackBuilder:
                     cur, size, use_dict = [], 0, False  # only a type's first block has the dictionary
                 cur.append(it)
                 size += len(it[2])
-            groups.append((cur, use_dict, is_data))
+            if cur or not (is_data and self._items):
+                groups.append((cur, use_dict, is_data))
         for bi, (items, use_dict, is_data) in enumerate(groups):
             raw = bytearray()
+            if use_dict == "array":
+                raw.append(0x5B)  # [
+                for k, parts in enumerate(items):
+                    if k:
+                        raw.append(0x2C)  # ,
+                    for j, (etype, eid, r) in enumerate(parts):
+                        if j:
+                            conts.add(len(entries))
+                        entries.append(Entry(etype, eid, bi, len(raw), len(r)))
+                        raw += r
+                raw.append(0x5D)  # ]
+                self.raw_blocks[bi] = bytes(raw)
+                comp = zstandard.ZstdCompressor(level=self.level, write_checksum=False,
+                                                write_content_size=False).compress(self.raw_blocks[bi])
+                stored = len(comp) >= len(raw)
+                if stored:
+                    comp = bytes(raw)
+                blocks.append(Block(len(out), len(comp), len(raw), None, stored, True, len(items)))
+                data_clen += len(comp)
+                out += comp
+                continue
             for etype, eid, r in items:
                 entries.append(Entry(etype, eid, bi, len(raw), len(r)))
                 raw += r
@@ -242,18 +326,22 @@ class PackBuilder:
                 else:
                     header.append(2)
                     header += b.dict.state_id + b.dict.state_pack
+            elif b.array:
+                header.append(5 if b.stored else 4)
             else:
                 header.append(3 if b.stored else 0)
             put_varint(header, b.clen)
             put_varint(header, b.rawlen)
+            if b.array:
+                put_varint(header, b.nitems)
             if b.dict:
                 header += b.dict.digest
                 put_varint(header, b.dict.start)
                 put_varint(header, b.dict.end)
                 put_varint(header, b.dict.length)
         put_varint(header, len(entries))
-        for e in entries:
-            header.append(e.type)
+        for k, e in enumerate(entries):
+            header.append(e.type | 0x80 if k in conts else e.type)
             header += e.id
             put_varint(header, e.block)
             put_varint(header, e.length)
@@ -515,7 +603,7 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
         for _ in range(nblocks):
             kind = header[pos]
             pos += 1
-            if kind > 3:
+            if kind > 5:
                 raise ValueError(f"unknown block kind {kind}")
             sid = spk = None
             if kind == 2:
@@ -526,8 +614,17 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
             rawlen, pos = get_varint(header, pos)
             if rawlen > MAX_BLOCK_RAW:
                 raise ValueError(f"a block claims {rawlen} bytes uncompressed (at most {MAX_BLOCK_RAW})")
-            if kind == 3 and clen != rawlen:
+            if (kind == 3 or kind == 5) and clen != rawlen:
                 raise ValueError("a stored block's lengths differ")
+            if kind >= 4:
+                nitems, pos = get_varint(header, pos)
+                if not 0 < nitems < rawlen:
+                    raise ValueError(f"an array block of {rawlen} bytes claims {nitems} items")
+                blocks.append(Block(off, clen, rawlen, None, kind == 5, True, nitems))
+                off += clen
+                if blocks_end is not None and off > blocks_end:
+                    raise ValueError("blocks run into the header")
+                continue
             spec = None
             if kind in (1, 2):
                 dg = take(pos, 16)
@@ -549,6 +646,8 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
             raise ValueError(f"header too short for {n} entries")
         entries = {}
         fill = [0] * nblocks
+        arr = [b.array for b in blocks]
+        parts: dict = {bi: [] for bi in range(nblocks) if arr[bi]} if True in arr else None
         # the hot loop of a cold read (one pass per entry): one-byte block indexes and one- and
         # two-byte lengths inline, nothing checked per entry that the checks after the loop
         # cover. Reads past the header's end land in the trailer or raise IndexError, and
@@ -575,9 +674,21 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
                     else:
                         ln, p = get_varint(header, p - 1)
                 f = fill[bi]
-                fill[bi] = f + ln
                 t = data[pos]
                 eid = data[pos + 1:end]
+                if parts is not None and (t >= 0x80 or arr[bi]):
+                    # an array block's entry: one separator byte before each item, none before
+                    # an entry continuing one (bit 7 of its type)
+                    cont = t >= 0x80
+                    if cont:
+                        t &= 0x7F
+                        ps = parts.get(bi)
+                        if not ps or ps[-1][0] == T_HOLE:  # outside an array block, or nothing to continue
+                            raise ValueError("an entry continues no array item")
+                    else:
+                        f += 1
+                    parts[bi].append((t, eid, f, ln, cont))
+                fill[bi] = f + ln
                 entries[(t, eid)] = new(Entry, (t, eid, bi, f, ln))
                 pos = p
         except IndexError:
@@ -587,6 +698,19 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
         if not ENTRY_TYPES.keys() >= set(map(itemgetter(0), entries)):
             bad = min(set(map(itemgetter(0), entries)) - ENTRY_TYPES.keys())
             raise ValueError(f"unknown entry type {bad}")
+        if parts is not None:
+            for bi, ps in parts.items():
+                b = blocks[bi]
+                if sum(1 for x in ps if not x[4]) != b.nitems:
+                    raise ValueError(f"array block {bi} holds {sum(1 for x in ps if not x[4])} items, its header says {b.nitems}")
+                if any(x[0] == T_HOLE and x[3] for x in ps):
+                    raise ValueError(f"array block {bi} holds a hole that is not empty")
+                fill[bi] += 1  # the closing bracket
+                blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps))
+            if any(x[0] != T_CHUNK and x[0] != T_HOLE for ps in parts.values() for x in ps):
+                raise ValueError("an array block holds an entry that is neither a chunk nor a hole")
+        if T_HOLE in {e.type for e in entries.values() if not arr[e.block]}:
+            raise ValueError("a hole outside an array block")
         if fill != [b.rawlen for b in blocks]:
             raise ValueError("a block's length is not the sum of its entries' lengths (or an entry lies outside its block)")
         if any(b.dict and b.dict.state_id is None for b in blocks):
