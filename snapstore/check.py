@@ -18,7 +18,7 @@ from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
+from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from .format.tree import FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
@@ -770,6 +770,27 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     return reach
 
 
+def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
+    """Read every entry of ``pack`` and check it against its content id (``verify --read-data``):
+    every part of its array blocks too (an array repeats a message a list repeats; holes hold no
+    bytes), and entries of blocks with a dictionary only ``with_dicts``.
+
+    Raises:
+        IntegrityError: an entry does not match its content id, or a block does not decompress.
+    """
+    for (etype, eid), e in pack.entries.items():
+        if etype == T_HOLE or (not with_dicts and pack.blocks[e.block].dict is not None):
+            continue
+        repo._entry_in(pack, etype, eid, None)
+    content_id = repo.hasher.content_id
+    for bi, b in enumerate(pack.blocks):
+        if b.array:
+            raw = pack.raw_block(bi)
+            for etype, eid, off, ln, _ in b.parts:
+                if etype == T_CHUNK and content_id(raw[off:off + ln]) != eid:
+                    raise IntegrityError(pack.key, f"entry {eid.hex()} (c) in array block {bi} does not match its content id")
+
+
 def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
     """Check the repository (every pack read whole, its checksum verified); see :func:`_verify`."""
     with repo.whole_packs():
@@ -948,8 +969,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
         try:
             pack = repo.get_pack(pid)
             if read_data:
-                for (etype, eid) in pack.entries:
-                    repo._entry_in(pack, etype, eid, None)
+                _read_entries(repo, pack, True)
         except SnapstoreError as e:
             if pid in reach.packs or lost:
                 rep.errors.append(Problem("corrupt-pack", k, f"a segment of run key {rk}: {e}"))
@@ -975,9 +995,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
         try:
             pack = repo.get_pack(pid)
             if read_data:
-                for (etype, eid), e in pack.entries.items():
-                    if pack.blocks[e.block].dict is None:  # a dictionary's sources may be gone (§13)
-                        repo._entry_in(pack, etype, eid, None)
+                _read_entries(repo, pack, False)  # a dictionary's sources may be gone (§13)
         except SnapstoreError as e:
             damaged.add(pid)
             what = "retired by gc" if pid in fwd else "named by live hints"

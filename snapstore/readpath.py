@@ -30,7 +30,7 @@ from .format import keys
 from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
+from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -1111,6 +1111,12 @@ class ReadPath:
         # with segments, the state is in them (the save's own pack is the last one, or merged)
         self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
                                tail=self.range_tail(m))
+        fast = self.read_arrays(m, segs) if segs else None
+        if fast is not None:
+            msgs, digest = fast
+            ls = self.list_state(m)  # the spine only: a save after this read needs no more
+            ls.digest = digest
+            return msgs, ls
         spine = self.read_state(*sref)
         nodes: dict = {}
         refs = self.expand(spine, nodes)
@@ -1127,6 +1133,78 @@ class ReadPath:
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
                        exact=sum(1 for r in refs if r.flags & FLAG_EXACT))
         return msgs, ls
+
+    def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
+        """Restore checkpoint ``m``'s messages from the array blocks of the segments ``segs`` (the
+        run's newest record's, already fetched), without the tree (docs/format.md §11, "Array
+        blocks"): ``(messages, digest)`` (digest as :meth:`read_list` returns it), or None when
+        that is not this list (the caller then reads it through the tree).
+
+        The arrays of the segments, in order, hold every message the run appended, in order; for
+        a run that only appended they are the newest checkpoint's list. They are used only when
+        they hold exactly ``m``'s count of items, none of ``m``'s messages needs the exact parser
+        (the manifest's ``messages.x`` is 0), and the keyed hash of their JSON (holes filled in
+        with the messages' pieces) is ``m``'s list digest; nothing is parsed before that. Anything
+        else (a run rewritten, rolled back or repacked by GC, a damaged block, a record of an
+        older version) returns None, and the tree path reads, verifies and names damage as
+        always. Memory: the list's JSON once, as when reading it through the tree.
+        """
+        if not m.count or m.exact != 0 or len(m.digest) != 32:
+            return None
+        with self._lock:
+            packs = [self._cache.get(s.pack) for s in segs]
+        if None in packs:
+            return None  # a segment GC rewrote, evicted or gone: the tree path finds its entries
+        blocks = [(p, bi) for p in packs for bi, b in enumerate(p.blocks) if b.array]
+        if sum(p.blocks[bi].nitems for p, bi in blocks) != m.count:
+            return None
+        ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
+        if ranged:
+            self.fetch_pack_blocks(ranged)
+        digest = self.hasher.new_digest()
+        update = digest.update
+        loads = orjson.loads
+        msgs: list = []
+        add = msgs.append
+        first = True
+        try:
+            for p, bi in blocks:
+                raw = p.raw_block(bi)
+                mv = memoryview(raw)
+                update(b"[" if first else b",")
+                first = False
+                pos = 1  # hashed up to here
+                start = end = -1  # the current item's bytes
+                # one message per item, parsed from its slice of the block (a few small buffers,
+                # reused, rather than one document buffer as large as the block); a hole's
+                # message (pieces) is read on its own and hashed in its place
+                for t, mid, off, ln, cont in p.blocks[bi].parts:
+                    if cont:
+                        end = off + ln
+                        continue
+                    if start >= 0:
+                        add(loads(mv[start:end]))
+                        start = -1
+                    if t == T_HOLE:
+                        hraw = self.message_raw(Ref(mid, 0, 1, FLAG_PIECES, p.id), verify=False)
+                        update(mv[pos:off])
+                        update(hraw)
+                        pos = off
+                        add(loads(hraw))
+                    else:
+                        start, end = off, off + ln
+                if start >= 0:
+                    add(loads(mv[start:end]))
+                update(mv[pos:-1])
+        except (ValueError, RecursionError):
+            return None  # bytes that are not these messages (the digest would say so)
+        except SnapstoreError:
+            return None
+        last = digest.copy()
+        last.update(b"]")
+        if last.hexdigest(16) != m.digest or len(msgs) != m.count:
+            return None
+        return msgs, digest
 
     def load_messages(self, m: Manifest) -> list:
         """Return the message list of checkpoint manifest ``m`` (exactly as saved)."""
