@@ -6,7 +6,11 @@ Run (from the repository root)::
     python benchmarks/walk_phases.py --trials 41 --json out.json
 
 Setup: the same repository as ``benchmarks/local_read.py`` (the largest shared coding run saved
-one checkpoint per turn into a temporary local repository).
+one checkpoint per turn into a temporary local repository). The children read it through the
+tree (``ReadPath.read_arrays`` off): the path a read takes when the segments' array blocks are not
+the checkpoint's list (a rewritten or rolled-back run, a checkpoint older than the newest, data
+of an earlier version; docs/format.md §11). ``local_read.py`` measures the read a run that only
+appended gets.
 
 Measured: per trial, one fresh child process (``--child``, imports done before the clock) runs
 ``CheckpointManager(repo).latest(run)`` with each phase's function wrapped by a wall-clock and
@@ -76,7 +80,9 @@ def child(spec: dict) -> dict:
 
     sys.path.insert(0, str(local_read.REPO_ROOT))
     from snapstore import CheckpointManager
+    from snapstore.readpath import ReadPath
 
+    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
     acc: dict = {}
     for modname, qual in PHASES:
         mod = importlib.import_module(modname)
@@ -114,7 +120,9 @@ def floors_child(spec: dict) -> dict:
     from snapstore.format import pack as P
     from snapstore.format.codec import get_varint
     from snapstore.format.tree import Ref, decode_node
+    from snapstore.readpath import ReadPath
 
+    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
     datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]
     bounds = []
     for d in datas:
@@ -130,6 +138,8 @@ def floors_child(spec: dict) -> dict:
             pos += 1 + (24 if kind == 2 else 0)
             _, pos = get_varint(data, pos)
             _, pos = get_varint(data, pos)
+            if kind in (4, 5):  # an array block: its item count
+                _, pos = get_varint(data, pos)
             if kind in (1, 2):
                 pos += 16
                 for _ in range(3):

@@ -149,6 +149,11 @@ class WritePath:
     """Write path of :class:`~snapstore.repository.Repository`: :meth:`prepare_save` and its
     helpers (a mixin; reads the parent list through the read path's :meth:`list_state`)."""
 
+    WRITE_ARRAYS = True
+    """Appends of format 2 (``seg_fanout`` > 0) put the appended messages into array blocks
+    (docs/format.md §6). False writes them as the previous version did (chunks in a data block
+    compressed against the messages before them): tests build such repositories with it."""
+
     # ------------------------------------------------------------------------------------------
     # write path
 
@@ -269,7 +274,7 @@ class WritePath:
         # format 2 appends put every new position's message into the pack's array blocks, in list
         # order (a message stored before is stored again there), so that a reader of the run's
         # newest checkpoint parses the segments' arrays without the tree (docs/format.md §6, §11)
-        arrays = cfg.seg_fanout > 0 and append
+        arrays = self.WRITE_ARRAYS and cfg.seg_fanout > 0 and append
         for i in range(prefix, n):
             mid = ids[i]
             r = known.get(mid)

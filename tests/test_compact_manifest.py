@@ -15,7 +15,7 @@ from snapstore.errors import IntegrityError
 from snapstore.format import keys
 from snapstore.format.codec import dumps_exact, seal_envelope
 from snapstore.format.ids import name_from_key, run_digest
-from snapstore.format.manifest import (FORMAT_VERSION, MANIFEST_DICT_V1, MANIFEST_MAGIC, MANIFEST_VERSION_COMPACT,
+from snapstore.format.manifest import (FORMAT_VERSION, MANIFEST_DICT_V1, MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, MANIFEST_VERSION_COMPACT,
                                        Manifest, open_manifest)
 from snapstore.stores.memory import MemoryStore
 
@@ -42,7 +42,7 @@ def test_a_record_of_an_inline_run_key_names_its_run_by_digest_and_reads_back():
     assert name_from_key(rk) == RUN
     version, body = _body(store, rk, 2)
     d = json.loads(body)
-    assert version == MANIFEST_VERSION_COMPACT and "run" not in d and d["rd"] == run_digest(RUN)
+    assert version == MANIFEST_VERSION_ARRAYS and "run" not in d and d["rd"] == run_digest(RUN)
     # the same record with the full run id, as version 2 wrote it: larger, and still read
     full = dict(kind=d.pop("kind"), run=RUN, **{k: v for k, v in d.items() if k != "rd"})
     old = seal_envelope(MANIFEST_MAGIC, FORMAT_VERSION, dumps_exact(full), MANIFEST_DICT_V1)
@@ -97,7 +97,7 @@ def test_a_run_id_too_long_for_its_key_keeps_the_full_id():
     rk = mgr.repo.run_key(long_run)
     assert rk.startswith("h") and name_from_key(rk) is None
     version, body = _body(store, rk, 1)
-    assert version == MANIFEST_VERSION_COMPACT and json.loads(body)["run"] == long_run and "rd" not in json.loads(body)
+    assert version == MANIFEST_VERSION_ARRAYS and json.loads(body)["run"] == long_run and "rd" not in json.loads(body)
     fresh = CheckpointManager(store)
     assert fresh.latest(long_run).step == 1 and long_run in fresh.runs()
 

@@ -21,6 +21,7 @@ import random
 
 import pytest
 
+from snapstore.readpath import ReadPath
 from snapstore import CheckpointManager, views
 from snapstore.errors import IntegrityError
 from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
@@ -361,6 +362,7 @@ def _run(tmp_path, n: int = 300, every: int = 10) -> list:
 
 
 def test_a_fresh_walk_reads_every_node_at_hand_verified_and_without_requests(tmp_path, monkeypatch):
+    monkeypatch.setattr(ReadPath, "read_arrays", lambda self, m, segs: None)  # the tree path
     msgs = _run(tmp_path)
     fresh = CheckpointManager(LocalStore(tmp_path, fsync=False))
     repo = fresh.repo
@@ -380,12 +382,13 @@ def test_a_fresh_walk_reads_every_node_at_hand_verified_and_without_requests(tmp
     assert set(repo._nodes) <= {real(b) for b in hashed}  # ... and each was checked by its content id
 
 
-def test_a_node_copy_that_does_not_match_its_id_is_not_taken_by_the_walk(tmp_path):
+def test_a_node_copy_that_does_not_match_its_id_is_not_taken_by_the_walk(tmp_path, monkeypatch):
     """A node whose bytes in the pack at hand do not match its content id (damage under a valid
     pack checksum) is left to read_node: the walk never decodes it, and with no other copy the read
     fails naming the pack that holds it."""
     from snapstore.format import keys
 
+    monkeypatch.setattr(ReadPath, "read_arrays", lambda self, m, segs: None)  # the tree path
     msgs = _run(tmp_path)
     fresh = CheckpointManager(LocalStore(tmp_path, fsync=False))
     assert fresh.latest("r").messages == msgs

@@ -273,7 +273,7 @@ def test_malformed_tree_field_is_an_integrity_error_naming_the_manifest():
         __import__("datetime").timezone.utc), checkpoint_id="c")
     m.session_state_tree = ValueTree(b"\0" * 16, 10, 0, b"\1" * 16, b"\2" * 8)
     data = m.to_bytes()
-    assert data[4] == MANIFEST_VERSION_VALUE_TREE + 1  # run "r" has an inline key: a compact record (4), which may hold a value tree
+    assert data[4] == MANIFEST_VERSION_VALUE_TREE + 2  # version 5 (4's compact records, array blocks), which may hold a value tree
     assert Manifest.from_bytes("k", data, run_id="r").session_state_tree == m.session_state_tree
     from snapstore.format.codec import dumps_exact, seal_envelope
     from snapstore.format.manifest import open_manifest
