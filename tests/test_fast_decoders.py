@@ -21,13 +21,13 @@ import random
 
 import pytest
 
-from snapstore.readpath import ReadPath
 from snapstore import CheckpointManager, views
 from snapstore.errors import IntegrityError
 from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
-from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_NODE, T_STATE,
+from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_HOLE, T_NODE, T_STATE,
                                    Block, DictSpec, Entry, PackBuilder, _parse_header)
 from snapstore.format.tree import Ref, Spine, TreeParams, decode_node, encode_node
+from snapstore.readpath import ReadPath
 from snapstore.stores import LocalStore
 
 # ------------------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def ref_parse_header(data: bytes, hstart: int, hend: int, blocks_end: int | None
     for _ in range(nblocks):
         kind = _ref_take(data, pos, 1, hend)[0]
         pos += 1
-        if kind > 3:
+        if kind > 5:
             raise ValueError("kind")
         sid = spk = None
         if kind == 2:
@@ -74,8 +74,17 @@ def ref_parse_header(data: bytes, hstart: int, hend: int, blocks_end: int | None
             pos += ID_BYTES + PACK_ID_BYTES
         clen, pos = _ref_varint(data, pos, hend)
         rawlen, pos = _ref_varint(data, pos, hend)
-        if rawlen > MAX_BLOCK_RAW or (kind == 3 and clen != rawlen):
+        if rawlen > MAX_BLOCK_RAW or (kind in (3, 5) and clen != rawlen):
             raise ValueError("block lengths")
+        if kind >= 4:  # an array block: its item count, then its entries with separators
+            nitems, pos = _ref_varint(data, pos, hend)
+            if not 0 < nitems < rawlen:
+                raise ValueError("array items")
+            blocks.append(Block(off, clen, rawlen, None, kind == 5, True, nitems))
+            off += clen
+            if blocks_end is not None and off > blocks_end:
+                raise ValueError("blocks run into the header")
+            continue
         spec = None
         if kind in (1, 2):
             dg = _ref_take(data, pos, 16, hend)
@@ -94,17 +103,41 @@ def ref_parse_header(data: bytes, hstart: int, hend: int, blocks_end: int | None
         raise ValueError("blocks end")
     n, pos = _ref_varint(data, pos, hend)
     entries, fill = {}, [0] * nblocks
+    parts = {bi: [] for bi, b in enumerate(blocks) if b.array}
     for _ in range(n):
         t = _ref_take(data, pos, 1, hend)[0]
+        cont = bool(t & 0x80)
+        t &= 0x7F
         if t not in ENTRY_TYPES:
             raise ValueError("type")
         eid = _ref_take(data, pos + 1, ID_BYTES, hend)
         bi, pos = _ref_varint(data, pos + 1 + ID_BYTES, hend)
         ln, pos = _ref_varint(data, pos, hend)
-        if bi >= nblocks or fill[bi] + ln > blocks[bi].rawlen:
+        if bi >= nblocks:
             raise ValueError("entry outside its block")
+        if blocks[bi].array:
+            if t not in (T_CHUNK, T_HOLE) or (t == T_HOLE and ln):
+                raise ValueError("array entry")
+            if cont and (not parts[bi] or parts[bi][-1][0] == T_HOLE or t == T_HOLE):
+                raise ValueError("continues nothing")
+            if not cont:
+                fill[bi] += 1  # "[" or ","
+            if fill[bi] + ln + 1 > blocks[bi].rawlen:
+                raise ValueError("entry outside its block")
+            parts[bi].append((t, eid, fill[bi], ln, cont))
+        else:
+            if cont or t == T_HOLE:
+                raise ValueError("array entry outside an array block")
+            if fill[bi] + ln > blocks[bi].rawlen:
+                raise ValueError("entry outside its block")
         entries[(t, eid)] = Entry(t, eid, bi, fill[bi], ln)
         fill[bi] += ln
+    for bi, ps in parts.items():
+        b = blocks[bi]
+        if sum(1 for x in ps if not x[4]) != b.nitems:
+            raise ValueError("array items")
+        fill[bi] += 1  # "]"
+        blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps))
     if pos != hend or fill != [b.rawlen for b in blocks]:
         raise ValueError("lengths")
     if any(b.dict and b.dict.state_id is None for b in blocks) and \
@@ -220,6 +253,21 @@ def _headers(rng: random.Random):
             # a dictionary data block naming its state explicitly (kind 2)
             pb.add(T_CHUNK, os.urandom(16), b"x" * 500)
             pb.set_dictionary(DictSpec(os.urandom(16), os.urandom(8), 0, 3, 100, os.urandom(16)), b"y" * 100)
+        if shape >= 3:
+            # array blocks (kinds 4 and 5): whole messages, messages in several chunks, holes,
+            # a message repeated
+            same = (os.urandom(16), b'{"r":1}')
+            for i in range(rng.choice([1, 7, 90])):
+                k = rng.randrange(5)
+                if k == 0:
+                    pb.add_hole(os.urandom(16))
+                elif k == 1:
+                    pb.add_item([(os.urandom(16), b'"' + os.urandom(8).hex().encode()),
+                                 (os.urandom(16), os.urandom(rng.choice([5, 200])).hex().encode() + b'"')])
+                elif k == 2:
+                    pb.add_item([same])
+                else:
+                    pb.add_item([(os.urandom(16), b'"' + os.urandom(rng.choice([1, 60, 9000])).hex().encode() + b'"')])
         data, _ = pb.build(block_max=rng.choice([MAX_BLOCK_RAW, 30_000]), data_block_max=rng.choice([1 << 20, 40_000]))
         out.append(data)
     return out

@@ -695,21 +695,22 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
             raise ValueError("truncated header, or an entry in a block the pack does not have") from None
         if pos != hend:
             raise ValueError("header length mismatch")
-        if not ENTRY_TYPES.keys() >= set(map(itemgetter(0), entries)):
-            bad = min(set(map(itemgetter(0), entries)) - ENTRY_TYPES.keys())
+        types = set(map(itemgetter(0), entries))
+        if not ENTRY_TYPES.keys() >= types:
+            bad = min(types - ENTRY_TYPES.keys())
             raise ValueError(f"unknown entry type {bad}")
         if parts is not None:
             for bi, ps in parts.items():
                 b = blocks[bi]
                 if sum(1 for x in ps if not x[4]) != b.nitems:
                     raise ValueError(f"array block {bi} holds {sum(1 for x in ps if not x[4])} items, its header says {b.nitems}")
-                if any(x[0] == T_HOLE and x[3] for x in ps):
-                    raise ValueError(f"array block {bi} holds a hole that is not empty")
+                if any(x[0] == T_HOLE and (x[3] or x[4]) for x in ps):
+                    raise ValueError(f"array block {bi} holds a hole that is not empty or continues an item")
                 fill[bi] += 1  # the closing bracket
                 blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps))
             if any(x[0] != T_CHUNK and x[0] != T_HOLE for ps in parts.values() for x in ps):
                 raise ValueError("an array block holds an entry that is neither a chunk nor a hole")
-        if T_HOLE in {e.type for e in entries.values() if not arr[e.block]}:
+        if T_HOLE in types and any(e.type == T_HOLE and not arr[e.block] for e in entries.values()):
             raise ValueError("a hole outside an array block")
         if fill != [b.rawlen for b in blocks]:
             raise ValueError("a block's length is not the sum of its entries' lengths (or an entry lies outside its block)")
