@@ -1114,8 +1114,9 @@ class ReadPath:
         fast = self.read_arrays(m, segs) if segs else None
         if fast is not None:
             msgs, digest = fast
-            ls = self.list_state(m)  # the spine only: a save after this read needs no more
+            ls = self.list_state(m)  # the spine: the next save loads the refs (ListState.refs_pending)
             ls.digest = digest
+            ls.refs_pending = True
             return msgs, ls
         spine = self.read_state(*sref)
         nodes: dict = {}

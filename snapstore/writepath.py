@@ -75,6 +75,8 @@ class ListState:
             writer read or wrote it (:class:`ValueKnown`), else None.
         exact: how many messages carry the EXACT flag (the manifest's ``messages.x``), None
             when unknown.
+        refs_pending: True after a restore from array blocks (no tree read): the next save
+            loads ``ids``/``refs``/``known`` first.
     """
 
     spine: Spine
@@ -92,6 +94,7 @@ class ListState:
     digest_hex_value: str | None = None
     value: ValueKnown | None = None
     exact: int | None = 0
+    refs_pending: bool = False
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -188,6 +191,8 @@ class WritePath:
         hasher = self.hasher
         if parent is None:
             parent = self.list_state(None)
+        elif parent.refs_pending:
+            parent = self._load_refs(parent)
         n_old = parent.count
         n = len(messages)
         ids: list[bytes] = [b""] * n
@@ -477,6 +482,14 @@ class WritePath:
         ls = self.list_state(fake, full=True)
         ls.known.update(parent.known)
         ls.known_pieces.update(parent.known_pieces)
+        return ls
+
+    def _load_refs(self, parent: ListState) -> ListState:
+        """``parent`` with every ref loaded (a restore from array blocks reads no tree: the first
+        save after it walks the tree once, so that it deduplicates against the whole list, as
+        after a restore through the tree). Keeps ``parent``'s digest."""
+        ls = self._reload_full(parent)
+        ls.digest, ls.digest_hex_value = parent.digest, parent.digest_hex_value
         return ls
 
     def _store_blob(self, pb: PackBuilder, bid: bytes, raw: bytes, flags: int, known_pieces: dict,

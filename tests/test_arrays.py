@@ -1,0 +1,221 @@
+"""Array blocks: a run that only appends is read from its segments' arrays, without the tree
+(docs/format.md §6, §11 "Array blocks"); every other run, and every damaged array, is read
+through the tree as before.
+
+Real parts: a local store on a temp dir, fresh managers (cold caches) for every read.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from snapstore import CheckpointManager
+from snapstore.errors import IntegrityError
+from snapstore.format import keys
+from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
+from snapstore.readpath import ReadPath
+from snapstore.stores import LocalStore
+
+RUN = "arrays-run"
+
+
+def _msg(i: int, size: int = 300) -> dict:
+    rng = random.Random(i)
+    return {"role": "tool" if i % 2 else "assistant", "n": i,
+            "content": "".join(rng.choice("abcdefgh ") for _ in range(size))}
+
+
+def _mgr(root) -> CheckpointManager:
+    return CheckpointManager(LocalStore(root, fsync=False))
+
+
+def _build(root, saves: int, per: int = 2, big: set = frozenset()) -> list:
+    """A run of ``saves`` appends of ``per`` messages (message i of save s is large if s in ``big``)."""
+    mgr = _mgr(root)
+    msgs = [{"role": "system", "content": "You are a test."}]
+    for s in range(saves):
+        msgs = msgs + [_msg(per * s + k, 90_000 if s in big and k == 0 else 300) for k in range(per)]
+        mgr.save(RUN, msgs, step=s)
+    mgr.close()
+    return msgs
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Which path fresh reads take: counts of tree walks and of array reads that returned a list."""
+    seen = {"tree": 0, "arrays": 0}
+    real_expand, real_arrays = ReadPath.expand, ReadPath.read_arrays
+
+    def expand(self, spine, nodes=None):
+        seen["tree"] += 1
+        return real_expand(self, spine, nodes)
+
+    def read_arrays(self, m, segs):
+        out = real_arrays(self, m, segs)
+        seen["arrays"] += out is not None
+        return out
+    monkeypatch.setattr(ReadPath, "expand", expand)
+    monkeypatch.setattr(ReadPath, "read_arrays", read_arrays)
+    return seen
+
+
+@pytest.mark.parametrize("saves", [1, 2, 3, 4, 5, 15, 16, 17, 21, 64])
+def test_a_run_that_only_appends_is_read_from_its_arrays_at_every_length(tmp_path, paths, saves):
+    msgs = _build(tmp_path, saves)
+    mgr = _mgr(tmp_path)
+    cp = mgr.latest(RUN)
+    assert cp.messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}
+    # the head by id too, and the writer state the read leaves continues the list exactly
+    assert _mgr(tmp_path).get(RUN, cp.id).messages == msgs
+    msgs2 = msgs + [_msg(10_000)]
+    mgr.save(RUN, msgs2, step=saves)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs2
+    assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+def test_a_large_message_is_a_hole_its_pieces_stay_deduplicated_and_it_reads_from_the_arrays(tmp_path, paths):
+    msgs = _build(tmp_path, 9, big={2, 6})
+    mgr = _mgr(tmp_path)
+    assert mgr.latest(RUN).messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}
+    holes = [x for p in (mgr.repo._cache[s.pack] for s in mgr._views[RUN].head_segs)
+             for b in p.blocks if b.array for x in b.parts if x[0] == T_HOLE]
+    assert len(holes) == 2
+    # the same large message again: its pieces are not stored again (a hole, not a copy)
+    before = mgr.store.stats.snapshot()
+    mgr.save(RUN, msgs + [msgs[5]], step=99)
+    assert mgr.store.stats.since(before).bytes_up < 20_000
+    assert _mgr(tmp_path).latest(RUN).messages == msgs + [msgs[5]]
+
+
+def test_a_repeated_message_is_repeated_in_the_arrays(tmp_path, paths):
+    mgr = _mgr(tmp_path)
+    msgs = [{"role": "user", "content": "continue"}]
+    for s in range(6):
+        msgs = msgs + [_msg(s), {"role": "user", "content": "continue"}]
+        mgr.save(RUN, msgs, step=s)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    assert paths["arrays"] == 1 and paths["tree"] == 0
+
+
+def test_runs_whose_arrays_are_not_the_list_read_through_the_tree(tmp_path, paths):
+    mgr = _mgr(tmp_path)
+    # a rewrite: the first message changes at save 5
+    msgs = [{"role": "system", "content": "v1"}]
+    for s in range(8):
+        if s == 5:
+            msgs = [{"role": "system", "content": "v2"}] + msgs[1:]
+        msgs = msgs + [_msg(s)]
+        mgr.save("rewritten", msgs, step=s)
+    # a rollback, then appends
+    ids = [mgr.save("rolled", [_msg(k) for k in range(s + 1)], step=s) for s in range(6)]
+    mgr.rollback("rolled", ids[2])
+    mgr.save("rolled", [_msg(k) for k in range(3)] + [_msg(99)], step=9)
+    # a big integer needs the exact parser: the manifest says so (messages.x) and the tree reads it
+    big = [{"role": "tool", "content": "n", "value": 2 ** 80}, _msg(1)]
+    mgr.save("exact", big[:1], step=0)
+    mgr.save("exact", big, step=1)
+    fresh = _mgr(tmp_path)
+    paths.update(tree=0, arrays=0)
+    assert fresh.latest("rewritten").messages == msgs
+    assert fresh.latest("rolled").messages == [_msg(k) for k in range(3)] + [_msg(99)]
+    got = fresh.latest("exact").messages
+    assert got == big and type(got[0]["value"]) is int
+    assert paths == {"tree": 3, "arrays": 0}
+    # an older checkpoint is read through the tree too (the arrays hold more than its list)
+    assert fresh.get("rolled", ids[1]).messages == [_msg(k) for k in range(2)]
+
+
+def test_after_gc_rewrites_a_runs_tier_packs_its_reads_stay_exact(tmp_path):
+    msgs = _build(tmp_path, 40)
+    mgr = _mgr(tmp_path)
+    mgr.prune(keep_last=2, run_id=RUN)
+    mgr.gc(grace_period=0, max_unused=0.0)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+def _rebuild_array_pack(root, pid: bytes, change) -> None:
+    """Rewrite pack ``pid`` keeping its layout (array items and holes included) with
+    ``change(eid, raw) -> raw`` applied to every chunk: the same ids, a valid checksum."""
+    path = root / keys.pack_key(pid)
+    pack = Pack.parse(str(path), path.read_bytes(), pid)
+    pb = PackBuilder(pid)
+    for bi, b in enumerate(pack.blocks):
+        raw = pack.raw_block(bi)
+        if not b.array:
+            for e in sorted((e for e in pack.entries.values() if e.block == bi), key=lambda e: e.offset):
+                pb.add(e.type, e.id, change(e.id, raw[e.offset:e.offset + e.length]) if e.type == T_CHUNK
+                       else raw[e.offset:e.offset + e.length])
+            continue
+        item: list = []
+        for t, eid, off, ln, cont in b.parts:
+            if not cont and item:
+                pb.add_item(item)
+                item = []
+            if t == T_HOLE:
+                pb.add_hole(eid)
+            else:
+                item.append((eid, change(eid, raw[off:off + ln])))
+        if item:
+            pb.add_item(item)
+    data, _ = pb.build()
+    path.write_bytes(data)
+
+
+def test_a_changed_message_in_an_array_under_a_valid_checksum_fails_the_read_naming_the_pack(tmp_path, paths):
+    msgs = _build(tmp_path, 16)
+    head = _mgr(tmp_path).repo.head(_mgr(tmp_path)._rk(RUN))
+    tier = head.segment_list()[0].pack
+    target = b'"n":3,'
+
+    def change(eid, raw):
+        return raw.replace(target, b'"n":4,') if target in raw else raw
+    _rebuild_array_pack(tmp_path, tier, change)
+    with pytest.raises(IntegrityError) as e:
+        _mgr(tmp_path).latest(RUN)
+    assert e.value.key == keys.pack_key(tier)
+    assert paths["arrays"] == 0  # never returned from the arrays
+    assert not _mgr(tmp_path).verify(read_data=True).ok
+
+
+def test_arrays_that_are_valid_json_but_not_the_list_are_not_returned(tmp_path, paths):
+    """A pack rebuilt with its array items reordered (valid JSON, a valid checksum, every chunk
+    matching its id) does not match the list digest: the tree path reads the list as saved."""
+    msgs = _build(tmp_path, 16)
+    head = _mgr(tmp_path).repo.head(_mgr(tmp_path)._rk(RUN))
+    tier = head.segment_list()[0].pack
+    path = tmp_path / keys.pack_key(tier)
+    pack = Pack.parse(str(path), path.read_bytes(), tier)
+    pb = PackBuilder(tier)
+    for bi, b in enumerate(pack.blocks):
+        raw = pack.raw_block(bi)
+        if b.array:
+            items = [[(eid, raw[off:off + ln])] for t, eid, off, ln, cont in b.parts]
+            items.reverse()
+            for it in items:
+                pb.add_item(it)
+        else:
+            for e in (e for e in pack.entries.values() if e.block == bi):
+                pb.add(e.type, e.id, raw[e.offset:e.offset + e.length])
+    path.write_bytes(pb.build()[0])
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    assert paths == {"tree": 1, "arrays": 0}
+
+
+def test_the_manifest_says_how_many_messages_need_the_exact_parser(tmp_path):
+    mgr = _mgr(tmp_path)
+    mgr.save(RUN, [_msg(0)], step=0)
+    mgr.save(RUN, [_msg(0), {"v": 2 ** 70}], step=1)
+    mgr.save(RUN, [_msg(0), {"v": 2 ** 70}, {"s": "\ud800"}], step=2)
+    rk = mgr._rk(RUN)
+    assert mgr.repo.head(rk).exact == 2
+    # a hostile count is refused when the record is read
+    from snapstore.format.manifest import Manifest
+    m = mgr.repo.head(rk)
+    m.exact = m.count + 1
+    with pytest.raises(IntegrityError):
+        Manifest.from_bytes("k", m.to_bytes())
