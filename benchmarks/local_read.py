@@ -16,8 +16,9 @@ Measured: per trial, two fresh child processes (``python benchmarks/local_read.p
 this interpreter, importing the snapstore of this checkout), in alternating order:
 
 * ``snapstore``: ``CheckpointManager(repo).latest(run)`` -- opening the repository (its config
-  read), the LIST of the run's newest manifest, the manifest, its segment packs, the tree and every
-  message, and the Checkpoint built;
+  read), the LIST of the run's newest manifest, the manifest, its segment packs, every message
+  (from the segments' array blocks, docs/format.md §11: the run only appended), and the
+  Checkpoint built;
 * ``json.load``: ``open(file)`` + ``json.load`` of the final history;
 * ``floor``: the final history as one zstd frame of its compact JSON, read, decompressed, hashed
   with keyed blake3 and parsed by orjson, one call each: no layout that compresses and verifies
@@ -168,6 +169,7 @@ PHASES = [
     ("snapstore.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
     ("snapstore.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
+    ("snapstore.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
     ("snapstore.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
     ("snapstore.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
     ("snapstore.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),

@@ -73,7 +73,7 @@ from snapstore import CheckpointManager  # noqa: E402
 from snapstore.errors import InvalidInputError  # noqa: E402
 from snapstore.format import keys  # noqa: E402
 from snapstore.format.manifest import FORMAT_VERSION, RepoConfig  # noqa: E402
-from snapstore.format.pack import ENTRY_TYPES, T_CHUNK, Pack  # noqa: E402
+from snapstore.format.pack import ENTRY_TYPES, T_CHUNK, T_HOLE, Pack  # noqa: E402
 from snapstore.importers import load_trajectory  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
@@ -175,7 +175,7 @@ def walk_repo(store: LocalStore) -> dict:
             for bi, b in enumerate(pack.blocks):
                 blocks_total += b.clen
                 ts = types_by_block.get(bi, set())
-                if ts and ts == {T_CHUNK}:
+                if ts and (ts == {T_CHUNK} or (b.array and ts <= {T_CHUNK, T_HOLE})):  # holes: 0 bytes
                     out["chunk_payload"] += b.clen
                 else:
                     if T_CHUNK in ts:
