@@ -206,15 +206,26 @@ def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
 
 def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
     """Build the pack a fork of checkpoint ``m`` starts with: one copy of every entry ``m``
-    needs (chunks in order, so the copy compresses like the history itself); nothing is written.
+    needs (chunks in order, so the copy compresses like the history itself; its messages as array
+    items); nothing is written.
 
     Returns:
         ``(pack id, pack bytes, raw blocks)``.
     Raises:
         IntegrityError / ObjectNotFound: the source checkpoint is unreadable.
     """
+    from .format.tree import FLAG_PIECES
     pid = os.urandom(PACK_ID_BYTES)
     pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
+    if m.state and repo.WRITE_ARRAYS:
+        # the list's messages as array items, in order (docs/format.md §6), so that the fork's
+        # newest checkpoint reads from arrays as a run that only appended does
+        spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        for r in repo.expand(spine):
+            if r.flags & FLAG_PIECES:
+                pb.add_hole(r.id)  # its pieces list and pieces are copied below
+            else:
+                pb.add_item([(r.id, repo._entry(T_CHUNK, r.id, r.pack))])
     for etype, eid, hint in needed_entries(repo, m):
         if (etype, eid) not in pb:
             pb.add(etype, eid, repo._entry(etype, eid, hint))

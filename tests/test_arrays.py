@@ -219,3 +219,19 @@ def test_the_manifest_says_how_many_messages_need_the_exact_parser(tmp_path):
     m.exact = m.count + 1
     with pytest.raises(IntegrityError):
         Manifest.from_bytes("k", m.to_bytes())
+
+
+def test_a_fork_is_read_from_its_arrays_and_so_are_its_appends(tmp_path, paths):
+    msgs = _build(tmp_path, 9, big={3})
+    mgr = _mgr(tmp_path)
+    mgr.fork(RUN, mgr.latest(RUN).id, "forked")
+    paths.update(tree=0, arrays=0)
+    assert _mgr(tmp_path).latest("forked").messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}
+    m2 = _mgr(tmp_path)
+    m2.latest("forked")
+    m2.save("forked", msgs + [_msg(777)])
+    paths.update(tree=0, arrays=0)
+    assert _mgr(tmp_path).latest("forked").messages == msgs + [_msg(777)]
+    assert paths == {"tree": 0, "arrays": 1}
+    assert _mgr(tmp_path).verify(read_data=True).ok
