@@ -8,7 +8,7 @@ Run (from the repository root)::
 Setup: the same repository as ``benchmarks/local_read.py`` (the largest shared coding run saved
 one checkpoint per turn into a temporary local repository). The children read it through the
 tree (``ReadPath.read_arrays`` off): the path a read takes when the segments' array blocks are not
-the checkpoint's list (a rewritten or rolled-back run, a checkpoint older than the newest, data
+the checkpoint's list (a rewritten or rolled-back run, data
 of an earlier version; docs/format.md §11). ``local_read.py`` measures the read a run that only
 appended gets.
 

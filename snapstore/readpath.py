@@ -1142,13 +1142,14 @@ class ReadPath:
         that is not this list (the caller then reads it through the tree).
 
         The arrays of the segments, in order, hold every message the run appended, in order; for
-        a run that only appended they are the newest checkpoint's list. They are used only when
-        they hold exactly ``m``'s count of items, none of ``m``'s messages needs the exact parser
-        (the manifest's ``messages.x`` is 0), and the keyed hash of their JSON (holes filled in
-        with the messages' pieces) is ``m``'s list digest; nothing is parsed before that. Anything
-        else (a run rewritten, rolled back or repacked by GC, a damaged block, a record of an
-        older version) returns None, and the tree path reads, verifies and names damage as
-        always. Memory: the list's JSON once, as when reading it through the tree.
+        a run that only appended, any checkpoint's list is their first ``count`` items. They are
+        used only when none of ``m``'s messages needs the exact parser (the manifest's
+        ``messages.x`` is 0) and the keyed hash of those items' JSON (holes filled in with the
+        messages' pieces) is ``m``'s list digest; the messages are returned only after that check
+        (they are parsed as they are hashed). Anything else (a run rewritten, rolled back or
+        repacked by GC, a damaged block, a record of an older version) returns None, and the tree
+        path reads, verifies and names damage as always. Memory: the list's JSON once, as when
+        reading it through the tree.
         """
         if not m.count or m.exact != 0 or len(m.digest) != 32:
             return None
@@ -1157,7 +1158,7 @@ class ReadPath:
         if None in packs:
             return None  # a segment GC rewrote, evicted or gone: the tree path finds its entries
         blocks = [(p, bi) for p in packs for bi, b in enumerate(p.blocks) if b.array]
-        if sum(p.blocks[bi].nitems for p, bi in blocks) != m.count:
+        if sum(p.blocks[bi].nitems for p, bi in blocks) < m.count:
             return None
         ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
         if ranged:
@@ -1167,14 +1168,17 @@ class ReadPath:
         loads = orjson.loads
         msgs: list = []
         add = msgs.append
+        left = m.count  # items still to take: the list is the arrays' first ``count`` items
         first = True
         try:
             for p, bi in blocks:
+                if not left:
+                    break
                 raw = p.raw_block(bi)
                 mv = memoryview(raw)
                 update(b"[" if first else b",")
                 first = False
-                pos = 1  # hashed up to here
+                pos, stop = 1, len(raw) - 1  # hashed from ``pos``; the block's items end at ``stop``
                 start = end = -1  # the current item's bytes
                 # one message per item, parsed from its slice of the block (a few small buffers,
                 # reused, rather than one document buffer as large as the block); a hole's
@@ -1186,6 +1190,10 @@ class ReadPath:
                     if start >= 0:
                         add(loads(mv[start:end]))
                         start = -1
+                    if not left:  # past the checkpoint's list (an older checkpoint of the run)
+                        stop = off - 1  # before the comma
+                        break
+                    left -= 1
                     if t == T_HOLE:
                         hraw = self.message_raw(Ref(mid, 0, 1, FLAG_PIECES, p.id), verify=False)
                         update(mv[pos:off])
@@ -1196,7 +1204,7 @@ class ReadPath:
                         start, end = off, off + ln
                 if start >= 0:
                     add(loads(mv[start:end]))
-                update(mv[pos:-1])
+                update(mv[pos:stop])
         except (ValueError, RecursionError):
             return None  # bytes that are not these messages (the digest would say so)
         except SnapstoreError:

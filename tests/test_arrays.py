@@ -125,8 +125,23 @@ def test_runs_whose_arrays_are_not_the_list_read_through_the_tree(tmp_path, path
     got = fresh.latest("exact").messages
     assert got == big and type(got[0]["value"]) is int
     assert paths == {"tree": 3, "arrays": 0}
-    # an older checkpoint is read through the tree too (the arrays hold more than its list)
+    # a checkpoint from before the rollback is the arrays' first items: read from them
     assert fresh.get("rolled", ids[1]).messages == [_msg(k) for k in range(2)]
+    assert paths == {"tree": 3, "arrays": 1}
+
+
+def test_every_checkpoint_of_a_run_that_only_appends_is_read_from_its_arrays(tmp_path, paths):
+    mgr = _mgr(tmp_path)
+    msgs, ids, lists = [], [], []
+    for s in range(21):
+        msgs = msgs + ([_msg(s, 90_000)] if s == 7 else [_msg(s), _msg(100 + s)])
+        ids.append(mgr.save(RUN, msgs, step=s))
+        lists.append(msgs)
+    paths.update(tree=0, arrays=0)
+    fresh = _mgr(tmp_path)
+    for cid, want in zip(ids, lists):
+        assert fresh.get(RUN, cid).messages == want
+    assert paths == {"tree": 0, "arrays": 21}
 
 
 def test_after_gc_rewrites_a_runs_tier_packs_its_reads_stay_exact(tmp_path):
