@@ -1157,8 +1157,13 @@ class ReadPath:
             packs = [self._cache.get(s.pack) for s in segs]
         if None in packs:
             return None  # a segment GC rewrote, evicted or gone: the tree path finds its entries
-        blocks = [(p, bi) for p in packs for bi, b in enumerate(p.blocks) if b.array]
-        if sum(p.blocks[bi].nitems for p, bi in blocks) < m.count:
+        blocks, held = [], 0  # the array blocks holding the first ``count`` items
+        for p in packs:
+            for bi, b in enumerate(p.blocks):
+                if b.array and held < m.count:
+                    blocks.append((p, bi))
+                    held += b.nitems
+        if held < m.count:
             return None
         ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
         if ranged:
