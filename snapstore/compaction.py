@@ -220,12 +220,15 @@ def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
     if m.state and repo.WRITE_ARRAYS:
         # the list's messages as array items, in order (docs/format.md §6), so that the fork's
         # newest checkpoint reads from arrays as a run that only appended does
+        from .writepath import HOLE_MIN
         spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        seen: set = set()
         for r in repo.expand(spine):
-            if r.flags & FLAG_PIECES:
-                pb.add_hole(r.id)  # its pieces list and pieces are copied below
+            if r.flags & FLAG_PIECES or (r.id in seen and r.size >= HOLE_MIN):
+                pb.add_hole(r.id)  # its pieces (copied below), or its copy earlier in this array
             else:
                 pb.add_item([(r.id, repo._entry(T_CHUNK, r.id, r.pack))])
+            seen.add(r.id)
     for etype, eid, hint in needed_entries(repo, m):
         if (etype, eid) not in pb:
             pb.add(etype, eid, repo._entry(etype, eid, hint))

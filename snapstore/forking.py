@@ -53,7 +53,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
                      fields=dict(src.fields), session_state=src.session_state,
                      session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
                      has_session_state=src.has_session_state,
-                     count=src.count, size=src.size, digest=src.digest, state=src.state, exact=src.exact,
+                     count=src.count, size=src.size, digest=src.digest, state=src.state, exact=src.exact, exact_tag=src.exact_tag,
                      origin={"run": run_id, "id": checkpoint_id},
                      segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if mgr.repo.config.seg_fanout else None)
         mgr.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)

@@ -1153,6 +1153,8 @@ class ReadPath:
         """
         if not m.count or m.exact != 0 or len(m.digest) != 32:
             return None
+        if m.exact_tag != self.hasher.exact_tag(m.digest, 0):
+            return None  # x not bound to this list under the key (a record re-sealed): the tree
         with self._lock:
             packs = [self._cache.get(s.pack) for s in segs]
         if None in packs:
@@ -1168,55 +1170,81 @@ class ReadPath:
         ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
         if ranged:
             self.fetch_pack_blocks(ranged)
+        # the list's JSON is at most messages.bytes plus its brackets and separators: items that
+        # come to more are not this list (holes would read a large message once per hole before
+        # the digest says so), so what is read stays within what the manifest says the list is
+        budget = m.size + m.count + 1
         digest = self.hasher.new_digest()
         update = digest.update
-        loads = orjson.loads
-        msgs: list = []
-        add = msgs.append
+        items: list = []  # each item's bytes: a slice of its block, or a hole's message
+        add = items.append
         left = m.count  # items still to take: the list is the arrays' first ``count`` items
         first = True
         try:
             for p, bi in blocks:
                 if not left:
                     break
+                parts = p.blocks[bi].parts
                 raw = p.raw_block(bi)
                 mv = memoryview(raw)
                 update(b"[" if first else b",")
                 first = False
                 pos, stop = 1, len(raw) - 1  # hashed from ``pos``; the block's items end at ``stop``
                 start = end = -1  # the current item's bytes
-                # one message per item, parsed from its slice of the block (a few small buffers,
-                # reused, rather than one document buffer as large as the block); a hole's
+                # one message per item, a slice of its block (parsed on its own below: a few small
+                # buffers rather than one document buffer as large as the block); a hole's
                 # message (pieces) is read on its own and hashed in its place
-                for t, mid, off, ln, cont in p.blocks[bi].parts:
+                for t, mid, off, ln, cont in parts:
                     if cont:
                         end = off + ln
+                        budget -= ln
                         continue
                     if start >= 0:
-                        add(loads(mv[start:end]))
+                        add(mv[start:end])
                         start = -1
                     if not left:  # past the checkpoint's list (an older checkpoint of the run)
                         stop = off - 1  # before the comma
                         break
                     left -= 1
+                    budget -= ln
                     if t == T_HOLE:
-                        hraw = self.message_raw(Ref(mid, 0, 1, FLAG_PIECES, p.id), verify=False)
+                        # a message stored elsewhere: whole (a chunk under its id), or in pieces;
+                        # its size is known before its bytes are read
+                        ck = (T_CHUNK, mid)
+                        home = p if ck in p.entries else self._cache.get(self._where.get(ck, b""))
+                        if home is not None and ck in home.entries:
+                            hsize, flags = home.entries[ck].length, 0
+                        else:
+                            try:
+                                hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, p.id)))
+                            except IndexError:
+                                return None
+                            flags = FLAG_PIECES
+                        budget -= hsize
+                        if budget < 0:
+                            return None
+                        hraw = self.message_raw(Ref(mid, hsize, 1, flags, home.id if flags == 0 else p.id),
+                                                verify=False)
+                        if len(hraw) != hsize:
+                            return None
                         update(mv[pos:off])
                         update(hraw)
                         pos = off
-                        add(loads(hraw))
+                        add(hraw)
                     else:
                         start, end = off, off + ln
                 if start >= 0:
-                    add(loads(mv[start:end]))
+                    add(mv[start:end])
                 update(mv[pos:stop])
-        except (ValueError, RecursionError):
-            return None  # bytes that are not these messages (the digest would say so)
-        except SnapstoreError:
-            return None
+        except (ValueError, RecursionError, SnapstoreError):
+            return None  # not these messages, or not readable: the tree path reads and names damage
         last = digest.copy()
         last.update(b"]")
-        if last.hexdigest(16) != m.digest or len(msgs) != m.count:
+        if last.hexdigest(16) != m.digest or len(items) != m.count:
+            return None  # not this list (a run rewritten, rolled back...): nothing parsed
+        try:
+            msgs = list(map(orjson.loads, items))
+        except (ValueError, RecursionError):
             return None
         return msgs, digest
 

@@ -157,6 +157,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     m.count, m.size = prep.state.count, prep.state.size
     m.digest = prep.state.digest_hex()
     m.exact = prep.state.exact
+    m.exact_tag = repo.hasher.exact_tag(m.digest, m.exact) if m.exact is not None else None
     m.state = None
     if prep.state.state:
         m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]

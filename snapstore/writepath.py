@@ -148,6 +148,12 @@ class PreparedSave:
     session_state_tree: ValueTree | None = None
 
 
+HOLE_MIN = 4096
+"""Bytes of JSON from which an appended message stored before (a list repeating it) becomes a hole
+in the array blocks instead of a copy (docs/format.md §6): a reader fetches it where it is stored;
+a shorter one costs less as a copy than as a lookup."""
+
+
 class WritePath:
     """Write path of :class:`~snapstore.repository.Repository`: :meth:`prepare_save` and its
     helpers (a mixin; reads the parent list through the read path's :meth:`list_state`)."""
@@ -293,8 +299,8 @@ class WritePath:
                 if first_new is None:
                     first_new = i
             if arrays:
-                if r.flags & FLAG_PIECES:
-                    pb.add_hole(mid)  # a large message: its pieces stay deduplicated
+                if r.flags & FLAG_PIECES or (not parts and r.size >= HOLE_MIN):
+                    pb.add_hole(mid)  # stored before, or in pieces: it stays deduplicated
                 elif parts:
                     pb.add_item(parts)
                 else:

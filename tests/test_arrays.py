@@ -91,14 +91,24 @@ def test_a_large_message_is_a_hole_its_pieces_stay_deduplicated_and_it_reads_fro
     assert _mgr(tmp_path).latest(RUN).messages == msgs + [msgs[5]]
 
 
-def test_a_repeated_message_is_repeated_in_the_arrays(tmp_path, paths):
+def test_a_repeated_message_is_repeated_in_the_arrays_or_a_hole_when_large(tmp_path, paths):
     mgr = _mgr(tmp_path)
-    msgs = [{"role": "user", "content": "continue"}]
+    big = _msg(999, 10_000)  # >= HOLE_MIN: repeats are holes naming the chunk stored once
+    msgs = [{"role": "user", "content": "continue"}, big]
     for s in range(6):
-        msgs = msgs + [_msg(s), {"role": "user", "content": "continue"}]
+        msgs = msgs + [_msg(s), {"role": "user", "content": "continue"}, big]
         mgr.save(RUN, msgs, step=s)
     assert _mgr(tmp_path).latest(RUN).messages == msgs
     assert paths["arrays"] == 1 and paths["tree"] == 0
+    mgr.fork(RUN, mgr.latest(RUN).id, "forked")
+    paths.update(tree=0, arrays=0)
+    fresh = _mgr(tmp_path)
+    assert fresh.latest("forked").messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}
+    pk = fresh.repo._cache[fresh._views["forked"].head_segs[0].pack]
+    holes = [x for b in pk.blocks if b.array for x in b.parts if x[0] == T_HOLE]
+    assert len(holes) == 6  # the 6 repeats of the large message (its first copy is an item)
+    assert fresh.verify(read_data=True).ok
 
 
 def test_runs_whose_arrays_are_not_the_list_read_through_the_tree(tmp_path, paths):

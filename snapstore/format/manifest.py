@@ -250,6 +250,8 @@ class Manifest:
         state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
         exact: how many of the list's messages carry the EXACT flag (need the exact parser,
             docs/format.md §5); None when the writer did not know (records before version 5).
+        exact_tag: keyed tag of ``exact`` and the digest (:meth:`Hasher.exact_tag`, ``messages.xt``);
+            a reader of array blocks believes ``exact`` only when it matches.
         target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
         origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
         segs: format 2: the run's segment list (:class:`snapstore.format.segs.Seg`), on checkpoint
@@ -274,6 +276,7 @@ class Manifest:
     digest: str = ""
     state: list | None = None
     exact: int | None = None
+    exact_tag: str | None = None
     target: dict | None = None
     origin: dict | None = None
     segs: list | None = None
@@ -315,6 +318,8 @@ class Manifest:
             d["messages"] = {"count": self.count, "bytes": self.size, "digest": self.digest, "state": self.state}
             if self.exact is not None:
                 d["messages"]["x"] = self.exact
+                if self.exact_tag is not None:
+                    d["messages"]["xt"] = self.exact_tag
             if self.origin is not None:
                 d["origin"] = self.origin
         elif self.kind == KIND_ROLLBACK:
@@ -384,6 +389,8 @@ class Manifest:
                     m.exact = _int(msgs["x"], "messages.x")
                     if m.exact > m.count:
                         raise ValueError(f"messages.x {m.exact} exceeds messages.count {m.count}")
+                    if "xt" in msgs:
+                        m.exact_tag = _str(msgs["xt"], "messages.xt")
                 m.origin = d.get("origin")
                 if m.origin is not None and not (isinstance(m.origin, dict) and isinstance(m.origin.get("run"), str)
                                                  and isinstance(m.origin.get("id"), str)):

@@ -60,8 +60,8 @@ T_VALUE = b"v"[0]
 """Entry type of a session-state value tree's spine (docs/format.md §5a; the layout of ``s``)."""
 T_HOLE = b"h"[0]
 """Entry type of an array block's *hole* (docs/format.md §6): a zero-length entry standing for one
-item, a large message stored as pieces (its id names the ``p`` entry; the pieces stay
-deduplicated), whose JSON a reader splices in at the hole's offset."""
+item, a message stored elsewhere under its content id (a ``c`` entry holding it whole, or a ``p``
+entry listing its pieces), whose JSON a reader splices in at the hole's offset."""
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
                T_VALUE: "value spine", T_HOLE: "hole"}
 _TRAILER = struct.Struct("<I16s")
@@ -186,9 +186,9 @@ class PackBuilder:
         self._items.append([(T_CHUNK, pid, raw) for pid, raw in parts])
 
     def add_hole(self, message_id: bytes) -> None:
-        """Append a hole to the array blocks: an item standing for a large message stored as
-        pieces (``message_id`` names its ``p`` entry, in this pack or another), which keeps them
-        deduplicated; readers splice its JSON in (docs/format.md §6)."""
+        """Append a hole to the array blocks: an item standing for a message stored under its
+        content id ``message_id`` as a chunk or a pieces list (in this pack or another), which
+        keeps it deduplicated; readers splice its JSON in (docs/format.md §6)."""
         self._items.append([(T_HOLE, message_id, b"")])
 
     @property
