@@ -1144,9 +1144,9 @@ class ReadPath:
         The arrays of the segments, in order, hold every message the run appended, in order; for
         a run that only appended, any checkpoint's list is their first ``count`` items. They are
         used only when none of ``m``'s messages needs the exact parser (the manifest's
-        ``messages.x`` is 0) and the keyed hash of those items' JSON (holes filled in with the
-        messages' pieces) is ``m``'s list digest; the messages are returned only after that check
-        (they are parsed as they are hashed). Anything else (a run rewritten, rolled back or
+        ``messages.x`` is 0, bound to the list by its keyed tag ``messages.xt``) and the keyed
+        hash of those items' JSON (holes filled in with the messages they name) is ``m``'s list
+        digest; nothing is parsed before that check. Anything else (a run rewritten, rolled back or
         repacked by GC, a damaged block, a record of an older version) returns None, and the tree
         path reads, verifies and names damage as always. Memory: the list's JSON once, as when
         reading it through the tree.
