@@ -31,13 +31,13 @@ def _mgr(root) -> CheckpointManager:
     return CheckpointManager(LocalStore(root, fsync=False))
 
 
-def _build(root, saves: int, per: int = 2, big: set = frozenset()) -> list:
+def _build(root, saves: int, per: int = 2, big: set = frozenset(), run: str = RUN) -> list:
     """A run of ``saves`` appends of ``per`` messages (message i of save s is large if s in ``big``)."""
     mgr = _mgr(root)
     msgs = [{"role": "system", "content": "You are a test."}]
     for s in range(saves):
         msgs = msgs + [_msg(per * s + k, 90_000 if s in big and k == 0 else 300) for k in range(per)]
-        mgr.save(RUN, msgs, step=s)
+        mgr.save(run, msgs, step=s)
     mgr.close()
     return msgs
 
@@ -192,7 +192,7 @@ def _rebuild_array_pack(root, pid: bytes, change) -> None:
 
 
 def test_a_changed_message_in_an_array_under_a_valid_checksum_fails_the_read_naming_the_pack(tmp_path, paths):
-    msgs = _build(tmp_path, 16)
+    _build(tmp_path, 16)
     head = _mgr(tmp_path).repo.head(_mgr(tmp_path)._rk(RUN))
     tier = head.segment_list()[0].pack
     target = b'"n":3,'

@@ -13,30 +13,14 @@ from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
 from snapstore.readpath import ReadPath
-from snapstore.stores import LocalStore
 from tests.s3_fixtures import store_factory  # noqa: F401 - fixture
+from tests.test_arrays import _build as build_run, _mgr, _msg
 
 RUN = "review-run"
 
 
-def _msg(i: int, size: int = 300) -> dict:
-    rng = random.Random(i)
-    return {"role": "tool" if i % 2 else "assistant", "n": i,
-            "content": "".join(rng.choice("abcdefgh ") for _ in range(size))}
-
-
-def _mgr(root) -> CheckpointManager:
-    return CheckpointManager(LocalStore(root, fsync=False))
-
-
 def _build(root, saves: int, per: int = 2, big: set = frozenset()) -> list:
-    mgr = _mgr(root)
-    msgs = [{"role": "system", "content": "You are a test."}]
-    for s in range(saves):
-        msgs = msgs + [_msg(per * s + k, 90_000 if s in big and k == 0 else 300) for k in range(per)]
-        mgr.save(RUN, msgs, step=s)
-    mgr.close()
-    return msgs
+    return build_run(root, saves, per, big, run=RUN)
 
 
 def _rebuild(root, pid: bytes, item) -> None:
@@ -192,7 +176,7 @@ def test_arrays_with_session_state_forks_rollbacks_exact_messages_and_gc_stay_ex
         msgs = msgs + [_msg(2 * s, 90_000 if s == 3 else 300), {"role": "user", "content": "continue"}]
         st = {"step": s, "n": 2 ** 70, "blob": _big_state(s, 5000 if s % 2 else 10)}
         states.append(st)
-        ids = mgr.save(RUN, msgs, step=s, session_state=st)
+        mgr.save(RUN, msgs, step=s, session_state=st)
     fresh = _mgr(tmp_path)
     cp = fresh.latest(RUN)
     assert cp.messages == msgs and cp.session_state == states[-1] and type(cp.session_state["n"]) is int
