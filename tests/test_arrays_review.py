@@ -13,8 +13,8 @@ from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
 from snapstore.readpath import ReadPath
-from tests.s3_fixtures import store_factory  # noqa: F401 - fixture
-from tests.test_arrays import _build as build_run, _mgr, _msg
+from s3_fixtures import store_factory  # noqa: F401 - fixture
+from test_arrays import _build as build_run, _mgr, _msg
 
 RUN = "review-run"
 
