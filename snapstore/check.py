@@ -19,7 +19,7 @@ from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
 from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
-from .format.tree import FLAG_PIECES, Ref, decode_pieces
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
 from .runlog import choose_logsegs, copies_from_logseg
@@ -467,7 +467,8 @@ most a sixth of the repository's pack cache, so a wave stays cached until its ru
 
 def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | None = None,
          present: set | None = None, segs_by_run: dict | None = None, refresh=None,
-         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True, on_run=None) -> Reach:
+         keep_index: bool = False, sizes: dict | None = None, keep_refs: bool = True, on_run=None,
+         check_run=None) -> Reach:
     """Mark phase: walk every given checkpoint manifest's tree and record what it needs.
 
     Nodes are visited once (memoised by id), so the cost is O(live distinct data), not
@@ -504,6 +505,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             (``reach.usage`` holds their needed and total raw bytes), while they are still in
             the pack cache: GC copies the live entries of the segments it rewrites then, so that
             it fetches no pack a second time (docs/format.md §13).
+        check_run: ``check_run(checkpoints)``, called after ``on_run`` with the run's manifests
+            while its segments are still indexed (verify checks ``messages.x`` there).
     Raises:
         IntegrityError / ObjectNotFound: when ``problems`` is None and something is unreadable.
     """
@@ -748,6 +751,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         reach.note_usage(repo, met, compact=not keep_refs)
         if on_run is not None:
             on_run(reach, met)
+        if check_run is not None:
+            check_run(checkpoints)
         if not keep_refs and segs:
             with repo._lock:
                 repo._nodes.clear()  # decoded nodes: the next run (own memo) reads its own
@@ -768,6 +773,48 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     dictionaries(done)
     reach.note_usage(repo, reach.order[done:], compact=not keep_refs)
     return reach
+
+
+class _ExactCheck:
+    """``verify``'s check of every live manifest's ``messages.x`` (version 5, docs/format.md §8)
+    against its tree, run by :func:`mark` as each run is marked (its segments indexed): the number
+    of the list's refs with the EXACT flag, counted once per node (memoised across checkpoints),
+    and the keyed tag ``messages.xt``. A mismatch is an error naming the manifest: a reader of
+    array blocks would parse with orjson a list that needs the exact parser. A tree that cannot be
+    read is left to mark, which reports it."""
+
+    def __init__(self, repo: Repository, rep) -> None:
+        self.repo, self.rep, self.memo = repo, rep, {}
+
+    def count(self, level: int, r: Ref) -> int:
+        if level == 0:
+            return 1 if r.flags & FLAG_EXACT else 0
+        got = self.memo.get(r.id)
+        if got is None:
+            lv, items = self.repo.read_node(r.id, r.pack)
+            got = self.memo[r.id] = sum(self.count(lv, x) for x in items)
+        return got
+
+    def __call__(self, checkpoints) -> None:
+        repo, hasher = self.repo, self.repo.hasher
+        for m in checkpoints:
+            if m.exact is None or m.kind != KIND_CHECKPOINT:
+                continue
+            key = keys.manifest_key(repo.run_key(m.run_id), m.seq)
+            if m.exact_tag != hasher.exact_tag(m.digest, m.exact):
+                self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.xt does not bind messages.x = "
+                                               f"{m.exact} to the list digest under the repository key"))
+                continue
+            try:
+                n = 0
+                if m.state:
+                    spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+                    n = sum(self.count(level, r) for level, r in spine.top_down())
+            except SnapstoreError:
+                continue  # reported by mark
+            if n != m.exact:
+                self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.x says {m.exact} messages need "
+                                               f"the exact parser; its list has {n}"))
 
 
 def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
@@ -908,7 +955,9 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []
-    reach = mark(repo, live, problems, fwd, set(packs_present), segments_by_run(logs), keep_index=read_data)
+    exact_check = _ExactCheck(repo, rep)
+    reach = mark(repo, live, problems, fwd, set(packs_present), segments_by_run(logs), keep_index=read_data,
+                 check_run=exact_check)
     rep.errors.extend(problems)
     for pid, etype, eid in reach.unresolved:
         rep.errors.append(Problem("missing-entry", keys.fwd_shard_key(pid),

@@ -260,3 +260,30 @@ def test_a_fork_is_read_from_its_arrays_and_so_are_its_appends(tmp_path, paths):
     assert _mgr(tmp_path).latest("forked").messages == msgs + [_msg(777)]
     assert paths == {"tree": 0, "arrays": 1}
     assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+def test_verify_checks_messages_x_against_the_tree_and_its_keyed_tag(tmp_path):
+    """A record whose ``messages.x`` is wrong (a buggy writer: the tag recomputed for the wrong
+    count) or whose tag does not bind it (a record re-sealed) is an error naming the manifest."""
+    from snapstore.format.manifest import Manifest
+
+    mgr = _mgr(tmp_path)
+    msgs = [_msg(0), {"role": "tool", "content": "n", "value": 2 ** 80}]
+    for i in range(1, 30):
+        msgs.append(_msg(i))
+        mgr.save(RUN, msgs, step=i)  # enough saves for sealed nodes below the spine
+    assert _mgr(tmp_path).verify().ok
+    rk = mgr._rk(RUN)
+    head = mgr.repo.head(rk)
+    assert head.exact == 1
+    key = keys.manifest_key(rk, head.seq)
+    path = tmp_path / key
+    good = path.read_bytes()
+    for exact, tag in ((0, mgr.repo.hasher.exact_tag(head.digest, 0)), (1, "0" * 16)):
+        m = Manifest.from_bytes(key, good)
+        m.exact, m.exact_tag = exact, tag
+        path.write_bytes(m.to_bytes())
+        rep = _mgr(tmp_path).verify()
+        assert [p.key for p in rep.errors if p.code == "corrupt-manifest"] == [key], rep.errors
+    path.write_bytes(good)
+    assert _mgr(tmp_path).verify().ok
