@@ -18,7 +18,7 @@ from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
-from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
+from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, decode_pieces
 from .forwarding import ForwardMap
 from .repository import Repository
@@ -826,8 +826,9 @@ def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
         IntegrityError: an entry does not match its content id, or a block does not decompress.
     """
     for (etype, eid), e in pack.entries.items():
-        if etype == T_HOLE or (not with_dicts and pack.blocks[e.block].dict is not None):
-            continue
+        b = pack.blocks[e.block]
+        if b.array or (not with_dicts and b.dict is not None):
+            continue  # an array's chunks (and holes) are checked part by part below
         repo._entry_in(pack, etype, eid, None)
     content_id = repo.hasher.content_id
     for bi, b in enumerate(pack.blocks):

@@ -191,11 +191,6 @@ class PackBuilder:
         keeps it deduplicated; readers splice its JSON in (docs/format.md §6)."""
         self._items.append([(T_HOLE, message_id, b"")])
 
-    @property
-    def items(self) -> int:
-        """Number of array items added so far."""
-        return len(self._items)
-
     def set_dictionary(self, spec: DictSpec, dict_bytes: bytes, made_of: set | None = None) -> None:
         """Compress the data block with ``dict_bytes`` (raw content), recorded as ``spec``.
 
