@@ -19,7 +19,7 @@ from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
-from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, decode_pieces
+from .format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
 from .forwarding import ForwardMap
 from .repository import Repository
 from .runlog import choose_logsegs, copies_from_logseg
@@ -786,13 +786,12 @@ class _ExactCheck:
     def __init__(self, repo: Repository, rep) -> None:
         self.repo, self.rep, self.memo = repo, rep, {}
 
-    def count(self, level: int, r: Ref) -> int:
-        if level == 0:
-            return 1 if r.flags & FLAG_EXACT else 0
-        got = self.memo.get(r.id)
+    def count(self, node: Ref) -> int:
+        """EXACT refs below tree node ``node`` (memoised by node id)."""
+        got = self.memo.get(node.id)
         if got is None:
-            lv, items = self.repo.read_node(r.id, r.pack)
-            got = self.memo[r.id] = sum(self.count(lv, x) for x in items)
+            lv, items = self.repo.read_node(node.id, node.pack)
+            got = self.memo[node.id] = exact_count(items) if lv == 0 else sum(map(self.count, items))
         return got
 
     def __call__(self, checkpoints) -> None:
@@ -809,7 +808,7 @@ class _ExactCheck:
                 n = 0
                 if m.state:
                     spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
-                    n = sum(self.count(level, r) for level, r in spine.top_down())
+                    n = sum(self.count(r) if level else exact_count((r,)) for level, r in spine.top_down())
             except SnapstoreError:
                 continue  # reported by mark
             if n != m.exact:

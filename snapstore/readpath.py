@@ -31,7 +31,7 @@ from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
 from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
-from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
 
@@ -1132,7 +1132,7 @@ class ReadPath:
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
-                       exact=sum(1 for r in refs if r.flags & FLAG_EXACT))
+                       exact=exact_count(refs))
         return msgs, ls
 
     def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
@@ -1346,7 +1346,7 @@ class ReadPath:
             refs = self.expand(ls.spine)
             ls.refs = refs
             ls.ids = [r.id for r in refs]
-            ls.exact = sum(1 for r in refs if r.flags & FLAG_EXACT)
+            ls.exact = exact_count(refs)
             for r in refs:
                 ls.known[r.id] = r
             self._index_nodes(ls)

@@ -20,7 +20,7 @@ from .format.codec import _ORJSON_OPTS, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher
 from .format.manifest import KIND_CHECKPOINT, Manifest
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
-from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces
+from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
 from .format.valuetree import ValueTree, split_value
 
 RECENT_RAW_KEEP = 4
@@ -401,10 +401,10 @@ class WritePath:
             known = {r.id: r for r in all_refs}
             known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
         if append:
-            new_exact = sum(1 for r in tail_refs if r.flags & FLAG_EXACT)
+            new_exact = exact_count(tail_refs)
             exact = None if parent.exact is None and n_old else (parent.exact or 0) + new_exact
         else:
-            exact = sum(1 for r in all_refs if r.flags & FLAG_EXACT)
+            exact = exact_count(all_refs)
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
                        known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact)

@@ -188,6 +188,12 @@ def decode_node(data: bytes) -> tuple[int, list[Ref]]:
     return level, items
 
 
+def exact_count(refs) -> int:
+    """How many of the level-0 ``refs`` (an iterable of :class:`Ref`) carry FLAG_EXACT: a
+    manifest's ``messages.x`` (docs/format.md §8)."""
+    return sum(1 for r in refs if r.flags & FLAG_EXACT)
+
+
 def encode_pieces(pieces: list[Ref]) -> bytes:
     """Encode the piece list of a large message (level-0 refs to the raw CDC pieces)."""
     return encode_node(0, pieces)
