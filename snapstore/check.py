@@ -800,9 +800,10 @@ class _ExactCheck:
             if m.exact is None or m.kind != KIND_CHECKPOINT:
                 continue
             key = keys.manifest_key(repo.run_key(m.run_id), m.seq)
-            if m.exact_tag != hasher.exact_tag(m.digest, m.exact):
+            if m.exact_tag != hasher.exact_tag(m.digest, m.exact, m.arrays):
                 self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.xt does not bind messages.x = "
-                                               f"{m.exact} to the list digest under the repository key"))
+                                               f"{m.exact} (and messages.a = {m.arrays}) to the list digest "
+                                               "under the repository key"))
                 continue
             try:
                 n = 0

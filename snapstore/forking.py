@@ -48,12 +48,19 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
         if newest is not None and logscan.resolve(mgr.repo, nrk, newest) is not None:
             raise ConflictError(f"run {new_run_id!r} already exists")
         seq = 0 if newest is None else newest.seq + 1
+        # the copy holds the list as array items (a new run: nothing before them), so the fork's
+        # arrays hold exactly its list (messages.a, docs/format.md §11)
+        arrays = None
+        if src.exact is not None:
+            arrays = int(bool(mgr.repo.WRITE_ARRAYS and (copy is not None or not src.state)))
         m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
                      created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
                      fields=dict(src.fields), session_state=src.session_state,
                      session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
                      has_session_state=src.has_session_state,
-                     count=src.count, size=src.size, digest=src.digest, state=src.state, exact=src.exact, exact_tag=src.exact_tag,
+                     count=src.count, size=src.size, digest=src.digest, state=src.state, exact=src.exact, arrays=arrays,
+                     exact_tag=(mgr.repo.hasher.exact_tag(src.digest, src.exact, arrays)
+                                if src.exact is not None else None),
                      origin={"run": run_id, "id": checkpoint_id},
                      segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if mgr.repo.config.seg_fanout else None)
         mgr.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)

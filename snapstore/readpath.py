@@ -27,10 +27,11 @@ import orjson
 
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format import keys
-from .format.codec import decode_json, loads_exact
+from .format.codec import decode_json, loads_exact, zstd_decompress
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
+from .format.pack import (MAX_BLOCK_RAW, T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack,
+                          parse_tail)
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -1132,7 +1133,7 @@ class ReadPath:
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
-                       exact=exact_count(refs))
+                       exact=exact_count(refs), arrays_exact=m.arrays == 1)
         return msgs, ls
 
     def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
@@ -1153,8 +1154,10 @@ class ReadPath:
         """
         if not m.count or m.exact != 0 or len(m.digest) != 32:
             return None
-        if m.exact_tag != self.hasher.exact_tag(m.digest, 0):
-            return None  # x not bound to this list under the key (a record re-sealed): the tree
+        if m.arrays == 0:
+            return None  # the writer knew the arrays hold more than this list, or another one
+        if m.exact_tag != self.hasher.exact_tag(m.digest, 0, m.arrays):
+            return None  # x and a not bound to this list under the key (a record re-sealed): the tree
         with self._lock:
             packs = [self._cache.get(s.pack) for s in segs]
         if None in packs:
@@ -1174,79 +1177,158 @@ class ReadPath:
         # come to more are not this list (holes would read a large message once per hole before
         # the digest says so), so what is read stays within what the manifest says the list is
         budget = m.size + m.count + 1
+        plan = self._array_plan(m, blocks, budget)
+        if plan is None:
+            return None
+        return self._parse_arrays(m, plan, hash_first=m.arrays is None)
+
+    ARRAY_RUN = 48 << 10
+    """Most bytes of array items :meth:`read_arrays` parses in one call (a run of consecutive
+    items; a longer item on its own). Small enough that the parser's buffers and the copy come
+    from memory the previous run freed, rather than fresh pages; large enough that per-call costs
+    do not show."""
+
+    def _array_plan(self, m: Manifest, blocks, budget: int):
+        """Where checkpoint ``m``'s list is in the array blocks ``blocks`` (``(pack, block index)``
+        in list order): per block ``(pack, index, runs, stop)``. ``runs`` cover its items in
+        order: ``(start, end, n, None)`` for ``n`` consecutive items stored in the block (their
+        bytes, commas between them, are ``[start, end)``), ``(offset, offset, 1, raw)`` for a hole
+        (``raw``: the message it names, read here); ``stop`` is where the list's bytes in the block
+        end (before the closing bracket, or before the comma after its last item).
+
+        Returns None when the items come to more than ``budget`` bytes or a hole's message cannot
+        be read: not this list.
+        """
+        left = m.count  # items still to take: the list is the arrays' first ``count`` items
+        plan = []
+        run_max = self.ARRAY_RUN
+        for p, bi in blocks:
+            if not left:
+                break
+            b = p.blocks[bi]
+            runs: list = []
+            stop = b.rawlen - 1
+            rs = re = -1  # the current run of stored items: bytes [rs, re), ``rn`` items
+            rn = 0
+            for t, mid, off, ln, cont in b.parts:
+                budget -= ln
+                if cont:
+                    re = off + ln
+                    continue
+                if not left:  # past the checkpoint's list (an older checkpoint of the run)
+                    stop = off - 1  # before the comma
+                    budget += ln
+                    break
+                left -= 1
+                if t == T_HOLE:
+                    if rn:
+                        runs.append((rs, re, rn, None))
+                        rn = 0
+                    hraw = self._hole_raw(p, mid, budget)
+                    if hraw is None:
+                        return None
+                    budget -= len(hraw)
+                    runs.append((off, off, 1, hraw))
+                elif rn and off + ln - rs <= run_max:
+                    re = off + ln
+                    rn += 1
+                else:
+                    if rn:
+                        runs.append((rs, re, rn, None))
+                    rs, re, rn = off, off + ln, 1
+            if rn:
+                runs.append((rs, re, rn, None))
+            if budget < 0:
+                return None
+            plan.append((p, bi, runs, stop))
+        return plan if not left else None
+
+    def _hole_raw(self, p: Pack, mid: bytes, budget: int) -> bytes | None:
+        """The message a hole in pack ``p`` names (``mid``: its content id): a chunk under its id,
+        or a pieces list; its size is known before its bytes are read, and a message larger than
+        ``budget`` bytes is not read (None, as for one that cannot be found or read)."""
+        ck = (T_CHUNK, mid)
+        home = p if ck in p.entries else self._cache.get(self._where.get(ck, b""))
+        if home is not None and ck in home.entries:
+            hsize, flags = home.entries[ck].length, 0
+        else:
+            try:
+                hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, p.id)))
+            except (IndexError, ValueError, SnapstoreError):
+                return None
+            flags = FLAG_PIECES
+        if hsize > budget:
+            return None
+        try:
+            hraw = self.message_raw(Ref(mid, hsize, 1, flags, home.id if flags == 0 else p.id), verify=False)
+        except SnapstoreError:
+            return None
+        return hraw if len(hraw) == hsize else None
+
+    def _parse_arrays(self, m: Manifest, plan, hash_first: bool) -> tuple[list, object] | None:
+        """Read the list from the planned array blocks: ``(messages, digest)``, or None when the
+        keyed hash of the items' JSON is not ``m``'s list digest or a block or an item is damaged
+        (the tree path then reads the list and names the damage).
+
+        Each block is decompressed when its turn comes and dropped after (not kept in the pack:
+        :meth:`Pack.raw_block` is not used), the list's JSON is hashed in order (``[``, each
+        block's part of the list with its holes' messages in place, commas between blocks), and
+        each run of items is parsed in one call. A record whose writer knew that the run's arrays
+        held exactly this list (``messages.a`` = 1) is parsed while it is hashed, in one pass;
+        what was parsed is dropped if the hash differs (a damaged or forged record). Without that
+        knowledge (``hash_first``: a record written before ``messages.a``), a first pass hashes
+        and a second parses only if the hash matched, so that a run whose arrays hold another
+        list is not parsed on every read.
+        """
+        if hash_first:
+            got = self._array_pass(plan, False)
+            if got is None or got[0].hexdigest(16) != m.digest:
+                return None
+        got = self._array_pass(plan, True)
+        if got is None or got[0].hexdigest(16) != m.digest or len(got[2]) != m.count:
+            return None  # not this list (a run rewritten, rolled back...)
+        return got[2], got[1]
+
+    def _array_pass(self, plan, parse: bool):
+        """One pass over the planned array blocks: ``(digest of the list's JSON, digest without the
+        closing bracket, messages)`` (messages empty unless ``parse``), or None when a block does
+        not decompress or an item does not parse as the plan says."""
         digest = self.hasher.new_digest()
         update = digest.update
-        items: list = []  # each item's bytes: a slice of its block, or a hole's message
-        add = items.append
-        left = m.count  # items still to take: the list is the arrays' first ``count`` items
-        first = True
+        loads = orjson.loads
+        out: list = []
+        extend = out.extend
         try:
-            for p, bi in blocks:
-                if not left:
-                    break
-                parts = p.blocks[bi].parts
-                raw = p.raw_block(bi)
+            for j, (p, bi, runs, stop) in enumerate(plan):
+                b = p.blocks[bi]
+                comp = p._comp(bi)
+                raw = comp if b.stored else zstd_decompress(p.key, comp, MAX_BLOCK_RAW, None, expected=b.rawlen,
+                                                          what=f"block {bi}")
                 mv = memoryview(raw)
-                update(b"[" if first else b",")
-                first = False
-                pos, stop = 1, len(raw) - 1  # hashed from ``pos``; the block's items end at ``stop``
-                start = end = -1  # the current item's bytes
-                # one message per item, a slice of its block (parsed on its own below: a few small
-                # buffers rather than one document buffer as large as the block); a hole's
-                # message (pieces) is read on its own and hashed in its place
-                for t, mid, off, ln, cont in parts:
-                    if cont:
-                        end = off + ln
-                        budget -= ln
-                        continue
-                    if start >= 0:
-                        add(mv[start:end])
-                        start = -1
-                    if not left:  # past the checkpoint's list (an older checkpoint of the run)
-                        stop = off - 1  # before the comma
-                        break
-                    left -= 1
-                    budget -= ln
-                    if t == T_HOLE:
-                        # a message stored elsewhere: whole (a chunk under its id), or in pieces;
-                        # its size is known before its bytes are read
-                        ck = (T_CHUNK, mid)
-                        home = p if ck in p.entries else self._cache.get(self._where.get(ck, b""))
-                        if home is not None and ck in home.entries:
-                            hsize, flags = home.entries[ck].length, 0
-                        else:
-                            try:
-                                hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, p.id)))
-                            except IndexError:
-                                return None
-                            flags = FLAG_PIECES
-                        budget -= hsize
-                        if budget < 0:
-                            return None
-                        hraw = self.message_raw(Ref(mid, hsize, 1, flags, home.id if flags == 0 else p.id),
-                                                verify=False)
-                        if len(hraw) != hsize:
-                            return None
-                        update(mv[pos:off])
+                update(b"," if j else b"[")
+                pos = 1
+                for s, e, n, hraw in runs:
+                    if hraw is not None:
+                        update(mv[pos:s])
                         update(hraw)
-                        pos = off
-                        add(hraw)
-                    else:
-                        start, end = off, off + ln
-                if start >= 0:
-                    add(mv[start:end])
+                        pos = s
+                        if parse:
+                            out.append(loads(hraw))
+                    elif parse:
+                        if s == 1 and e == stop == b.rawlen - 1:
+                            got = loads(raw)  # the whole block: its own brackets
+                        else:
+                            got = loads(b"".join((b"[", mv[s:e], b"]")))
+                        if type(got) is not list or len(got) != n:
+                            return None
+                        extend(got)
                 update(mv[pos:stop])
+                del mv
         except (ValueError, RecursionError, SnapstoreError):
-            return None  # not these messages, or not readable: the tree path reads and names damage
+            return None
         last = digest.copy()
         last.update(b"]")
-        if last.hexdigest(16) != m.digest or len(items) != m.count:
-            return None  # not this list (a run rewritten, rolled back...): nothing parsed
-        try:
-            msgs = list(map(orjson.loads, items))
-        except (ValueError, RecursionError):
-            return None
-        return msgs, digest
+        return last, digest, out
 
     def load_messages(self, m: Manifest) -> list:
         """Return the message list of checkpoint manifest ``m`` (exactly as saved)."""
@@ -1330,10 +1412,13 @@ class ReadPath:
         ls = ListState(spine=Spine(self.params), digest=_json_digest(self.hasher, []))
         if m is None or not m.state:
             ls.ids, ls.refs, ls.raws = [], [], []
+            if m is not None:
+                ls.arrays_exact = m.arrays == 1  # an emptied list: the arrays may hold the old one
             return ls
         ls.digest = None
         ls.digest_hex_value = m.digest
         ls.exact = m.exact
+        ls.arrays_exact = m.arrays == 1
         ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.count, ls.size = m.count, m.size

@@ -157,7 +157,14 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     m.count, m.size = prep.state.count, prep.state.size
     m.digest = prep.state.digest_hex()
     m.exact = prep.state.exact
-    m.exact_tag = repo.hasher.exact_tag(m.digest, m.exact) if m.exact is not None else None
+    # messages.a: the run's arrays hold exactly this list only if this save appended to the
+    # newest checkpoint of a run whose arrays held exactly that one (a save after a rollback, or
+    # continuing an older checkpoint, leaves the arrays holding messages after its parent's)
+    at_end = (v.head_seq is None or not v.head_segs) if pm is None else \
+        (pm is v.head and v.head.seq == v.head_seq)
+    prep.state.arrays_exact = bool(prep.state.arrays_exact and at_end and repo.config.seg_fanout)
+    m.arrays = int(prep.state.arrays_exact) if m.exact is not None else None
+    m.exact_tag = repo.hasher.exact_tag(m.digest, m.exact, m.arrays) if m.exact is not None else None
     m.state = None
     if prep.state.state:
         m.state = [prep.state.state[0].hex(), prep.state.state[1].hex()]

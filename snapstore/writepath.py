@@ -77,6 +77,9 @@ class ListState:
             when unknown.
         refs_pending: True after a restore from array blocks (no tree read): the next save
             loads ``ids``/``refs``/``known`` first.
+        arrays_exact: True when the run's array blocks hold exactly this list (its messages in
+            order, and nothing after them): an append that writes its messages into arrays keeps
+            it true (the manifest's ``messages.a``, docs/format.md §11). An empty list starts true.
     """
 
     spine: Spine
@@ -95,6 +98,7 @@ class ListState:
     value: ValueKnown | None = None
     exact: int | None = 0
     refs_pending: bool = False
+    arrays_exact: bool = True
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -407,7 +411,8 @@ class WritePath:
             exact = exact_count(all_refs)
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
-                       known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact)
+                       known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact,
+                       arrays_exact=parent.arrays_exact and append and (arrays or n == n_old))
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
                                 session_state_tree=ss_tree)
@@ -486,6 +491,7 @@ class WritePath:
                         count=parent.count, size=parent.size,
                         state=[parent.state[0].hex(), parent.state[1].hex()])
         ls = self.list_state(fake, full=True)
+        ls.arrays_exact = parent.arrays_exact
         ls.known.update(parent.known)
         ls.known_pieces.update(parent.known_pieces)
         return ls

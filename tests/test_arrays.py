@@ -287,3 +287,171 @@ def test_verify_checks_messages_x_against_the_tree_and_its_keyed_tag(tmp_path):
         assert [p.key for p in rep.errors if p.code == "corrupt-manifest"] == [key], rep.errors
     path.write_bytes(good)
     assert _mgr(tmp_path).verify().ok
+
+
+# --------------------------------------------------------------------------------------------
+# messages.a: whether the writer knew the run's arrays hold exactly the list
+
+
+def _heads(mgr, run) -> list:
+    """Every checkpoint record of ``run``, oldest first (as stored)."""
+    from snapstore.format.manifest import KIND_CHECKPOINT, Manifest
+    rk = mgr._rk(run)
+    out = []
+    for info in mgr.store.list(keys.manifests_prefix(rk)):
+        m = Manifest.from_bytes(info.key, mgr.store.get(info.key))
+        if m.kind == KIND_CHECKPOINT:
+            out.append(m)
+    return out[::-1]  # keys sort newest first
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts of the passes over array blocks fresh reads make (hashing only / hashing and parsing)."""
+    seen = {"hash": 0, "parse": 0}
+    real = ReadPath._array_pass
+
+    def one(self, plan, parse):
+        seen["parse" if parse else "hash"] += 1
+        return real(self, plan, parse)
+    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    return seen
+
+
+def test_appends_forks_and_new_runs_say_their_arrays_hold_the_list_and_are_read_in_one_pass(tmp_path, passes):
+    mgr = _mgr(tmp_path)
+    msgs = []
+    for s in range(9):
+        msgs = msgs + [_msg(s), _msg(50 + s, 90_000 if s == 4 else 300)]
+        mgr.save(RUN, msgs, step=s)
+    assert [m.arrays for m in _heads(mgr, RUN)] == [1] * 9
+    # a cold writer (a fresh manager) continues it
+    _mgr(tmp_path).save(RUN, msgs + [_msg(99)], step=9)
+    assert _heads(mgr, RUN)[-1].arrays == 1
+    fork = _mgr(tmp_path).fork(RUN, _heads(mgr, RUN)[4].checkpoint_id, "forked")
+    f = _mgr(tmp_path)
+    f.save("forked", fork.messages + [_msg(7000)], step=20)
+    assert [m.arrays for m in _heads(mgr, "forked")] == [1, 1]
+    # a deleted run saved again is a new run: nothing in its arrays before its messages
+    f.delete("forked")
+    f.save("forked", [_msg(1)], step=0)
+    assert _heads(mgr, "forked")[-1].arrays == 1
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs + [_msg(99)]
+    assert _mgr(tmp_path).latest("forked").messages == [_msg(1)]
+    assert passes == {"hash": 0, "parse": 2}
+    assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+@pytest.mark.parametrize("how", ["rewrite", "rollback", "delete-head", "older-parent", "emptied"])
+def test_a_save_after_which_the_arrays_hold_more_or_another_list_says_so_and_reads_through_the_tree(
+        tmp_path, paths, passes, how):
+    mgr = _mgr(tmp_path)
+    lists, ids = [], []
+    msgs = []
+    for s in range(6):
+        msgs = msgs + [_msg(s)]
+        ids.append(mgr.save(RUN, msgs, step=s))
+        lists.append(msgs)
+    if how == "rewrite":
+        want = [{"role": "system", "content": "edited"}] + msgs[1:] + [_msg(100)]
+        mgr.save(RUN, want, step=6)
+    elif how == "rollback":
+        mgr.rollback(RUN, ids[2])
+        want = lists[2] + [_msg(100)]
+        mgr.save(RUN, want, step=6)
+    elif how == "delete-head":
+        mgr.delete(RUN, ids[-1])
+        want = lists[-2] + [_msg(100)]
+        mgr.save(RUN, want, step=6)
+    elif how == "older-parent":
+        want = lists[2] + [_msg(100)]
+        mgr.save(RUN, want, step=6, parent_id=ids[2])
+    else:
+        mgr.save(RUN, [], step=6)
+        want = [_msg(100)]
+        mgr.save(RUN, want, step=7)
+    head = _heads(mgr, RUN)[-1]
+    assert head.arrays == 0
+    # and every later append keeps saying so (the arrays never again end with the list)
+    mgr.save(RUN, want + [_msg(101)], step=8)
+    assert _heads(mgr, RUN)[-1].arrays == 0
+    _mgr(tmp_path).save(RUN, want + [_msg(101), _msg(102)], step=9)
+    assert _heads(mgr, RUN)[-1].arrays == 0
+    paths.update(tree=0, arrays=0)
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest(RUN).messages == want + [_msg(101), _msg(102)]
+    assert paths["arrays"] == 0 and passes == {"hash": 0, "parse": 0}  # straight to the tree
+    # the checkpoints saved before are still their arrays' first items: read from them
+    assert _mgr(tmp_path).get(RUN, ids[1]).messages == lists[1]
+    assert paths["arrays"] == 1 and passes == {"hash": 0, "parse": 1}
+    assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+def _reseal(tmp_path, mgr, m, **changes) -> None:
+    """Write record ``m`` again with ``changes`` (what a writer of another version, or a damaged
+    or hostile one, could have written), under its key."""
+    key = keys.manifest_key(mgr._rk(m.run_id), m.seq)
+    for k, v in changes.items():
+        setattr(m, k, v)
+    (tmp_path / key).write_bytes(m.to_bytes())
+
+
+def test_records_without_messages_a_are_hashed_before_they_are_parsed(tmp_path, passes):
+    """A record of the version before ``messages.a`` (its tag covers ``x`` alone) is read from
+    the arrays only after a first pass found their hash to be the list's: a run whose arrays
+    hold another list is then not parsed at all before the tree reads it."""
+    mgr = _mgr(tmp_path)
+    msgs = []
+    for s in range(5):
+        msgs = msgs + [_msg(s)]
+        mgr.save(RUN, msgs, step=s)
+    # edited in place, same count and size: the arrays hold as many bytes as the list
+    edited = [dict(msgs[0], content="X" + msgs[0]["content"][1:])] + msgs[1:]
+    mgr.save("edited", msgs, step=0)
+    mgr.save("edited", edited, step=1)
+    h = mgr.repo.hasher
+    for run in (RUN, "edited"):
+        m = _heads(mgr, run)[-1]
+        _reseal(tmp_path, mgr, m, arrays=None, exact_tag=h.exact_tag(m.digest, m.exact))
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    assert passes == {"hash": 1, "parse": 1}
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest("edited").messages == edited
+    assert passes == {"hash": 1, "parse": 0}
+    assert _mgr(tmp_path).verify().ok
+
+
+def test_a_record_that_claims_its_arrays_hold_the_list_when_they_do_not_still_reads_exactly(tmp_path, passes):
+    """``messages.a`` = 1 on a run whose arrays hold another list (a writer's bug, or a record
+    re-sealed with the key): parsed once from the arrays, dropped on the digest, read through the
+    tree; without the key the claim is not believed (the tag) and the tree reads it directly."""
+    mgr = _mgr(tmp_path)
+    msgs = [_msg(0), _msg(1)]
+    mgr.save(RUN, msgs, step=0)
+    edited = [dict(msgs[0], content="X" + msgs[0]["content"][1:]), _msg(1)]
+    mgr.save(RUN, edited, step=1)
+    m = _heads(mgr, RUN)[-1]
+    assert m.arrays == 0
+    _reseal(tmp_path, mgr, m, arrays=1, exact_tag=mgr.repo.hasher.exact_tag(m.digest, m.exact, 1))
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest(RUN).messages == edited
+    assert passes == {"hash": 0, "parse": 1}
+    _reseal(tmp_path, mgr, m, arrays=1, exact_tag=mgr.repo.hasher.exact_tag(m.digest, m.exact, 0))
+    passes.update(hash=0, parse=0)
+    assert _mgr(tmp_path).latest(RUN).messages == edited
+    assert passes == {"hash": 0, "parse": 0}
+    rep = _mgr(tmp_path).verify()
+    assert not rep.ok and any("messages.xt" in p.message for p in rep.errors)
+
+
+def test_messages_a_other_than_0_or_1_is_a_corrupt_record(tmp_path):
+    from snapstore.format.manifest import Manifest
+    mgr = _mgr(tmp_path)
+    mgr.save(RUN, [_msg(0)], step=0)
+    m = _heads(mgr, RUN)[-1]
+    key = keys.manifest_key(mgr._rk(RUN), m.seq)
+    m.arrays = 2
+    with pytest.raises(IntegrityError, match="messages.a"):
+        Manifest.from_bytes(key, m.to_bytes())

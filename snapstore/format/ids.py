@@ -45,12 +45,16 @@ class Hasher:
         """Return an incremental keyed hasher (for list digests)."""
         return blake3.blake3(key=self.key)
 
-    def exact_tag(self, digest_hex: str, exact: int) -> str:
-        """The keyed tag of a manifest's ``messages.x`` (docs/format.md §8): binds how many of the
-        list's messages need the exact parser to the list digest, under the repository key, so
-        that a record re-sealed with another ``x`` is not believed (16 hex digits)."""
-        return blake3.blake3(b"messages.x\x00" + digest_hex.encode() + b"\x00" + str(exact).encode(),
-                             key=self.key).hexdigest(8)
+    def exact_tag(self, digest_hex: str, exact: int, arrays: int | None = None) -> str:
+        """The keyed tag of a manifest's ``messages.x`` and ``messages.a`` (docs/format.md §8):
+        binds how many of the list's messages need the exact parser, and whether the run's array
+        blocks held exactly this list when it was saved (``arrays``: 0 or 1; None for records
+        without ``messages.a``), to the list digest under the repository key, so that a record
+        re-sealed with another ``x`` or ``a`` is not believed (16 hex digits)."""
+        data = b"messages.x\x00" + digest_hex.encode() + b"\x00" + str(exact).encode()
+        if arrays is not None:
+            data += b"\x00a" + str(arrays).encode()
+        return blake3.blake3(data, key=self.key).hexdigest(8)
 
     def name_hash(self, data: bytes) -> str:
         """Return the 32-hex-char keyed hash used for long names."""

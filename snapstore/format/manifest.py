@@ -250,8 +250,12 @@ class Manifest:
         state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
         exact: how many of the list's messages carry the EXACT flag (need the exact parser,
             docs/format.md §5); None when the writer did not know (records before version 5).
-        exact_tag: keyed tag of ``exact`` and the digest (:meth:`Hasher.exact_tag`, ``messages.xt``);
-            a reader of array blocks believes ``exact`` only when it matches.
+        exact_tag: keyed tag of ``exact``, ``arrays`` and the digest (:meth:`Hasher.exact_tag`,
+            ``messages.xt``); a reader of array blocks believes ``exact`` and ``arrays`` only when
+            it matches.
+        arrays: ``messages.a``: 1 when the writer knew that the run's array blocks held exactly
+            this list when it saved it (their first ``count`` items, and no more), 0 when it knew
+            they did not; None for records without it (docs/format.md §8, §11).
         target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
         origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
         segs: format 2: the run's segment list (:class:`snapstore.format.segs.Seg`), on checkpoint
@@ -277,6 +281,7 @@ class Manifest:
     state: list | None = None
     exact: int | None = None
     exact_tag: str | None = None
+    arrays: int | None = None
     target: dict | None = None
     origin: dict | None = None
     segs: list | None = None
@@ -318,6 +323,8 @@ class Manifest:
             d["messages"] = {"count": self.count, "bytes": self.size, "digest": self.digest, "state": self.state}
             if self.exact is not None:
                 d["messages"]["x"] = self.exact
+                if self.arrays is not None:
+                    d["messages"]["a"] = self.arrays
                 if self.exact_tag is not None:
                     d["messages"]["xt"] = self.exact_tag
             if self.origin is not None:
@@ -389,6 +396,10 @@ class Manifest:
                     m.exact = _int(msgs["x"], "messages.x")
                     if m.exact > m.count:
                         raise ValueError(f"messages.x {m.exact} exceeds messages.count {m.count}")
+                    if "a" in msgs:
+                        m.arrays = _int(msgs["a"], "messages.a")
+                        if m.arrays > 1:
+                            raise ValueError(f"messages.a is {m.arrays}, not 0 or 1")
                     if "xt" in msgs:
                         m.exact_tag = _str(msgs["xt"], "messages.xt")
                 m.origin = d.get("origin")
