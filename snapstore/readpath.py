@@ -27,11 +27,10 @@ import orjson
 
 from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from .format import keys
-from .format.codec import decode_json, loads_exact, zstd_decompress
+from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import (MAX_BLOCK_RAW, T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack,
-                          parse_tail)
+from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -1115,9 +1114,9 @@ class ReadPath:
         fast = self.read_arrays(m, segs) if segs else None
         if fast is not None:
             msgs, digest = fast
-            ls = self.list_state(m)  # the spine: the next save loads the refs (ListState.refs_pending)
-            ls.digest = digest
-            ls.refs_pending = True
+            # no spine read either: the next save loads it with the refs (ListState.refs_pending)
+            ls = ListState(spine=None, count=m.count, size=m.size, digest=digest, state=sref, exact=m.exact,
+                           digest_hex_value=m.digest, refs_pending=True, arrays_exact=m.arrays == 1)
             return msgs, ls
         spine = self.read_state(*sref)
         nodes: dict = {}
@@ -1252,15 +1251,21 @@ class ReadPath:
         if home is not None and ck in home.entries:
             hsize, flags = home.entries[ck].length, 0
         else:
+            # a pieces list: in this pack, or (a repeat of a large message stored before) in the
+            # segment that holds it
+            pk = (T_PIECES, mid)
+            home = p if pk in p.entries else self._cache.get(self._where.get(pk, b""))
+            if home is None or pk not in home.entries:
+                return None
             try:
-                hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, p.id)))
+                hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, home.id)))
             except (IndexError, ValueError, SnapstoreError):
                 return None
             flags = FLAG_PIECES
         if hsize > budget:
             return None
         try:
-            hraw = self.message_raw(Ref(mid, hsize, 1, flags, home.id if flags == 0 else p.id), verify=False)
+            hraw = self.message_raw(Ref(mid, hsize, 1, flags, home.id), verify=False)
         except SnapstoreError:
             return None
         return hraw if len(hraw) == hsize else None
@@ -1270,8 +1275,8 @@ class ReadPath:
         keyed hash of the items' JSON is not ``m``'s list digest or a block or an item is damaged
         (the tree path then reads the list and names the damage).
 
-        Each block is decompressed when its turn comes and dropped after (not kept in the pack:
-        :meth:`Pack.raw_block` is not used), the list's JSON is hashed in order (``[``, each
+        Each block is decompressed when its turn comes and dropped after (kept in the pack only
+        when read a second time: :meth:`Pack.raw_block` ``keep=False``), the list's JSON is hashed in order (``[``, each
         block's part of the list with its holes' messages in place, commas between blocks), and
         each run of items is parsed in one call. A record whose writer knew that the run's arrays
         held exactly this list (``messages.a`` = 1) is parsed while it is hashed, in one pass;
@@ -1301,9 +1306,7 @@ class ReadPath:
         try:
             for j, (p, bi, runs, stop) in enumerate(plan):
                 b = p.blocks[bi]
-                comp = p._comp(bi)
-                raw = comp if b.stored else zstd_decompress(p.key, comp, MAX_BLOCK_RAW, None, expected=b.rawlen,
-                                                          what=f"block {bi}")
+                raw = p.raw_block(bi, keep=False)  # kept if read again: a process reading many checkpoints
                 mv = memoryview(raw)
                 update(b"," if j else b"[")
                 pos = 1

@@ -58,7 +58,7 @@ class ListState:
     """What a writer knows about one message list (normally its run's head).
 
     Attributes:
-        spine: the open right edge of the list's tree.
+        spine: the open right edge of the list's tree (None while ``refs_pending``).
         count / size: messages and their total JSON bytes.
         digest: incremental keyed blake3 over the list's JSON without the closing bracket
             (``[`` + the messages' JSON joined by ``,``); see :meth:`ListState.digest_hex`.
@@ -75,8 +75,8 @@ class ListState:
             writer read or wrote it (:class:`ValueKnown`), else None.
         exact: how many messages carry the EXACT flag (the manifest's ``messages.x``), None
             when unknown.
-        refs_pending: True after a restore from array blocks (no tree read): the next save
-            loads ``ids``/``refs``/``known`` first.
+        refs_pending: True after a restore from array blocks (no tree read): ``spine`` is None
+            and ``ids``/``refs``/``known``/``nodes`` are empty until the next save loads them.
         arrays_exact: True when the run's array blocks hold exactly this list (its messages in
             order, and nothing after them): an append that writes its messages into arrays keeps
             it true (the manifest's ``messages.a``, docs/format.md §11). An empty list starts true.
@@ -303,10 +303,10 @@ class WritePath:
                 if first_new is None:
                     first_new = i
             if arrays:
-                if r.flags & FLAG_PIECES or (not parts and r.size >= HOLE_MIN):
-                    pb.add_hole(mid)  # stored before, or in pieces: it stays deduplicated
-                elif parts:
-                    pb.add_item(parts)
+                if parts:
+                    pb.add_item(parts)  # stored by this save: one chunk, or all its pieces new
+                elif r.flags & FLAG_PIECES or r.size >= HOLE_MIN:
+                    pb.add_hole(mid)  # stored before, or in pieces shared with one: stays deduplicated
                 else:
                     raw = raws[i]
                     pb.add_item([(mid, raw if raw is not None else encode_json(messages[i])[0])])
@@ -509,8 +509,11 @@ class WritePath:
         """Store message ``raw`` (content id ``bid``) in ``pb``: as one chunk, or cut into pieces
         (a pieces entry plus the pieces not in ``known_pieces``). With ``parts`` (a list), a
         message stored as one chunk goes there as ``(id, bytes)`` for an array item instead of
-        into the pack's ordinary data blocks (pieces always go there: an array holds a hole for
-        them). Returns the message's ref."""
+        into the pack's ordinary data blocks, and so do the pieces of a message none of whose
+        pieces is stored yet (its item is its pieces, in order; the pieces entry goes into the
+        data blocks); a message that shares pieces with one stored before stays deduplicated, its
+        new pieces in the data blocks (an array holds a hole for it), and ``parts`` stays empty.
+        Returns the message's ref."""
         cfg = self.config
         if len(raw) <= cfg.cdc_threshold:
             if parts is None:
@@ -518,16 +521,23 @@ class WritePath:
             else:
                 parts.append((bid, raw))
             return Ref(bid, len(raw), 1, flags, pb.pack_id)
-        pieces = []
+        cut = []
         for c in _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
             piece = raw[c.offset:c.offset + c.length]
-            pid = self.hasher.content_id(piece)
+            cut.append((self.hasher.content_id(piece), piece))
+        inline = parts is not None and len({pid for pid, _ in cut}) == len(cut) and \
+            not any(pid in known_pieces or (T_CHUNK, pid) in pb for pid, _ in cut)
+        pieces = []
+        for pid, piece in cut:
             pr = known_pieces.get(pid)
             if pr is None:
-                pb.add(T_CHUNK, pid, piece)
+                if not inline:
+                    pb.add(T_CHUNK, pid, piece)
                 pr = Ref(pid, len(piece), 1, 0, pb.pack_id)
                 known_pieces[pid] = pr
             pieces.append(pr)
+        if inline:
+            parts.extend(cut)
         pb.add(T_PIECES, bid, encode_pieces(pieces))
         return Ref(bid, len(raw), 1, flags | FLAG_PIECES, pb.pack_id)
 

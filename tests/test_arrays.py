@@ -76,19 +76,42 @@ def test_a_run_that_only_appends_is_read_from_its_arrays_at_every_length(tmp_pat
     assert _mgr(tmp_path).verify(read_data=True).ok
 
 
-def test_a_large_message_is_a_hole_its_pieces_stay_deduplicated_and_it_reads_from_the_arrays(tmp_path, paths):
-    msgs = _build(tmp_path, 9, big={2, 6})
+def _array_parts(mgr) -> list:
+    return [x for p in (mgr.repo._cache[s.pack] for s in mgr._views[RUN].head_segs)
+            for b in p.blocks if b.array for x in b.parts]
+
+
+def test_a_new_large_message_is_an_item_of_its_pieces_and_one_sharing_pieces_is_a_hole(tmp_path, paths):
+    w = _mgr(tmp_path)  # one writer throughout: it knows the pieces it stored
+    msgs = [{"role": "system", "content": "You are a test."}]
+    for s in range(9):
+        msgs = msgs + [_msg(2 * s, 90_000 if s in (2, 6) else 300), _msg(2 * s + 1)]
+        w.save(RUN, msgs, step=s)
     mgr = _mgr(tmp_path)
     assert mgr.latest(RUN).messages == msgs
     assert paths == {"tree": 0, "arrays": 1}
-    holes = [x for p in (mgr.repo._cache[s.pack] for s in mgr._views[RUN].head_segs)
-             for b in p.blocks if b.array for x in b.parts if x[0] == T_HOLE]
-    assert len(holes) == 2
+    # a large message none of whose pieces was stored: its pieces, in order, are its array item
+    # (continuation parts), stored once, beside the messages around it
+    parts = _array_parts(mgr)
+    assert not [x for x in parts if x[0] == T_HOLE]
+    assert sum(1 for x in parts if x[4]) >= 2  # each large message is more than one piece
+    big = msgs[5]
     # the same large message again: its pieces are not stored again (a hole, not a copy)
-    before = mgr.store.stats.snapshot()
-    mgr.save(RUN, msgs + [msgs[5]], step=99)
-    assert mgr.store.stats.since(before).bytes_up < 20_000
-    assert _mgr(tmp_path).latest(RUN).messages == msgs + [msgs[5]]
+    before = w.store.stats.snapshot()
+    msgs = msgs + [big]
+    w.save(RUN, msgs, step=99)
+    assert w.store.stats.since(before).bytes_up < 20_000
+    # an edit of it (most of its pieces shared): a hole, only the new pieces stored
+    before = w.store.stats.snapshot()
+    msgs = msgs + [dict(big, content=big["content"] + " and one more line")]
+    w.save(RUN, msgs, step=100)
+    assert w.store.stats.since(before).bytes_up < 20_000
+    fresh = _mgr(tmp_path)
+    paths.update(tree=0, arrays=0)
+    assert fresh.latest(RUN).messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}
+    assert len([x for x in _array_parts(fresh) if x[0] == T_HOLE]) == 2
+    assert fresh.verify(read_data=True).ok
 
 
 def test_a_repeated_message_is_repeated_in_the_arrays_or_a_hole_when_large(tmp_path, paths):

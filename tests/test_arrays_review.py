@@ -11,7 +11,7 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.format import keys
-from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
+from snapstore.format.pack import T_CHUNK, T_HOLE, T_PIECES, Pack, PackBuilder
 from snapstore.readpath import ReadPath
 from s3_fixtures import store_factory  # noqa: F401 - fixture
 from test_arrays import _build as build_run, _mgr, _msg
@@ -72,10 +72,9 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     for s in segs:
         path = tmp_path / keys.pack_key(s.pack)
         pack = Pack.parse(str(path), path.read_bytes(), s.pack)
-        for b in pack.blocks:
-            for t, eid, *_ in (b.parts if b.array else ()):
-                if t == T_HOLE:
-                    big = eid
+        for t, eid in pack.entries:
+            if t == T_PIECES:
+                big = eid  # the large message (an item of its pieces): every item a hole naming it
     assert big is not None
     for s in segs:
         _rebuild(tmp_path, s.pack, lambda it, raw: ("hole", big))

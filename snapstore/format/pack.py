@@ -363,6 +363,7 @@ class Pack:
         self.blocks = blocks
         self.entries: dict[tuple[int, bytes], Entry] = entries
         self._raw: dict[int, bytes] = {}
+        self._used: set[int] = set()  # blocks decompressed once without being kept (raw_block keep=False)
 
     @property
     def nbytes(self) -> int:
@@ -417,8 +418,12 @@ class Pack:
                 return e.id, self.id
         raise IntegrityError(self.key, "no state entry for the dictionary")
 
-    def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
+    def raw_block(self, block: int, dict_bytes: bytes | None = None, keep: bool = True) -> bytes:
         """Decompress block ``block`` (memoised). ``dict_bytes`` is required if the block has a dict.
+
+        ``keep=False``: the first time, the bytes are not kept (a caller that reads a block once,
+        in a process that reads it once, lets its memory be reused as soon as it drops them); a
+        block asked for again is kept.
 
         Raises:
             IntegrityError: the frame does not decompress to the recorded length.
@@ -426,6 +431,10 @@ class Pack:
         raw = self._raw.get(block)
         if raw is not None:
             return raw
+        if not keep and block not in self._used:
+            self._used.add(block)
+        else:
+            keep = True
         b = self.blocks[block]
         comp = self._comp(block)
         if b.rawlen == 0:
@@ -438,7 +447,8 @@ class Pack:
                                   expected=b.rawlen, what=f"block {block}")
         if len(raw) != b.rawlen:
             raise IntegrityError(self.key, f"block {block} decompressed to {len(raw)} bytes, expected {b.rawlen}")
-        self._raw[block] = raw
+        if keep:
+            self._raw[block] = raw
         return raw
 
     def entry_bytes(self, entry: Entry, dict_bytes: bytes | None = None) -> bytes:
@@ -520,9 +530,10 @@ class RangedPack(Pack):
             self._have[block] = got = bytes(data)
         return got
 
-    def raw_block(self, block: int, dict_bytes: bytes | None = None) -> bytes:
-        raw = super().raw_block(block, dict_bytes)
-        self._have.pop(block, None)  # keep one copy (the uncompressed one is memoised)
+    def raw_block(self, block: int, dict_bytes: bytes | None = None, keep: bool = True) -> bytes:
+        raw = super().raw_block(block, dict_bytes, keep)
+        if block in self._raw:
+            self._have.pop(block, None)  # keep one copy (the uncompressed one is memoised)
         return raw
 
 
