@@ -21,5 +21,6 @@ def test_local_read_benchmark_measures_both_sides_the_same_way():
         assert 0 < r[f"{side}_s"] < r[f"{side}_process_s"]  # the read is timed inside the process
         assert r[f"{side}_cpu_s"] > 0 and r[f"{side}_faults"] > 0
     assert r["ratio"] == pytest.approx(r["latest_s"] / r["json_load_s"])
+    assert 0 < r["fixed_s"] < r["latest_s"] and 0 < r["floor_s"]  # the one-save run; the floor
     text = local_read.report(r)
-    assert "latest()" in text and "json.load" in text and r["verdict"] in text
+    assert "latest()" in text and "json.load" in text and r["verdict"] in text and "fixed:" in text
