@@ -1106,7 +1106,7 @@ class ReadPath:
         if not m.state:
             if m.session_state_ref or m.session_state_tree:
                 self.prefetch_segments(segs, tail=self.range_tail(m))
-            return [], self.list_state(None)
+            return [], self.list_state(m)  # its messages.a: an emptied list leaves the old one in the arrays
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         # with segments, the state is in them (the save's own pack is the last one, or merged)
         self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
