@@ -26,3 +26,32 @@ def test_a_save_after_reading_an_emptied_head_says_the_arrays_do_not_hold_the_li
     assert _mgr(tmp_path).latest(RUN).messages == [_msg(100), _msg(101)]
     assert passes == {"hash": 0, "parse": 0}, "a wasted parse of the old messages"
     assert [m.arrays for m in _heads(mgr, RUN)] == [1, 0, 0, 0]
+
+
+def test_a_run_written_before_messages_a_and_continued_keeps_its_read_from_arrays(tmp_path, paths, passes):
+    """A run whose records predate ``messages.a`` (their tag covers ``x`` alone) is read from its
+    arrays (hash first). Continuing it with this version must not turn that off for good: the
+    writer does not know whether the arrays hold the list, so it says nothing (``a`` absent, hash
+    first), rather than ``a`` = 0 (straight to the tree on every later checkpoint of the run)."""
+    mgr = _mgr(tmp_path)
+    msgs = []
+    for s in range(4):
+        msgs = msgs + [_msg(s)]
+        mgr.save(RUN, msgs, step=s)
+    h = mgr.repo.hasher
+    for m in _heads(mgr, RUN):
+        _reseal(tmp_path, mgr, m, arrays=None, exact_tag=h.exact_tag(m.digest, m.exact))
+    paths.update(tree=0, arrays=0)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    assert paths == {"tree": 0, "arrays": 1}  # as before this version
+    for cold in (False, True):  # a writer that read the head, and one that did not
+        w = _mgr(tmp_path)
+        if not cold:
+            w.latest(RUN)
+        msgs = msgs + [_msg(100 + cold)]
+        w.save(RUN, msgs, step=10 + cold)
+        assert _heads(mgr, RUN)[-1].arrays != 0
+        paths.update(tree=0, arrays=0)
+        assert _mgr(tmp_path).latest(RUN).messages == msgs
+        assert paths == {"tree": 0, "arrays": 1}
+    assert _mgr(tmp_path).verify(read_data=True).ok
