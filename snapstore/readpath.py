@@ -86,6 +86,12 @@ class _ReadCtx:
         return blob[len(blob) - spec.length:]
 
 
+
+def _arrays_exact(m: Manifest) -> bool | None:
+    """What record ``m`` says of its run's arrays (``messages.a``, :attr:`ListState.arrays_exact`):
+    True (1), False (0), or None when it does not say (a record written before ``messages.a``)."""
+    return None if m.arrays is None else m.arrays == 1
+
 class ReadPath:
     """Read path of :class:`~snapstore.repository.Repository`: pack cache, segment index,
     forwarding lookups, entries, trees and restores (a mixin; see the module docstring)."""
@@ -1116,7 +1122,7 @@ class ReadPath:
             msgs, digest = fast
             # no spine read either: the next save loads it with the refs (ListState.refs_pending)
             ls = ListState(spine=None, count=m.count, size=m.size, digest=digest, state=sref, exact=m.exact,
-                           digest_hex_value=m.digest, refs_pending=True, arrays_exact=m.arrays == 1)
+                           digest_hex_value=m.digest, refs_pending=True, arrays_exact=_arrays_exact(m))
             return msgs, ls
         spine = self.read_state(*sref)
         nodes: dict = {}
@@ -1132,7 +1138,7 @@ class ReadPath:
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
-                       exact=exact_count(refs), arrays_exact=m.arrays == 1)
+                       exact=exact_count(refs), arrays_exact=_arrays_exact(m))
         return msgs, ls
 
     def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
@@ -1416,12 +1422,12 @@ class ReadPath:
         if m is None or not m.state:
             ls.ids, ls.refs, ls.raws = [], [], []
             if m is not None:
-                ls.arrays_exact = m.arrays == 1  # an emptied list: the arrays may hold the old one
+                ls.arrays_exact = _arrays_exact(m)  # an emptied list: the arrays may hold the old one
             return ls
         ls.digest = None
         ls.digest_hex_value = m.digest
         ls.exact = m.exact
-        ls.arrays_exact = m.arrays == 1
+        ls.arrays_exact = _arrays_exact(m)
         ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.count, ls.size = m.count, m.size

@@ -162,8 +162,10 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     # continuing an older checkpoint, leaves the arrays holding messages after its parent's)
     at_end = (v.head_seq is None or not v.head_segs) if pm is None else \
         (pm is v.head and v.head.seq == v.head_seq)
-    prep.state.arrays_exact = bool(prep.state.arrays_exact and at_end and repo.config.seg_fanout)
-    m.arrays = int(prep.state.arrays_exact) if m.exact is not None else None
+    # (a parent record that does not say, written before messages.a, leaves it unsaid: None)
+    if not (at_end and repo.config.seg_fanout):
+        prep.state.arrays_exact = False
+    m.arrays = None if m.exact is None or prep.state.arrays_exact is None else int(bool(prep.state.arrays_exact))
     m.exact_tag = repo.hasher.exact_tag(m.digest, m.exact, m.arrays) if m.exact is not None else None
     m.state = None
     if prep.state.state:

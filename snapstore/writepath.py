@@ -80,6 +80,8 @@ class ListState:
         arrays_exact: True when the run's array blocks hold exactly this list (its messages in
             order, and nothing after them): an append that writes its messages into arrays keeps
             it true (the manifest's ``messages.a``, docs/format.md §11). An empty list starts true.
+            None when unknown (a parent record written before ``messages.a``): an append keeps it
+            unknown (``a`` absent, read hash first), anything else makes it False.
     """
 
     spine: Spine
@@ -98,7 +100,7 @@ class ListState:
     value: ValueKnown | None = None
     exact: int | None = 0
     refs_pending: bool = False
-    arrays_exact: bool = True
+    arrays_exact: bool | None = True
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -412,7 +414,7 @@ class WritePath:
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
                        known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact,
-                       arrays_exact=parent.arrays_exact and append and (arrays or n == n_old))
+                       arrays_exact=parent.arrays_exact if append and (arrays or n == n_old) else False)
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
                                 session_state_tree=ss_tree)
