@@ -7,6 +7,8 @@ Real parts: a local store on a temp dir, fresh managers (cold caches) for every 
 
 from __future__ import annotations
 
+from snapstore.format import keys
+from snapstore.format.pack import T_CHUNK
 from test_arrays import RUN, _heads, _mgr, _msg, _reseal, passes, paths  # noqa: F401
 
 
@@ -55,3 +57,56 @@ def test_a_run_written_before_messages_a_and_continued_keeps_its_read_from_array
         assert _mgr(tmp_path).latest(RUN).messages == msgs
         assert paths == {"tree": 0, "arrays": 1}
     assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+def _forge_split_number_pack(root, pid: bytes) -> None:
+    """Rewrite pack ``pid`` (the one pack of a run saved as ``[123]``) so that its array block is
+    ``[1`` + ``2`` + hole + ``]``: an item ``1``, the byte ``2`` where a comma belongs, and a hole
+    naming a chunk ``3``. Hashed as the reader hashes arrays, that is ``[123]`` (the list digest);
+    parsed item by item, it is ``[1, 3]``. A valid trailing checksum; the other entries kept."""
+    import blake3
+
+    from snapstore.format.pack import Pack, PackBuilder
+
+    path = root / keys.pack_key(pid)
+    pack = Pack.parse(str(path), path.read_bytes(), pid)
+    pb = PackBuilder(pid)
+    one, three = b"\x01" * 16, b"\x03" * 16
+    pb.add_item([(one, b"1")])
+    pb.add_hole(three)
+    pb.add(T_CHUNK, three, b"3")
+    for bi, b in enumerate(pack.blocks):
+        if b.array:
+            continue
+        raw = pack.raw_block(bi)
+        for e in sorted((e for e in pack.entries.values() if e.block == bi), key=lambda e: e.offset):
+            pb.add(e.type, e.id, raw[e.offset:e.offset + e.length])
+    data = bytearray(pb.build()[0])
+    forged = Pack.parse(str(path), bytes(data), pid)
+    (bi,) = [bi for bi, b in enumerate(forged.blocks) if b.array]
+    b = forged.blocks[bi]
+    assert b.stored and bytes(data[b.offset:b.offset + b.clen]) == b"[1,]"
+    data[b.offset + 2] = ord("2")
+    data[-16:] = blake3.blake3(bytes(data[:-16])).digest(16)
+    path.write_bytes(bytes(data))
+
+
+def test_a_forged_separator_and_count_do_not_make_the_arrays_return_other_messages(tmp_path):
+    """The manifest's ``count`` is not under the key (only ``digest``, ``x`` and ``a`` are, by
+    ``xt``), and the array path hashes the bytes between items without looking at them: a pack
+    whose separator byte is a digit of a number, with the record's count raised by one, hashes to
+    the list digest and would parse as other messages. The reader must refuse it (the tree then
+    reads the list and names the damage): a restore never returns other messages than were saved."""
+    from snapstore.errors import SnapstoreError
+
+    mgr = _mgr(tmp_path)
+    mgr.save(RUN, [123], step=0)
+    (m,) = _heads(mgr, RUN)
+    assert m.arrays == 1 and m.exact == 0
+    _forge_split_number_pack(tmp_path, m.segment_list()[0].pack)
+    _reseal(tmp_path, mgr, m, count=2)
+    try:
+        got = _mgr(tmp_path).latest(RUN).messages
+    except SnapstoreError:
+        return  # refused, typed
+    assert got == [123]
