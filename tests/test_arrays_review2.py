@@ -110,3 +110,61 @@ def test_a_forged_separator_and_count_do_not_make_the_arrays_return_other_messag
     except SnapstoreError:
         return  # refused, typed
     assert got == [123]
+
+
+def _forge_pack(root, pid: bytes, build, patch) -> None:
+    """Rewrite pack ``pid``: ``build(pb)`` adds the forged array items, the pack's other entries
+    are kept, then ``patch(raw bytearray of the stored array block)`` edits its bytes in place;
+    a valid trailing checksum."""
+    import blake3
+
+    from snapstore.format.pack import Pack, PackBuilder
+
+    path = root / keys.pack_key(pid)
+    pack = Pack.parse(str(path), path.read_bytes(), pid)
+    pb = PackBuilder(pid)
+    build(pb)
+    for bi, b in enumerate(pack.blocks):
+        if b.array:
+            continue
+        raw = pack.raw_block(bi)
+        for e in sorted((e for e in pack.entries.values() if e.block == bi), key=lambda e: e.offset):
+            pb.add(e.type, e.id, raw[e.offset:e.offset + e.length])
+    data = bytearray(pb.build()[0])
+    forged = Pack.parse(str(path), bytes(data), pid)
+    (bi,) = [bi for bi, b in enumerate(forged.blocks) if b.array]
+    b = forged.blocks[bi]
+    assert b.stored
+    raw = bytearray(data[b.offset:b.offset + b.clen])
+    patch(raw)
+    data[b.offset:b.offset + b.clen] = raw
+    data[-16:] = blake3.blake3(bytes(data[:-16])).digest(16)
+    path.write_bytes(bytes(data))
+
+
+def test_a_forged_block_whose_brackets_are_not_hashed_does_not_parse_as_other_messages(tmp_path):
+    """A block parsed whole (``orjson.loads(raw)``) is parsed with its first and last bytes,
+    which the hash does not cover (the reader hashes ``[`` + the bytes between them + ``]``). A
+    list saved as ``[[1,2]]`` (one message, an array), forged as the block `` [1,2] `` of two
+    items ``[1`` and ``2]`` and a count of 2, hashes to the list digest and parses as ``[1, 2]``."""
+    from snapstore.errors import SnapstoreError
+
+    mgr = _mgr(tmp_path)
+    mgr.save(RUN, [[1, 2]], step=0)
+    (m,) = _heads(mgr, RUN)
+    assert m.arrays == 1 and m.exact == 0
+
+    def build(pb):
+        pb.add_item([(b"\x01" * 16, b"[1")])
+        pb.add_item([(b"\x02" * 16, b"2]")])
+
+    def patch(raw):
+        assert bytes(raw) == b"[[1,2]]"
+        raw[0] = raw[-1] = ord(" ")
+    _forge_pack(tmp_path, m.segment_list()[0].pack, build, patch)
+    _reseal(tmp_path, mgr, m, count=2)
+    try:
+        got = _mgr(tmp_path).latest(RUN).messages
+    except SnapstoreError:
+        return  # refused, typed
+    assert got == [[1, 2]]
