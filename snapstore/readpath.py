@@ -1316,7 +1316,19 @@ class ReadPath:
                 mv = memoryview(raw)
                 update(b"," if j else b"[")
                 pos = 1
+                last = b.rawlen - 1
                 for s, e, n, hraw in runs:
+                    # the bytes around each run and hole are what the hash takes as the list's
+                    # brackets and commas (it hashes ``[`` and ``,`` of its own before a block and
+                    # the bytes between its brackets), so that parsing the runs apart is parsing
+                    # the hashed list: a forged byte there (a digit of a number split in two, a
+                    # space for a bracket of a block parsed whole) is not this list
+                    c = raw[s - 1]
+                    if c != 0x2C and not (s == 1 and c == 0x5B):
+                        return None
+                    c = raw[e]
+                    if c != 0x2C and not (e == last and c == 0x5D):
+                        return None
                     if hraw is not None:
                         update(mv[pos:s])
                         update(hraw)
