@@ -201,3 +201,15 @@ def test_the_s3_benchmarks_round_trips_work_after_a_read_from_arrays(moto_server
     w.close()
     got = bench.round_trips(url, moto_server)
     assert got["messages"] == len(msgs) and got["depth"] >= 1
+
+
+def test_a_new_message_larger_than_a_pack_block_still_saves_and_reads_back(tmp_path):
+    """A message larger than a block may be (``MAX_BLOCK_RAW``, 128 MiB) is cut into pieces of at
+    most 256 KiB, which go into 1 MiB data blocks: it saved before a new large message became
+    one array item of its pieces (an item must fit one block). It must still save, and read back."""
+    import os
+
+    big = {"role": "tool", "content": os.urandom(65 << 20).hex()}  # 130 MiB of JSON, no piece repeated
+    msgs = [{"role": "user", "content": "hi"}, big]
+    _mgr(tmp_path).save(RUN, msgs, step=0)
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
