@@ -213,3 +213,32 @@ def test_a_new_message_larger_than_a_pack_block_still_saves_and_reads_back(tmp_p
     msgs = [{"role": "user", "content": "hi"}, big]
     _mgr(tmp_path).save(RUN, msgs, step=0)
     assert _mgr(tmp_path).latest(RUN).messages == msgs
+
+
+def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_longer(tmp_path, monkeypatch):
+    """``ReadPath.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
+    call is at most that long, or one item on its own (docs/format.md §11). A new large message
+    (an item of several pieces) after a few small items must not make their run as long as it."""
+    import orjson
+
+    import snapstore.readpath as rp
+
+    sizes = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(orjson, name)
+
+        @staticmethod
+        def loads(b):
+            sizes.append(len(b))
+            return orjson.loads(b)
+    mgr = _mgr(tmp_path)
+    msgs = [_msg(0, 2_000), _msg(1, 900_000)]  # one item of 2 kB, then one of its pieces (<= 256 KiB each)
+    mgr.save(RUN, msgs, step=0)
+    monkeypatch.setattr(rp.ReadPath, "ARRAY_RUN", 300 << 10)  # longer than any piece: the first one joins the run
+    monkeypatch.setattr(rp, "orjson", Counting())
+    assert _mgr(tmp_path).latest(RUN).messages == msgs
+    longest = max(len(orjson.dumps(m)) for m in msgs) + 2
+    assert sizes and max(sizes) <= max(rp.ReadPath.ARRAY_RUN, longest), (sizes, longest)
+    assert len(sizes) == 2
