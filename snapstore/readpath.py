@@ -1215,11 +1215,17 @@ class ReadPath:
             stop = b.rawlen - 1
             rs = re = -1  # the current run of stored items: bytes [rs, re), ``rn`` items
             rn = 0
+            cur = -1  # where the current item starts
             for t, mid, off, ln, cont in b.parts:
                 budget -= ln
                 if cont:
                     re = off + ln
+                    if rn > 1 and re - rs > run_max:
+                        # a multi-part item that made the run too long: it starts a run of its own
+                        runs.append((rs, cur - 1, rn - 1, None))
+                        rs, rn = cur, 1
                     continue
+                cur = off
                 if not left:  # past the checkpoint's list (an older checkpoint of the run)
                     stop = off - 1  # before the comma
                     budget += ln
