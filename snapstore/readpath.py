@@ -1152,8 +1152,10 @@ class ReadPath:
         used only when none of ``m``'s messages needs the exact parser (the manifest's
         ``messages.x`` is 0, bound to the list by its keyed tag ``messages.xt``) and the keyed
         hash of those items' JSON (holes filled in with the messages they name) is ``m``'s list
-        digest; nothing is parsed before that check. Anything else (a run rewritten, rolled back or
-        repacked by GC, a damaged block, a record of an older version) returns None, and the tree
+        digest (a record saying ``messages.a`` = 1 is parsed while it is hashed, and what was parsed
+        is dropped if the hash differs; one without ``messages.a`` is parsed only after the hash
+        matched; ``messages.a`` = 0 is not read from arrays). Anything else (a run rewritten, rolled back or
+        repacked by GC, a damaged block, a record without ``messages.x``) returns None, and the tree
         path reads, verifies and names damage as always. Memory: the list's JSON once, as when
         reading it through the tree.
         """
