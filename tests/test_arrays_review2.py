@@ -242,3 +242,17 @@ def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_long
     longest = max(len(orjson.dumps(m)) for m in msgs) + 2
     assert sizes and max(sizes) <= max(rp.ReadPath.ARRAY_RUN, longest), (sizes, longest)
     assert len(sizes) == 2
+
+
+def test_a_writer_that_appended_without_reading_can_then_rewrite_the_list(tmp_path):
+    """A manager that continues a run without reading it first (its first save loads only the
+    head's spine, and encodes the last messages for the dictionary, which for a short list is
+    all of them) and then saves an edited list must save it, not fail with a TypeError
+    (``parent.refs`` is None: the refs of a list it never walked). Not new in this change."""
+    _mgr(tmp_path).save(RUN, [_msg(0), _msg(1)], step=0)
+    w = _mgr(tmp_path)
+    w.save(RUN, [_msg(0), _msg(1), _msg(2)], step=1)
+    edited = [_msg(9), _msg(1), _msg(2)]
+    w.save(RUN, edited, step=2)
+    assert _mgr(tmp_path).latest(RUN).messages == edited
+    assert _mgr(tmp_path).verify(read_data=True).ok
