@@ -256,7 +256,7 @@ class WritePath:
                     self._window(messages, n_old, ids, raws, flags, parent)
         if prefix < n_old:
             # the list was rewritten (or could not be compared cheaply): compare message by message
-            if parent.ids is None or not all(parent.ids[:n_old]):
+            if parent.ids is None or parent.refs is None or not all(parent.ids[:n_old]):
                 parent = self._reload_full(parent)
             for i in range(n):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
