@@ -256,3 +256,135 @@ def test_a_writer_that_appended_without_reading_can_then_rewrite_the_list(tmp_pa
     w.save(RUN, edited, step=2)
     assert _mgr(tmp_path).latest(RUN).messages == edited
     assert _mgr(tmp_path).verify(read_data=True).ok
+
+
+
+def _replay(root, seed: int, steps: int) -> dict:
+    """A seeded random sequence of API calls on two runs (appends, explicit parents, rollbacks,
+    deletes, rewrites, emptied lists, GC with no grace, prune, forks; fresh managers and reads in
+    between), then a fresh read of every live checkpoint: ``{(run, id): messages}`` expected."""
+    import random
+
+    from snapstore.errors import ConflictError
+
+    rng = random.Random(seed)
+    mgr = _mgr(root)
+
+    def bigmsg(k, n):
+        r = random.Random(k)
+        return {"role": "tool", "k": k, "content": "".join(r.choice("abcdefghij \n") for _ in range(n))}
+    pool = [bigmsg(k, rng.choice([70_000, 150_000])) for k in range(3)]
+    expect, cur, ids, ctr = {}, {"A": [], "B": []}, {"A": [], "B": []}, [1000]
+
+    def newmsg():
+        ctr[0] += 1
+        r = rng.random()
+        if r < 0.1:
+            return rng.choice(pool)
+        if r < 0.15:
+            b = rng.choice(pool)
+            return dict(b, content=b["content"][:30000] + str(ctr[0]) + b["content"][30000:])
+        if r < 0.2:
+            return bigmsg(ctr[0], 90_000)
+        if r < 0.25:
+            return ctr[0] * 1000 + 123
+        return _msg(ctr[0], rng.choice([50, 300, 5000]))
+
+    def drop_dead(w, run):
+        live = {x.id for x in w.list(run)}
+        for k in [k for k in expect if k[0] == run and k[1] not in live]:
+            expect.pop(k)
+    for step in range(steps):
+        run = rng.choice("AB")
+        op = rng.random()
+        w = mgr if rng.random() < 0.6 else _mgr(root)
+        if rng.random() < 0.3 and ids[run]:
+            w.latest(run)
+        try:
+            if op < 0.55 or not ids[run]:
+                msgs = cur[run] + [newmsg() for _ in range(rng.randint(0, 3))]
+                if rng.random() < 0.05:
+                    msgs = msgs[:-1] if msgs else msgs
+                cid = w.save(run, msgs, step=step)
+            elif op < 0.65:
+                c = ids[run][rng.randrange(len(ids[run]))]
+                if (run, c) not in expect:
+                    continue
+                msgs = expect[(run, c)] + [newmsg()]
+                cid = w.save(run, msgs, step=step, parent_id=c)
+            elif op < 0.72:
+                c = rng.choice(ids[run])
+                if (run, c) not in expect:
+                    continue
+                w.rollback(run, c)
+                cur[run] = expect[(run, c)]
+                drop_dead(w, run)
+                continue
+            elif op < 0.77:
+                c = rng.choice(ids[run])
+                if (run, c) not in expect:
+                    continue
+                w.delete(run, c)
+                expect.pop((run, c))
+                drop_dead(w, run)
+                try:
+                    cur[run] = w.latest(run).messages
+                except Exception:
+                    cur[run] = []
+                continue
+            elif op < 0.82:
+                msgs = [newmsg()] + cur[run][1:]
+                cid = w.save(run, msgs, step=step)
+            elif op < 0.86:
+                w.gc(grace_period=0, max_unused=rng.choice([0.0, 0.5]))
+                continue
+            elif op < 0.9:
+                w.prune(keep_last=rng.randint(1, 4), run_id=run)
+                drop_dead(w, run)
+                continue
+            elif op < 0.93 and ids["A"]:
+                c = rng.choice(ids["A"])
+                if ("A", c) not in expect:
+                    continue
+                w.fork("A", c, f"F{step}")
+                continue
+            else:
+                msgs = []
+                cid = w.save(run, msgs, step=step)
+            cur[run] = msgs
+            expect[(run, cid)] = msgs
+            ids[run].append(cid)
+        except ConflictError:
+            continue
+        finally:
+            if w is not mgr:
+                w.close()
+    return expect
+
+
+def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items(tmp_path, monkeypatch):
+    """Found by a seeded random sequence (seed 10, 100 calls): afterwards the first checkpoint of
+    run A (one message, ``a`` = 1) is parsed from arrays whose first item is another message
+    (the head's one tier pack holds 5 items, only recent ones). Every read stays exact; the cost
+    is a wasted parse on every read of that checkpoint. Root cause not pinned down (GC with no
+    grace and tier merges are in the sequence)."""
+    from snapstore.readpath import ReadPath
+
+    wasted = []
+    real_pass, real_parse = ReadPath._array_pass, ReadPath._parse_arrays
+
+    def parse_arrays(self, m, plan, hash_first):
+        self._review_digest = (m.digest, m.run_id, m.seq)
+        return real_parse(self, m, plan, hash_first)
+
+    def one(self, plan, parse):
+        got = real_pass(self, plan, parse)
+        if parse and (got is None or got[0].hexdigest(16) != self._review_digest[0]):
+            wasted.append(self._review_digest[1:])
+        return got
+    monkeypatch.setattr(ReadPath, "_parse_arrays", parse_arrays)
+    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    expect = _replay(tmp_path, 10, 100)
+    for (run, c), msgs in expect.items():
+        assert _mgr(tmp_path).get(run, c).messages == msgs
+    assert not wasted, wasted
