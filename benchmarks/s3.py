@@ -121,8 +121,10 @@ def round_trips(url: str, endpoint: str) -> dict:
     t0 = time.perf_counter()
     cp = mgr.latest(RUN)
     dt = time.perf_counter() - t0
-    depth = len(mgr._views[RUN].list_state.spine.levels)
     rounds = rec.rounds()
+    ls = mgr._views[RUN].list_state
+    # a read from arrays reads no spine (the next save loads it): read it here, after the count
+    depth = len((ls.spine or mgr.repo.read_state(*ls.state)).levels)
     gets = [key for _, kind, key in rec.calls if kind == "GET"]
     mgr.close()
     return {"round_trips": len(rounds), "depth": depth, "bound": depth + 3, "max_in_flight": rec.max_in_flight,

@@ -86,6 +86,12 @@ class _ReadCtx:
         return blob[len(blob) - spec.length:]
 
 
+
+def _arrays_exact(m: Manifest) -> bool | None:
+    """What record ``m`` says of its run's arrays (``messages.a``, :attr:`ListState.arrays_exact`):
+    True (1), False (0), or None when it does not say (a record written before ``messages.a``)."""
+    return None if m.arrays is None else m.arrays == 1
+
 class ReadPath:
     """Read path of :class:`~snapstore.repository.Repository`: pack cache, segment index,
     forwarding lookups, entries, trees and restores (a mixin; see the module docstring)."""
@@ -1106,7 +1112,7 @@ class ReadPath:
         if not m.state:
             if m.session_state_ref or m.session_state_tree:
                 self.prefetch_segments(segs, tail=self.range_tail(m))
-            return [], self.list_state(None)
+            return [], self.list_state(m)  # its messages.a: an emptied list leaves the old one in the arrays
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         # with segments, the state is in them (the save's own pack is the last one, or merged)
         self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
@@ -1116,7 +1122,7 @@ class ReadPath:
             msgs, digest = fast
             # no spine read either: the next save loads it with the refs (ListState.refs_pending)
             ls = ListState(spine=None, count=m.count, size=m.size, digest=digest, state=sref, exact=m.exact,
-                           digest_hex_value=m.digest, refs_pending=True, arrays_exact=m.arrays == 1)
+                           digest_hex_value=m.digest, refs_pending=True, arrays_exact=_arrays_exact(m))
             return msgs, ls
         spine = self.read_state(*sref)
         nodes: dict = {}
@@ -1132,7 +1138,7 @@ class ReadPath:
                 break
         ls = ListState(spine=spine, count=m.count, size=m.size, digest=digest, state=sref, ids=ids, refs=refs,
                        objs=None, raws=raws, known=dict(zip(ids, refs)), nodes=nodes,
-                       exact=exact_count(refs), arrays_exact=m.arrays == 1)
+                       exact=exact_count(refs), arrays_exact=_arrays_exact(m))
         return msgs, ls
 
     def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
@@ -1146,8 +1152,10 @@ class ReadPath:
         used only when none of ``m``'s messages needs the exact parser (the manifest's
         ``messages.x`` is 0, bound to the list by its keyed tag ``messages.xt``) and the keyed
         hash of those items' JSON (holes filled in with the messages they name) is ``m``'s list
-        digest; nothing is parsed before that check. Anything else (a run rewritten, rolled back or
-        repacked by GC, a damaged block, a record of an older version) returns None, and the tree
+        digest (a record saying ``messages.a`` = 1 is parsed while it is hashed, and what was parsed
+        is dropped if the hash differs; one without ``messages.a`` is parsed only after the hash
+        matched; ``messages.a`` = 0 is not read from arrays). Anything else (a run rewritten, rolled back or
+        repacked by GC, a damaged block, a record without ``messages.x``) returns None, and the tree
         path reads, verifies and names damage as always. Memory: the list's JSON once, as when
         reading it through the tree.
         """
@@ -1209,11 +1217,17 @@ class ReadPath:
             stop = b.rawlen - 1
             rs = re = -1  # the current run of stored items: bytes [rs, re), ``rn`` items
             rn = 0
+            cur = -1  # where the current item starts
             for t, mid, off, ln, cont in b.parts:
                 budget -= ln
                 if cont:
                     re = off + ln
+                    if rn > 1 and re - rs > run_max:
+                        # a multi-part item that made the run too long: it starts a run of its own
+                        runs.append((rs, cur - 1, rn - 1, None))
+                        rs, rn = cur, 1
                     continue
+                cur = off
                 if not left:  # past the checkpoint's list (an older checkpoint of the run)
                     stop = off - 1  # before the comma
                     budget += ln
@@ -1310,7 +1324,19 @@ class ReadPath:
                 mv = memoryview(raw)
                 update(b"," if j else b"[")
                 pos = 1
+                last = b.rawlen - 1
                 for s, e, n, hraw in runs:
+                    # the bytes around each run and hole are what the hash takes as the list's
+                    # brackets and commas (it hashes ``[`` and ``,`` of its own before a block and
+                    # the bytes between its brackets), so that parsing the runs apart is parsing
+                    # the hashed list: a forged byte there (a digit of a number split in two, a
+                    # space for a bracket of a block parsed whole) is not this list
+                    c = raw[s - 1]
+                    if c != 0x2C and not (s == 1 and c == 0x5B):
+                        return None
+                    c = raw[e]
+                    if c != 0x2C and not (e == last and c == 0x5D):
+                        return None
                     if hraw is not None:
                         update(mv[pos:s])
                         update(hraw)
@@ -1416,12 +1442,12 @@ class ReadPath:
         if m is None or not m.state:
             ls.ids, ls.refs, ls.raws = [], [], []
             if m is not None:
-                ls.arrays_exact = m.arrays == 1  # an emptied list: the arrays may hold the old one
+                ls.arrays_exact = _arrays_exact(m)  # an emptied list: the arrays may hold the old one
             return ls
         ls.digest = None
         ls.digest_hex_value = m.digest
         ls.exact = m.exact
-        ls.arrays_exact = m.arrays == 1
+        ls.arrays_exact = _arrays_exact(m)
         ls.spine = self.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.state = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         ls.count, ls.size = m.count, m.size

@@ -126,8 +126,19 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
         pm = v.head
         ls = v.list_state
     if ls is None and pm is not None:
-        repo.prefetch_segments(v.head_segs or pm.segment_list())
-        ls = repo.list_state(pm)
+        try:
+            repo.prefetch_segments(v.head_segs or pm.segment_list())
+            ls = repo.list_state(pm)
+        except ObjectNotFound:
+            # this manager's view of the run may be stale: another writer merged the segments it
+            # names into a tier pack and deleted them. If the run moved, decide again on the new
+            # head (the save loop reads it); if not, the parent's data is missing
+            newest = repo.head(rk)
+            if (newest.write_id if newest else None) == v.head_write_id and \
+                    (newest.seq if newest else None) == v.head_seq:
+                raise
+            raise PreconditionFailed(keys.manifest_key(rk, seq_of(v)), f"run {run_id!r} moved since this "
+                                     "manager last saw it (its segments were merged)") from None
     prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
                              pm.session_state_ref if pm else None, pm.session_state_tree if pm else None)
     ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
@@ -162,8 +173,10 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     # continuing an older checkpoint, leaves the arrays holding messages after its parent's)
     at_end = (v.head_seq is None or not v.head_segs) if pm is None else \
         (pm is v.head and v.head.seq == v.head_seq)
-    prep.state.arrays_exact = bool(prep.state.arrays_exact and at_end and repo.config.seg_fanout)
-    m.arrays = int(prep.state.arrays_exact) if m.exact is not None else None
+    # (a parent record that does not say, written before messages.a, leaves it unsaid: None)
+    if not (at_end and repo.config.seg_fanout):
+        prep.state.arrays_exact = False
+    m.arrays = None if m.exact is None or prep.state.arrays_exact is None else int(bool(prep.state.arrays_exact))
     m.exact_tag = repo.hasher.exact_tag(m.digest, m.exact, m.arrays) if m.exact is not None else None
     m.state = None
     if prep.state.state:
@@ -278,6 +291,11 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     if mgr.max_checkpoints is not None:
         retention.enforce_max(mgr, run_id, rk, v)
     return m.checkpoint_id
+
+
+def seq_of(v) -> int:
+    """The log position a save on view ``v`` takes."""
+    return 0 if v.head_seq is None else v.head_seq + 1
 
 
 def put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:

@@ -19,7 +19,7 @@ from .errors import InvalidInputError, SnapstoreError
 from .format.codec import _ORJSON_OPTS, encode_json, validate
 from .format.ids import PACK_ID_BYTES, Hasher
 from .format.manifest import KIND_CHECKPOINT, Manifest
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
+from .format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
 from .format.valuetree import ValueTree, split_value
 
@@ -80,6 +80,8 @@ class ListState:
         arrays_exact: True when the run's array blocks hold exactly this list (its messages in
             order, and nothing after them): an append that writes its messages into arrays keeps
             it true (the manifest's ``messages.a``, docs/format.md §11). An empty list starts true.
+            None when unknown (a parent record written before ``messages.a``): an append keeps it
+            unknown (``a`` absent, read hash first), anything else makes it False.
     """
 
     spine: Spine
@@ -98,7 +100,7 @@ class ListState:
     value: ValueKnown | None = None
     exact: int | None = 0
     refs_pending: bool = False
-    arrays_exact: bool = True
+    arrays_exact: bool | None = True
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
@@ -254,7 +256,7 @@ class WritePath:
                     self._window(messages, n_old, ids, raws, flags, parent)
         if prefix < n_old:
             # the list was rewritten (or could not be compared cheaply): compare message by message
-            if parent.ids is None or not all(parent.ids[:n_old]):
+            if parent.ids is None or parent.refs is None or not all(parent.ids[:n_old]):
                 parent = self._reload_full(parent)
             for i in range(n):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
@@ -412,7 +414,7 @@ class WritePath:
         ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
                        ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
                        known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact,
-                       arrays_exact=parent.arrays_exact and append and (arrays or n == n_old))
+                       arrays_exact=parent.arrays_exact if append and (arrays or n == n_old) else False)
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
                                 session_state_tree=ss_tree)
@@ -509,10 +511,11 @@ class WritePath:
         """Store message ``raw`` (content id ``bid``) in ``pb``: as one chunk, or cut into pieces
         (a pieces entry plus the pieces not in ``known_pieces``). With ``parts`` (a list), a
         message stored as one chunk goes there as ``(id, bytes)`` for an array item instead of
-        into the pack's ordinary data blocks, and so do the pieces of a message none of whose
-        pieces is stored yet (its item is its pieces, in order; the pieces entry goes into the
-        data blocks); a message that shares pieces with one stored before stays deduplicated, its
-        new pieces in the data blocks (an array holds a hole for it), and ``parts`` stays empty.
+        into the pack's ordinary data blocks, and so do the pieces of a message of at most
+        ``DATA_BLOCK_MAX`` bytes none of whose pieces is stored yet (its item is its pieces, in
+        order; the pieces entry goes into the metadata block). A larger message, or one that
+        shares pieces with one stored before (it stays deduplicated), has its new pieces in the
+        data blocks (an array holds a hole for it), and ``parts`` stays empty.
         Returns the message's ref."""
         cfg = self.config
         if len(raw) <= cfg.cdc_threshold:
@@ -525,7 +528,10 @@ class WritePath:
         for c in _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
             piece = raw[c.offset:c.offset + c.length]
             cut.append((self.hasher.content_id(piece), piece))
-        inline = parts is not None and len({pid for pid, _ in cut}) == len(cut) and \
+        # an item is one block: a message larger than a data block stays a hole, its pieces in
+        # data blocks of at most DATA_BLOCK_MAX (ranged reads fetch only theirs; a block holds at
+        # most MAX_BLOCK_RAW, a message may be larger)
+        inline = parts is not None and len(raw) <= DATA_BLOCK_MAX and len({pid for pid, _ in cut}) == len(cut) and \
             not any(pid in known_pieces or (T_CHUNK, pid) in pb for pid, _ in cut)
         pieces = []
         for pid, piece in cut:
