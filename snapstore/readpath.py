@@ -1169,12 +1169,14 @@ class ReadPath:
             packs = [self._cache.get(s.pack) for s in segs]
         if None in packs:
             return None  # a segment GC rewrote, evicted or gone: the tree path finds its entries
-        blocks, held = [], 0  # the array blocks holding the first ``count`` items
+        blocks, held, total = [], 0, 0  # the array blocks holding the first ``count`` items
         for p in packs:
             for bi, b in enumerate(p.blocks):
-                if b.array and held < m.count:
-                    blocks.append((p, bi))
-                    held += b.nitems
+                if b.array:
+                    if held < m.count:
+                        blocks.append((p, bi))
+                        held += b.nitems
+                    total += b.nitems
         if held < m.count:
             return None
         ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
@@ -1187,7 +1189,12 @@ class ReadPath:
         plan = self._array_plan(m, blocks, budget)
         if plan is None:
             return None
-        return self._parse_arrays(m, plan, hash_first=m.arrays is None)
+        # one pass only where the writer's knowledge still holds: the arrays hold exactly this
+        # list (the head of a run that only appended). An older checkpoint's items are the
+        # arrays' first ones too, unless GC dropped arrays since (its copies hold none, and a
+        # later merge concatenates what is left): hashed first, so that such a run is not
+        # parsed on every read only to be dropped
+        return self._parse_arrays(m, plan, hash_first=not (m.arrays == 1 and total == m.count))
 
     ARRAY_RUN = 48 << 10
     """Most bytes of array items :meth:`read_arrays` parses in one call (a run of consecutive
@@ -1292,12 +1299,13 @@ class ReadPath:
         Each block is decompressed when its turn comes and dropped after (kept in the pack only
         when read a second time: :meth:`Pack.raw_block` ``keep=False``), the list's JSON is hashed in order (``[``, each
         block's part of the list with its holes' messages in place, commas between blocks), and
-        each run of items is parsed in one call. A record whose writer knew that the run's arrays
-        held exactly this list (``messages.a`` = 1) is parsed while it is hashed, in one pass;
-        what was parsed is dropped if the hash differs (a damaged or forged record). Without that
-        knowledge (``hash_first``: a record written before ``messages.a``), a first pass hashes
-        and a second parses only if the hash matched, so that a run whose arrays hold another
-        list is not parsed on every read.
+        each run of items is parsed in one call. The head of a run whose writer knew the arrays
+        held exactly this list, and that they still hold exactly ``count`` items (``messages.a``
+        = 1), is parsed while it is hashed, in one pass; what was parsed is dropped if the hash
+        differs (a damaged or forged record). Otherwise (``hash_first``: a record written before
+        ``messages.a``, or an older checkpoint, whose arrays GC may have thinned), a first pass
+        hashes and a second parses only if the hash matched, so that a run whose arrays hold
+        another list is not parsed on every read.
         """
         if hash_first:
             got = self._array_pass(plan, False)
