@@ -1182,6 +1182,7 @@ class ReadPath:
         ranged = {p: {bi for q, bi in blocks if q is p} for p in packs if not p.whole}
         if ranged:
             self.fetch_pack_blocks(ranged)
+            self._fetch_holes(blocks)
         # the list's JSON is at most messages.bytes plus its brackets and separators: items that
         # come to more are not this list (holes would read a large message once per hole before
         # the digest says so), so what is read stays within what the manifest says the list is
@@ -1262,6 +1263,28 @@ class ReadPath:
                 return None
             plan.append((p, bi, runs, stop))
         return plan if not left else None
+
+    def _fetch_holes(self, blocks) -> None:
+        """Fetch the blocks of ranged packs that the holes of the array blocks ``blocks`` (``(pack,
+        block index)``) name, in two parallel waves (the chunks or pieces lists, then the pieces'
+        chunks), so that :meth:`_hole_raw` then reads them from memory: one round trip per wave,
+        not one per hole. Best effort: what cannot be found or read is left to the read."""
+        holes = [(p, x[1]) for p, bi in blocks for x in p.blocks[bi].parts if x[0] == T_HOLE]
+        if not holes:
+            return
+        self.fetch_blocks([(T_CHUNK, mid, p.id) for p, mid in holes] + [(T_PIECES, mid, p.id) for p, mid in holes])
+        pieces = []
+        for p, mid in holes:
+            pk = (T_PIECES, mid)
+            home = p if pk in p.entries else self._cache.get(self._where.get(pk, b""))
+            if home is None or pk not in home.entries:
+                continue
+            try:
+                pieces.extend((T_CHUNK, x.id, x.pack) for x in decode_pieces(self._entry(T_PIECES, mid, home.id)))
+            except (IndexError, ValueError, SnapstoreError):
+                continue
+        if pieces:
+            self.fetch_blocks(pieces)
 
     def _hole_raw(self, p: Pack, mid: bytes, budget: int) -> bytes | None:
         """The message a hole in pack ``p`` names (``mid``: its content id): a chunk under its id,
