@@ -184,6 +184,8 @@ PHASES = [
     ("snapstore.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
     ("snapstore.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
+    ("snapstore.readpath", "ReadPath._array_plan", "  its items, runs and holes (holes' messages read)"),
+    ("snapstore.readpath", "ReadPath._array_pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
     ("snapstore.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
     ("snapstore.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
     ("snapstore.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),
