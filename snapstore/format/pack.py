@@ -284,8 +284,10 @@ class PackBuilder:
                         raw += r
                 raw.append(0x5D)  # ]
                 self.raw_blocks[bi] = bytes(raw)
+                # the frame declares its content size (a few bytes): zstd then decompresses it in
+                # one pass into the output, without a window buffer (half the fresh pages)
                 comp = zstandard.ZstdCompressor(level=self.level, write_checksum=False,
-                                                write_content_size=False).compress(self.raw_blocks[bi])
+                                                write_content_size=True).compress(self.raw_blocks[bi])
                 stored = len(comp) >= len(raw)
                 if stored:
                     comp = bytes(raw)
@@ -301,9 +303,9 @@ class PackBuilder:
             if spec:
                 zd = zstandard.ZstdCompressionDict(self.dict_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
                 cctx = zstandard.ZstdCompressor(level=self.level, dict_data=zd, write_checksum=False,
-                                                write_dict_id=False, write_content_size=False)
+                                                write_dict_id=False, write_content_size=True)
             else:
-                cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=False)
+                cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=True)
             comp = cctx.compress(self.raw_blocks[bi]) if raw else b""
             stored = not spec and len(comp) >= len(raw)
             if stored:
