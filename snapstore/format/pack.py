@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -583,6 +584,9 @@ def parse_tail(key: str, tail: bytes, asked: int, pack_id: bytes, fetch) -> Pack
     return p
 
 
+_TYPE, _CONT = itemgetter(0), itemgetter(4)  # of an array part (type, id, offset, length, continues)
+
+
 def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None) -> tuple[list[Block], dict]:
     """Parse a pack header held in ``data[hstart:hend]`` (positions in ``data``). Block offsets
     are offsets in the pack, starting at :data:`HEADER_POS`; ``blocks_end`` is where the header
@@ -708,15 +712,17 @@ def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None
             bad = min(types - ENTRY_TYPES.keys())
             raise ValueError(f"unknown entry type {bad}")
         if parts is not None:
+            # C-level passes over the parts (map/itemgetter), not a generator step per entry
             for bi, ps in parts.items():
                 b = blocks[bi]
-                if sum(1 for x in ps if not x[4]) != b.nitems:
-                    raise ValueError(f"array block {bi} holds {sum(1 for x in ps if not x[4])} items, its header says {b.nitems}")
-                if any(x[0] == T_HOLE and (x[3] or x[4]) for x in ps):
+                got = len(ps) - sum(map(_CONT, ps))
+                if got != b.nitems:
+                    raise ValueError(f"array block {bi} holds {got} items, its header says {b.nitems}")
+                if T_HOLE in set(map(_TYPE, ps)) and any(x[3] or x[4] for x in ps if x[0] == T_HOLE):
                     raise ValueError(f"array block {bi} holds a hole that is not empty or continues an item")
                 fill[bi] += 1  # the closing bracket
                 blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps))
-            if any(x[0] != T_CHUNK and x[0] != T_HOLE for ps in parts.values() for x in ps):
+            if not set(map(_TYPE, chain.from_iterable(parts.values()))) <= {T_CHUNK, T_HOLE}:
                 raise ValueError("an array block holds an entry that is neither a chunk nor a hole")
         if T_HOLE in types and any(e.type == T_HOLE and not arr[e.block] for e in entries.values()):
             raise ValueError("a hole outside an array block")
