@@ -106,10 +106,10 @@ def _big_state(i: int, nbytes: int) -> dict:
 
 def test_a_ranged_read_from_arrays_with_holes_makes_no_more_requests_than_the_tree(store_factory, monkeypatch):
     """S3 (moto): a run whose tier packs are large (a large session state every save) and whose
-    list holds large messages (holes) is read with byte ranges. A fresh ``latest()`` through the
-    arrays must be exact and make no more GETs than the same read through the tree (the tree path
-    fetches the pieces of every large message in one parallel wave; one GET per hole, one after
-    another, would be a regression)."""
+    list holds large messages (new ones: array items of their pieces) is read with byte ranges. A
+    fresh ``latest()`` through the arrays must be exact and make no more GETs than the same read
+    through the tree (the tree path fetches the pieces of every large message in one parallel
+    wave; one GET per large message, one after another, would be a regression)."""
     store = store_factory("s3")
     mgr = CheckpointManager(store)
     msgs = [{"role": "system", "content": "You are a test."}]
@@ -117,39 +117,7 @@ def test_a_ranged_read_from_arrays_with_holes_makes_no_more_requests_than_the_tr
         msgs = msgs + [_msg(2 * s, 90_000 if s % 2 else 300), _msg(2 * s + 1)]
         mgr.save(RUN, msgs, step=s, session_state=_big_state(s, 1 << 20))
     mgr.close()
-    real_arrays = ReadPath.read_arrays
-    used = []
-
-    def read_arrays(self, m, segs):
-        out = real_arrays(self, m, segs)
-        used.append(out is not None)
-        return out
-
-    spans = []
-    real_get = type(store).get
-
-    def get(self, key, *a, **k):  # a round trip of 20 ms, as a remote store has
-        t0 = time.monotonic()
-        time.sleep(0.02)
-        try:
-            return real_get(self, key, *a, **k)
-        finally:
-            spans.append((t0, time.monotonic()))
-    monkeypatch.setattr(type(store), "get", get)
-
-    def cost(arrays: bool) -> tuple[int, int]:
-        monkeypatch.setattr(ReadPath, "read_arrays", read_arrays if arrays else (lambda self, m, segs: None))
-        fresh = CheckpointManager(store)
-        before = store.stats.snapshot()
-        spans.clear()
-        cp = fresh.latest(RUN)
-        d = store.stats.since(before)
-        assert cp.messages == msgs
-        fresh.close()
-        return d.counts["GET"], _round_trips(spans)
-
-    tree = cost(False)
-    arrays = cost(True)
+    (tree, _), (arrays, used) = _ranged_costs(store, monkeypatch, msgs)
     assert used == [True]
     assert arrays[0] <= tree[0] and arrays[1] <= tree[1], (arrays, tree)
 
@@ -168,8 +136,20 @@ def test_a_ranged_read_of_many_holes_sharing_pieces_makes_no_more_round_trips_th
         msgs = msgs + [{"role": "tool", "content": base + f" edit {s}"}, _msg(2 * s + 1)]
         mgr.save(RUN, msgs, step=s, session_state=_big_state(s, 1 << 20))
     mgr.close()
+    (tree, _), (arrays, (used, holes)) = _ranged_costs(store, monkeypatch, msgs, holes=True)
+    assert used == [True] and len(holes) >= 10
+    # the LIST-free part of the read: config, manifest, segment tails, then the holes' blocks in
+    # two waves (one per hole, one after another, was 12 round trips for 15 holes)
+    assert arrays[1] <= 5 and arrays[0] <= tree[0] and arrays[1] <= tree[1], (arrays, tree)
+
+
+def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
+    """A fresh ``latest()`` of ``RUN`` in ``store`` through the tree, then through the arrays, each
+    GET held back 20 ms as a remote store does: per path ``((GETs, sequential round trips),
+    info)``, info for the arrays being whether each read_arrays returned the list (and, with
+    ``holes``, the holes of the segments' array blocks). Asserts each read is ``msgs``."""
     real_arrays = ReadPath.read_arrays
-    used, holes = [], []
+    used, seen = [], []
 
     def read_arrays(self, m, segs):
         out = real_arrays(self, m, segs)
@@ -179,7 +159,7 @@ def test_a_ranged_read_of_many_holes_sharing_pieces_makes_no_more_round_trips_th
     spans = []
     real_get = type(store).get
 
-    def get(self, key, *a, **k):  # a round trip of 20 ms, as a remote store has
+    def get(self, key, *a, **k):
         t0 = time.monotonic()
         time.sleep(0.02)
         try:
@@ -196,18 +176,14 @@ def test_a_ranged_read_of_many_holes_sharing_pieces_makes_no_more_round_trips_th
         cp = fresh.latest(RUN)
         d = store.stats.since(before)
         assert cp.messages == msgs
-        if arrays:
-            holes.extend(x for s in fresh._views[RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
-                         if b.array for x in b.parts if x[0] == T_HOLE)
+        if arrays and holes:
+            seen.extend(x for s in fresh._views[RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
+                        if b.array for x in b.parts if x[0] == T_HOLE)
         fresh.close()
         return d.counts["GET"], _round_trips(spans)
 
     tree = cost(False)
-    arrays = cost(True)
-    assert used == [True] and len(holes) >= 10
-    # the LIST-free part of the read: config, manifest, segment tails, then the holes' blocks in
-    # two waves (one per hole, one after another, was 12 round trips for 15 holes)
-    assert arrays[1] <= 5 and arrays[0] <= tree[0] and arrays[1] <= tree[1], (arrays, tree)
+    return (tree, None), (cost(True), (used, seen) if holes else used)
 
 
 def _round_trips(intervals) -> int:
