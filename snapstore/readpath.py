@@ -981,7 +981,11 @@ class ReadPath:
         if want is not None and len(refs) == m.count:
             try:
                 # everything at hand (the segments were read): one pass; else one parallel wave
-                # for what is not, then the pass again
+                # for what is not, then the pass again. Large messages first: their pieces lists
+                # and pieces in two waves, not two round trips per message
+                big = [(r.id, r.pack) for r in refs if r.flags & FLAG_PIECES]
+                if big and self._any_ranged():
+                    self.fetch_large(big)
                 raws = self._list_raws(refs, verify=False, at_hand=True)
                 if raws is None:
                     items = [(T_PIECES if r.flags & FLAG_PIECES else T_CHUNK, r.id, r.pack) for r in refs]
@@ -1020,6 +1024,12 @@ class ReadPath:
                                      f"checkpoint {m.checkpoint_id}: its messages (each matching its content id) do "
                                      "not match the manifest's list digest")
         return msgs, raws, digest
+
+    def _any_ranged(self) -> bool:
+        """True when a pack in the cache was read with byte ranges (some of its blocks may be
+        missing)."""
+        with self._lock:
+            return any(not p.whole for p in self._cache.values())
 
     def _list_raws(self, refs: list[Ref], verify: bool, at_hand: bool = False) -> list | None:
         """Each ref's exact JSON, in order (the packs already fetched): a read-only memoryview
@@ -1266,17 +1276,30 @@ class ReadPath:
 
     def _fetch_holes(self, blocks) -> None:
         """Fetch the blocks of ranged packs that the holes of the array blocks ``blocks`` (``(pack,
-        block index)``) name, in two parallel waves (the chunks or pieces lists, then the pieces'
-        chunks), so that :meth:`_hole_raw` then reads them from memory: one round trip per wave,
-        not one per hole. Best effort: what cannot be found or read is left to the read."""
-        holes = [(p, x[1]) for p, bi in blocks for x in p.blocks[bi].parts if x[0] == T_HOLE]
-        if not holes:
-            return
-        self.fetch_blocks([(T_CHUNK, mid, p.id) for p, mid in holes] + [(T_PIECES, mid, p.id) for p, mid in holes])
+        block index)``) name (see :meth:`fetch_large`), so that :meth:`_hole_raw` then reads them
+        from memory: one round trip per wave, not one per hole."""
+        holes = [(x[1], p.id) for p, bi in blocks for x in p.blocks[bi].parts if x[0] == T_HOLE]
+        if holes:
+            self.fetch_large(holes, chunks=True)
+
+    def fetch_large(self, messages, chunks: bool = False) -> None:
+        """Fetch, in two parallel waves, the blocks of ranged packs that large messages need:
+        their pieces lists (and, with ``chunks``, the chunk under the message's id, for a message
+        that may be stored whole), then the pieces those lists name. ``messages``: ``(message id,
+        hinted pack id)``, looked up as :meth:`fetch_blocks` does. Best effort: what cannot be
+        found or read is left to the read, which reports it."""
+        messages = list(messages)
+        items = [(T_PIECES, mid, hp) for mid, hp in messages]
+        if chunks:
+            items += [(T_CHUNK, mid, hp) for mid, hp in messages]
+        self.fetch_blocks(items)
         pieces = []
-        for p, mid in holes:
+        for mid, hp in messages:
             pk = (T_PIECES, mid)
-            home = p if pk in p.entries else self._cache.get(self._where.get(pk, b""))
+            with self._lock:
+                home = self._cache.get(hp)
+                if home is None or pk not in home.entries:
+                    home = self._cache.get(self._where.get(pk, b""))
             if home is None or pk not in home.entries:
                 continue
             try:
