@@ -86,11 +86,11 @@ class _ReadCtx:
         return blob[len(blob) - spec.length:]
 
 
-
 def _arrays_exact(m: Manifest) -> bool | None:
     """What record ``m`` says of its run's arrays (``messages.a``, :attr:`ListState.arrays_exact`):
     True (1), False (0), or None when it does not say (a record written before ``messages.a``)."""
     return None if m.arrays is None else m.arrays == 1
+
 
 class ReadPath:
     """Read path of :class:`~snapstore.repository.Repository`: pack cache, segment index,
@@ -1295,12 +1295,8 @@ class ReadPath:
         self.fetch_blocks(items)
         pieces = []
         for mid, hp in messages:
-            pk = (T_PIECES, mid)
-            with self._lock:
-                home = self._cache.get(hp)
-                if home is None or pk not in home.entries:
-                    home = self._cache.get(self._where.get(pk, b""))
-            if home is None or pk not in home.entries:
+            home = self._holder((T_PIECES, mid), hp)
+            if home is None:
                 continue
             try:
                 pieces.extend((T_CHUNK, x.id, x.pack) for x in decode_pieces(self._entry(T_PIECES, mid, home.id)))
@@ -1309,20 +1305,29 @@ class ReadPath:
         if pieces:
             self.fetch_blocks(pieces)
 
+    def _holder(self, key: tuple[int, bytes], hint: Pack | bytes) -> Pack | None:
+        """The pack at hand holding entry ``key`` (``(type, id)``): ``hint`` (a pack, or the id
+        of a cached one) when it holds it, else the segment that does (the segment index), else
+        None. No request is made."""
+        with self._lock:
+            p = hint if isinstance(hint, Pack) else self._cache.get(hint)
+            if p is None or key not in p.entries:
+                p = self._cache.get(self._where.get(key, b""))
+        return p if p is not None and key in p.entries else None
+
     def _hole_raw(self, p: Pack, mid: bytes, budget: int) -> bytes | None:
         """The message a hole in pack ``p`` names (``mid``: its content id): a chunk under its id,
         or a pieces list; its size is known before its bytes are read, and a message larger than
         ``budget`` bytes is not read (None, as for one that cannot be found or read)."""
         ck = (T_CHUNK, mid)
-        home = p if ck in p.entries else self._cache.get(self._where.get(ck, b""))
-        if home is not None and ck in home.entries:
+        home = self._holder(ck, p)
+        if home is not None:
             hsize, flags = home.entries[ck].length, 0
         else:
             # a pieces list: in this pack, or (a repeat of a large message stored before) in the
             # segment that holds it
-            pk = (T_PIECES, mid)
-            home = p if pk in p.entries else self._cache.get(self._where.get(pk, b""))
-            if home is None or pk not in home.entries:
+            home = self._holder((T_PIECES, mid), p)
+            if home is None:
                 return None
             try:
                 hsize = sum(x.size for x in decode_pieces(self._entry(T_PIECES, mid, home.id)))
@@ -1378,7 +1383,7 @@ class ReadPath:
                 mv = memoryview(raw)
                 update(b"," if j else b"[")
                 pos = 1
-                last = b.rawlen - 1
+                close = b.rawlen - 1  # the block's closing bracket
                 for s, e, n, hraw in runs:
                     # the bytes around each run and hole are what the hash takes as the list's
                     # brackets and commas (it hashes ``[`` and ``,`` of its own before a block and
@@ -1389,7 +1394,7 @@ class ReadPath:
                     if c != 0x2C and not (s == 1 and c == 0x5B):
                         return None
                     c = raw[e]
-                    if c != 0x2C and not (e == last and c == 0x5D):
+                    if c != 0x2C and not (e == close and c == 0x5D):
                         return None
                     if hraw is not None:
                         update(mv[pos:s])
@@ -1398,7 +1403,7 @@ class ReadPath:
                         if parse:
                             out.append(loads(hraw))
                     elif parse:
-                        if s == 1 and e == stop == b.rawlen - 1:
+                        if s == 1 and e == stop == close:
                             got = loads(raw)  # the whole block: its own brackets
                         else:
                             got = loads(b"".join((b"[", mv[s:e], b"]")))

@@ -144,7 +144,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
     fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
                    ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
-    seq = 0 if v.head_seq is None else v.head_seq + 1
+    seq = seq_of(v)
     if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
         # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
         # first attempt may have written and its manifest names: the segment list, the state
