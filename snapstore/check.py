@@ -17,7 +17,7 @@ from .format.codec import encode_json
 from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index
+from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index, is_void
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from .format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
 from .forwarding import ForwardMap
@@ -191,6 +191,19 @@ def head_segments(logs: dict) -> dict:
     return out
 
 
+def void_record(info) -> bool:
+    """True if the listed object ``info`` is a void record (docs/format.md §8d): one byte, under
+    a manifest key that names a position (one that does not is a stray name, read and reported
+    as a manifest)."""
+    if not is_void(info.size):
+        return False
+    try:
+        keys.seq_from_manifest_key(info.key)
+        return True
+    except IntegrityError:
+        return False
+
+
 def segments_by_run(logs: dict) -> dict:
     """run id -> the segment list of the run's newest record (format 2; runs without one are
     left out), for :func:`mark`."""
@@ -264,7 +277,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         keys_by_run = defaultdict(list)
         for info in repo.store.list(keys.RUNS):
             parts = info.key.split("/")
-            if len(parts) == 4 and parts[2] == "m":
+            if len(parts) == 4 and parts[2] == "m" and not void_record(info):
                 keys_by_run[parts[1]].append(info.key)
     tasks: list = []
     for rk, ks in keys_by_run.items():
@@ -874,6 +887,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_keys: dict[str, list[str]] = defaultdict(list)
     logseg_keys: dict[str, list[str]] = defaultdict(list)
+    voids = {i.key for i in all_infos if void_record(i)}
     for k in all_keys:
         if k == keys.CONFIG:
             continue
@@ -891,7 +905,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             continue
         parts = k.split("/")
         if len(parts) == 4 and parts[0] == "runs" and parts[2] == "m":
-            keys_by_run[parts[1]].append(k)
+            if k not in voids:  # a void record (§8d) keeps a deleted record's position: no record
+                keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "c":
             index_keys[parts[1]].append(k)
         elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "l" and parse_logseg_key(k) is not None:
@@ -1144,7 +1159,10 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
             c = "packs"
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "m":
             c = "manifests"
-            keys_by_run[parts[1]].append(k)
+            if void_record(info):
+                cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§8d): no record
+            else:
+                keys_by_run[parts[1]].append(k)
             if info.size == 0:
                 cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§8c)
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":

@@ -32,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .check import head_segments, mark, read_runs_slim, segments_by_run
+from .check import head_segments, mark, read_runs_slim, segments_by_run, void_record
 from .format.logseg import parse_logseg_key, span
 from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
@@ -40,7 +40,7 @@ from . import runmarks
 from .format import keys, runmark
 from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import is_pack_hex
-from .format.manifest import (FORMAT_VERSION, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
+from .format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
@@ -186,10 +186,7 @@ class _Hooks:
 
 def store_now(repo: Repository) -> float:
     """Return the store's current time (seconds since the epoch): the mtime of a probe object."""
-    key = f"gc/clock-{os.urandom(8).hex()}"
-    info = repo.store.put(key, b"")
-    repo.store.delete_many([key])
-    return info.mtime
+    return repo.store_time()
 
 
 def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
@@ -285,6 +282,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # ---- list everything once
     packs, fwd_listing, cands, others = {}, [], {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
+    voids_by_run: dict[str, list] = defaultdict(list)
     index_by_run: dict[str, list] = defaultdict(list)
     logseg_by_run: dict[str, list] = defaultdict(list)
     # the run log first, then the data: every pack a manifest read here references was written
@@ -295,7 +293,10 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         infos[k] = info
         parts = k.split("/")
         if len(parts) == 4 and parts[2] == "m":
-            keys_by_run[parts[1]].append(k)
+            if void_record(info):  # a void record (§8d): keeps a deleted record's position taken
+                voids_by_run[parts[1]].append(info)
+            else:
+                keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[2] == "c":
             index_by_run[parts[1]].append(info)
         elif len(parts) == 4 and parts[2] == "l" and parse_logseg_key(k) is not None:
@@ -524,9 +525,13 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records. Log records
     # go only once older than the grace period: a writer whose knowledge of the run is older than
     # half of it re-reads the head, so no writer can still be aiming at a freed position.
+    # A position is freed only once older than FREE_AFTER as well (docs/format.md §8d): writers
+    # re-read the head after VIEW_TTL whatever grace period they were given.
+    log_mature = now - max(grace, FREE_AFTER)
+
     def old(key: str) -> bool:
         info = infos.get(key)
-        return grace == 0 or (info is not None and info.mtime <= mature)
+        return grace == 0 or (info is not None and info.mtime <= log_mature)
 
     def held(size: int, cat: str) -> None:  # not needed any more, but younger than the grace period
         rep.pending_objects += 1
@@ -534,6 +539,14 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.pending_kinds[cat] += 1
 
     del_keys: list[tuple[str, int, str]] = []
+    voids_left = set()  # runs keeping a void record after this GC
+    for rk, vinfos in voids_by_run.items():
+        for info in vinfos:
+            if grace == 0 or info.mtime <= log_mature:
+                del_keys.append((info.key, info.size, "manifests"))
+            else:
+                held(info.size, "manifests")
+                voids_left.add(rk)
     for rk, log in logs.items():
         hidden = set(log.hidden)
         for s_ in log.hidden:
@@ -549,7 +562,9 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             k = keys.manifest_key(rk, s_)
             size = infos[k].size if k in infos else 0
             if s_ == head_seq:
-                dead = m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1 and not log.hidden
+                # a lone tombstone goes last: while void records remain, positions must not restart at 0
+                dead = m.kind == KIND_TOMBSTONE and not log.live and len(remaining) == 1 and not log.hidden \
+                    and rk not in voids_left
             elif m.kind == KIND_ROLLBACK:
                 t = int(m.target["seq"])
                 dead = not any(t < x < s_ for x in log.manifests if x not in hidden) and not any(
@@ -582,7 +597,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # log segments (format 2 copies of log records): once no manifest of their range is left,
     # and older than the grace period (the writer of a range publishes its last record first)
     going = {k for k, _, c in del_keys if c == "manifests"}
-    lone = {rk: keys.seq_from_manifest_key(k) for k, _, c in del_keys if c == "manifests"
+    void_keys = {i.key for vinfos in voids_by_run.values() for i in vinfos}
+    lone = {rk: keys.seq_from_manifest_key(k) for k, _, c in del_keys if c == "manifests" and k not in void_keys
             for rk in [k.split("/")[1]] if rk in logs and len(logs[rk].manifests) == 1}
     del_keys[:0] = [(k, size, "runmarks") for k, size in runmarks.gc_doomed(
         mark_infos, {rk: log.manifests for rk, log in logs.items()}, lone, mature, grace)]

@@ -9,12 +9,15 @@ run through log segments) is :mod:`snapstore.runlog`.
 
 from __future__ import annotations
 
+import os
+
 from .errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
 from .format import keys
 from .format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
 from .format.ids import seq_hint
-from .format.manifest import KIND_CHECKPOINT, Manifest, decode_index, encode_index
+from .format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
+                              is_void)
 
 
 _UNSET = object()
@@ -43,6 +46,9 @@ class LogRecords:
         0-byte object, a compacted record, is read from its log segment copy)."""
         if not data:
             return self.read_compacted(key, light)
+        if is_void(len(data)):
+            raise ObjectNotFound(key, f"no record at {key}: a void record (a deleted record whose log position "
+                                 "stays taken, docs/format.md §8d)")
         m = Manifest.from_bytes(key, data, light)
         parts = key.split("/")
         if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
@@ -101,17 +107,122 @@ class LogRecords:
         raise CompactedRecordError(key, f"compacted record without a copy: {why}")
 
     def head(self, run_key: str) -> Manifest | None:
-        """Return the newest manifest of the run (one LIST with limit 1, one GET), or None."""
-        for info in self.store.list(keys.manifests_prefix(run_key), limit=1):
-            try:
-                return self.read_manifest_key(info.key)
-            except ObjectNotFound:
-                return self.head(run_key)  # deleted between LIST and GET: look again
-        return None
+        """Return the newest record of the run (one LIST with limit 1, one GET), or None.
+
+        Void records (docs/format.md §8d) are not records: writers never leave one newest, so
+        only a damaged log makes this list further.
+
+        Raises:
+            IntegrityError: the newest record is corrupt; StoreError: a request failed.
+        """
+        prefix = keys.manifests_prefix(run_key)
+        for attempt in range(8):
+            listed = self.store.list(prefix, limit=1)
+            for info in listed:
+                if is_void(info.size):
+                    listed = (i for i in self.store.list(prefix) if not is_void(i.size))
+                    info = next(listed, None)
+                    if info is None:
+                        return None
+                try:
+                    return self.read_manifest_key(info.key)
+                except ObjectNotFound:
+                    break  # deleted (or voided) between LIST and GET: look again
+            else:
+                return None
+        raise ConflictError(f"the log of run key {run_key!r} keeps changing under its newest record; try again")
 
     def manifest_seqs(self, run_key: str) -> list[int]:
-        """Return all manifest sequence numbers of the run, newest first (LIST only)."""
-        return [keys.seq_from_manifest_key(i.key) for i in self.store.list(keys.manifests_prefix(run_key))]
+        """Return the sequence numbers of the run's records, newest first (LIST only; void
+        records, docs/format.md §8d, are left out)."""
+        return [s for i in self.store.list(keys.manifests_prefix(run_key))
+                for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
+
+    def store_time(self) -> float:
+        """The store's current time (seconds since the epoch, UTC): the mtime of a probe object
+        written and deleted at once (one PUT and one DELETE). Ages of objects are measured on
+        this clock, never on the local one."""
+        key = f"gc/clock-{os.urandom(8).hex()}"
+        info = self.store.put(key, b"")
+        self.store.delete_many([key])
+        return info.mtime
+
+    def manifest_infos(self, run_key: str, seqs) -> dict:
+        """``{seq: ObjectInfo}`` of the run's manifest objects at positions ``seqs`` that exist
+        (void records included): a HEAD each for a few, else one LIST over their range."""
+        want = set(seqs)
+        if not want:
+            return {}
+        if len(want) <= 4:
+            def one(s):
+                try:
+                    return s, self.store.head(keys.manifest_key(run_key, s))
+                except ObjectNotFound:
+                    return s, None
+            return {s: i for s, i in self._pool_get().map(one, sorted(want)) if i is not None}
+        hi, lo = max(want), min(want)
+        after = keys.manifest_key(run_key, hi + 1) if hi + 1 < keys.SEQ_MAX else None
+        out = {}
+        for info in self.store.list(keys.manifests_prefix(run_key), start_after=after):
+            s = keys.seq_from_manifest_key(info.key)
+            if s < lo:
+                break
+            if s in want:
+                out[s] = info
+        return out
+
+    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], now: float | None = None) -> None:
+        """Remove the run's log records at ``[(seq, checkpoint id or None)]`` (and the index
+        records of caller-supplied ids) without freeing a position a stale writer may aim at.
+
+        Index records go first, so a crash never leaves a live-looking index without its
+        manifest being the one that is gone. A record older than :data:`FREE_AFTER` (store time)
+        is deleted; a younger one is replaced by a void record (compare-and-swap on the ETag just
+        read), so its position stays taken: a writer that still believes the record before it is
+        the run's newest fails its create-only write there instead of publishing a checkpoint
+        nobody sees (docs/format.md §8d). Positions with no object are skipped.
+
+        Args:
+            run_key: the run's key segment.
+            entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
+                tombstones) names the index record to delete.
+            now: the store's current time if the caller knows it (seconds since the epoch);
+                read with :meth:`store_time` when some record is not provably old.
+        Raises:
+            StoreError: a request failed (what was removed stays removed; the rest is left).
+        """
+        idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
+        if idx:
+            self.store.delete_many(idx)
+        infos = self.manifest_infos(run_key, {s for s, _ in entries})
+        if not infos:
+            return
+        newest_seen = max(i.mtime for i in infos.values())
+        if now is None and any(newest_seen - i.mtime < FREE_AFTER for i in infos.values()):
+            now = self.store_time()
+        now = newest_seen if now is None else max(now, newest_seen)
+        old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
+        young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
+        if old:
+            self.store.delete_many([keys.manifest_key(run_key, s) for s in sorted(old)])
+        if young:
+            list(self._pool_get().map(lambda item: self._void(run_key, *item), young))
+
+    def _void(self, run_key: str, seq: int, info) -> None:
+        """Replace the record at ``seq`` by a void record (compare-and-swap, re-read on a change)."""
+        key = keys.manifest_key(run_key, seq)
+        for _ in range(8):
+            if is_void(info.size):
+                return
+            try:
+                self.store.put_if_match(key, VOID_RECORD, info.etag)
+                return
+            except PreconditionFailed:
+                try:
+                    info = self.store.head(key)  # changed meanwhile (a compacted record written): again
+                except ObjectNotFound:
+                    return  # removed by another deleter
+        raise ConflictError(f"{key} keeps changing; could not void it")
 
     def publish(self, run_key: str, m: Manifest, revives: bool = False, pending=_UNSET) -> bytes:
         """Write manifest ``m`` create-only at its sequence number; return the bytes written.
@@ -235,13 +346,3 @@ class LogRecords:
                 return m
         raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} not found")
 
-    def delete_checkpoint_objects(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
-        """Delete manifests (and their index records) for ``(seq, checkpoint id or None)`` pairs.
-
-        Index records go first, so a crash never leaves a live-looking index without its manifest
-        being the one that is gone.
-        """
-        idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
-        if idx:
-            self.store.delete_many(idx)
-        self.store.delete_many([keys.manifest_key(run_key, s) for s, _ in entries])

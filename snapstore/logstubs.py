@@ -21,7 +21,7 @@ from __future__ import annotations
 from .errors import ObjectNotFound, PreconditionFailed, SnapstoreError
 from .format import keys
 from .format.logseg import MAX_LEVEL, decode_logseg, logseg_key, span
-from .format.manifest import Manifest
+from .format.manifest import Manifest, is_void
 from .repository import Repository
 from .stores.local import LocalStore
 
@@ -108,8 +108,8 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
     for s in range(lo, hi + 1):
         info = listed.get(s)
         c = by_seq.get(s)
-        if info is None or info.size == 0 or c is None:
-            continue  # gone (never create a key), already a stub, or no copy to stand for it
+        if info is None or info.size == 0 or is_void(info.size) or c is None:
+            continue  # gone (never create a key), already a stub, a void record, or no copy to stand for it
         key = keys.manifest_key(run_key, s)
         try:
             copy = c.manifest(f"{key} (copy in {seg_key})")

@@ -120,11 +120,12 @@ def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[s
 
 
 def remove_range(mgr, rk: str, low: int, high: int) -> list:
-    """Delete every manifest with low < seq < high (and index records). Returns removed (seq, id)."""
+    """Remove every record with low < seq < high (and index records; young records become void
+    records, :meth:`~snapstore.logrecords.LogRecords.remove_records`). Returns removed (seq, id)."""
     seqs = [s for s in mgr.repo.manifest_seqs(rk) if low < s < high]
     got = logscan.read_many(mgr.repo, rk, seqs)
     entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
-    mgr.repo.delete_checkpoint_objects(rk, entries)
+    mgr.repo.remove_records(rk, entries)
     return entries
 
 
@@ -139,7 +140,7 @@ def delete_run(mgr, run_id: str, rk: str, newest: Manifest | None = None) -> Man
     else:
         tomb = publish.append_record(mgr, run_id, rk, make)
     mgr.repo.store.delete_many(i.key for i in mgr.repo.store.list(keys.index_prefix(rk)))
-    mgr.repo.store.delete_many(keys.manifest_key(rk, s) for s in mgr.repo.manifest_seqs(rk) if s < tomb.seq)
+    mgr.repo.remove_records(rk, [(s, None) for s in mgr.repo.manifest_seqs(rk) if s < tomb.seq])
     return tomb
 
 
@@ -191,5 +192,5 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> M
         break
     else:
         raise ConflictError(f"run {run_id!r} is changing too fast; gave up deleting")
-    mgr.repo.delete_checkpoint_objects(rk, doomed)
+    mgr.repo.remove_records(rk, doomed)
     return moved

@@ -235,7 +235,7 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
         live = live_list(mgr, rk, v)
         excess = len(live) - mgr.max_checkpoints
         if excess > 0 and v.head is not None and live[-1] == (v.head.seq, v.head.checkpoint_id):
-            mgr.repo.delete_checkpoint_objects(rk, live[:excess])
+            mgr.repo.remove_records(rk, live[:excess])
             del live[:excess]
     except SnapstoreError as e:
         v.live = None

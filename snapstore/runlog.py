@@ -14,7 +14,7 @@ from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format import keys
 from .format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
                             parse_logseg_key, span)
-from .format.manifest import Manifest, open_manifest
+from .format.manifest import Manifest, is_void, open_manifest
 from .repository import Repository
 
 PAGE = 1000
@@ -28,19 +28,24 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
     parallel, one page per 1,000 positions (``start_after`` computed from the position), so a run
     of n records costs ``ceil(n / 1000)`` LIST requests in 2 sequential round trips.
 
+    Void records (docs/format.md §8d) are not records: their positions are left out, so no copy
+    of the record they replaced is ever read for them.
+
     Raises:
         StoreError: the store failed.
     """
     prefix = keys.manifests_prefix(run_key)
-    first = [keys.seq_from_manifest_key(i.key) for i in repo.store.list(prefix, limit=PAGE)]
-    if len(first) < PAGE:
+    infos = list(repo.store.list(prefix, limit=PAGE))
+    first = [s for i in infos for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
+    if len(infos) < PAGE:
         return first
-    low = first[-1]
+    low = keys.seq_from_manifest_key(infos[-1].key)
     starts = list(range(low - 1, -1, -PAGE))  # each page lists positions <= start
 
     def page(start: int) -> list[int]:
         after = keys.manifest_key(run_key, start + 1)
-        return [keys.seq_from_manifest_key(i.key) for i in repo.store.list(prefix, start_after=after, limit=PAGE)]
+        return [s for i in repo.store.list(prefix, start_after=after, limit=PAGE)
+                for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
 
     got = set(first)
     for seqs in repo._pool_get().map(page, starts):
@@ -244,7 +249,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
             if missing:
                 listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
                     keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
-                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level))}
+                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level)) if not is_void(i.size)}
 
                 def get_one(s):
                     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, publish, retention, runmarks, views
+from . import callers, logscan, publish, retention, runmarks, views
 from .compaction import plan_save
 from .errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
                      SnapstoreError)
@@ -22,7 +22,7 @@ from .format import keys
 from .format.codec import validate
 from .format.fields import validate_fields
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, Manifest, check_record_size
+from .format.manifest import KIND_CHECKPOINT, VIEW_TTL, Manifest, check_record_size
 from .repository import Repository
 
 
@@ -224,7 +224,10 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
             tier_put.result()
     mgr._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
     half = mgr.gc_grace_period / 2
-    if mgr._clock() - v.confirmed_at > half or (parent_id is not None and mgr._clock() - t_start > half):
+    # a view older than VIEW_TTL may be of a record whose successors were removed since, their
+    # positions freed (docs/format.md §8d), whatever the grace period: read the head again
+    fresh = min(half, VIEW_TTL)
+    if mgr._clock() - v.confirmed_at > fresh or (parent_id is not None and mgr._clock() - t_start > fresh):
         # GC safety: our parent (and so the data we dedup against) must still exist, and the
         # run must be the one we know (same newest record, not a re-created run)
         newest = repo.head(rk)
@@ -258,6 +261,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                           "anyway, and a GC with that grace period must not run beside this writer",
                           RuntimeWarning, stacklevel=5)
     mgr._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
+    viewed_at = v.confirmed_at
     try:
         data = repo.publish(rk, m, revives, mark_put.result() if mark_put is not None else None)
     except PreconditionFailed:
@@ -267,6 +271,16 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
         raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
                             f"checkpoints after the one this save continues (log position {seq} is "
                             "taken); call latest() and retry, or fork() the run") from None
+    if mgr._clock() - viewed_at > VIEW_TTL:
+        # slow: more than VIEW_TTL passed between this writer's view of the run and the reply to
+        # its create-only write, so its position may have been freed and taken (§8d): the save
+        # is acknowledged only if no newer record exists, or the next one continues it
+        try:
+            newer_than_ours(mgr, rk, m)
+        except ConflictError:
+            v.pending = None
+            v.loaded = False
+            raise
     if v.head is not None and v.head_seq is not None and v.head.seq != v.head_seq:
         runmarks.after_rollback_head(repo.store, rk, v.head_seq)  # the newest record was a rollback
     v.pending = None
@@ -291,6 +305,24 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     if mgr.max_checkpoints is not None:
         retention.enforce_max(mgr, run_id, rk, v)
     return m.checkpoint_id
+
+
+def newer_than_ours(mgr, rk: str, m: Manifest) -> None:
+    """After publishing ``m`` slowly: raise ConflictError (and void ``m``) if a newer record
+    exists that does not continue ``m`` (``m`` took a position freed under it, docs/format.md
+    §8d). The record is made void rather than deleted with its pack: a writer that did see it
+    may have continued it, and its data stays for GC to judge."""
+    repo = mgr.repo
+    newest = repo.head(rk)
+    if newest is None or newest.seq <= m.seq:
+        return
+    nxt = logscan.read_many(repo, rk, [m.seq + 1]).get(m.seq + 1)
+    if nxt is not None and nxt.kind == KIND_CHECKPOINT and nxt.parent_id == m.checkpoint_id:
+        return  # another writer saw ours and continued it
+    repo.remove_records(rk, [(m.seq, m.checkpoint_id)])
+    raise ConflictError(f"run {m.run_id!r} changed while this save was in flight (log position {m.seq} was "
+                        f"freed and taken again; the run's newest record is at {newest.seq}): the save is not "
+                        "kept; call latest() and retry")
 
 
 def seq_of(v) -> int:

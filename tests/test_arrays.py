@@ -318,10 +318,12 @@ def test_verify_checks_messages_x_against_the_tree_and_its_keyed_tag(tmp_path):
 
 def _heads(mgr, run) -> list:
     """Every checkpoint record of ``run``, oldest first (as stored)."""
-    from snapstore.format.manifest import KIND_CHECKPOINT, Manifest
+    from snapstore.format.manifest import KIND_CHECKPOINT, Manifest, is_void
     rk = mgr._rk(run)
     out = []
     for info in mgr.store.list(keys.manifests_prefix(rk)):
+        if is_void(info.size):
+            continue  # a deleted record's position kept taken (docs/format.md §8d)
         m = Manifest.from_bytes(info.key, mgr.store.get(info.key))
         if m.kind == KIND_CHECKPOINT:
             out.append(m)

@@ -58,7 +58,7 @@ def _move(m1, how, a, b):
     if how == "prune":
         d = m1.save(RUN, [msg("a", 1), msg("b", 2), msg("c", 3), msg("d", 4)])
         e = m1.save(RUN, [msg("a", 1), msg("b", 2), msg("c", 3), msg("d", 4), msg("e", 5)])
-        gone = m1.prune(RUN, keep_last=2)
+        gone = [s.id for s in m1.prune(keep_last=2, run_id=RUN)]
         assert {a, b, c} <= set(gone) and d not in gone and e not in gone
         return e
     if how == "delete-middle":
@@ -134,3 +134,98 @@ def test_rolled_back_checkpoint_is_gone_for_get(repo, kind):
         with pytest.raises(CheckpointNotFound):
             mgr.get(RUN, b)
         assert [s.id for s in mgr.list(RUN)] == [a]
+
+
+# --- by the clock: old records are deleted, young ones voided; old views are read again --------
+
+from fake_clock import Clock  # noqa: E402
+from snapstore.format import keys  # noqa: E402
+from snapstore.format.manifest import FREE_AFTER, VIEW_TTL, is_void  # noqa: E402
+from snapstore.stores.memory import MemoryStore  # noqa: E402
+
+
+def _objects(store, rk):
+    return {keys.seq_from_manifest_key(i.key): i.size for i in store.list(keys.manifests_prefix(rk))}
+
+
+def test_old_records_are_deleted_and_young_ones_voided():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock)
+    ids = [m.save(RUN, [msg("a", i) for i in range(k + 1)]) for k in range(4)]
+    clock.advance(FREE_AFTER + 1)
+    ids += [m.save(RUN, [msg("a", i) for i in range(k + 1)]) for k in range(4, 7)]
+    gone = {s.id for s in m.prune(keep_last=1, run_id=RUN)}
+    assert gone == set(ids[:-1])
+    rk = m.repo.run_key(RUN)
+    objs = _objects(store, rk)
+    assert not any(s in objs for s in range(4))  # older than FREE_AFTER: positions freed
+    assert all(is_void(objs[s]) for s in (4, 5)) and not is_void(objs[6])  # young: kept taken
+    assert [s.id for s in CheckpointManager(store).list(RUN)] == [ids[-1]]
+    for cid in ids[:-1]:
+        with pytest.raises(CheckpointNotFound):
+            CheckpointManager(store).get(RUN, cid)
+    # GC (grace 0: no other writer) removes the void records; the run is intact
+    m.gc(grace_period=0)
+    assert set(_objects(store, rk)) == {6}
+    assert CheckpointManager(store).latest(RUN).id == ids[-1]
+
+
+def test_gc_keeps_void_records_younger_than_free_after_whatever_its_grace():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m = CheckpointManager(store, clock=clock)
+    for k in range(3):
+        m.save(RUN, [msg("a", i) for i in range(k + 1)])
+    m.prune(keep_last=1, run_id=RUN)
+    rk = m.repo.run_key(RUN)
+    clock.advance(120)
+    m.gc(grace_period=60)  # a short grace period: writers still re-read only after VIEW_TTL
+    assert sum(is_void(s) for s in _objects(store, rk).values()) == 2
+    clock.advance(FREE_AFTER)
+    m.gc(grace_period=60)
+    assert list(_objects(store, rk)) == [2]
+
+
+def test_a_writer_whose_view_is_older_than_view_ttl_reads_the_head_again():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m1, m2 = CheckpointManager(store, clock=clock), CheckpointManager(store, clock=clock)
+    a = m1.save(RUN, [msg("a", 1)])
+    b = m1.save(RUN, [msg("a", 1), msg("b", 2)])
+    assert m2.latest(RUN).id == b
+    m1.save(RUN, [msg("a", 1), msg("b", 2), msg("c", 3)])
+    clock.advance(FREE_AFTER + 1)
+    m1.rollback(RUN, a)  # b and c are old: deleted, their positions freed
+    rk = m1.repo.run_key(RUN)
+    assert 1 not in _objects(store, rk) and 2 not in _objects(store, rk)
+    assert VIEW_TTL < m2.gc_grace_period / 2  # the grace period alone would not re-read
+    with pytest.raises(ConflictError):
+        m2.save(RUN, [msg("a", 1), msg("b", 2), msg("x", 3)])
+    assert [s.id for s in CheckpointManager(store).list(RUN)] == [a]
+
+
+def test_a_save_slower_than_view_ttl_checks_after_publishing():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    m1, m2 = CheckpointManager(store, clock=clock), CheckpointManager(store, clock=clock)
+    a = m1.save(RUN, [msg("a", 1)])
+    b = m1.save(RUN, [msg("a", 1), msg("b", 2)])
+    assert m2.latest(RUN).id == b
+
+    def behind_its_back(**_):
+        m2.hooks.clear()
+        m1.save(RUN, [msg("a", 1), msg("b", 2), msg("c", 3)])
+        clock.advance(FREE_AFTER + 1)
+        m1.rollback(RUN, a)  # frees the position m2 is about to write
+
+    m2.hooks["before_publish"] = behind_its_back
+    with pytest.raises(ConflictError):
+        m2.save(RUN, [msg("a", 1), msg("b", 2), msg("x", 3)])
+    fresh = CheckpointManager(store)
+    assert fresh.latest(RUN).id == a and [s.id for s in fresh.list(RUN)] == [a]
+    rk = m1.repo.run_key(RUN)
+    assert is_void(_objects(store, rk)[2])  # the slow save's record, made void
+    fresh.gc(grace_period=0)
+    fresh.gc(grace_period=0)
+    assert CheckpointManager(store).latest(RUN).messages == [msg("a", 1)]

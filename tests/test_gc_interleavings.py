@@ -22,6 +22,7 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, ObjectNotFound
+from snapstore.format.manifest import FREE_AFTER
 from snapstore.forwarding import read_forward_map
 from snapstore.gc import LOCK_KEY, gc
 from snapstore.stores import MemoryStore
@@ -511,7 +512,8 @@ def test_run_deleted_by_another_manager_while_a_stale_writer_holds_it(advance):
     M.delete("r")
     w.gone("r")
     w.gc()
-    w.clock.advance(advance * G)
+    # void records (the run's young records, docs/format.md §8d) wait FREE_AFTER as well
+    w.clock.advance(advance * G + (FREE_AFTER if advance > 2 else 0))
     w.gc()
     if advance > 2:
         assert not [k for k in w.store.raw() if k.startswith("runs/")]  # tombstone collected too
@@ -566,7 +568,7 @@ def test_rollback_gc_fork_share_data(grace):
     W.delete("r")
     w.gone("r")
     for _ in range(3):
-        w.clock.advance(1.5 * G)
+        w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§8d)
         w.gc()
     assert sorted(w.store.raw()) == ["config"]
 

@@ -37,6 +37,7 @@ from snapstore.repository import Repository
 from snapstore.errors import (AccessDenied, BucketNotFound, CredentialsError, IntegrityError, NotFoundError,
                               ObjectNotFound)
 from snapstore.format import keys
+from snapstore.format.manifest import is_void
 from snapstore.stores.memory import MemoryStore
 from snapstore.stores.s3 import S3Store
 
@@ -358,10 +359,15 @@ def test_list_pages_past_1000_checkpoints(s3_inprocess_store):
     assert [s.id for s in mgr.list("long", limit=3)] == ids[::-1][:3]
     assert mgr.get("long", ids[0]).messages == [{"role": "system", "content": "s"}, {"role": "user", "content": "m0"}]
     assert mgr.runs() == ["long", "other"]
-    # deleting the run removes all 1,100 manifests (DeleteObjects batches of <= 1,000)
+    # deleting the run removes all 1,100 records: younger than FREE_AFTER, each becomes a void
+    # record (docs/format.md §8d) keeping its position taken; GC then deletes them (DeleteObjects
+    # batches of <= 1,000)
     mgr.delete("long")
     assert mgr.latest("long") is None and mgr.list("long") == []
-    assert len(list(dst.list(keys.manifests_prefix(mgr.repo.run_key("long"))))) == 1  # the tombstone
+    left = list(dst.list(keys.manifests_prefix(mgr.repo.run_key("long"))))
+    assert len(left) == 1_101 and sum(not is_void(i.size) for i in left) == 1  # the tombstone
+    mgr.gc(grace_period=0)
+    assert mgr.runs() == ["other"]
 
 
 # --- versioning ----------------------------------------------------------------------------------------

@@ -53,6 +53,30 @@ KIND_CHECKPOINT = "checkpoint"
 KIND_ROLLBACK = "rollback"
 KIND_TOMBSTONE = "tombstone"
 
+VOID_RECORD = b"\x00"
+"""A *void record* (docs/format.md §8d): the 1-byte object that replaces a deleted record whose
+log position must stay taken (a record younger than ``FREE_AFTER`` that a rollback, a delete or
+a prune removed). Readers treat a manifest object of exactly one byte as no record at all; a
+create-only write at its key fails like at any record, so a stale writer cannot take the
+position again."""
+
+VIEW_TTL = 300.0
+"""Seconds a writer may act on its knowledge of a run's newest record without reading it again
+(docs/format.md §12): a save, rollback or delete whose view is older re-reads the head before it
+publishes, and one that took longer than this from its view to the reply of its publish checks
+afterwards that no newer record exists."""
+
+FREE_AFTER = 2 * VIEW_TTL
+"""Store-time age (seconds) a log record must have before a rollback, delete or prune may free its
+position by deleting it; a younger one is replaced by :data:`VOID_RECORD` instead (docs/format.md
+§8d). GC deletes void records (and hidden records) only once older than this and its grace
+period."""
+
+
+def is_void(size: int) -> bool:
+    """True if a manifest object of ``size`` bytes is a void record (exactly 1 byte)."""
+    return size == len(VOID_RECORD)
+
 MANIFEST_DICT_V1 = (
     b'{"kind":"rollback","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
     b'"target":{"seq":1,"id":""}}'
