@@ -46,6 +46,7 @@ import click
 from . import __version__
 from .api import CheckpointManager
 from .errors import InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
+from .format.codec import any_int_digits
 from .importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 
 __all__ = ["cli", "main", "parse_duration"]
@@ -468,6 +469,7 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
     if repo is not None and not repo.strip():
         raise CommandError("--repo is empty: give a directory, file:///path, s3://BUCKET/PREFIX or memory://", 2)
     ctx.obj = _State(repo if repo is not None else DEFAULT_REPO, compact_log)
+    ctx.with_resource(any_int_digits())  # integers of any size, in files read and JSON printed
     if ctx.invoked_subcommand is not None:
         activity = _Activity(ctx.invoked_subcommand).start()
         ctx.call_on_close(activity.stop)
@@ -778,7 +780,10 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         return
     req = ", ".join(f"{k} {v}" for k, v in used.counts.items() if v) or "none"
     runs_text = per_run[0]["run"] if len(per_run) == 1 else f"{len(per_run)} runs under {prefix}/"
-    ratio = f" ({logical / used.bytes_up:.1f}x smaller)" if used.bytes_up and saved else ""
+    ratio = ""
+    if used.bytes_up and logical and saved:
+        ratio = (f" ({logical / used.bytes_up:.1f}x smaller)" if logical >= used.bytes_up
+                 else f" ({used.bytes_up / logical:.1f}x larger: repository overhead outweighs so little data)")
     pairs = [
         ("  conversations", str(len(conversations))),
         ("  checkpoints", f"{saved} saved, {skipped} already present"),

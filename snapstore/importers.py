@@ -111,6 +111,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from snapstore.errors import InvalidInputError
+from snapstore.format.codec import any_int_digits
 
 __all__ = ["FORMATS", "Conversation", "default_run_id", "format_path", "load_trajectory", "parse_messages_path",
            "rebuild_record"]
@@ -287,7 +288,11 @@ def load_trajectory(
             or shape, does not match the ``format`` or ``messages_path`` given, or ``format`` is
             unknown.
     """
-    where = os.fspath(path)
+    with any_int_digits():  # integers of any size (Python refuses more than 4,300 digits by default)
+        return _load(os.fspath(path), format, messages_path)
+
+
+def _load(where: str, format: str | None, messages_path: str | None) -> tuple[str, list[Conversation]]:
     if format is not None and format not in FORMATS:
         raise InvalidInputError(
             f"{where}: unknown trajectory format {format!r} (expected one of {', '.join(FORMATS)})"
@@ -381,11 +386,77 @@ def _parse_float(text: str) -> float:
 _INF = float("inf")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object of the text holds a key twice: ``key``, ``path`` (from the parsed value)."""
+
+    def __init__(self, key: str, path: str):
+        super().__init__(key)
+        self.key, self.path = key, path
+
+
 def _loads(text: str) -> Any:
+    """Parse JSON text: NaN/Infinity, floats that overflow and objects holding a key twice are
+    refused (:class:`_NonFinite`, :class:`_Overflow`, :class:`_DuplicateKey`); integers of any
+    size are kept (the caller lifts Python's digit limit, see :func:`any_int_digits`)."""
+    dups: list = []
+
+    def pairs(items: list) -> dict:
+        obj = dict(items)
+        if len(obj) != len(items) and not dups:
+            seen: set = set()
+            key = next(k for k, _ in items if k in seen or seen.add(k))
+            dups.append((key, obj))
+        return obj
+
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float, object_pairs_hook=pairs)
     except RecursionError:
         raise _TooDeep() from None
+    if dups:
+        key, obj = dups[0]
+        raise _DuplicateKey(key, _path_of(value, obj))
+    return value
+
+
+def _path_of(value: Any, target: Any) -> tuple:
+    """The path (``(3, "traj", 2)``) of the object ``target`` (by identity) inside ``value``."""
+    stack: list = [(value, ())]
+    while stack:
+        v, p = stack.pop()
+        if v is target:
+            return p
+        if isinstance(v, dict):
+            stack.extend((x, p + (k,)) for k, x in reversed(list(v.items())) if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend((x, p + (i,)) for i, x in reversed(list(enumerate(v))) if isinstance(x, (dict, list)))
+    return ()
+
+
+def _duplicate_error(where: str, line: int | None, e: _DuplicateKey) -> InvalidInputError:
+    """``file: item 3: traj[2]: the object holds the key 'content' twice ...`` (``line N:`` in JSON
+    Lines; the top-level object is named as such)."""
+    path = e.path
+    at = [] if line is None else [f"line {line}"]
+    if line is None and path and isinstance(path[0], int):
+        at.append(f"item {path[0]}")
+        path = path[1:]
+    at.append(format_path(path) or ("the top-level object" if not at else ""))
+    at = [a for a in at if a]
+    return InvalidInputError(
+        f"{where}: {': '.join(at)}: the object holds the key {e.key!r} twice (JSON readers keep only one of "
+        "the two values, so part of the file would be lost); nothing was imported")
+
+
+def _syntax_error(e: json.JSONDecodeError, text: str) -> str:
+    """What a JSON syntax error says, as a whole sentence (the decoder's "Unterminated string
+    starting at" expects a position after it), and, when the text stops inside a value, that the
+    file looks cut short."""
+    msg = e.msg
+    if msg.endswith(" starting at"):
+        msg = msg[: -len(" at")] + " there"
+    if e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip()):
+        msg += " (the text ends inside a value: the file looks truncated)"
+    return msg
 
 
 class _TooDeep(ValueError):
@@ -441,6 +512,8 @@ def _read(where: str) -> tuple[str, Any]:
         raise InvalidInputError(f"{where}: empty file, expected {_EXPECTED}")
     try:
         return "json", _loads(text)
+    except _DuplicateKey as e:
+        raise _duplicate_error(where, None, e) from None
     except _NonFinite as e:
         raise InvalidInputError(f"{where}: {e} is not a JSON value (NaN/Infinity are not allowed)") from None
     except _Overflow as e:
@@ -450,8 +523,7 @@ def _read(where: str) -> tuple[str, Any]:
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
             raise InvalidInputError(
-                f"{where}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
-            ) from None
+                f"{where}: invalid JSON at line {e.lineno} column {e.colno}: {_syntax_error(e, text)}") from None
     # More than one JSON value: JSON Lines. Split on "\n" only: JSON strings may hold raw U+2028 etc.
     lines: list[tuple[int, Any]] = []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -460,6 +532,8 @@ def _read(where: str) -> tuple[str, Any]:
             continue
         try:
             lines.append((number, _loads(line)))
+        except _DuplicateKey as e:
+            raise _duplicate_error(where, number, e) from None
         except _NonFinite as e:
             raise InvalidInputError(
                 f"{where}: line {number}: {e} is not a JSON value (NaN/Infinity are not allowed)"
@@ -470,7 +544,7 @@ def _read(where: str) -> tuple[str, Any]:
             raise InvalidInputError(f"{where}: line {number}: JSON nested too deeply to read") from None
         except json.JSONDecodeError as e:
             raise InvalidInputError(
-                f"{where}: line {number}: invalid JSON Lines record (column {e.colno}: {e.msg})"
+                f"{where}: line {number}: invalid JSON Lines record (column {e.colno}: {_syntax_error(e, line)})"
             ) from None
     return "jsonl", lines
 
