@@ -638,11 +638,21 @@ def _import_state(file: str, fmt_name: str, conv) -> dict | None:
 
 
 def _other_fields(conv) -> list[str]:
-    """The names of the record's fields besides the messages (top level of the record)."""
+    """The names of what the conversation's record holds besides the messages: the file's own
+    fields around the records (tau2-bench ``info``, ``tasks``...), the record's fields, skipped
+    records, the raw events that the messages were made from."""
     rec = conv.record
-    out = []
+    out = list(conv.file_fields)
+    for part in conv.record_at:  # the conversation's own record inside the (narrowed) file
+        rec = rec[part]
+    inner = conv.path[len(conv.record_at):]
     if isinstance(rec, dict):
-        out = [k for k in rec if not (len(conv.path) == 1 and k == conv.path[0])]
+        out.extend(k for k in rec if not (len(inner) == 1 and k == inner[0]) or conv.derived)
+    if conv.derived:
+        events = rec
+        for part in inner:
+            events = events[part]
+        out.append(f"{len(events)} raw events")
     if conv.omitted:
         out.append(f"{len(conv.omitted)} non-message records")
     return out
@@ -783,7 +793,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     ratio = ""
     if used.bytes_up and logical and saved:
         ratio = (f" ({logical / used.bytes_up:.1f}x smaller)" if logical >= used.bytes_up
-                 else f" ({used.bytes_up / logical:.1f}x larger: repository overhead outweighs so little data)")
+                 else f" ({used.bytes_up / logical:.1f}x larger)")
     pairs = [
         ("  conversations", str(len(conversations))),
         ("  checkpoints", f"{saved} saved, {skipped} already present"),
@@ -794,6 +804,10 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     if cost is not None:
         pairs.append(("  request cost", f"~{_usd(cost['requests'])} at {_prices_text(cost['prices'], storage=False)} "
                                         "(S3 Standard list prices, us-east-1)"))
+    kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
+    if kept:
+        pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "
+                                "record back whole)"))
     pairs.append(("  elapsed", f"{elapsed:.2f} s"))
     _write(f"imported {file} ({fmt_name}) into {runs_text}\n" + _kv(pairs), err=True)
 
