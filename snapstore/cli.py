@@ -772,6 +772,13 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
                 saved += 1
                 done += 1
             per_run.append({"run": run, "checkpoints": len(cps), "saved": len(cps) - start, "skipped": start})
+    except KeyboardInterrupt:
+        progress.clear()
+        if not quiet:
+            _write(f"interrupted: {_plural(saved, 'checkpoint')} saved by this import ({done} of {total_cps} in "
+                   f"the file now stored); run the same command again to resume: it saves only the missing ones\n",
+                   err=True)
+        raise
     finally:
         progress.clear()
 

@@ -336,3 +336,44 @@ def test_explicit_openhands_on_the_shared_v1_files():
         if not path.is_file():
             pytest.skip(f"shared trajectory {path} not found (set SNAPSTORE_SHARED_DATA)")
         assert load_trajectory(path, format="openhands")[1][0].messages == load_trajectory(path)[1][0].messages
+
+
+# ------------------------------------------------------------------------------------------------
+# Ctrl-C during an import
+
+def test_ctrl_c_during_import_says_what_was_saved_and_a_rerun_resumes(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    items = [{"messages": [m for t in range(8) for m in ({"role": "user", "content": f"q{i}.{t} " * 30},
+                                                            {"role": "assistant", "content": f"a{i}.{t} " * 30})]}
+             for i in range(150)]
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps(item) + "\n" for item in items))
+    repo = tmp_path / "repo"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, "-m", "snapstore", "--repo", str(repo), "import", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until some checkpoints are saved
+        if repo.is_dir() and sum(len(files) for _, _, files in os.walk(repo)) > 40:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted:" in err and "checkpoints saved" in err and "again to resume" in err, err
+    saved = int(err.split("interrupted: ")[1].split(" checkpoint")[0])
+    assert 0 < saved < 150 * 8
+    again = subprocess.run(cmd + ["--json"], capture_output=True, env=env, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()
+    summary = json.loads(again.stdout)
+    assert summary["skipped"] >= saved and summary["saved"] + summary["skipped"] == 150 * 8
+    mgr = CheckpointManager(str(repo))
+    assert mgr.latest("many/0149").messages == items[149]["messages"]
