@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -945,6 +946,55 @@ def export_cmd(ctx, run, checkpoint, output, record):
             raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
         raise
     _write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
+
+
+@cli.command("diff")
+@click.argument("run")
+@click.argument("from_id", metavar="FROM")
+@click.argument("to_id", metavar="[TO]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON (the service's "
+              "GET /runs/{run}/diff ops: op, fromStart, fromEnd, toStart, toEnd, fromMessages, toMessages).")
+@click.pass_context
+def diff_cmd(ctx, run, from_id, to_id, as_json):
+    """Show how checkpoint TO's messages differ from checkpoint FROM's (TO: the run's latest).
+
+    Messages are compared as exact JSON values (key order included), as the service and the page
+    compare them. Each line is an operation on index ranges of FROM's and TO's message lists:
+    '=' equal, '-' only in FROM, '+' only in TO (a replaced range shows both). Exit status 0
+    whether or not they differ.
+    """
+    from .server.service import Service
+
+    mgr = _state(ctx).manager()
+    if to_id is None:
+        latest = mgr.latest(run)
+        if latest is None:
+            raise RunNotFound(f"run {run!r} not found")
+        to_id = latest.id
+    d = Service(mgr).diff(run, from_id, to_id)
+    a, b, ops = d["from"], d["to"], d["ops"]
+    if as_json:
+        _emit_json({"run": run, "from": a.id, "to": b.id, "from_count": a.message_count,
+                    "to_count": b.message_count, "ops": ops})
+        return
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 12)
+    lines = [f"run {run}: {a.id} ({_plural(a.message_count, 'message')}) -> {b.id} "
+             f"({_plural(b.message_count, 'message')})"]
+    for op in ops:
+        if op["op"] == "equal":
+            n = op["fromEnd"] - op["fromStart"]
+            lines.append(f"= {_plural(n, 'message')} equal (FROM [{op['fromStart']}:{op['fromEnd']}], "
+                         f"TO [{op['toStart']}:{op['toEnd']}])")
+            continue
+        for k, m in enumerate(op["fromMessages"]):
+            lines.append(f"- FROM [{op['fromStart'] + k}] {_clip(_json_bytes(m).decode('utf-8', 'replace'), width)}")
+        for k, m in enumerate(op["toMessages"]):
+            lines.append(f"+ TO [{op['toStart'] + k}] {_clip(_json_bytes(m).decode('utf-8', 'replace'), width)}")
+    added = sum(len(op["toMessages"]) for op in ops if op["op"] != "equal")
+    removed = sum(len(op["fromMessages"]) for op in ops if op["op"] != "equal")
+    lines.append("identical message lists" if not (added or removed) else
+                 f"{_plural(added, 'message')} only in TO (+), {_plural(removed, 'message')} only in FROM (-)")
+    _write("\n".join(lines) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -377,3 +377,27 @@ def test_ctrl_c_during_import_says_what_was_saved_and_a_rerun_resumes(tmp_path):
     assert summary["skipped"] >= saved and summary["saved"] + summary["skipped"] == 150 * 8
     mgr = CheckpointManager(str(repo))
     assert mgr.latest("many/0149").messages == items[149]["messages"]
+
+
+# ------------------------------------------------------------------------------------------------
+# snapstore diff
+
+def test_diff_command_shows_what_changed_between_checkpoints(repo):
+    from snapstore.server.service import Service
+
+    mgr = CheckpointManager(repo, create=True)
+    base = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    a = mgr.save("r", base)
+    b = mgr.save("r", [base[0], {"role": "assistant", "content": "hello!"}, {"role": "user", "content": "bye"}])
+    out = run(repo, "diff", "r", a, b).stdout
+    assert f"{a} (2 messages) -> {b} (3 messages)" in out
+    assert "= 1 message equal" in out
+    assert '- FROM [1] {"role": "assistant", "content": "hello"}' in out
+    assert '+ TO [1] {"role": "assistant", "content": "hello!"}' in out and '+ TO [2]' in out
+    assert "2 messages only in TO (+), 1 message only in FROM (-)" in out
+    assert run(repo, "diff", "r", a).stdout == out  # TO defaults to the latest
+    d = json.loads(run(repo, "diff", "r", a, b, "--json").stdout)
+    assert d["ops"] == Service(mgr).diff("r", a, b)["ops"]  # the service's own computation
+    assert "identical message lists" in run(repo, "diff", "r", b, b).stdout
+    one_line_error(run(repo, "diff", "r", "nope", ok=False), 1, "'nope'")
+    one_line_error(run(repo, "diff", "nope", a, ok=False), 1, "not found")
