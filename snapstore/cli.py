@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ import click
 from . import __version__
 from .api import CheckpointManager
 from .errors import InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
+from .format.codec import any_int_digits
 from .importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 
 __all__ = ["cli", "main", "parse_duration"]
@@ -468,6 +470,7 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
     if repo is not None and not repo.strip():
         raise CommandError("--repo is empty: give a directory, file:///path, s3://BUCKET/PREFIX or memory://", 2)
     ctx.obj = _State(repo if repo is not None else DEFAULT_REPO, compact_log)
+    ctx.with_resource(any_int_digits())  # integers of any size, in files read and JSON printed
     if ctx.invoked_subcommand is not None:
         activity = _Activity(ctx.invoked_subcommand).start()
         ctx.call_on_close(activity.stop)
@@ -636,11 +639,21 @@ def _import_state(file: str, fmt_name: str, conv) -> dict | None:
 
 
 def _other_fields(conv) -> list[str]:
-    """The names of the record's fields besides the messages (top level of the record)."""
+    """The names of what the conversation's record holds besides the messages: the file's own
+    fields around the records (tau2-bench ``info``, ``tasks``...), the record's fields, skipped
+    records, the raw events that the messages were made from."""
     rec = conv.record
-    out = []
+    out = list(conv.file_fields)
+    for part in conv.record_at:  # the conversation's own record inside the (narrowed) file
+        rec = rec[part]
+    inner = conv.path[len(conv.record_at):]
     if isinstance(rec, dict):
-        out = [k for k in rec if not (len(conv.path) == 1 and k == conv.path[0])]
+        out.extend(k for k in rec if not (len(inner) == 1 and k == inner[0]) or conv.derived)
+    if conv.derived:
+        events = rec
+        for part in inner:
+            events = events[part]
+        out.append(f"{len(events)} raw events")
     if conv.omitted:
         out.append(f"{len(conv.omitted)} non-message records")
     return out
@@ -760,6 +773,13 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
                 saved += 1
                 done += 1
             per_run.append({"run": run, "checkpoints": len(cps), "saved": len(cps) - start, "skipped": start})
+    except KeyboardInterrupt:
+        progress.clear()
+        if not quiet:
+            _write(f"interrupted: {_plural(saved, 'checkpoint')} saved by this import ({done} of {total_cps} in "
+                   f"the file now stored); run the same command again to resume: it saves only the missing ones\n",
+                   err=True)
+        raise
     finally:
         progress.clear()
 
@@ -778,7 +798,10 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         return
     req = ", ".join(f"{k} {v}" for k, v in used.counts.items() if v) or "none"
     runs_text = per_run[0]["run"] if len(per_run) == 1 else f"{len(per_run)} runs under {prefix}/"
-    ratio = f" ({logical / used.bytes_up:.1f}x smaller)" if used.bytes_up and saved else ""
+    ratio = ""
+    if used.bytes_up and logical and saved:
+        ratio = (f" ({logical / used.bytes_up:.1f}x smaller)" if logical >= used.bytes_up
+                 else f" ({used.bytes_up / logical:.1f}x larger)")
     pairs = [
         ("  conversations", str(len(conversations))),
         ("  checkpoints", f"{saved} saved, {skipped} already present"),
@@ -789,6 +812,10 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     if cost is not None:
         pairs.append(("  request cost", f"~{_usd(cost['requests'])} at {_prices_text(cost['prices'], storage=False)} "
                                         "(S3 Standard list prices, us-east-1)"))
+    kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
+    if kept:
+        pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "
+                                "record back whole)"))
     pairs.append(("  elapsed", f"{elapsed:.2f} s"))
     _write(f"imported {file} ({fmt_name}) into {runs_text}\n" + _kv(pairs), err=True)
 
@@ -919,6 +946,55 @@ def export_cmd(ctx, run, checkpoint, output, record):
             raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
         raise
     _write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
+
+
+@cli.command("diff")
+@click.argument("run")
+@click.argument("from_id", metavar="FROM")
+@click.argument("to_id", metavar="[TO]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON (the service's "
+              "GET /runs/{run}/diff ops: op, fromStart, fromEnd, toStart, toEnd, fromMessages, toMessages).")
+@click.pass_context
+def diff_cmd(ctx, run, from_id, to_id, as_json):
+    """Show how checkpoint TO's messages differ from checkpoint FROM's (TO: the run's latest).
+
+    Messages are compared as exact JSON values (key order included), as the service and the page
+    compare them. Each line is an operation on index ranges of FROM's and TO's message lists:
+    '=' equal, '-' only in FROM, '+' only in TO (a replaced range shows both). Exit status 0
+    whether or not they differ.
+    """
+    from .server.service import Service
+
+    mgr = _state(ctx).manager()
+    if to_id is None:
+        latest = mgr.latest(run)
+        if latest is None:
+            raise RunNotFound(f"run {run!r} not found")
+        to_id = latest.id
+    d = Service(mgr).diff(run, from_id, to_id)
+    a, b, ops = d["from"], d["to"], d["ops"]
+    if as_json:
+        _emit_json({"run": run, "from": a.id, "to": b.id, "from_count": a.message_count,
+                    "to_count": b.message_count, "ops": ops})
+        return
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 12)
+    lines = [f"run {run}: {a.id} ({_plural(a.message_count, 'message')}) -> {b.id} "
+             f"({_plural(b.message_count, 'message')})"]
+    for op in ops:
+        if op["op"] == "equal":
+            n = op["fromEnd"] - op["fromStart"]
+            lines.append(f"= {_plural(n, 'message')} equal (FROM [{op['fromStart']}:{op['fromEnd']}], "
+                         f"TO [{op['toStart']}:{op['toEnd']}])")
+            continue
+        for k, m in enumerate(op["fromMessages"]):
+            lines.append(f"- FROM [{op['fromStart'] + k}] {_clip(_json_bytes(m).decode('utf-8', 'replace'), width)}")
+        for k, m in enumerate(op["toMessages"]):
+            lines.append(f"+ TO [{op['toStart'] + k}] {_clip(_json_bytes(m).decode('utf-8', 'replace'), width)}")
+    added = sum(len(op["toMessages"]) for op in ops if op["op"] != "equal")
+    removed = sum(len(op["fromMessages"]) for op in ops if op["op"] != "equal")
+    lines.append("identical message lists" if not (added or removed) else
+                 f"{_plural(added, 'message')} only in TO (+), {_plural(removed, 'message')} only in FROM (-)")
+    _write("\n".join(lines) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------

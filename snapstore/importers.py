@@ -39,7 +39,12 @@ Formats (``FORMATS``)
     mini-swe-agent ``.traj.json``: ``{"messages": [...], "trajectory_format": "mini-swe-agent-…", ...}``.
     ``messages`` is cut like the older SWE-agent history; the final ``exit`` message joins the last turn.
 ``openhands``
-    OpenHands V1 SDK events (items with a ``kind`` discriminator). Either a bare JSON list of events
+    OpenHands events, V1 SDK (items with a ``kind`` discriminator) or V0 (items with ``source`` and an
+    ``action`` / ``observation`` name). A V0 stream is stored as the chat messages an agent resuming
+    needs (:func:`openhands_v0_messages`: system prompt, user messages, each model response's
+    assistant message once, tool results; state changes, null observations and recalls dropped),
+    cut as ``openai``; its events are kept whole in the record (:meth:`Conversation.extras`,
+    ``export --record``). V1 events are stored as they are. Either a bare JSON list of events
     (one conversation) or JSON Lines / a JSON list of evaluation episodes
     ``{"instance_id", "instruction", "history": [...], ...}`` (one conversation per episode, named by
     ``instance_id``, made unique with ``-2``, ``-3``... suffixes). Only the ``history`` events are
@@ -60,6 +65,9 @@ Formats (``FORMATS``)
 ``taubench``
     tau-bench results: a JSON list of ``{"task_id", "trial", "traj": [...], ...}``; one conversation per
     item (``traj`` is an OpenAI chat list, cut as ``openai``), named ``task<task_id>-trial<trial>``.
+    tau2-bench results ``{"timestamp", "info", "tasks": [...], "simulations": [...]}``: one conversation
+    per simulation (its ``messages``), named the same way; the record is the whole file narrowed to
+    that simulation, so ``info`` and ``tasks`` come back with every conversation.
 ``sharegpt``
     ShareGPT / LLaMA-Factory: a JSON list of ``{"conversations": [{"from", "value"}, ...], ...}``; one
     conversation per item named by zero-padded index (``"0007"``). ``gpt`` and ``function_call``
@@ -95,9 +103,16 @@ messages_path="results[].conversation.messages")`` names the lists instead of se
 
 Records are kept: :meth:`Conversation.extras` is what the record holds besides its messages
 (and :func:`rebuild_record` gives the record back from it and the final history), for every format.
+When the records are the elements of a list inside a JSON object that holds more (``{"meta": ...,
+"results": [...]}``), a conversation's record is the whole file narrowed to it: every other field
+as the file has it, and in that list only this conversation's record.
 
-Errors: every problem with the input (unreadable file, not UTF-8, not JSON, a broken JSON Lines line,
-NaN/Infinity, a number too large for a float such as ``1e400`` (named by record and path), an
+Values: integers of any size are read exactly (Python's 4,300-digit limit on int conversion is
+lifted while a file is read); an object that holds a key twice is refused, naming the key and where
+(a JSON reader keeps one of the two values, so the import would silently lose the other).
+
+Errors: every problem with the input (unreadable file, not UTF-8, not JSON or cut short, a broken
+JSON Lines line, a duplicate key, NaN/Infinity, a number too large for a float such as ``1e400`` (named by record and path), an
 unrecognised or mismatched structure, an unknown ``format`` name) raises
 :class:`snapstore.errors.InvalidInputError` with a one-line message naming the file (and the line or
 item where it applies).
@@ -111,9 +126,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from snapstore.errors import InvalidInputError
+from snapstore.format.codec import any_int_digits
 
-__all__ = ["FORMATS", "Conversation", "default_run_id", "format_path", "load_trajectory", "parse_messages_path",
-           "rebuild_record"]
+__all__ = ["FORMATS", "Conversation", "default_run_id", "format_path", "load_trajectory", "openhands_v0_messages",
+           "parse_messages_path", "rebuild_record"]
 
 FORMATS: tuple[str, ...] = (
     "openai",
@@ -129,8 +145,8 @@ FORMATS: tuple[str, ...] = (
 
 _EXPECTED = (
     "an agent trajectory: an OpenAI chat message list or {'messages': [...]}, a SWE-agent .traj, "
-    "a mini-swe-agent .traj.json, OpenHands V1 events or episodes (JSON/JSONL), a Claude Code "
-    "session JSONL, a tau-bench results list or a ShareGPT list"
+    "a mini-swe-agent .traj.json, OpenHands V0/V1 events or episodes (JSON/JSONL), a Claude Code "
+    "session JSONL, a tau-bench results list, a tau2-bench results object or a ShareGPT list"
 )
 
 # Turn roles of a record, used to find where checkpoints end.
@@ -164,6 +180,10 @@ class Conversation:
     label: str = ""
     omitted: list = field(default_factory=list)
     jsonl: bool = False
+    derived: bool = False
+    shown: str = ""
+    file_fields: list = field(default_factory=list)
+    record_at: tuple = ()
 
     @property
     def messages(self) -> list:
@@ -174,6 +194,8 @@ class Conversation:
     def where(self) -> str:
         """Where the messages are in the file, for people: ``"line 3: history"``, ``"results[2].messages"``
         or ``"(the whole file)"``."""
+        if self.shown:
+            return self.shown
         inner = format_path(self.path)
         if self.label and inner:
             return f"{self.label}: {inner}"
@@ -187,11 +209,22 @@ class Conversation:
         the message list at ``messages_path`` (keys and list indices) replaced by ``null``;
         ``omitted`` are the elements of that list that are not messages (Claude Code's
         ``file-history-snapshot`` and ``system`` records), by their index in the list; ``jsonl`` is
-        true when the record is a whole JSON Lines file (a list of its lines). None when the
-        conversation has no record (made by hand). :func:`rebuild_record` inverts it.
+        true when the record is a whole JSON Lines file (a list of its lines). With ``"derived":
+        true`` the messages were made from the record (OpenHands V0 events normalised to chat
+        messages): ``R`` is then the record whole, its events in place, and ``messages_path``
+        names where they are. None when the conversation has no record (made by hand).
+        :func:`rebuild_record` inverts it.
+
+        When the file holds more than its conversations' records (a tau2-bench results object:
+        ``timestamp``, ``info``, ``tasks`` around ``simulations``), the record is the whole file
+        narrowed to this conversation: every field as the file has it, and in the list of records
+        only this one (``{"timestamp", "info", "tasks", "simulations": [this one]}``).
         """
         if self.record is None and not self.path:
             return None
+        if self.derived:
+            return {"record": self.record, "messages_path": list(self.path), "omitted": [], "jsonl": self.jsonl,
+                    "derived": True}
         return {"record": _replace_at(self.record, self.path, None), "messages_path": list(self.path),
                 "omitted": [[i, e] for i, e in self.omitted], "jsonl": self.jsonl}
 
@@ -210,6 +243,8 @@ def rebuild_record(extras: dict, messages: list) -> Any:
     """
     if not isinstance(extras, dict) or not isinstance(extras.get("messages_path"), list) or "record" not in extras:
         raise InvalidInputError("not an imported record (expected {'record', 'messages_path', ...})")
+    if extras.get("derived") is True:  # the messages were made from the record, which is kept whole
+        return extras["record"]
     full = list(messages)
     for item in extras.get("omitted") or []:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and 0 <= item[0] <= len(full)):
@@ -244,6 +279,38 @@ def _replace_at(value: Any, path: tuple, new: Any) -> Any:
         return out
     out = list(value)
     out[head] = _replace_at(value[head], rest, new)
+    return out
+
+
+def _narrow(payload: Any, list_path: tuple, index: int) -> tuple[Any, tuple]:
+    """The file ``payload`` narrowed to one record: the list at ``list_path`` replaced by a list
+    holding only its element ``index``; returns ``(narrowed, path of that element in it)``."""
+    items = payload
+    for part in list_path:
+        items = items[part]
+    return _replace_at(payload, list_path, [items[index]]), list_path + (0,)
+
+
+def _has_outside(payload: Any, list_path: tuple) -> bool:
+    """Whether the file holds anything besides the list at ``list_path`` (a key beside it on the way)."""
+    value = payload
+    for part in list_path:
+        if isinstance(value, dict) and len(value) > 1:
+            return True
+        if not isinstance(value, dict):
+            return False
+        value = value[part]
+    return False
+
+
+def _outside_fields(payload: Any, list_path: tuple) -> list[str]:
+    """The names (``info``, ``meta.run``) of what the file holds beside the list at ``list_path``."""
+    out, value, at = [], payload, ()
+    for part in list_path:
+        if not isinstance(value, dict):
+            break
+        out.extend(format_path(at + (k,)) for k in value if k != part)
+        value, at = value[part], at + (part,)
     return out
 
 
@@ -287,7 +354,11 @@ def load_trajectory(
             or shape, does not match the ``format`` or ``messages_path`` given, or ``format`` is
             unknown.
     """
-    where = os.fspath(path)
+    with any_int_digits():  # integers of any size (Python refuses more than 4,300 digits by default)
+        return _load(os.fspath(path), format, messages_path)
+
+
+def _load(where: str, format: str | None, messages_path: str | None) -> tuple[str, list[Conversation]]:
     if format is not None and format not in FORMATS:
         raise InvalidInputError(
             f"{where}: unknown trajectory format {format!r} (expected one of {', '.join(FORMATS)})"
@@ -381,11 +452,77 @@ def _parse_float(text: str) -> float:
 _INF = float("inf")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object of the text holds a key twice: ``key``, ``path`` (from the parsed value)."""
+
+    def __init__(self, key: str, path: str):
+        super().__init__(key)
+        self.key, self.path = key, path
+
+
 def _loads(text: str) -> Any:
+    """Parse JSON text: NaN/Infinity, floats that overflow and objects holding a key twice are
+    refused (:class:`_NonFinite`, :class:`_Overflow`, :class:`_DuplicateKey`); integers of any
+    size are kept (the caller lifts Python's digit limit, see :func:`any_int_digits`)."""
+    dups: list = []
+
+    def pairs(items: list) -> dict:
+        obj = dict(items)
+        if len(obj) != len(items) and not dups:
+            seen: set = set()
+            key = next(k for k, _ in items if k in seen or seen.add(k))
+            dups.append((key, obj))
+        return obj
+
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float, object_pairs_hook=pairs)
     except RecursionError:
         raise _TooDeep() from None
+    if dups:
+        key, obj = dups[0]
+        raise _DuplicateKey(key, _path_of(value, obj))
+    return value
+
+
+def _path_of(value: Any, target: Any) -> tuple:
+    """The path (``(3, "traj", 2)``) of the object ``target`` (by identity) inside ``value``."""
+    stack: list = [(value, ())]
+    while stack:
+        v, p = stack.pop()
+        if v is target:
+            return p
+        if isinstance(v, dict):
+            stack.extend((x, p + (k,)) for k, x in reversed(list(v.items())) if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend((x, p + (i,)) for i, x in reversed(list(enumerate(v))) if isinstance(x, (dict, list)))
+    return ()
+
+
+def _duplicate_error(where: str, line: int | None, e: _DuplicateKey) -> InvalidInputError:
+    """``file: item 3: traj[2]: the object holds the key 'content' twice ...`` (``line N:`` in JSON
+    Lines; the top-level object is named as such)."""
+    path = e.path
+    at = [] if line is None else [f"line {line}"]
+    if line is None and path and isinstance(path[0], int):
+        at.append(f"item {path[0]}")
+        path = path[1:]
+    at.append(format_path(path) or ("the top-level object" if not at else ""))
+    at = [a for a in at if a]
+    return InvalidInputError(
+        f"{where}: {': '.join(at)}: the object holds the key {e.key!r} twice (JSON readers keep only one of "
+        "the two values, so part of the file would be lost); nothing was imported")
+
+
+def _syntax_error(e: json.JSONDecodeError, text: str) -> str:
+    """What a JSON syntax error says, as a whole sentence (the decoder's "Unterminated string
+    starting at" expects a position after it), and, when the text stops inside a value, that the
+    file looks cut short."""
+    msg = e.msg
+    if msg.endswith(" starting at"):
+        msg = msg[: -len(" at")] + " there"
+    if e.msg.startswith("Unterminated string") or e.pos >= len(text.rstrip()):
+        msg += " (the text ends inside a value: the file looks truncated)"
+    return msg
 
 
 class _TooDeep(ValueError):
@@ -441,6 +578,8 @@ def _read(where: str) -> tuple[str, Any]:
         raise InvalidInputError(f"{where}: empty file, expected {_EXPECTED}")
     try:
         return "json", _loads(text)
+    except _DuplicateKey as e:
+        raise _duplicate_error(where, None, e) from None
     except _NonFinite as e:
         raise InvalidInputError(f"{where}: {e} is not a JSON value (NaN/Infinity are not allowed)") from None
     except _Overflow as e:
@@ -450,8 +589,7 @@ def _read(where: str) -> tuple[str, Any]:
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
             raise InvalidInputError(
-                f"{where}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
-            ) from None
+                f"{where}: invalid JSON at line {e.lineno} column {e.colno}: {_syntax_error(e, text)}") from None
     # More than one JSON value: JSON Lines. Split on "\n" only: JSON strings may hold raw U+2028 etc.
     lines: list[tuple[int, Any]] = []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -460,6 +598,8 @@ def _read(where: str) -> tuple[str, Any]:
             continue
         try:
             lines.append((number, _loads(line)))
+        except _DuplicateKey as e:
+            raise _duplicate_error(where, number, e) from None
         except _NonFinite as e:
             raise InvalidInputError(
                 f"{where}: line {number}: {e} is not a JSON value (NaN/Infinity are not allowed)"
@@ -470,7 +610,7 @@ def _read(where: str) -> tuple[str, Any]:
             raise InvalidInputError(f"{where}: line {number}: JSON nested too deeply to read") from None
         except json.JSONDecodeError as e:
             raise InvalidInputError(
-                f"{where}: line {number}: invalid JSON Lines record (column {e.colno}: {e.msg})"
+                f"{where}: line {number}: invalid JSON Lines record (column {e.colno}: {_syntax_error(e, line)})"
             ) from None
     return "jsonl", lines
 
@@ -498,6 +638,14 @@ def _is_openhands_episode(value: Any) -> bool:
 
 def _is_openhands_event(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("kind"), str) and "role" not in value
+
+
+def _is_openhands_v0_events(value: Any) -> bool:
+    """An OpenHands V0 event stream: a non-empty list of objects, each with a ``source`` and an
+    ``action`` or ``observation`` name (no ``kind``, no ``role``)."""
+    return (isinstance(value, list) and bool(value) and all(
+        isinstance(e, dict) and "kind" not in e and "role" not in e and "source" in e
+        and (isinstance(e.get("action"), str) or isinstance(e.get("observation"), str)) for e in value))
 
 
 def _is_minisweagent(value: dict) -> bool:
@@ -541,6 +689,8 @@ def _detect_known(kind: str, payload: Any) -> str | None:
         return None
     value = payload
     if isinstance(value, dict):
+        if _is_tau2_results(value):
+            return "taubench"
         if isinstance(value.get("history"), list) and isinstance(value.get("trajectory"), list):
             return "sweagent"
         if isinstance(value.get("messages"), list):
@@ -555,7 +705,7 @@ def _detect_known(kind: str, payload: Any) -> str | None:
             return "taubench"
         if isinstance(first.get("conversations"), list):
             return "sharegpt"
-        if _is_openhands_episode(first) or _is_openhands_event(first):
+        if _is_openhands_episode(first) or _is_openhands_event(first) or _is_openhands_v0_events(value):
             return "openhands"
         if "role" in first or isinstance(first.get("messages"), list):
             return "openai"
@@ -700,6 +850,9 @@ class _Found:
     role_of: Callable
     jsonl: bool = False
     key: Any = None  # the record's own id, if any
+    outer: Any = None  # the whole file, when the record is an element of a list inside it
+    list_path: tuple = ()  # where that list is in the file
+    index: int = 0  # the record's index in it
 
 
 def _search(value: Any) -> list[tuple[tuple, list, str, Callable]]:
@@ -756,7 +909,8 @@ def _shape_conversations(where: str, kind: str, payload: Any) -> list[_Found]:
         for part in p[: cut + 1]:
             record = record[part]
         label = f"item {p[0]}" if cut == 0 else format_path(p[: cut + 1])
-        found.append(_Found(label, record, p[cut + 1:], items, sh, role, key=_record_key(record)))
+        found.append(_Found(label, record, p[cut + 1:], items, sh, role, key=_record_key(record),
+                            outer=payload, list_path=p[:cut], index=p[cut]))
     return found
 
 
@@ -777,8 +931,13 @@ def _conversations_from(found: list[_Found]) -> list[Conversation]:
             base = str(f.key) if use_keys else _padded(ordinal[f.label], len(per_record))
             siblings = per_record[f.label]
             names.append(base if len(siblings) == 1 else f"{base}-{siblings.index(f) + 1}")
-        conversations.append(Conversation("", _cut(f.items, f.role_of), record=f.record, path=f.path,
-                                          label=f.label, jsonl=f.jsonl))
+        conv = Conversation("", _cut(f.items, f.role_of), record=f.record, path=f.path, label=f.label,
+                            jsonl=f.jsonl)
+        if f.outer is not None and _has_outside(f.outer, f.list_path):  # keep what is around the records
+            conv.record, at = _narrow(f.outer, f.list_path, f.index)
+            conv.shown, conv.path, conv.record_at = conv.where, at + f.path, at
+            conv.file_fields = _outside_fields(f.outer, f.list_path)
+        conversations.append(conv)
     for conversation, name in zip(conversations, _unique(names) if not single else names):
         conversation.name = name
     return conversations
@@ -802,11 +961,11 @@ def _parse_at_path(where: str, kind: str, payload: Any, steps: list, text: str,
     found: list[_Found] = []
     for root_label, root in roots:
         # (value, path from the record, record label, record)
-        states = [(root, (), root_label, root)]
+        states = [(root, (), root_label, root, None)]  # ..., (list path, index) of a record inside a JSON file
         first_iter = kind == "json"
         for step in steps:
             nxt = []
-            for value, p, label, record in states:
+            for value, p, label, record, origin in states:
                 at = f"{label + ': ' if label else ''}{format_path(p) or '(top level)'}"
                 if step is _ITER:
                     if not isinstance(value, list):
@@ -814,31 +973,32 @@ def _parse_at_path(where: str, kind: str, payload: Any, steps: list, text: str,
                                                 "iterates over it with []")
                     for i, x in enumerate(value):
                         if first_iter:
-                            nxt.append((x, (), format_path(p + (i,)) if p else f"item {i}", x))
+                            nxt.append((x, (), format_path(p + (i,)) if p else f"item {i}", x, (p, i)))
                         else:
-                            nxt.append((x, p + (i,), label, record))
+                            nxt.append((x, p + (i,), label, record, origin))
                 elif isinstance(step, int):
                     if not isinstance(value, list) or step >= len(value):
                         raise InvalidInputError(f"{where}: {at} has no element [{step}] (--messages-path {text!r})")
-                    nxt.append((value[step], p + (step,), label, record))
+                    nxt.append((value[step], p + (step,), label, record, origin))
                 else:
                     if not isinstance(value, dict) or step not in value:
                         raise InvalidInputError(f"{where}: {at} has no key {step!r} (--messages-path {text!r})")
-                    nxt.append((value[step], p + (step,), label, record))
+                    nxt.append((value[step], p + (step,), label, record, origin))
             if step is _ITER:
                 first_iter = False
             states = nxt
-        for value, p, label, record in states:
+        for value, p, label, record, origin in states:
             at = f"{label + ': ' if label else ''}{format_path(p) or '(top level)'}"
+            place = {} if origin is None else {"outer": root, "list_path": origin[0], "index": origin[1]}
             if isinstance(value, list) and not value:
-                found.append(_Found(label, record, p, value, "messages", _chat_role, key=_record_key(record)))
+                found.append(_Found(label, record, p, value, "messages", _chat_role, key=_record_key(record), **place))
                 continue
             shape = _list_shape(value)
             if shape is None:
                 raise InvalidInputError(
                     f"{where}: {at} is {_shape(value)} holding no role-bearing messages or action/observation "
                     f"events (--messages-path {text!r})")
-            found.append(_Found(label, record, p, value, shape[0], shape[1], key=_record_key(record)))
+            found.append(_Found(label, record, p, value, shape[0], shape[1], key=_record_key(record), **place))
     if forced is not None:
         wrong = next((f for f in found if f.shape != forced and f.items), None)
         if wrong is not None:
@@ -1052,16 +1212,17 @@ def _parse_minisweagent(where: str, kind: str, payload: Any) -> list[Conversatio
 
 
 def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
-    what = "a list of OpenHands V1 events, or episodes {'instance_id', 'history': [...]} (JSON Lines or list)"
+    what = ("a list of OpenHands events (V1 with 'kind', or V0 with 'action'/'observation'), or episodes "
+            "{'instance_id', 'history': [...]} (JSON Lines or list)")
     if kind == "jsonl":
         episodes = [(f"line {n}", v) for n, v in payload]
     elif isinstance(payload, dict) and isinstance(payload.get("history"), list):
         events = _records(where, payload["history"], "history")
-        return [Conversation("", _cut(events, _openhands_role), record=payload, path=("history",))]
+        return [_openhands_conversation(events, payload, ("history",), "")]
     elif isinstance(payload, list) and payload and _is_openhands_episode(payload[0]):
         episodes = [(f"item {i}", v) for i, v in enumerate(payload)]
-    elif isinstance(payload, list) and all(_is_openhands_event(e) for e in payload):
-        return [Conversation("", _cut(payload, _openhands_role), record=payload)]
+    elif isinstance(payload, list) and (all(_is_openhands_event(e) for e in payload) or _is_openhands_v0_events(payload)):
+        return [_openhands_conversation(payload, payload, (), "")]
     else:
         raise InvalidInputError(f"{where}: {_shape(payload)}, expected {what}")
     names, conversations = [], []
@@ -1071,11 +1232,93 @@ def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
         events = _records(where, episode["history"], f"{label}: history")
         instance_id = episode.get("instance_id")
         names.append(str(instance_id) if instance_id not in (None, "") else _padded(i, len(episodes)))
-        conversations.append(Conversation("", _cut(events, _openhands_role), record=episode, path=("history",),
-                                          label=label))
+        conversations.append(_openhands_conversation(events, episode, ("history",), label))
     for conversation, name in zip(conversations, _unique(names)):
         conversation.name = name
     return conversations
+
+
+def _openhands_conversation(events: list, record: Any, path: tuple, label: str) -> Conversation:
+    """V1 events are checkpointed as they are; a V0 stream is normalised to chat messages
+    (:func:`openhands_v0_messages`) and its events are kept whole in the record."""
+    if _is_openhands_v0_events(events):
+        messages = openhands_v0_messages(events)
+        return Conversation("", _cut(messages, _chat_role), record=record, path=path, label=label, derived=True)
+    return Conversation("", _cut(events, _openhands_role), record=record, path=path, label=label)
+
+
+_V0_SKIPPED = ("recall",)  # microagent-knowledge lookups: context the runtime adds, not conversation
+
+
+def openhands_v0_messages(events: list) -> list[dict]:
+    """The chat messages an agent resuming an OpenHands V0 event stream needs, in event order.
+
+    * the ``system`` action -> ``{"role": "system", "content"}``;
+    * a user ``message`` action -> ``{"role": "user", "content"}`` (``args.content``);
+    * agent actions that came from one model response (``tool_call_metadata.model_response``)
+      -> that response's assistant message (``choices[0].message``, exactly as stored), once per
+      response however many actions it produced; an action with tool-call metadata but no stored
+      response -> an assistant message with that one tool call (``args`` less ``thought`` as its
+      JSON arguments); an agent action or message without any -> ``{"role": "assistant",
+      "content"}`` (its ``args.content``, ``args.thought`` or ``message``);
+    * an observation answering a tool call (its own ``tool_call_metadata``, or that of the action
+      its ``cause`` names) -> ``{"role": "tool", "tool_call_id", "name", "content"}``; one without
+      (agents without function calling) ->
+      ``{"role": "user", "content"}``, as OpenHands sent it to the model;
+    * noise (agent state changes, ``null`` observations and actions) and ``recall`` events -> nothing.
+
+    Args:
+        events: the V0 event objects (``{"id", "source", "action" | "observation", ...}``).
+    Returns:
+        New message dicts (the events are not changed; a stored assistant message is shared).
+    """
+    out: list[dict] = []
+    seen: set = set()
+    metas: dict = {}  # action event id -> its tool-call metadata (for observations naming it as their cause)
+    for event in events:
+        what, name = _event_name(event)
+        if what in (None, "noise", "other") or name in _V0_SKIPPED:
+            continue
+        meta = event.get("tool_call_metadata") if isinstance(event.get("tool_call_metadata"), dict) else None
+        if meta is None and not isinstance(event.get("action"), str):
+            cause = event.get("cause")
+            meta = metas.get(cause) if isinstance(cause, (int, str)) and not isinstance(cause, bool) else None
+        elif meta is not None and isinstance(event.get("id"), (int, str)):
+            metas[event["id"]] = meta
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        if isinstance(event.get("action"), str):
+            source = event.get("source")
+            if name == "system":
+                out.append({"role": "system", "content": args.get("content", event.get("message", ""))})
+            elif source == "user":
+                if name == "message":
+                    out.append({"role": "user", "content": args.get("content", event.get("message", ""))})
+            elif meta is not None and isinstance(meta.get("model_response"), dict):
+                key = _response_key(event)
+                if key in seen:
+                    continue
+                seen.add(key)
+                choices = meta["model_response"].get("choices")
+                message = choices[0].get("message") if isinstance(choices, list) and choices and \
+                    isinstance(choices[0], dict) else None
+                out.append(message if isinstance(message, dict) else
+                           {"role": "assistant", "content": args.get("thought") or event.get("message", "")})
+            elif meta is not None:
+                call_args = {k: v for k, v in args.items() if k != "thought"}
+                out.append({"role": "assistant", "content": args.get("thought") or "",
+                            "tool_calls": [{"id": meta.get("tool_call_id"), "type": "function",
+                                            "function": {"name": meta.get("function_name"),
+                                                         "arguments": json.dumps(call_args, ensure_ascii=False)}}]})
+            else:
+                content = args.get("content") if name == "message" else None
+                out.append({"role": "assistant",
+                            "content": content if content is not None else args.get("thought") or event.get("message", "")})
+        elif meta is not None:
+            out.append({"role": "tool", "tool_call_id": meta.get("tool_call_id"), "name": meta.get("function_name"),
+                        "content": event.get("content", "")})
+        else:
+            out.append({"role": "user", "content": event.get("content", "")})
+    return out
 
 
 def _parse_claudecode(where: str, kind: str, payload: Any) -> list[Conversation]:
@@ -1098,8 +1341,21 @@ def _parse_claudecode(where: str, kind: str, payload: Any) -> list[Conversation]
                          path=(), omitted=omitted, jsonl=kind == "jsonl")]
 
 
+def _is_tau2_results(value: Any) -> bool:
+    """A tau2-bench results object: ``{"timestamp", "info", "tasks": [...], "simulations": [...]}``."""
+    return (isinstance(value, dict) and isinstance(value.get("simulations"), list)
+            and ("tasks" in value or "info" in value))
+
+
 def _parse_taubench(where: str, kind: str, payload: Any) -> list[Conversation]:
-    _expect_json(where, kind, "taubench", "a JSON list of {'task_id', 'trial', 'traj': [...]}")
+    _expect_json(where, kind, "taubench", "a tau-bench results list of {'task_id', 'trial', 'traj': [...]} or a "
+                 "tau2-bench results object {'info', 'tasks', 'simulations': [...]}")
+    if _is_tau2_results(payload):
+        return _parse_tau2(where, payload)
+    if isinstance(payload, dict):
+        raise InvalidInputError(f"{where}: {_shape(payload)}, expected a tau-bench results list of "
+                                "{'task_id', 'trial', 'traj': [...]} or a tau2-bench results object "
+                                "{'info', 'tasks', 'simulations': [...]}")
     items = _records(where, payload, "tau-bench results", "traj")
     names, conversations = [], []
     for i, item in enumerate(items):
@@ -1108,6 +1364,26 @@ def _parse_taubench(where: str, kind: str, payload: Any) -> list[Conversation]:
         names.append(f"task{item.get('task_id', i)}" + (f"-trial{trial}" if trial is not None else ""))
         conversations.append(Conversation("", _cut(traj, _chat_role), record=item, path=("traj",),
                                           label=f"item {i}"))
+    for conversation, name in zip(conversations, _unique(names)):
+        conversation.name = name
+    return conversations
+
+
+def _parse_tau2(where: str, payload: dict) -> list[Conversation]:
+    """tau2-bench: one conversation per simulation, its record the whole file narrowed to it (the
+    file's ``timestamp``, ``info`` and ``tasks`` kept with every conversation)."""
+    sims = _records(where, payload["simulations"], "simulations", "messages")
+    outside = [k for k in payload if k != "simulations"]
+    names, conversations = [], []
+    for i, sim in enumerate(sims):
+        msgs = _records(where, sim["messages"], f"simulations[{i}].messages", "role")
+        trial = sim.get("trial")
+        task = sim.get("task_id", i)
+        names.append(f"task{task}" + (f"-trial{trial}" if trial is not None else ""))
+        record, at = _narrow(payload, ("simulations",), i)
+        conversations.append(Conversation("", _cut(msgs, _chat_role), record=record, path=at + ("messages",),
+                                          label=f"simulations[{i}]", shown=f"simulations[{i}].messages",
+                                          file_fields=outside, record_at=at))
     for conversation, name in zip(conversations, _unique(names)):
         conversation.name = name
     return conversations

@@ -19,7 +19,7 @@ from .compaction import plan_save
 from .errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
                      SnapstoreError)
 from .format import keys
-from .format.codec import validate
+from .format.codec import any_int_digits, validate
 from .format.fields import validate_fields
 from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from .format.manifest import KIND_CHECKPOINT, VIEW_TTL, Manifest, check_record_size
@@ -142,8 +142,9 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
                              pm.session_state_ref if pm else None, pm.session_state_tree if pm else None)
     ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
-    fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
-                   ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
+    with any_int_digits():  # repr of a field holding an int of more than 4,300 digits
+        fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
+                       ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
     seq = seq_of(v)
     if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
         # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the

@@ -759,11 +759,13 @@ def test_import_nested_records_and_export_record(repo, tmp_path):
     assert len(ids(repo, "bench.results/case-a")) == 2
     for i, run_id in enumerate(("bench.results/case-a", "bench.results/case-b")):
         rec = run(repo, "export", run_id, "--record").stdout
-        assert rec == json.dumps(data["results"][i], ensure_ascii=False)
+        # the file narrowed to this record: what is around the records comes back too (issue 20)
+        assert rec == json.dumps(dict(data, results=[data["results"][i]]), ensure_ascii=False)
         assert json.loads(run(repo, "export", run_id).stdout) == data["results"][i]["episode"]["messages"]
     state = CheckpointManager(repo).latest("bench.results/case-a").session_state["import"]
     assert state["file"] == "bench.results.json" and state["where"] == "results[0]: episode.messages"
-    assert state["record"]["tools"] == [{"name": "refund"}] and state["record"]["episode"] == {"messages": None}
+    own = state["record"]["results"][0]
+    assert own["tools"] == [{"name": "refund"}] and own["episode"] == {"messages": None}
     # an earlier checkpoint holds no record: a clear error
     first = ids(repo, "bench.results/case-a")[-1]
     one_line_error(run(repo, "export", "bench.results/case-a", "-c", first, "--record", ok=False), 1, "no imported record")
@@ -771,7 +773,7 @@ def test_import_nested_records_and_export_record(repo, tmp_path):
     out = tmp_path / "rec.json"
     import_json(repo, path, "--run", "mp", "--messages-path", "results[].episode.messages")
     run(repo, "export", "mp/case-b", "--record", "-o", str(out))
-    assert json.loads(out.read_bytes()) == data["results"][1]
+    assert json.loads(out.read_bytes()) == dict(data, results=[data["results"][1]])
 
 
 def test_import_jsonl_record_comes_back_as_jsonl(repo, tmp_path):

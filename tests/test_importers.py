@@ -802,10 +802,16 @@ def test_openhands_older_episodes_are_cut_into_turns(tmp_path):
     path = write(tmp_path, "output.jsonl", text="\n".join(json.dumps(e) for e in episodes) + "\n")
     fmt, convs = load_trajectory(path)
     assert fmt == "openhands" and [c.name for c in convs] == ["t-1", "t-2"]
-    # one turn per model response: the two parallel actions of resp-1 and their observations are one
-    assert cut_lengths(convs[0]) == [8, 10, 12]
-    assert cut_lengths(convs[1]) == [7]
-    assert dumps(convs[0].messages) == dumps(episodes[0]["history"])
+    # the events become chat messages (issue 20): one assistant message per model response (the two
+    # parallel actions of resp-1 give one), the observations as tool results (found by their cause)
+    msgs = convs[0].messages
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool",
+                                         "assistant"]
+    assert msgs[2] == episodes[0]["history"][3]["tool_call_metadata"]["model_response"]["choices"][0]["message"]
+    assert [m.get("tool_call_id") for m in msgs if m["role"] == "tool"] == ["c1", "c2", "c3"]
+    assert cut_lengths(convs[0]) == [5, 7, 8]
+    assert cut_lengths(convs[1]) == [5]
+    # the events are kept whole in the record
     rebuilt = rebuild_record(json.loads(json.dumps(convs[0].extras())), convs[0].messages)
     assert dumps(rebuilt) == dumps(episodes[0])
     assert convs[0].where == "line 1: history"
@@ -816,9 +822,12 @@ def test_bare_event_list_with_noise_first(tmp_path):
     events.insert(0, {"id": -1, "source": "environment", "observation": "agent_state_changed",
                       "extras": {"agent_state": "loading"}})
     fmt, [conv] = load_trajectory(write(tmp_path, "events.json", events))
-    assert fmt == "events" and conv.name == ""
-    assert cut_lengths(conv) == [9, 11, 13]
-    assert conv.messages == events and conv.where == "(the whole file)"
+    assert fmt == "openhands" and conv.name == ""  # an OpenHands V0 stream: normalised (issue 20)
+    assert cut_lengths(conv) == [5, 7, 8] and conv.where == "(the whole file)"
+    assert dumps(rebuild_record(conv.extras(), conv.messages)) == dumps(events)
+    # read as a plain event stream, the events are the messages
+    fmt, [conv] = load_trajectory(write(tmp_path, "events.json", events), format="events")
+    assert fmt == "events" and cut_lengths(conv) == [9, 11, 13] and conv.messages == events
     # the same events as JSON Lines, one per line
     fmt, [conv] = load_trajectory(write(tmp_path, "events.jsonl", text="\n".join(json.dumps(e) for e in events)))
     assert fmt == "events" and cut_lengths(conv) == [9, 11, 13]
@@ -848,8 +857,10 @@ def test_nested_conversation_lists_in_a_results_file(tmp_path):
     assert [c.where for c in convs] == ["results[0]: run.conversation.messages",
                                        "results[1]: run.conversation.messages"]
     extras = json.loads(json.dumps(convs[1].extras()))
-    assert extras["record"] == {"id": "case-b", "score": 0.0, "run": {"conversation": {"messages": None}, "cost": 0.2}}
-    assert dumps(rebuild_record(extras, convs[1].messages)) == dumps(results["results"][1])
+    # the record is the file narrowed to this conversation: the fields around the records are kept (issue 20)
+    case_b = {"id": "case-b", "score": 0.0, "run": {"conversation": {"messages": None}, "cost": 0.2}}
+    assert extras["record"] == dict(results, results=[case_b])
+    assert dumps(rebuild_record(extras, convs[1].messages)) == dumps(dict(results, results=[results["results"][1]]))
     # the same with --messages-path, and a JSON Lines file of such records
     fmt2, convs2 = load_trajectory(path, messages_path="results[].run.conversation.messages")
     assert fmt2 == "messages" and [c.checkpoints for c in convs2] == [c.checkpoints for c in convs]

@@ -203,3 +203,26 @@ def test_readme_example_runs(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == ["(2, {'done': 2}, {'latency_s': 0.4})",
                                                "1 {'prompt_tokens': 40, 'completion_tokens': 9} 3"]
+
+
+def test_loop_run_again_on_a_finished_loop_adds_no_second_answer(tmp_path):
+    """Issue 20: running a finished loop again (same object, or resumed in a new process) returns
+    the final answer without calling the model or saving another checkpoint."""
+    root = tmp_path / "repo"
+    mgr = CheckpointManager(LocalStore(root, fsync=False))
+    loop = CheckpointedLoop(mgr, "r", [{"role": "user", "content": "(2+3)*2?"}])
+    assert loop.run(_ScriptedClient(_replies()), TOOLS) == {"role": "assistant", "content": "10"}
+    before = [c.id for c in mgr.list("r")]
+    again = _ScriptedClient([({"role": "assistant", "content": "10 (again)"}, None)])
+    assert loop.run(again, TOOLS) == {"role": "assistant", "content": "10"}
+    resumed = CheckpointedLoop(CheckpointManager(LocalStore(root, fsync=False)), "r")
+    assert resumed.resume()
+    assert resumed.run(again, TOOLS) == {"role": "assistant", "content": "10"}
+    assert again.seen == [] and [c.id for c in mgr.list("r")] == before
+    cp = mgr.latest("r")
+    assert [m["role"] for m in cp.messages].count("assistant") == 3 and cp.messages[-1]["content"] == "10"
+    # a new user message continues the conversation: the model is called again
+    resumed.record({"role": "user", "content": "and times 3?"})
+    assert resumed.run(_ScriptedClient([({"role": "assistant", "content": "30"}, None)]), TOOLS)["content"] == "30"
+    assert mgr.latest("r").messages[-2:] == [{"role": "user", "content": "and times 3?"},
+                                             {"role": "assistant", "content": "30"}]

@@ -17,7 +17,9 @@ import json
 import math
 import re
 import struct
+import sys
 import threading
+from contextlib import contextmanager
 
 import blake3
 import orjson
@@ -151,6 +153,37 @@ def encode_json(value) -> tuple[bytes, bool]:
         raise InvalidMessageError(str(e)) from None
 
 
+_DIGITS_LOCK = threading.Lock()
+_digits_users = 0
+_digits_saved = 0
+
+
+@contextmanager
+def any_int_digits():
+    """Lift Python's limit on int <-> decimal string conversion (4,300 digits by default,
+    ``sys.set_int_max_str_digits``) while the block runs, so that integers of any size encode and
+    decode exactly. The limit is process-wide: it is lifted while at least one block is inside and
+    put back as it was when the last one leaves (nested and concurrent blocks are counted under a
+    lock). A no-op on Pythons without the limit.
+    """
+    global _digits_users, _digits_saved
+    if not hasattr(sys, "set_int_max_str_digits"):
+        yield
+        return
+    with _DIGITS_LOCK:
+        if _digits_users == 0:
+            _digits_saved = sys.get_int_max_str_digits()
+            sys.set_int_max_str_digits(0)
+        _digits_users += 1
+    try:
+        yield
+    finally:
+        with _DIGITS_LOCK:
+            _digits_users -= 1
+            if _digits_users == 0:
+                sys.set_int_max_str_digits(_digits_saved)
+
+
 def dumps_exact(value) -> bytes:
     """Compact JSON that keeps big integers and surrogate code points exactly.
 
@@ -158,7 +191,9 @@ def dumps_exact(value) -> bytes:
     written as their 3-byte generalised-UTF-8 form (Python's ``surrogatepass``), so that two
     adjacent surrogates stay two code points instead of being merged by a JSON parser.
     """
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
+    with any_int_digits():
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def loads_exact(data: bytes, max_depth: int = MAX_DEPTH):
@@ -171,7 +206,8 @@ def loads_exact(data: bytes, max_depth: int = MAX_DEPTH):
         ValueError: not JSON, not UTF-8 (surrogates allowed), or nested deeper than ``max_depth``.
     """
     check_depth(data, max_depth)
-    return json.loads(data.decode("utf-8", "surrogatepass"))
+    with any_int_digits():
+        return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
 _DIGITS_AS_ZERO = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # translate: a digit -> "0", else " "
@@ -199,7 +235,8 @@ def loads_exact_fast(data: bytes, max_depth: int = MAX_DEPTH):
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(data.decode("utf-8", "surrogatepass"))
+    with any_int_digits():
+        return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
 def check_depth(data: bytes, limit: int = MAX_DEPTH) -> None:

@@ -173,6 +173,7 @@ class CheckpointedLoop:
         self.roundtrip = 0
         self._open: set | None = None  # call ids of the open roundtrip still unanswered
         self.checkpoint_ids: list[str] = []
+        self._final: dict | None = None  # the final answer of a finished loop (nothing recorded since)
 
     def resume(self) -> bool:
         """Continue from the run's latest checkpoint if it has one: messages, cumulative token
@@ -185,6 +186,10 @@ class CheckpointedLoop:
         self.state = cp.session_state
         self.roundtrip = cp.step if isinstance(cp.step, int) else 0
         self._open = None
+        last = self.messages[-1] if self.messages else None
+        finished = cp.status not in (None, "running") and isinstance(last, dict) and \
+            last.get("role") == "assistant" and not last.get("tool_calls")
+        self._final = last if finished else None
         return True
 
     def record(self, message, usage: Mapping | None = None) -> str | None:
@@ -200,6 +205,7 @@ class CheckpointedLoop:
             InvalidMessageError / ConflictError: from the save.
         """
         msg = _as_dict(message)
+        self._final = None  # the conversation goes on
         if usage is not None:
             self.token_usage = add_usage(self.token_usage, usage if isinstance(usage, Mapping) else _as_dict(usage))
         role = msg.get("role")
@@ -240,6 +246,12 @@ class CheckpointedLoop:
             max_roundtrips: int = 50) -> dict:
         """Drive the loop until the model answers without tool calls; return that final message.
 
+        On a finished loop (this one already ran to its final answer, or :meth:`resume` found a
+        checkpoint saved by :meth:`finish` whose last message is that answer) and nothing recorded
+        since, returns the final answer again without calling the model or saving: running a
+        finished loop twice does not append a second answer. Record a new user message first to
+        continue the conversation.
+
         Args:
             complete: ``complete(messages) -> (assistant message, usage)`` or an OpenAI
                 ``ChatCompletion`` (its first choice's message and its usage are used), e.g.
@@ -253,6 +265,8 @@ class CheckpointedLoop:
         """
         import json
 
+        if self._final is not None:
+            return self._final
         for i in range(max_roundtrips + 1):
             out = complete(self.messages)
             if isinstance(out, tuple):
@@ -264,6 +278,7 @@ class CheckpointedLoop:
             calls = msg.get("tool_calls") or []
             if not calls:
                 self.finish()
+                self._final = msg
                 return msg
             if i == max_roundtrips:
                 raise InvalidInputError(f"more than {max_roundtrips} tool roundtrips")

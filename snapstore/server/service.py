@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ..api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from ..errors import CheckpointNotFound, ConflictError, InvalidInputError, RunNotFound
+from ..format.codec import any_int_digits
 from ..format.ids import check_checkpoint_id, check_run_id
 
 __all__ = ["Service", "HeadMismatch", "Page", "message_json"]
@@ -107,7 +108,8 @@ def message_json(value) -> bytes:
     try:
         return orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        with any_int_digits():
+            return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def parse_cursor(cursor: str | None) -> int | None:
