@@ -52,10 +52,11 @@ from ..errors import (
     CredentialsError,
     InvalidInputError,
     ObjectNotFound,
+    ObjectTooLarge,
     PreconditionFailed,
     StoreError,
 )
-from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, slice_range
+from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, check_whole_read, slice_range
 
 __all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
            "DEFAULT_MAX_POOL_CONNECTIONS"]
@@ -670,6 +671,9 @@ class S3Store:
         Raises:
             ObjectNotFound: no such key.
             InvalidInputError: a malformed range (see :func:`~snapstore.stores.base.check_range`).
+            ObjectTooLarge: a whole read of an object larger than its kind may be (its
+                ``Content-Length``, before the body is read; see
+                :func:`~snapstore.stores.base.whole_read_limit`).
             StoreError (and subclasses): the request failed.
         """
         from botocore.exceptions import (
@@ -707,6 +711,12 @@ class S3Store:
             except _transport() as e:
                 raise self._error(e, "GetObject", key) from e
             body = resp["Body"]
+            if byte_range is None:
+                try:  # before the body is read: a whole read of more than its kind allows
+                    check_whole_read(key, int(resp.get("ContentLength") or 0))
+                except ObjectTooLarge:
+                    body.close()
+                    raise
             try:
                 data = body.read()
             except body_errors as e:
