@@ -1502,6 +1502,7 @@ def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_
     token = resolve_token(host, no_auth=no_auth, token_file=token_file)
     settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
     location = _state(ctx).location
+    probe_store(location)  # an unreachable S3 endpoint: one clear error and exit 1, before listening
     _write(f"snapstore: serving {location} on http://{host}:{port}/ "
            f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
     serve(location, host=host, port=port, settings=settings, log_level=log_level)

@@ -19,6 +19,7 @@ Hierarchy::
     ├── ConflictError                          another writer got there first; nothing overwritten
     │   └── PreconditionFailed                 store-level: create-only / compare-and-swap refused
     ├── IntegrityError                         an object's bytes do not match its digest or format
+    │   └── ObjectTooLarge                      larger than a whole read of its kind may be
     ├── UnsupportedFormatError                 repository written by a newer snapstore
     ├── RepositoryError                        not a snapstore repository (e.g. a foreign ``config``)
     │   └── RepositoryNotFound                 nothing at the location yet
@@ -97,6 +98,23 @@ class IntegrityError(SnapstoreError):
     def __init__(self, key: str, message: str):
         super().__init__(f"corrupt object {key}: {message}")
         self.key = key
+
+
+class ObjectTooLarge(IntegrityError):
+    """A whole read of an object was refused before any of its bytes were read: it is larger than
+    objects of its kind may be (docs/format.md §2a "Limits"; for packs, larger than a reader takes
+    in one read: the read path then reads it in byte ranges).
+
+    Attributes:
+        key: the object key.
+        size: the object's length in bytes (as the store reported it).
+        limit: the most bytes a whole read of that kind of object takes.
+    """
+
+    def __init__(self, key: str, size: int, limit: int, what: str = "an object of its kind"):
+        super().__init__(key, f"{size} bytes, more than {what} may have ({limit} bytes, docs/format.md §2a)")
+        self.size = size
+        self.limit = limit
 
 
 class UnsupportedFormatError(SnapstoreError):

@@ -25,12 +25,12 @@ from typing import Callable
 
 import orjson
 
-from .errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from .errors import IntegrityError, NotFoundError, ObjectNotFound, ObjectTooLarge, SnapstoreError
 from .format import keys
 from .format.codec import decode_json, loads_exact
 from .format.ids import Hasher
 from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_tail
+from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_in_ranges, parse_tail
 from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
 from .format.valuetree import READ_PIECE_MAX, ValueTree
 from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
@@ -391,7 +391,11 @@ class ReadPath:
         :attr:`RANGE_TAIL` is read from one suffix-range GET (its header and its last blocks), its
         other blocks fetched as they are needed (:meth:`fetch_blocks` fetches them in one wave),
         each entry verified by its content id. Without ``ranged`` a cached ranged pack is read
-        again whole. ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`).
+        again whole; a pack larger than a store returns whole
+        (:data:`~snapstore.stores.base.PACK_WHOLE_READ_MAX`: the store raises ObjectTooLarge
+        before reading it) is read in byte ranges instead, every byte once into its checksum
+        (:func:`~snapstore.format.pack.parse_in_ranges`), its blocks fetched as needed.
+        ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`).
 
         A pack that fails to parse is read a second time (a transfer error is not damage); if it
         fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
@@ -406,7 +410,7 @@ class ReadPath:
         with self._lock:
             p = self._cache.get(pack_id)
             ranged = ranged and not getattr(self, "_whole_only", 0)
-            if p is not None and (p.whole or ranged):
+            if p is not None and (p.whole or ranged or getattr(p, "checksummed", False)):
                 self._cache.move_to_end(pack_id)
                 return p
             if pack_id in self._gone:
@@ -415,16 +419,22 @@ class ReadPath:
         if bad is not None:
             raise bad
         tail = max(1 << 10, tail or self.RANGE_TAIL)
+        fetch = lambda a, b, k=key: self.store.get(k, (a, b))  # noqa: E731
         for attempt in range(2):
+            big = None
             try:
                 data = self.store.get(key, (-tail, None)) if ranged else self.store.get(key)
+            except ObjectTooLarge as e:  # too large to read whole: in byte ranges, checksum streamed
+                data, big = b"", e.size
             except ObjectNotFound:
                 with self._lock:
                     self._gone.add(pack_id)
                 raise ObjectNotFound(key, f"missing pack {key} (referenced but not in the store)") from None
             try:
-                if ranged:
-                    p = parse_tail(key, data, tail, pack_id, lambda a, b, k=key: self.store.get(k, (a, b)))
+                if big is not None:
+                    p = parse_in_ranges(key, big, pack_id, fetch)
+                elif ranged:
+                    p = parse_tail(key, data, tail, pack_id, fetch)
                     if not p.whole:
                         # the metadata blocks (nodes, states, spines): every restore needs them;
                         # writers put them last, in the tail just read (older packs: block 0)

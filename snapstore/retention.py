@@ -39,7 +39,18 @@ BUCKETS = {
 }
 
 
+DURATION_MAX = timedelta.max.total_seconds()
+"""Longest duration a rule takes (seconds: 999,999,999 days, what :class:`datetime.timedelta`
+holds); a longer one is refused (``InvalidInputError``), as NaN and infinity are."""
+
+
 def _duration(v, name: str) -> timedelta | None:
+    """``v`` (seconds as int/float, a timedelta or text like ``"7d"``) as a timedelta, or None.
+
+    Raises:
+        InvalidInputError: naming ``name``: another type, a negative, NaN or infinite duration,
+            or one longer than :data:`DURATION_MAX` seconds.
+    """
     if v is None:
         return None
     if isinstance(v, timedelta):
@@ -52,6 +63,9 @@ def _duration(v, name: str) -> timedelta | None:
         raise InvalidInputError(f"{name}: expected seconds, a timedelta or a duration like '7d', got {v!r}")
     if secs < 0:
         raise InvalidInputError(f"{name}: duration must not be negative, got {v!r}")
+    if not secs <= DURATION_MAX:  # also NaN
+        raise InvalidInputError(f"{name}: duration must be finite and at most {DURATION_MAX:.0f} seconds "
+                                f"(999,999,999 days), got {v!r}")
     return timedelta(seconds=secs)
 
 

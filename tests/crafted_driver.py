@@ -7,7 +7,7 @@ Used by ``tests/test_crafted_repos.py`` in a subprocess::
 sets ``RLIMIT_AS`` to ``LIMIT_BYTES`` first, then for each repository runs each library operation (``open``, ``latest``,
 ``list``, ``get`` of the first checkpoint and of the caller-named one, ``verify(read_data=True)``)
 and each CLI command (``export``, ``list``, ``verify --read-data``, ``gc``) in this process, and
-prints one JSON object, per repository path: per operation ``[outcome, text]`` where outcome is
+prints one JSON object, per repository path: ``seconds`` (wall time of all its operations) and, per operation ``[outcome, text]`` where outcome is
 ``"ok"``, a ``snapstore.errors`` class name, ``"report"`` (verify: the problems it listed) or
 ``"CRASH"`` (any other exception, with its traceback), and ``verify_warnings``; per CLI command ``[exit code, stdout +
 stderr]``, exit code ``"CRASH"`` if an exception escaped click.
@@ -21,6 +21,7 @@ import io
 import json
 import resource
 import sys
+import time
 import traceback
 
 
@@ -29,7 +30,9 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     out = {}
     for path in sys.argv[2:]:
+        t0 = time.monotonic()
         out[path] = drive(path)
+        out[path]["seconds"] = time.monotonic() - t0
         gc.collect()  # what one case left behind must not count against the next
     sys.stdout.write(json.dumps(out))
 

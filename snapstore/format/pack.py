@@ -467,7 +467,8 @@ class RangedPack(Pack):
     The pack checksum cannot be verified without every byte, so a ranged pack is trusted only as
     far as its entries are: every entry a reader takes from it is verified by its content id, and a
     block that does not decompress to its recorded length is corrupt (``IntegrityError`` naming the
-    pack). Readers that must verify whole packs (``verify --read-data``, GC) read them whole.
+    pack). Readers that must verify whole packs (``verify --read-data``, GC) read them whole, or,
+    when a pack is too large for one read, stream its checksum (:func:`parse_in_ranges`).
 
     Args:
         key: the pack's object key.
@@ -480,6 +481,8 @@ class RangedPack(Pack):
     """
 
     whole = False
+    checksummed = False
+    """True when every byte was read once to verify the checksum (:func:`parse_in_ranges`)."""
 
     def __init__(self, key: str, pack_id: bytes, blocks: list[Block], entries: dict, size: int,
                  have: dict, fetch):
@@ -581,6 +584,57 @@ def parse_tail(key: str, tail: bytes, asked: int, pack_id: bytes, fetch) -> Pack
     base = size - len(tail)  # pack offset of tail[0]
     p = RangedPack(key, pack_id, blocks, entries, size, {}, fetch)
     p.add_range(base, tail[:len(tail) - hlen - TRAILER_BYTES])
+    return p
+
+
+STREAM_STEP = 8 << 20
+"""Bytes per ranged read when :func:`parse_in_ranges` streams a pack's checksum."""
+
+
+def parse_in_ranges(key: str, size: int, pack_id: bytes, fetch, tail: int = 1 << 20) -> "Pack":
+    """Parse and checksum-verify a pack too large to hold whole (``size`` bytes, the object's
+    length as the store reported it), reading it in byte ranges: the header from a suffix read (as
+    :func:`parse_tail`), then every byte once, :data:`STREAM_STEP` at a time, into the checksum
+    (nothing of it kept). Memory stays at one step plus the header, whatever ``size`` is.
+
+    Args:
+        key: the object key (named in errors).
+        size: the object's length in bytes.
+        pack_id: the pack's id (from its key).
+        fetch: ``fetch(start, end) -> bytes`` for pack bytes ``[start, end)``; ``fetch(-n, None)``
+            for its last ``n`` bytes.
+        tail: bytes of the first suffix read.
+    Returns:
+        A :class:`RangedPack` (its blocks fetched when needed) whose ``checksummed`` is True, or a
+        :class:`Pack` if the object turned out to be short enough to come whole.
+    Raises:
+        IntegrityError: bad magic, version or pack id, a malformed header, a header that does not
+            describe a pack of ``size`` bytes, bytes cut short, or a checksum mismatch (names ``key``).
+    """
+    p = parse_tail(key, fetch(-tail, None), tail, pack_id, fetch)
+    if p.whole:
+        return p
+    if p.size != size:
+        raise IntegrityError(key, f"malformed header: it describes a pack of {p.size} bytes, the object has {size}")
+    head = fetch(0, HEADER_POS)
+    if head[:4] != MAGIC:
+        raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
+    h = blake3.blake3()
+    end = size - 16
+    pos = 0
+    while pos < end:
+        piece = fetch(pos, min(pos + STREAM_STEP, end))
+        if not piece:
+            raise IntegrityError(key, f"cut short: no bytes at offset {pos} of {size}")
+        h.update(piece)
+        pos += len(piece)
+    if h.digest(16) != fetch(end, size):
+        raise IntegrityError(key, "checksum mismatch")
+    if head[4] != VERSION:
+        raise IntegrityError(key, f"unsupported pack version {head[4]}")
+    if bytes(head[5:HEADER_POS]) != pack_id:
+        raise IntegrityError(key, f"holds pack {bytes(head[5:HEADER_POS]).hex()}, not the pack its key names")
+    p.checksummed = True
     return p
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from ..api import CheckpointSummary
 
@@ -17,8 +17,11 @@ __all__ = ["ErrorBody", "ErrorResponse", "CheckpointOut", "CheckpointPage", "Run
            "ForkRequest", "PruneRequest", "PruneResponse", "GCRequest", "GCResponse", "StatsResponse",
            "HealthResponse", "DiffOp", "DiffResponse", "MessagesResponse", "DeleteResponse", "summary_out"]
 
-_Seconds = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False)
-_Count = Field(None, ge=0, le=1_000_000_000)
+# strict: JSON booleans are refused where numbers are expected (pydantic's lax mode takes false
+# as 0), and numbers where booleans are (1 as true); integers are accepted as seconds
+_Seconds = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False, strict=True)
+_Count = Field(None, ge=0, le=1_000_000_000, strict=True)
+_Flag = Field(False, strict=True)
 
 
 class ErrorBody(BaseModel):
@@ -112,14 +115,14 @@ class PruneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     runId: str | None = Field(None, min_length=1, description="only this run (default: every run)")
     keepLast: int | None = _Count
-    olderThan: float | str | None = Field(None, description="delete checkpoints older than this")
-    keepWithin: float | str | None = None
+    olderThan: StrictFloat | str | None = Field(None, description="delete checkpoints older than this")
+    keepWithin: StrictFloat | str | None = None
     keepHourly: int | None = _Count
     keepDaily: int | None = _Count
     keepWeekly: int | None = _Count
     keepMonthly: int | None = _Count
     keepYearly: int | None = _Count
-    dryRun: bool = False
+    dryRun: bool = _Flag
 
 
 class PruneResponse(BaseModel):
@@ -133,10 +136,10 @@ class GCRequest(BaseModel):
     """Garbage-collection options."""
 
     model_config = ConfigDict(extra="forbid")
-    gracePeriod: float | None = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False,
+    gracePeriod: float | None = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False, strict=True,
                                       description="seconds (default: the server's, 3600); 0 = reclaim at once "
                                                   "(the server holds its own writes back meanwhile)")
-    dryRun: bool = False
+    dryRun: bool = _Flag
 
 
 class GCResponse(BaseModel):

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Protocol, runtime_checkable
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ObjectTooLarge
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9._-]+)*$")
 
@@ -88,6 +88,81 @@ def slice_range(data: bytes, byte_range: tuple[int, int | None] | None) -> bytes
         return data
     start, end = byte_range
     return data[start:] if end is None else data[start:end]
+
+
+def _stored(body: int) -> int:
+    """The most stored bytes of an object whose body is at most ``body`` bytes uncompressed: a
+    zstd frame of it (at most ``body + body/256 + 64 KiB``, above zstd's compress bound) plus an
+    envelope header and a codec byte (docs/format.md §2), rounded up generously."""
+    return body + (body >> 8) + (64 << 10) + 64
+
+
+PACK_WHOLE_READ_MAX = 256 << 20
+"""Largest pack (bytes) a store returns whole from one ``get`` without a range. The format allows
+packs of up to 4,096 blocks of 128 MiB (docs/format.md §2a), far more than one read should hold in
+memory: a larger pack raises :class:`~snapstore.errors.ObjectTooLarge` and the read path reads it
+in byte ranges (its checksum streamed, its blocks fetched as needed)."""
+
+OTHER_WHOLE_READ_MAX = 64 << 20
+"""Largest whole read (bytes) of a key of no kind the format bounds (keys outside the layout,
+``runs/<R>/w/...``): such keys are only listed, never needed whole."""
+
+_FIXED_LIMITS = {"config": (_stored(1 << 20), "a config"), "gc/fwd-cache": (_stored(32 << 20), "a forwarding-record cache"),
+                 "gc/lock": (1 << 20, "the GC lock")}
+
+
+def whole_read_limit(key: str) -> tuple[int, str]:
+    """The most bytes a whole read (``get`` without a range) of ``key`` may return, by the kind of
+    object its shape names (docs/format.md §3 keys, §2a limits), and that kind's name.
+
+    The limits are on stored bytes: the uncompressed limit of the kind plus what compression and
+    the envelope may add (a compressed object is bounded again when it is decompressed). Packs are
+    bounded by :data:`PACK_WHOLE_READ_MAX` (larger ones are read in ranges), keys of no known kind
+    by :data:`OTHER_WHOLE_READ_MAX`.
+
+    Args:
+        key: a valid object key (see :func:`check_key`).
+    Returns:
+        ``(limit in bytes, what the key is, e.g. "a manifest")``.
+    """
+    fixed = _FIXED_LIMITS.get(key)
+    if fixed is not None:
+        return fixed
+    parts = key.split("/")
+    top = parts[0]
+    if top == "packs":
+        return PACK_WHOLE_READ_MAX, "a pack read whole"
+    if top == "runs" and len(parts) == 4:
+        kind = parts[2]
+        if kind == "m":
+            return _stored(16 << 20), "a manifest"
+        if kind == "c":
+            return _stored(64 << 10), "an index record"
+        if kind == "l":
+            return _stored(64 << 20), "a log segment"
+    if top == "runmarks":
+        return 64 << 10, "a run marker"
+    if top == "fwd" and len(parts) == 2:
+        return (_stored(1 << 20), "a per-pack forwarding record") if len(parts[1]) > 1 else \
+            (_stored(16 << 20), "a forwarding-map shard")
+    if top == "gc":
+        if len(parts) == 3 and parts[1] == "candidates":
+            return _stored(16 << 20), "a GC candidate record"
+        if len(parts) == 2 and parts[1].startswith("clock-"):
+            return 64 << 10, "a GC clock object"
+    return OTHER_WHOLE_READ_MAX, "an object outside the snapstore layout"
+
+
+def check_whole_read(key: str, size: int) -> None:
+    """Refuse a whole read of ``key``, an object of ``size`` bytes, that is larger than its kind
+    allows (:func:`whole_read_limit`), before any of it is read.
+
+    Raises:
+        ObjectTooLarge: naming the key, its size and the limit (an IntegrityError).
+    """
+    limit, what = whole_read_limit(key)
+    if size > limit:
+        raise ObjectTooLarge(key, size, limit, what)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ import threading
 from typing import Iterable, Iterator
 
 from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
-from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range
+from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, check_whole_read
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -45,20 +45,70 @@ def _link_error(key: str) -> IntegrityError:
     return IntegrityError(key, "a symbolic link is on its path (the local store never follows links below its root)")
 
 
-def _read_to_end(fd: int, size: int) -> bytes:
+def _read_to_end(fd: int, size: int, key: str) -> bytes:
     """Read file ``fd`` from its position to its end; ``size`` (bytes, from ``fstat``) sizes the
     first read, and a file of that size ends with one more read of one byte (empty): no buffer
-    larger than the file is allocated unless the file is larger than ``size``."""
+    larger than the file is allocated unless the file is larger than ``size``. A file that grows
+    past what a whole read of ``key`` may take while it is read (an object is never written in
+    place: only a hostile writer does that) raises :class:`~snapstore.errors.ObjectTooLarge`
+    instead of growing the buffer further."""
     first = os.read(fd, size)
     pieces = [first]
+    got = len(first)
     want = 1
     while True:
         more = os.read(fd, want)
         if not more:
             break
+        got += len(more)
+        check_whole_read(key, got)
         pieces.append(more)
         want = 1 << 20
     return first if len(pieces) == 1 else b"".join(pieces)
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def _not_regular(key: str, what: str) -> IntegrityError:
+    return IntegrityError(key, f"not a regular file but {what} (the local store never opens one for reading)")
+
+
+def _check_regular(key: str, st: os.stat_result) -> None:
+    """Raise for what is at a key when it is not a regular file: a directory is no object
+    (IsADirectoryError, which callers turn into ObjectNotFound), a link is refused as every link
+    below the root, a FIFO, socket or device is corrupt (IntegrityError naming the key)."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(key)
+    if stat.S_ISLNK(mode):
+        raise _link_error(key)
+    raise _not_regular(key, next((what for test, what in _KINDS if test(mode)), f"file type {stat.S_IFMT(mode):o}"))
+
+
+def _open_lock(path: str) -> int:
+    """Open (creating it) the lock file ``path`` of a compare-and-swap: never through a symbolic
+    link (``O_NOFOLLOW``: a link planted in ``.locks/`` would make the store create files outside
+    the root) and never a FIFO or device (``O_NONBLOCK``, then ``fstat``).
+
+    Raises:
+        StoreError: a link or a file that is not regular is at ``path`` (or the open failed).
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            raise StoreError(f"refusing the lock file {path}: a symbolic link or a socket is there "
+                             f"(the local store never follows links below its root)") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise StoreError(f"refusing the lock file {path}: not a regular file (file type {stat.S_IFMT(st.st_mode):o})")
+    return fd
 
 
 def _fsync_dir(path: str) -> None:
@@ -237,7 +287,9 @@ class LocalStore:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
 
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
-        """Compare-and-swap ``key`` on ``etag`` (``None``: create-only); raises PreconditionFailed."""
+        """Compare-and-swap ``key`` on ``etag`` (``None``: create-only); raises PreconditionFailed,
+        or StoreError (the write failed, or a link or non-regular file is at the key's lock file
+        in ``.locks/``: lock files are opened with ``O_NOFOLLOW``)."""
         if etag is None:
             return self.put(key, data)
         path = self._path(key)
@@ -249,7 +301,7 @@ class LocalStore:
             # one of 64 striped lock files (not one per key: compacted run logs, docs/format.md §8c,
             # compare-and-swap a manifest per save, which would leave a file per manifest)
             lockfile = os.path.join(lockdir, f"{hashlib.sha256(key.encode()).digest()[0] & 63:02x}")
-            lfd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+            lfd = _open_lock(lockfile)
             try:
                 fcntl.flock(lfd, fcntl.LOCK_EX)
                 self._check_dir(d)
@@ -275,11 +327,17 @@ class LocalStore:
     def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
         """Return the object's bytes, or a range of them (``pread`` of just those bytes; see
         :func:`~snapstore.stores.base.check_range`). The file is opened with ``O_NOFOLLOW`` below
-        directories opened the same way, so a link on the key's path is refused.
+        directories opened the same way, so a link on the key's path is refused; what is not a
+        regular file (a FIFO, socket or device) is never opened (``lstat`` first, then an
+        ``O_NONBLOCK`` open and ``fstat``). A whole read (no range) is refused before a byte is
+        read when the file is larger than its kind of object may be
+        (:func:`~snapstore.stores.base.whole_read_limit`); a ranged read of any file works.
 
         Raises:
-            ObjectNotFound: no such key.
-            IntegrityError: a symbolic link on the key's path.
+            ObjectNotFound: no such key (or a directory there).
+            ObjectTooLarge: a whole read of a file larger than its kind allows (names the key,
+                its size and the limit; an IntegrityError).
+            IntegrityError: a symbolic link on the key's path, or a FIFO, socket or device at it.
             InvalidInputError: a malformed range.
             StoreError: the read failed.
         """
@@ -288,15 +346,19 @@ class LocalStore:
         try:
             dfd = self._dir_fd(parts[:-1])
             try:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=dfd)
+                # never open what is not a regular file: a FIFO would block the open (and the
+                # read) forever, a device could be endless; O_NONBLOCK covers the race between
+                # this lstat and the open, and the fstat below decides
+                _check_regular(key, os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False))
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=dfd)
             finally:
                 os.close(dfd)
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise IsADirectoryError(key)
+                _check_regular(key, st)
                 if byte_range is None:
-                    data = _read_to_end(fd, st.st_size)
+                    check_whole_read(key, st.st_size)  # before a byte is read (a sparse file of 2 GiB)
+                    data = _read_to_end(fd, st.st_size, key)
                 else:
                     start, end = byte_range
                     size = st.st_size
@@ -309,16 +371,27 @@ class LocalStore:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             self._count("GET")
             raise ObjectNotFound(key) from None
+        except IntegrityError:
+            self._count("GET")
+            raise
         except OSError as e:
             self._count("GET")
             if e.errno == errno.ELOOP:
                 raise _link_error(key) from None
+            if e.errno == errno.ENXIO:  # a socket (or a FIFO without writer, opened for writing)
+                raise _not_regular(key, "a socket") from None
             raise StoreError(f"cannot read {self._path(key)}: {e.strerror or e}") from e
         self._count("GET", down=len(data))
         return data
 
     def head(self, key: str) -> ObjectInfo:
-        """Return ObjectInfo (size, ETag, mtime); raises ObjectNotFound."""
+        """Return ObjectInfo (size, ETag, mtime) of the regular file at ``key`` (one ``lstat``).
+
+        Raises:
+            ObjectNotFound: no such key (or a directory there).
+            IntegrityError: a link on the key's path, or a FIFO, socket or device at it.
+            StoreError: the stat failed.
+        """
         path = self._path(key)
         parts = key.split("/")
         self._count("HEAD")
@@ -334,10 +407,10 @@ class LocalStore:
             if e.errno == errno.ELOOP:
                 raise _link_error(key) from None
             raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-        if stat.S_ISLNK(st.st_mode):
-            raise _link_error(key)
-        if not stat.S_ISREG(st.st_mode):
-            raise ObjectNotFound(key)
+        try:
+            _check_regular(key, st)
+        except IsADirectoryError:
+            raise ObjectNotFound(key) from None
         return self._info(key, st)
 
     def _smallest_in_dir(self, prefix: str, limit: int) -> list[ObjectInfo] | None:

@@ -8,7 +8,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from ..errors import ObjectNotFound, PreconditionFailed
-from .base import ObjectInfo, RequestStats, check_key, check_range, slice_range
+from .base import ObjectInfo, RequestStats, check_key, check_range, slice_range, check_whole_read
 
 
 class MemoryStore:
@@ -60,7 +60,8 @@ class MemoryStore:
 
     def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
         """Return the bytes (or a range of them, see :func:`~snapstore.stores.base.check_range`);
-        raises ObjectNotFound, InvalidInputError (a malformed range)."""
+        raises ObjectNotFound, InvalidInputError (a malformed range), ObjectTooLarge (a whole read
+        of more than its kind of object may be, :func:`~snapstore.stores.base.whole_read_limit`)."""
         check_key(key)
         byte_range = check_range(key, byte_range)
         with self._lock:
@@ -69,6 +70,8 @@ class MemoryStore:
                 data = self._objects[key][0]
             except KeyError:
                 raise ObjectNotFound(key) from None
+            if byte_range is None:
+                check_whole_read(key, len(data))  # as every store: raises ObjectTooLarge
             data = slice_range(data, byte_range)
             self.stats.bytes_down += len(data)
             return data

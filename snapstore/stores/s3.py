@@ -52,10 +52,11 @@ from ..errors import (
     CredentialsError,
     InvalidInputError,
     ObjectNotFound,
+    ObjectTooLarge,
     PreconditionFailed,
     StoreError,
 )
-from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, slice_range
+from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, check_whole_read, slice_range
 
 __all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
            "DEFAULT_MAX_POOL_CONNECTIONS"]
@@ -91,10 +92,31 @@ _URL_OPTIONS = {
     "multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize",
     "connect_timeout": "connect_timeout", "read_timeout": "read_timeout",
     "expect_continue_threshold": "expect_continue_threshold",
+    "call_timeout": "call_timeout",
 }
 _INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize",
                 "expect_continue_threshold"}
-_FLOAT_OPTIONS = {"connect_timeout", "read_timeout"}
+_FLOAT_OPTIONS = {"connect_timeout", "read_timeout", "call_timeout"}
+
+DEFAULT_CALL_TIMEOUT = 60.0
+"""Seconds one store call (one ``get``, ``put``, ``head``, one LIST page...) may take at most,
+botocore's retries included, by default (the ``call_timeout`` option)."""
+
+
+def _retry_sleep_bound(attempts: int) -> float:
+    """The most seconds botocore's standard and adaptive retry modes sleep between ``attempts``
+    attempts of one request (a random share of ``2^i`` seconds before retry ``i``, capped at 20)."""
+    return float(sum(min(20, 2 ** i) for i in range(1, attempts)))
+
+
+def attempts_within(call_timeout: float, connect_timeout: float, read_timeout: float, retries: int) -> int:
+    """How many attempts in all (at least 1, at most ``retries + 1``) one request may make so that
+    all of them, each waiting at most ``connect_timeout + read_timeout`` seconds, and the sleeps
+    between them fit in ``call_timeout`` seconds."""
+    n = max(1, retries + 1)
+    while n > 1 and n * (connect_timeout + read_timeout) + _retry_sleep_bound(n) > call_timeout:
+        n -= 1
+    return n
 
 
 def _expect_continue_hook(threshold: int):
@@ -182,8 +204,9 @@ class S3Store:
         sse: server-side encryption for new objects: ``"AES256"`` (SSE-S3) or ``"aws:kms"`` (SSE-KMS);
             None: the bucket default.
         sse_kms_key_id: KMS key id/ARN with ``sse="aws:kms"`` (None: the AWS-managed ``aws/s3`` key).
-        max_attempts: botocore's ``retries["max_attempts"]``: how many times botocore retries a
-            request after the first attempt (transient errors, throttling, timeouts; not 409/412).
+        max_attempts: how many times botocore may retry a request after the first attempt
+            (transient errors, throttling, timeouts; not 409/412), as botocore's
+            ``retries["max_attempts"]``; fewer when ``call_timeout`` leaves no time for them.
         retry_mode: botocore retry mode: ``"standard"``, ``"adaptive"`` or ``"legacy"``.
         max_pool_connections: HTTP connection pool size: how many requests can be in flight at
             once without opening throw-away connections; also :attr:`max_concurrency`. The default
@@ -194,8 +217,14 @@ class S3Store:
         multipart_threshold: objects strictly larger than this many bytes use multipart upload.
         multipart_chunksize: part size in bytes for multipart uploads (raised automatically so an
             object never needs more than 10,000 parts; AWS requires >= 5 MiB except the last part).
-        connect_timeout: seconds to wait for a TCP/TLS connection.
-        read_timeout: seconds to wait for a response on an open connection.
+        connect_timeout: seconds to wait for a TCP/TLS connection (default 4).
+        read_timeout: seconds to wait for a response on an open connection, and between two
+            reads of its body (default 12).
+        call_timeout: seconds one call of this store (one request, botocore's retries included)
+            may wait in all (default :data:`DEFAULT_CALL_TIMEOUT`, 60): the attempts are cut to
+            as many as fit (:attr:`attempts`; each waits at most ``connect_timeout +
+            read_timeout``), and a call that still finds no answer raises StoreError naming the
+            endpoint and what it waited for. :attr:`call_time_bound` is the resulting worst case.
         conflict_retries: how many times a 409 ConditionalRequestConflict is retried before
             PreconditionFailed is raised.
         conflict_backoff: base delay in seconds between 409 retries (doubled each time, jittered,
@@ -225,8 +254,9 @@ class S3Store:
         client: Any = None,
         multipart_threshold: int = 64 * _MiB,
         multipart_chunksize: int = 16 * _MiB,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
+        connect_timeout: float = 4.0,
+        read_timeout: float = 12.0,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
         conflict_retries: int = 5,
         conflict_backoff: float = 0.05,
         expect_continue_threshold: int = _MiB,
@@ -241,6 +271,19 @@ class S3Store:
             raise InvalidInputError("sse_kms_key_id requires sse='aws:kms'")
         if int(max_attempts) < 0:
             raise InvalidInputError(f"max_attempts must be >= 0, not {max_attempts!r}")
+        for name, v in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout),
+                        ("call_timeout", call_timeout)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3600:
+                raise InvalidInputError(f"{name} must be a number of seconds in (0, 3600], not {v!r}")
+        self.connect_timeout, self.read_timeout = float(connect_timeout), float(read_timeout)
+        self.call_timeout = float(call_timeout)
+        #: Attempts of one request in all (botocore's ``total_max_attempts``): the first and at
+        #: most ``max_attempts`` retries, as many as fit ``call_timeout``.
+        self.attempts = attempts_within(self.call_timeout, self.connect_timeout, self.read_timeout, int(max_attempts))
+        #: Worst-case seconds one call waits without an answer (all attempts and the sleeps
+        #: between them); at most ``call_timeout`` unless one attempt alone is longer.
+        self.call_time_bound = (self.attempts * (self.connect_timeout + self.read_timeout)
+                                + _retry_sleep_bound(self.attempts))
         if int(multipart_threshold) < 1 or int(multipart_chunksize) < 1:
             raise InvalidInputError("multipart_threshold and multipart_chunksize must be positive")
         if int(expect_continue_threshold) < 0:
@@ -278,7 +321,7 @@ class S3Store:
             self._max_concurrency = int(max_pool_connections)
             self._client = self._make_client(
                 endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
-                addressing_style=addressing_style, max_attempts=int(max_attempts), retry_mode=retry_mode,
+                addressing_style=addressing_style, total_attempts=self.attempts, retry_mode=retry_mode,
                 max_pool_connections=int(max_pool_connections), connect_timeout=float(connect_timeout),
                 read_timeout=float(read_timeout), expect_continue_threshold=int(expect_continue_threshold))
             self._owns_client = True
@@ -290,7 +333,7 @@ class S3Store:
 
     # construction ------------------------------------------------------------------------------
     @staticmethod
-    def _make_client(*, endpoint_url, region_name, profile_name, addressing_style, max_attempts,
+    def _make_client(*, endpoint_url, region_name, profile_name, addressing_style, total_attempts,
                      retry_mode, max_pool_connections, connect_timeout, read_timeout,
                      expect_continue_threshold=_MiB):
         import boto3
@@ -308,7 +351,7 @@ class S3Store:
             raise InvalidInputError(f"max_pool_connections must be >= 1, not {max_pool_connections!r}")
         try:
             config = Config(
-                retries={"mode": retry_mode, "max_attempts": max_attempts},
+                retries={"mode": retry_mode, "total_max_attempts": total_attempts},
                 max_pool_connections=max_pool_connections,
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
@@ -345,7 +388,8 @@ class S3Store:
         ``addressing_style`` (``path``/``virtual``), ``sse`` (``AES256``/``aws:kms``),
         ``sse_kms_key_id``, ``max_attempts``, ``retry_mode``, ``max_pool_connections``,
         ``multipart_threshold``, ``multipart_chunksize``, ``expect_continue_threshold`` (bytes), ``connect_timeout``,
-        ``read_timeout`` (seconds). Keyword ``options`` (constructor arguments) override the query.
+        ``read_timeout``, ``call_timeout`` (seconds). Keyword ``options`` (constructor arguments)
+        override the query.
 
         Raises:
             InvalidInputError: not an ``s3://`` URL, no bucket, or an unknown/invalid option.
@@ -432,11 +476,28 @@ class S3Store:
             return CredentialsError(f"no usable AWS credentials for {op} {where}: {exc}")
         if isinstance(exc, NoRegionError):
             return StoreError(f"no AWS region configured for {op} {where}: set AWS_REGION or region=")
-        if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
-            return StoreError(f"cannot reach the S3 endpoint for {op} {where}: {exc}")
+        if isinstance(exc, ConnectTimeoutError):
+            return StoreError(f"cannot reach the S3 endpoint for {op} {where}: no connection to {self._endpoint()} "
+                              f"within {self._waits('connect_timeout')}: {exc}")
+        if isinstance(exc, EndpointConnectionError):
+            return StoreError(f"cannot reach the S3 endpoint for {op} {where} ({self._endpoint()}): {exc}")
         if isinstance(exc, ReadTimeoutError):
-            return StoreError(f"S3 {op} timed out for {where}: {exc}")
+            return StoreError(f"S3 {op} timed out for {where}: the endpoint {self._endpoint()} accepted the "
+                              f"connection but sent no response within {self._waits('read_timeout')}: {exc}")
         return StoreError(f"S3 {op} failed for {where}: {type(exc).__name__}: {exc}")
+
+    def _endpoint(self) -> str:
+        """The endpoint URL the client talks to (for error messages)."""
+        url = getattr(getattr(self._client, "meta", None), "endpoint_url", None)
+        return str(url or self.endpoint_url or "(AWS default)")
+
+    def _waits(self, which: str) -> str:
+        """What a timed-out call waited for, e.g. ``12 s (read_timeout) x 3 attempts``."""
+        secs = getattr(self, which, None)
+        n = getattr(self, "attempts", None)
+        if secs is None or n is None:  # a caller-supplied client: its own settings
+            return f"the client's {which}"
+        return f"{secs:g} s ({which}) x {n} attempt{'s' if n != 1 else ''} (call_timeout {self.call_timeout:g} s)"
 
     def _call(self, op: str, key: str | None, fn, **params):
         """Call ``fn(**params)``, translating botocore errors (see :meth:`_error`)."""
@@ -670,6 +731,9 @@ class S3Store:
         Raises:
             ObjectNotFound: no such key.
             InvalidInputError: a malformed range (see :func:`~snapstore.stores.base.check_range`).
+            ObjectTooLarge: a whole read of an object larger than its kind may be (its
+                ``Content-Length``, before the body is read; see
+                :func:`~snapstore.stores.base.whole_read_limit`).
             StoreError (and subclasses): the request failed.
         """
         from botocore.exceptions import (
@@ -695,7 +759,11 @@ class S3Store:
             else:
                 params["Range"] = f"bytes={start}-"
         body_errors = (IncompleteReadError, ReadTimeoutError, ResponseStreamingError, ConnectionClosedError)
+        t0 = time.monotonic()
         for attempt in range(3):
+            # a cut-short body is asked for again only while a whole new request still fits the
+            # call's time budget (call_timeout)
+            again = attempt < 2 and time.monotonic() - t0 + self.call_time_bound <= self.call_timeout
             self._count("GET")
             try:
                 resp = self._client.get_object(**params)
@@ -707,14 +775,20 @@ class S3Store:
             except _transport() as e:
                 raise self._error(e, "GetObject", key) from e
             body = resp["Body"]
+            if byte_range is None:
+                try:  # before the body is read: a whole read of more than its kind allows
+                    check_whole_read(key, int(resp.get("ContentLength") or 0))
+                except ObjectTooLarge:
+                    body.close()
+                    raise
             try:
                 data = body.read()
             except body_errors as e:
-                if attempt < 2:
+                if again:
                     continue  # the response was cut short: ask again
                 raise self._error(e, "GetObject", key) from e
             except Exception as e:  # urllib3 protocol errors surface unwrapped
-                if attempt < 2:
+                if again:
                     continue
                 raise StoreError(f"S3 GetObject failed reading {self._where(key)}: {type(e).__name__}: {e}") from e
             finally:
