@@ -492,7 +492,8 @@ class CheckpointManager:
         from .check import verify
         return verify(self._open(False), read_data=read_data, progress=progress)
 
-    def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, **options):
+    def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,
+           break_lock: bool = False, **options):
         """Garbage-collect: reclaim what no live checkpoint needs; repack small and mostly-dead packs.
 
         Args:
@@ -501,15 +502,20 @@ class CheckpointManager:
                 then everything unreachable is reclaimed within two calls.
             dry_run: report only.
             progress: optional ``progress(phase, done, total)``.
-            **options: see :func:`snapstore.gc.gc` (``max_unused``, ``small_pack_bytes``, ...).
+            break_lock: first remove the GC lock whoever holds it (a GC killed on another machine
+                leaves one that goes stale only after ``lock_timeout``, 300 s without a refresh; one
+                killed on this machine is taken over at once). Only when no GC is running.
+            **options: see :func:`snapstore.gc.gc` (``max_unused``, ``small_pack_bytes``, ``lock_timeout``, ...).
         Returns:
             :class:`snapstore.gc.GCReport`.
         Raises:
             ConflictError: another GC is running.
             RepositoryNotFound: the location holds no repository.
         """
-        from .gc import gc
+        from .gc import break_lock as _break, gc
         g = self.gc_grace_period if grace_period is None else grace_period
+        if break_lock and not dry_run:
+            _break(self._open(False))
         rep = gc(self._open(False), grace_period=g, dry_run=dry_run, progress=progress, **options)
         if not dry_run:
             self._views.clear()

@@ -1288,8 +1288,12 @@ def _gc_lines(rep) -> list[tuple[str, str]]:
 @click.option("--max-unused", type=click.FloatRange(0, 1), metavar="FRACTION",
               help="Repack a pack when more than this fraction of its bytes is unused. [default: 0.25]")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--break-lock", is_flag=True,
+              help="First remove the GC lock, whoever holds it: for a gc killed on another machine (its "
+                   "lock goes stale 5 minutes after its last refresh; one killed on this machine is taken "
+                   "over at once). Only when no gc is running.")
 @click.pass_context
-def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json):
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
     """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
 
     Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
@@ -1312,7 +1316,7 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json):
         kwargs["max_unused"] = max_unused
     progress = _Progress(True)
     try:
-        rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
+        rep = mgr.gc(dry_run=dry_run, break_lock=break_lock, progress=lambda phase, done, total: progress.update(
             f"gc {phase}: {done}/{total}"), **kwargs)
     finally:
         progress.clear()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import threading
 import os
 import time
 from collections import defaultdict
@@ -53,6 +54,10 @@ GC_CACHE_BYTES = 24 << 20
 
 CANDIDATES_MAGIC = b"SNGC"
 LOCK_KEY = "gc/lock"
+LOCK_TIMEOUT = 300.0
+"""Seconds (store time) after its last refresh at which another GC's lock is stale. A running GC
+refreshes its lock every ``LOCK_TIMEOUT / 5`` seconds, so only a GC that stopped (killed, its
+machine gone) leaves a lock this old."""
 CANDIDATES_PREFIX = "gc/candidates/"
 
 
@@ -191,7 +196,7 @@ def store_now(repo: Repository) -> float:
 
 def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
        small_pack_bytes: int = 1 << 20, target_pack_bytes: int = 8 << 20, repack_level: int = 9,
-       lock_timeout: float = 1800.0, progress: Callable[[str, int, int], None] | None = None,
+       lock_timeout: float = LOCK_TIMEOUT, progress: Callable[[str, int, int], None] | None = None,
        hooks: dict | None = None) -> GCReport:
     """Collect garbage: delete what no live checkpoint needs, repack what is mostly dead or small.
 
@@ -205,7 +210,9 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         small_pack_bytes: live packs smaller than this are merged (when there are at least two).
         target_pack_bytes: uncompressed size at which a new pack is closed during repacking.
         repack_level: zstd level for repacked packs.
-        lock_timeout: seconds after which another GC's lock is considered stale.
+        lock_timeout: seconds (store time) after its last refresh at which another GC's lock is
+            stale and taken over (a running GC refreshes its own every ``lock_timeout / 5``); a lock
+            whose process is gone on this machine is taken over at once.
         progress: optional ``progress(phase, done, total)``.
         hooks: test hooks called between phases: ``after_list``, ``after_mark``, ``after_repack``,
             ``before_sweep``, ``after_sweep`` (keyword arguments describe the state).
@@ -225,8 +232,9 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     now = store_now(repo)
     rep.store_time = now
     token = os.urandom(8).hex()
+    keeper = None
     if not dry_run:
-        _lock(repo, now, lock_timeout, token)
+        keeper = _LockKeeper(repo, token, _lock(repo, now, lock_timeout, token), max(0.05, lock_timeout / 5))
     # mark needs each pack once, while its run is marked (what the sweep needs of it is kept in
     # ``Reach.usage``): a small pack cache bounds GC's memory whatever the repository's size
     cache_limit = repo._cache_limit
@@ -234,15 +242,115 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     try:
         with repo.whole_packs():  # GC copies and checks whole packs: no ranged reads
             _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-                 repack_level, progress, hook, lock_timeout, cache_limit)
+                 repack_level, progress, hook, lock_timeout, cache_limit,
+                 keeper.check if keeper is not None else (lambda: None))
     finally:
         repo._cache_limit = cache_limit
-        if not dry_run:
+        if keeper is not None:
+            keeper.stop()
             _unlock(repo, token)
     if hasattr(store, "remove_empty_dirs") and not dry_run:
         store.remove_empty_dirs()
     rep.elapsed = time.monotonic() - t0
     return rep
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _proc_start(pid: int) -> str:
+    """The start time (clock ticks since boot) of process ``pid`` on this machine, '' if unknown,
+    None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except OSError:
+            pass
+        return ""
+
+
+def _lock_body(token: str) -> bytes:
+    pid = os.getpid()
+    return json.dumps({"host": os.uname().nodename, "pid": pid, "token": token, "boot": _boot_id(),
+                       "start": _proc_start(pid) or ""}).encode()
+
+
+def _owner_dead(body: bytes) -> bool:
+    """True if the lock ``body`` names a process of this machine (same host name and boot) that no
+    longer exists (restic does the same for its locks)."""
+    try:
+        d = loads_exact(body, 2)
+        if not isinstance(d, dict) or d.get("host") != os.uname().nodename or not d.get("boot") \
+                or d.get("boot") != _boot_id() or not isinstance(d.get("pid"), int):
+            return False
+        start = _proc_start(d["pid"])
+        return start is None or (bool(start) and bool(d.get("start")) and start != d.get("start"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+class _LockKeeper:
+    """Refreshes this GC's lock (compare-and-swap on its ETag) every ``interval`` seconds from a
+    daemon thread; :meth:`check` raises ConflictError once the lock was lost (taken over or removed)."""
+
+    def __init__(self, repo: Repository, token: str, etag: str, interval: float):
+        self.repo, self.token, self.etag, self.lost = repo, token, etag, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(interval,), daemon=True, name="snapstore-gc-lock")
+        self._thread.start()
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.etag = self.repo.store.put_if_match(LOCK_KEY, _lock_body(self.token), self.etag).etag
+            except (PreconditionFailed, ObjectNotFound):
+                self.lost = "it was taken over or removed by another process"
+                return
+            except SnapstoreError:
+                continue  # a failed refresh: try again (the lock goes stale only after LOCK_TIMEOUT)
+
+    def check(self) -> None:
+        """Raise ConflictError if the lock is no longer this GC's (before deleting anything)."""
+        if self.lost is None:
+            try:
+                d = loads_exact(self.repo.store.get(LOCK_KEY), 2)
+                if not (isinstance(d, dict) and d.get("token") == self.token):
+                    self.lost = "another GC holds it now"
+            except ObjectNotFound:
+                self.lost = "it was removed"
+            except (ValueError, UnicodeDecodeError):
+                self.lost = "it was replaced by an unreadable object"
+        if self.lost is not None:
+            raise ConflictError(f"garbage collection stopped before deleting anything: lost its lock {LOCK_KEY} "
+                                f"({self.lost})")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def break_lock(repo: Repository) -> bool:
+    """Remove the GC lock whoever holds it (``snapstore gc --break-lock``). Only safe when no GC is
+    running: a GC whose lock is removed stops before deleting anything, but one past that point
+    finishes beside the next. Returns True if there was a lock."""
+    try:
+        repo.store.head(LOCK_KEY)
+    except ObjectNotFound:
+        return False
+    repo.store.delete_many([LOCK_KEY])
+    return True
 
 
 def _unlock(repo: Repository, token: str) -> None:
@@ -255,25 +363,43 @@ def _unlock(repo: Repository, token: str) -> None:
         pass  # gone, or not ours (a lock we cannot read was not written by this GC)
 
 
-def _lock(repo: Repository, now: float, timeout: float, token: str) -> None:
-    body = json.dumps({"host": os.uname().nodename, "pid": os.getpid(), "token": token}).encode()
-    try:
-        repo.store.put(LOCK_KEY, body)
-        return
-    except PreconditionFailed:
-        pass
-    try:
-        info = repo.store.head(LOCK_KEY)
-    except ObjectNotFound:
-        repo.store.put(LOCK_KEY, body)
-        return
-    if now - info.mtime < timeout:
-        raise ConflictError(f"another garbage collection is running (lock {LOCK_KEY} is {now - info.mtime:.0f}s old)")
-    repo.store.put_if_match(LOCK_KEY, body, info.etag)  # stale lock: take it over
+def _lock(repo: Repository, now: float, timeout: float, token: str) -> str:
+    """Take the GC lock; return its ETag. A lock whose owner died on this machine, or that was not
+    refreshed for ``timeout`` seconds (store time), is taken over (compare-and-swap).
+
+    Raises:
+        ConflictError: a live GC holds it (names its host, process and age).
+    """
+    body = _lock_body(token)
+    for _ in range(4):
+        try:
+            return repo.store.put(LOCK_KEY, body).etag
+        except PreconditionFailed:
+            pass
+        try:
+            info = repo.store.head(LOCK_KEY)
+            held = repo.store.get(LOCK_KEY)
+        except ObjectNotFound:
+            continue  # released meanwhile: try again
+        if now - info.mtime < timeout and not _owner_dead(held):
+            try:
+                d = loads_exact(held, 2)
+                who = f" by {d.get('host')} pid {d.get('pid')}" if isinstance(d, dict) else ""
+            except (ValueError, UnicodeDecodeError):
+                who = ""
+            raise ConflictError(f"another garbage collection is running (lock {LOCK_KEY} held{who}, refreshed "
+                                f"{max(0.0, now - info.mtime):.0f} s ago; it is stale after {timeout:.0f} s "
+                                "without a refresh, or at once if its process is gone on this machine; "
+                                "`snapstore gc --break-lock` removes it)")
+        try:
+            return repo.store.put_if_match(LOCK_KEY, body, info.etag).etag  # stale lock: take it over
+        except (PreconditionFailed, ObjectNotFound):
+            continue  # another GC took it first, or it was released: look again
+    raise ConflictError(f"the GC lock {LOCK_KEY} keeps changing hands; try again")
 
 
 def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pack_bytes, level, progress, hook,
-         lock_timeout, cache_limit):
+         lock_timeout, cache_limit, lock_check):
     store = repo.store
     mature = now - grace          # unreferenced that long ago: deletable (two-phase)
     settled = now - grace / 2     # older than this, a pack's writer can no longer publish it (see docs)
@@ -382,6 +508,14 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                                  f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
         for pid in reach.packs:
             if pid not in packs and pid not in seg_keep:
+                try:
+                    # written after the listing (a writer sharing this repository object merged a
+                    # tier, and mark found an entry there): live and new, never deleted by this GC
+                    store.head(keys.pack_key(pid))
+                    seg_keep.setdefault(pid, "")
+                    continue
+                except ObjectNotFound:
+                    pass
                 raise ObjectNotFound(keys.pack_key(pid),
                                      f"live pack {keys.pack_key(pid)} is missing; GC stopped (run verify)")
         rep.live_packs = len(reach.packs)
@@ -392,6 +526,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if progress:
             progress("mark", len(reach.packs), len(reach.packs))
 
+        lock_check()  # a GC that lost its lock writes no pack or forwarding record
         # ---- repack: mostly-dead packs and small live packs
         retired_now: list[bytes] = []
         select = []
@@ -616,6 +751,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                     held(info.size, "log")
 
     hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
+    lock_check()  # a GC that lost its lock (taken over as stale) deletes nothing
     if dry_run:
         for p in del_packs:
             rep.deleted["packs"] += 1
