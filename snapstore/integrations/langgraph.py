@@ -22,14 +22,18 @@ Mapping (docs: README "LangGraph"):
   carries); then the other channel values (one serde item each, base64; over 64 KiB split by
   content-defined chunking like any large message); then one *meta* item (the checkpoint without
   its values: versions, ts...; the metadata and the parent); then any writes stored for it
-  before it was put. The session state holds only the layout (positions). Items repeated from
+  before it was put (``w``), then the writes stored so far for other checkpoints not put yet
+  (``eo``: ``{checkpoint id: descriptors}``, carried on from the run's newest record). ``"x"``
+  marks a record that may miss writes stored before it (readers then list the whole run). The session state holds only the layout (positions). Items repeated from
   record to record are stored once; the rest (meta items) compresses with the run's other
   records when its packs are merged.
 * A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
   the run's latest checkpoint (``cf``: its items, layout and writes so far, the newest record's
   ones plus this call's) and the writes stored so far for a checkpoint not put yet (``ef``:
   LangGraph's default async durability stores a task's writes before the checkpoint they are
-  for). So the run's **newest record** always holds the latest checkpoint with its pending
+  for), and ``eo`` the sets of further checkpoints not put yet (with async durability a
+  task's writes for C2 can land before C1 is put). So the run's **newest record** always holds
+  the latest checkpoint with its pending
   writes and history, and the parent of the next checkpoint with its writes: a fresh
   ``get_state`` reads one record, and a step's cost does not grow with the run. ``acc``: the
   log position of the record this one carries on (listing reads only the newest of a chain).
@@ -415,19 +419,68 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         if hist:
             state["hist"] = hist
         # writes stored before their checkpoint (LangGraph's async durability puts a task's
-        # writes before the checkpoint they are for): the record carries them too
-        early = self._covers(head, checkpoint["id"])
-        if early is not None and early["rows"]:
-            desc = []
-            for task, path, ch, idx, kind, its in early["rows"]:
-                desc.append([task, path, ch, idx, kind, len(items), len(its)])
-                items.extend(its)
-            state["w"] = desc
-        elif self._seen.get((run, checkpoint["id"])):
+        # writes before the checkpoint they are for, even before its parent is put): the newest
+        # record carries every such set; this record takes its own and carries the others on
+        cid = checkpoint["id"]
+        sets = self._early_sets(head, run)
+        own = sets.pop(cid, None)
+        again = self._covers(head, cid)  # a checkpoint id put again: its writes so far
+        mine = list(again["rows"]) if again is not None and again["base"] == "c" else []
+        try:
+            if own:
+                mine.extend(self._rows(head.items, own))
+            others = {k: self._rows(head.items, d) for k, d in sets.items()}
+        except (KeyError, TypeError, ValueError):
+            others = {}  # a damaged newest record: what it carries is not used (see "x")
+        if mine:
+            state["w"] = self._append_rows(items, mine)
+        if not self._seen.get((run, cid), set()) <= {(r[0], r[3]) for r in mine}:
             state["x"] = 1  # this saver stored writes for it that the newest record does not carry
+        if others:
+            state["eo"] = {k: self._append_rows(items, rows) for k, rows in others.items()}
         with self._lock:
             self._enc[run] = cache
         return items, state, sorted(values)
+
+    EARLY_SETS = 64
+    """Checkpoints not put yet whose writes the run's newest record carries at most (the oldest
+    set beyond goes; its checkpoint's put then marks itself incomplete, ``"x"``, if this saver
+    wrote them, so readers list the run)."""
+
+    @staticmethod
+    def _append_rows(items: list, rows: list) -> list:
+        """Append the items of writes ``rows`` to ``items``; return their descriptors."""
+        desc = []
+        for task, path, ch, idx, kind, its in rows:
+            desc.append([task, path, ch, idx, kind, len(items), len(its)])
+            items.extend(its)
+        return desc
+
+    def _early_sets(self, head: _Head | None, run: str, latest: str | None = None) -> dict:
+        """The writes the run's newest record ``head`` carries for checkpoints not put yet:
+        ``{checkpoint id: descriptors into head.items}`` (oldest set first: the ``eo`` sets, then
+        a writes record's own set, ``ef``/``e``). Sets of checkpoints this saver has put since,
+        or (``latest``: the latest checkpoint's id) with an id below the latest's, are no longer
+        early and are left out; at most :attr:`EARLY_SETS`, the newest."""
+        if head is None or head.id is None or head.items is None or not isinstance(head.st, dict):
+            return {}
+        st, md = head.st, head.md or {}
+        if st.get("v") != 2:
+            return {}
+        out: dict = {}
+        eo = st.get("eo")
+        if isinstance(eo, dict):
+            out.update((k, list(v)) for k, v in eo.items() if isinstance(k, str) and isinstance(v, list))
+        if md.get("lg") == "W" and isinstance(st.get("ef"), str) and isinstance(st.get("e"), list):
+            out.pop(st["ef"], None)
+            out[st["ef"]] = list(st["e"])
+        put = self._put_ids.get(run, ())
+        for k in list(out):
+            if not out[k] or k in put or (latest is not None and k < latest):
+                del out[k]
+        while len(out) > self.EARLY_SETS:
+            del out[next(iter(out))]
+        return out
 
     def _covers(self, head: _Head | None, checkpoint_id: str) -> dict | None:
         """What the run's newest record ``head`` holds of checkpoint ``checkpoint_id``: ``{"base":
@@ -450,23 +503,23 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         if st.get("v") != 2:
             return None
         try:
-            if md.get("lg") == "C":
-                if md.get("id") != checkpoint_id:
-                    return None
+            if md.get("lg") == "C" and md.get("id") == checkpoint_id:
                 wd = list(st.get("w", ()))
                 return {"base": "c", "items": head.items[:st["meta"] + 1],
-                        "cst": {k: v for k, v in st.items() if k != "w"}, "pre": st.get("x"),
+                        "cst": {k: v for k, v in st.items() if k not in ("w", "eo")}, "pre": st.get("x"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": False}
-            if md.get("lg") != "W":
-                return None
-            if st.get("cf") == checkpoint_id:
+            if md.get("lg") == "W" and st.get("cf") == checkpoint_id:
                 wd = list(st["w"])
                 return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"], "pre": st.get("x"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": st.get("h")}
-            if st.get("ef") == checkpoint_id:
+            if md.get("lg") == "W" and st.get("ef") == checkpoint_id:
                 wd = list(st["e"])
-                return {"base": None, "items": None, "cst": None, "pre": None,
-                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
+            elif checkpoint_id in (st.get("eo") or {}):
+                wd = list(st["eo"][checkpoint_id])
+            else:
+                return None
+            return {"base": None, "items": None, "cst": None, "pre": None,
+                    "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return None
@@ -645,8 +698,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
     def _window(self, run: str, checkpoint_id: str | None) -> tuple[_RunIndex, _Rec | None]:
         """The run's newest records down to (and past) the wanted checkpoint: enough to find it
-        and every writes record for it (those follow it; a few may precede it, up to the
-        checkpoint before it)."""
+        and every writes record stored after it (the writes stored before it are carried by
+        its record, unless it is marked ``"x"``: then :meth:`get_tuple` lists the whole run)."""
         limit = 4
         while True:
             ix = self._index(run, limit)
@@ -677,11 +730,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
                                  f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
 
-    def _writes_of(self, run: str, recs: list) -> list[PendingWrite]:
-        """Pending writes of one checkpoint from its writes records (oldest first). A format-2
-        writes record carries every write stored before it for its checkpoint (on that chain),
-        so only the newest of each chain is read."""
-        rows: list = []
+    def _writes_of(self, run: str, recs: list, own: list = ()) -> list[PendingWrite]:
+        """Pending writes of one checkpoint from its writes records (oldest first) and ``own``
+        (the rows its checkpoint record carries). A format-2 writes record carries every write
+        stored before it for its checkpoint (on that chain), so only the newest of each chain is
+        read."""
+        rows: list = list(own)
         for r in self._chain_heads(recs):
             rows.extend(self._rec_rows(run, r))
         try:
@@ -689,7 +743,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         except SnapstoreError:
             raise
         except Exception as e:
-            raise IntegrityError(f"run {run!r} writes of {recs[0].md.get('for')!r}",
+            raise IntegrityError(f"run {run!r} writes of {recs[0].md.get('for') if recs else '?'!r}",
                                  f"not valid LangGraph writes: {type(e).__name__}: {e}") from e
 
     @staticmethod
@@ -700,8 +754,26 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         carried = {r.md.get("acc") for r in recs if r.md.get("lg") == "W" and isinstance(r.md.get("acc"), int)}
         return [r for r in recs if r.seq not in carried]
 
+    def _own_rows(self, run: str, rec: _Rec, items: list, st) -> list:
+        """The writes a format-2 checkpoint record carries for its checkpoint (those stored
+        before it was put, and, for an id put again, those of the earlier put)."""
+        if rec.md.get("lg") != "C" or not isinstance(st, dict) or st.get("v") != 2 or not st.get("w"):
+            return []
+        try:
+            return self._rows(items, st["w"])
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} record {rec.sid!r} (log position {rec.seq})",
+                                 f"not a valid LangGraph checkpoint record: {type(e).__name__}: {e}") from e
+
+    def _complete(self, run: str, rec: _Rec) -> bool:
+        """True if checkpoint record ``rec`` carries every write stored for its checkpoint before
+        it (so the records after it hold the rest): a format-2 record not marked ``"x"``."""
+        _items, st = self._record(run, rec.sid, rec.seq)
+        return rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and not st.get("x")
+
     def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
         items, st = self._record(run, rec.sid, rec.seq)
+        own = self._own_rows(run, rec, items, st)
         parent = rec.md.get("parent")
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
         return CheckpointTuple(
@@ -710,7 +782,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
-            pending_writes=self._writes_of(run, wrecs),
+            pending_writes=self._writes_of(run, wrecs, own),
         )
 
     def _fresh_head(self, run: str) -> _Head:
@@ -804,6 +876,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             if target is None:
                 return None
             try:
+                if not self._complete(run, target):
+                    # writes for it may precede it by any number of records (async durability,
+                    # an older layout): the whole run's
+                    ix = self._index(run)
+                    target = ix.cps.get(target.md["id"])
+                    if target is None:
+                        return None
                 return self._tuple(run, thread_id, ns, target, ix.writes.get(target.md["id"], []))
             except CheckpointNotFound:
                 return None  # deleted meanwhile
@@ -966,30 +1045,30 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                         state["x"] = 1
                     if pv["stale"]:
                         state["h"] = 1
-                hst = head.st if v2 and (head.md or {}).get("lg") == "W" else {}
-                early_for, early = hst.get("ef"), list(hst.get("e", ()))
+                # every write set the newest record carries for checkpoints not put yet goes on
+                # with this record (LangGraph's async durability stores a task's writes before the
+                # checkpoint they are for, even before that checkpoint's parent is put)
+                sets = self._early_sets(head, run) if v2 else {}
+                own = sets.pop(cid, None)
+                latest = hv[0] if hv is not None else None
+                if latest is not None:
+                    sets = {k: d for k, d in sets.items() if k >= latest}
                 mine = v2 and (head.md or {}).get("lg") == "W" and head.md.get("for") == cid
                 if hv is not None and hv[0] == cid:
                     # writes for the latest checkpoint: carried on with it
                     desc = state["w"]
                     carried = mine
-                    if early_for is not None:
-                        state.update(ef=early_for, e=early)
                 else:
-                    if early_for == cid:
-                        state.update(ef=cid, e=early)  # more writes before their checkpoint
-                        carried = mine
-                    else:
-                        # writes for a checkpoint to come (or an older one); early writes for a
-                        # third checkpoint are no longer carried (its put marks itself, see "x")
-                        state.update(ef=cid, e=[])
-                        carried = False
-                        if hv is not None and cid in self._put_ids.get(run, ()):
-                            # writes for a checkpoint put before the latest (LangGraph's async
-                            # durability may store a task's writes after the next checkpoint):
-                            # the history sections built since may miss them, so they are not used
-                            state["h"] = 1
+                    carried = mine and own is not None and head.st.get("ef") == cid
+                    if hv is not None and (cid in self._put_ids.get(run, ()) or cid < hv[0]):
+                        # writes for a checkpoint put before the latest (LangGraph's async
+                        # durability may store a task's writes after the next checkpoint):
+                        # the history sections built since may miss them, so they are not used
+                        state["h"] = 1
+                    state.update(ef=cid, e=list(own or ()))
                     desc = state["e"]
+                if sets:
+                    state["eo"] = sets  # descriptors into the items copied from the newest record
                 chs = {row[2] for row in desc}
                 for widx, ch, v in todo:
                     kind, its = self._enc_value(v, cache)
