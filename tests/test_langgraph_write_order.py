@@ -125,3 +125,33 @@ def test_writes_not_carried_mark_the_checkpoint_and_readers_list_the_run(tmp_pat
         assert _writes(fresh, i) == _writes(mem, i) == _writes(ours, i), i
     fresh.close()
     ours.close()
+
+
+# --- through real graphs: agent -> 8 parallel Send branches, some interrupt ------------------
+
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from benchmarks import langgraph_writes as lw  # noqa: E402
+
+TRIALS = 12
+
+
+@pytest.mark.parametrize("durability", ["async", "sync", "exit"])
+@pytest.mark.parametrize("interrupting", [{7}, set(range(8))], ids=["one-interrupts", "all-interrupt"])
+def test_send_branches_keep_writes_and_interrupts_like_in_memory(tmp_path, durability, interrupting):
+    repo = str(tmp_path / "repo")
+    got = lw.compare(lambda: SnapstoreSaver(repo), durability, TRIALS, 8, interrupting)
+    assert got == {"trials": TRIALS, "missing": 0, "reruns": 0, "wrong": 0}
+
+
+def test_the_graph_check_counts_a_saver_that_drops_early_writes(tmp_path):
+    """The comparison above counts a saver that loses pending writes (the check can fail)."""
+
+    class DropAll(InMemorySaver):
+        def put_writes(self, config, writes, task_id, task_path=""):
+            return
+
+    got = lw.compare(DropAll, "sync", 2, 8, {7})
+    assert got["missing"] == 2 and got["reruns"] == 2
