@@ -141,6 +141,7 @@ class _RunIndex:
     """A run's records grouped: checkpoints by LangGraph id, writes by the checkpoint they are for."""
 
     recs: list = field(default_factory=list)       # newest first
+    head: str | None = None                        # the run's head (newest live checkpoint, any kind)
     cps: dict = field(default_factory=dict)        # checkpoint id -> _Rec (the newest record of that id)
     writes: dict = field(default_factory=dict)     # checkpoint id -> [_Rec] oldest first
     listed: int = 0                                # summaries listed (ours or not)
@@ -150,6 +151,7 @@ class _RunIndex:
         ix = cls()
         summaries = list(summaries)
         ix.listed = len(summaries)
+        ix.head = summaries[0].id if summaries else None
         for s in summaries:
             md = s.metadata
             if not isinstance(md, dict) or md.get("lg") not in _KINDS:
@@ -1098,10 +1100,37 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         for run, _t, _ns in self._runs(thread_id):
             with self._rlock(run):
                 try:
-                    self.manager.delete(run)
-                except RunNotFound:
-                    pass
+                    self._retry_moved(run, lambda: self._delete_run(run))
+                finally:
+                    self._forget(run)
+
+    def _delete_run(self, run: str) -> None:
+        got = self.manager.head(run)
+        if got is None:
+            return
+        try:
+            self.manager.delete(run, expect_head=got.id)
+        except RunNotFound:
+            pass
+
+    def _retry_moved(self, run: str, op):
+        """Run ``op()`` (which reads the run's head and acts on it with an explicit
+        ``expect_head``), again when another writer moved the run meanwhile, at most
+        :attr:`SAVE_ATTEMPTS` times.
+
+        The saver is one caller per LangGraph thread whatever OS thread or asyncio task calls it
+        (LangGraph puts from its executor threads): operations that move a run's head pass the
+        head they just read as ``expect_head`` instead of relying on what the calling context
+        saw (docs/format.md §12), so they conflict only with a writer that moved the run between
+        that read and the operation, and are then decided again on the new head."""
+        for attempt in range(self.SAVE_ATTEMPTS):
+            try:
+                return op()
+            except ConflictError:
+                if attempt == self.SAVE_ATTEMPTS - 1:
+                    raise
                 self._forget(run)
+        raise AssertionError("unreachable")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
@@ -1111,14 +1140,16 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             return
         for run, _t, _ns in self._runs():
             with self._rlock(run):
-                ix = self._index(run)
-                doomed = []
-                for cid, rec in ix.cps.items():
-                    if self._md_of(rec).get("run_id") in wanted:
-                        doomed.extend(r.sid for r in ix.all_of(cid))
-                if doomed:
-                    self.manager.delete_many(run, doomed)
-                    self._forget(run)
+                def once():
+                    ix = self._index(run)
+                    doomed = []
+                    for cid, rec in ix.cps.items():
+                        if self._md_of(rec).get("run_id") in wanted:
+                            doomed.extend(r.sid for r in ix.all_of(cid))
+                    if doomed:
+                        self._forget(run)
+                        self.manager.delete_many(run, doomed, expect_head=ix.head)
+                self._retry_moved(run, once)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread (all namespaces) to an empty thread.
@@ -1159,11 +1190,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                         else:
                             del md["acc"]
                     sid = self.manager.save(dst, cp.messages, step=cp.step, metadata=md, session_state=st,
-                                            checkpoint_id=r.sid if r.md.get("lg") == "c" else None, parent_id=prev)
+                                            checkpoint_id=r.sid if r.md.get("lg") == "c" else None, parent_id=prev,
+                                            expect_head=prev or EMPTY_RUN)
                     prev = sid
                     moved[r.seq] = (sid, self.manager.head(dst).seq if r.md.get("lg") == "c" else _seq_of(sid))
                 if base is not None:
-                    self.manager.delete_many(dst, [base])
+                    self.manager.delete_many(dst, [base], expect_head=prev)
                 self._forget(dst)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -1184,28 +1216,32 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 continue
             for run, _t, _ns in self._runs(t):
                 with self._rlock(run):
-                    ix = self._index(run)
-                    latest = ix.latest()
-                    if latest is None:
-                        continue
-                    keep = {latest.sid}
-                    keep.update(w.sid for w in ix.writes.get(latest.md["id"], []))
-                    md = self._md_of(latest)
-                    delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
-                    remaining = set(delta or ()) - set(latest.md.get("chs") or ())
-                    cur = latest.md.get("parent")
-                    while cur and remaining:
-                        a = ix.cps.get(cur)
-                        if a is None:
-                            break
-                        keep.add(a.sid)
-                        keep.update(w.sid for w in ix.writes.get(cur, []))
-                        remaining -= set(a.md.get("chs") or ())
-                        cur = a.md.get("parent")
-                    doomed = [r.sid for r in ix.recs if r.sid not in keep]
-                    if doomed:
-                        self.manager.delete_many(run, doomed)
-                        self._forget(run)
+                    self._retry_moved(run, lambda: self._prune_run(run))
+
+    def _prune_run(self, run: str) -> None:
+        """``prune(strategy="keep_latest")`` of one run, against the head it lists."""
+        ix = self._index(run)
+        latest = ix.latest()
+        if latest is None:
+            return
+        keep = {latest.sid}
+        keep.update(w.sid for w in ix.writes.get(latest.md["id"], []))
+        md = self._md_of(latest)
+        delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
+        remaining = set(delta or ()) - set(latest.md.get("chs") or ())
+        cur = latest.md.get("parent")
+        while cur and remaining:
+            a = ix.cps.get(cur)
+            if a is None:
+                break
+            keep.add(a.sid)
+            keep.update(w.sid for w in ix.writes.get(cur, []))
+            remaining -= set(a.md.get("chs") or ())
+            cur = a.md.get("parent")
+        doomed = [r.sid for r in ix.recs if r.sid not in keep]
+        if doomed:
+            self._forget(run)
+            self.manager.delete_many(run, doomed, expect_head=ix.head)
 
     HEAD_FRESH_S = 1.0
     """A DeltaChannel history read within this many seconds of reading the run's newest record
