@@ -7,6 +7,16 @@ Mapping (docs: README "LangGraph"):
 
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
   ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
+* A thread's **namespace registry** is the run ``langgraph-ns:["<thread_id>"]``: one record
+  (metadata ``{"lgns": [namespaces]}``, no messages) per namespace, saved before the
+  namespace's run gets its first record, so ``list(config)`` without ``checkpoint_ns``,
+  ``delete_thread``, ``copy_thread`` and ``prune`` read the thread's runs without listing the
+  repository's (``delete_thread`` deletes the registry last). A thread without a registry
+  (written before registries) is found by listing every run. Creating a registry lists every
+  run once to register the thread's existing namespaces too, unless the namespace being
+  registered is the root one (``""``) and that run is empty: a brand-new thread costs no
+  listing. Limit: a thread of an earlier version holding only non-root namespaces that then
+  gets its first root checkpoint from this version registers only ``""``.
 * Every ``put`` and every ``put_writes`` call is one snapstore checkpoint of the run (a *record*,
   with a generated snapstore id; no index record). Records written by this version have ``"v":
   2`` in their session state; records of the earlier layout (``"lg": "c"``/``"w"``, the LangGraph
@@ -53,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import random
 import threading
 import time
@@ -85,7 +96,7 @@ from ..format.ids import seq_hint
 from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id
 
-__all__ = ["SnapstoreSaver", "RUN_PREFIX", "run_id_for", "parse_run_id"]
+__all__ = ["SnapstoreSaver", "RUN_PREFIX", "NS_PREFIX", "run_id_for", "ns_run_id_for", "parse_run_id"]
 
 RUN_PREFIX = "langgraph:"
 """Prefix of the snapstore run ids this saver writes (other runs in the repository are ignored)."""
@@ -94,6 +105,15 @@ RUN_PREFIX = "langgraph:"
 def run_id_for(thread_id: str, checkpoint_ns: str = "") -> str:
     """The snapstore run id of a LangGraph thread's namespace: ``langgraph:["thread","ns"]``."""
     return pair_run_id(RUN_PREFIX, str(thread_id), str(checkpoint_ns))
+
+
+NS_PREFIX = "langgraph-ns:"
+"""Prefix of the run that lists a thread's namespaces (``langgraph-ns:["<thread_id>"]``)."""
+
+
+def ns_run_id_for(thread_id: str) -> str:
+    """The snapstore run id of a thread's namespace registry: ``langgraph-ns:["thread"]``."""
+    return NS_PREFIX + json.dumps([str(thread_id)])
 
 
 def parse_run_id(run_id: str) -> tuple[str, str] | None:
@@ -222,9 +242,11 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
     of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
     ``prune``, ``copy_thread`` and the history walk (records of the earlier layout, or a stale
-    history) read a run's whole log through its log segments (``CheckpointManager.list``).
-    ``delete_for_runs`` and listing without a thread, which have no thread to start from, list
-    every LangGraph run.
+    history) read a run's whole log through its log segments (``CheckpointManager.list``); a
+    thread's namespaces come from its registry run (one listing of it), so nothing of a thread
+    costs what the rest of the repository holds. ``delete_for_runs`` and listing without a
+    thread, which have no thread to start from, list every LangGraph run. The first record of a
+    namespace costs one save more (its registry record).
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
@@ -844,8 +866,68 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                            if parent else None),
             pending_writes=pending)
 
+    def _namespaces(self, thread_id: str) -> set[str] | None:
+        """The namespaces the thread's registry run lists (every namespace a saver of this
+        version created in it), or None when the thread has no registry (a thread written
+        before registries, or none at all). Reads the registry's log: costs what the thread
+        holds, not what the repository holds."""
+        got = self.manager.list(ns_run_id_for(thread_id))
+        if not got:
+            return None
+        out: set = set()
+        for sm in got:
+            md = sm.metadata
+            if isinstance(md, dict) and isinstance(md.get("lgns"), list):
+                out.update(x for x in md["lgns"] if isinstance(x, str))
+        return out
+
+    def _register(self, run: str) -> None:
+        """Make sure the thread's registry lists ``run``'s namespace before its first record is
+        saved (so a crash cannot leave a namespace that listing the thread misses). A new
+        registry also registers the namespaces the thread already has (written before
+        registries), found by listing every run once, unless ``run`` is the root namespace of
+        a thread whose root run is empty. One LIST when registered already; a save (2 PUTs)
+        more when not."""
+        p = parse_run_id(run)
+        if p is None:
+            return
+        thread_id, ns = p
+        reg = ns_run_id_for(thread_id)
+        for attempt in range(self.SAVE_ATTEMPTS):
+            got = self.manager.list(reg)
+            have: set = set()
+            for sm in got:
+                md = sm.metadata
+                if isinstance(md, dict) and isinstance(md.get("lgns"), list):
+                    have.update(md["lgns"])
+            if ns in have:
+                return
+            add = {ns}
+            if not got and (ns != "" or self.manager.head(run_id_for(thread_id, "")) is not None):
+                # a new registry: the thread's namespaces of an earlier version are registered too
+                add.update(n for _r, _t, n in self._scan_runs(thread_id))
+            head = got[0].id if got else None
+            try:
+                self.manager.save(reg, [], metadata={"lgns": sorted(add)}, parent_id=head,
+                                  expect_head=head or EMPTY_RUN)
+                return
+            except (ConflictError, CheckpointNotFound):
+                if attempt == self.SAVE_ATTEMPTS - 1:
+                    raise
+
     def _runs(self, thread_id: str | None = None) -> list[tuple[str, str, str]]:
-        """``(run, thread_id, ns)`` of this saver's live runs (of one thread, or all)."""
+        """``(run, thread_id, ns)`` of this saver's runs: of one thread (the namespaces its
+        registry lists, some possibly empty; without a registry every live run of the
+        repository is listed), or every live run."""
+        if thread_id is not None:
+            nss = self._namespaces(str(thread_id))
+            if nss is not None:
+                return [(run_id_for(str(thread_id), n), str(thread_id), n) for n in sorted(nss)]
+        return self._scan_runs(thread_id)
+
+    def _scan_runs(self, thread_id: str | None = None) -> list[tuple[str, str, str]]:
+        """``(run, thread_id, ns)`` of this saver's live runs (of one thread, or all), from a
+        listing of every run of the repository."""
         out = []
         for r in self.manager.runs():
             p = parse_run_id(r)
@@ -954,6 +1036,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         for attempt in range(self.SAVE_ATTEMPTS):
             head = self._head(run)
             items, state, field_md, step = build(head)
+            if head.id is None:
+                self._register(run)  # a new (or deleted) run: listed in the thread's registry first
             try:
                 sid = self.manager.save(run, items, parent_id=head.id, step=step, metadata=field_md,
                                         session_state=state, expect_head=head.id or EMPTY_RUN)
@@ -1103,6 +1187,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     self._retry_moved(run, lambda: self._delete_run(run))
                 finally:
                     self._forget(run)
+        reg = ns_run_id_for(str(thread_id))
+        self._retry_moved(reg, lambda: self._delete_run(reg))  # last: its runs are gone
 
     def _delete_run(self, run: str) -> None:
         got = self.manager.head(run)
@@ -1174,6 +1260,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     continue
                 base = None
                 latest = ix.latest()
+                self._register(dst)
                 if latest is not None:
                     base = self.manager.fork(run, latest.sid, dst).id
                 self._forget(dst)
