@@ -97,6 +97,7 @@ def test_namespaces_of_a_thread_listed_deleted_and_copied(tmp_path):
         s.delete_thread("t")
         assert list(s.list({"configurable": {"thread_id": "t"}})) == []
         assert s.manager.list(ns_run_id_for("t")) == []  # the registry goes last
+        assert s.manager.latest(ns_run_id_for("t2")).session_state == {"lgns": ["", "child:1", "child:2"]}
         assert len(list(s.list({"configurable": {"thread_id": "t2"}}))) == 3
         assert len(list(s.list({"configurable": {"thread_id": "other"}}))) == 1
         # list(None) lists every thread, never the registries
@@ -121,3 +122,12 @@ def test_a_thread_written_before_registries_is_still_found_and_seeded(tmp_path):
         s.delete_thread("bare")
         assert s.manager.runs() == []
         assert p and run_id_for("old")
+
+
+def test_retention_of_the_registry_keeps_every_namespace(tmp_path):
+    with SnapstoreSaver(str(tmp_path / "repo")) as s:
+        for k in range(5):
+            _put(s, "t", k, ns=f"sub:{k}" if k else "")
+        s.manager.prune(keep_last=1)  # the core's retention over every run, the registry's too
+        assert sorted(x.config["configurable"]["checkpoint_ns"] for x in s.list({"configurable": {"thread_id": "t"}})) \
+            == ["", "sub:1", "sub:2", "sub:3", "sub:4"]

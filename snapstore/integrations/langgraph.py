@@ -8,7 +8,7 @@ Mapping (docs: README "LangGraph"):
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
   ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
 * A thread's **namespace registry** is the run ``langgraph-ns:["<thread_id>"]``: one record
-  (metadata ``{"lgns": [namespaces]}``, no messages) per namespace, saved before the
+  (session state ``{"lgns": [every namespace]}``, no messages) per new namespace, saved before the
   namespace's run gets its first record, so ``list(config)`` without ``checkpoint_ns``,
   ``delete_thread``, ``copy_thread`` and ``prune`` read the thread's runs without listing the
   repository's (``delete_thread`` deletes the registry last). A thread without a registry
@@ -866,50 +866,53 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                            if parent else None),
             pending_writes=pending)
 
-    def _namespaces(self, thread_id: str) -> set[str] | None:
-        """The namespaces the thread's registry run lists (every namespace a saver of this
-        version created in it), or None when the thread has no registry (a thread written
-        before registries, or none at all). Reads the registry's log: costs what the thread
-        holds, not what the repository holds."""
-        got = self.manager.list(ns_run_id_for(thread_id))
-        if not got:
+    def _registry(self, thread_id: str) -> tuple[str | None, set[str]] | None:
+        """``(head id, namespaces)`` of the thread's registry run as its newest record holds
+        them (each record holds them all, so retention that keeps only the newest records of a
+        run loses none), or None when the thread has no registry (a thread written before
+        registries, or none at all)."""
+        cp = self.manager.latest(ns_run_id_for(thread_id))
+        if cp is None:
             return None
-        out: set = set()
-        for sm in got:
-            md = sm.metadata
-            if isinstance(md, dict) and isinstance(md.get("lgns"), list):
-                out.update(x for x in md["lgns"] if isinstance(x, str))
-        return out
+        st = cp.session_state
+        got = st.get("lgns") if isinstance(st, dict) else None
+        if not isinstance(got, list) or not all(isinstance(x, str) for x in got):
+            raise IntegrityError(f"run {ns_run_id_for(thread_id)!r} record {cp.id!r}",
+                                 "not a LangGraph namespace registry record (session state needs \"lgns\": [str])")
+        return cp.id, set(got)
+
+    def _namespaces(self, thread_id: str) -> set[str] | None:
+        """The namespaces the thread's registry lists (every namespace a saver of this version
+        created in it), or None without a registry. Reads the registry's newest record: costs
+        what the thread holds, not what the repository holds."""
+        reg = self._registry(thread_id)
+        return None if reg is None else reg[1]
 
     def _register(self, run: str) -> None:
         """Make sure the thread's registry lists ``run``'s namespace before its first record is
-        saved (so a crash cannot leave a namespace that listing the thread misses). A new
-        registry also registers the namespaces the thread already has (written before
-        registries), found by listing every run once, unless ``run`` is the root namespace of
-        a thread whose root run is empty. One LIST when registered already; a save (2 PUTs)
-        more when not."""
+        saved (so a crash cannot leave a namespace that listing the thread misses). Each
+        registry record holds every namespace of the thread (session state ``{"lgns": [...]}``;
+        metadata ``{"lgns": count}``). A new registry also registers the namespaces the thread
+        already has (written before registries), found by listing every run once, unless
+        ``run`` is the root namespace of a thread whose root run is empty. One read of the
+        registry's newest record when registered already; a save (2 PUTs) more when not."""
         p = parse_run_id(run)
         if p is None:
             return
         thread_id, ns = p
         reg = ns_run_id_for(thread_id)
         for attempt in range(self.SAVE_ATTEMPTS):
-            got = self.manager.list(reg)
-            have: set = set()
-            for sm in got:
-                md = sm.metadata
-                if isinstance(md, dict) and isinstance(md.get("lgns"), list):
-                    have.update(md["lgns"])
+            got = self._registry(thread_id)
+            head, have = got if got is not None else (None, set())
             if ns in have:
                 return
-            add = {ns}
-            if not got and (ns != "" or self.manager.head(run_id_for(thread_id, "")) is not None):
+            add = have | {ns}
+            if got is None and (ns != "" or self.manager.head(run_id_for(thread_id, "")) is not None):
                 # a new registry: the thread's namespaces of an earlier version are registered too
                 add.update(n for _r, _t, n in self._scan_runs(thread_id))
-            head = got[0].id if got else None
             try:
-                self.manager.save(reg, [], metadata={"lgns": sorted(add)}, parent_id=head,
-                                  expect_head=head or EMPTY_RUN)
+                self.manager.save(reg, [], metadata={"lgns": len(add)}, session_state={"lgns": sorted(add)},
+                                  parent_id=head, expect_head=head or EMPTY_RUN)
                 return
             except (ConflictError, CheckpointNotFound):
                 if attempt == self.SAVE_ATTEMPTS - 1:
