@@ -34,7 +34,9 @@ Mapping (docs: README "LangGraph"):
   its values: versions, ts...; the metadata and the parent); then any writes stored for it
   before it was put (``w``), then the writes stored so far for other checkpoints not put yet
   (``eo``: ``{checkpoint id: descriptors}``, carried on from the run's newest record). ``"x"``
-  marks a record that may miss writes stored before it (readers then list the whole run). The session state holds only the layout (positions). Items repeated from
+  marks a record that may miss writes stored before it, and a record without ``"k"`` is of an
+  earlier release, which did not carry writes stored before the parent was put: readers then
+  list the whole run. The session state holds only the layout (positions). Items repeated from
   record to record are stored once; the rest (meta items) compresses with the run's other
   records when its packs are merged.
 * A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
@@ -438,7 +440,10 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             items.extend(its)
         skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         meta = {"cp": self._json_or_blob(skeleton), "parent": parent, **self._md_field(md)}
-        state = {"v": 2, "layout": layout, "meta": len(items)}
+        # "k": this record carries every write set its newest record held (the records of
+        # earlier releases did not carry those stored before the parent was put: readers list
+        # the run for them)
+        state = {"v": 2, "k": 1, "layout": layout, "meta": len(items)}
         items.append({"lgmeta": meta})
         if hist:
             state["hist"] = hist
@@ -530,11 +535,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             if md.get("lg") == "C" and md.get("id") == checkpoint_id:
                 wd = list(st.get("w", ()))
                 return {"base": "c", "items": head.items[:st["meta"] + 1],
-                        "cst": {k: v for k, v in st.items() if k not in ("w", "eo")}, "pre": st.get("x"),
+                        "cst": {k: v for k, v in st.items() if k not in ("w", "eo")},
+                        "pre": st.get("x") or not st.get("k"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": False}
             if md.get("lg") == "W" and st.get("cf") == checkpoint_id:
                 wd = list(st["w"])
-                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"], "pre": st.get("x"),
+                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"],
+                        "pre": st.get("x") or not st["c"].get("k"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": st.get("h")}
             if md.get("lg") == "W" and st.get("ef") == checkpoint_id:
                 wd = list(st["e"])
@@ -793,7 +800,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         """True if checkpoint record ``rec`` carries every write stored for its checkpoint before
         it (so the records after it hold the rest): a format-2 record not marked ``"x"``."""
         _items, st = self._record(run, rec.sid, rec.seq)
-        return rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and not st.get("x")
+        return (rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and st.get("k") == 1
+                and not st.get("x"))
 
     def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
         items, st = self._record(run, rec.sid, rec.seq)
