@@ -7,6 +7,16 @@ Mapping (docs: README "LangGraph"):
 
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
   ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
+* A thread's **namespace registry** is the run ``langgraph-ns:["<thread_id>"]``: one record
+  (session state ``{"lgns": [every namespace]}``, no messages) per new namespace, saved before the
+  namespace's run gets its first record, so ``list(config)`` without ``checkpoint_ns``,
+  ``delete_thread``, ``copy_thread`` and ``prune`` read the thread's runs without listing the
+  repository's (``delete_thread`` deletes the registry last). A thread without a registry
+  (written before registries) is found by listing every run. Creating a registry lists every
+  run once to register the thread's existing namespaces too, unless the namespace being
+  registered is the root one (``""``) and that run is empty: a brand-new thread costs no
+  listing. Limit: a thread of an earlier version holding only non-root namespaces that then
+  gets its first root checkpoint from this version registers only ``""``.
 * Every ``put`` and every ``put_writes`` call is one snapstore checkpoint of the run (a *record*,
   with a generated snapstore id; no index record). Records written by this version have ``"v":
   2`` in their session state; records of the earlier layout (``"lg": "c"``/``"w"``, the LangGraph
@@ -22,14 +32,20 @@ Mapping (docs: README "LangGraph"):
   carries); then the other channel values (one serde item each, base64; over 64 KiB split by
   content-defined chunking like any large message); then one *meta* item (the checkpoint without
   its values: versions, ts...; the metadata and the parent); then any writes stored for it
-  before it was put. The session state holds only the layout (positions). Items repeated from
+  before it was put (``w``), then the writes stored so far for other checkpoints not put yet
+  (``eo``: ``{checkpoint id: descriptors}``, carried on from the run's newest record). ``"x"``
+  marks a record that may miss writes stored before it, and a record without ``"k"`` is of an
+  earlier release, which did not carry writes stored before the parent was put: readers then
+  list the whole run. The session state holds only the layout (positions). Items repeated from
   record to record are stored once; the rest (meta items) compresses with the run's other
   records when its packs are merged.
 * A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
   the run's latest checkpoint (``cf``: its items, layout and writes so far, the newest record's
   ones plus this call's) and the writes stored so far for a checkpoint not put yet (``ef``:
   LangGraph's default async durability stores a task's writes before the checkpoint they are
-  for). So the run's **newest record** always holds the latest checkpoint with its pending
+  for), and ``eo`` the sets of further checkpoints not put yet (with async durability a
+  task's writes for C2 can land before C1 is put). So the run's **newest record** always holds
+  the latest checkpoint with its pending
   writes and history, and the parent of the next checkpoint with its writes: a fresh
   ``get_state`` reads one record, and a step's cost does not grow with the run. ``acc``: the
   log position of the record this one carries on (listing reads only the newest of a chain).
@@ -49,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import random
 import threading
 import time
@@ -81,7 +98,7 @@ from ..format.ids import seq_hint
 from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id
 
-__all__ = ["SnapstoreSaver", "RUN_PREFIX", "run_id_for", "parse_run_id"]
+__all__ = ["SnapstoreSaver", "RUN_PREFIX", "NS_PREFIX", "run_id_for", "ns_run_id_for", "parse_run_id"]
 
 RUN_PREFIX = "langgraph:"
 """Prefix of the snapstore run ids this saver writes (other runs in the repository are ignored)."""
@@ -90,6 +107,15 @@ RUN_PREFIX = "langgraph:"
 def run_id_for(thread_id: str, checkpoint_ns: str = "") -> str:
     """The snapstore run id of a LangGraph thread's namespace: ``langgraph:["thread","ns"]``."""
     return pair_run_id(RUN_PREFIX, str(thread_id), str(checkpoint_ns))
+
+
+NS_PREFIX = "langgraph-ns:"
+"""Prefix of the run that lists a thread's namespaces (``langgraph-ns:["<thread_id>"]``)."""
+
+
+def ns_run_id_for(thread_id: str) -> str:
+    """The snapstore run id of a thread's namespace registry: ``langgraph-ns:["thread"]``."""
+    return NS_PREFIX + json.dumps([str(thread_id)])
 
 
 def parse_run_id(run_id: str) -> tuple[str, str] | None:
@@ -137,6 +163,7 @@ class _RunIndex:
     """A run's records grouped: checkpoints by LangGraph id, writes by the checkpoint they are for."""
 
     recs: list = field(default_factory=list)       # newest first
+    head: str | None = None                        # the run's head (newest live checkpoint, any kind)
     cps: dict = field(default_factory=dict)        # checkpoint id -> _Rec (the newest record of that id)
     writes: dict = field(default_factory=dict)     # checkpoint id -> [_Rec] oldest first
     listed: int = 0                                # summaries listed (ours or not)
@@ -146,6 +173,7 @@ class _RunIndex:
         ix = cls()
         summaries = list(summaries)
         ix.listed = len(summaries)
+        ix.head = summaries[0].id if summaries else None
         for s in summaries:
             md = s.metadata
             if not isinstance(md, dict) or md.get("lg") not in _KINDS:
@@ -216,9 +244,11 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
     of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
     ``prune``, ``copy_thread`` and the history walk (records of the earlier layout, or a stale
-    history) read a run's whole log through its log segments (``CheckpointManager.list``).
-    ``delete_for_runs`` and listing without a thread, which have no thread to start from, list
-    every LangGraph run.
+    history) read a run's whole log through its log segments (``CheckpointManager.list``); a
+    thread's namespaces come from its registry run (one listing of it), so nothing of a thread
+    costs what the rest of the repository holds. ``delete_for_runs`` and listing without a
+    thread, which have no thread to start from, list every LangGraph run. The first record of a
+    namespace costs one save more (its registry record).
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
@@ -410,24 +440,76 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             items.extend(its)
         skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         meta = {"cp": self._json_or_blob(skeleton), "parent": parent, **self._md_field(md)}
-        state = {"v": 2, "layout": layout, "meta": len(items)}
+        # "k": this record carries every write set its newest record held (the records of
+        # earlier releases did not carry those stored before the parent was put: readers list
+        # the run for them)
+        state = {"v": 2, "k": 1, "layout": layout, "meta": len(items)}
         items.append({"lgmeta": meta})
         if hist:
             state["hist"] = hist
         # writes stored before their checkpoint (LangGraph's async durability puts a task's
-        # writes before the checkpoint they are for): the record carries them too
-        early = self._covers(head, checkpoint["id"])
-        if early is not None and early["rows"]:
-            desc = []
-            for task, path, ch, idx, kind, its in early["rows"]:
-                desc.append([task, path, ch, idx, kind, len(items), len(its)])
-                items.extend(its)
-            state["w"] = desc
-        elif self._seen.get((run, checkpoint["id"])):
+        # writes before the checkpoint they are for, even before its parent is put): the newest
+        # record carries every such set; this record takes its own and carries the others on
+        cid = checkpoint["id"]
+        sets = self._early_sets(head, run)
+        own = sets.pop(cid, None)
+        again = self._covers(head, cid)  # a checkpoint id put again: its writes so far
+        mine = list(again["rows"]) if again is not None and again["base"] == "c" else []
+        try:
+            if own:
+                mine.extend(self._rows(head.items, own))
+            others = {k: self._rows(head.items, d) for k, d in sets.items()}
+        except (KeyError, TypeError, ValueError):
+            others = {}  # a damaged newest record: what it carries is not used (see "x")
+        if mine:
+            state["w"] = self._append_rows(items, mine)
+        if not self._seen.get((run, cid), set()) <= {(r[0], r[3]) for r in mine}:
             state["x"] = 1  # this saver stored writes for it that the newest record does not carry
+        if others:
+            state["eo"] = {k: self._append_rows(items, rows) for k, rows in others.items()}
         with self._lock:
             self._enc[run] = cache
         return items, state, sorted(values)
+
+    EARLY_SETS = 64
+    """Checkpoints not put yet whose writes the run's newest record carries at most (the oldest
+    set beyond goes; its checkpoint's put then marks itself incomplete, ``"x"``, if this saver
+    wrote them, so readers list the run)."""
+
+    @staticmethod
+    def _append_rows(items: list, rows: list) -> list:
+        """Append the items of writes ``rows`` to ``items``; return their descriptors."""
+        desc = []
+        for task, path, ch, idx, kind, its in rows:
+            desc.append([task, path, ch, idx, kind, len(items), len(its)])
+            items.extend(its)
+        return desc
+
+    def _early_sets(self, head: _Head | None, run: str, latest: str | None = None) -> dict:
+        """The writes the run's newest record ``head`` carries for checkpoints not put yet:
+        ``{checkpoint id: descriptors into head.items}`` (oldest set first: the ``eo`` sets, then
+        a writes record's own set, ``ef``/``e``). Sets of checkpoints this saver has put since,
+        or (``latest``: the latest checkpoint's id) with an id below the latest's, are no longer
+        early and are left out; at most :attr:`EARLY_SETS`, the newest."""
+        if head is None or head.id is None or head.items is None or not isinstance(head.st, dict):
+            return {}
+        st, md = head.st, head.md or {}
+        if st.get("v") != 2:
+            return {}
+        out: dict = {}
+        eo = st.get("eo")
+        if isinstance(eo, dict):
+            out.update((k, list(v)) for k, v in eo.items() if isinstance(k, str) and isinstance(v, list))
+        if md.get("lg") == "W" and isinstance(st.get("ef"), str) and isinstance(st.get("e"), list):
+            out.pop(st["ef"], None)
+            out[st["ef"]] = list(st["e"])
+        put = self._put_ids.get(run, ())
+        for k in list(out):
+            if not out[k] or k in put or (latest is not None and k < latest):
+                del out[k]
+        while len(out) > self.EARLY_SETS:
+            del out[next(iter(out))]
+        return out
 
     def _covers(self, head: _Head | None, checkpoint_id: str) -> dict | None:
         """What the run's newest record ``head`` holds of checkpoint ``checkpoint_id``: ``{"base":
@@ -450,23 +532,25 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         if st.get("v") != 2:
             return None
         try:
-            if md.get("lg") == "C":
-                if md.get("id") != checkpoint_id:
-                    return None
+            if md.get("lg") == "C" and md.get("id") == checkpoint_id:
                 wd = list(st.get("w", ()))
                 return {"base": "c", "items": head.items[:st["meta"] + 1],
-                        "cst": {k: v for k, v in st.items() if k != "w"}, "pre": st.get("x"),
+                        "cst": {k: v for k, v in st.items() if k not in ("w", "eo")},
+                        "pre": st.get("x") or not st.get("k"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": False}
-            if md.get("lg") != "W":
-                return None
-            if st.get("cf") == checkpoint_id:
+            if md.get("lg") == "W" and st.get("cf") == checkpoint_id:
                 wd = list(st["w"])
-                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"], "pre": st.get("x"),
+                return {"base": "c", "items": head.items[:st["cn"]], "cst": st["c"],
+                        "pre": st.get("x") or not st["c"].get("k"),
                         "rows": self._rows(head.items, wd), "wdesc": wd, "stale": st.get("h")}
-            if st.get("ef") == checkpoint_id:
+            if md.get("lg") == "W" and st.get("ef") == checkpoint_id:
                 wd = list(st["e"])
-                return {"base": None, "items": None, "cst": None, "pre": None,
-                        "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
+            elif checkpoint_id in (st.get("eo") or {}):
+                wd = list(st["eo"][checkpoint_id])
+            else:
+                return None
+            return {"base": None, "items": None, "cst": None, "pre": None,
+                    "rows": self._rows(head.items, wd), "wdesc": wd, "stale": None}
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         return None
@@ -645,8 +729,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
 
     def _window(self, run: str, checkpoint_id: str | None) -> tuple[_RunIndex, _Rec | None]:
         """The run's newest records down to (and past) the wanted checkpoint: enough to find it
-        and every writes record for it (those follow it; a few may precede it, up to the
-        checkpoint before it)."""
+        and every writes record stored after it (the writes stored before it are carried by
+        its record, unless it is marked ``"x"``: then :meth:`get_tuple` lists the whole run)."""
         limit = 4
         while True:
             ix = self._index(run, limit)
@@ -677,11 +761,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
                                  f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
 
-    def _writes_of(self, run: str, recs: list) -> list[PendingWrite]:
-        """Pending writes of one checkpoint from its writes records (oldest first). A format-2
-        writes record carries every write stored before it for its checkpoint (on that chain),
-        so only the newest of each chain is read."""
-        rows: list = []
+    def _writes_of(self, run: str, recs: list, own: list = ()) -> list[PendingWrite]:
+        """Pending writes of one checkpoint from its writes records (oldest first) and ``own``
+        (the rows its checkpoint record carries). A format-2 writes record carries every write
+        stored before it for its checkpoint (on that chain), so only the newest of each chain is
+        read."""
+        rows: list = list(own)
         for r in self._chain_heads(recs):
             rows.extend(self._rec_rows(run, r))
         try:
@@ -689,7 +774,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         except SnapstoreError:
             raise
         except Exception as e:
-            raise IntegrityError(f"run {run!r} writes of {recs[0].md.get('for')!r}",
+            raise IntegrityError(f"run {run!r} writes of {recs[0].md.get('for') if recs else '?'!r}",
                                  f"not valid LangGraph writes: {type(e).__name__}: {e}") from e
 
     @staticmethod
@@ -700,8 +785,27 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         carried = {r.md.get("acc") for r in recs if r.md.get("lg") == "W" and isinstance(r.md.get("acc"), int)}
         return [r for r in recs if r.seq not in carried]
 
+    def _own_rows(self, run: str, rec: _Rec, items: list, st) -> list:
+        """The writes a format-2 checkpoint record carries for its checkpoint (those stored
+        before it was put, and, for an id put again, those of the earlier put)."""
+        if rec.md.get("lg") != "C" or not isinstance(st, dict) or st.get("v") != 2 or not st.get("w"):
+            return []
+        try:
+            return self._rows(items, st["w"])
+        except Exception as e:
+            raise IntegrityError(f"run {run!r} record {rec.sid!r} (log position {rec.seq})",
+                                 f"not a valid LangGraph checkpoint record: {type(e).__name__}: {e}") from e
+
+    def _complete(self, run: str, rec: _Rec) -> bool:
+        """True if checkpoint record ``rec`` carries every write stored for its checkpoint before
+        it (so the records after it hold the rest): a format-2 record not marked ``"x"``."""
+        _items, st = self._record(run, rec.sid, rec.seq)
+        return (rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and st.get("k") == 1
+                and not st.get("x"))
+
     def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
         items, st = self._record(run, rec.sid, rec.seq)
+        own = self._own_rows(run, rec, items, st)
         parent = rec.md.get("parent")
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
         return CheckpointTuple(
@@ -710,7 +814,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
-            pending_writes=self._writes_of(run, wrecs),
+            pending_writes=self._writes_of(run, wrecs, own),
         )
 
     def _fresh_head(self, run: str) -> _Head:
@@ -770,8 +874,71 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                            if parent else None),
             pending_writes=pending)
 
+    def _registry(self, thread_id: str) -> tuple[str | None, set[str]] | None:
+        """``(head id, namespaces)`` of the thread's registry run as its newest record holds
+        them (each record holds them all, so retention that keeps only the newest records of a
+        run loses none), or None when the thread has no registry (a thread written before
+        registries, or none at all)."""
+        cp = self.manager.latest(ns_run_id_for(thread_id))
+        if cp is None:
+            return None
+        st = cp.session_state
+        got = st.get("lgns") if isinstance(st, dict) else None
+        if not isinstance(got, list) or not all(isinstance(x, str) for x in got):
+            raise IntegrityError(f"run {ns_run_id_for(thread_id)!r} record {cp.id!r}",
+                                 "not a LangGraph namespace registry record (session state needs \"lgns\": [str])")
+        return cp.id, set(got)
+
+    def _namespaces(self, thread_id: str) -> set[str] | None:
+        """The namespaces the thread's registry lists (every namespace a saver of this version
+        created in it), or None without a registry. Reads the registry's newest record: costs
+        what the thread holds, not what the repository holds."""
+        reg = self._registry(thread_id)
+        return None if reg is None else reg[1]
+
+    def _register(self, run: str) -> None:
+        """Make sure the thread's registry lists ``run``'s namespace before its first record is
+        saved (so a crash cannot leave a namespace that listing the thread misses). Each
+        registry record holds every namespace of the thread (session state ``{"lgns": [...]}``;
+        metadata ``{"lgns": count}``). A new registry also registers the namespaces the thread
+        already has (written before registries), found by listing every run once, unless
+        ``run`` is the root namespace of a thread whose root run is empty. One read of the
+        registry's newest record when registered already; a save (2 PUTs) more when not."""
+        p = parse_run_id(run)
+        if p is None:
+            return
+        thread_id, ns = p
+        reg = ns_run_id_for(thread_id)
+        for attempt in range(self.SAVE_ATTEMPTS):
+            got = self._registry(thread_id)
+            head, have = got if got is not None else (None, set())
+            if ns in have:
+                return
+            add = have | {ns}
+            if got is None and (ns != "" or self.manager.head(run_id_for(thread_id, "")) is not None):
+                # a new registry: the thread's namespaces of an earlier version are registered too
+                add.update(n for _r, _t, n in self._scan_runs(thread_id))
+            try:
+                self.manager.save(reg, [], metadata={"lgns": len(add)}, session_state={"lgns": sorted(add)},
+                                  parent_id=head, expect_head=head or EMPTY_RUN)
+                return
+            except (ConflictError, CheckpointNotFound):
+                if attempt == self.SAVE_ATTEMPTS - 1:
+                    raise
+
     def _runs(self, thread_id: str | None = None) -> list[tuple[str, str, str]]:
-        """``(run, thread_id, ns)`` of this saver's live runs (of one thread, or all)."""
+        """``(run, thread_id, ns)`` of this saver's runs: of one thread (the namespaces its
+        registry lists, some possibly empty; without a registry every live run of the
+        repository is listed), or every live run."""
+        if thread_id is not None:
+            nss = self._namespaces(str(thread_id))
+            if nss is not None:
+                return [(run_id_for(str(thread_id), n), str(thread_id), n) for n in sorted(nss)]
+        return self._scan_runs(thread_id)
+
+    def _scan_runs(self, thread_id: str | None = None) -> list[tuple[str, str, str]]:
+        """``(run, thread_id, ns)`` of this saver's live runs (of one thread, or all), from a
+        listing of every run of the repository."""
         out = []
         for r in self.manager.runs():
             p = parse_run_id(r)
@@ -804,6 +971,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             if target is None:
                 return None
             try:
+                if not self._complete(run, target):
+                    # writes for it may precede it by any number of records (async durability,
+                    # an older layout): the whole run's
+                    ix = self._index(run)
+                    target = ix.cps.get(target.md["id"])
+                    if target is None:
+                        return None
                 return self._tuple(run, thread_id, ns, target, ix.writes.get(target.md["id"], []))
             except CheckpointNotFound:
                 return None  # deleted meanwhile
@@ -873,6 +1047,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         for attempt in range(self.SAVE_ATTEMPTS):
             head = self._head(run)
             items, state, field_md, step = build(head)
+            if head.id is None:
+                self._register(run)  # a new (or deleted) run: listed in the thread's registry first
             try:
                 sid = self.manager.save(run, items, parent_id=head.id, step=step, metadata=field_md,
                                         session_state=state, expect_head=head.id or EMPTY_RUN)
@@ -966,30 +1142,30 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                         state["x"] = 1
                     if pv["stale"]:
                         state["h"] = 1
-                hst = head.st if v2 and (head.md or {}).get("lg") == "W" else {}
-                early_for, early = hst.get("ef"), list(hst.get("e", ()))
+                # every write set the newest record carries for checkpoints not put yet goes on
+                # with this record (LangGraph's async durability stores a task's writes before the
+                # checkpoint they are for, even before that checkpoint's parent is put)
+                sets = self._early_sets(head, run) if v2 else {}
+                own = sets.pop(cid, None)
+                latest = hv[0] if hv is not None else None
+                if latest is not None:
+                    sets = {k: d for k, d in sets.items() if k >= latest}
                 mine = v2 and (head.md or {}).get("lg") == "W" and head.md.get("for") == cid
                 if hv is not None and hv[0] == cid:
                     # writes for the latest checkpoint: carried on with it
                     desc = state["w"]
                     carried = mine
-                    if early_for is not None:
-                        state.update(ef=early_for, e=early)
                 else:
-                    if early_for == cid:
-                        state.update(ef=cid, e=early)  # more writes before their checkpoint
-                        carried = mine
-                    else:
-                        # writes for a checkpoint to come (or an older one); early writes for a
-                        # third checkpoint are no longer carried (its put marks itself, see "x")
-                        state.update(ef=cid, e=[])
-                        carried = False
-                        if hv is not None and cid in self._put_ids.get(run, ()):
-                            # writes for a checkpoint put before the latest (LangGraph's async
-                            # durability may store a task's writes after the next checkpoint):
-                            # the history sections built since may miss them, so they are not used
-                            state["h"] = 1
+                    carried = mine and own is not None and head.st.get("ef") == cid
+                    if hv is not None and (cid in self._put_ids.get(run, ()) or cid < hv[0]):
+                        # writes for a checkpoint put before the latest (LangGraph's async
+                        # durability may store a task's writes after the next checkpoint):
+                        # the history sections built since may miss them, so they are not used
+                        state["h"] = 1
+                    state.update(ef=cid, e=list(own or ()))
                     desc = state["e"]
+                if sets:
+                    state["eo"] = sets  # descriptors into the items copied from the newest record
                 chs = {row[2] for row in desc}
                 for widx, ch, v in todo:
                     kind, its = self._enc_value(v, cache)
@@ -1019,10 +1195,39 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         for run, _t, _ns in self._runs(thread_id):
             with self._rlock(run):
                 try:
-                    self.manager.delete(run)
-                except RunNotFound:
-                    pass
+                    self._retry_moved(run, lambda: self._delete_run(run))
+                finally:
+                    self._forget(run)
+        reg = ns_run_id_for(str(thread_id))
+        self._retry_moved(reg, lambda: self._delete_run(reg))  # last: its runs are gone
+
+    def _delete_run(self, run: str) -> None:
+        got = self.manager.head(run)
+        if got is None:
+            return
+        try:
+            self.manager.delete(run, expect_head=got.id)
+        except RunNotFound:
+            pass
+
+    def _retry_moved(self, run: str, op):
+        """Run ``op()`` (which reads the run's head and acts on it with an explicit
+        ``expect_head``), again when another writer moved the run meanwhile, at most
+        :attr:`SAVE_ATTEMPTS` times.
+
+        The saver is one caller per LangGraph thread whatever OS thread or asyncio task calls it
+        (LangGraph puts from its executor threads): operations that move a run's head pass the
+        head they just read as ``expect_head`` instead of relying on what the calling context
+        saw (docs/format.md §12), so they conflict only with a writer that moved the run between
+        that read and the operation, and are then decided again on the new head."""
+        for attempt in range(self.SAVE_ATTEMPTS):
+            try:
+                return op()
+            except ConflictError:
+                if attempt == self.SAVE_ATTEMPTS - 1:
+                    raise
                 self._forget(run)
+        raise AssertionError("unreachable")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
@@ -1032,14 +1237,16 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             return
         for run, _t, _ns in self._runs():
             with self._rlock(run):
-                ix = self._index(run)
-                doomed = []
-                for cid, rec in ix.cps.items():
-                    if self._md_of(rec).get("run_id") in wanted:
-                        doomed.extend(r.sid for r in ix.all_of(cid))
-                if doomed:
-                    self.manager.delete_many(run, doomed)
-                    self._forget(run)
+                def once():
+                    ix = self._index(run)
+                    doomed = []
+                    for cid, rec in ix.cps.items():
+                        if self._md_of(rec).get("run_id") in wanted:
+                            doomed.extend(r.sid for r in ix.all_of(cid))
+                    if doomed:
+                        self._forget(run)
+                        self.manager.delete_many(run, doomed, expect_head=ix.head)
+                self._retry_moved(run, once)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread (all namespaces) to an empty thread.
@@ -1064,6 +1271,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     continue
                 base = None
                 latest = ix.latest()
+                self._register(dst)
                 if latest is not None:
                     base = self.manager.fork(run, latest.sid, dst).id
                 self._forget(dst)
@@ -1080,11 +1288,12 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                         else:
                             del md["acc"]
                     sid = self.manager.save(dst, cp.messages, step=cp.step, metadata=md, session_state=st,
-                                            checkpoint_id=r.sid if r.md.get("lg") == "c" else None, parent_id=prev)
+                                            checkpoint_id=r.sid if r.md.get("lg") == "c" else None, parent_id=prev,
+                                            expect_head=prev or EMPTY_RUN)
                     prev = sid
                     moved[r.seq] = (sid, self.manager.head(dst).seq if r.md.get("lg") == "c" else _seq_of(sid))
                 if base is not None:
-                    self.manager.delete_many(dst, [base])
+                    self.manager.delete_many(dst, [base], expect_head=prev)
                 self._forget(dst)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -1105,28 +1314,32 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 continue
             for run, _t, _ns in self._runs(t):
                 with self._rlock(run):
-                    ix = self._index(run)
-                    latest = ix.latest()
-                    if latest is None:
-                        continue
-                    keep = {latest.sid}
-                    keep.update(w.sid for w in ix.writes.get(latest.md["id"], []))
-                    md = self._md_of(latest)
-                    delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
-                    remaining = set(delta or ()) - set(latest.md.get("chs") or ())
-                    cur = latest.md.get("parent")
-                    while cur and remaining:
-                        a = ix.cps.get(cur)
-                        if a is None:
-                            break
-                        keep.add(a.sid)
-                        keep.update(w.sid for w in ix.writes.get(cur, []))
-                        remaining -= set(a.md.get("chs") or ())
-                        cur = a.md.get("parent")
-                    doomed = [r.sid for r in ix.recs if r.sid not in keep]
-                    if doomed:
-                        self.manager.delete_many(run, doomed)
-                        self._forget(run)
+                    self._retry_moved(run, lambda: self._prune_run(run))
+
+    def _prune_run(self, run: str) -> None:
+        """``prune(strategy="keep_latest")`` of one run, against the head it lists."""
+        ix = self._index(run)
+        latest = ix.latest()
+        if latest is None:
+            return
+        keep = {latest.sid}
+        keep.update(w.sid for w in ix.writes.get(latest.md["id"], []))
+        md = self._md_of(latest)
+        delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
+        remaining = set(delta or ()) - set(latest.md.get("chs") or ())
+        cur = latest.md.get("parent")
+        while cur and remaining:
+            a = ix.cps.get(cur)
+            if a is None:
+                break
+            keep.add(a.sid)
+            keep.update(w.sid for w in ix.writes.get(cur, []))
+            remaining -= set(a.md.get("chs") or ())
+            cur = a.md.get("parent")
+        doomed = [r.sid for r in ix.recs if r.sid not in keep]
+        if doomed:
+            self._forget(run)
+            self.manager.delete_many(run, doomed, expect_head=ix.head)
 
     HEAD_FRESH_S = 1.0
     """A DeltaChannel history read within this many seconds of reading the run's newest record
