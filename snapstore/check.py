@@ -8,6 +8,7 @@ on.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,6 +19,7 @@ from .format import keys, runmark
 from .format.logseg import decode_logseg, parse_logseg_key
 from .format.segs import Seg
 from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index, is_void
+from .format.removals import decode_removals, is_removals_key, merge_ranges
 from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from .format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
 from .forwarding import ForwardMap
@@ -202,6 +204,78 @@ def void_record(info) -> bool:
         return True
     except IntegrityError:
         return False
+
+
+def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_keys: dict, copies_above: dict,
+                infos: dict) -> None:
+    """Report log positions of a run that hold nothing (no manifest, compacted record or void
+    record) and that no removal record names (docs/format.md §8e): a manifest deleted outside
+    snapstore. Below the run's newest record every position was written once; above it, a position
+    counts if a log segment of the run's current life (written after its oldest record) holds a
+    copy of it (the newest records were deleted). An error in a repository whose writers record
+    removals (config ``removals`` 1), else a warning; at most 8 problems per run, one per range."""
+    strict = bool(getattr(repo.config, "removals", 0))
+    for rk, mkeys in keys_by_run.items():
+        pos = []
+        for k in mkeys:
+            try:
+                pos.append(keys.seq_from_manifest_key(k))
+            except IntegrityError:
+                continue  # a stray name: reported as a corrupt manifest
+        if not pos:
+            continue
+        top = max(pos)
+        lowest_mtime = min((infos[k].mtime for k in mkeys if k in infos), default=0.0)
+        prefix = keys.manifests_prefix(rk)
+        present = set(pos) | {keys.seq_from_manifest_key(k) for k in voids if k.startswith(prefix)}
+        removed: list = []
+        for xk in removal_keys.get(rk, []):
+            try:
+                removed.extend(decode_removals(xk, repo.store.get(xk)))
+            except ObjectNotFound:
+                continue
+            except SnapstoreError as e:
+                rep.warnings.append(Problem("corrupt-removals", xk, f"{e}; gaps it may name are reported below"))
+        removed = merge_ranges(removed)
+        starts = [r[0] for r in removed]
+
+        def unaccounted(lo: int, hi: int):
+            """Sub-ranges of [lo, hi] that no removal range covers."""
+            i = max(0, bisect.bisect_right(starts, lo) - 1)
+            cur = lo
+            while cur <= hi:
+                while i < len(removed) and removed[i][1] < cur:
+                    i += 1
+                if i < len(removed) and removed[i][0] <= cur:
+                    cur = removed[i][1] + 1
+                    continue
+                end = min(removed[i][0] - 1, hi) if i < len(removed) else hi
+                yield cur, end
+                cur = end + 1
+        gaps: list = []
+        prev = -1
+        for p in sorted(present):
+            if p > top:
+                break
+            if p > prev + 1:
+                gaps.extend(unaccounted(prev + 1, p - 1))
+            prev = p
+        for p, lk in sorted(copies_above.get(rk, {}).items()):
+            if p not in present and (infos.get(lk) is None or infos[lk].mtime >= lowest_mtime):
+                gaps.extend((a, b, lk) for a, b in unaccounted(p, p))
+        for g in gaps[:8]:
+            lo, hi = g[0], g[1]
+            where = (f"position {lo}" if lo == hi else f"positions {lo}-{hi}") + f" of run key {rk}"
+            if len(g) == 3:
+                why = (f"{where}, above its newest record ({top}), has a copy in {g[2]} but no manifest: "
+                       "the run's newest manifest was deleted outside snapstore")
+            else:
+                why = f"{where}: no manifest, and no removal record names it: deleted outside snapstore"
+            if strict:
+                rep.errors.append(Problem("missing-manifest", keys.manifest_key(rk, lo), why))
+            else:
+                rep.warnings.append(Problem("unaccounted-gap", keys.manifest_key(rk, lo), why + " (or removed by "
+                                            "an earlier snapstore version, which kept no removal records)"))
 
 
 def segments_by_run(logs: dict) -> dict:
@@ -887,6 +961,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     index_keys: dict[str, list[str]] = defaultdict(list)
     logseg_keys: dict[str, list[str]] = defaultdict(list)
+    removal_keys: dict[str, list[str]] = defaultdict(list)
     voids = {i.key for i in all_infos if void_record(i)}
     for k in all_keys:
         if k == keys.CONFIG:
@@ -911,6 +986,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             index_keys[parts[1]].append(k)
         elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "l" and parse_logseg_key(k) is not None:
             logseg_keys[parts[1]].append(k)
+        elif is_removals_key(k):
+            removal_keys[parts[1]].append(k)
         else:
             rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
     logs = read_all_runs(repo, keys_by_run)
@@ -947,6 +1024,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             if seq not in live_seqs:
                 rep.warnings.append(Problem("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint; removed by 'snapstore gc'"))
     # log segments (format 2): each copy must be exactly the manifest still at its position
+    copies_above: dict[str, dict[int, str]] = defaultdict(dict)  # run -> position above its newest -> segment
     for rk, lks in logseg_keys.items():
         log = logs.get(rk)
         for lk in lks:
@@ -959,6 +1037,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
                 continue
             for c in recs:
                 seq = c.seq
+                if log is not None and log.manifests and seq > max(log.manifests):
+                    copies_above[rk][seq] = lk
                 if log is not None and seq in log.manifests:
                     try:
                         same = c.manifest(lk) == log.manifests[seq]  # every field, not only the write id
@@ -968,6 +1048,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
                         rep.warnings.append(Problem("corrupt-logseg", lk, f"its copy of position {seq} differs from the "
                                                     "manifest; listing reads the manifest instead"))
                         break
+    _check_gaps(repo, rep, keys_by_run, voids, removal_keys, copies_above, {i.key: i for i in all_infos})
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []

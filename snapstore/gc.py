@@ -43,6 +43,7 @@ from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import is_pack_hex
 from .format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
+from .format.removals import decode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .repository import Repository
@@ -409,6 +410,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     packs, fwd_listing, cands, others = {}, [], {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     voids_by_run: dict[str, list] = defaultdict(list)
+    removals_by_run: dict[str, list] = defaultdict(list)  # removal records (§8e)
     index_by_run: dict[str, list] = defaultdict(list)
     logseg_by_run: dict[str, list] = defaultdict(list)
     # the run log first, then the data: every pack a manifest read here references was written
@@ -425,6 +427,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                 keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[2] == "c":
             index_by_run[parts[1]].append(info)
+        elif is_removals_key(k):
+            removals_by_run[parts[1]].append(info)
         elif len(parts) == 4 and parts[2] == "l" and parse_logseg_key(k) is not None:
             logseg_by_run[parts[1]].append(info)
         else:
@@ -793,11 +797,21 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
         store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
         man = [k for k, _, c in del_keys if c == "manifests"]
+        # the positions go on record first (§8e), except of runs whose whole log goes (their
+        # positions restart at 0: their removal records go after the log)
+        by_run: dict[str, list[int]] = defaultdict(list)
+        for k in man:
+            by_run[k.split("/")[1]].append(keys.seq_from_manifest_key(k))
+        merged = _merge_removals(repo, removals_by_run, {rk: seqs for rk, seqs in by_run.items() if rk not in lone})
+        for rk, seqs in by_run.items():
+            if rk not in lone and rk not in merged:
+                repo.record_removals(rk, seqs)
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])
         for k, size, cat in del_keys:
             rep.deleted[cat] += 1
             rep.deleted_bytes += size
+    _drop_removals(repo, rep, removals_by_run, set(lone), logs, log_mature, grace)
     if matured_keys:
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
@@ -806,6 +820,48 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY))
     _remove_leftovers(repo, rep, mature, grace)
     hook("after_sweep")
+
+
+REMOVALS_MERGE = 8
+"""A run with more removal records than this has them merged into one by GC."""
+
+
+def _merge_removals(repo: Repository, removals_by_run: dict, adding: dict) -> set:
+    """Merge the removal records (docs/format.md §8e) of each run that has more than
+    :data:`REMOVALS_MERGE` into one, together with the positions ``adding[run key]`` this GC is
+    about to delete; the new record is written first, then the old ones are deleted. Returns the
+    run keys merged (their ``adding`` positions are on record). Best effort per run."""
+    done = set()
+    for rk, infos in removals_by_run.items():
+        if len(infos) <= REMOVALS_MERGE:
+            continue
+        try:
+            ranges = [[s_, s_] for s_ in adding.get(rk, ())]
+            for i in infos:
+                ranges.extend(decode_removals(i.key, repo.store.get(i.key)))
+            repo.record_removals(rk, ranges=merge_ranges(ranges))
+        except SnapstoreError:
+            continue
+        done.add(rk)
+        try:
+            repo.store.delete_many([i.key for i in infos])
+        except SnapstoreError:
+            pass
+    return done
+
+
+def _drop_removals(repo: Repository, rep: GCReport, removals_by_run: dict, gone_runs: set, logs: dict,
+                   mature: float, grace: float) -> None:
+    """Delete the removal records (§8e) of runs whose whole log this GC removed (their positions
+    restart at 0), and leftovers of runs with no log once older than ``mature`` (best effort)."""
+    doomed = [i.key for rk, infos in removals_by_run.items() for i in infos
+              if rk in gone_runs or (rk not in logs and (grace == 0 or i.mtime <= mature))]
+    if doomed:
+        try:
+            repo.store.delete_many(doomed)
+            rep.deleted["log"] += len(doomed)
+        except SnapstoreError:
+            pass
 
 
 def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: float, dry_run: bool = False) -> None:

@@ -16,6 +16,7 @@ from .errors import (CheckpointNotFound, CompactedRecordError, ConflictError, In
 from .format import keys
 from .format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
 from .format.ids import seq_hint
+from .format.removals import MAX_RANGES, encode_removals, removals_key, to_ranges
 from .format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
                               is_void)
 
@@ -176,7 +177,8 @@ class LogRecords:
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
         Index records go first, so a crash never leaves a live-looking index without its
-        manifest being the one that is gone. A record older than :data:`FREE_AFTER` (store time)
+        manifest being the one that is gone; then a removal record naming the positions (§8e),
+        so no gap they leave looks like a lost manifest. A record older than :data:`FREE_AFTER` (store time)
         is deleted; a younger one is replaced by a void record (compare-and-swap on the ETag just
         read), so its position stays taken: a writer that still believes the record before it is
         the run's newest fails its create-only write there instead of publishing a checkpoint
@@ -197,6 +199,7 @@ class LogRecords:
         infos = self.manifest_infos(run_key, {s for s, _ in entries})
         if not infos:
             return
+        self.record_removals(run_key, infos)
         newest_seen = max(i.mtime for i in infos.values())
         if now is None and any(newest_seen - i.mtime < FREE_AFTER for i in infos.values()):
             now = self.store_time()
@@ -207,6 +210,19 @@ class LogRecords:
             self.store.delete_many([keys.manifest_key(run_key, s) for s in sorted(old)])
         if young:
             list(self._pool_get().map(lambda item: self._void(run_key, *item), young))
+
+    def record_removals(self, run_key: str, positions=(), ranges=None) -> None:
+        """Write removal records (docs/format.md §8e) naming ``positions`` of the run (or the
+        merged inclusive ``ranges`` ``[[lo, hi], ...]``), create-only, before they are deleted:
+        ``verify`` then tells their gap from lost manifests.
+
+        Raises:
+            StoreError: the write failed (nothing may be deleted then).
+        """
+        ranges = to_ranges(positions) if ranges is None else ranges
+        for i in range(0, len(ranges), MAX_RANGES):
+            part = ranges[i:i + MAX_RANGES]
+            self.store.put(removals_key(run_key, part[-1][1]), encode_removals(part))
 
     def _void(self, run_key: str, seq: int, info) -> None:
         """Replace the record at ``seq`` by a void record (compare-and-swap, re-read on a change)."""

@@ -591,6 +591,7 @@ SETTING_RANGES = {
     "max_items": (2, 4096),
     "inline_state_max": (0, 1 << 20),
     "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
+    "removals": (0, 1),                  # 1: every removal of log records is recorded (§8e)
 }
 """Allowed range (inclusive) of every repository setting, checked when a repository is created
 and every time its config is read (docs/format.md §4)."""
@@ -633,6 +634,11 @@ class RepoConfig:
             level (2-64; a format-1 config has none and gets the default). 0 turns segments off:
             records carry no segment list and every save's pack stays where its hints name it
             (format-1 writes; for tests of format-1 behaviour and comparisons).
+        removals: 1 if every writer of this repository records the log positions it removes
+            (removal records, docs/format.md §8e): set when a repository is created by this
+            version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
+            no removal record names as a missing manifest (an error); with 0, as a warning (an
+            earlier version removed records without saying so).
     """
 
     repo_id: str
@@ -650,9 +656,10 @@ class RepoConfig:
     max_items: int = 64
     inline_state_max: int = 4096
     seg_fanout: int = 4
+    removals: int = 0
 
     _SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
-                 "node_bits", "max_items", "inline_state_max", "seg_fanout")
+                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "removals")
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNCF`` envelope around JSON."""
