@@ -115,3 +115,30 @@ def test_an_older_repository_reports_gaps_as_warnings(tmp_path):
     (root / keys.manifest_key(m.repo.run_key(RUN), 1)).unlink()
     errors, warnings = _codes(m.verify())
     assert errors == [] and warnings == ["unaccounted-gap"]
+
+
+def test_stray_names_at_absurd_positions_give_typed_errors_fast(tmp_path):
+    """3,000 manifest names whose positions decode near 2^64 made ``list`` fail with MemoryError
+    (a range built over the gap) and ``gc``/``stats`` abort: now each is a stray name, a typed
+    IntegrityError naming it, in well under a second."""
+    import time
+
+    from snapstore.errors import IntegrityError
+
+    root = tmp_path / "repo"
+    m = CheckpointManager(LocalStore(root))
+    for i in range(3):
+        m.save(RUN, msgs(i + 1))
+    d = root / "runs" / m.repo.run_key(RUN) / "m"
+    for i in range(1, 3001):
+        (d / f"{i:016x}").write_bytes(b"x" * 40)
+    t = time.monotonic()
+    assert CheckpointManager(LocalStore(root)).stats()["checkpoints"] == 3  # counts what it can read
+    assert time.monotonic() - t < 5
+    for op in (lambda f: f.list(RUN), lambda f: f.latest(RUN), lambda f: f.gc(grace_period=0)):
+        t = time.monotonic()
+        with pytest.raises(IntegrityError, match=f"runs/{m.repo.run_key(RUN)}/m/0000000000000"):
+            op(CheckpointManager(LocalStore(root)))
+        assert time.monotonic() - t < 5
+    rep = CheckpointManager(LocalStore(root)).verify()
+    assert not rep.ok and any("beyond 2^48" in p.message for p in rep.errors)

@@ -9,6 +9,9 @@ CONFIG = "config"
 PACKS = "packs/"
 RUNS = "runs/"
 SEQ_MAX = 2**64 - 1
+POSITION_LIMIT = 2**48
+"""Log positions are below this (a run would need 2^48 saves to reach it): a manifest key naming
+a higher one is a stray name (IntegrityError), so no reader sizes anything by such a position."""
 
 
 def pack_key(pack_id: bytes) -> str:
@@ -90,12 +93,15 @@ def seq_from_manifest_key(key: str) -> int:
 
     Raises:
         IntegrityError: the key's last segment is not 16 lowercase hex digits of a valid position
-            (a stray object among a run's manifests).
+            (below :data:`POSITION_LIMIT`): a stray object among a run's manifests.
     """
     name = key.rsplit("/", 1)[-1]
     if len(name) != 16 or name.strip("0123456789abcdef") or name == "0" * 16:
         raise IntegrityError(key, "not a manifest key (16 lowercase hex digits of a log position)")
-    return SEQ_MAX - int(name, 16)
+    seq = SEQ_MAX - int(name, 16)
+    if seq >= POSITION_LIMIT:
+        raise IntegrityError(key, f"not a manifest key: it names log position {seq}, beyond 2^48 (a stray name)")
+    return seq
 
 
 def index_key(run_key: str, checkpoint_key: str) -> str:
