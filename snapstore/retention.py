@@ -66,7 +66,11 @@ def _duration(v, name: str) -> timedelta | None:
     if not secs <= DURATION_MAX:  # also NaN
         raise InvalidInputError(f"{name}: duration must be finite and at most {DURATION_MAX:.0f} seconds "
                                 f"(999,999,999 days), got {v!r}")
-    return timedelta(seconds=secs)
+    try:
+        return timedelta(seconds=secs)
+    except OverflowError:  # DURATION_MAX is rounded up to a float: exactly it overflows
+        raise InvalidInputError(f"{name}: duration must be finite and at most {DURATION_MAX:.0f} seconds "
+                                f"(999,999,999 days), got {v!r}") from None
 
 
 def parse_duration(text: str) -> float:

@@ -142,7 +142,7 @@ def test_seed_endpoints_list_paginate_and_roll_back(client):
     error(c.get("/agents/coder/checkpoints", params={"runId": "nope"}), 404, "run_not_found")
     assert c.get("/agents/nobody/checkpoints", params={"runId": run}).json()["checkpoints"] == []
     error(c.get("/agents/coder/checkpoints"), 422, "invalid_request")  # runId missing
-    error(c.get("/agents/coder/checkpoints", params={"runId": run, "cursor": "x1"}), 422, "invalid_input")
+    error(c.get("/agents/coder/checkpoints", params={"runId": run, "cursor": "x1"}), 422, "invalid_request")
     error(c.get("/agents/coder/checkpoints", params={"runId": run, "limit": 0}), 422, "invalid_request")
 
 
@@ -204,8 +204,8 @@ def test_prune_gc_stats_metrics(client):
     r = c.post("/prune", json={"keepLast": 2, "runId": "long"})
     assert len(r.json()["deleted"]) == 4
     assert len(c.get("/runs/long/checkpoints").json()["checkpoints"]) == 2
-    error(c.post("/prune", json={}), 422, "invalid_input")
-    error(c.post("/prune", json={"olderThan": "soon"}), 422, "invalid_input")
+    error(c.post("/prune", json={}), 422, "invalid_request")
+    error(c.post("/prune", json={"olderThan": "soon"}), 422, "invalid_request")
     error(c.post("/prune", json={"keepLast": -1}), 422, "invalid_request")
     error(c.post("/prune", json={"keepLast": 1, "unknown": 1}), 422, "invalid_request")
     dry = c.post("/gc", json={"gracePeriod": 0, "dryRun": True}).json()["report"]

@@ -38,7 +38,7 @@ from ..api import CheckpointManager
 from .errors import ApiError, install_handlers
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimitMiddleware, RawPathMiddleware, SecurityHeadersMiddleware, path_param
-from .models import (CheckpointOut, CheckpointPage, DeleteResponse, DiffResponse, ErrorResponse, ForkRequest,
+from .models import (CURSOR_PATTERN, CheckpointOut, CheckpointPage, DeleteResponse, DiffResponse, ErrorResponse, ForkRequest,
                      GCRequest, GCResponse, HealthResponse, MessagesResponse, PruneRequest, PruneResponse, RunPage,
                      SaveRequest, StatsResponse, summary_out)
 from .service import Service, message_json
@@ -57,7 +57,9 @@ on every route except `/`, `/ui/*`, `/healthz` and `/openapi.json`. Errors are J
 `{"error": {"code", "message", "status"}}` with a stable `code`. Path parameters are
 percent-encoded path segments (an id holding `/` is sent as `%2F`). Conditional writes:
 `expectHead` is the checkpoint id the caller believes is the run's head (`""`: the run has
-none); another head gives 409 `head_mismatch` and changes nothing.
+none); another head gives 409 `head_mismatch` and changes nothing. A method a path does not
+document gets 405 `method_not_allowed` with `Allow` naming the methods it has (HEAD is not
+served). A body larger than the server's limit gets 413 on any route.
 """
 
 
@@ -72,11 +74,18 @@ class JSONBytesResponse(JSONResponse):
 
 
 def _errors(*statuses: int) -> dict:
+    """The documented error responses ``statuses``; 413 is added to each (the body limit applies
+    to whatever body any request sends)."""
     text = {401: "missing or wrong bearer token", 404: "no such run, checkpoint or route",
             409: "conflict: another writer changed the run, or expectHead is not the head",
-            413: "request body too large", 422: "invalid request or value", 500: "damaged repository or bug",
-            503: "the storage backend failed"}
-    return {s: {"model": ErrorResponse, "description": text[s]} for s in statuses}
+            413: "request body too large (any request that sends one)",
+            422: "invalid request or value (also a body that is not JSON, not UTF-8 or nested too deeply)",
+            500: "damaged repository or bug", 503: "the storage backend failed"}
+    out = {s: {"model": ErrorResponse, "description": text[s]} for s in sorted({*statuses, 413})}
+    if 401 in out:
+        out[401]["headers"] = {"WWW-Authenticate": {"description": 'Bearer realm="snapstore"', "required": True,
+                                                    "schema": {"type": "string"}}}
+    return out
 
 
 _COMMON = (401, 404, 422, 500, 503)
@@ -138,12 +147,14 @@ def create_app(location: "str | CheckpointManager | None" = None, settings: Serv
     expect_q = Query(None, alias="expectHead", description="only if this checkpoint id is the run's head "
                                                            "('' = the run has no checkpoint); else 409")
 
+    cursor_q = Query(None, pattern=CURSOR_PATTERN, description="nextCursor of the previous page")
+
     # ---- seed-shaped routes ---------------------------------------------------------------
     @api.get("/agents/{name}/checkpoints", response_model=CheckpointPage, responses=_errors(*_COMMON),
              tags=["agents"], summary="A run's checkpoints of one agent, newest first")
     def agent_checkpoints(name: str = Path(description="the checkpoints' agent id"), run_id: str = run_q,
                           limit: int = Query(50, ge=1, le=Service.LIST_MAX),
-                          cursor: str | None = Query(None, max_length=40, description="nextCursor of the previous page")):
+                          cursor: str | None = cursor_q):
         (name,) = _ids((name, "agent name"))
         page = service.checkpoints(run_id, limit, cursor, agent_id=name)
         return CheckpointPage(runId=run_id, checkpoints=[summary_out(s) for s in page.items],
@@ -160,7 +171,8 @@ def create_app(location: "str | CheckpointManager | None" = None, settings: Serv
     @api.get("/runs", response_model=RunPage, responses=_errors(401, 422, 500, 503), tags=["runs"],
              summary="Run ids with a live checkpoint, sorted")
     def list_runs(limit: int = Query(100, ge=1, le=Service.LIST_MAX),
-                  cursor: str | None = Query(None, description="nextCursor of the previous page")):
+                  cursor: str | None = Query(None, description="nextCursor of the previous page (any text: "
+                                                                        "the runs after it)")):
         page = service.runs(limit, cursor)
         return RunPage(runs=page.items, nextCursor=page.next_cursor)
 
@@ -174,7 +186,7 @@ def create_app(location: "str | CheckpointManager | None" = None, settings: Serv
     @api.get("/runs/{runId}/checkpoints", response_model=CheckpointPage, responses=_errors(*_COMMON),
              tags=["checkpoints"], summary="A run's checkpoints, newest first")
     def list_checkpoints(runId: str, limit: int = Query(50, ge=1, le=Service.LIST_MAX),
-                         cursor: str | None = Query(None, max_length=40, description="nextCursor of the previous page")):
+                         cursor: str | None = cursor_q):
         (rid,) = _ids((runId, "run id"))
         page = service.checkpoints(rid, limit, cursor)
         return CheckpointPage(runId=rid, checkpoints=[summary_out(s) for s in page.items], nextCursor=page.next_cursor)
@@ -282,7 +294,7 @@ def create_app(location: "str | CheckpointManager | None" = None, settings: Serv
     app.include_router(api)
 
     # ---- public routes --------------------------------------------------------------------
-    @app.get("/healthz", response_model=HealthResponse, tags=["operations"], summary="Liveness")
+    @app.get("/healthz", response_model=HealthResponse, responses=_errors(), tags=["operations"], summary="Liveness")
     def healthz():
         return HealthResponse(status="ok", version=__version__)
 

@@ -5,7 +5,8 @@ Codes (status): ``missing_token``, ``invalid_token`` (401); ``not_found``, ``run
 ``checkpoint_not_found`` (404); ``method_not_allowed`` (405); ``conflict``, ``head_mismatch``
 (409); ``body_too_large`` (413); ``invalid_request`` (422: the request does not fit the OpenAPI
 schema), ``invalid_input``, ``invalid_message``, ``invalid_run_id``, ``invalid_checkpoint_id``
-(422: the library refused a value); ``bad_request`` (400); ``integrity_error``,
+(422: the library refused a value; a body the framework cannot read, not UTF-8 or nested too
+deeply, is ``invalid_request`` too); ``bad_request`` (400: not answered by the service's routes); ``integrity_error``,
 ``unsupported_format``, ``repository_error``, ``internal_error`` (500); ``store_error``,
 ``access_denied``, ``bucket_not_found``, ``credentials_error`` (503: the storage backend failed).
 """
@@ -21,7 +22,7 @@ from starlette.responses import JSONResponse
 from .. import errors as E
 from .service import HeadMismatch
 
-__all__ = ["ApiError", "error_response", "install_handlers", "library_error_status"]
+__all__ = ["ApiError", "allowed_methods", "error_response", "install_handlers", "library_error_status"]
 
 log = logging.getLogger("snapstore.server")
 
@@ -74,6 +75,23 @@ def library_error_status(exc: E.SnapstoreError) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: every method some route answers on the request's path.
+
+    The router stops at the first route whose path matches, so the framework's own header names
+    only that route's methods (``GET`` for a path that also has ``DELETE``); here each method is
+    tried against every route (the app's own matching, whatever the routers' nesting)."""
+    from starlette.routing import Match
+
+    routes = getattr(request.app, "routes", ())
+    ok = [m for m in _METHODS
+          if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+    return ", ".join(ok)
+
+
 def _clean_details(errors) -> list[dict]:
     out = []
     for e in errors[:20]:
@@ -110,13 +128,20 @@ def install_handlers(app) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
-            # the framework could not parse the body (e.g. not UTF-8): like malformed JSON, 422
-            return error_response(422, "invalid_request", "the request body is not JSON text in UTF-8",
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # the framework could not parse the body: like malformed JSON, 422
+            if isinstance(exc.__cause__, RecursionError):
+                message = "the request body is JSON nested too deeply to read"
+            else:
+                message = "the request body is not JSON text in UTF-8"
+            return error_response(422, "invalid_request", message,
                                   details=[{"loc": ["body"], "message": str(exc.__cause__)[:500], "type": "json_invalid"}])
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
         code = _HTTP_CODES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-        return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, message, headers)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):

@@ -7,21 +7,44 @@ metrics, metadata, sessionState, messages) are any JSON value. Times are ISO 860
 from __future__ import annotations
 
 from datetime import timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..api import CheckpointSummary
 
-__all__ = ["ErrorBody", "ErrorResponse", "CheckpointOut", "CheckpointPage", "RunPage", "SaveRequest",
+__all__ = ["CURSOR_PATTERN", "DURATION_LIMIT", "DURATION_PATTERN", "ErrorBody", "ErrorResponse", "CheckpointOut", "CheckpointPage", "RunPage", "SaveRequest",
            "ForkRequest", "PruneRequest", "PruneResponse", "GCRequest", "GCResponse", "StatsResponse",
            "HealthResponse", "DiffOp", "DiffResponse", "MessagesResponse", "DeleteResponse", "summary_out"]
 
 # strict: JSON booleans are refused where numbers are expected (pydantic's lax mode takes false
 # as 0), and numbers where booleans are (1 as true); integers are accepted as seconds
 _Seconds = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False, strict=True)
-_Count = Field(None, ge=0, le=1_000_000_000, strict=True)
 _Flag = Field(False, strict=True)
+
+CURSOR_PATTERN = r"^[0-9]{1,20}$"
+"""A cursor of a run's checkpoints: the decimal ``seq`` of the last one returned."""
+
+
+def _integral(v):
+    """A JSON number with no fraction (``3.0``) is the integer JSON Schema says it is; booleans,
+    strings and ``3.5`` still fail the strict integer check."""
+    return int(v) if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63 else v
+
+
+Count = Annotated[int, Field(ge=0, le=1_000_000_000, strict=True), BeforeValidator(_integral)]
+_Count = Field(None)
+
+DURATION_LIMIT = 86_400_000_000_000
+"""Durations of retention rules are below this many seconds (1,000,000,000 days: a
+``datetime.timedelta`` holds up to 999,999,999 days and 86,399.999999 s)."""
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?|([0-9]+(\.[0-9]+)?[smhdwySMHDWY])+)$"
+"""Text durations: seconds (``"3600"``) or numbers with units s, m, h, d, w, y (``"1d12h"``),
+ASCII digits, no blanks."""
+
+Duration = (Annotated[float, Field(ge=0, lt=DURATION_LIMIT, allow_inf_nan=False, strict=True)]
+            | Annotated[str, Field(pattern=DURATION_PATTERN)] | None)
 
 
 class ErrorBody(BaseModel):
@@ -72,7 +95,8 @@ class CheckpointPage(BaseModel):
 
     runId: str
     checkpoints: list[CheckpointOut]
-    nextCursor: str | None = Field(None, description="pass as cursor= for the next page; null on the last page")
+    nextCursor: str | None = Field(None, pattern=CURSOR_PATTERN,
+                                   description="pass as cursor= for the next page; null on the last page")
 
 
 class RunPage(BaseModel):
@@ -107,22 +131,36 @@ class ForkRequest(BaseModel):
     newRunId: str = Field(min_length=1)
 
 
+PRUNE_RULES = ("keepLast", "olderThan", "keepWithin", "keepHourly", "keepDaily", "keepWeekly", "keepMonthly",
+               "keepYearly")
+
+
 class PruneRequest(BaseModel):
     """A retention policy (restic ``forget`` semantics: a checkpoint is kept if any rule keeps it).
 
-    Durations are seconds or text such as ``"7d"``, ``"12h"``."""
+    At least one rule (keepLast, olderThan, keepWithin, keepHourly ... keepYearly) must be given,
+    not null. Counts are integers from 0 to 1,000,000,000. Durations are seconds (0 up to, not
+    including, 86,400,000,000,000) or text such as ``"7d"``, ``"12h"``, ``"1d12h"`` (units s, m,
+    h, d, w, y); text past 999,999,999 days is refused with 422 ``invalid_input``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in PRUNE_RULES]})
     runId: str | None = Field(None, min_length=1, description="only this run (default: every run)")
-    keepLast: int | None = _Count
-    olderThan: StrictFloat | str | None = Field(None, description="delete checkpoints older than this")
-    keepWithin: StrictFloat | str | None = None
-    keepHourly: int | None = _Count
-    keepDaily: int | None = _Count
-    keepWeekly: int | None = _Count
-    keepMonthly: int | None = _Count
-    keepYearly: int | None = _Count
+    keepLast: Count | None = _Count
+    olderThan: Duration = Field(None, description="delete checkpoints older than this")
+    keepWithin: Duration = Field(None, description="keep checkpoints within this of the run's newest")
+    keepHourly: Count | None = _Count
+    keepDaily: Count | None = _Count
+    keepWeekly: Count | None = _Count
+    keepMonthly: Count | None = _Count
+    keepYearly: Count | None = _Count
     dryRun: bool = _Flag
+
+    @model_validator(mode="after")
+    def _one_rule(self):
+        if all(getattr(self, k) is None for k in PRUNE_RULES):
+            raise ValueError("a retention policy needs at least one rule (keepLast, olderThan, keepDaily, ...)")
+        return self
 
 
 class PruneResponse(BaseModel):
