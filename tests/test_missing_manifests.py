@@ -141,4 +141,4 @@ def test_stray_names_at_absurd_positions_give_typed_errors_fast(tmp_path):
             op(CheckpointManager(LocalStore(root)))
         assert time.monotonic() - t < 5
     rep = CheckpointManager(LocalStore(root)).verify()
-    assert not rep.ok and any("beyond 2^48" in p.message for p in rep.errors)
+    assert not rep.ok and all(p.key.startswith(f"runs/{m.repo.run_key(RUN)}/m/0000000000000") for p in rep.errors)
