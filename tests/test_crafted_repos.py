@@ -459,6 +459,15 @@ def symlink_run_dir(root, outside):
     return None  # a linked run directory is not followed: the run is not there (export: run not found)
 
 
+def stray_absurd_positions(root, outside):
+    """3,000 manifest names whose positions decode near 2^64 (issue 20: ``list`` died with
+    MemoryError building a range over the gap; ``gc`` and ``stats`` aborted)."""
+    d = root / "runs" / RUN_KEY / "m"
+    for i in range(1, 3001):
+        _put(root, d / f"{i:016x}", b"x" * 40)
+    return f"runs/{RUN_KEY}/m/{1:016x}"
+
+
 def stray_manifest_names(root, outside):
     _put(root, root / "runs" / RUN_KEY / "m" / "not-a-position", b"x")
     _put(root, root / "packs" / "zz" / "not-a-pack", b"x")
