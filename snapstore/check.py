@@ -212,9 +212,10 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
     record) and that no removal record names (docs/format.md §8e): a manifest deleted outside
     snapstore. Below the run's newest record every position was written once; above it, a position
     counts if a log segment of the run's current life (written after its oldest record) holds a
-    copy of it (the newest records were deleted). An error in a repository whose writers record
-    removals (config ``removals`` 1), else a warning; at most 8 problems per run, one per range."""
-    strict = bool(getattr(repo.config, "removals", 0))
+    copy of it (the newest records were deleted). Only in a repository whose writers record
+    removals (config ``removals`` 1); at most 8 errors per run, one per range."""
+    if not getattr(repo.config, "removals", 0):
+        return  # written before removal records: its gaps cannot be told apart (§8e)
     for rk, mkeys in keys_by_run.items():
         pos = []
         for k in mkeys:
@@ -271,11 +272,7 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
                        "the run's newest manifest was deleted outside snapstore")
             else:
                 why = f"{where}: no manifest, and no removal record names it: deleted outside snapstore"
-            if strict:
-                rep.errors.append(Problem("missing-manifest", keys.manifest_key(rk, lo), why))
-            else:
-                rep.warnings.append(Problem("unaccounted-gap", keys.manifest_key(rk, lo), why + " (or removed by "
-                                            "an earlier snapstore version, which kept no removal records)"))
+            rep.errors.append(Problem("missing-manifest", keys.manifest_key(rk, lo), why))
 
 
 def segments_by_run(logs: dict) -> dict:

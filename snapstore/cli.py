@@ -1316,7 +1316,9 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
         kwargs["max_unused"] = max_unused
     progress = _Progress(True)
     try:
-        rep = mgr.gc(dry_run=dry_run, break_lock=break_lock, progress=lambda phase, done, total: progress.update(
+        if break_lock:
+            kwargs["break_lock"] = True
+        rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
             f"gc {phase}: {done}/{total}"), **kwargs)
     finally:
         progress.clear()

@@ -43,7 +43,7 @@ from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import is_pack_hex
 from .format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
-from .format.removals import decode_removals, is_removals_key, merge_ranges
+from .format.removals import MAX_RANGES, decode_removals, encode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .repository import Repository
@@ -754,6 +754,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                 else:
                     held(info.size, "log")
 
+    removal_plan = _plan_removals(repo, del_keys, removals_by_run, set(lone), logs, log_mature, grace)
     hook("before_sweep", delete_packs=set(del_packs), candidates=set(new_cand_p))
     lock_check()  # a GC that lost its lock (taken over as stale) deletes nothing
     if dry_run:
@@ -771,6 +772,8 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         if new_cand_p or new_cand_f:
             rep.written_objects += 1
             rep.written_bytes += len(_encode_candidates(new_cand_p, new_cand_f))
+        _write_removals(repo, rep, removal_plan, dry_run=True)
+        _drop_removals(repo, rep, removal_plan, dry_run=True)
         _write_forward_cache(repo, rep, fmap, fwd_cached, infos.get(FWD_CACHE_KEY), dry_run=True)
         _remove_leftovers(repo, rep, mature, grace, dry_run=True)
         return
@@ -792,26 +795,18 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted["packs"] += 1
         rep.deleted_bytes += packs[p].size if p in packs else 0
     _drop_forwards(rep, del_fwd, fmap)
+    _write_removals(repo, rep, removal_plan)  # the positions go on record first (§8e)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
         store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
         man = [k for k, _, c in del_keys if c == "manifests"]
-        # the positions go on record first (§8e), except of runs whose whole log goes (their
-        # positions restart at 0: their removal records go after the log)
-        by_run: dict[str, list[int]] = defaultdict(list)
-        for k in man:
-            by_run[k.split("/")[1]].append(keys.seq_from_manifest_key(k))
-        merged = _merge_removals(repo, removals_by_run, {rk: seqs for rk, seqs in by_run.items() if rk not in lone})
-        for rk, seqs in by_run.items():
-            if rk not in lone and rk not in merged:
-                repo.record_removals(rk, seqs)
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])
         for k, size, cat in del_keys:
             rep.deleted[cat] += 1
             rep.deleted_bytes += size
-    _drop_removals(repo, rep, removals_by_run, set(lone), logs, log_mature, grace)
+    _drop_removals(repo, rep, removal_plan)
     if matured_keys:
         store.delete_many(matured_keys)
         rep.deleted["gc"] += len(matured_keys)
@@ -826,42 +821,64 @@ REMOVALS_MERGE = 8
 """A run with more removal records than this has them merged into one by GC."""
 
 
-def _merge_removals(repo: Repository, removals_by_run: dict, adding: dict) -> set:
-    """Merge the removal records (docs/format.md §8e) of each run that has more than
-    :data:`REMOVALS_MERGE` into one, together with the positions ``adding[run key]`` this GC is
-    about to delete; the new record is written first, then the old ones are deleted. Returns the
-    run keys merged (their ``adding`` positions are on record). Best effort per run."""
-    done = set()
+@dataclass
+class _RemovalPlan:
+    """What a GC does with removal records (docs/format.md §8e): ``write`` run key -> the merged
+    ranges of the one record written for it (the positions this GC deletes, with the run's records
+    when it has more than :data:`REMOVALS_MERGE`), before the log records go; ``drop`` the
+    ``ObjectInfo`` of records deleted afterwards (merged ones, those of runs whose whole log this
+    GC removes: their positions restart at 0, and leftovers of runs with no log)."""
+
+    write: dict = field(default_factory=dict)
+    drop: list = field(default_factory=list)
+
+
+def _plan_removals(repo: Repository, del_keys: list, removals_by_run: dict, gone_runs: set, logs: dict,
+                   mature: float, grace: float) -> _RemovalPlan:
+    plan = _RemovalPlan()
+    by_run: dict[str, list[list[int]]] = defaultdict(list)
+    for k, _, c in del_keys:
+        if c == "manifests":
+            rk = k.split("/")[1]
+            if rk not in gone_runs:
+                s_ = keys.seq_from_manifest_key(k)
+                by_run[rk].append([s_, s_])
     for rk, infos in removals_by_run.items():
-        if len(infos) <= REMOVALS_MERGE:
-            continue
-        try:
-            ranges = [[s_, s_] for s_ in adding.get(rk, ())]
-            for i in infos:
-                ranges.extend(decode_removals(i.key, repo.store.get(i.key)))
-            repo.record_removals(rk, ranges=merge_ranges(ranges))
-        except SnapstoreError:
-            continue
-        done.add(rk)
-        try:
-            repo.store.delete_many([i.key for i in infos])
-        except SnapstoreError:
-            pass
-    return done
+        if rk in gone_runs or (rk not in logs and all(grace == 0 or i.mtime <= mature for i in infos)):
+            plan.drop.extend(infos)
+        elif len(infos) > REMOVALS_MERGE:
+            try:
+                got = [r for i in infos for r in decode_removals(i.key, repo.store.get(i.key))]
+            except SnapstoreError:
+                continue  # left as they are (verify reports a corrupt one)
+            by_run[rk].extend(got)
+            plan.drop.extend(infos)
+    plan.write = {rk: merge_ranges(r) for rk, r in by_run.items()}
+    return plan
 
 
-def _drop_removals(repo: Repository, rep: GCReport, removals_by_run: dict, gone_runs: set, logs: dict,
-                   mature: float, grace: float) -> None:
-    """Delete the removal records (§8e) of runs whose whole log this GC removed (their positions
-    restart at 0), and leftovers of runs with no log once older than ``mature`` (best effort)."""
-    doomed = [i.key for rk, infos in removals_by_run.items() for i in infos
-              if rk in gone_runs or (rk not in logs and (grace == 0 or i.mtime <= mature))]
-    if doomed:
+def _write_removals(repo: Repository, rep: GCReport, plan: _RemovalPlan, dry_run: bool = False) -> None:
+    """Write the planned removal records (create-only), counted in ``written_*``."""
+    for rk, ranges in plan.write.items():
+        for i in range(0, len(ranges), MAX_RANGES):
+            part = ranges[i:i + MAX_RANGES]
+            rep.written_objects += 1
+            rep.written_bytes += len(encode_removals(part))
+        if not dry_run:
+            repo.record_removals(rk, ranges=ranges)
+
+
+def _drop_removals(repo: Repository, rep: GCReport, plan: _RemovalPlan, dry_run: bool = False) -> None:
+    """Delete the planned removal records (best effort), counted in ``deleted["log"]``."""
+    if not plan.drop:
+        return
+    if not dry_run:
         try:
-            repo.store.delete_many(doomed)
-            rep.deleted["log"] += len(doomed)
+            repo.store.delete_many([i.key for i in plan.drop])
         except SnapstoreError:
-            pass
+            return
+    rep.deleted["log"] += len(plan.drop)
+    rep.deleted_bytes += sum(i.size for i in plan.drop)
 
 
 def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: float, dry_run: bool = False) -> None:

@@ -637,8 +637,8 @@ class RepoConfig:
         removals: 1 if every writer of this repository records the log positions it removes
             (removal records, docs/format.md §8e): set when a repository is created by this
             version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
-            no removal record names as a missing manifest (an error); with 0, as a warning (an
-            earlier version removed records without saying so).
+            no removal record names as a missing manifest (an error); with 0 it reports no gap
+            (an earlier version removed records without saying so).
     """
 
     repo_id: str
