@@ -502,7 +502,9 @@ def main(argv=None) -> int:
     res = run_workload(work, procs=args.procs, runs=args.runs, ops=args.ops, seed=args.seed, pkg=str(pkg),
                        mix=mix, p_own=args.p_own, p_reread=args.p_reread)
     res["code"] = desc
+    res["load_average_after"] = os.getloadavg()
     print(summary(res))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in res['load_average_after'])} (1, 5, 15 min)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
