@@ -38,6 +38,12 @@ percentiles, GC cycles (time, errors), bytes and objects reclaimed in total, rep
 verify results (errors, warnings by code), and the comparison. Exit status 1 on any verify error,
 comparison mismatch, writer or reader error, GC error, or a writer that died; 0 otherwise.
 
+``--ledger`` runs the shared-runs mode instead (benchmarks/ledger_load.py; its options follow, e.g.
+``python benchmarks/load_test.py --ledger --procs 8 --ops 2000``): writer processes share runs with
+rollbacks, head/middle/run deletes, prunes and GC, each keeping a ledger of every acknowledged save
+and removal; after two ``gc(grace_period=0)`` every acknowledged save that no acknowledged operation
+removed must restore exactly (issue 20).
+
 The processes import a copy of the ``snapstore`` package taken at start (the working tree may be
 edited concurrently). The machine may be shared: the load average is printed.
 """
@@ -304,6 +310,9 @@ def check(root: str, expected: dict, grace: float) -> dict:
 
 
 def main() -> int:
+    if "--ledger" in sys.argv[1:]:
+        import ledger_load
+        return ledger_load.main([a for a in sys.argv[1:] if a != "--ledger"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=180.0, help="load duration (default 180)")
     ap.add_argument("--writers", type=int, default=4)
