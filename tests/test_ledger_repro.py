@@ -11,7 +11,8 @@ Cause: a save after a tombstone writes an *intent* run marker (``runmarks.before
 ``LocalStore.put`` links the file, fsyncs the directory, then ``os.stat``s the key to return its
 ObjectInfo. A writer that won the same position meanwhile deletes the run's older intents
 (``runmarks.after_publish``), including the loser's, between the link and the stat: the stat
-fails and ``put`` reports a failed write for an object it did create.
+fails and ``put`` reported a failed write for an object it did create. Fixed: ``put`` reads the
+object's inode through its own temporary name before removing it.
 """
 
 from __future__ import annotations
@@ -20,16 +21,12 @@ import pytest
 
 import snapstore.stores.local as local
 from snapstore import CheckpointManager
-from snapstore.errors import ConflictError, StoreError
+from snapstore.errors import ConflictError
 from snapstore.stores.local import LocalStore
 
 RUN = "revived"
 
 
-@pytest.mark.xfail(strict=True, raises=StoreError,
-                   reason="LocalStore.put stats the key after linking it; a racing winner's after_publish deletes "
-                          "the loser's intent marker in between, so the losing save raises StoreError, not "
-                          "ConflictError (found by benchmarks/ledger_load.py)")
 def test_save_losing_a_revival_race_gets_conflict_not_store_error(tmp_path, monkeypatch):
     """Two managers both saw the run deleted; A's intent marker is created, then, before A's
     ``put`` returns, B revives the run (its save deletes the older intents). A must get
@@ -57,9 +54,6 @@ def test_save_losing_a_revival_race_gets_conflict_not_store_error(tmp_path, monk
     assert CheckpointManager(LocalStore(root, fsync=True)).latest(RUN).id == state["won"]
 
 
-@pytest.mark.xfail(strict=True, raises=StoreError,
-                   reason="LocalStore.put raises StoreError for an object it created when a concurrent delete removes "
-                          "it before put's os.stat (the cause of the case above)")
 def test_local_put_of_an_object_deleted_at_once_by_another_writer_succeeds(tmp_path, monkeypatch):
     """The store-level half: ``put`` created the object (its link succeeded) and another writer's
     delete removed it before ``put`` returned. The create happened, so ``put`` must not report

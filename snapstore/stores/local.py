@@ -264,10 +264,14 @@ class LocalStore:
         d = os.path.dirname(path)
         self._count("PUT", up=len(data))
         try:
+            st = None
             for attempt in range(5):
                 tmp = self._write_temp(d, data)
                 try:
                     os.link(tmp, path)
+                    # the object's inode, read through our own name for it: the key itself may
+                    # already be deleted by another process (a writer cleaning up run markers)
+                    st = os.stat(tmp)
                     break
                 except FileExistsError:
                     raise PreconditionFailed(key) from None
@@ -282,7 +286,7 @@ class LocalStore:
                         pass
             if self._fsync:
                 _fsync_dir(d)
-            return self._info(key, os.stat(path))
+            return self._info(key, st)
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
 
