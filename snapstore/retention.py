@@ -13,6 +13,14 @@ Rules:
                         for each of the N most recent hours/days/ISO weeks/months/years (UTC) that
                         have checkpoints, the newest checkpoint in it.
 
+Dependencies: a checkpoint whose ``metadata`` (a JSON object) holds :data:`NEEDS_KEY`
+(``{"from": <log position>, "by": "<why>"}``) needs every live checkpoint of its run at log
+positions ``from`` up to its own to restore (a framework's delta chain: the LangGraph saver
+writes it for DeltaChannel threads). Whenever a rule keeps such a checkpoint, :func:`plan`
+keeps those too, with the reason ``needed by <id> (<why>)``; so do ``max_checkpoints`` and
+every surface built on :func:`plan` (``prune``, the CLI, the service). A malformed value
+keeps everything older (never less than the field may have meant).
+
 Applying a policy to a repository (layer 4, functions taking the manager ``mgr``): :func:`prune`
 and :func:`retention_plan` (the bodies of :meth:`~snapstore.api.CheckpointManager.prune` and
 ``retention_plan``), and :func:`enforce_max` (a manager's ``max_checkpoints``, after each save).
@@ -92,6 +100,45 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
+NEEDS_KEY = "snapstore.needs"
+"""Metadata key of a checkpoint's dependencies on earlier checkpoints of its run (module docstring)."""
+
+
+def needs_of(metadata) -> tuple[int, str] | None:
+    """``(from position, why)`` of a checkpoint's :data:`NEEDS_KEY` metadata, or None if it has
+    none. A malformed value gives ``(0, ...)``: keep everything older."""
+    if not isinstance(metadata, dict) or NEEDS_KEY not in metadata:
+        return None
+    v = metadata[NEEDS_KEY]
+    if isinstance(v, dict):
+        f, why = v.get("from"), v.get("by")
+        why = why if isinstance(why, str) and why else "declared dependency"
+        if isinstance(f, int) and not isinstance(f, bool) and f >= 0:
+            return f, why[:200]
+        return 0, f"{why[:200]}; malformed 'from': keeping every older checkpoint"
+    return 0, f"malformed {NEEDS_KEY!r}: keeping every older checkpoint"
+
+
+def _keep_needed(decisions: list) -> None:
+    """Keep what the kept checkpoints need (:data:`NEEDS_KEY`); ``decisions`` newest first, in
+    ONE run. Needs point only to older positions, so one pass newest to oldest closes them."""
+    active: list = []   # (from position, needing checkpoint id, why) of kept checkpoints seen
+    for d in decisions:
+        c = d.checkpoint
+        seq = getattr(c, "seq", None)
+        if not isinstance(seq, int):
+            continue  # a summary without a log position (plan() over hand-made records)
+        if not d.keep:
+            by = next(((cid, why) for f, cid, why in active if f <= seq), None)
+            if by is not None:
+                d.keep = True
+                d.reasons.append(f"needed by {by[0]} ({by[1]})")
+        if d.keep:
+            n = needs_of(getattr(c, "metadata", None))
+            if n is not None and n[0] < seq:
+                active.append((n[0], c.id, n[1]))
+
+
 @dataclass
 class Policy:
     """A retention policy (see the module docstring). All fields optional; at least one must be set."""
@@ -142,11 +189,13 @@ def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list
     """Decide which checkpoints of ONE run to keep.
 
     Args:
-        checkpoints: summaries with ``created_at`` (aware UTC datetimes), newest first.
+        checkpoints: summaries with ``created_at`` (aware UTC datetimes), ``seq`` and
+            ``metadata``, newest first.
         policy: the rules.
         now: the current time (UTC) for ``older_than``; default ``datetime.now(timezone.utc)``.
     Returns:
-        A :class:`Decision` per checkpoint, in the given order.
+        A :class:`Decision` per checkpoint, in the given order. A checkpoint no rule keeps is
+        still kept when a kept one needs it (:data:`NEEDS_KEY`; reason ``needed by <id> (...)``).
     """
     now = now or datetime.now(timezone.utc)
     out = [Decision(c, False, []) for c in checkpoints]
@@ -177,6 +226,8 @@ def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list
             d.reasons.append(f"{name} {len(seen)}/{n}")
     for d in out:
         d.keep = bool(d.reasons)
+    _keep_needed(out)
+    for d in out:
         if not d.keep:
             d.reasons.append("matched no keep rule")
     return out
@@ -200,9 +251,10 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
 def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
           keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
           keep_weekly: int | None = None, keep_monthly: int | None = None, keep_yearly: int | None = None,
-          dry_run: bool = False) -> list[CheckpointSummary]:
+          dry_run: bool = False, needed: list | None = None) -> list[CheckpointSummary]:
     """Implements :meth:`snapstore.api.CheckpointManager.prune` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there). ``needed``: if a list, the :class:`Decision` of every
+    checkpoint no rule kept but a kept one needs (:data:`NEEDS_KEY`) is appended to it."""
     policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
                   keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
                   keep_yearly=keep_yearly)
@@ -217,6 +269,8 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
             rk = mgr._rk(r)
             live = [m for _, _, m in logscan.scan(mgr.repo, rk)]
             decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
+            if needed is not None:
+                needed.extend(d for d in decisions if d.keep and all(r.startswith("needed by ") for r in d.reasons))
             doomed = [m for m, d in zip(live, decisions) if not d.keep]
             if not doomed:
                 continue
@@ -232,10 +286,11 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
 
 
 def live_list(mgr, rk: str, v: views.RunView) -> list:
-    """The run's live checkpoints ``[(seq, checkpoint id)]``, oldest first, as view ``v`` caches them
+    """The run's live checkpoints ``[(seq, checkpoint id, needs)]`` (needs: :func:`needs_of` of
+    its metadata), oldest first, as view ``v`` caches them
     (read with :func:`snapstore.logscan.scan_bulk` when it has none)."""
     if v.live is None:
-        v.live = [(s, c) for s, c, _ in logscan.scan_bulk(mgr.repo, rk)][::-1]
+        v.live = [(s, c, needs_of(m.fields.get("metadata"))) for s, c, m in logscan.scan_bulk(mgr.repo, rk)][::-1]
     return v.live
 
 
@@ -245,15 +300,23 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
 
     Conditional on the save just made: only while the run's newest live checkpoint is that
     save (``v.head``); if another writer moved the head meanwhile (a rollback may be making an
-    old checkpoint the head again), nothing is deleted and the next save or prune decides."""
+    old checkpoint the head again), nothing is deleted and the next save or prune decides.
+    What the kept checkpoints need (:data:`NEEDS_KEY`) is kept beyond ``max_checkpoints``."""
     try:
         if len(live_list(mgr, rk, v)) <= mgr.max_checkpoints:
             return
         v.live = None  # another manager may have deleted some: count afresh before deleting
         live = live_list(mgr, rk, v)
         excess = len(live) - mgr.max_checkpoints
-        if excess > 0 and v.head is not None and live[-1] == (v.head.seq, v.head.checkpoint_id):
-            mgr.repo.remove_records(rk, live[:excess])
+        if excess > 0:
+            floor = min([n[0] for _s, _c, n in live[excess:] if n is not None] or [live[excess][0]])
+            while excess > 0 and live[excess - 1][0] >= floor:
+                excess -= 1  # needed by a kept checkpoint (and what it needs in turn)
+                n = live[excess][2]
+                if n is not None:
+                    floor = min(floor, n[0])
+        if excess > 0 and v.head is not None and live[-1][:2] == (v.head.seq, v.head.checkpoint_id):
+            mgr.repo.remove_records(rk, [(s, c) for s, c, _n in live[:excess]])
             del live[:excess]
     except SnapstoreError as e:
         v.live = None

@@ -302,7 +302,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     views.saw(mgr, run_id, m.checkpoint_id, seq, m.write_id)
     v.list_state = prep.state
     if v.live is not None:
-        v.live.append((seq, m.checkpoint_id))
+        v.live.append((seq, m.checkpoint_id, retention.needs_of(m.fields.get("metadata"))))
     if mgr.max_checkpoints is not None:
         retention.enforce_max(mgr, run_id, rk, v)
     return m.checkpoint_id

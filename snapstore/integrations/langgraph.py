@@ -93,12 +93,16 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"({e.name or e} is not installed): pip install 'snapstore[langgraph]'") from e
 
 from ..api import EMPTY_RUN
+from ..retention import NEEDS_KEY
 from ..format.codec import validate
 from ..format.ids import seq_hint
 from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id
 
 __all__ = ["SnapstoreSaver", "RUN_PREFIX", "NS_PREFIX", "run_id_for", "ns_run_id_for", "parse_run_id"]
+
+DELTA_CHAIN = "LangGraph checkpoint and DeltaChannel delta chain"
+"""The ``by`` of the saver's ``snapstore.needs`` metadata (retention's ``needed by <id> (...)``)."""
 
 RUN_PREFIX = "langgraph:"
 """Prefix of the snapstore run ids this saver writes (other runs in the repository are ignored)."""
@@ -1064,6 +1068,82 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             return sid
         raise AssertionError("unreachable")
 
+    def _record_of(self, run: str, head: _Head, checkpoint_id: str) -> dict | None:
+        """Where checkpoint ``checkpoint_id``'s record is and what retention must keep with it:
+        ``{"pos": its log position, "from": its own ``NEEDS_KEY`` position or None, "held": the
+        channels it holds, "root": it has no parent, "x": it may miss writes stored before it}``,
+        from the run's newest record ``head`` when that carries it, else from one listing of
+        the run (a put whose parent is an older checkpoint: time travel); None if not found."""
+        md, st = head.md or {}, head.st if isinstance(head.st, dict) else {}
+        try:
+            if md.get("lg") == "C" and md.get("id") == checkpoint_id and st.get("v") == 2 and head.seq is not None:
+                n = md.get(NEEDS_KEY)
+                return {"pos": head.seq, "from": n.get("from") if isinstance(n, dict) else None,
+                        "held": set(md.get("chs") or ()), "root": md.get("parent") is None,
+                        "x": bool(st.get("x") or not st.get("k") or (st.get("w") and "wch" not in md))}
+            if (md.get("lg") == "W" and st.get("v") == 2 and st.get("cf") == checkpoint_id
+                    and isinstance(md.get("cpos"), int)):
+                c = st["c"]
+                meta = head.items[c["meta"]]["lgmeta"]
+                return {"pos": md["cpos"], "from": md.get("cfrom"), "held": {row[0] for row in c["layout"]},
+                        "root": meta.get("parent") is None, "x": bool(st.get("x") or not c.get("k"))}
+        except (KeyError, TypeError, IndexError, AttributeError):
+            pass
+        a = self._index(run).cps.get(checkpoint_id)
+        if a is None:
+            return None
+        _items, ast = self._record(run, a.sid, a.seq)
+        n = a.md.get(NEEDS_KEY)
+        x = not (isinstance(ast, dict) and ast.get("v") == 2 and ast.get("k") == 1 and not ast.get("x")
+                 and (not ast.get("w") or "wch" in a.md))
+        return {"pos": a.seq, "from": n.get("from") if isinstance(n, dict) else None,
+                "held": set(a.md.get("chs") or ()), "root": a.md.get("parent") is None, "x": x}
+
+    def _needs_from(self, run: str, head: _Head, parent: str | None, md: dict, chs: list) -> int | None:
+        """The log position from which a new checkpoint record needs every record of the run
+        (written as its ``NEEDS_KEY`` metadata, so that the core's retention keeps them), or None
+        when it needs none: a checkpoint whose DeltaChannel channels (its metadata's
+        ``counters_since_delta_snapshot``) it does not hold rebuilds from its ancestors back to
+        the nearest one holding each (a ``_DeltaSnapshot``) and their writes: from the parent's
+        position, or, when the parent lacks one of those channels, from where the parent's own
+        chain starts. Conservative where unsure: 0 (every older record) for a parent of an
+        earlier release or one that may miss writes stored before it."""
+        counters = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
+        need = {ch for ch in (counters if isinstance(counters, dict) else ()) if ch not in chs}
+        if not need or parent is None:
+            return None
+        p = self._record_of(run, head, parent)
+        if p is None:
+            return 0  # the parent's record is gone: keep what is left of the chain
+        if p["x"]:
+            return 0  # writes for it may sit in older records
+        if need <= p["held"] or p["root"]:
+            return p["pos"]
+        return min(p["pos"], p["from"]) if isinstance(p["from"], int) else 0
+
+    def _carried_needs(self, head: _Head) -> dict:
+        """Metadata of a writes record built on ``head``: the carried checkpoint's record position
+        (``cpos``), its own ``NEEDS_KEY`` position (``cfrom``) and, as ``NEEDS_KEY``, from where
+        this record needs the run's records (the checkpoint's record and its chain: the record is
+        listed as that checkpoint only while its checkpoint record is live)."""
+        md = head.md or {}
+        if md.get("lg") == "W":
+            if not isinstance(md.get("cpos"), int):
+                return {}
+            pos, frm = md["cpos"], md.get("cfrom")
+        elif md.get("lg") == "C" and head.seq is not None:
+            n = md.get(NEEDS_KEY)
+            pos, frm = head.seq, (n.get("from") if isinstance(n, dict) else None)
+            st = head.st if isinstance(head.st, dict) else {}
+            if st.get("x") or not st.get("k") or (st.get("w") and "wch" not in md):
+                frm = 0  # writes for it may sit in older records only
+        else:
+            return {}
+        out = {"cpos": pos, NEEDS_KEY: {"from": min(pos, frm) if isinstance(frm, int) else pos, "by": DELTA_CHAIN}}
+        if isinstance(frm, int):
+            out["cfrom"] = frm
+        return out
+
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store ``checkpoint`` (its full ``channel_values``) as a child of ``config``'s checkpoint.
@@ -1086,6 +1166,11 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         def build(head):
             items, state, chs = self._encode_checkpoint(run, checkpoint, md, parent, head)
             field_md = {"lg": "C", "id": cid, "parent": parent, "chs": chs, **self._md_field(md)}
+            if state.get("w"):
+                field_md["wch"] = sorted({row[2] for row in state["w"]})  # channels of the writes it carries
+            need = self._needs_from(run, head, parent, md, chs)
+            if need is not None:
+                field_md[NEEDS_KEY] = {"from": need, "by": DELTA_CHAIN}
             # LangGraph numbers the input checkpoint -1; snapstore's step is a non-negative int (the
             # exact value stays in the metadata)
             step = md.get("step") if isinstance(md.get("step"), int) and md.get("step") >= 0 else None
@@ -1173,6 +1258,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     items.extend(its)
                     chs.add(ch)
                 field_md = {"lg": "W", "for": cid, "chs": sorted(chs)}  # tasks and paths: in the descriptors
+                if hv is not None:
+                    field_md.update(self._carried_needs(head))
                 if carried:
                     field_md["acc"] = head.seq
                 return items, state, field_md, None
@@ -1417,8 +1504,11 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 break
             wrecs = [w for w in ix.writes.get(cur, []) if remaining & set(w.md.get("chs") or ())]
             block: dict = {}
-            if wrecs:
-                for w in self._writes_of(run, ix.writes.get(cur, [])):
+            # the writes its record carries (stored before it was put): the writes records that
+            # held them may be gone (retention keeps a delta chain from the ancestor's record on)
+            own = (remaining & set(a.md.get("wch") or ())) and self._own_rows(run, a, *self._record(run, a.sid, a.seq))
+            if wrecs or own:
+                for w in self._writes_of(run, ix.writes.get(cur, []), own or ()):
                     if w[1] in remaining:
                         block.setdefault(w[1], []).append(w)
             blocks.append(block)

@@ -28,6 +28,14 @@ Mapping (docs: README "OpenAI Agents SDK"):
   mutation drops the remembered one (the caller took its error as final). Limits: the memory is
   per object (a new process cannot settle another's unknown outcome), and a mutation whose
   checkpoint was deleted since (``clear_session``, retention) counts as not landed.
+* Compaction (the SDK's ``OpenAIResponsesCompactionSession`` over this session): the session
+  implements the SDK's hooks ``_get_compaction_snapshot`` (automatic compaction: the newest
+  items and a ``replace_suffix`` that swaps the compacted suffix for the summary as one
+  compare-and-swap save, retried on a moved head while the stored suffix is still the one
+  compacted, and refused, returning False, when it changed: an item added meanwhile survives
+  and the compaction is skipped) and ``_atomic_replace_items`` (manual ``run_compaction()``: the
+  whole history replaced in one save, never a clear then an add). Without them the SDK cleared
+  the session and added the summary, losing what another caller added in between.
 * Branches: :meth:`SnapstoreSession.create_branch` forks the current branch's head with
   :meth:`CheckpointManager.fork` (the new run shares the message tree; one PUT of about the
   compressed size of the history and one manifest, whatever the number of items), optionally cut
@@ -48,6 +56,10 @@ from ..errors import ConflictError, InvalidInputError, MissingDependencyError, S
 
 try:
     from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+    try:
+        from agents.memory.session import _CompactionSnapshot
+    except ImportError:  # an SDK without the compaction snapshot hook
+        _CompactionSnapshot = None
 except ImportError as e:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError(
         f"snapstore.integrations.openai_agents needs openai-agents ({e.name or e} is not installed): "
@@ -126,6 +138,7 @@ class SnapstoreSession:
         self._lock = threading.Lock()
         self._pending: dict | None = None  # a mutation whose outcome is unknown (see module docstring)
         self._heads: dict[str, tuple] = {}  # run -> (checkpoint id, items) this object last saved
+        self._compaction_base = None  # (run, head id, items) a compaction read last (the SDK's hook)
 
     # -------------------------------------------------------------------------------------------
     @property
@@ -197,6 +210,89 @@ class SnapstoreSession:
         """Remove every item of the current branch (deletes the branch's run: a tombstone, so
         ``gc()`` can reclaim its data; the next ``add_items`` starts an empty session)."""
         await asyncio.to_thread(self._clear, self.run_id)
+
+    # -------------------------------------------------------------------------------------------
+    # the SDK's compaction hooks (OpenAIResponsesCompactionSession looks them up on the session)
+
+    async def _get_compaction_snapshot(self, limit: int, *, prune_prefix=None):
+        """The SDK's compaction snapshot hook: the newest ``limit`` items of the current branch
+        and an atomic ``replace_suffix(start, output) -> bool``.
+
+        Args:
+            limit: at most this many of the newest items (positive int).
+            prune_prefix: optional ``item -> bool``: leading items of the history kept before the
+                suffix that it approves are dropped with the replacement (the SDK's expiry).
+        Returns:
+            ``_CompactionSnapshot(items, complete, replace_suffix)`` (``complete``: ``items`` is
+            the whole history), or None when the SDK has no such type. ``replace_suffix(start,
+            output)`` replaces ``items[start:]`` by ``output`` in one compare-and-swap save: True
+            once saved; False (nothing changed) if those items are no longer the newest of the
+            branch (another caller added, popped or cleared meanwhile) or ``start`` leaves none.
+        """
+        if _CompactionSnapshot is None:
+            return None
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise InvalidInputError(f"limit must be a positive integer, got {limit!r}")
+        run = self.run_id
+        base, items = await asyncio.to_thread(self._head_fresh, run)
+        window = copy.deepcopy(items[-limit:])
+        complete = len(items) <= limit
+
+        async def replace_suffix(start: int, output: list) -> bool:
+            expected = window[start:]
+            if not expected:
+                return False
+            for i, it in enumerate(output):
+                validate(it, f"output[{i}]")
+            return await asyncio.to_thread(self._replace_suffix, run, expected, copy.deepcopy(list(output)),
+                                           prune_prefix)
+
+        return _CompactionSnapshot(copy.deepcopy(window), complete, replace_suffix)
+
+    async def _read_compaction_items(self, limit: int | None = None) -> tuple[list, bool]:
+        """The SDK's compaction read hook: ``(the newest limit items, complete)`` (None: all),
+        read from the store. The history read is remembered per branch as the compaction's
+        input, so :meth:`_atomic_replace_items` replaces only those items."""
+        run = self.run_id
+        base, items = await asyncio.to_thread(self._head_fresh, run)
+        self._compaction_base = (run, base, copy.deepcopy(items))
+        window = items if limit is None or limit < 0 else items[-limit:] if limit else []
+        return copy.deepcopy(window), len(window) == len(items)
+
+    async def _atomic_replace_items(self, items: list) -> bool:
+        """The SDK's whole-history replacement hook (manual ``run_compaction()``): in one
+        compare-and-swap save, the history the compaction read (:meth:`_read_compaction_items`)
+        becomes ``items``, and what other callers added after that read follows them, so no
+        reader sees a cleared session and no item added during the compaction is lost.
+
+        Returns:
+            True (saved).
+        Raises:
+            InvalidMessageError: an item is not exact JSON (nothing changed).
+            ConflictError: the history the compaction read is no longer the start of the
+                branch (another caller popped or cleared meanwhile): nothing changed.
+            StoreError: as :meth:`add_items`.
+        """
+        if not isinstance(items, (list, tuple)):
+            raise InvalidInputError(f"items must be a list, got {type(items).__name__}")
+        for i, it in enumerate(items):
+            validate(it, f"items[{i}]")
+        mine = copy.deepcopy(list(items))
+        run = self.run_id
+        read = getattr(self, "_compaction_base", None)
+        self._compaction_base = None
+        seen = read[2] if read is not None and read[0] == run else None
+
+        def build(cur):
+            if seen is None:
+                return mine, True
+            if cur[:len(seen)] != seen:
+                raise ConflictError(f"session {self.session_id!r}: the history changed during compaction "
+                                    "(an item was popped or the session cleared); it was left as it is")
+            return mine + cur[len(seen):], True
+
+        await asyncio.to_thread(self._mutate, run, "replace", build, mine)
+        return True
 
     # -------------------------------------------------------------------------------------------
     # branches
@@ -379,6 +475,30 @@ class SnapstoreSession:
                 return result
             raise ConflictError(f"session {self.session_id!r}: gave up after {self.MAX_ATTEMPTS} compare-and-swap "
                                 "attempts (other writers kept changing it)")
+
+    def _head_fresh(self, run: str) -> tuple[str | None, list]:
+        """The branch's head as stored now (not this object's cached view)."""
+        with self._lock:
+            self._heads.pop(run, None)
+            return self._head(run)
+
+    def _replace_suffix(self, run: str, expected: list, output: list, prune_prefix) -> bool:
+        """Replace the newest items, if they are still ``expected``, by ``output`` (one
+        compare-and-swap save, retried on a moved head while the suffix is unchanged)."""
+        n = len(expected)
+
+        def build(cur):
+            if len(cur) < n or cur[len(cur) - n:] != expected:
+                return None, False  # the suffix changed: keep everything, skip the compaction
+            keep = cur[:len(cur) - n]
+            if prune_prefix is not None:
+                i = 0
+                while i < len(keep) and prune_prefix(keep[i]):
+                    i += 1
+                keep = keep[i:]
+            return keep + output, True
+
+        return bool(self._mutate(run, "replace", build, output))
 
     def _add(self, run: str, items: list) -> None:
         mine = copy.deepcopy(items)  # the caller may change its dicts later; the cached head must not

@@ -38,8 +38,9 @@ from ..api import CheckpointManager
 from .errors import ApiError, install_handlers
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimitMiddleware, RawPathMiddleware, SecurityHeadersMiddleware, path_param
-from .models import (CURSOR_PATTERN, CheckpointOut, CheckpointPage, DeleteResponse, DiffResponse, ErrorResponse, ForkRequest,
-                     GCRequest, GCResponse, HealthResponse, MessagesResponse, PruneRequest, PruneResponse, RunPage,
+from .models import (CURSOR_PATTERN, CheckpointOut, CheckpointPage, DeleteResponse, DiffResponse, ErrorResponse,
+                     ForkRequest, GCRequest, GCResponse, HealthResponse, KeptCheckpoint, MessagesResponse, PruneRequest,
+                     PruneResponse, RunPage,
                      SaveRequest, StatsResponse, summary_out)
 from .service import Service, message_json
 from .settings import ServerSettings
@@ -268,11 +269,14 @@ def create_app(location: "str | CheckpointManager | None" = None, settings: Serv
     @api.post("/prune", response_model=PruneResponse, responses=_errors(*_COMMON, 409, 413), tags=["repository"],
               summary="Apply a retention policy (deletes checkpoints; gc reclaims the space)")
     def prune(body: PruneRequest):
-        gone = service.prune(run_id=body.runId, dry_run=body.dryRun, keep_last=body.keepLast,
+        needed: list = []
+        gone = service.prune(run_id=body.runId, dry_run=body.dryRun, needed=needed, keep_last=body.keepLast,
                              older_than=body.olderThan, keep_within=body.keepWithin, keep_hourly=body.keepHourly,
                              keep_daily=body.keepDaily, keep_weekly=body.keepWeekly, keep_monthly=body.keepMonthly,
                              keep_yearly=body.keepYearly)
-        return PruneResponse(dryRun=body.dryRun, deleted=[summary_out(s) for s in gone])
+        return PruneResponse(dryRun=body.dryRun, deleted=[summary_out(s) for s in gone],
+                             keptAsNeeded=[KeptCheckpoint(checkpoint=summary_out(d.checkpoint), reasons=d.reasons)
+                                           for d in needed])
 
     @api.post("/gc", response_model=GCResponse, responses=_errors(401, 409, 413, 422, 500, 503), tags=["repository"],
               summary="Garbage-collect: reclaim what no live checkpoint needs")

@@ -163,11 +163,20 @@ class PruneRequest(BaseModel):
         return self
 
 
+class KeptCheckpoint(BaseModel):
+    """A checkpoint kept although no rule keeps it, and why."""
+
+    checkpoint: CheckpointOut
+    reasons: list[str] = Field(description='e.g. "needed by <id> (LangGraph checkpoint and DeltaChannel delta chain)"')
+
+
 class PruneResponse(BaseModel):
-    """What the policy deleted (with dryRun: would delete)."""
+    """What the policy deleted (with dryRun: would delete), and what it kept only because a kept
+    checkpoint needs it (its ``snapstore.needs`` metadata: a LangGraph DeltaChannel delta chain)."""
 
     dryRun: bool
     deleted: list[CheckpointOut]
+    keptAsNeeded: list[KeptCheckpoint] = []
 
 
 class GCRequest(BaseModel):

@@ -27,6 +27,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .. import retention
 from ..api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from ..errors import CheckpointNotFound, ConflictError, InvalidInputError, RunNotFound
 from ..format.codec import any_int_digits
@@ -306,13 +307,16 @@ class Service:
         with self._writing(new_run_id):
             return _summary_of(self.manager.fork(run_id, checkpoint_id, new_run_id))
 
-    def prune(self, run_id: str | None = None, dry_run: bool = False, **policy) -> list[CheckpointSummary]:
+    def prune(self, run_id: str | None = None, dry_run: bool = False, needed: list | None = None,
+              **policy) -> list[CheckpointSummary]:
         """Apply a retention policy (``CheckpointManager.prune``'s rules); returns what went (or,
-        with ``dry_run``, would go)."""
+        with ``dry_run``, would go). ``needed``: a list to which the decisions
+        (:class:`snapstore.retention.Decision`) of checkpoints kept only because a kept one needs
+        them (a LangGraph DeltaChannel delta chain) are appended."""
         if run_id is not None:
             check_run_id(run_id)
         with self._gate.shared():
-            return self.manager.prune(run_id=run_id, dry_run=dry_run, **policy)
+            return retention.prune(self.manager, run_id=run_id, dry_run=dry_run, needed=needed, **policy)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False) -> dict:
         """Run the garbage collector; returns its report (``GCReport.as_dict()``).
