@@ -476,7 +476,7 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------
     # whole-repository operations
 
-    def verify(self, read_data: bool = False, progress=None):
+    def verify(self, read_data: bool = False, progress=None, *, accept_missing: bool = False):
         """Check the repository; return a :class:`snapstore.check.VerifyReport`.
 
         Every object a live checkpoint reaches must exist and parse (pack checksums, node ids);
@@ -486,11 +486,14 @@ class CheckpointManager:
         Args:
             read_data: also read and hash every chunk.
             progress: optional callable ``progress(phase: str, done: int, total: int)``.
+            accept_missing: manifests deleted outside snapstore (``missing-manifest`` errors below
+                a run's newest record, docs/format.md §8e) are put on record as removed: their
+                checkpoints are lost, and they are reported as ``accepted-missing`` warnings.
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one).
         """
         from .check import verify
-        return verify(self._open(False), read_data=read_data, progress=progress)
+        return verify(self._open(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,
            break_lock: bool = False, **options):

@@ -207,13 +207,16 @@ def void_record(info) -> bool:
 
 
 def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_keys: dict, copies_above: dict,
-                infos: dict) -> None:
+                infos: dict, logs: dict, accept: bool = False) -> None:
     """Report log positions of a run that hold nothing (no manifest, compacted record or void
     record) and that no removal record names (docs/format.md §8e): a manifest deleted outside
     snapstore. Below the run's newest record every position was written once; above it, a position
     counts if a log segment of the run's current life (written after its oldest record) holds a
     copy of it (the newest records were deleted). Only in a repository whose writers record
-    removals (config ``removals`` 1); at most 8 errors per run, one per range."""
+    removals (config ``removals`` 1); at most 8 errors per run, one per range. With ``accept``,
+    the gaps below a run's newest record are put on record as removed (a removal record each run)
+    and reported as ``accepted-missing`` warnings instead: the checkpoints there are lost, and
+    saying so lets ``verify`` pass again."""
     if not getattr(repo.config, "removals", 0):
         return  # written before removal records: its gaps cannot be told apart (§8e)
     for rk, mkeys in keys_by_run.items():
@@ -264,14 +267,25 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
         for p, lk in sorted(copies_above.get(rk, {}).items()):
             if p not in present and (infos.get(lk) is None or infos[lk].mtime >= lowest_mtime):
                 gaps.extend((a, b, lk) for a, b in unaccounted(p, p))
+        log = logs.get(rk)
+        run = repr(log.head.run_id) if log is not None and log.head is not None else f"key {rk}"
+        if accept and gaps:
+            below = [[g[0], g[1]] for g in gaps if len(g) == 2]
+            if below:
+                repo.record_removals(rk, ranges=merge_ranges(below))
+                for lo, hi in below:
+                    rep.warnings.append(Problem("accepted-missing", keys.manifest_key(rk, lo),
+                                                f"positions {lo}-{hi} of run {run}: lost, now on record as removed"))
+            gaps = [g for g in gaps if len(g) == 3]
         for g in gaps[:8]:
             lo, hi = g[0], g[1]
-            where = (f"position {lo}" if lo == hi else f"positions {lo}-{hi}") + f" of run key {rk}"
+            where = (f"position {lo}" if lo == hi else f"positions {lo}-{hi}") + f" of run {run}"
             if len(g) == 3:
                 why = (f"{where}, above its newest record ({top}), has a copy in {g[2]} but no manifest: "
                        "the run's newest manifest was deleted outside snapstore")
             else:
-                why = f"{where}: no manifest, and no removal record names it: deleted outside snapstore"
+                why = (f"{where}: no manifest, and no removal record names it: deleted outside snapstore (its "
+                       "checkpoint is lost; `verify --accept-missing` records the loss)")
             rep.errors.append(Problem("missing-manifest", keys.manifest_key(rk, lo), why))
 
 
@@ -923,13 +937,16 @@ def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
                     raise IntegrityError(pack.key, f"entry {eid.hex()} (c) in array block {bi} does not match its content id")
 
 
-def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
-    """Check the repository (every pack read whole, its checksum verified); see :func:`_verify`."""
+def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None,
+           accept_missing: bool = False) -> VerifyReport:
+    """Check the repository (every pack read whole, its checksum verified); see :func:`_verify`.
+    ``accept_missing``: put manifests deleted outside snapstore on record as removed (§8e)."""
     with repo.whole_packs():
-        return _verify(repo, read_data, progress)
+        return _verify(repo, read_data, progress, accept_missing)
 
 
-def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
+def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None,
+            accept_missing: bool = False) -> VerifyReport:
     """Check the repository.
 
     Every reachable object must exist and parse: manifests, packs (checksums), tree nodes and
@@ -1045,7 +1062,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
                         rep.warnings.append(Problem("corrupt-logseg", lk, f"its copy of position {seq} differs from the "
                                                     "manifest; listing reads the manifest instead"))
                         break
-    _check_gaps(repo, rep, keys_by_run, voids, removal_keys, copies_above, {i.key: i for i in all_infos})
+    _check_gaps(repo, rep, keys_by_run, voids, removal_keys, copies_above, {i.key: i for i in all_infos}, logs,
+                accept_missing)
     if progress:
         progress("manifests", len(live), len(live))
     problems: list[Problem] = []

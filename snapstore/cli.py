@@ -1318,6 +1318,12 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
     try:
         if break_lock:
             kwargs["break_lock"] = True
+            from .gc import LOCK_KEY
+            try:
+                held = mgr.store.get(LOCK_KEY).decode("utf-8", "replace")[:200]
+                _write(f"snapstore: note: removing the GC lock ({held})\n", err=True)
+            except SnapstoreError:
+                pass
         rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
             f"gc {phase}: {done}/{total}"), **kwargs)
     finally:
@@ -1432,8 +1438,11 @@ def _problem_dict(p) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Count the warnings by kind instead of listing each "
               "(errors are always listed).")
+@click.option("--accept-missing", is_flag=True,
+              help="Put manifests deleted outside snapstore (missing-manifest errors) on record as removed: "
+                   "their checkpoints are lost; later runs of verify pass.")
 @click.pass_context
-def verify_cmd(ctx, read_data, as_json, quiet):
+def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     """Check the repository's integrity.
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
@@ -1450,6 +1459,8 @@ def verify_cmd(ctx, read_data, as_json, quiet):
     if progress.tty:
         kwargs["progress"] = lambda phase, done, total: progress.update(f"verifying {phase}: {done}/{total}")
     try:
+        if accept_missing:
+            kwargs["accept_missing"] = True
         report = mgr.verify(read_data=read_data, **kwargs)
     finally:
         progress.clear()

@@ -189,7 +189,7 @@ class LogRecords:
             entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
                 tombstones) names the index record to delete.
             now: the store's current time if the caller knows it (seconds since the epoch);
-                read with :meth:`store_time` when some record is not provably old.
+                else read with :meth:`store_time` (a PUT and a DELETE of a probe object).
         Raises:
             StoreError: a request failed (what was removed stays removed; the rest is left).
         """
@@ -200,10 +200,8 @@ class LogRecords:
         if not infos:
             return
         self.record_removals(run_key, infos)
-        newest_seen = max(i.mtime for i in infos.values())
-        if now is None and any(newest_seen - i.mtime < FREE_AFTER for i in infos.values()):
-            now = self.store_time()
-        now = newest_seen if now is None else max(now, newest_seen)
+        # ages on the store's clock (never below the newest timestamp just listed)
+        now = max(self.store_time() if now is None else now, max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
         if old:

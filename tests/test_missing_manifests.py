@@ -145,3 +145,26 @@ def test_stray_names_at_absurd_positions_give_typed_errors_fast(tmp_path):
         assert time.monotonic() - t < 5
     rep = CheckpointManager(LocalStore(root)).verify()
     assert not rep.ok and all(p.key.startswith(f"runs/{m.repo.run_key(RUN)}/m/0000000000000") for p in rep.errors)
+
+
+def test_accept_missing_records_the_loss_and_verify_passes_again(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = tmp_path / "repo"
+    m = CheckpointManager(LocalStore(root))
+    for i in range(6):
+        m.save(RUN, msgs(i + 1))
+    key = keys.manifest_key(m.repo.run_key(RUN), 3)
+    (root / key).unlink()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    cmd = [sys.executable, "-m", "snapstore", "--repo", str(root), "verify"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and f"missing-manifest: {key}" in r.stdout + r.stderr
+    assert "run 'r'" in r.stdout + r.stderr and "--accept-missing" in r.stdout + r.stderr
+    r = subprocess.run(cmd + ["--accept-missing"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "accepted-missing" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "missing-manifest" not in r.stdout + r.stderr
