@@ -512,9 +512,15 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
                                  f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
         for pid in reach.packs:
             if pid not in packs and pid not in seg_keep:
+                # not in this GC's listing, yet mark read it: written after the listing (a tier a
+                # writer merged, found through a run's newer head), and perhaps merged again and
+                # deleted since. This GC deletes only listed packs, so it is never at risk; with
+                # writers active (grace > 0) the packs it was merged from are only made candidates
+                # and judged again by a later GC. With grace 0 (no writer) it is damage: stop.
+                if grace > 0:
+                    seg_keep.setdefault(pid, "")
+                    continue
                 try:
-                    # written after the listing (a writer sharing this repository object merged a
-                    # tier, and mark found an entry there): live and new, never deleted by this GC
                     store.head(keys.pack_key(pid))
                     seg_keep.setdefault(pid, "")
                     continue
