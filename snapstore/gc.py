@@ -60,6 +60,9 @@ LOCK_TIMEOUT = 300.0
 refreshes its lock every ``LOCK_TIMEOUT / 5`` seconds, so only a GC that stopped (killed, its
 machine gone) leaves a lock this old."""
 CANDIDATES_PREFIX = "gc/candidates/"
+MARK_ATTEMPTS = 3
+"""Times a GC beside writers lists and marks again when a pack went between its listing and mark's
+read of it (writers merge tiers and delete their inputs while GC runs)."""
 
 
 @dataclass
@@ -241,10 +244,28 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     cache_limit = repo._cache_limit
     repo._cache_limit = min(cache_limit, GC_CACHE_BYTES)
     try:
-        with repo.whole_packs():  # GC copies and checks whole packs: no ranged reads
-            _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
-                 repack_level, progress, hook, lock_timeout, cache_limit,
-                 keeper.check if keeper is not None else (lambda: None))
+        for attempt in range(MARK_ATTEMPTS):
+            marked = []
+
+            def lock_check():
+                if keeper is not None:
+                    keeper.check()
+                marked.append(True)  # mark is over: from here on GC writes and deletes
+            try:
+                with repo.whole_packs():  # GC copies and checks whole packs: no ranged reads
+                    _run(repo, rep, now, grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes,
+                         repack_level, progress, hook, lock_timeout, cache_limit, lock_check)
+                break
+            except ObjectNotFound as e:
+                # beside writers (grace > 0) a pack can go between the listing and mark's read of
+                # it (a tier merged and its inputs deleted twice over): list and mark again; mark
+                # has changed nothing yet (its copies are removed when it stops)
+                if marked or grace_period == 0 or attempt == MARK_ATTEMPTS - 1 or \
+                        not str(getattr(e, "key", "")).startswith(keys.PACKS):
+                    raise
+                rep = GCReport(dry_run=dry_run, grace_period=grace_period, max_unused=max_unused)
+                now = store_now(repo)
+                rep.store_time = now
     finally:
         repo._cache_limit = cache_limit
         if keeper is not None:
