@@ -117,20 +117,16 @@ class LogRecords:
             IntegrityError: the newest record is corrupt; StoreError: a request failed.
         """
         prefix = keys.manifests_prefix(run_key)
-        for attempt in range(8):
-            listed = self.store.list(prefix, limit=1)
-            for info in listed:
-                if is_void(info.size):
-                    listed = (i for i in self.store.list(prefix) if not is_void(i.size))
-                    info = next(listed, None)
-                    if info is None:
-                        return None
-                try:
-                    return self.read_manifest_key(info.key)
-                except ObjectNotFound:
-                    break  # deleted (or voided) between LIST and GET: look again
-            else:
+        for _ in range(8):
+            info = next(iter(self.store.list(prefix, limit=1)), None)
+            if info is not None and is_void(info.size):
+                info = next((i for i in self.store.list(prefix) if not is_void(i.size)), None)
+            if info is None:
                 return None
+            try:
+                return self.read_manifest_key(info.key)
+            except ObjectNotFound:
+                continue  # deleted (or voided) between LIST and GET: look again
         raise ConflictError(f"the log of run key {run_key!r} keeps changing under its newest record; try again")
 
     def manifest_seqs(self, run_key: str) -> list[int]:
