@@ -1127,6 +1127,8 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
     progress = _Progress(not as_json)
     try:
         runs = [run_id] if run_id is not None else mgr.runs()
+        if run_id is not None and mgr.latest(run_id) is None:
+            raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
         decisions, doomed_runs = [], []
         for i, r in enumerate(runs):
             progress.update(f"prune: planning run {i + 1}/{len(runs)}")

@@ -122,3 +122,11 @@ def test_a_running_gc_refreshes_its_lock_and_stops_if_it_loses_it(tmp_path):
     assert seen["refreshed"]
     after = {p.relative_to(root) for p in root.rglob("*") if p.is_file() and ".locks" not in p.parts}
     assert before <= after  # it deleted nothing
+
+
+def test_cli_prune_of_an_unknown_run_is_an_error(tmp_path):
+    root = _repo(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "snapstore", "--repo", str(root), "prune", "--run", "nope",
+                        "--keep-last", "1"], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and r.stderr.strip() == "snapstore: error: run 'nope' not found", r.stderr
