@@ -219,6 +219,9 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
     saying so lets ``verify`` pass again."""
     if not getattr(repo.config, "removals", 0):
         return  # written before removal records: its gaps cannot be told apart (§8e)
+    void_seqs: dict[str, set] = defaultdict(set)
+    for k in voids:
+        void_seqs[k.split("/")[1]].add(keys.seq_from_manifest_key(k))
     for rk, mkeys in keys_by_run.items():
         pos = []
         for k in mkeys:
@@ -230,8 +233,7 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
             continue
         top = max(pos)
         lowest_mtime = min((infos[k].mtime for k in mkeys if k in infos), default=0.0)
-        prefix = keys.manifests_prefix(rk)
-        present = set(pos) | {keys.seq_from_manifest_key(k) for k in voids if k.startswith(prefix)}
+        present = set(pos) | void_seqs.get(rk, set())
         removed: list = []
         for xk in removal_keys.get(rk, []):
             try:
@@ -1041,6 +1043,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     copies_above: dict[str, dict[int, str]] = defaultdict(dict)  # run -> position above its newest -> segment
     for rk, lks in logseg_keys.items():
         log = logs.get(rk)
+        newest = max(log.manifests) if log is not None and log.manifests else None
         for lk in lks:
             try:
                 recs = decode_logseg(lk, store.get(lk))
@@ -1051,7 +1054,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
                 continue
             for c in recs:
                 seq = c.seq
-                if log is not None and log.manifests and seq > max(log.manifests):
+                if newest is not None and seq > newest:
                     copies_above[rk][seq] = lk
                 if log is not None and seq in log.manifests:
                     try:

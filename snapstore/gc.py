@@ -43,7 +43,7 @@ from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import is_pack_hex
 from .format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
-from .format.removals import MAX_RANGES, decode_removals, encode_removals, is_removals_key, merge_ranges
+from .format.removals import decode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .repository import Repository
@@ -193,11 +193,6 @@ class _Hooks:
             fn(**info)
 
 
-def store_now(repo: Repository) -> float:
-    """Return the store's current time (seconds since the epoch): the mtime of a probe object."""
-    return repo.store_time()
-
-
 def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
        small_pack_bytes: int = 1 << 20, target_pack_bytes: int = 8 << 20, repack_level: int = 9,
        lock_timeout: float = LOCK_TIMEOUT, progress: Callable[[str, int, int], None] | None = None,
@@ -233,7 +228,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     hook = _Hooks(hooks)
     rep = GCReport(dry_run=dry_run, grace_period=grace_period, max_unused=max_unused)
     store = repo.store
-    now = store_now(repo)
+    now = repo.store_time()
     rep.store_time = now
     token = os.urandom(8).hex()
     keeper = None
@@ -264,7 +259,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
                         not str(getattr(e, "key", "")).startswith(keys.PACKS):
                     raise
                 rep = GCReport(dry_run=dry_run, grace_period=grace_period, max_unused=max_unused)
-                now = store_now(repo)
+                now = repo.store_time()
                 rep.store_time = now
     finally:
         repo._cache_limit = cache_limit
@@ -887,12 +882,9 @@ def _plan_removals(repo: Repository, del_keys: list, removals_by_run: dict, gone
 def _write_removals(repo: Repository, rep: GCReport, plan: _RemovalPlan, dry_run: bool = False) -> None:
     """Write the planned removal records (create-only), counted in ``written_*``."""
     for rk, ranges in plan.write.items():
-        for i in range(0, len(ranges), MAX_RANGES):
-            part = ranges[i:i + MAX_RANGES]
-            rep.written_objects += 1
-            rep.written_bytes += len(encode_removals(part))
-        if not dry_run:
-            repo.record_removals(rk, ranges=ranges)
+        sizes = repo.record_removals(rk, ranges=ranges, dry_run=dry_run)
+        rep.written_objects += len(sizes)
+        rep.written_bytes += sum(sizes)
 
 
 def _drop_removals(repo: Repository, rep: GCReport, plan: _RemovalPlan, dry_run: bool = False) -> None:

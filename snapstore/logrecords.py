@@ -16,9 +16,9 @@ from .errors import (CheckpointNotFound, CompactedRecordError, ConflictError, In
 from .format import keys
 from .format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
 from .format.ids import seq_hint
-from .format.removals import MAX_RANGES, encode_removals, removals_key, to_ranges
+from .format.removals import encode_removal_records, removals_key, to_ranges
 from .format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
-                              is_void)
+                              is_void, record_positions)
 
 
 _UNSET = object()
@@ -132,8 +132,7 @@ class LogRecords:
     def manifest_seqs(self, run_key: str) -> list[int]:
         """Return the sequence numbers of the run's records, newest first (LIST only; void
         records, docs/format.md §8d, are left out)."""
-        return [s for i in self.store.list(keys.manifests_prefix(run_key))
-                for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
+        return record_positions(self.store.list(keys.manifests_prefix(run_key)))
 
     def store_time(self) -> float:
         """The store's current time (seconds since the epoch, UTC): the mtime of a probe object
@@ -168,7 +167,7 @@ class LogRecords:
                 out[s] = info
         return out
 
-    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], now: float | None = None) -> None:
+    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
         """Remove the run's log records at ``[(seq, checkpoint id or None)]`` (and the index
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
@@ -184,8 +183,6 @@ class LogRecords:
             run_key: the run's key segment.
             entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
                 tombstones) names the index record to delete.
-            now: the store's current time if the caller knows it (seconds since the epoch);
-                else read with :meth:`store_time` (a PUT and a DELETE of a probe object).
         Raises:
             StoreError: a request failed (what was removed stays removed; the rest is left).
         """
@@ -197,7 +194,7 @@ class LogRecords:
             return
         self.record_removals(run_key, infos)
         # ages on the store's clock (never below the newest timestamp just listed)
-        now = max(self.store_time() if now is None else now, max(i.mtime for i in infos.values()))
+        now = max(self.store_time(), max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
         if old:
@@ -205,18 +202,23 @@ class LogRecords:
         if young:
             list(self._pool_get().map(lambda item: self._void(run_key, *item), young))
 
-    def record_removals(self, run_key: str, positions=(), ranges=None) -> None:
+    def record_removals(self, run_key: str, positions=(), ranges=None, dry_run: bool = False) -> list[int]:
         """Write removal records (docs/format.md §8e) naming ``positions`` of the run (or the
         merged inclusive ``ranges`` ``[[lo, hi], ...]``), create-only, before they are deleted:
         ``verify`` then tells their gap from lost manifests.
 
+        Returns:
+            The size in bytes of each record written (with ``dry_run``: that would be written).
         Raises:
             StoreError: the write failed (nothing may be deleted then).
         """
         ranges = to_ranges(positions) if ranges is None else ranges
-        for i in range(0, len(ranges), MAX_RANGES):
-            part = ranges[i:i + MAX_RANGES]
-            self.store.put(removals_key(run_key, part[-1][1]), encode_removals(part))
+        sizes = []
+        for hi, data in encode_removal_records(ranges):
+            if not dry_run:
+                self.store.put(removals_key(run_key, hi), data)
+            sizes.append(len(data))
+        return sizes
 
     def _void(self, run_key: str, seq: int, info) -> None:
         """Replace the record at ``seq`` by a void record (compare-and-swap, re-read on a change)."""

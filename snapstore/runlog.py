@@ -14,7 +14,7 @@ from .errors import IntegrityError, ObjectNotFound, SnapstoreError
 from .format import keys
 from .format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
                             parse_logseg_key, span)
-from .format.manifest import Manifest, is_void, open_manifest
+from .format.manifest import Manifest, open_manifest, record_positions
 from .repository import Repository
 
 PAGE = 1000
@@ -36,7 +36,7 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
     """
     prefix = keys.manifests_prefix(run_key)
     infos = list(repo.store.list(prefix, limit=PAGE))
-    first = [s for i in infos for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
+    first = record_positions(infos)
     if len(infos) < PAGE:
         return first
     low = keys.seq_from_manifest_key(infos[-1].key)
@@ -44,8 +44,7 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
 
     def page(start: int) -> list[int]:
         after = keys.manifest_key(run_key, start + 1)
-        return [s for i in repo.store.list(prefix, start_after=after, limit=PAGE)
-                for s in [keys.seq_from_manifest_key(i.key)] if not is_void(i.size)]
+        return record_positions(repo.store.list(prefix, start_after=after, limit=PAGE))
 
     got = set(first)
     for seqs in repo._pool_get().map(page, starts):
@@ -247,9 +246,9 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
             missing = [s for s in range(lo, seq + 1) if s not in recs]
             listed: set = set()
             if missing:
-                listed = {keys.seq_from_manifest_key(i.key) for i in repo.store.list(
+                listed = set(record_positions(repo.store.list(
                     keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
-                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level)) if not is_void(i.size)}
+                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level))))
 
                 def get_one(s):
                     try:

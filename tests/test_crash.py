@@ -631,7 +631,7 @@ def test_gc_with_faults(grace, mode, monkeypatch):
 def test_interrupted_gc_leaves_nothing_behind(mode):
     """BUG (minor): an interrupted GC can leave a ``gc/clock-*`` probe object that no GC ever removes.
 
-    ``store_now`` PUTs a probe object and deletes it; if the delete fails (crash, lost reply of the
+    ``Repository.store_time`` PUTs a probe object and deletes it; if the delete fails (crash, lost reply of the
     delete is fine) the probe stays, and ``_run`` files it under ``others``, which nothing deletes.
     After the interrupted GC, a re-run and one more GC (grace 0) the repository must hold only what
     live checkpoints need (and the forwarding-record cache, ``gc/fwd-cache``)."""

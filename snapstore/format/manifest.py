@@ -77,6 +77,14 @@ def is_void(size: int) -> bool:
     """True if a manifest object of ``size`` bytes is a void record (exactly 1 byte)."""
     return size == len(VOID_RECORD)
 
+
+def record_positions(infos) -> list[int]:
+    """The log positions of listed manifest objects (``ObjectInfo``s of ``runs/<R>/m/`` keys, in
+    listing order) that hold records: void records left out. Every key is parsed, so a stray name
+    still raises IntegrityError (:func:`snapstore.format.keys.seq_from_manifest_key`)."""
+    from .keys import seq_from_manifest_key
+    return [s for i in infos for s in [seq_from_manifest_key(i.key)] if not is_void(i.size)]
+
 MANIFEST_DICT_V1 = (
     b'{"kind":"rollback","run":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z",'
     b'"target":{"seq":1,"id":""}}'

@@ -78,6 +78,13 @@ def encode_removals(ranges: list[list[int]]) -> bytes:
     return seal_envelope(REMOVALS_MAGIC, 1, body)
 
 
+def encode_removal_records(ranges: list[list[int]]) -> list[tuple[int, bytes]]:
+    """Seal merged ``ranges`` as removal records of at most :data:`MAX_RANGES` ranges each:
+    ``[(highest position, object bytes), ...]``."""
+    return [(part[-1][1], encode_removals(part))
+            for part in (ranges[i:i + MAX_RANGES] for i in range(0, len(ranges), MAX_RANGES))]
+
+
 def decode_removals(key: str, data: bytes) -> list[list[int]]:
     """Open a removal record; return its ranges.
 
