@@ -187,13 +187,19 @@ def test_gc_keeps_void_records_younger_than_free_after_whatever_its_grace():
     assert list(_objects(store, rk)) == [2]
 
 
-def test_a_writer_whose_view_is_older_than_view_ttl_reads_the_head_again():
+def _clocked_two():
+    """:func:`_two` on a MemoryStore whose timestamps and managers' time are one fake clock."""
     clock = Clock()
     store = MemoryStore(clock=clock)
     m1, m2 = CheckpointManager(store, clock=clock), CheckpointManager(store, clock=clock)
     a = m1.save(RUN, [msg("a", 1)])
     b = m1.save(RUN, [msg("a", 1), msg("b", 2)])
     assert m2.latest(RUN).id == b
+    return clock, store, m1, m2, a, b
+
+
+def test_a_writer_whose_view_is_older_than_view_ttl_reads_the_head_again():
+    clock, store, m1, m2, a, b = _clocked_two()
     m1.save(RUN, [msg("a", 1), msg("b", 2), msg("c", 3)])
     clock.advance(FREE_AFTER + 1)
     m1.rollback(RUN, a)  # b and c are old: deleted, their positions freed
@@ -206,12 +212,7 @@ def test_a_writer_whose_view_is_older_than_view_ttl_reads_the_head_again():
 
 
 def test_a_save_slower_than_view_ttl_checks_after_publishing():
-    clock = Clock()
-    store = MemoryStore(clock=clock)
-    m1, m2 = CheckpointManager(store, clock=clock), CheckpointManager(store, clock=clock)
-    a = m1.save(RUN, [msg("a", 1)])
-    b = m1.save(RUN, [msg("a", 1), msg("b", 2)])
-    assert m2.latest(RUN).id == b
+    clock, store, m1, m2, a, b = _clocked_two()
 
     def behind_its_back(**_):
         m2.hooks.clear()
