@@ -32,8 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.format import keys  # noqa: E402
-from snapstore.forwarding import read_forward_map  # noqa: E402
-from snapstore.repository import Repository  # noqa: E402
+from snapstore.maintenance.forwarding import read_forward_map  # noqa: E402
+from snapstore.repo.repository import Repository  # noqa: E402
 from snapstore.stores import LocalStore  # noqa: E402
 
 

@@ -54,8 +54,9 @@ def child_main(spec: dict) -> dict:
     """One fresh-process read, timed between its steps: ``{step: [wall s, page faults]}``."""
     import resource
 
-    from snapstore import CheckpointManager, views
-    from snapstore.reading import make_checkpoint
+    from snapstore import CheckpointManager
+    from snapstore.manager import views
+    from snapstore.manager.read import make_checkpoint
 
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -351,7 +351,7 @@ def child_main(argv: list[str]) -> None:
     mode, root = argv[0], argv[1]
     opts = json.loads(argv[2]) if len(argv) > 2 else {}
     import snapstore
-    import snapstore.gc as sgc
+    import snapstore.maintenance.gc as sgc
     from snapstore import CheckpointManager
     out: dict = {"snapstore_file": snapstore.__file__}
     if mode == "prune":

@@ -101,7 +101,7 @@ def short_tb(tb: str) -> str:
 
 def fwd_chains(repo) -> dict:
     """Histogram of forwarding hops from each retired pack to an existing pack (-1: none reached)."""
-    from snapstore.forwarding import read_forward_map
+    from snapstore.maintenance.forwarding import read_forward_map
     packs = {i.key.rsplit("/", 1)[1] for i in repo.store.list("packs/")}
     fwd = {pid.hex(): [p.hex() for p in to] for pid, to in read_forward_map(repo).to.items()}
     memo: dict = {}

@@ -179,20 +179,20 @@ def child_main(spec: dict) -> dict:
 
 
 PHASES = [
-    ("snapstore.repository", "Repository.open", "open the repository (config GET + parse)"),
-    ("snapstore.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
-    ("snapstore.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
+    ("snapstore.repo.repository", "Repository.open", "open the repository (config GET + parse)"),
+    ("snapstore.manager.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
+    ("snapstore.repo.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
-    ("snapstore.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
-    ("snapstore.readpath", "ReadPath._array_plan", "  its items, runs and holes (holes' messages read)"),
-    ("snapstore.readpath", "ReadPath._array_pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
-    ("snapstore.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
-    ("snapstore.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
-    ("snapstore.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),
-    ("snapstore.readpath", "ReadPath._list_raws", "  slicing chunks out of their blocks"),
+    ("snapstore.repo.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
+    ("snapstore.repo.readpath", "ReadPath._array_plan", "  its items, runs and holes (holes' messages read)"),
+    ("snapstore.repo.readpath", "ReadPath._array_pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
+    ("snapstore.repo.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
+    ("snapstore.repo.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
+    ("snapstore.repo.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),
+    ("snapstore.repo.readpath", "ReadPath._list_raws", "  slicing chunks out of their blocks"),
     ("snapstore.format.pack", "Pack.raw_block", "block decompression (zstd)"),
-    ("snapstore.writepath", "_json_digest", "list digest (keyed blake3 of the list's JSON)"),
-    ("snapstore.reading", "make_checkpoint", "the Checkpoint (session state included)"),
+    ("snapstore.repo.prepare", "_json_digest", "list digest (keyed blake3 of the list's JSON)"),
+    ("snapstore.manager.read", "make_checkpoint", "the Checkpoint (session state included)"),
 ]
 
 
@@ -218,8 +218,8 @@ def _profile(spec: dict, manager) -> dict:
                 rec[1] += 1
                 rec[2] += _faults() - f0
         setattr(owner, name, timed)
-        if modname == "snapstore.writepath" and name == "_json_digest":  # imported by name elsewhere
-            import snapstore.readpath as rp
+        if modname == "snapstore.repo.prepare" and name == "_json_digest":  # imported by name elsewhere
+            import snapstore.repo.readpath as rp
             rp._json_digest = timed
 
     for modname, qual, _ in PHASES:

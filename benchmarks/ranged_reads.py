@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from snapstore import CheckpointManager  # noqa: E402
-from snapstore.readpath import ReadPath  # noqa: E402
+from snapstore.repo.readpath import ReadPath  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
 _DEFAULT_TAIL = ReadPath.range_tail

@@ -63,14 +63,14 @@ sys.path.insert(0, str(HERE))
 import local_read  # noqa: E402  (the repository and the child runner)
 
 PHASES = [
-    ("snapstore.readpath", "ReadPath.prefetch_segments"),
+    ("snapstore.repo.readpath", "ReadPath.prefetch_segments"),
     ("snapstore.format.pack", "Pack.parse"),
     ("snapstore.format.pack", "_parse_header"),
-    ("snapstore.readpath", "ReadPath._index_pack"),
-    ("snapstore.readpath", "ReadPath.read_state"),
-    ("snapstore.readpath", "ReadPath.expand"),
-    ("snapstore.readpath", "ReadPath.read_list"),
-    ("snapstore.readpath", "ReadPath.load_with_state"),
+    ("snapstore.repo.readpath", "ReadPath._index_pack"),
+    ("snapstore.repo.readpath", "ReadPath.read_state"),
+    ("snapstore.repo.readpath", "ReadPath.expand"),
+    ("snapstore.repo.readpath", "ReadPath.read_list"),
+    ("snapstore.repo.readpath", "ReadPath.load_with_state"),
 ]
 
 
@@ -80,7 +80,7 @@ def child(spec: dict) -> dict:
 
     sys.path.insert(0, str(local_read.REPO_ROOT))
     from snapstore import CheckpointManager
-    from snapstore.readpath import ReadPath
+    from snapstore.repo.readpath import ReadPath
 
     ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
     acc: dict = {}
@@ -116,11 +116,12 @@ def child(spec: dict) -> dict:
 def floors_child(spec: dict) -> dict:
     """Fresh-process costs of the header and node decoders and of their allocations alone."""
     sys.path.insert(0, str(local_read.REPO_ROOT))
-    from snapstore import CheckpointManager, views
+    from snapstore import CheckpointManager
+    from snapstore.manager import views
     from snapstore.format import pack as P
     from snapstore.format.codec import get_varint
     from snapstore.format.tree import Ref, decode_node
-    from snapstore.readpath import ReadPath
+    from snapstore.repo.readpath import ReadPath
 
     ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
     datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]

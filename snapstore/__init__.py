@@ -8,7 +8,7 @@ Quick start::
     cp = mgr.latest("run-1")                         # Checkpoint(messages=[...], ...)
 """
 
-from .api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
+from .manager.facade import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from .errors import CheckpointNotFound, ConflictError, SnapstoreError
 
 __version__ = "0.1.0"

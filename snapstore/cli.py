@@ -45,7 +45,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .api import CheckpointManager
+from .manager.facade import CheckpointManager
 from .errors import InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
 from .format.codec import any_int_digits
 from .importers import FORMATS, default_run_id, load_trajectory, rebuild_record
@@ -297,7 +297,7 @@ def _is_s3(store) -> bool:
 
 def _request_cost(counts: dict) -> dict:
     """``{"requests": usd, "prices": ...}`` for request counts at S3 Standard list prices."""
-    from .check import estimate_cost
+    from .maintenance.check import estimate_cost
     return estimate_cost(0, counts)
 
 
@@ -307,13 +307,13 @@ def _request_cost(counts: dict) -> dict:
 def parse_duration(text: str) -> timedelta:
     """Parse ``3600``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w``, ``1y`` (or combinations like ``1h30m``).
 
-    The syntax of :func:`snapstore.retention.parse_duration` (what the library accepts), also allowing
+    The syntax of :func:`snapstore.manager.retention.parse_duration` (what the library accepts), also allowing
     blanks around units (``1h 30m``, ``90 s``).
 
     Raises:
         InvalidInputError: not a duration.
     """
-    from .retention import parse_duration as _parse
+    from .manager.retention import parse_duration as _parse
 
     s = re.sub(r"\s+(?=[a-z])|(?<=[a-z])\s+", "", str(text).strip().lower())
     try:
@@ -502,7 +502,7 @@ def init_cmd(ctx, allow_nonempty, **settings):
     Settings are fixed at creation; options not given keep their defaults. A directory (or S3
     prefix) that holds other files is refused unless --allow-nonempty.
     """
-    from .repository import Repository
+    from .repo.repository import Repository
 
     settings = {k: v for k, v in settings.items() if v is not None}
     store = _state(ctx).open_store()
@@ -715,7 +715,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     (error).
     """
     from .format.ids import check_run_id
-    from .repository import Repository
+    from .repo.repository import Repository
 
     t0 = time.monotonic()
     progress = _Progress(not quiet)
@@ -1205,7 +1205,7 @@ _GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index
 
 
 def _gc_lines(rep) -> list[tuple[str, str]]:
-    """Human-readable rows of a :class:`snapstore.gc.GCReport`."""
+    """Human-readable rows of a :class:`snapstore.maintenance.gc.GCReport`."""
     dry = bool(rep.dry_run)
     would = "would " if dry else ""
     deleted = {k: int(v) for k, v in dict(rep.deleted).items() if v}
@@ -1320,7 +1320,7 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
     try:
         if break_lock:
             kwargs["break_lock"] = True
-            from .gc import LOCK_KEY
+            from .maintenance.gc import LOCK_KEY
             try:
                 held = mgr.store.get(LOCK_KEY).decode("utf-8", "replace")[:200]
                 _write(f"snapstore: note: removing the GC lock ({held})\n", err=True)

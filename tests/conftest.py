@@ -24,7 +24,7 @@ def use_format1_writes(monkeypatch) -> None:
     stays where its hints name it and GC repacks the per-save packs, as in a format-1 repository.
     For the tests of that machinery (forwarding map, repacking), which format-1 repositories still
     depend on; format 2's own paths are tested without it."""
-    from snapstore.repository import Repository
+    from snapstore.repo.repository import Repository
     orig = Repository.init.__func__
 
     def init(cls, store, exist_ok=False, **settings):

@@ -15,7 +15,7 @@ from snapstore import CheckpointManager
 from snapstore.errors import IntegrityError
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
-from snapstore.readpath import ReadPath
+from snapstore.repo.readpath import ReadPath
 from snapstore.stores import LocalStore
 
 RUN = "arrays-run"

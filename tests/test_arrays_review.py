@@ -12,7 +12,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, T_PIECES, Pack, PackBuilder
-from snapstore.readpath import ReadPath
+from snapstore.repo.readpath import ReadPath
 from s3_fixtures import store_factory  # noqa: F401 - fixture
 from test_arrays import _build as build_run, _mgr, _msg
 
@@ -314,7 +314,7 @@ def test_a_run_whose_arrays_hold_as_many_items_as_its_list_but_not_the_list_is_p
     of such a run must not parse the whole list twice (once from the arrays, thrown away when the
     digest does not match, then again through the tree): the arrays are parsed only once their
     digest is the list's (read_arrays' own docstring: "nothing is parsed before that")."""
-    import snapstore.readpath as rp
+    import snapstore.repo.readpath as rp
 
     mgr = _mgr(tmp_path)
     msgs = [{"role": "system", "content": "v1"}]
@@ -382,7 +382,7 @@ def test_two_writers_after_reads_from_arrays_and_a_crash_between_pack_and_record
     after reading again, continues the list. A save that dies after its pack and before its
     record leaves the run as it was; the next save and every fresh read are exact."""
     from snapstore.errors import ConflictError, SnapstoreError
-    from snapstore.logrecords import LogRecords
+    from snapstore.repo.log.records import LogRecords
 
     msgs = _build(tmp_path, 9)
     a, b = _mgr(tmp_path), _mgr(tmp_path)

@@ -207,7 +207,7 @@ def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_long
     (an item of several pieces) after a few small items must not make their run as long as it."""
     import orjson
 
-    import snapstore.readpath as rp
+    import snapstore.repo.readpath as rp
 
     sizes = []
 
@@ -354,7 +354,7 @@ def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items
     (the head's one tier pack holds 5 items, only recent ones). Every read stays exact; the cost
     is a wasted parse on every read of that checkpoint. Root cause not pinned down (GC with no
     grace and tier merges are in the sequence)."""
-    from snapstore.readpath import ReadPath
+    from snapstore.repo.readpath import ReadPath
 
     wasted = []
     real_pass, real_parse = ReadPath._array_pass, ReadPath._parse_arrays

@@ -19,7 +19,8 @@ import pytest
 from repo_checks import history_ids as _history
 from s3_fixtures import repo_clients, serialise_creates
 
-from snapstore import EMPTY_RUN, CheckpointManager, callers
+from snapstore import EMPTY_RUN, CheckpointManager
+from snapstore.manager import callers
 from snapstore.errors import CheckpointNotFound, ConflictError, InvalidInputError
 from snapstore.stores import LocalStore
 

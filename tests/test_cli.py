@@ -496,7 +496,7 @@ def test_verify_real(repo):
 def test_verify_quiet_counts_warnings_by_kind(repo):
     """After a gc with a grace period the repacked packs wait (one warning each): -q counts them.
     (Per-save packs are repacked by GC when segments are off, as in a format-1 repository.)"""
-    from snapstore.repository import Repository
+    from snapstore.repo.repository import Repository
     from snapstore.stores import LocalStore
     Repository.init(LocalStore(repo), seg_fanout=0)
     import_json(repo, EXAMPLE)
@@ -616,7 +616,7 @@ def test_gc_lock_conflict(repo):
 
 
 def test_gc_options_and_output_contract(repo, monkeypatch):
-    from snapstore.gc import GCReport
+    from snapstore.maintenance.gc import GCReport
 
     import_json(repo, EXAMPLE)
     calls = []
@@ -1082,7 +1082,7 @@ def test_stats_counts_the_compacted_stubs(repo):
 def test_stats_reads_the_run_log_from_its_log_segments(repo):
     """`stats` reads the records that log segments cover from the segments (a GET per segment, not per
     manifest) and reports the same figures as reading every manifest."""
-    from snapstore.check import read_all_runs
+    from snapstore.maintenance.check import read_all_runs
 
     with CheckpointManager(repo, compact_log=False) as mgr:
         for k in range(300):

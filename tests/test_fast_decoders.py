@@ -21,13 +21,14 @@ import random
 
 import pytest
 
-from snapstore import CheckpointManager, views
+from snapstore import CheckpointManager
+from snapstore.manager import views
 from snapstore.errors import IntegrityError
 from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
 from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_HOLE, T_NODE, T_STATE,
                                    Block, DictSpec, Entry, PackBuilder, _parse_header)
 from snapstore.format.tree import Ref, Spine, TreeParams, decode_node, encode_node
-from snapstore.readpath import ReadPath
+from snapstore.repo.readpath import ReadPath
 from snapstore.stores import LocalStore
 
 # ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The forwarding map (snapstore/forwarding.py, docs/format.md §13): at most 16 shard objects
+"""The forwarding map (snapstore/maintenance/forwarding.py, docs/format.md §13): at most 16 shard objects
 however many packs are retired, per-pack records of the older layout still read and migrated,
 corrupt or concurrently changed shards stop GC without deleting anything."""
 
@@ -10,8 +10,8 @@ from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, IntegrityError, ObjectNotFound
 from snapstore.format import keys
 from snapstore.format.manifest import decode_forward_shard, encode_forward, encode_forward_shard
-from snapstore.forwarding import read_forward_map
-from snapstore.gc import FWD_CACHE_KEY
+from snapstore.maintenance.forwarding import read_forward_map
+from snapstore.maintenance.gc import FWD_CACHE_KEY
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
@@ -150,7 +150,7 @@ def test_a_shard_changed_under_gc_stops_it_and_a_rerun_completes():
         expect[(f"run{r}", cps.save(f"run{r}", msgs))] = msgs
     packs_before = {k for k in store.raw() if k.startswith("packs/")}
 
-    from snapstore.gc import gc
+    from snapstore.maintenance.gc import gc
     with pytest.raises(ConflictError, match="forwarding-map shard"):
         gc(CheckpointManager(store).repo, grace_period=0, hooks={"after_mark": lambda **_: change_every_shard(store)})
     assert packs_before <= {k for k in store.raw() if k.startswith("packs/")}  # nothing deleted
@@ -167,7 +167,7 @@ def test_shards_are_rewritten_conditionally_on_each_backend(kind, store_factory)
     output splices the records naming it, rewriting their shards (If-Match on their ETag); a map
     changed behind GC's back makes its conditional writes fail, GC stops with ConflictError, and
     the next GC completes."""
-    from snapstore.gc import gc
+    from snapstore.maintenance.gc import gc
     store = store_factory(kind)
     m, expect = many_runs(store, runs=4, per_run=5)
     m.gc(grace_period=0)          # the 20 per-save packs merged into one pack P, 20 records -> P

@@ -14,7 +14,7 @@ from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.errors import ConflictError, InvalidInputError, StoreError
 from snapstore.importers import load_trajectory
-from snapstore.forwarding import read_forward_map
+from snapstore.maintenance.forwarding import read_forward_map
 from snapstore.stores import LocalStore, MemoryStore
 
 from fake_clock import Clock
@@ -483,7 +483,7 @@ def test_identical_content_in_several_runs_and_a_fork_survives_repacking():
 def test_forwarding_records_are_read_once_then_come_from_the_cache():
     """GC keeps the forwarding map it read (with each shard's ETag) in ``gc/fwd-cache``; the next GC
     reads only the shards whose listed ETag differs. A stale or unreadable cache is never trusted."""
-    from snapstore.gc import FWD_CACHE_KEY
+    from snapstore.maintenance.gc import FWD_CACHE_KEY
     store = MemoryStore()
     m = CheckpointManager(store)
     msgs = [msg("f", i) for i in range(30)]
@@ -572,7 +572,7 @@ def test_gc_in_a_loop_rewrites_each_forwarding_record_a_few_times_not_once_per_g
     """A writer saving between GCs: each GC merges the new per-save packs, and a small pack that
     forwarding records point at is merged again only with enough others (gc.MERGE_OUTPUTS), so a
     forwarding record is redirected O(log) times rather than once per GC (which was quadratic)."""
-    from snapstore.gc import MERGE_OUTPUTS
+    from snapstore.maintenance.gc import MERGE_OUTPUTS
     store = MemoryStore()
     m = CheckpointManager(store)
     msgs = []

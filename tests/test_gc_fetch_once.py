@@ -15,11 +15,11 @@ from collections import Counter
 
 import pytest
 
-import snapstore.gc as sgc
+import snapstore.maintenance.gc as sgc
 from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK
-from snapstore.repack import SegmentRewrites
+from snapstore.maintenance.repack import SegmentRewrites
 from snapstore.stores import LocalStore
 
 from repo_checks import assert_clean, build_runs, grown_msg as msg
@@ -234,7 +234,7 @@ def test_a_copy_that_fails_halfway_leaves_no_pack_behind(tmp_path, monkeypatch):
     the packs it closed are deleted, the pack is copied again after mark, and the report counts
     only the new packs that stay."""
     from snapstore.errors import IntegrityError
-    from snapstore.readpath import ReadPath
+    from snapstore.repo.readpath import ReadPath
     store = local(tmp_path)
     expect = build(store, 24)
     before = pack_keys(store)

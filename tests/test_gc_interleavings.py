@@ -23,8 +23,8 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, ObjectNotFound
 from snapstore.format.manifest import FREE_AFTER
-from snapstore.forwarding import read_forward_map
-from snapstore.gc import LOCK_KEY, gc
+from snapstore.maintenance.forwarding import read_forward_map
+from snapstore.maintenance.gc import LOCK_KEY, gc
 from snapstore.stores import MemoryStore
 
 from fake_clock import Clock

@@ -22,7 +22,7 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, PreconditionFailed
-from snapstore.gc import LOCK_KEY, LOCK_TIMEOUT
+from snapstore.maintenance.gc import LOCK_KEY, LOCK_TIMEOUT
 from snapstore.stores import LocalStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from snapstore import CheckpointManager
-from snapstore.check import LogEntry, Needed, read_all_runs, read_runs_slim
+from snapstore.maintenance.check import LogEntry, Needed, read_all_runs, read_runs_slim
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, Pack, PackBuilder
 from snapstore.stores import LocalStore

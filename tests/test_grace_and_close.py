@@ -102,7 +102,7 @@ def test_manager_closes_only_stores_it_opened(tmp_path, monkeypatch):
     CheckpointManager(store).close()
     assert _CountingClose.closed == 0
     opened = {}
-    import snapstore.api as api
+    import snapstore.manager.facade as api
     real = api.open_store
 
     def spy(location, **kw):

@@ -21,7 +21,7 @@ from snapstore.errors import (IntegrityError, InvalidInputError, InvalidMessageE
 from snapstore.format.codec import MAX_DEPTH, check_depth, decode_json, loads_exact, zstd_decompress
 from snapstore.format.manifest import MAX_MANIFEST_BODY
 from snapstore.format.pack import T_CHUNK, T_NODE, Pack, PackBuilder
-from snapstore.repository import Repository
+from snapstore.repo.repository import Repository
 from snapstore.stores.local import LocalStore
 
 

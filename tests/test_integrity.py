@@ -24,7 +24,7 @@ from snapstore import CheckpointManager
 from snapstore.errors import (CheckpointNotFound, IntegrityError, ObjectNotFound, RepositoryError, SnapstoreError,
                               UnsupportedFormatError)
 from snapstore.format.manifest import FORMAT_VERSION, RepoConfig
-from snapstore.repository import Repository
+from snapstore.repo.repository import Repository
 from snapstore.stores import LocalStore
 
 RUN = "run-1"

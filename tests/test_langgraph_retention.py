@@ -24,8 +24,8 @@ from langgraph.graph.message import add_messages  # noqa: E402
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.cli import cli  # noqa: E402
 from snapstore.integrations.langgraph import SnapstoreSaver, run_id_for  # noqa: E402
-from snapstore import retention  # noqa: E402
-from snapstore.retention import Policy, plan  # noqa: E402
+from snapstore.manager import retention  # noqa: E402
+from snapstore.manager.retention import Policy, plan  # noqa: E402
 
 NEEDS_KEY = "snapstore.needs"  # the documented key (docs/format.md §13)
 
@@ -152,7 +152,7 @@ def test_service_prune_keeps_the_delta_chain(tmp_path):
 def _summ(i, seq, md=None):
     from datetime import datetime, timezone
 
-    from snapstore.checkpoint import CheckpointSummary
+    from snapstore.manager.checkpoint import CheckpointSummary
     return CheckpointSummary(f"c{i}", "r", seq, None, None, None, None, None, md,
                              datetime(2026, 1, 1, tzinfo=timezone.utc), None, 0, 0)
 

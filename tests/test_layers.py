@@ -1,10 +1,10 @@
-"""The modules behind the facade import only downward (docs/format.md §15).
+"""The package's folders are layers and import only downward (docs/code-layout.md).
 
-``CheckpointManager`` (snapstore/api.py) is a thin facade over layer-4 modules, each holding one
-concept. This test reads every ``snapstore`` module's imports (top-level and function-local, from
-the source: nothing is executed) and checks them against the order in :data:`LAYER4`: a module
-may import the modules before it, never one after it, and nothing below layer 4 imports any of
-them. It fails if a change makes an import go upward or sideways into a later module.
+Each ``snapstore`` sub-package is one layer; :data:`LAYERS` lists them bottom to top. This test
+reads every module's imports (top-level and function-local, from the source: nothing is executed)
+and checks that a module imports only from its own layer or the ones below it. Inside
+``manager/``, whose modules each hold one operation, :data:`MANAGER` gives the order too: a
+module imports only the ones before it. It fails if a change makes an import go upward.
 """
 
 from __future__ import annotations
@@ -16,65 +16,107 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "snapstore"
 
-LAYER4 = ["callers", "checkpoint", "logscan", "views", "publish", "records", "retention", "saving", "reading",
-          "forking", "api"]
-"""Layer 4 bottom to top: each may import only the ones before it."""
+LAYERS = [
+    {"errors", "format"},      # typed errors; pure encodings (bytes in, values out)
+    {"stores"},                # the ObjectStore protocol and its stores
+    {"repo"},                  # the repository engine: packs, the read path, save preparation, the run log
+    {"maintenance"},           # whole-repository operations: GC, mark, verify, stats, repack
+    {"manager"},               # CheckpointManager and its operations
+    {"importers", "integrations"},  # trajectory importers; LangGraph, OpenAI Agents, workflows
+    {"server"},                # the REST service and its page
+    {"cli"},                   # the command line
+]
+"""Bottom to top: a module may import from its own layer and the ones below, never above."""
 
-BELOW = ["repository", "readpath", "writepath", "logrecords", "compaction", "runlog", "logstubs", "forwarding", "check", "repack", "gc"]
-"""Layers 1-3 (``stores`` and ``format`` are packages, checked too): they import nothing in :data:`LAYER4`."""
+MANAGER = ["callers", "checkpoint", "history", "views", "publish", "rollback", "retention", "save", "read",
+           "fork", "facade"]
+"""``manager/`` bottom to top: each module may import only the ones before it."""
+
+TOP = {"__init__", "__main__"}
+"""Top-level modules besides ``errors``: the public names and ``python -m snapstore``."""
 
 
-def _snapstore_imports(path: Path) -> set[str]:
-    """The top-level ``snapstore`` modules ``path`` imports (``from . import x``, ``from .x import y``,
-    ``from ..x import y`` in a subpackage, ``import snapstore.x``), anywhere in the file."""
+def _rank(part: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if part in layer:
+            return i
+    raise AssertionError(f"snapstore/{part} is in no layer of LAYERS")
+
+
+def _imports(path: Path) -> set[tuple[str, ...]]:
+    """Every ``snapstore`` module path ``path`` imports, as a tuple of parts below ``snapstore``
+    (``from ..repo import tiers`` in ``manager/save.py`` gives ``("repo", "tiers")``), anywhere
+    in the file."""
     tree = ast.parse(path.read_text(), str(path))
-    depth = len(path.relative_to(PKG).parts) - 1  # 0: snapstore/x.py, 1: snapstore/sub/x.py
-    out: set[str] = set()
+    rel = path.relative_to(PKG).with_suffix("").parts
+    here = list(rel[:-1])  # the package this module sits in, below snapstore
+    out: set[tuple[str, ...]] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == depth + 1:  # relative to the snapstore package
-                if node.module:
-                    out.add(node.module.split(".")[0])
-                else:
-                    out.update(a.name for a in node.names)
-            elif node.level == 0 and node.module and node.module.split(".")[0] == "snapstore":
-                parts = node.module.split(".")
-                if len(parts) > 1:
-                    out.add(parts[1])
-                else:
-                    out.update(a.name for a in node.names)
+            if node.level:
+                base = here[:len(here) - (node.level - 1)] if node.level > 1 else list(here)
+            elif node.module and node.module.split(".")[0] == "snapstore":
+                base = []
+                mod = node.module.split(".")[1:]
+                base += mod
+                if not mod:
+                    out.update((a.name,) for a in node.names)
+                    continue
+                out.add(tuple(base))
+                continue
+            else:
+                continue
+            mod = node.module.split(".") if node.module else []
+            if mod:
+                out.add(tuple(base + mod))
+            else:
+                out.update(tuple(base + [a.name]) for a in node.names)
         elif isinstance(node, ast.Import):
             for a in node.names:
                 parts = a.name.split(".")
                 if parts[0] == "snapstore" and len(parts) > 1:
-                    out.add(parts[1])
+                    out.add(tuple(parts[1:]))
     return out
 
 
-def test_every_layer4_module_exists():
-    for name in LAYER4 + BELOW:
-        assert (PKG / f"{name}.py").is_file(), name
+def _modules():
+    return sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("name", LAYER4)
-def test_layer4_imports_only_downward(name):
-    later = set(LAYER4[LAYER4.index(name) + 1:])
-    bad = _snapstore_imports(PKG / f"{name}.py") & later
-    assert not bad, f"snapstore/{name}.py imports {sorted(bad)}, which sit above it in layer 4"
+def test_every_folder_is_a_layer():
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    top = {p.stem for p in PKG.glob("*.py")}
+    assert folders | (top - TOP) == set().union(*LAYERS), "LAYERS must name every folder of snapstore/"
+    for name in MANAGER:
+        assert (PKG / "manager" / f"{name}.py").is_file(), name
 
 
-def test_lower_layers_import_nothing_of_layer4():
-    files = [PKG / f"{n}.py" for n in BELOW] + sorted((PKG / "format").glob("*.py")) + \
-        sorted((PKG / "stores").glob("*.py"))
-    for f in files:
-        bad = _snapstore_imports(f) & set(LAYER4)
-        assert not bad, f"{f.relative_to(PKG.parent)} imports {sorted(bad)} of layer 4"
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_go_only_downward(path):
+    rel = path.relative_to(PKG).with_suffix("").parts
+    if len(rel) == 1 and rel[0] in TOP:
+        return
+    mine = _rank(rel[0] if len(rel) > 1 else rel[0])
+    for imp in _imports(path):
+        if imp[0] in TOP or imp[0] == "__version__":
+            continue
+        assert _rank(imp[0]) <= mine, f"snapstore/{'/'.join(rel)}.py imports snapstore.{'.'.join(imp)}, a layer above it"
 
 
-def test_the_checker_sees_imports(tmp_path):
+@pytest.mark.parametrize("name", MANAGER)
+def test_manager_modules_import_only_earlier_ones(name):
+    later = set(MANAGER[MANAGER.index(name) + 1:])
+    got = {imp[1] for imp in _imports(PKG / "manager" / f"{name}.py") if imp[0] == "manager" and len(imp) > 1}
+    bad = got & later
+    assert not bad, f"snapstore/manager/{name}.py imports {sorted(bad)}, which sit above it in manager/"
+
+
+def test_the_checker_sees_imports():
     """The import reader finds each form of import (so the checks above can fail)."""
-    f = PKG / "saving.py"
-    got = _snapstore_imports(f)
-    assert {"views", "publish", "retention", "errors", "format"} <= got
-    assert "records" in _snapstore_imports(PKG / "retention.py")
-    assert {"stores", "format"} <= _snapstore_imports(PKG / "repository.py") | _snapstore_imports(PKG / "readpath.py")
+    got = _imports(PKG / "manager" / "save.py")
+    assert {("manager", "views"), ("manager", "publish"), ("manager", "retention"), ("errors",)} <= got
+    assert any(i[0] == "format" for i in got) and any(i[0] == "repo" for i in got)
+    assert ("manager", "rollback") in _imports(PKG / "manager" / "retention.py")
+    assert any(i[0] == "stores" for i in _imports(PKG / "repo" / "repository.py"))
+    with pytest.raises(AssertionError):
+        _rank("nowhere")

@@ -28,9 +28,9 @@ from snapstore.format.ids import Hasher
 from snapstore.format.manifest import Manifest, format_time, parse_time
 from snapstore.format.pack import T_CHUNK, T_NODE, Pack, PackBuilder
 from snapstore.format.tree import Ref, decode_node, encode_node
-from snapstore.readpath import ReadPath
+from snapstore.repo.readpath import ReadPath
 from snapstore.stores import LocalStore
-from snapstore.writepath import WritePath
+from snapstore.repo.prepare import WritePath
 
 RUN = "cpu-run"
 

@@ -1,9 +1,9 @@
-"""Retention policies (restic ``forget`` semantics) and their application: ``snapstore.retention.plan``,
+"""Retention policies (restic ``forget`` semantics) and their application: ``snapstore.manager.retention.plan``,
 ``CheckpointManager.prune`` (per run, repository-wide, dry run), ``retention_plan`` reasons and
 ``max_checkpoints``.
 
 Manager tests control checkpoint creation times by replacing ``datetime`` in the modules behind
-``snapstore.api`` (:data:`CLOCK_MODULES`: checkpoints' ``created`` and prune's "now" come from them)."""
+``snapstore.manager.facade`` (:data:`CLOCK_MODULES`: checkpoints' ``created`` and prune's "now" come from them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, InvalidInputError
-from snapstore.retention import BUCKETS, Policy, parse_duration, plan
+from snapstore.manager.retention import BUCKETS, Policy, parse_duration, plan
 from snapstore.stores import MemoryStore
 
 UTC = timezone.utc

@@ -26,7 +26,7 @@ from snapstore import CheckpointManager
 from snapstore.cli import _gc_lines, cli
 from snapstore.errors import IntegrityError, SnapstoreError
 from snapstore.format import keys
-from snapstore.forwarding import read_forward_map
+from snapstore.maintenance.forwarding import read_forward_map
 from snapstore.stores import LocalStore, MemoryStore
 
 from conftest import use_format1_writes

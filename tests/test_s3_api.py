@@ -33,7 +33,7 @@ import boto3
 import pytest
 
 from snapstore import CheckpointManager, CheckpointNotFound
-from snapstore.repository import Repository
+from snapstore.repo.repository import Repository
 from snapstore.errors import (AccessDenied, BucketNotFound, CredentialsError, IntegrityError, NotFoundError,
                               ObjectNotFound)
 from snapstore.format import keys

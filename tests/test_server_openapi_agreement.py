@@ -242,7 +242,7 @@ def test_the_longest_duration_as_a_float_is_refused_not_overflowed():
     """timedelta.max.total_seconds() rounds up to 86,400,000,000,000.0, which passed the library's
     check and overflowed timedelta (POST /prune answered 500 before the schema bound it)."""
     from snapstore.errors import InvalidInputError
-    from snapstore.retention import DURATION_MAX, Policy
+    from snapstore.manager.retention import DURATION_MAX, Policy
 
     with pytest.raises(InvalidInputError, match="older_than"):
         Policy.make(older_than=DURATION_MAX)

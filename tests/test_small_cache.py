@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import snapstore.gc as sgc
+import snapstore.maintenance.gc as sgc
 from snapstore import CheckpointManager
 from snapstore.stores.memory import MemoryStore
 

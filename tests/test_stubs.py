@@ -16,7 +16,7 @@ from snapstore.errors import CompactedRecordError, ConflictError, SnapstoreError
 from snapstore.format import keys
 from snapstore.format.logseg import decode_logseg, encode_logseg, logseg_key
 from snapstore.format.manifest import open_manifest
-from snapstore.logstubs import prefetch, write_stubs
+from snapstore.repo.log.stubs import prefetch, write_stubs
 from snapstore.stores import LocalStore, MemoryStore
 
 from test_crash import FaultyStore, clone

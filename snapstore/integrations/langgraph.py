@@ -1,6 +1,6 @@
 """A LangGraph checkpointer on snapstore: :class:`SnapstoreSaver`.
 
-Layer 5 (a surface over :class:`snapstore.api.CheckpointManager`); needs the extra
+Layer 5 (a surface over :class:`snapstore.manager.facade.CheckpointManager`); needs the extra
 ``snapstore[langgraph]`` (``langgraph-checkpoint`` 4.3 and ``langchain-core``).
 
 Mapping (docs: README "LangGraph"):
@@ -92,8 +92,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"snapstore.integrations.langgraph needs langgraph-checkpoint and langchain-core "
         f"({e.name or e} is not installed): pip install 'snapstore[langgraph]'") from e
 
-from ..api import EMPTY_RUN
-from ..retention import NEEDS_KEY
+from ..manager.facade import EMPTY_RUN
+from ..manager.retention import NEEDS_KEY
 from ..format.codec import validate
 from ..format.ids import seq_hint
 from .managers import manager_for
@@ -232,7 +232,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpointer storing checkpoints in a snapstore repository (local or S3).
 
     Args:
-        location: what :class:`~snapstore.api.CheckpointManager` takes (a directory, an
+        location: what :class:`~snapstore.manager.facade.CheckpointManager` takes (a directory, an
             ``s3://bucket/prefix`` URL, ``memory://``, an ObjectStore, None for
             ``$SNAPSTORE_URL``), or a ``CheckpointManager`` to use (not closed by :meth:`close`).
         serde: LangGraph serializer for non-message channel values and writes (default: the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api import CheckpointManager
+from ..manager.facade import CheckpointManager
 from ..errors import InvalidInputError
 
 

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK session on snapstore: :class:`SnapstoreSession`.
 
-Layer 5 (a surface over :class:`snapstore.api.CheckpointManager`); needs the extra
+Layer 5 (a surface over :class:`snapstore.manager.facade.CheckpointManager`); needs the extra
 ``snapstore[openai]`` (``openai-agents`` 0.24).
 
 Mapping (docs: README "OpenAI Agents SDK"):
@@ -65,7 +65,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
         f"snapstore.integrations.openai_agents needs openai-agents ({e.name or e} is not installed): "
         "pip install 'snapstore[openai]'") from e
 
-from ..api import EMPTY_RUN
+from ..manager.facade import EMPTY_RUN
 from ..format.codec import validate
 from .managers import manager_for
 from .runids import pair_run_id, parse_pair_run_id

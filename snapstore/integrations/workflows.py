@@ -1,4 +1,4 @@
-"""The seed's workflow helpers on :class:`~snapstore.api.CheckpointManager` (no extra needed).
+"""The seed's workflow helpers on :class:`~snapstore.manager.facade.CheckpointManager` (no extra needed).
 
 * :class:`ResumableWorkflow` (Splinter's shape): a workflow that checkpoints after each step and,
   restarted anywhere, asks where to resume: ``start = wf.try_resume()``, then
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..api import CheckpointManager
+from ..manager.facade import CheckpointManager
 from ..errors import InvalidInputError, InvalidMessageError
 
 __all__ = ["ResumableWorkflow", "CheckpointedLoop", "add_usage"]

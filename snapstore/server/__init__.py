@@ -1,5 +1,5 @@
 """snapstore's checkpoint service: a small, safe HTTP API and a browsing page over
-:class:`~snapstore.api.CheckpointManager` (the ``server`` extra: FastAPI + uvicorn).
+:class:`~snapstore.manager.facade.CheckpointManager` (the ``server`` extra: FastAPI + uvicorn).
 
 Start it with ``snapstore serve`` or::
 

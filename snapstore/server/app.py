@@ -34,7 +34,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.middleware.cors import CORSMiddleware
 
 from .. import __version__
-from ..api import CheckpointManager
+from ..manager.facade import CheckpointManager
 from .errors import ApiError, install_handlers
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimitMiddleware, RawPathMiddleware, SecurityHeadersMiddleware, path_param

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from ..api import CheckpointSummary
+from ..manager.facade import CheckpointSummary
 
 __all__ = ["CURSOR_PATTERN", "DURATION_LIMIT", "DURATION_PATTERN", "ErrorBody", "ErrorResponse", "CheckpointOut", "CheckpointPage", "RunPage", "SaveRequest",
            "ForkRequest", "PruneRequest", "PruneResponse", "GCRequest", "GCResponse", "StatsResponse",
@@ -82,7 +82,7 @@ class CheckpointOut(BaseModel):
 
 
 def summary_out(s: CheckpointSummary) -> CheckpointOut:
-    """The wire form of a :class:`~snapstore.api.CheckpointSummary`."""
+    """The wire form of a :class:`~snapstore.manager.facade.CheckpointSummary`."""
     return CheckpointOut(
         id=s.id, runId=s.run_id, seq=s.seq, step=s.step,
         createdAt=s.created_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -190,13 +190,13 @@ class GCRequest(BaseModel):
 
 
 class GCResponse(BaseModel):
-    """The collector's report (snapstore.gc.GCReport.as_dict(): snake_case keys, bytes, seconds)."""
+    """The collector's report (snapstore.maintenance.gc.GCReport.as_dict(): snake_case keys, bytes, seconds)."""
 
     report: dict[str, Any]
 
 
 class StatsResponse(BaseModel):
-    """Repository statistics (snapstore.check.stats: runs, checkpoints, logical_bytes, stored_bytes, ...)."""
+    """Repository statistics (snapstore.maintenance.check.stats: runs, checkpoints, logical_bytes, stored_bytes, ...)."""
 
     stats: dict[str, Any]
 

@@ -16,7 +16,7 @@ def document() -> dict:
     """The OpenAPI document of an app built with default settings (it does not depend on them)."""
     from .app import create_app
     from ..stores.memory import MemoryStore
-    from ..api import CheckpointManager
+    from ..manager.facade import CheckpointManager
 
     return create_app(CheckpointManager(MemoryStore())).openapi()
 

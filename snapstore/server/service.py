@@ -1,4 +1,4 @@
-"""The operations the HTTP service offers, over one shared :class:`~snapstore.api.CheckpointManager`.
+"""The operations the HTTP service offers, over one shared :class:`~snapstore.manager.facade.CheckpointManager`.
 
 Layer 5 (a surface). No HTTP here: :mod:`snapstore.server.app` maps these calls to routes and
 their errors to responses. What this module adds to the manager:
@@ -27,8 +27,8 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .. import retention
-from ..api import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
+from ..manager import retention
+from ..manager.facade import EMPTY_RUN, Checkpoint, CheckpointManager, CheckpointSummary
 from ..errors import CheckpointNotFound, ConflictError, InvalidInputError, RunNotFound
 from ..format.codec import any_int_digits
 from ..format.ids import check_checkpoint_id, check_run_id
@@ -311,7 +311,7 @@ class Service:
               **policy) -> list[CheckpointSummary]:
         """Apply a retention policy (``CheckpointManager.prune``'s rules); returns what went (or,
         with ``dry_run``, would go). ``needed``: a list to which the decisions
-        (:class:`snapstore.retention.Decision`) of checkpoints kept only because a kept one needs
+        (:class:`snapstore.manager.retention.Decision`) of checkpoints kept only because a kept one needs
         them (a LangGraph DeltaChannel delta chain) are appended."""
         if run_id is not None:
             check_run_id(run_id)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 
-from .errors import IntegrityError, ObjectNotFound, SnapstoreError
-from .format.ids import PACK_ID_BYTES
-from .format.pack import T_CHUNK, T_HOLE, PackBuilder
-from .format.segs import MergePlan, Seg, plan_append
+from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
+from ..format.ids import PACK_ID_BYTES
+from ..format.pack import T_CHUNK, T_HOLE, PackBuilder
+from ..format.segs import MergePlan, Seg, plan_append
 from .repository import Repository
 
 TIER_LEVELS = {1: 3, 2: 6, 3: 6}
@@ -166,8 +166,8 @@ def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
     Raises:
         IntegrityError / ObjectNotFound: something the checkpoint needs is unreadable.
     """
-    from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
-    from .format.tree import FLAG_PIECES, Ref, decode_pieces
+    from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
+    from ..format.tree import FLAG_PIECES, Ref, decode_pieces
     out: list = []
 
     def ref(r):
@@ -214,13 +214,13 @@ def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
     Raises:
         IntegrityError / ObjectNotFound: the source checkpoint is unreadable.
     """
-    from .format.tree import FLAG_PIECES
+    from ..format.tree import FLAG_PIECES
     pid = os.urandom(PACK_ID_BYTES)
     pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
     if m.state and repo.WRITE_ARRAYS:
         # the list's messages as array items, in order (docs/format.md §6), so that the fork's
         # newest checkpoint reads from arrays as a run that only appended does
-        from .writepath import HOLE_MIN
+        from .prepare import HOLE_MIN
         spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         seen: set = set()
         for r in repo.expand(spine):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from .format.manifest import Manifest
+from ..format.manifest import Manifest
 
 @dataclass(frozen=True)
 class CheckpointSummary:
@@ -76,7 +76,7 @@ explicit expectation: the caller's own view of the run applies (docs/format.md Â
 
 def make_checkpoint(repo, m: Manifest, messages: list) -> Checkpoint:
     """The :class:`Checkpoint` of checkpoint manifest ``m`` with its restored ``messages``; its
-    session state is read from ``repo`` (a :class:`~snapstore.repository.Repository`; inline,
+    session state is read from ``repo`` (a :class:`~snapstore.repo.repository.Repository`; inline,
     or the chunks it names)."""
     f = m.fields
     return Checkpoint(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import threading
 
-from . import callers, logscan, runmarks, views
+from . import callers, history, views
+from ..repo.log import runmarks
 from .callers import Seen
 from .checkpoint import Checkpoint, CheckpointSummary, make_checkpoint
-from .errors import CheckpointNotFound, InvalidInputError, NotFoundError, ObjectNotFound
-from .format import keys
-from .format.ids import check_checkpoint_id, check_run_id
-from .format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..errors import CheckpointNotFound, InvalidInputError, NotFoundError, ObjectNotFound
+from ..format import keys
+from ..format.ids import check_checkpoint_id, check_run_id
+from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 
 
 def latest(mgr, run_id: str) -> Checkpoint | None:
-    """Implements :meth:`snapstore.api.CheckpointManager.latest` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.latest` (arguments, return value and
     errors as documented there)."""
     with mgr._run_lock(run_id):
         if not mgr._exists():
@@ -53,7 +54,7 @@ def latest(mgr, run_id: str) -> Checkpoint | None:
 
 
 def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
-    """Implements :meth:`snapstore.api.CheckpointManager.get` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.get` (arguments, return value and
     errors as documented there)."""
     check_checkpoint_id(checkpoint_id)
     with mgr._run_lock(run_id):
@@ -97,18 +98,18 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
 
 
 def head(mgr, run_id: str) -> CheckpointSummary | None:
-    """Implements :meth:`snapstore.api.CheckpointManager.head` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.head` (arguments, return value and
     errors as documented there)."""
     check_run_id(run_id)
     if not mgr._exists():
         return None
     rk = mgr._rk(run_id)
-    m = logscan.resolve(mgr.repo, rk, mgr.repo.head(rk))
+    m = history.resolve(mgr.repo, rk, mgr.repo.head(rk))
     return None if m is None else CheckpointSummary._from(m)
 
 
 def summary(mgr, run_id: str, checkpoint_id: str) -> CheckpointSummary:
-    """Implements :meth:`snapstore.api.CheckpointManager.summary` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.summary` (arguments, return value and
     errors as documented there)."""
     check_run_id(run_id)
     check_checkpoint_id(checkpoint_id)
@@ -122,7 +123,7 @@ def summary(mgr, run_id: str, checkpoint_id: str) -> CheckpointSummary:
 
 def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: dict | None = None,
          before_seq: int | None = None) -> list[CheckpointSummary]:
-    """Implements :meth:`snapstore.api.CheckpointManager.list` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.list` (arguments, return value and
     errors as documented there)."""
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
@@ -134,9 +135,9 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
         return out
     rk = mgr._rk(run_id)
     if limit is not None and limit <= mgr.BULK_LIST_MIN:
-        scan = logscan.scan(mgr.repo, rk, below=before_seq)
+        scan = history.scan(mgr.repo, rk, below=before_seq)
     else:
-        scan = (x for x in logscan.scan_bulk(mgr.repo, rk) if before_seq is None or x[0] < before_seq)
+        scan = (x for x in history.scan_bulk(mgr.repo, rk) if before_seq is None or x[0] < before_seq)
     for s, cid, m in scan:
         if metadata:
             md = m.fields.get("metadata")
@@ -149,7 +150,7 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
 
 
 def runs(mgr) -> list[str]:
-    """Implements :meth:`snapstore.api.CheckpointManager.runs` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.runs` (arguments, return value and
     errors as documented there)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -173,7 +174,7 @@ def runs(mgr) -> list[str]:
 
 
 def resume_point(mgr, run_id: str) -> tuple[object, Checkpoint] | None:
-    """Implements :meth:`snapstore.api.CheckpointManager.resume_point` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.resume_point` (arguments, return value and
     errors as documented there)."""
     cp = mgr.latest(run_id)
     if cp is None:
@@ -182,7 +183,7 @@ def resume_point(mgr, run_id: str) -> tuple[object, Checkpoint] | None:
 
 
 def get_resume_point(mgr, run_id: str) -> tuple[object, object, object] | None:
-    """Implements :meth:`snapstore.api.CheckpointManager.get_resume_point` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.get_resume_point` (arguments, return value and
     errors as documented there)."""
     rp = mgr.resume_point(run_id)
     if rp is None:
@@ -197,7 +198,7 @@ meanwhile) re-read the run's newest record and try again, at most this many time
 
 
 BULK_LIST_MIN = 32
-"""``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.logscan.scan_bulk`)."""
+"""``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.manager.history.scan_bulk`)."""
 
 
 def live_run_ids(mgr, rks: list[str], opened=None) -> list[str]:
@@ -216,12 +217,12 @@ def live_run_ids(mgr, rks: list[str], opened=None) -> list[str]:
     Rollback heads are always read and resolved again (their target may have gone since).
 
     Raises:
-        StoreError (and subclasses), IntegrityError: as :meth:`snapstore.api.CheckpointManager.runs`.
+        StoreError (and subclasses), IntegrityError: as :meth:`snapstore.manager.facade.CheckpointManager.runs`.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from .format.ids import decode_name_key
-    from .stores.base import max_concurrency
+    from ..format.ids import decode_name_key
+    from ..stores.base import max_concurrency
 
     if not rks:
         return []
@@ -248,7 +249,7 @@ def live_run_ids(mgr, rks: list[str], opened=None) -> list[str]:
         if newest is None:
             return None
         if newest.kind == KIND_ROLLBACK:
-            return None if logscan.resolve(mgr.repo, rk, newest) is None else run_id(rk, newest)
+            return None if history.resolve(mgr.repo, rk, newest) is None else run_id(rk, newest)
         got = None if newest.kind == KIND_TOMBSTONE else run_id(rk, newest)
         if etag:
             seen[rk] = (key, etag, got)

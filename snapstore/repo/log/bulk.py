@@ -10,12 +10,12 @@ covering the listed positions plus the few manifests no segment covers.
 
 from __future__ import annotations
 
-from .errors import IntegrityError, ObjectNotFound, SnapstoreError
-from .format import keys
-from .format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
+from ...errors import IntegrityError, ObjectNotFound, SnapstoreError
+from ...format import keys
+from ...format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
                             parse_logseg_key, span)
-from .format.manifest import Manifest, open_manifest, record_positions
-from .repository import Repository
+from ...format.manifest import Manifest, open_manifest, record_positions
+from ..repository import Repository
 
 PAGE = 1000
 """Keys per LIST page (S3's maximum)."""
@@ -172,7 +172,7 @@ def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
     """Read the compacted records (0-byte manifests, docs/format.md §8c) at positions ``seqs``
     together: one LIST of the run's log segments, then the covering segments (largest first) in
     parallel, so n stubs cost about 1 + n/16 requests instead of 2n. A stub left without a valid
-    copy is read alone (:meth:`~snapstore.logrecords.LogRecords.read_compacted`), which raises.
+    copy is read alone (:meth:`~snapstore.repo.log.records.LogRecords.read_compacted`), which raises.
 
     Returns:
         ``{seq: Manifest}`` (a position whose manifest is gone by then is left out).

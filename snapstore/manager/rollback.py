@@ -4,8 +4,8 @@ run (tombstones), and removing the records they hide (docs/format.md §9, §12).
 Layer 4. Sequence numbers are never reused: a rollback publishes a new record at the position
 after the head (target: the checkpoint rolled back to), deleting a run publishes a tombstone
 first, so a writer still holding the old head conflicts instead of reviving it. Moving the head
-is conditional like a save (:func:`snapstore.views.head_check`). The public operations are
-:meth:`~snapstore.api.CheckpointManager.rollback`, ``delete`` and ``delete_many``; functions take
+is conditional like a save (:func:`snapstore.manager.views.head_check`). The public operations are
+:meth:`~snapstore.manager.facade.CheckpointManager.rollback`, ``delete`` and ``delete_many``; functions take
 the manager (``mgr``).
 """
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, views
+from . import callers, history, publish, views
 from .checkpoint import Checkpoint, make_checkpoint
-from .errors import CheckpointNotFound, ConflictError, PreconditionFailed, RunNotFound
-from .format import keys
-from .format.ids import check_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed, RunNotFound
+from ..format import keys
+from ..format.ids import check_checkpoint_id, new_write_id
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 
 
 def rollback(mgr, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
-    """Implements :meth:`snapstore.api.CheckpointManager.rollback` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.rollback` (arguments, return value and
     errors as documented there)."""
     check_checkpoint_id(checkpoint_id)
     exp = views.expect(expect_head)
@@ -44,7 +44,7 @@ def rollback(mgr, run_id: str, checkpoint_id: str, *, expect_head=None) -> Check
         def make(seq, _n):
             return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                             created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
-                            segs=logscan.carried_segs(_n))
+                            segs=history.carried_segs(_n))
         rec = newest
         if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
             if check is not None:
@@ -61,7 +61,7 @@ def rollback(mgr, run_id: str, checkpoint_id: str, *, expect_head=None) -> Check
 
 
 def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
-    """Implements :meth:`snapstore.api.CheckpointManager.delete` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete` (arguments, return value and
     errors as documented there)."""
     exp = views.expect(expect_head)
     with mgr._run_lock(run_id):
@@ -75,7 +75,7 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "delete")
         if checkpoint_id is None:
             newest = mgr.repo.head(rk)
-            if newest is None or logscan.resolve(mgr.repo, rk, newest) is None:
+            if newest is None or history.resolve(mgr.repo, rk, newest) is None:
                 if exp is not None and check is not None:
                     check(newest)
                 raise RunNotFound(f"run {run_id!r} not found")
@@ -99,7 +99,7 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
 
 
 def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
-    """Implements :meth:`snapstore.api.CheckpointManager.delete_many` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete_many` (arguments, return value and
     errors as documented there)."""
     exp = views.expect(expect_head)
     wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
@@ -110,7 +110,7 @@ def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[s
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "delete")
         if exp is not None:
             check(mgr.repo.head(rk))
-        doomed = [(s, c) for s, c, _ in logscan.scan_bulk(mgr.repo, rk) if c in wanted]
+        doomed = [(s, c) for s, c, _ in history.scan_bulk(mgr.repo, rk) if c in wanted]
         if doomed:
             rec = delete_checkpoints(mgr, run_id, rk, doomed, check)
             mgr._views.pop(run_id, None)
@@ -121,9 +121,9 @@ def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[s
 
 def remove_range(mgr, rk: str, low: int, high: int) -> list:
     """Remove every record with low < seq < high (and index records; young records become void
-    records, :meth:`~snapstore.logrecords.LogRecords.remove_records`). Returns removed (seq, id)."""
+    records, :meth:`~snapstore.repo.log.records.LogRecords.remove_records`). Returns removed (seq, id)."""
     seqs = [s for s in mgr.repo.manifest_seqs(rk) if low < s < high]
-    got = logscan.read_many(mgr.repo, rk, seqs)
+    got = history.read_many(mgr.repo, rk, seqs)
     entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
     mgr.repo.remove_records(rk, entries)
     return entries
@@ -149,7 +149,7 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> M
 
     The record that moves the head is published at exactly the position after the head the
     decision was based on, so a checkpoint saved concurrently is never hidden by it. With
-    ``check`` (see :func:`snapstore.views.head_check`) the head must pass it before it is moved, and a run
+    ``check`` (see :func:`snapstore.manager.views.head_check`) the head must pass it before it is moved, and a run
     that moves meanwhile raises ConflictError; without, the decision is made again.
 
     Returns:
@@ -159,7 +159,7 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> M
     moved = None
     for _ in range(16):
         newest = mgr.repo.head(rk)
-        live = [(s, c) for s, c, _ in logscan.scan(mgr.repo, rk)]
+        live = [(s, c) for s, c, _ in history.scan(mgr.repo, rk)]
         if newest is None or not live or live[0][0] not in doomed_seqs:
             break
         if check is not None:
@@ -170,7 +170,7 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> M
             ts, tc = survivors[0]
             rec = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                            created=datetime.now(timezone.utc), target={"seq": ts, "id": tc},
-                           segs=logscan.carried_segs(newest))
+                           segs=history.carried_segs(newest))
         else:
             ts = -1
             rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),

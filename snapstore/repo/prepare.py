@@ -1,9 +1,9 @@
 """The write path: building a save in memory (dedup, chunking, the tree, the pack).
 
-Layer 3, the :class:`WritePath` mixin of :class:`snapstore.repository.Repository`, plus what a
+Layer 3, the :class:`WritePath` mixin of :class:`snapstore.repo.repository.Repository`, plus what a
 writer keeps between saves (:class:`ListState`) and what a save produces (:class:`PreparedSave`).
 :meth:`WritePath.prepare_save` writes nothing: the caller PUTs the pack and publishes the manifest
-(:mod:`snapstore.logrecords`, :mod:`snapstore.api`). See docs/format.md §10.
+(:mod:`snapstore.repo.log.records`, :mod:`snapstore.manager.facade`). See docs/format.md §10.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from datetime import datetime, timezone
 
 import orjson
 
-from .errors import InvalidInputError, SnapstoreError
-from .format.codec import _ORJSON_OPTS, encode_json, validate
-from .format.ids import PACK_ID_BYTES, Hasher
-from .format.manifest import KIND_CHECKPOINT, Manifest
-from .format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
-from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
-from .format.valuetree import ValueTree, split_value
+from ..errors import InvalidInputError, SnapstoreError
+from ..format.codec import _ORJSON_OPTS, encode_json, validate
+from ..format.ids import PACK_ID_BYTES, Hasher
+from ..format.manifest import KIND_CHECKPOINT, Manifest
+from ..format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
+from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
+from ..format.valuetree import ValueTree, split_value
 
 RECENT_RAW_KEEP = 4
 """Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
@@ -161,7 +161,7 @@ a shorter one costs less as a copy than as a lookup."""
 
 
 class WritePath:
-    """Write path of :class:`~snapstore.repository.Repository`: :meth:`prepare_save` and its
+    """Write path of :class:`~snapstore.repo.repository.Repository`: :meth:`prepare_save` and its
     helpers (a mixin; reads the parent list through the read path's :meth:`list_state`)."""
 
     WRITE_ARRAYS = True

@@ -1,8 +1,8 @@
 """What each calling context last saw of a run (the per-caller half of the conflict contract).
 
-Layer 4 helper of :mod:`snapstore.api`; standard library only.
+Layer 4 helper of :mod:`snapstore.manager.facade`; standard library only.
 
-A :class:`~snapstore.api.CheckpointManager` shared by several threads or asyncio tasks keeps one
+A :class:`~snapstore.manager.facade.CheckpointManager` shared by several threads or asyncio tasks keeps one
 *shared* view of each run (the newest head it knows, caches that are pure functions of content:
 message-list writer state, decoded packs, recent log records). What must not be shared is *what a
 caller last saw*: that is what a save is checked against (docs/format.md §12). This module keeps

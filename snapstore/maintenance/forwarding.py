@@ -1,13 +1,13 @@
 """The forwarding map: where the live entries of packs retired by repacking went.
 
-Layer 3 (uses :mod:`snapstore.repository`; used by :mod:`snapstore.check` and :mod:`snapstore.gc`).
+Layer 3 (uses :mod:`snapstore.repo.repository`; used by :mod:`snapstore.maintenance.check` and :mod:`snapstore.maintenance.gc`).
 See docs/format.md, section 13.
 
 The map is stored in at most 16 shards, ``fwd/<1 hex>``, each holding the records of the retired
 packs whose ids start with that hex digit: ``retired pack -> (new packs, store time of the GC that wrote
 the record)``. Only GC writes shards (holding ``gc/lock``, with conditional writes on each shard's
 ETag); readers read one shard when they meet a pack that is gone
-(:meth:`snapstore.repository.Repository.forward`). Repositories written before the map have one
+(:meth:`snapstore.repo.repository.Repository.forward`). Repositories written before the map have one
 object per record, ``fwd/<16 hex>``: they are read as records of the map, and the first GC that
 writes the map moves them into their shards and deletes them.
 """
@@ -20,11 +20,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .errors import ConflictError, ObjectNotFound, PreconditionFailed, SnapstoreError
-from .format import keys
-from .format.manifest import decode_forward, decode_forward_shard, encode_forward_shard
-from .repository import Repository
-from .stores.base import ObjectInfo
+from ..errors import ConflictError, ObjectNotFound, PreconditionFailed, SnapstoreError
+from ..format import keys
+from ..format.manifest import decode_forward, decode_forward_shard, encode_forward_shard
+from ..repo.repository import Repository
+from ..stores.base import ObjectInfo
 
 WRITE_PARALLEL = 16
 """Shard writes in flight during :meth:`ForwardMap.flush`."""

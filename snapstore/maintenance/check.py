@@ -1,6 +1,6 @@
 """Whole-repository walks: the live set of every run, reachability (mark), ``verify`` and ``stats``.
 
-Layer 4 (uses :mod:`snapstore.repository`). The mark phase here is shared by ``verify`` and garbage
+Layer 4 (uses :mod:`snapstore.repo.repository`). The mark phase here is shared by ``verify`` and garbage
 collection: starting from every live manifest it walks each message tree (memoised by node id) and
 collects every pack a live checkpoint needs, including the packs that data-block dictionaries depend
 on.
@@ -13,19 +13,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import CompactedRecordError, IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
-from .format.codec import encode_json
-from .format import keys, runmark
-from .format.logseg import decode_logseg, parse_logseg_key
-from .format.segs import Seg
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index, is_void
-from .format.removals import decode_removals, is_removals_key, merge_ranges
-from .format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
-from .format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
+from ..errors import CompactedRecordError, IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from ..format.codec import encode_json
+from ..format import keys, runmark
+from ..format.logseg import decode_logseg, parse_logseg_key
+from ..format.segs import Seg
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index, is_void
+from ..format.removals import decode_removals, is_removals_key, merge_ranges
+from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
+from ..format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
 from .forwarding import ForwardMap
-from .repository import Repository
-from .runlog import choose_logsegs, copies_from_logseg
-from .stores.base import max_concurrency
+from ..repo.repository import Repository
+from ..repo.log.bulk import choose_logsegs, copies_from_logseg
+from ..stores.base import max_concurrency
 
 
 @dataclass
@@ -305,7 +305,7 @@ def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> l
     one LIST of its log segments, then the covering ones (largest first) in parallel; a stub left
     without a valid copy is read alone, raising CompactedRecordError. Returns
     ``[(run key, manifest key, Manifest | None, error | None)]``."""
-    from .runlog import list_logsegs
+    from ..repo.log.bulk import list_logsegs
 
     tasks = []
     for rk, ks in stubs.items():

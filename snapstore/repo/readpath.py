@@ -1,12 +1,12 @@
 """The read path: the pack cache, locating entries, and reading trees and restores.
 
-Layer 3, the :class:`ReadPath` mixin of :class:`snapstore.repository.Repository`. It holds:
+Layer 3, the :class:`ReadPath` mixin of :class:`snapstore.repo.repository.Repository`. It holds:
 
 * the pack cache (parsed, checksum-verified packs; parallel fetches on a bounded thread pool);
 * the segment index (format 2): entries of a run's segment packs, found by ``(type, id)`` before
   the location hint in a ref is followed (docs/format.md §7a);
 * forwarding lookups for readers: where the entries of a pack retired by GC went (the hints of
-  ``gc/fwd-cache``, then the forwarding map itself; :mod:`snapstore.forwarding` writes it);
+  ``gc/fwd-cache``, then the forwarding map itself; :mod:`snapstore.maintenance.forwarding` writes it);
 * reading entries (verified by content id, data blocks decompressed with their dictionary), tree
   nodes and spines, and whole restores (messages, session state, a writer's :class:`ListState`).
 
@@ -25,15 +25,15 @@ from typing import Callable
 
 import orjson
 
-from .errors import IntegrityError, NotFoundError, ObjectNotFound, ObjectTooLarge, SnapstoreError
-from .format import keys
-from .format.codec import decode_json, loads_exact
-from .format.ids import Hasher
-from .format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from .format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_in_ranges, parse_tail
-from .format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
-from .format.valuetree import READ_PIECE_MAX, ValueTree
-from .writepath import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
+from ..errors import IntegrityError, NotFoundError, ObjectNotFound, ObjectTooLarge, SnapstoreError
+from ..format import keys
+from ..format.codec import decode_json, loads_exact
+from ..format.ids import Hasher
+from ..format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
+from ..format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_in_ranges, parse_tail
+from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
+from ..format.valuetree import READ_PIECE_MAX, ValueTree
+from .prepare import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
 
 
 _REF_ID = itemgetter(0)
@@ -93,7 +93,7 @@ def _arrays_exact(m: Manifest) -> bool | None:
 
 
 class ReadPath:
-    """Read path of :class:`~snapstore.repository.Repository`: pack cache, segment index,
+    """Read path of :class:`~snapstore.repo.repository.Repository`: pack cache, segment index,
     forwarding lookups, entries, trees and restores (a mixin; see the module docstring)."""
 
     # ------------------------------------------------------------------------------------------

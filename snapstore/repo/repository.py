@@ -1,15 +1,15 @@
 """The repository: opening one, and the class that joins the write path, the read path and the run log.
 
 Layer 3. Uses :mod:`snapstore.stores` for bytes and :mod:`snapstore.format` for encodings. Knows
-nothing about checkpoint-manager policy (conflict rules, retention); see :mod:`snapstore.api`.
+nothing about checkpoint-manager policy (conflict rules, retention); see :mod:`snapstore.manager.facade`.
 
 :class:`Repository` is made of one mixin per concept, each in its own module:
 
-* :mod:`snapstore.readpath` (:class:`ReadPath`): the pack cache, locating entries (segment index,
+* :mod:`snapstore.repo.readpath` (:class:`ReadPath`): the pack cache, locating entries (segment index,
   forwarding lookups), reading trees and restores;
-* :mod:`snapstore.writepath` (:class:`WritePath`): building a save in memory (dedup, pack), with
+* :mod:`snapstore.repo.prepare` (:class:`WritePath`): building a save in memory (dedup, pack), with
   :class:`ListState` and :class:`PreparedSave`;
-* :mod:`snapstore.logrecords` (:class:`LogRecords`): manifests and index records one at a time,
+* :mod:`snapstore.repo.log.records` (:class:`LogRecords`): manifests and index records one at a time,
   publishing, finding a checkpoint.
 
 This module keeps opening and creating a repository and the keys of user-supplied names, and
@@ -35,16 +35,16 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
-from .errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
-from .format import keys
-from .format.ids import Hasher, name_key
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig, check_settings
-from .format.pack import Pack
-from .format.tree import TreeParams
-from .logrecords import LogRecords
+from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
+from ..format import keys
+from ..format.ids import Hasher, name_key
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig, check_settings
+from ..format.pack import Pack
+from ..format.tree import TreeParams
+from .log.records import LogRecords
 from .readpath import ReadPath, _ReadCtx
-from .stores.base import ObjectStore
-from .writepath import RECENT_RAW_KEEP, ListState, PreparedSave, WritePath, _json_digest
+from ..stores.base import ObjectStore
+from .prepare import RECENT_RAW_KEEP, ListState, PreparedSave, WritePath, _json_digest
 
 
 class Repository(ReadPath, WritePath, LogRecords):

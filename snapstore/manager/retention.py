@@ -22,9 +22,9 @@ every surface built on :func:`plan` (``prune``, the CLI, the service). A malform
 keeps everything older (never less than the field may have meant).
 
 Applying a policy to a repository (layer 4, functions taking the manager ``mgr``): :func:`prune`
-and :func:`retention_plan` (the bodies of :meth:`~snapstore.api.CheckpointManager.prune` and
+and :func:`retention_plan` (the bodies of :meth:`~snapstore.manager.facade.CheckpointManager.prune` and
 ``retention_plan``), and :func:`enforce_max` (a manager's ``max_checkpoints``, after each save).
-Deleting a run's head checkpoint goes through :mod:`snapstore.records` (a rollback record or a
+Deleting a run's head checkpoint goes through :mod:`snapstore.manager.rollback` (a rollback record or a
 tombstone, conditional like a save).
 """
 
@@ -34,9 +34,9 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from . import callers, logscan, records, views
+from . import callers, history, rollback, views
 from .checkpoint import CheckpointSummary
-from .errors import InvalidInputError, SnapstoreError
+from ..errors import InvalidInputError, SnapstoreError
 
 BUCKETS = {
     "hourly": lambda t: (t.year, t.month, t.day, t.hour),
@@ -234,7 +234,7 @@ def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list
 
 
 def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
-    """Implements :meth:`snapstore.api.CheckpointManager.retention_plan` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.retention_plan` (arguments, return value and
     errors as documented there)."""
     pol = Policy.make(**policy)
     now = datetime.now(timezone.utc)
@@ -244,7 +244,7 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
     out = []
     for r in runs:
         rk = mgr._rk(r)
-        out.extend(plan([CheckpointSummary._from(m) for _, _, m in logscan.scan(mgr.repo, rk)], pol, now))
+        out.extend(plan([CheckpointSummary._from(m) for _, _, m in history.scan(mgr.repo, rk)], pol, now))
     return out
 
 
@@ -252,7 +252,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
           keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
           keep_weekly: int | None = None, keep_monthly: int | None = None, keep_yearly: int | None = None,
           dry_run: bool = False, needed: list | None = None) -> list[CheckpointSummary]:
-    """Implements :meth:`snapstore.api.CheckpointManager.prune` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.prune` (arguments, return value and
     errors as documented there). ``needed``: if a list, the :class:`Decision` of every
     checkpoint no rule kept but a kept one needs (:data:`NEEDS_KEY`) is appended to it."""
     policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
@@ -267,7 +267,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
     for r in runs:
         with mgr._run_lock(r):
             rk = mgr._rk(r)
-            live = [m for _, _, m in logscan.scan(mgr.repo, rk)]
+            live = [m for _, _, m in history.scan(mgr.repo, rk)]
             decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
             if needed is not None:
                 needed.extend(d for d in decisions if d.keep and all(r.startswith("needed by ") for r in d.reasons))
@@ -277,7 +277,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
             if not dry_run:
                 # deleting the head is conditional on the caller's view of the run (if any)
                 check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
-                rec = records.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
+                rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
                 mgr._views.pop(r, None)
                 if rec is not None and check is not None:
                     views.saw_record(mgr, r, rk, rec)
@@ -288,9 +288,9 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
 def live_list(mgr, rk: str, v: views.RunView) -> list:
     """The run's live checkpoints ``[(seq, checkpoint id, needs)]`` (needs: :func:`needs_of` of
     its metadata), oldest first, as view ``v`` caches them
-    (read with :func:`snapstore.logscan.scan_bulk` when it has none)."""
+    (read with :func:`snapstore.manager.history.scan_bulk` when it has none)."""
     if v.live is None:
-        v.live = [(s, c, needs_of(m.fields.get("metadata"))) for s, c, m in logscan.scan_bulk(mgr.repo, rk)][::-1]
+        v.live = [(s, c, needs_of(m.fields.get("metadata"))) for s, c, m in history.scan_bulk(mgr.repo, rk)][::-1]
     return v.live
 
 

@@ -4,26 +4,26 @@ Layer 4, the facade. :class:`CheckpointManager` holds what a manager is (its sto
 opened on first use, per-run locks, per-run views, the GC grace period and clock, test hooks) and
 its public methods; each delegates to the module that owns the concept, below it:
 
-- :mod:`snapstore.checkpoint`: the values handed out (``Checkpoint``, ``CheckpointSummary``,
+- :mod:`snapstore.manager.checkpoint`: the values handed out (``Checkpoint``, ``CheckpointSummary``,
   ``EMPTY_RUN``);
-- :mod:`snapstore.logscan`: a run's log read as live checkpoints (rollback records, tombstones);
-- :mod:`snapstore.views`: the manager's run views and the conflict contract;
-- :mod:`snapstore.publish`: publishing a log record and the log segments after it;
-- :mod:`snapstore.saving`: save (prepare, pack, publish, retry after a lost reply, tier hand-off);
-- :mod:`snapstore.reading`: latest, get, head, summary, list, runs, resume points;
-- :mod:`snapstore.records`: rollback, delete, delete_many;
-- :mod:`snapstore.retention`: prune, retention_plan, ``max_checkpoints``;
-- :mod:`snapstore.forking`: fork.
+- :mod:`snapstore.manager.history`: a run's log read as live checkpoints (rollback records, tombstones);
+- :mod:`snapstore.manager.views`: the manager's run views and the conflict contract;
+- :mod:`snapstore.manager.publish`: publishing a log record and the log segments after it;
+- :mod:`snapstore.manager.save`: save (prepare, pack, publish, retry after a lost reply, tier hand-off);
+- :mod:`snapstore.manager.read`: latest, get, head, summary, list, runs, resume points;
+- :mod:`snapstore.manager.rollback`: rollback, delete, delete_many;
+- :mod:`snapstore.manager.retention`: prune, retention_plan, ``max_checkpoints``;
+- :mod:`snapstore.manager.fork`: fork.
 
 Conflicts (docs/format.md §12): each calling context (thread or asyncio task, see
-:mod:`snapstore.callers`) remembers, per run, the last checkpoint it saved or read and the run's
+:mod:`snapstore.manager.callers`) remembers, per run, the last checkpoint it saved or read and the run's
 newest log record at that moment. ``save`` takes the head as parent and claims the next sequence
 number with a create-only write. If another writer claimed it first, or the head is no longer what
 this caller saw, ``save`` raises :class:`~snapstore.errors.ConflictError` and writes no manifest;
 ``rollback``, ``delete`` and retention that move the head are conditional the same way, and
 ``expect_head=`` is an explicit compare-and-swap on the head. Sequence numbers are never reused:
 rollback and deletion publish new log records. The manager's per-run
-:class:`~snapstore.views.RunView` (the newest head it knows and caches keyed by content) is shared
+:class:`~snapstore.manager.views.RunView` (the newest head it knows and caches keyed by content) is shared
 by its callers.
 """
 
@@ -34,13 +34,14 @@ import threading
 import time
 import warnings
 
-from . import forking, logstubs, publish, reading, records, retention, saving, views
+from . import fork as forking, publish, read as reading, rollback as records, retention, save as saving, views
+from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
-from .errors import InvalidInputError, RepositoryNotFound, SnapstoreError
-from .format.ids import check_run_id
-from .repository import Repository
-from .stores import open_store
-from .stores.base import ObjectStore
+from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
+from ..format.ids import check_run_id
+from ..repo.repository import Repository
+from ..stores import open_store
+from ..stores.base import ObjectStore
 
 __all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
 
@@ -94,14 +95,14 @@ class CheckpointManager:
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
             raise InvalidInputError(f"gc_grace_period must be a non-negative number of seconds, got {gc_grace_period!r}")
         self.gc_grace_period = float(gc_grace_period)
-        self.compact_log = logstubs.default_compact_log(self.store) if compact_log is None else bool(compact_log)
+        self.compact_log = stubs.default_compact_log(self.store) if compact_log is None else bool(compact_log)
         self._clock = clock or time.monotonic
         self.hooks: dict = {}  # test hooks: name -> callable(**info), see _hook()
 
     # ------------------------------------------------------------------------------------------
     @property
     def repo(self) -> Repository:
-        """The underlying :class:`~snapstore.repository.Repository`, opened on first use (and created
+        """The underlying :class:`~snapstore.repo.repository.Repository`, opened on first use (and created
         if the location is empty and the manager was made with ``create=True``)."""
         return self._open(self._create)
 
@@ -180,7 +181,7 @@ class CheckpointManager:
         return self.repo.run_key(check_run_id(run_id))
 
     # ------------------------------------------------------------------------------------------
-    # save (snapstore.saving)
+    # save (snapstore.manager.save)
 
     def save(self, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
              metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
@@ -241,7 +242,7 @@ class CheckpointManager:
 
     STALE_REBUILDS = saving.STALE_REBUILDS
     """A save that paused longer than half the GC grace period after writing its pack is built
-    again at most this many times (see :data:`snapstore.saving.STALE_REBUILDS`)."""
+    again at most this many times (see :data:`snapstore.manager.save.STALE_REBUILDS`)."""
 
     READ_RETRIES = reading.READ_RETRIES
     """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
@@ -249,13 +250,13 @@ class CheckpointManager:
 
     BULK_LIST_MIN = reading.BULK_LIST_MIN
     """``list(limit=...)`` above this (or no limit) reads the log in bulk
-    (:func:`snapstore.logscan.scan_bulk`)."""
+    (:func:`snapstore.manager.history.scan_bulk`)."""
 
     LOG_CACHE = publish.LOG_CACHE
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
     # ------------------------------------------------------------------------------------------
-    # read (snapstore.reading)
+    # read (snapstore.manager.read)
 
     def latest(self, run_id: str) -> Checkpoint | None:
         """Return the run's newest checkpoint (after any rollback), or None if the run is empty/deleted.
@@ -313,13 +314,13 @@ class CheckpointManager:
         A run whose newest log record is a tombstone (deleted), or a rollback record that resolves
         to no checkpoint, is not listed. Never creates a repository (none there: ``[]``).
 
-        Requests (docs/format.md §8b, :mod:`snapstore.runmarks`): one LIST of ``runs/`` beside
+        Requests (docs/format.md §8b, :mod:`snapstore.repo.log.runmarks`): one LIST of ``runs/`` beside
         one LIST of ``runmarks/`` (each per 1,000 keys; on a new manager beside reading the
         config). A run whose run markers say live costs nothing more (its id comes from its key,
         or for a hashed long id from its marker's key); a run whose newest marker is a tombstone
         costs one LIST (max-keys 1) confirming that tombstone is still the head; the others (no
         markers: written before them; a rollback head; a liveness change in flight) are read as
-        before by :func:`snapstore.reading.live_run_ids` (a LIST and a GET each).
+        before by :func:`snapstore.manager.read.live_run_ids` (a LIST and a GET each).
         ``tests/test_runs_round_trips.py`` measures it against moto's HTTP server with 1 s added
         per request.
 
@@ -346,7 +347,7 @@ class CheckpointManager:
         return reading.get_resume_point(self, run_id)
 
     # ------------------------------------------------------------------------------------------
-    # log changes (snapstore.records), retention (snapstore.retention), fork (snapstore.forking)
+    # log changes (snapstore.manager.rollback), retention (snapstore.manager.retention), fork (snapstore.manager.fork)
 
     def rollback(self, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
         """Make ``checkpoint_id`` the run's head again; later checkpoints are deleted.
@@ -413,11 +414,11 @@ class CheckpointManager:
 
         Args:
             run_id: only this run (default: every run).
-            **policy: rules of :class:`snapstore.retention.Policy` (``keep_last``, ``keep_within``,
+            **policy: rules of :class:`snapstore.manager.retention.Policy` (``keep_last``, ``keep_within``,
                 ``older_than``, ``keep_hourly`` ... ``keep_yearly``); durations as seconds,
                 ``timedelta`` or text like ``"7d"``.
         Returns:
-            :class:`snapstore.retention.Decision` objects (``checkpoint`` is a CheckpointSummary,
+            :class:`snapstore.manager.retention.Decision` objects (``checkpoint`` is a CheckpointSummary,
             ``keep``, ``reasons``), per run newest first.
         Raises:
             InvalidInputError: no rule or a bad value.
@@ -431,7 +432,7 @@ class CheckpointManager:
         """Apply a retention policy; delete the checkpoints (manifests) it does not keep.
 
         A checkpoint is kept if any rule keeps it (restic ``forget`` semantics, see
-        :mod:`snapstore.retention`): among the ``keep_last`` newest of its run, created less than
+        :mod:`snapstore.manager.retention`): among the ``keep_last`` newest of its run, created less than
         ``older_than`` ago, within ``keep_within`` of the run's newest, or the newest of one of the
         last N hours/days/weeks/months/years. Deleting every checkpoint of a run deletes the run.
         Only manifests are deleted; unused data is reclaimed by :meth:`gc`.
@@ -477,7 +478,7 @@ class CheckpointManager:
     # whole-repository operations
 
     def verify(self, read_data: bool = False, progress=None, *, accept_missing: bool = False):
-        """Check the repository; return a :class:`snapstore.check.VerifyReport`.
+        """Check the repository; return a :class:`snapstore.maintenance.check.VerifyReport`.
 
         Every object a live checkpoint reaches must exist and parse (pack checksums, node ids);
         with ``read_data`` every message chunk is decompressed and hashed too. Crash leftovers
@@ -492,7 +493,7 @@ class CheckpointManager:
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one).
         """
-        from .check import verify
+        from ..maintenance.check import verify
         return verify(self._open(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,
@@ -508,14 +509,14 @@ class CheckpointManager:
             break_lock: first remove the GC lock whoever holds it (a GC killed on another machine
                 leaves one that goes stale only after ``lock_timeout``, 300 s without a refresh; one
                 killed on this machine is taken over at once). Only when no GC is running.
-            **options: see :func:`snapstore.gc.gc` (``max_unused``, ``small_pack_bytes``, ``lock_timeout``, ...).
+            **options: see :func:`snapstore.maintenance.gc.gc` (``max_unused``, ``small_pack_bytes``, ``lock_timeout``, ...).
         Returns:
-            :class:`snapstore.gc.GCReport`.
+            :class:`snapstore.maintenance.gc.GCReport`.
         Raises:
             ConflictError: another GC is running.
             RepositoryNotFound: the location holds no repository.
         """
-        from .gc import break_lock as _break, gc
+        from ..maintenance.gc import break_lock as _break, gc
         g = self.gc_grace_period if grace_period is None else grace_period
         if break_lock and not dry_run:
             _break(self._open(False))
@@ -525,12 +526,12 @@ class CheckpointManager:
         return rep
 
     def stats(self, prices: dict | None = None) -> dict:
-        """Return repository statistics (see :func:`snapstore.check.stats`): runs, checkpoints,
+        """Return repository statistics (see :func:`snapstore.maintenance.check.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
         estimated cost at S3 Standard list prices (override with ``prices``).
 
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one)."""
-        from .check import stats
+        from ..maintenance.check import stats
         return stats(self._open(False), prices)
 

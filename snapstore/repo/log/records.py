@@ -1,23 +1,23 @@
 """The run log one record at a time: manifests, index records, publishing, finding a checkpoint.
 
-Layer 3, the :class:`LogRecords` mixin of :class:`snapstore.repository.Repository`. A run's log is
+Layer 3, the :class:`LogRecords` mixin of :class:`snapstore.repo.repository.Repository`. A run's log is
 its manifests, one object per checkpoint under a key holding the inverted sequence number, written
 create-only (the sequence number is the compare-and-swap); index records map a caller-supplied
 checkpoint id to its sequence number (docs/format.md §8, §9). Reading the log in bulk (listing a
-run through log segments) is :mod:`snapstore.runlog`.
+run through log segments) is :mod:`snapstore.repo.log.bulk`.
 """
 
 from __future__ import annotations
 
 import os
 
-from .errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
+from ...errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
-from .format import keys
-from .format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
-from .format.ids import seq_hint
-from .format.removals import encode_removal_records, removals_key, to_ranges
-from .format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
+from ...format import keys
+from ...format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
+from ...format.ids import seq_hint
+from ...format.removals import encode_removal_records, removals_key, to_ranges
+from ...format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
                               is_void, record_positions)
 
 
@@ -25,7 +25,7 @@ _UNSET = object()
 
 
 class LogRecords:
-    """Run-log records of :class:`~snapstore.repository.Repository`: manifests and index records
+    """Run-log records of :class:`~snapstore.repo.repository.Repository`: manifests and index records
     (a mixin; uses the repository's store and key helpers)."""
 
     # ------------------------------------------------------------------------------------------
@@ -242,14 +242,14 @@ class LogRecords:
         A refusal is resolved by reading the object back: if it carries our write id, an earlier
         attempt of ours landed and this succeeds. A record that changes the run's liveness (a
         tombstone; a checkpoint with ``revives``) gets its run markers (docs/format.md §8b,
-        :mod:`snapstore.runmarks`): an intent before, a commit after.
+        :mod:`snapstore.repo.log.runmarks`): an intent before, a commit after.
 
         Args:
             run_key: the run's key segment.
             m: the record.
             revives: ``m`` is a checkpoint whose log predecessor (the record at ``m.seq - 1``, or
                 none) leaves the run with no live checkpoint.
-            pending: what :func:`snapstore.runmarks.before_publish` already wrote for ``m`` (a
+            pending: what :func:`snapstore.repo.log.runmarks.before_publish` already wrote for ``m`` (a
                 save writes it beside its pack); by default it is written here.
         Raises:
             PreconditionFailed: another writer holds that sequence number.

@@ -9,10 +9,10 @@ log segments that end at it. Functions take the manager (``mgr``) whose views th
 
 from __future__ import annotations
 
-from .errors import ConflictError, PreconditionFailed, SnapstoreError
-from .format.manifest import Manifest
-from .logstubs import prefetch, write_stubs
-from .runlog import write_logsegs
+from ..errors import ConflictError, PreconditionFailed, SnapstoreError
+from ..format.manifest import Manifest
+from ..repo.log.stubs import prefetch, write_stubs
+from ..repo.log.bulk import write_logsegs
 from .views import RunView
 
 

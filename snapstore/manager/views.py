@@ -1,9 +1,9 @@
 """A manager's views of its runs and the conflict contract (docs/format.md §12).
 
-Layer 4. Each :class:`~snapstore.api.CheckpointManager` keeps one :class:`RunView` per run (the
+Layer 4. Each :class:`~snapstore.manager.facade.CheckpointManager` keeps one :class:`RunView` per run (the
 newest head it knows, the writer state for its message list, caches keyed by content), shared by
 all its callers; what each calling context (thread or asyncio task) last saw of a run is kept by
-:mod:`snapstore.callers`. The checks here decide whether an operation that moves the head may: the
+:mod:`snapstore.manager.callers`. The checks here decide whether an operation that moves the head may: the
 head must be what ``expect_head`` names (an explicit compare-and-swap) or, without one, what the
 calling context last saw. Functions take the manager (``mgr``) whose views they read and update.
 """
@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import callers, logscan
+from . import callers, history
 from .callers import Seen
 from .checkpoint import EMPTY_RUN
-from .errors import ConflictError, InvalidInputError
-from .format.ids import check_checkpoint_id
-from .format.manifest import KIND_TOMBSTONE, Manifest
-from .repository import ListState
+from ..errors import ConflictError, InvalidInputError
+from ..format.ids import check_checkpoint_id
+from ..format.manifest import KIND_TOMBSTONE, Manifest
+from ..repo.repository import ListState
 
 
 @dataclass
 class RunView:
     """A manager's knowledge of one run, shared by all its callers (what each caller last saw is
-    per calling context: :mod:`snapstore.callers`)."""
+    per calling context: :mod:`snapstore.manager.callers`)."""
 
     head_seq: int | None = None       # newest log position known (None: run has no records)
     head_write_id: str | None = None  # write id of that newest record (identifies it across deletions)
@@ -69,7 +69,7 @@ def load_view(mgr, run_id: str) -> RunView:
     v.head_seq = newest.seq if newest else None
     v.head_write_id = newest.write_id if newest else None
     v.head_segs = newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
-    head = logscan.resolve(mgr.repo, rk, newest)
+    head = history.resolve(mgr.repo, rk, newest)
     if v.head is None or head is None or v.head.checkpoint_id != head.checkpoint_id or v.head.seq != head.seq:
         v.list_state = None
         v.live = None
@@ -118,7 +118,7 @@ def saw_view(mgr, run_id: str, v: "RunView") -> None:
 
 def saw_record(mgr, run_id: str, rk: str, rec: Manifest) -> None:
     """The calling context moved the head with record ``rec``: its view is now that head."""
-    head = logscan.resolve(mgr.repo, rk, rec)
+    head = history.resolve(mgr.repo, rk, rec)
     saw(mgr, run_id, head.checkpoint_id if head else None, rec.seq, rec.write_id)
 
 
@@ -131,7 +131,7 @@ def head_check(mgr, run_id: str, rk: str, exp: tuple | None, seen: Seen | None, 
         return None
 
     def check(newest: Manifest | None) -> None:
-        head = logscan.resolve(mgr.repo, rk, newest)
+        head = history.resolve(mgr.repo, rk, newest)
         hid = head.checkpoint_id if head else None
         if exp is not None:
             if hid != exp[0]:

@@ -1,13 +1,13 @@
 """Repacking for GC: copying the live entries of packs into new packs, each pack fetched once.
 
-Layer 3 helpers of :mod:`snapstore.gc` (which decides what to repack and writes the forwarding
+Layer 3 helpers of :mod:`snapstore.maintenance.gc` (which decides what to repack and writes the forwarding
 records; docs/format.md §13, "Repacking" and "GC at scale").
 
 * :class:`PackWriter` builds and creates the new packs as the copy closes them, a bounded number
   of bytes in flight.
 * :func:`copy_live` copies the needed entries of packs into new packs.
 * :class:`SegmentRewrites` copies the live entries of a mostly dead segment (a tier pack GC
-  rewrites on its own) while :func:`snapstore.check.mark` still has it cached, right after the
+  rewrites on its own) while :func:`snapstore.maintenance.check.mark` still has it cached, right after the
   segment's run is marked, so that GC fetches such a pack once instead of twice (mark, then copy).
   The needs of a pack only grow while mark runs, so a pack that is not mostly dead when its run
   is marked never becomes so; one whose needs grew after its copy was made (another run needs it
@@ -21,10 +21,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .errors import SnapstoreError
-from .format import keys
-from .format.ids import PACK_ID_BYTES
-from .format.pack import PackBuilder
+from ..errors import SnapstoreError
+from ..format import keys
+from ..format.ids import PACK_ID_BYTES
+from ..format.pack import PackBuilder
 
 PUT_PARALLEL = 16
 """Pack writes GC keeps in flight while repacking."""
@@ -160,13 +160,13 @@ class Rewrite:
 @dataclass
 class SegmentRewrites:
     """Copies the live entries of mostly dead segments while mark has them cached (see the module
-    docstring). GC passes :meth:`on_run` to :func:`snapstore.check.mark` as its ``on_run``.
+    docstring). GC passes :meth:`on_run` to :func:`snapstore.maintenance.check.mark` as its ``on_run``.
 
     A pack is copied when it is a segment GC keeps whole (``keep``: the newest records' segments;
     packs standing in for segments an earlier GC rewrote, and the segments of records mark read
     again, count too), is listed (``listed``: pack id -> listing info), has no forwarding record (``fwd``), has level >= 1 (``levels``; a
     stand-in counts as level 1) and more than ``max_unused`` of its raw bytes are not needed.
-    That is the rule GC applies after mark (``snapstore.gc``), evaluated with the needs known when
+    That is the rule GC applies after mark (``snapstore.maintenance.gc``), evaluated with the needs known when
     the pack's run is marked.
 
     Args:

@@ -1,17 +1,17 @@
 """A run's log read as its live checkpoints: walking the log newest first past rollback records
 (the positions they hide) to the first tombstone, and resolving the effective head.
 
-Layer 4, below the manager's views: functions over a :class:`~snapstore.repository.Repository`
+Layer 4, below the manager's views: functions over a :class:`~snapstore.repo.repository.Repository`
 and a run key (docs/format.md §8, §8a, §9). Records are read in parallel batches (:func:`scan`) or
 in one wave through the run's log segments (:func:`scan_bulk`).
 """
 
 from __future__ import annotations
 
-from .errors import ObjectNotFound
-from .format import keys
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
-from .runlog import list_logsegs, list_positions, read_records, read_stubs
+from ..errors import ObjectNotFound
+from ..format import keys
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..repo.log.bulk import list_logsegs, list_positions, read_records, read_stubs
 
 
 def live_records(seqs, got: dict, state: dict):

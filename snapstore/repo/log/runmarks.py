@@ -7,7 +7,7 @@ empty objects under ``runmarks/`` written only when a record changes a run's liv
 checkpoint, a tombstone, a checkpoint after a tombstone); a steady-state save writes none.
 
 Writers (:func:`before_publish`, :func:`after_publish`, called by
-:meth:`snapstore.logrecords.LogRecords.publish`): an *intent* marker before the record (a
+:meth:`snapstore.repo.log.records.LogRecords.publish`): an *intent* marker before the record (a
 checkpoint at position 0 writes its *commit* at once instead), the *commit* after it has landed,
 then the run's older markers are deleted. Readers (:func:`live_run_ids`): one LIST of
 ``runs/`` (run directories) beside one LIST of ``runmarks/``; a run whose newest commit says live
@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import PreconditionFailed, SnapstoreError
-from .format import keys
-from .format import runmark
-from .format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ...errors import PreconditionFailed, SnapstoreError
+from ...format import keys
+from ...format import runmark
+from ...format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 
 
 @dataclass
@@ -176,7 +176,7 @@ def live_run_ids(store, run_keys: list[str], marks: dict, run_key_of, fallback, 
     Raises:
         StoreError, IntegrityError: as ``fallback`` and the store.
     """
-    from .format.ids import decode_name_key
+    from ...format.ids import decode_name_key
 
     out: list[str] = []
     slow: list[str] = []

@@ -1,6 +1,6 @@
 """Garbage collection: mark-and-sweep with two-phase deletion and a grace period, plus repacking.
 
-Layer 4 (uses :mod:`snapstore.repository` and the mark phase of :mod:`snapstore.check`). The safety
+Layer 4 (uses :mod:`snapstore.repo.repository` and the mark phase of :mod:`snapstore.maintenance.check`). The safety
 argument is in docs/format.md, section 13. In short:
 
 * Mark walks every live manifest (trees memoised by node id) and finds, per pack, the entries live
@@ -11,7 +11,7 @@ argument is in docs/format.md, section 13. In short:
   ``grace_period=0`` (the caller asserts no other writers) unreferenced objects go at once.
 * Mostly-dead packs, and small live packs (the per-save packs), are *repacked*: live entries are
   copied into new, larger packs (one zstd frame per pack, no dictionary), a forwarding record in
-  the forwarding map (:mod:`snapstore.forwarding`, shards ``fwd/<1 hex>``) names the new packs,
+  the forwarding map (:mod:`snapstore.maintenance.forwarding`, shards ``fwd/<1 hex>``) names the new packs,
   and the old pack is retired (the next GC makes it a candidate). Forwarding records that name a
   pack are rewritten to name its targets only when that pack is deleted, so a retired pack stays
   reachable for as long as it exists.
@@ -34,20 +34,20 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .check import head_segments, mark, read_runs_slim, segments_by_run, void_record
-from .format.logseg import parse_logseg_key, span
-from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
+from ..format.logseg import parse_logseg_key, span
+from ..errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
-from . import runmarks
-from .format import keys, runmark
-from .format.codec import loads_exact, open_envelope, seal_envelope
-from .format.ids import is_pack_hex
-from .format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
+from ..repo.log import runmarks
+from ..format import keys, runmark
+from ..format.codec import loads_exact, open_envelope, seal_envelope
+from ..format.ids import is_pack_hex
+from ..format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
-from .format.removals import decode_removals, is_removals_key, merge_ranges
+from ..format.removals import decode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
-from .repository import Repository
-from .stores.base import max_concurrency
+from ..repo.repository import Repository
+from ..stores.base import max_concurrency
 
 GC_CACHE_BYTES = 24 << 20
 """Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs

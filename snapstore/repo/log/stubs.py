@@ -6,7 +6,7 @@ Layer 3. Every record of a run is stored twice, as its manifest and as its copy 
 manifests of the previous 16-range, ``[seq - 31, seq - 16]``, with 0-byte objects (*stubs*): the
 key stays (it is the compare-and-swap slot of that position, so a stale writer's create-only PUT
 there still fails), the content is read from the segment's copy
-(:meth:`~snapstore.logrecords.LogRecords.read_compacted`). The newest 16-31 records always stay
+(:meth:`~snapstore.repo.log.records.LogRecords.read_compacted`). The newest 16-31 records always stay
 full manifests, so ``head()``, ``latest()`` and a writer's own read-back never meet a stub in steady
 state.
 
@@ -18,12 +18,12 @@ failure leaves full manifests, which are always valid.
 
 from __future__ import annotations
 
-from .errors import ObjectNotFound, PreconditionFailed, SnapstoreError
-from .format import keys
-from .format.logseg import MAX_LEVEL, decode_logseg, logseg_key, span
-from .format.manifest import Manifest, is_void
-from .repository import Repository
-from .stores.local import LocalStore
+from ...errors import ObjectNotFound, PreconditionFailed, SnapstoreError
+from ...format import keys
+from ...format.logseg import MAX_LEVEL, decode_logseg, logseg_key, span
+from ...format.manifest import Manifest, is_void
+from ..repository import Repository
+from ...stores.local import LocalStore
 
 KEEP = 16
 """Positions after a stubbed range that always stay full manifests (plus the unfinished range)."""

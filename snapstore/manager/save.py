@@ -14,22 +14,23 @@ from __future__ import annotations
 import warnings
 from datetime import datetime, timezone
 
-from . import callers, logscan, publish, retention, runmarks, views
-from .compaction import plan_save
-from .errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
+from . import callers, history, publish, retention, views
+from ..repo.log import runmarks
+from ..repo.tiers import plan_save
+from ..errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
                      SnapstoreError)
-from .format import keys
-from .format.codec import any_int_digits, validate
-from .format.fields import validate_fields
-from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, VIEW_TTL, Manifest, check_record_size
-from .repository import Repository
+from ..format import keys
+from ..format.codec import any_int_digits, validate
+from ..format.fields import validate_fields
+from ..format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
+from ..format.manifest import KIND_CHECKPOINT, VIEW_TTL, Manifest, check_record_size
+from ..repo.repository import Repository
 
 
 def save(mgr, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
          metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
          parent_id: str | None = None, expect_head=None) -> str:
-    """Implements :meth:`snapstore.api.CheckpointManager.save` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.save` (arguments, return value and
     errors as documented there)."""
     check_run_id(run_id)
     exp = views.expect(expect_head)
@@ -317,7 +318,7 @@ def newer_than_ours(mgr, rk: str, m: Manifest) -> None:
     newest = repo.head(rk)
     if newest is None or newest.seq <= m.seq:
         return
-    nxt = logscan.read_many(repo, rk, [m.seq + 1]).get(m.seq + 1)
+    nxt = history.read_many(repo, rk, [m.seq + 1]).get(m.seq + 1)
     if nxt is not None and nxt.kind == KIND_CHECKPOINT and nxt.parent_id == m.checkpoint_id:
         return  # another writer saw ours and continued it
     repo.remove_records(rk, [(m.seq, m.checkpoint_id)])

@@ -1,7 +1,7 @@
 """Forking a run: a new run whose first checkpoint is a checkpoint of another run.
 
 Layer 4. The new checkpoint shares the source's message tree; with format 2 the entries it needs
-are first copied into one pack of the new run (:func:`snapstore.compaction.fork_copy`), so the
+are first copied into one pack of the new run (:func:`snapstore.repo.tiers.fork_copy`), so the
 fork never depends on the source run's packs, which the source's writer merges and deletes. The
 new run's first record is published create-only like a save (a live run of that id conflicts).
 Functions take the manager (``mgr``).
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from . import logscan, publish, saving, views
+from . import history, publish, save as saving, views
 from .checkpoint import Checkpoint, make_checkpoint
-from .compaction import FORK_LEVEL, fork_copy
-from .errors import CheckpointNotFound, ConflictError, PreconditionFailed, SnapstoreError
-from .format import keys
-from .format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
-from .format.manifest import KIND_CHECKPOINT, Manifest
-from .format.segs import Seg
+from ..repo.tiers import FORK_LEVEL, fork_copy
+from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed, SnapstoreError
+from ..format import keys
+from ..format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
+from ..format.manifest import KIND_CHECKPOINT, Manifest
+from ..format.segs import Seg
 
 
 def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
-    """Implements :meth:`snapstore.api.CheckpointManager.fork` (arguments, return value and
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.fork` (arguments, return value and
     errors as documented there)."""
     check_run_id(new_run_id)
     check_checkpoint_id(checkpoint_id)
@@ -37,7 +37,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
     # the source run's newest record lists the segments that hold its checkpoints' entries;
     # the fork gets its own copy of what its first checkpoint needs (one pack), so that it
     # never depends on another run's segments
-    src_segs = logscan.carried_segs(mgr.repo.head(rk)) or src.segment_list()
+    src_segs = history.carried_segs(mgr.repo.head(rk)) or src.segment_list()
     mgr.repo.prefetch_segments(src_segs)
     copy = None
     if mgr.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
@@ -45,7 +45,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
     with mgr._run_lock(new_run_id):
         nrk = mgr._rk(new_run_id)
         newest = mgr.repo.head(nrk)
-        if newest is not None and logscan.resolve(mgr.repo, nrk, newest) is not None:
+        if newest is not None and history.resolve(mgr.repo, nrk, newest) is not None:
             raise ConflictError(f"run {new_run_id!r} already exists")
         seq = 0 if newest is None else newest.seq + 1
         # the copy holds the list as array items (a new run: nothing before them), so the fork's

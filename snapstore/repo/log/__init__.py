@@ -1,0 +1,1 @@
+"""snapstore.repo.log."""
