@@ -1,4 +1,4 @@
-"""The modules behind the facade import only downward (docs/format.md §15).
+"""The modules behind the facade import only downward (the layout in README.md and docs/code-layout.md).
 
 ``CheckpointManager`` (snapstore/api.py) is a thin facade over layer-4 modules, each holding one
 concept. This test reads every ``snapstore`` module's imports (top-level and function-local, from

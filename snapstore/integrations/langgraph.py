@@ -1305,7 +1305,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         The saver is one caller per LangGraph thread whatever OS thread or asyncio task calls it
         (LangGraph puts from its executor threads): operations that move a run's head pass the
         head they just read as ``expect_head`` instead of relying on what the calling context
-        saw (docs/format.md §12), so they conflict only with a writer that moved the run between
+        saw (docs/format.md §20), so they conflict only with a writer that moved the run between
         that read and the operation, and are then decided again on the new head."""
         for attempt in range(self.SAVE_ATTEMPTS):
             try:
