@@ -508,7 +508,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     sizes = sizes_of
     tier_levels = {sg.pack: sg.level for segs in segments_by_run(logs).values() for sg in segs}
     # a mostly dead segment is copied as soon as its run is marked, while mark has it cached, so
-    # that no pack is fetched twice (docs/format.md §21, "GC at scale"); the new packs are written
+    # that no pack is fetched twice (docs/format.md §21, "Copying while marking"; docs/design-notes.md §2.24); the new packs are written
     # as they fill up, a bounded number of bytes in flight
     seg_writer = PackWriter(store, rep, dry_run, max_pending=SEG_PENDING_BYTES)
     rewrites = SegmentRewrites(repo, seg_writer, seg_keep, packs, fwd, tier_levels, max_unused, target_pack_bytes,

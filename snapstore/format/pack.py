@@ -123,7 +123,7 @@ class Entry(NamedTuple):
     """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block.
 
     A named tuple rather than a frozen dataclass: a pack's header is parsed into one per entry,
-    and a tuple is several times cheaper to build (docs/format.md §19, "CPU")."""
+    and a tuple is several times cheaper to build (docs/design-notes.md §2.20, "CPU of a cold read")."""
 
     type: int
     id: bytes
