@@ -1,4 +1,4 @@
-"""What damaged retired packs cost readers, verify and GC (docs/format.md §13, "Damaged packs readers
+"""What damaged retired packs cost readers, verify and GC (docs/format.md §21, "Damaged packs readers
 can still touch").
 
 Run (from the repository root)::

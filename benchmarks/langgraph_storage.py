@@ -16,7 +16,7 @@ default durability: 3 checkpoints (input, after ``__start__``, after ``model``) 
 * ``snapstore-s3``: ``SnapstoreSaver`` on moto's HTTP server on 127.0.0.1; bytes = the sum of the
   object sizes, split the same way.
 * ``snapstore-s3-compact``: the same with ``compact_log=True`` (compacted run logs, docs/format.md
-  §8c: the default on a local directory, off on S3, where it costs one PUT more per save).
+  §14: the default on a local directory, off on S3, where it costs one PUT more per save).
 * ``objectstorage``: ``ObjectStorageSaver`` (langgraph-checkpoint-objectstorage, its default
   ``compression='none'``) over boto3 on the same moto server (``benchmarks.lgraph.BotoFS``);
   bytes = the sum of the object sizes.

@@ -689,7 +689,7 @@ def targets(rows: list, n_runs: int) -> None:
         elif r["op"] == "list" and r["size"] == 1000:
             t, ok = "<= 100 req, <= 12 RT", r["total"] <= 100 and r["round_trips"] <= 12
         elif r["op"] == "runs":
-            # run markers (format.md §8b): LIST pages only, no GET per run (the config GET and the
+            # run markers (format.md §13): LIST pages only, no GET per run (the config GET and the
             # versioning check of a new manager aside)
             pages = 2 * -(-n_runs // 1000)
             t = "<= 6 RT" + ("" if n_runs == 200 else " (set for 200)") + f", <= {pages + 2} req"

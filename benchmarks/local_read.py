@@ -17,7 +17,7 @@ this interpreter, importing the snapstore of this checkout), in alternating orde
 
 * ``snapstore``: ``CheckpointManager(repo).latest(run)`` -- opening the repository (its config
   read), the LIST of the run's newest manifest, the manifest, its segment packs, every message
-  (from the segments' array blocks, docs/format.md §11: the run only appended), and the
+  (from the segments' array blocks, docs/format.md §19: the run only appended), and the
   Checkpoint built;
 * ``json.load``: ``open(file)`` + ``json.load`` of the final history;
 * ``floor``: the final history as one zstd frame of its compact JSON, read, decompressed and

@@ -12,7 +12,7 @@ log segments ``l/``) and the run log re-encoded as earlier versions wrote it, fr
 records: every manifest as version 2 (full run id, ``MANIFEST_DICT_V1``), and every log segment as
 version 2 (the version-2 manifest objects in one frame). So "before" and "after" come from one
 run, with no dependence on timing or random ids. Local repositories compact their run logs by
-default (docs/format.md §8c: manifests covered by a log segment are 0-byte stubs); the "disk"
+default (docs/format.md §14: manifests covered by a log segment are 0-byte stubs); the "disk"
 figures are the files' allocated blocks (``st_blocks``), what ``du`` counts.
 
     python benchmarks/log_bytes.py                 # LangGraph add_messages + plain, 300 turns
@@ -45,7 +45,7 @@ from snapstore.stores.local import LocalStore  # noqa: E402
 
 def _v2_manifest(key: str, obj: bytes, copy=None) -> bytes:
     """The record at ``key`` sealed as version 2/3 wrote it: the full run id, dictionary V1. A
-    compacted record (0 bytes, docs/format.md §8c) is taken from its log segment ``copy``."""
+    compacted record (0 bytes, docs/format.md §14) is taken from its log segment ``copy``."""
     if not obj:
         version, body = copy.record(key)
     else:
@@ -148,7 +148,7 @@ def main() -> None:
                   f"blocks); as version 2 wrote the log: {r['v2_total_bytes']:,} B")
             for k in ("packs", "m", "c", "l"):
                 if k in r:
-                    stubs = f", {r[k]['empty']} of them 0-byte stubs (§8c)" if k == "m" and r[k]["empty"] else ""
+                    stubs = f", {r[k]['empty']} of them 0-byte stubs (§14)" if k == "m" and r[k]["empty"] else ""
                     print(f"  {k:6} {r[k]['objects']:6} objects {r[k]['bytes']:>10,} B "
                           f"({r[k]['disk_bytes']:>10,} B on disk){stubs}")
             print(f"  manifest {r['manifest_bytes_each']} B each (version 2: {r['v2_manifest_bytes_each']} B); "

@@ -1,6 +1,6 @@
 """Which manifest encodings pay: a run's records compressed one by one under alternative encodings.
 
-The measurement behind docs/format.md §8 (version 4) and §14. Builds the 300-turn LangGraph run of
+The measurement behind docs/format.md §11 (version 4) and docs/design-notes.md §1. Builds the 300-turn LangGraph run of
 ``benchmarks/langgraph_storage.py`` (``--delta``: DeltaChannel) with SnapstoreSaver (or reads the
 repository ``--repo DIR``), takes every manifest's JSON body in its version-2 form (full run id)
 and reports the mean zstd-19 size of the body (the smallest of raw, plain zstd and zstd with the

@@ -1,5 +1,5 @@
 """Ranged pack reads: bytes and GETs of a fresh read next to large session states, whole packs vs
-byte ranges (docs/format.md §11).
+byte ranges (docs/format.md §19).
 
 Run (from the repository root)::
 
@@ -13,7 +13,7 @@ received; the LIST of the run's head is not a GET):
   message and rewriting a 1 MiB session state whole (base64 of seeded random bytes); after the
   16th save the run's data sits in one tier pack of about 12 MB. Read: ``get()`` of the first
   (small) checkpoint and ``latest()`` (its messages and its 1 MiB state).
-* **rewritten key**: the known limit of docs/format.md §5a, one 50 KB key rewritten whole at each
+* **rewritten key**: the known limit of docs/format.md §7, one 50 KB key rewritten whole at each
   of 100 saves (``benchmarks/storage.py --state-only`` prints the same ratio); ``latest()``.
 
 Each read is done three ways (``ReadPath.range_tail`` replaced): packs read whole (a suffix

@@ -1,6 +1,6 @@
 """Requests and time per operation that removes log records, on the local store (issue 20).
 
-What the void records (docs/format.md §8d) and removal records (§8e) cost: a save (steady
+What the void records (docs/format.md §15) and removal records (§16) cost: a save (steady
 state), a rollback five checkpoints back, a head delete, ``prune(keep_last=10)`` of a 200-save
 run, a run delete, and a save with ``max_checkpoints=20``; medians of 3 trials, requests counted
 by the store (every record here is younger than FREE_AFTER, so every removal voids: the worst

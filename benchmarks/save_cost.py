@@ -36,8 +36,8 @@ fsync OFF (CPU cost only). What is measured (``time.perf_counter``):
   round trips (the longest chain of requests each starting after the previous one ended, timed by
   wrapping the store's methods), split by what the save did (checkpoints >= 1): a *steady-state*
   save writes its pack and manifest only; one in ``seg_fanout`` also completes a tier (a tier pack
-  PUT beside its pack, then a DELETE of the merged packs, docs/format.md §7a) and one in 16 ends a
-  log-segment range (a log segment PUT after the manifest, §8a). Target: a steady-state save at
+  PUT beside its pack, then a DELETE of the merged packs, docs/format.md §10) and one in 16 ends a
+  log-segment range (a log segment PUT after the manifest, §12). Target: a steady-state save at
   most 3 requests in at most 2 round trips, no GET/HEAD/LIST. Reported beside it: the mean of each
   kind, the amortised mean over every save (requests and bytes written per save) and the write
   amplification (bytes written / data blocks). The bytes target (written <= data block + 1 KB)
@@ -334,9 +334,9 @@ SAVE_KINDS = ("steady", "tier merge", "log segment", "tier merge + log segment")
 
 def save_kind(calls: list) -> str:
     """What a save did beyond its pack and manifest, from its requests: ``steady`` (nothing),
-    ``tier merge`` (a tier pack PUT beside the pack and a DELETE of the merged packs, §7a),
+    ``tier merge`` (a tier pack PUT beside the pack and a DELETE of the merged packs, §10),
     ``log segment`` (a log segment PUT after the manifest, and a DELETE of the level below when a
-    level >= 2 is written, §8a), or both."""
+    level >= 2 is written, §12), or both."""
     puts = [c[3] for c in calls if c[2] == "PUT"]
     merge = sum(k.startswith("packs/") for k in puts) > 1
     logseg = any("/l/" in k for k in puts)

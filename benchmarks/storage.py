@@ -32,7 +32,7 @@ Also reported: write amplification (bytes uploaded by the replay / bytes stored 
 system blocks, beside the object bytes).
 
 Session-state workloads (``--state-only`` runs just these, ``--no-state`` skips them; see
-docs/format.md §5a):
+docs/format.md §7):
 
 * **one key**: ``--state-saves`` (300) saves of a 400 KB state (a base64 image of 300,000 random
   bytes, a few small keys, a step counter that changes at every save); reports the bytes stored per
@@ -399,7 +399,7 @@ def print_report(results: list[dict], skipped: list, env: dict, full_check: bool
 
 
 # ------------------------------------------------------------------------------------------------
-# session-state workloads (docs/format.md §5a)
+# session-state workloads (docs/format.md §7)
 
 STATE_PER_SAVE_MAX = 4000
 """Target: bytes per save of a 400 KB state with one key changing per save."""
@@ -559,7 +559,7 @@ def run_state_workloads(files: list[Path], workdir: Path, saves: int, t0: float)
 
 
 def print_state_report(one: dict, whole: list[dict], rewrite: dict | None) -> dict:
-    print(f"session-state workloads (docs/format.md §5a; commit {_git_commit()}; LocalStore, fsync off; sizes in kB)")
+    print(f"session-state workloads (docs/format.md §7; commit {_git_commit()}; LocalStore, fsync off; sizes in kB)")
     print(f"  one key: a {_kb(one['state_bytes'])} kB state (base64 image, a step counter that changes), "
           f"{one['saves']} saves: first save {_kb(one['first_save_bytes'])} kB, then "
           f"{one['per_save_bytes']:.0f} bytes per save (target <= {STATE_PER_SAVE_MAX})   "

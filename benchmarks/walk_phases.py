@@ -9,7 +9,7 @@ Setup: the same repository as ``benchmarks/local_read.py`` (the largest shared c
 one checkpoint per turn into a temporary local repository). The children read it through the
 tree (``ReadPath.read_arrays`` off): the path a read takes when the segments' array blocks are not
 the checkpoint's list (a rewritten or rolled-back run, data
-of an earlier version; docs/format.md §11). ``local_read.py`` measures the read a run that only
+of an earlier version; docs/format.md §19). ``local_read.py`` measures the read a run that only
 appended gets.
 
 Measured: per trial, one fresh child process (``--child``, imports done before the clock) runs

@@ -458,7 +458,7 @@ def _state(ctx: click.Context) -> _State:
                    "[default: $SNAPSTORE_URL, else ./.snapstore]")
 @click.option("--compact-log/--no-compact-log", default=None,
               help="Writers replace manifests covered by a log segment with 0-byte stubs (docs/format.md "
-                   "§8c). [default: on for a local directory, off elsewhere]")
+                   "§14). [default: on for a local directory, off elsewhere]")
 @click.version_option(__version__, "--version", prog_name="snapstore", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):

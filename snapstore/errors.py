@@ -102,7 +102,7 @@ class IntegrityError(SnapstoreError):
 
 class ObjectTooLarge(IntegrityError):
     """A whole read of an object was refused before any of its bytes were read: it is larger than
-    objects of its kind may be (docs/format.md §2a "Limits"; for packs, larger than a reader takes
+    objects of its kind may be (docs/format.md §3 "Limits"; for packs, larger than a reader takes
     in one read: the read path then reads it in byte ranges).
 
     Attributes:
@@ -112,7 +112,7 @@ class ObjectTooLarge(IntegrityError):
     """
 
     def __init__(self, key: str, size: int, limit: int, what: str = "an object of its kind"):
-        super().__init__(key, f"{size} bytes, more than {what} may have ({limit} bytes, docs/format.md §2a)")
+        super().__init__(key, f"{size} bytes, more than {what} may have ({limit} bytes, docs/format.md §3)")
         self.size = size
         self.limit = limit
 
@@ -154,5 +154,5 @@ class MissingDependencyError(SnapstoreError, ImportError):
 
 
 class CompactedRecordError(IntegrityError):
-    """A compacted record (a manifest object of 0 bytes, docs/format.md §8c) has no valid copy in
+    """A compacted record (a manifest object of 0 bytes, docs/format.md §14) has no valid copy in
     any log segment covering its position. ``key`` names the manifest."""

@@ -122,7 +122,7 @@ def test_save_costs_at_most_three_puts(root):
         merged = len(mgr._views["r"].head_segs) <= before  # a tier pack replaced some segments
         extra = int(merged) + int((seq + 1) % 16 == 0)
         if mgr.compact_log and (seq + 1) % 16 == 0 and seq >= 31:
-            extra += 16  # the 16 stubs of the range before the last (docs/format.md §8c)
+            extra += 16  # the 16 stubs of the range before the last (docs/format.md §14)
         got = mgr.store.stats.since(s).counts["PUT"]
         assert got == 2 + extra, (n, got, extra)
         puts.append(got)
@@ -380,7 +380,7 @@ def test_fork_shares_data(root):
     new = {k: v for k, v in files_after.items() if k not in files_before}
     # format 2: one manifest and one pack holding a compressed copy of what the fork's checkpoint
     # needs (so the fork never depends on the source's packs, which its writer merges and deletes)
-    # and the new run's live marker (an empty object, §8b: runs() lists it from the listing)
+    # and the new run's live marker (an empty object, §13: runs() lists it from the listing)
     assert len(new) == 3, new
     man = [k for k in new if "/m/" in k]
     pack = [k for k in new if k.startswith("packs/")]

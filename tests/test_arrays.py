@@ -1,5 +1,5 @@
 """Array blocks: a run that only appends is read from its segments' arrays, without the tree
-(docs/format.md §6, §11 "Array blocks"); every other run, and every damaged array, is read
+(docs/format.md §8, §19 "Array blocks"); every other run, and every damaged array, is read
 through the tree as before.
 
 Real parts: a local store on a temp dir, fresh managers (cold caches) for every read.
@@ -323,7 +323,7 @@ def _heads(mgr, run) -> list:
     out = []
     for info in mgr.store.list(keys.manifests_prefix(rk)):
         if is_void(info.size):
-            continue  # a deleted record's position kept taken (docs/format.md §8d)
+            continue  # a deleted record's position kept taken (docs/format.md §15)
         m = Manifest.from_bytes(info.key, mgr.store.get(info.key))
         if m.kind == KIND_CHECKPOINT:
             out.append(m)

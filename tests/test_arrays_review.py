@@ -1,4 +1,4 @@
-"""Review of array blocks (docs/format.md §6, §11 "Array blocks"): defects found by an adversarial
+"""Review of array blocks (docs/format.md §8, §19 "Array blocks"): defects found by an adversarial
 review, each shown by a test here. Real parts: a local store on a temp dir, fresh managers."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     """A pack rebuilt so that every array item is a hole naming the run's one large message (the
     item count unchanged, a valid checksum) is not the list, which the digest says; but before it
     says so, read_arrays must not have read (and parsed) the large message once per item: the
-    bytes it reads are bounded by the manifest's ``messages.bytes`` (docs/format.md §11:
+    bytes it reads are bounded by the manifest's ``messages.bytes`` (docs/format.md §19:
     "Memory: the list's JSON once")."""
     msgs = _build(tmp_path, 12, big={2})
     mgr = _mgr(tmp_path)

@@ -1,4 +1,4 @@
-"""Review of messages.a and the one-pass read from array blocks (docs/format.md §8, §11): cases
+"""Review of messages.a and the one-pass read from array blocks (docs/format.md §11, §19): cases
 where a record said ``a`` = 1 while the arrays' first ``count`` items were not its list, or where
 a run lost its read from arrays.
 
@@ -203,7 +203,7 @@ def test_a_new_message_larger_than_a_pack_block_still_saves_and_reads_back(tmp_p
 
 def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_longer(tmp_path, monkeypatch):
     """``ReadPath.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
-    call is at most that long, or one item on its own (docs/format.md §11). A new large message
+    call is at most that long, or one item on its own (docs/format.md §19). A new large message
     (an item of several pieces) after a few small items must not make their run as long as it."""
     import orjson
 

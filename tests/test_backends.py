@@ -339,7 +339,7 @@ def test_fork_and_resume_point(mgr_factory):
     d = a.store.stats.since(before)
     # format 2: the manifest and one pack copying what the fork's checkpoint needs (compressed),
     # so the fork never depends on the source's packs, which the source's writer merges and deletes;
-    # and the new run's live marker (an empty object, docs/format.md §8b)
+    # and the new run's live marker (an empty object, docs/format.md §13)
     assert d.counts["PUT"] == 3, d
     assert d.bytes_up < 1024 + len(json.dumps(lists[1])), d
     assert forked.run_id == "r-retry" and forked.id != ids[1] and same(forked.messages, lists[1])

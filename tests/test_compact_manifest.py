@@ -1,4 +1,4 @@
-"""Manifests of envelope version 4 (docs/format.md §8): the body compressed with the version-4
+"""Manifests of envelope version 4 (docs/format.md §11): the body compressed with the version-4
 dictionary (codec 3), and a record of a run whose key segment is inline names its run by an
 8-hex-digit digest (``rd``) instead of the full run id; the run id is the one its key names, and
 the digest ties the record to it. Records of versions 1-3 still read.

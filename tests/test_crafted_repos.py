@@ -79,7 +79,7 @@ def reseal_manifest(data: bytes, change) -> bytes:
     version, body = open_manifest("m", data)
     d = json.loads(body)
     change(d)
-    if version >= 4:  # the envelope stored, the body ``codec 0 | JSON`` (docs/format.md §8)
+    if version >= 4:  # the envelope stored, the body ``codec 0 | JSON`` (docs/format.md §11)
         return envelope(MANIFEST_MAGIC, b"\0" + json.dumps(d).encode(), 0, version)
     return seal_envelope(MANIFEST_MAGIC, 2, json.dumps(d).encode(), MANIFEST_DICT_V1)
 
@@ -188,7 +188,7 @@ def manifest_dict_claims_1tib(root, outside):
 
 
 def manifest_v4_codec1_inflates_1gib(root, outside):
-    """Version 4: the envelope is stored, its body ``codec | data`` (docs/format.md §8)."""
+    """Version 4: the envelope is stored, its body ``codec | data`` (docs/format.md §11)."""
     return _put(root, _head(root), envelope(MANIFEST_MAGIC, b"\1" + frame_inflating(1 << 30), 0, 4))
 
 

@@ -487,7 +487,7 @@ def test_delete_with_faults(what, mode):
     run_with_faults(build, op, rerun, post, mode)
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation (docs/format.md §8): get() by id does not check that "
+@pytest.mark.xfail(strict=True, reason="known limitation (docs/format.md §11): get() by id does not check that "
                    "no newer rollback/tombstone hides the manifest, so after an interrupted delete or rollback "
                    "the hidden checkpoint stays readable by id until the operation is re-run or GC removes it")
 @pytest.mark.parametrize("what", ["head", "rollback"])
@@ -496,7 +496,7 @@ def test_interrupted_delete_does_not_leave_the_checkpoint_readable(what):
     ``get()``, and ``rollback()`` to it revives it, although ``list()`` and ``latest()`` do not show it.
 
     The log record (rollback record) landed, so the checkpoint is hidden; the manifest's deletion
-    failed. §8: "Hidden records may physically remain after an interrupted rollback or deletion;
+    failed. §11: "Hidden records may physically remain after an interrupted rollback or deletion;
     readers ignore them". ``Repository.find_checkpoint`` (used by get, rollback, fork and
     ``save(parent_id=...)``) reads the manifest by position without checking that it is live."""
     store = MemoryStore()
@@ -572,7 +572,7 @@ def _to_per_pack_records(store) -> None:
 def test_gc_with_faults(grace, mode, monkeypatch):
     """GC interrupted at every store operation. ``splice``: the GC under faults re-repacks an
     earlier repack's output and deletes it (grace 0), so it also rewrites the forwarding records
-    that name it (docs/format.md §13) -- interrupted at each of those writes too.
+    that name it (docs/format.md §21) -- interrupted at each of those writes too.
     ``per-pack-records``: the same, on a repository whose forwarding records are in the older
     one-object-per-record layout, which that GC also migrates into the map's shards."""
     clock0 = Clock()

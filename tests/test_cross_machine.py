@@ -138,7 +138,7 @@ def test_resume_on_another_process_then_conflict_fork_and_reload(shared, tmp_pat
     before = p1.store.stats.snapshot()
     fork = p1.fork(RUN, last, "my-branch")
     d = p1.store.stats.since(before)
-    # (+ the new run's live marker, an empty object: docs/format.md §8b)
+    # (+ the new run's live marker, an empty object: docs/format.md §13)
     assert d.counts["PUT"] == 3 and d.bytes_up < len(repr(msgs)) / 2, d
     assert repr(fork.messages) == repr(msgs)
     before = p1.store.stats.snapshot()

@@ -1,7 +1,7 @@
 """The pack-header and tree-node decoders accept exactly what the format allows, and nothing else.
 
 Each fast decoder (``format/pack.py`` ``_parse_header``, ``format/tree.py`` ``decode_node`` and the
-spine decoders) is compared with a plain reference decoder written from docs/format.md §6 and §7
+spine decoders) is compared with a plain reference decoder written from docs/format.md §8 and §9
 (every varint read with ``get_varint``, every read bounds-checked, every rule checked where it
 applies): on valid encodings (every varint width, several blocks, many packs) both return the
 same values, and on thousands of damaged ones (bytes changed, cut, inserted, removed) both
@@ -32,7 +32,7 @@ from snapstore.repo.readpath import ReadPath
 from snapstore.stores import LocalStore
 
 # ------------------------------------------------------------------------------------------------
-# reference decoders (docs/format.md §6, §7), slow and plain
+# reference decoders (docs/format.md §8, §9), slow and plain
 
 
 def _ref_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:

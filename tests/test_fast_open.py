@@ -1,5 +1,5 @@
 """The fast paths of opening a repository and reading a run's newest record in a fresh process
-keep every check they replace (docs/format.md §2, §2a, §3).
+keep every check they replace (docs/format.md §2, §3, §4).
 
 * Envelopes (config, manifests) whose zstd frame declares its content size are decompressed in
   one call into a buffer of that size: a declared size past the object's limit is refused before

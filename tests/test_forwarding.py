@@ -1,4 +1,4 @@
-"""The forwarding map (snapstore/maintenance/forwarding.py, docs/format.md §13): at most 16 shard objects
+"""The forwarding map (snapstore/maintenance/forwarding.py, docs/format.md §21): at most 16 shard objects
 however many packs are retired, per-pack records of the older layout still read and migrated,
 corrupt or concurrently changed shards stop GC without deleting anything."""
 

@@ -1,4 +1,4 @@
-"""Garbage collection reclaims space (docs/format.md §13): after retention on real trajectories, after
+"""Garbage collection reclaims space (docs/format.md §21): after retention on real trajectories, after
 deleting everything, with a grace period on a controllable clock; dry runs change nothing; the report's
 numbers match what happened to the store."""
 
@@ -148,7 +148,7 @@ def test_delete_every_run_leaves_only_config_on_local_store(tmp_path):
     for _ in range(2):
         mgr.gc(grace_period=0)
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    locks = [f for f in files if f.startswith(".locks/")]  # compare-and-swap lock stripes (stubs, §8c)
+    locks = [f for f in files if f.startswith(".locks/")]  # compare-and-swap lock stripes (stubs, §14)
     assert len(locks) <= 64 and all(os.path.getsize(root / f) == 0 for f in locks)
     assert [f for f in files if f not in locks] == ["config"], files
 
@@ -322,7 +322,7 @@ def test_report_numbers_are_consistent_simple():
     assert rep.live_packs >= 1
     assert rep.repack_bytes_out == rep.written_bytes - sum(
         len(v) for k, v in store.raw().items()
-        if k.startswith("fwd/") or k == "gc/fwd-cache" or ("/x/" in k and k not in before))  # (its removal records, §8e)
+        if k.startswith("fwd/") or k == "gc/fwd-cache" or ("/x/" in k and k not in before))  # (its removal records, §16)
 
 
 @pytest.mark.parametrize("scenario", ["delete-run", "rollback-leftovers", "grace-candidates"])

@@ -1,4 +1,4 @@
-"""``gc(dry_run=True)`` predicts the real GC on format-2 writes (docs/format.md §7a, §8a, §13): runs
+"""``gc(dry_run=True)`` predicts the real GC on format-2 writes (docs/format.md §10, §12, §21): runs
 whose data lives in tier packs and whose logs live in log segments, then pruned, rolled back and
 deleted, so that the GC deletes manifests, log segments and packs, and rewrites mostly-dead tier
 packs. The dry run changes nothing and reports what the real run then does, category by category."""

@@ -1,5 +1,5 @@
 """GC fetches no pack twice, also when it rewrites mostly dead tier packs (issue 8; docs/format.md
-§13, "GC at scale"). A rewritten segment's live entries are copied while mark has the pack cached,
+§21, "Copying while marking"; docs/design-notes.md §2.24). A rewritten segment's live entries are copied while mark has the pack cached,
 right after its run is marked, instead of from a second fetch after mark.
 
 The repositories here are small, so GC's pack cache is shrunk to what it is raised to anyway (six

@@ -1,4 +1,4 @@
-"""Deterministic interleavings of writers, retention and garbage collection (docs/format.md §12-§13).
+"""Deterministic interleavings of writers, retention and garbage collection (docs/format.md §20-§21).
 
 A writer's save has three steps that matter to GC: the dedup decision (``after_prepare``), the pack
 write (``after_pack``) and the manifest publish (``before_publish`` runs just before it). GC has the
@@ -376,7 +376,7 @@ def test_candidate_from_in_flight_time_must_not_age_for_a_later_reference():
     T1 + 0.6 G: W2 reads N and branches from it (``parent_id=N``), deduping against X.
     Another manager deletes N; at T1 + G + 1 GC2 finds X unreferenced, its candidate record (from
     T1) matured: X is deleted. W2 publishes 0.4 G + 1 < G/2 after confirming its parent: no
-    re-check is due, and its checkpoint references a deleted pack. §13's argument ("any GC that
+    re-check is due, and its checkpoint references a deleted pack. §21's argument ("any GC that
     first found the parent's data unreferenced did so after t") does not hold: GC1 found it before.
     A GC that sees a candidate referenced again must drop it from the candidates (and a candidate
     must only be deleted if it stayed unreferenced for the whole grace period)."""
@@ -475,7 +475,7 @@ def test_stale_writer_after_gc_removed_tombstone_and_run_was_recreated():
 def test_stale_writer_conflicts_after_gc_removed_the_log_record_it_would_collide_with(how):
     """BUG: GC frees sequence numbers, so a stale writer's save succeeds instead of conflicting.
 
-    §12: "Sequence numbers are never reused: rollback and deletion publish new records, so a stale
+    §20: "Sequence numbers are never reused: rollback and deletion publish new records, so a stale
     writer's create-only write collides with them." GC deletes a rollback record (or a tombstone)
     as soon as it is not the head and hides nothing any more, with no grace period. Here another
     manager rolls back (or deletes the run) and saves; GC runs; the stale writer (within grace/2 of
@@ -512,7 +512,7 @@ def test_run_deleted_by_another_manager_while_a_stale_writer_holds_it(advance):
     M.delete("r")
     w.gone("r")
     w.gc()
-    # void records (the run's young records, docs/format.md §8d) wait FREE_AFTER as well
+    # void records (the run's young records, docs/format.md §15) wait FREE_AFTER as well
     w.clock.advance(advance * G + (FREE_AFTER if advance > 2 else 0))
     w.gc()
     if advance > 2:
@@ -568,7 +568,7 @@ def test_rollback_gc_fork_share_data(grace):
     W.delete("r")
     w.gone("r")
     for _ in range(3):
-        w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§8d)
+        w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§15)
         w.gc()
     assert sorted(w.store.raw()) == ["config"]
 

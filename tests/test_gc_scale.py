@@ -1,4 +1,4 @@
-"""GC at scale (docs/format.md §13, "GC at scale"): on format-2 writes, mark fetches every pack once,
+"""GC at scale (docs/format.md §21, "Copying while marking"; docs/design-notes.md §2.24): on format-2 writes, mark fetches every pack once,
 fetches several runs' segments in one parallel wave (bounded by the store's ``max_concurrency``),
 and GC's pack cache is bounded while it runs; the bookkeeping that replaces per-manifest and
 per-entry objects (``LogEntry``, ``Needed``) gives the same answers as the objects it replaces."""

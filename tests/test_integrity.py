@@ -102,10 +102,10 @@ def _kind(key: str) -> str:
 
 def _damageable(root: Path) -> list[str]:
     """Every object whose bytes a reader uses: all but run markers (empty objects whose key is
-    all they say, docs/format.md §8b: their content is never read, so there is nothing to damage)
-    and other empty objects (compacted records, §8c)."""
+    all they say, docs/format.md §13: their content is never read, so there is nothing to damage)
+    and other empty objects (compacted records, §14)."""
     return [k for k in _files(root) if _kind(k) != "runmark" and (root / k).stat().st_size > 0]
-    # (and empty objects: a compacted record, §8c, has no bytes to damage; tests/test_stubs.py
+    # (and empty objects: a compacted record, §14, has no bytes to damage; tests/test_stubs.py
     # covers stubs without a valid copy)
 
 

@@ -27,7 +27,7 @@ from snapstore.integrations.langgraph import SnapstoreSaver, run_id_for  # noqa:
 from snapstore.manager import retention  # noqa: E402
 from snapstore.manager.retention import Policy, plan  # noqa: E402
 
-NEEDS_KEY = "snapstore.needs"  # the documented key (docs/format.md §13)
+NEEDS_KEY = "snapstore.needs"  # the documented key (docs/format.md §21)
 
 CFG = {"configurable": {"thread_id": "t"}}
 RUN = run_id_for("t")

@@ -3,7 +3,7 @@
 Found in the ledger workload at d7f3d4d (4 processes, 2 shared runs, 150 operations each; about
 one save in 150 to 300): a save raised ``StoreError: cannot write .../runmarks/<run>.<seq>.il.<nonce>:
 No such file or directory`` instead of ``ConflictError``. Nothing was lost (the save was not
-acknowledged and nothing of it was published), but the conflict contract (docs/format.md §12: the
+acknowledged and nothing of it was published), but the conflict contract (docs/format.md §20: the
 loser of a race gets ConflictError) is broken and a caller that retries only on ConflictError
 stops with a store error.
 

@@ -1,4 +1,4 @@
-"""Log segments of version 3 (docs/format.md §8a): the covered records' bodies in one zstd frame.
+"""Log segments of version 3 (docs/format.md §12): the covered records' bodies in one zstd frame.
 
 Shows: a level-1 segment costs a fraction of its 16 manifests; segments of version 2 (whole
 manifest objects, written by earlier versions) are still read by list(), GC and verify, also mixed
@@ -92,7 +92,7 @@ def test_mixed_versions_merge_into_a_version3_level2_segment(tmp_path):
     copies = decode_logseg("k", data)
     assert [c.seq for c in copies] == list(range(256))
     for c in copies:  # each copy equals the manifest at its position, field by field
-        assert c.manifest("k", run_id="r") == mgr.repo.read_manifest_key(keys.manifest_key(rk, c.seq))  # stubs too (§8c)
+        assert c.manifest("k", run_id="r") == mgr.repo.read_manifest_key(keys.manifest_key(rk, c.seq))  # stubs too (§14)
     fresh = CheckpointManager(store)
     assert [c.id for c in fresh.list("r")] == ids[::-1]
     assert fresh.verify().ok

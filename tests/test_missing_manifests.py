@@ -3,7 +3,7 @@
 Issue 20: deleting a manifest object (a disk error, an operator's mistake, a bad lifecycle rule)
 was never reported: a non-head one silently lost that checkpoint, a deleted head silently moved
 the head back, and ``verify --read-data`` reported 0 errors. Every removal of log records now
-writes a removal record first (docs/format.md §8e), so a gap in a run's log that none names is a
+writes a removal record first (docs/format.md §16), so a gap in a run's log that none names is a
 ``missing-manifest`` error. Retention, rollback, delete and GC (young records voided, old ones
 deleted) leave no such error.
 """

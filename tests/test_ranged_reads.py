@@ -1,6 +1,6 @@
 """Byte-range reads: the stores' ranged ``get`` (whole, ``[start, end)``, open and suffix ranges)
 on the local store, the memory store and S3 (moto in process and over HTTP), and the reader's
-ranged fetch of packs much larger than what a checkpoint needs (docs/format.md §6, §11)."""
+ranged fetch of packs much larger than what a checkpoint needs (docs/format.md §8, §19)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CPU fast paths of a cold read keep every check they replace (docs/format.md §11, "CPU").
+"""The CPU fast paths of a cold read keep every check they replace (docs/design-notes.md §2.20, "CPU of a cold read").
 
 * A restore verifies its list as a whole against the manifest's list digest instead of each
   chunk against its content id: damage the pack checksum does not catch (a pack rebuilt with a

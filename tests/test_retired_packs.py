@@ -1,4 +1,4 @@
-"""Damaged packs that readers can still touch, and crash leftovers (docs/format.md §11, §13).
+"""Damaged packs that readers can still touch, and crash leftovers (docs/format.md §19, §21).
 
 After a GC with a grace period the repacked per-save packs (retired packs, with forwarding records
 to their rewrite) and rewritten tier segments stay until a later GC deletes them, and readers read
@@ -138,7 +138,7 @@ def test_one_flipped_byte_in_any_object_is_survived_or_reported(fmt, tmp_path, m
     survived, failed = [], []
     for k in sorted(store.raw()):
         if k.startswith("runmarks/") or not store.raw()[k]:
-            continue  # run markers: empty, only their key is read (docs/format.md §8b); stubs (§8c): empty
+            continue  # run markers: empty, only their key is read (docs/format.md §13); stubs (§14): empty
         path = os.path.join(root, *k.split("/"))
         with open(path, "rb") as f:
             data = f.read()

@@ -1,4 +1,4 @@
-"""Run markers (docs/format.md §8b): ``runs()`` from LIST pages alone, on a real local directory and
+"""Run markers (docs/format.md §13): ``runs()`` from LIST pages alone, on a real local directory and
 on S3 (moto's HTTP server), with the fallback to reading heads for what the markers cannot decide
 (old layouts, in-flight or crashed liveness changes, rollback heads, ids too long for a key)."""
 

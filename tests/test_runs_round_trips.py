@@ -11,7 +11,7 @@ moto runs in its own process here: in this process (``ThreadedMotoServer``) its 
 ms a request) is serialised with the client's by the GIL, so 400 "parallel" requests would queue
 for seconds and timing would show chains that are only CPU contention.
 
-Run markers (docs/format.md §8b) decide most runs from one LIST of ``runmarks/`` beside the LIST
+Run markers (docs/format.md §13) decide most runs from one LIST of ``runmarks/`` beside the LIST
 of ``runs/``; what they leave open (a deleted run: one LIST confirming its tombstone; a rollback
 head: one LIST and one GET, as before markers) ``runs()`` issues ``store.max_concurrency`` (128)
 at a time. ``tests/test_runmarks.py`` covers the cases; this file times them.
@@ -189,7 +189,7 @@ def test_runs_200_in_few_round_trips(slow_store, repo_bucket):
           f"again: {counts(warm)} chain {chain(warm)} in {warm_s:.2f} s; "
           f"another new manager: {counts(again)} chain {chain(again)} in {again_s:.2f} s")
     # new manager: the config GET and the versioning check (overlapping the LISTs), 1 LIST of
-    # runs/ beside 1 LIST of runmarks/ (§8b); nothing for the 198 runs whose markers say live;
+    # runs/ beside 1 LIST of runmarks/ (§13); nothing for the 198 runs whose markers say live;
     # one LIST per deleted run (its tombstone commit checked against the head); the rollback
     # heads read as before: a LIST and a GET each, their targets (2 live, 1 missing, whose
     # fallback scan is one more LIST)

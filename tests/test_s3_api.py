@@ -360,7 +360,7 @@ def test_list_pages_past_1000_checkpoints(s3_inprocess_store):
     assert mgr.get("long", ids[0]).messages == [{"role": "system", "content": "s"}, {"role": "user", "content": "m0"}]
     assert mgr.runs() == ["long", "other"]
     # deleting the run removes all 1,100 records: younger than FREE_AFTER, each becomes a void
-    # record (docs/format.md §8d) keeping its position taken; GC then deletes them (DeleteObjects
+    # record (docs/format.md §15) keeping its position taken; GC then deletes them (DeleteObjects
     # batches of <= 1,000)
     mgr.delete("long")
     assert mgr.latest("long") is None and mgr.list("long") == []
@@ -531,7 +531,7 @@ def test_restore_of_10k_messages_takes_3_round_trips_from_its_segments(store):
 def test_restore_after_gc_repack_stays_bounded(s3_inprocess_store):
     """After gc() merges a run's small packs, restoring must stay cheap: every object fetched once,
     and a bounded number of round trips (at most 3 per restore step, i.e. 3 x (depth + 3)). Tree
-    nodes keep their hints to the retired packs (format.md section 13); the reader meets one 404,
+    nodes keep their hints to the retired packs (docs/format.md §21); the reader meets one 404,
     loads ``gc/fwd-cache`` once and from then on fetches the new packs directly (before the cache
     and the gone-pack memory, every entry re-GET its retired pack: ~930 GETs in ~670 round trips).
     """

@@ -1,4 +1,4 @@
-"""Format 2 segments (docs/format.md §7a) and log segments (§8a): the counter, what a fresh reader
+"""Format 2 segments (docs/format.md §10) and log segments (§12): the counter, what a fresh reader
 fetches, readers and GC beside a writer that merges and deletes, hostile segment lists."""
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def test_hostile_segment_list_in_a_manifest_is_a_typed_error():
     version, raw = open_manifest(key, body)
     d = loads_exact(raw)
     d["segs"] = "not hex at all"
-    # version 4: the envelope stored, the body "codec 0 | JSON" (docs/format.md §8)
+    # version 4: the envelope stored, the body "codec 0 | JSON" (docs/format.md §11)
     store.corrupt(key, seal_envelope(MANIFEST_MAGIC, version, b"\0" + dumps_exact(d), compress=False))
     with pytest.raises(IntegrityError) as ei:
         CheckpointManager(store).latest("r")

@@ -1,4 +1,4 @@
-"""Session state as a deduplicated value tree (docs/format.md §5a): exact round trips, what a save
+"""Session state as a deduplicated value tree (docs/format.md §7): exact round trips, what a save
 costs, garbage collection keeping the pieces, forks, ``stats``, damaged objects, and repositories
 written by the previous release (inline states and ``session_state_ref``)."""
 

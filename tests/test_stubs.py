@@ -1,4 +1,4 @@
-"""Compacted run logs (docs/format.md §8c): manifests covered by a log segment become 0-byte stubs.
+"""Compacted run logs (docs/format.md §14): manifests covered by a log segment become 0-byte stubs.
 
 Readers equal to an uncompacted repository; the slot stays (a stale writer gets ConflictError); a
 stub never recreates a pruned key; level-2 segments over stubs keep every copy; GC and verify on a

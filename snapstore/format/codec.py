@@ -419,7 +419,7 @@ ENVELOPE_LIMITS = {b"SNCF": 1 << 20, b"SNMF": 16 << 20, b"SNIX": 64 << 10, b"SNF
                    b"SNFM": 16 << 20, b"SNFC": 32 << 20, b"SNGC": 16 << 20}
 """Largest stored body (bytes, after decompression) of each kind of envelope: config, manifest,
 index record, per-pack forwarding record, forwarding-map shard, forwarding-record cache, GC
-candidate record (docs/format.md §2, "Limits")."""
+candidate record (docs/format.md §3, "Limits")."""
 
 
 def open_envelope(key: str, magic: bytes, data: bytes, zdict: "bytes | zstandard.ZstdCompressionDict | None" = None,

@@ -1,6 +1,6 @@
 """Content ids and the mapping of user-supplied names (run ids, checkpoint ids) to object keys.
 
-Pure functions; no I/O. See ``docs/format.md`` sections "Ids" and "Keys".
+Pure functions; no I/O. See ``docs/format.md`` sections "Primitives" and "Keys".
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Hasher:
         return blake3.blake3(key=self.key)
 
     def exact_tag(self, digest_hex: str, exact: int, arrays: int | None = None) -> str:
-        """The keyed tag of a manifest's ``messages.x`` and ``messages.a`` (docs/format.md §8):
+        """The keyed tag of a manifest's ``messages.x`` and ``messages.a`` (docs/format.md §11):
         binds how many of the list's messages need the exact parser, and whether the run's array
         blocks held exactly this list when it was saved (``arrays``: 0 or 1; None for records
         without ``messages.a``), to the list digest under the repository key, so that a record
@@ -169,7 +169,7 @@ def name_is_inline(name: str) -> bool:
 
 
 def run_digest(run_id: str) -> str:
-    """``rd`` of a compact manifest (docs/format.md §8): 8 hex digits of unkeyed
+    """``rd`` of a compact manifest (docs/format.md §11): 8 hex digits of unkeyed
     ``blake3(b"run\\0" + UTF-8 of the run id)[:4]``; ties a record to the run its key names."""
     return blake3.blake3(b"run\0" + run_id.encode("utf-8", "surrogatepass")).hexdigest(4)
 

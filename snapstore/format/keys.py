@@ -35,7 +35,7 @@ FWD = "fwd/"
 GC = "gc/"
 FWD_CACHE = "gc/fwd-cache"
 """Written by GC: the whole forwarding map, each record with its shard's ETag and its time
-(advisory; see docs/format.md §13)."""
+(advisory; see docs/format.md §21)."""
 
 
 def fwd_shard(pack_id: bytes) -> str:

@@ -1,5 +1,5 @@
 """Log segments (format 2): copies of a run's log records in one object, so listing a run reads
-O(log n) objects instead of one manifest per checkpoint (docs/format.md §8a).
+O(log n) objects instead of one manifest per checkpoint (docs/format.md §12).
 
 A level-L log segment covers the ``LOG_FANOUT**L`` log positions ending at ``hi`` (those with
 ``hi - LOG_FANOUT**L < seq <= hi``; ``hi + 1`` is a multiple of ``LOG_FANOUT**L``) and holds a copy

@@ -26,15 +26,15 @@ INDEX_MAGIC = b"SNIX"
 CONFIG_MAGIC = b"SNCF"
 FORWARD_MAGIC = b"SNFW"
 FORMAT_VERSION = 2
-"""Newest format this code reads and the one it writes (2: segment lists, docs/format.md §7a).
+"""Newest format this code reads and the one it writes (2: segment lists, docs/format.md §10).
 Format 1 objects are read as they are."""
 
 MANIFEST_VERSION_VALUE_TREE = 3
 """Envelope version of a manifest whose session state is a value tree (``session_state_tree``,
-docs/format.md §5a): a reader that does not know value trees refuses the record instead of
+docs/format.md §7): a reader that does not know value trees refuses the record instead of
 returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
 MANIFEST_VERSION_COMPACT = 4
-"""Envelope version of every manifest this version writes (docs/format.md §8): the envelope stores
+"""Envelope version of every manifest this version writes (docs/format.md §11): the envelope stores
 its body as ``u8 codec | data`` (codec 3: zstd with :data:`MANIFEST_DICT_V2`), and a record of a
 run whose key segment is inline names its run by the short digest ``rd`` instead of the full run
 id ``run`` (the run id is the one its key names). Such records may hold a value tree. A reader
@@ -42,8 +42,8 @@ that does not know version 4 refuses the record (``UnsupportedFormatError``; its
 being stored uncompressed) instead of misreading it."""
 MANIFEST_VERSION_ARRAYS = 5
 """Envelope version of every manifest this version writes: version 4's envelope and body codec,
-for records whose segments may hold *array blocks* (docs/format.md §6) and whose ``messages``
-may say how many of the list's messages need the exact parser (``x``, docs/format.md §8). A reader
+for records whose segments may hold *array blocks* (docs/format.md §8) and whose ``messages``
+may say how many of the list's messages need the exact parser (``x``, docs/format.md §11). A reader
 that does not know version 5 refuses the record (``UnsupportedFormatError``) instead of taking
 the packs' array blocks for damage."""
 MANIFEST_VERSION_MAX = MANIFEST_VERSION_ARRAYS
@@ -54,7 +54,7 @@ KIND_ROLLBACK = "rollback"
 KIND_TOMBSTONE = "tombstone"
 
 VOID_RECORD = b"\x00"
-"""A *void record* (docs/format.md §8d): the 1-byte object that replaces a deleted record whose
+"""A *void record* (docs/format.md §15): the 1-byte object that replaces a deleted record whose
 log position must stay taken (a record younger than ``FREE_AFTER`` that a rollback, a delete or
 a prune removed). Readers treat a manifest object of exactly one byte as no record at all; a
 create-only write at its key fails like at any record, so a stale writer cannot take the
@@ -62,14 +62,14 @@ position again."""
 
 VIEW_TTL = 300.0
 """Seconds a writer may act on its knowledge of a run's newest record without reading it again
-(docs/format.md §12): a save, rollback or delete whose view is older re-reads the head before it
+(docs/format.md §20): a save, rollback or delete whose view is older re-reads the head before it
 publishes, and one that took longer than this from its view to the reply of its publish checks
 afterwards that no newer record exists."""
 
 FREE_AFTER = 2 * VIEW_TTL
 """Store-time age (seconds) a log record must have before a rollback, delete or prune may free its
 position by deleting it; a younger one is replaced by :data:`VOID_RECORD` instead (docs/format.md
-§8d). GC deletes void records (and hidden records) only once older than this and its grace
+§15). GC deletes void records (and hidden records) only once older than this and its grace
 period."""
 
 
@@ -120,7 +120,7 @@ MANIFEST_DICT_V2 = (
     b'"layout":[["messages","s",0,1]],"nlead":0},"messages":{"count":1,"bytes":1,"digest":"",'
     b'"state":["",""]},"segs":""}'
 )
-"""Raw-content zstd dictionary of version-4 manifests (body codec 3, docs/format.md §8): the
+"""Raw-content zstd dictionary of version-4 manifests (body codec 3, docs/format.md §11): the
 record shapes this version writes, the compact ``rd`` form, a CheckpointManager checkpoint with the
 usual user fields, and the two records SnapstoreSaver writes (a LangGraph checkpoint and its
 pending writes). Part of manifest version 4: never change these bytes; a new dictionary needs a
@@ -275,19 +275,19 @@ class Manifest:
         session_state_ref: ``[id hex, pack hex, size, flags]`` of a large session state stored as one
             chunk or pieces entry (written by earlier versions; read, never written), else None.
         session_state_tree: a large session state stored as a value tree
-            (:class:`~snapstore.format.valuetree.ValueTree`, docs/format.md §5a), else None.
+            (:class:`~snapstore.format.valuetree.ValueTree`, docs/format.md §7), else None.
         has_session_state: whether a session state was given at all.
         count / size: messages in the list and their uncompressed JSON bytes.
         digest: hex keyed blake3 of the concatenated message ids (prefix checks without reading).
         state: ``[state id hex, pack hex]`` of the list's spine; None for an empty list.
         exact: how many of the list's messages carry the EXACT flag (need the exact parser,
-            docs/format.md §5); None when the writer did not know (records before version 5).
+            docs/format.md §6); None when the writer did not know (records before version 5).
         exact_tag: keyed tag of ``exact``, ``arrays`` and the digest (:meth:`Hasher.exact_tag`,
             ``messages.xt``); a reader of array blocks believes ``exact`` and ``arrays`` only when
             it matches.
         arrays: ``messages.a``: 1 when the writer knew that the run's array blocks held exactly
             this list when it saved it (their first ``count`` items, and no more), 0 when it knew
-            they did not; None for records without it (docs/format.md §8, §11).
+            they did not; None for records without it (docs/format.md §11, §19).
         target: for rollback records, ``{"seq": k, "id": checkpoint id}``.
         origin: for the first checkpoint of a fork, ``{"run": source run id, "id": source checkpoint id}``.
         segs: format 2: the run's segment list (:class:`snapstore.format.segs.Seg`), on checkpoint
@@ -386,7 +386,7 @@ class Manifest:
     def from_body(cls, key: str, version: int, body: bytes, light: bool = False,
                   run_id: str | None = None) -> "Manifest":
         """Decode a manifest from its envelope ``version`` and its JSON ``body`` (what the envelope
-        holds after decompression; a log segment of version 3 stores records so, docs/format.md §8a).
+        holds after decompression; a log segment of version 3 stores records so, docs/format.md §12).
         ``light`` and ``run_id`` as in :meth:`from_bytes`.
 
         Raises:
@@ -460,7 +460,7 @@ class Manifest:
 
 def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     """Verify a manifest object's envelope and return ``(envelope version, JSON body)``, the form a
-    log segment of version 3 stores (docs/format.md §8a); :meth:`Manifest.from_body` decodes it.
+    log segment of version 3 stores (docs/format.md §12); :meth:`Manifest.from_body` decodes it.
 
     Raises:
         IntegrityError: wrong magic, bad checksum, undecodable or too large body (names ``key``).
@@ -599,10 +599,10 @@ SETTING_RANGES = {
     "max_items": (2, 4096),
     "inline_state_max": (0, 1 << 20),
     "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
-    "removals": (0, 1),                  # 1: every removal of log records is recorded (§8e)
+    "removals": (0, 1),                  # 1: every removal of log records is recorded (§16)
 }
 """Allowed range (inclusive) of every repository setting, checked when a repository is created
-and every time its config is read (docs/format.md §4)."""
+and every time its config is read (docs/format.md §5)."""
 
 
 def check_settings(values: dict) -> str | None:
@@ -643,7 +643,7 @@ class RepoConfig:
             records carry no segment list and every save's pack stays where its hints name it
             (format-1 writes; for tests of format-1 behaviour and comparisons).
         removals: 1 if every writer of this repository records the log positions it removes
-            (removal records, docs/format.md §8e): set when a repository is created by this
+            (removal records, docs/format.md §16): set when a repository is created by this
             version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
             no removal record names as a missing manifest (an error); with 0 it reports no gap
             (an earlier version removed records without saying so).

@@ -19,7 +19,7 @@ Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "P
                   an entry's offset is the sum of the lengths of the entries before it in the
                   same block (entries are listed in block order).
 
-Array blocks (docs/format.md §6): the raw bytes are a JSON array, ``[`` + items joined by ``,`` +
+Array blocks (docs/format.md §8): the raw bytes are a JSON array, ``[`` + items joined by ``,`` +
 ``]``, each item one message's JSON made of one or more consecutive chunk entries (a message stored
 whole, or the pieces of a large one). An entry whose type byte has bit 7 set (``0x80 | c``)
 continues the item of the entry before it; every other entry starts an item, one byte (the ``[``
@@ -58,9 +58,9 @@ MAGIC = b"SNPK"
 VERSION = 1
 T_CHUNK, T_NODE, T_STATE, T_UPPER, T_PIECES = b"c"[0], b"n"[0], b"s"[0], b"u"[0], b"p"[0]
 T_VALUE = b"v"[0]
-"""Entry type of a session-state value tree's spine (docs/format.md §5a; the layout of ``s``)."""
+"""Entry type of a session-state value tree's spine (docs/format.md §7; the layout of ``s``)."""
 T_HOLE = b"h"[0]
-"""Entry type of an array block's *hole* (docs/format.md §6): a zero-length entry standing for one
+"""Entry type of an array block's *hole* (docs/format.md §8): a zero-length entry standing for one
 item, a message stored elsewhere under its content id (a ``c`` entry holding it whole, or a ``p``
 entry listing its pieces), whose JSON a reader splices in at the hole's offset."""
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
@@ -71,13 +71,13 @@ MAX_BLOCK_RAW = 128 << 20
 """Largest uncompressed block (bytes; twice the largest chunk a config allows). A reader refuses a
 pack whose header records more, and never decompresses a block past the length its header
 records, so reading one block costs at most about twice this in memory. Writers start a new block
-(without dictionary) instead of growing one past it (docs/format.md §6)."""
+(without dictionary) instead of growing one past it (docs/format.md §8)."""
 MAX_BLOCKS = 4096
 
 DATA_BLOCK_MAX = 1 << 20
 """Largest uncompressed *data* block writers make (bytes): chunks (messages, message pieces,
 session-state pieces) beyond it go into further data blocks, so that a reader needing a few
-entries of a large pack fetches only the blocks holding them with byte ranges (docs/format.md §6).
+entries of a large pack fetches only the blocks holding them with byte ranges (docs/format.md §8).
 A single entry larger than this gets a block of its own. Metadata (block 0) is not split."""
 
 HEADER_POS = 5 + PACK_ID_BYTES
@@ -123,7 +123,7 @@ class Entry(NamedTuple):
     """One entry: ``type`` (a ``T_*`` byte), ``id``, ``block`` index, ``offset``/``length`` in the raw block.
 
     A named tuple rather than a frozen dataclass: a pack's header is parsed into one per entry,
-    and a tuple is several times cheaper to build (docs/format.md §11, "CPU")."""
+    and a tuple is several times cheaper to build (docs/design-notes.md §2.20, "CPU of a cold read")."""
 
     type: int
     id: bytes
@@ -172,7 +172,7 @@ class PackBuilder:
         return True
 
     def add_item(self, parts: list[tuple[bytes, bytes]]) -> None:
-        """Append one message to the pack's array blocks (docs/format.md §6): ``parts`` is
+        """Append one message to the pack's array blocks (docs/format.md §8): ``parts`` is
         ``[(chunk id, bytes)]``, the message's JSON whole (one part) or in consecutive chunks.
 
         Items keep their order and are never deduplicated (a list that repeats a message holds it
@@ -189,7 +189,7 @@ class PackBuilder:
     def add_hole(self, message_id: bytes) -> None:
         """Append a hole to the array blocks: an item standing for a message stored under its
         content id ``message_id`` as a chunk or a pieces list (in this pack or another), which
-        keeps it deduplicated; readers splice its JSON in (docs/format.md §6)."""
+        keeps it deduplicated; readers splice its JSON in (docs/format.md §8)."""
         self._items.append([(T_HOLE, message_id, b"")])
 
     def set_dictionary(self, spec: DictSpec, dict_bytes: bytes, made_of: set | None = None) -> None:
@@ -240,7 +240,7 @@ class PackBuilder:
             # what only older checkpoints need (their session-state pieces, messages a rewrite
             # dropped) first, then the chunks a reader of the newest checkpoint needs (its
             # messages), so that those sit in the last data blocks, next to the metadata block
-            # and the header: the tail a ranged reader reads first (docs/format.md §6, §11)
+            # and the header: the tail a ranged reader reads first (docs/format.md §8, §19)
             first = self.first_ids
             data = [it for it in data if it[1] not in first] + [it for it in data if it[1] in first]
         # data blocks first, then the array blocks, the metadata block last (beside the header)
@@ -462,7 +462,7 @@ class Pack:
 
 class RangedPack(Pack):
     """A pack read with byte ranges: its header and trailer (from one suffix read) and the blocks
-    fetched so far (docs/format.md §11, ranged reads).
+    fetched so far (docs/format.md §19, ranged reads).
 
     The pack checksum cannot be verified without every byte, so a ranged pack is trusted only as
     far as its entries are: every entry a reader takes from it is verified by its content id, and a

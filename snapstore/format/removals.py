@@ -1,4 +1,4 @@
-"""Removal records: which log positions of a run were removed on purpose (docs/format.md §8e).
+"""Removal records: which log positions of a run were removed on purpose (docs/format.md §16).
 
 A run's log may have gaps: retention, rollbacks and deletes remove records, and GC removes the
 records nothing needs. A removal record, written create-only *before* the records it names are

@@ -1,11 +1,11 @@
 """Run markers: keys under ``runmarks/`` that say, from a LIST alone, which runs are live (format 2).
 
-Pure functions; no I/O. See ``docs/format.md`` §8b. A run marker is an empty object whose key
+Pure functions; no I/O. See ``docs/format.md`` §13. A run marker is an empty object whose key
 names a run key, a log position and what the record at that position did to the run's liveness:
 
 ``runmarks/<R>.<S>.<code>[.<extra>]``
 
-- ``<R>``: the run's key segment (§3: ``b`` + base32, or ``h`` + 32 hex digits);
+- ``<R>``: the run's key segment (§4: ``b`` + base32, or ``h`` + 32 hex digits);
 - ``<S>``: 16 lowercase hex digits of ``2^64-1-seq`` (newest position first, like manifests);
 - ``<code>``: ``l`` (commit: the record at ``seq`` is a checkpoint that made the run live),
   ``t`` (commit: the record at ``seq`` is a tombstone), ``il`` / ``it`` (intent: such a record

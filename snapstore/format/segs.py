@@ -1,6 +1,6 @@
 """Segments: the short list of packs that hold a run's data, kept by writer-side tiered compaction.
 
-Format 2 (docs/format.md §7a). Every checkpoint (and rollback) record carries ``segs``: packs
+Format 2 (docs/format.md §10). Every checkpoint (and rollback) record carries ``segs``: packs
 that together hold every entry the run has written, so a reader fetches them all in one parallel
 wave instead of following per-save location hints pack by pack. A *level-0* segment is a per-save
 pack; a level-L segment (a *tier pack*) is a copy of ``fanout`` level-(L-1) segments merged into one

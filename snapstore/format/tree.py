@@ -190,7 +190,7 @@ def decode_node(data: bytes) -> tuple[int, list[Ref]]:
 
 def exact_count(refs) -> int:
     """How many of the level-0 ``refs`` (an iterable of :class:`Ref`) carry FLAG_EXACT: a
-    manifest's ``messages.x`` (docs/format.md §8)."""
+    manifest's ``messages.x`` (docs/format.md §11)."""
     return sum(1 for r in refs if r.flags & FLAG_EXACT)
 
 

@@ -1,10 +1,10 @@
 """Session state as a deduplicated value: cutting a JSON value's exact bytes into pieces, and the
 manifest field that names the value's tree.
 
-A session state whose exact JSON (docs/format.md §5) is longer than ``inline_state_max`` is stored
-as a *value tree* (docs/format.md §5a): its bytes ``S`` are cut into *pieces* whose concatenation
+A session state whose exact JSON (docs/format.md §6) is longer than ``inline_state_max`` is stored
+as a *value tree* (docs/format.md §7): its bytes ``S`` are cut into *pieces* whose concatenation
 is ``S``; each piece is a chunk (``c`` entry, named by its content id), and the pieces' refs form a
-list stored exactly like a message list (§7): sealed nodes (``n``), an upper entry (``u``) and a
+list stored exactly like a message list (§9): sealed nodes (``n``), an upper entry (``u``) and a
 *value spine* entry (``v``, the layout of a state entry). The manifest names the spine and the
 value's content id (:class:`ValueTree`).
 

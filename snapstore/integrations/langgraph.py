@@ -3,60 +3,23 @@
 Layer 5 (a surface over :class:`snapstore.manager.facade.CheckpointManager`); needs the extra
 ``snapstore[langgraph]`` (``langgraph-checkpoint`` 4.3 and ``langchain-core``).
 
-Mapping (docs: README "LangGraph"):
+Mapping (docs: README "LangGraph"; the persisted record layout, normative, is
+``docs/langgraph-layout.md``; section numbers below are of that page):
 
-* One snapstore **run** per ``(thread_id, checkpoint_ns)``, named
-  ``langgraph:["<thread_id>","<checkpoint_ns>"]`` (JSON, so any thread id or namespace is safe).
-* A thread's **namespace registry** is the run ``langgraph-ns:["<thread_id>"]``: one record
-  (session state ``{"lgns": [every namespace]}``, no messages) per new namespace, saved before the
-  namespace's run gets its first record, so ``list(config)`` without ``checkpoint_ns``,
-  ``delete_thread``, ``copy_thread`` and ``prune`` read the thread's runs without listing the
-  repository's (``delete_thread`` deletes the registry last). A thread without a registry
-  (written before registries) is found by listing every run. Creating a registry lists every
-  run once to register the thread's existing namespaces too, unless the namespace being
-  registered is the root one (``""``) and that run is empty: a brand-new thread costs no
-  listing. Limit: a thread of an earlier version holding only non-root namespaces that then
-  gets its first root checkpoint from this version registers only ``""``.
-* Every ``put`` and every ``put_writes`` call is one snapstore checkpoint of the run (a *record*,
-  with a generated snapstore id; no index record). Records written by this version have ``"v":
-  2`` in their session state; records of the earlier layout (``"lg": "c"``/``"w"``, the LangGraph
-  id as snapstore id) are still read.
-* A **checkpoint record** (metadata ``{"lg": "C", "id", "parent", "chs", "md"}``: what listing
-  needs without reading data; ``md`` is LangGraph's metadata, ``mdb`` when it is not exact JSON)
-  has as its **message list**: the messages of every message-list channel value (a non-empty list
-  of LangChain messages, or a DeltaChannel ``_DeltaSnapshot`` of one), one message per chunk as
-  LangChain's ``message_to_dict`` JSON; then, for each DeltaChannel channel it does not hold (the
-  metadata's ``counters_since_delta_snapshot`` names them), its **history section**: the seed
-  and the on-path writes that ``get_delta_channel_history`` returns for it, as message items after
-  small marker items (computed at put time from the parent, which the run's newest record
-  carries); then the other channel values (one serde item each, base64; over 64 KiB split by
-  content-defined chunking like any large message); then one *meta* item (the checkpoint without
-  its values: versions, ts...; the metadata and the parent); then any writes stored for it
-  before it was put (``w``), then the writes stored so far for other checkpoints not put yet
-  (``eo``: ``{checkpoint id: descriptors}``, carried on from the run's newest record). ``"x"``
-  marks a record that may miss writes stored before it, and a record without ``"k"`` is of an
-  earlier release, which did not carry writes stored before the parent was put: readers then
-  list the whole run. The session state holds only the layout (positions). Items repeated from
-  record to record are stored once; the rest (meta items) compresses with the run's other
-  records when its packs are merged.
-* A **writes record** (metadata ``{"lg": "W", "for": <checkpoint id>, "chs", "acc"?}``) carries
-  the run's latest checkpoint (``cf``: its items, layout and writes so far, the newest record's
-  ones plus this call's) and the writes stored so far for a checkpoint not put yet (``ef``:
-  LangGraph's default async durability stores a task's writes before the checkpoint they are
-  for), and ``eo`` the sets of further checkpoints not put yet (with async durability a
-  task's writes for C2 can land before C1 is put). So the run's **newest record** always holds
-  the latest checkpoint with its pending
-  writes and history, and the parent of the next checkpoint with its writes: a fresh
-  ``get_state`` reads one record, and a step's cost does not grow with the run. ``acc``: the
-  log position of the record this one carries on (listing reads only the newest of a chain).
-  Writes for an older checkpoint (or that land after its child was put) start a new chain and
-  mark the carried history as stale (readers then walk the parent chain, as before).
+* One snapstore **run** per ``(thread_id, checkpoint_ns)``, ``langgraph:["<thread_id>", "<ns>"]``,
+  and a **namespace registry** run per thread, ``langgraph-ns:["<thread_id>"]`` (layout §1).
+* Every ``put`` is one *checkpoint record* (``"lg": "C"``) and every ``put_writes`` one *writes
+  record* (``"lg": "W"``), each a snapstore checkpoint with a generated id whose message list
+  holds the messages (one per chunk, as ``message_to_dict`` JSON) and the serde items, whose
+  session state holds the layout (positions) and whose metadata holds what listing needs
+  (layout §2-§4). Records of the earlier layout (``"lg": "c"``/``"w"``) are still read (§7).
+* The run's **newest record** always carries the latest checkpoint with its pending writes and
+  DeltaChannel history sections (§4, §5), so a fresh ``get_state`` reads one record and a step's
+  cost does not grow with the run.
 * Every record is saved on top of the run's newest record as a compare-and-swap on it
-  (``expect_head``): it is built from what that record carries, so when another writer saved
-  meanwhile it is built again on the new newest record. Time travel (a put whose parent is an
-  old checkpoint) and new roots are plain saves; the LangGraph parent is kept in the metadata.
-  Two processes writing one thread both succeed, the later put being the newer checkpoint (as
-  LangGraph's SQL savers do); a checkpoint id put again is replaced (the newest record wins).
+  (``expect_head``) and built again when another writer moved the run. Time travel and new
+  roots are plain saves; two processes writing one thread both succeed, the later put being the
+  newer checkpoint (as LangGraph's SQL savers do).
 * "Latest" (``get_tuple`` without ``checkpoint_id``) is the checkpoint put last; ``list`` orders
   by checkpoint id, newest first. LangGraph's ids grow with time, so the two agree for graphs.
 """
@@ -1305,7 +1268,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         The saver is one caller per LangGraph thread whatever OS thread or asyncio task calls it
         (LangGraph puts from its executor threads): operations that move a run's head pass the
         head they just read as ``expect_head`` instead of relying on what the calling context
-        saw (docs/format.md §12), so they conflict only with a writer that moved the run between
+        saw (docs/format.md §20), so they conflict only with a writer that moved the run between
         that read and the operation, and are then decided again on the new head."""
         for attempt in range(self.SAVE_ATTEMPTS):
             try:

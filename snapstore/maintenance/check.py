@@ -183,7 +183,7 @@ def _newest_segments(logs: dict):
 def head_segments(logs: dict) -> dict:
     """Segment packs (format 2) listed by each run's newest record: pack id -> the run key.
 
-    They are where the run's entries live (docs/format.md §7a): GC keeps them whole and never
+    They are where the run's entries live (docs/format.md §10): GC keeps them whole and never
     repacks them (their writer merges them), verify does not call them unreferenced.
     """
     out: dict = {}
@@ -194,7 +194,7 @@ def head_segments(logs: dict) -> dict:
 
 
 def void_record(info) -> bool:
-    """True if the listed object ``info`` is a void record (docs/format.md §8d): one byte, under
+    """True if the listed object ``info`` is a void record (docs/format.md §15): one byte, under
     a manifest key that names a position (one that does not is a stray name, read and reported
     as a manifest)."""
     if not is_void(info.size):
@@ -209,7 +209,7 @@ def void_record(info) -> bool:
 def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_keys: dict, copies_above: dict,
                 infos: dict, logs: dict, accept: bool = False) -> None:
     """Report log positions of a run that hold nothing (no manifest, compacted record or void
-    record) and that no removal record names (docs/format.md §8e): a manifest deleted outside
+    record) and that no removal record names (docs/format.md §16): a manifest deleted outside
     snapstore. Below the run's newest record every position was written once; above it, a position
     counts if a log segment of the run's current life (written after its oldest record) holds a
     copy of it (the newest records were deleted). Only in a repository whose writers record
@@ -218,7 +218,7 @@ def _check_gaps(repo: Repository, rep, keys_by_run: dict, voids: set, removal_ke
     and reported as ``accepted-missing`` warnings instead: the checkpoints there are lost, and
     saying so lets ``verify`` pass again."""
     if not getattr(repo.config, "removals", 0):
-        return  # written before removal records: its gaps cannot be told apart (§8e)
+        return  # written before removal records: its gaps cannot be told apart (§16)
     void_seqs: dict[str, set] = defaultdict(set)
     for k in voids:
         void_seqs[k.split("/")[1]].add(keys.seq_from_manifest_key(k))
@@ -301,7 +301,7 @@ _STUB = object()
 
 
 def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> list:
-    """Read compacted records (0-byte manifests, docs/format.md §8c) from their copies: per run,
+    """Read compacted records (0-byte manifests, docs/format.md §14) from their copies: per run,
     one LIST of its log segments, then the covering ones (largest first) in parallel; a stub left
     without a valid copy is read alone, raising CompactedRecordError. Returns
     ``[(run key, manifest key, Manifest | None, error | None)]``."""
@@ -380,7 +380,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
         try:
             data = repo.store.get(k)
             if not data:
-                return rk, k, None, _STUB  # a compacted record (§8c): read below, per run in bulk
+                return rk, k, None, _STUB  # a compacted record (§14): read below, per run in bulk
             return rk, k, repo.manifest_from_object(k, data, light), None
         except SnapstoreError as e:
             return rk, k, None, e
@@ -604,7 +604,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         on_run: ``on_run(reach, pids)``, called once each run is marked, with the packs it met
             (``reach.usage`` holds their needed and total raw bytes), while they are still in
             the pack cache: GC copies the live entries of the segments it rewrites then, so that
-            it fetches no pack a second time (docs/format.md §13).
+            it fetches no pack a second time (docs/format.md §21).
         check_run: ``check_run(checkpoints)``, called after ``on_run`` with the run's manifests
             while its segments are still indexed (verify checks ``messages.x`` there).
     Raises:
@@ -692,7 +692,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     segs_by_run = segs_by_run or {}
 
     def walk_value(tree):
-        # a session-state value tree (docs/format.md §5a): its spine, upper entry, nodes and pieces
+        # a session-state value tree (docs/format.md §7): its spine, upper entry, nodes and pieces
         key = ("v", tree.spine, tree.pack)
         if key in seen_states:
             return
@@ -876,7 +876,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
 
 
 class _ExactCheck:
-    """``verify``'s check of every live manifest's ``messages.x`` (version 5, docs/format.md §8)
+    """``verify``'s check of every live manifest's ``messages.x`` (version 5, docs/format.md §11)
     against its tree, run by :func:`mark` as each run is marked (its segments indexed): the number
     of the list's refs with the EXACT flag, counted once per node (memoised across checkpoints),
     and the keyed tag ``messages.xt``. A mismatch is an error naming the manifest: a reader of
@@ -942,7 +942,7 @@ def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
 def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None,
            accept_missing: bool = False) -> VerifyReport:
     """Check the repository (every pack read whole, its checksum verified); see :func:`_verify`.
-    ``accept_missing``: put manifests deleted outside snapstore on record as removed (§8e)."""
+    ``accept_missing``: put manifests deleted outside snapstore on record as removed (§16)."""
     with repo.whole_packs():
         return _verify(repo, read_data, progress, accept_missing)
 
@@ -987,8 +987,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
         if k.startswith(keys.GC):
             continue
         if k.startswith(runmark.PREFIX):
-            if runmark.parse(k) is None:  # run markers (§8b): advisory, only their shape is checked
-                rep.warnings.append(Problem("unknown-object", k, "not a run marker (docs/format.md §8b)"))
+            if runmark.parse(k) is None:  # run markers (§13): advisory, only their shape is checked
+                rep.warnings.append(Problem("unknown-object", k, "not a run marker (docs/format.md §13)"))
             continue
         pid = keys.pack_id_from_key(k)
         if pid is not None:
@@ -996,7 +996,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             continue
         parts = k.split("/")
         if len(parts) == 4 and parts[0] == "runs" and parts[2] == "m":
-            if k not in voids:  # a void record (§8d) keeps a deleted record's position: no record
+            if k not in voids:  # a void record (§15) keeps a deleted record's position: no record
                 keys_by_run[parts[1]].append(k)
         elif len(parts) == 4 and parts[0] == "runs" and parts[2] == "c":
             index_keys[parts[1]].append(k)
@@ -1159,7 +1159,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
         try:
             pack = repo.get_pack(pid)
             if read_data:
-                _read_entries(repo, pack, False)  # a dictionary's sources may be gone (§13)
+                _read_entries(repo, pack, False)  # a dictionary's sources may be gone (§21)
         except SnapstoreError as e:
             damaged.add(pid)
             what = "retired by gc" if pid in fwd else "named by live hints"
@@ -1259,11 +1259,11 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "m":
             c = "manifests"
             if void_record(info):
-                cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§8d): no record
+                cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§15): no record
             else:
                 keys_by_run[parts[1]].append(k)
             if info.size == 0:
-                cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§8c)
+                cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§14)
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "c":
             c = "index"
         elif parts[0] == "runs" and len(parts) == 4 and parts[2] == "l":

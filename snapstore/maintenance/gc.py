@@ -78,7 +78,7 @@ class GCReport:
         segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
             never repacked.
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
-            (format-2 log segments), ``runmarks`` (run markers of removed runs, §8b), ``gc``).
+            (format-2 log segments), ``runmarks`` (run markers of removed runs, §13), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
@@ -426,7 +426,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     packs, fwd_listing, cands, others = {}, [], {}, []
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     voids_by_run: dict[str, list] = defaultdict(list)
-    removals_by_run: dict[str, list] = defaultdict(list)  # removal records (§8e)
+    removals_by_run: dict[str, list] = defaultdict(list)  # removal records (§16)
     index_by_run: dict[str, list] = defaultdict(list)
     logseg_by_run: dict[str, list] = defaultdict(list)
     # the run log first, then the data: every pack a manifest read here references was written
@@ -437,7 +437,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         infos[k] = info
         parts = k.split("/")
         if len(parts) == 4 and parts[2] == "m":
-            if void_record(info):  # a void record (§8d): keeps a deleted record's position taken
+            if void_record(info):  # a void record (§15): keeps a deleted record's position taken
                 voids_by_run[parts[1]].append(info)
             else:
                 keys_by_run[parts[1]].append(k)
@@ -449,7 +449,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             logseg_by_run[parts[1]].append(info)
         else:
             others.append(info)
-    mark_infos = list(store.list(runmark.PREFIX))  # run markers (§8b), after the run log
+    mark_infos = list(store.list(runmark.PREFIX))  # run markers (§13), after the run log
     # format 2: the listed manifests that log segments cover are read from their copies there
     lsegs = {rk: {parse_logseg_key(i.key): i.key for i in infos_} for rk, infos_ in logseg_by_run.items()}
     logs = read_runs_slim(repo, keys_by_run, lsegs)  # records kept as LogEntry: bounded memory
@@ -508,7 +508,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     sizes = sizes_of
     tier_levels = {sg.pack: sg.level for segs in segments_by_run(logs).values() for sg in segs}
     # a mostly dead segment is copied as soon as its run is marked, while mark has it cached, so
-    # that no pack is fetched twice (docs/format.md §13, "GC at scale"); the new packs are written
+    # that no pack is fetched twice (docs/format.md §21, "Copying while marking"; docs/design-notes.md §2.24); the new packs are written
     # as they fill up, a bounded number of bytes in flight
     seg_writer = PackWriter(store, rep, dry_run, max_pending=SEG_PENDING_BYTES)
     rewrites = SegmentRewrites(repo, seg_writer, seg_keep, packs, fwd, tier_levels, max_unused, target_pack_bytes,
@@ -561,7 +561,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             if pid in seg_keep:
                 # a segment: its writer merges it (tiered compaction) and GC never merges it with
                 # other packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own,
-                # with a forwarding record from it to its rewrite (docs/format.md §13)
+                # with a forwarding record from it to its rewrite (docs/format.md §21)
                 if pid in packs and tier_levels.get(pid, 1) >= 1:
                     try:
                         live_raw, total = _usage(repo, rep, reach, pid)
@@ -677,7 +677,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         del_packs = {p for p in unref_packs if p.hex() in matured_p and p in packs and packs[p].mtime <= mature}
         del_fwd = {p for p in unref_fwd if p.hex() in matured_f and listed[p] <= mature}
     # a pack becomes a candidate only once its writer can no longer publish it (older than grace/2):
-    # a reference made to it after it was marked would otherwise go unseen (docs/format.md §13)
+    # a reference made to it after it was marked would otherwise go unseen (docs/format.md §21)
     new_cand_p = sorted(p.hex() for p in unref_packs - del_packs
                         if p.hex() not in pending_p and p in packs and packs[p].mtime <= settled)
     new_cand_f = sorted(p.hex() for p in unref_fwd - del_fwd if p.hex() not in pending_f and listed[p] <= settled)
@@ -686,7 +686,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     # manifests hidden by rollbacks/tombstones, dead log records, orphaned index records. Log records
     # go only once older than the grace period: a writer whose knowledge of the run is older than
     # half of it re-reads the head, so no writer can still be aiming at a freed position.
-    # A position is freed only once older than FREE_AFTER as well (docs/format.md §8d): writers
+    # A position is freed only once older than FREE_AFTER as well (docs/format.md §15): writers
     # re-read the head after VIEW_TTL whatever grace period they were given.
     log_mature = now - max(grace, FREE_AFTER)
 
@@ -817,7 +817,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.deleted["packs"] += 1
         rep.deleted_bytes += packs[p].size if p in packs else 0
     _drop_forwards(rep, del_fwd, fmap)
-    _write_removals(repo, rep, removal_plan)  # the positions go on record first (§8e)
+    _write_removals(repo, rep, removal_plan)  # the positions go on record first (§16)
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
@@ -845,7 +845,7 @@ REMOVALS_MERGE = 8
 
 @dataclass
 class _RemovalPlan:
-    """What a GC does with removal records (docs/format.md §8e): ``write`` run key -> the merged
+    """What a GC does with removal records (docs/format.md §16): ``write`` run key -> the merged
     ranges of the one record written for it (the positions this GC deletes, with the run's records
     when it has more than :data:`REMOVALS_MERGE`), before the log records go; ``drop`` the
     ``ObjectInfo`` of records deleted afterwards (merged ones, those of runs whose whole log this

@@ -1,7 +1,7 @@
 """Repacking for GC: copying the live entries of packs into new packs, each pack fetched once.
 
 Layer 3 helpers of :mod:`snapstore.maintenance.gc` (which decides what to repack and writes the forwarding
-records; docs/format.md §13, "Repacking" and "GC at scale").
+records; docs/format.md §21, "Repacking" and "Copying while marking"; docs/design-notes.md §2.24).
 
 * :class:`PackWriter` builds and creates the new packs as the copy closes them, a bounded number
   of bytes in flight.

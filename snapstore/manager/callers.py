@@ -5,7 +5,7 @@ Layer 4 helper of :mod:`snapstore.manager.facade`; standard library only.
 A :class:`~snapstore.manager.facade.CheckpointManager` shared by several threads or asyncio tasks keeps one
 *shared* view of each run (the newest head it knows, caches that are pure functions of content:
 message-list writer state, decoded packs, recent log records). What must not be shared is *what a
-caller last saw*: that is what a save is checked against (docs/format.md §12). This module keeps
+caller last saw*: that is what a save is checked against (docs/format.md §20). This module keeps
 it per calling context:
 
 - a **thread** has its own view (a thread starts with an empty context);

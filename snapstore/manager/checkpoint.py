@@ -71,7 +71,7 @@ class _EmptyRun:
 EMPTY_RUN = _EmptyRun()
 """``expect_head=EMPTY_RUN``: the compare-and-swap expects the run to have no live checkpoint
 (never saved, deleted, or every checkpoint deleted). ``expect_head=None`` (the default) means no
-explicit expectation: the caller's own view of the run applies (docs/format.md §12)."""
+explicit expectation: the caller's own view of the run applies (docs/format.md §20)."""
 
 
 def make_checkpoint(repo, m: Manifest, messages: list) -> Checkpoint:

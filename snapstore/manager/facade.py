@@ -15,7 +15,7 @@ its public methods; each delegates to the module that owns the concept, below it
 - :mod:`snapstore.manager.retention`: prune, retention_plan, ``max_checkpoints``;
 - :mod:`snapstore.manager.fork`: fork.
 
-Conflicts (docs/format.md §12): each calling context (thread or asyncio task, see
+Conflicts (docs/format.md §20): each calling context (thread or asyncio task, see
 :mod:`snapstore.manager.callers`) remembers, per run, the last checkpoint it saved or read and the run's
 newest log record at that moment. ``save`` takes the head as parent and claims the next sequence
 number with a create-only write. If another writer claimed it first, or the head is no longer what
@@ -62,7 +62,7 @@ class CheckpointManager:
             the grace period GC runs with (both default to 3600).
         clock: monotonic clock for that rule (tests); default ``time.monotonic``.
         compact_log: replace manifests covered by a log segment with 0-byte stubs (compacted
-            records, docs/format.md §8c): the writer of every 16th record stubs the 16 records
+            records, docs/format.md §14): the writer of every 16th record stubs the 16 records
             before the newest 16. None (default): True on a local directory (a manifest costs a
             4 KiB disk block), False elsewhere (on S3 the 16 extra PUTs per 16 saves cost more than
             the bytes they save). Readers always read stubs, whatever this says.
@@ -73,7 +73,7 @@ class CheckpointManager:
 
     A manager may be shared by threads and asyncio tasks: each calling context has its own view
     of each run (what it last saved or read), so callers sharing a manager get the same
-    :class:`~snapstore.errors.ConflictError` as separate managers would (docs/format.md §12).
+    :class:`~snapstore.errors.ConflictError` as separate managers would (docs/format.md §20).
     ``close()`` (and leaving a ``with`` block) closes the store only if the manager opened it
     (``location`` was a path, URL or None); a store object passed in stays open.
     """
@@ -314,7 +314,7 @@ class CheckpointManager:
         A run whose newest log record is a tombstone (deleted), or a rollback record that resolves
         to no checkpoint, is not listed. Never creates a repository (none there: ``[]``).
 
-        Requests (docs/format.md §8b, :mod:`snapstore.repo.log.runmarks`): one LIST of ``runs/`` beside
+        Requests (docs/format.md §13, :mod:`snapstore.repo.log.runmarks`): one LIST of ``runs/`` beside
         one LIST of ``runmarks/`` (each per 1,000 keys; on a new manager beside reading the
         config). A run whose run markers say live costs nothing more (its id comes from its key,
         or for a hashed long id from its marker's key); a run whose newest marker is a tombstone
@@ -488,7 +488,7 @@ class CheckpointManager:
             read_data: also read and hash every chunk.
             progress: optional callable ``progress(phase: str, done: int, total: int)``.
             accept_missing: manifests deleted outside snapstore (``missing-manifest`` errors below
-                a run's newest record, docs/format.md §8e) are put on record as removed: their
+                a run's newest record, docs/format.md §16) are put on record as removed: their
                 checkpoints are lost, and they are reported as ``accepted-missing`` warnings.
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one).

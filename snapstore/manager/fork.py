@@ -49,7 +49,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
             raise ConflictError(f"run {new_run_id!r} already exists")
         seq = 0 if newest is None else newest.seq + 1
         # the copy holds the list as array items (a new run: nothing before them), so the fork's
-        # arrays hold exactly its list (messages.a, docs/format.md §11)
+        # arrays hold exactly its list (messages.a, docs/format.md §19)
         arrays = None
         if src.exact is not None:
             arrays = int(bool(mgr.repo.WRITE_ARRAYS and (copy is not None or not src.state)))

@@ -2,7 +2,7 @@
 (the positions they hide) to the first tombstone, and resolving the effective head.
 
 Layer 4, below the manager's views: functions over a :class:`~snapstore.repo.repository.Repository`
-and a run key (docs/format.md §8, §8a, §9). Records are read in parallel batches (:func:`scan`) or
+and a run key (docs/format.md §11, §12, §17). Records are read in parallel batches (:func:`scan`) or
 in one wave through the run's log segments (:func:`scan_bulk`).
 """
 
@@ -94,7 +94,7 @@ def scan(repo, rk: str, below: int | None = None):
 def scan_bulk(repo, rk: str):
     """Like :func:`scan`, for the whole log at once: the positions are listed (LIST pages in
     parallel) beside the run's log segments, then everything is read in one parallel wave
-    (docs/format.md §8a), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
+    (docs/format.md §12), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
     few round trips instead of n GETs."""
     pool = repo._pool_get()
     f_segs = pool.submit(list_logsegs, repo, rk)
@@ -122,7 +122,7 @@ def read_many(repo, rk: str, seqs: list[int]) -> dict[int, Manifest]:
         return dict(one(s) for s in seqs)
     got = dict(repo._pool_get().map(one, seqs))
     stubs = [s for s, m in got.items() if m is stub]
-    if stubs:  # compacted records (docs/format.md §8c): from their log segments, together
+    if stubs:  # compacted records (docs/format.md §14): from their log segments, together
         found = read_stubs(repo, rk, stubs)
         got.update({s: found.get(s) for s in stubs})
     return got

@@ -1,5 +1,5 @@
 """Publishing a log record: the create-only write that claims a run's next log position, and the
-log segments written after it (docs/format.md §8, §8a).
+log segments written after it (docs/format.md §11, §12).
 
 Layer 4, used by saving, rollback, deletion and fork. :func:`append_record` publishes at the next
 free position (retrying), :func:`publish_record` at exactly the position after the head a
@@ -22,7 +22,7 @@ LOG_CACHE = 256
 
 def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> None:
     """Remember a record just published and write the log segments that end at it (format 2,
-    docs/format.md §8a; best effort, a failure costs listing speed only)."""
+    docs/format.md §12; best effort, a failure costs listing speed only)."""
     cache = None
     if v is not None:
         if v.log_cache is None:
@@ -36,7 +36,7 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> N
         known = cache or {seq: data}
         started = None
         if getattr(mgr, "compact_log", False):
-            try:  # the stubs' LIST and segment GET go beside the new segment's PUT (§8c)
+            try:  # the stubs' LIST and segment GET go beside the new segment's PUT (§14)
                 started = prefetch(mgr.repo, rk, seq)
             except SnapstoreError:
                 started = None

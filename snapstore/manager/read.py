@@ -1,7 +1,7 @@
 """Reading checkpoints: the head and its messages (``latest``), a checkpoint by id, metadata only
 (``head``, ``summary``), a run's checkpoints (``list``), the runs (``runs``), resume points.
 
-Layer 4 (docs/format.md §8a, §11, §12). A read updates the manager's view of the run and what the
+Layer 4 (docs/format.md §12, §19, §20). A read updates the manager's view of the run and what the
 calling context saw (reading the head lets it continue from the head; reading an older checkpoint
 needs ``parent_id=`` to branch). Reads that find a segment gone (merged and deleted by the run's
 writer meanwhile) read the run's newest record again (:data:`READ_RETRIES`). Functions take the
@@ -157,7 +157,7 @@ def runs(mgr) -> list[str]:
     ex = ThreadPoolExecutor(2, thread_name_prefix="snapstore-runs-list")
     # a new manager finds out whether a repository exists beside the listings
     opened = ex.submit(mgr._exists) if mgr._repo is None else None
-    marks = ex.submit(runmarks.list_marks, mgr.store)  # run markers (§8b), beside runs/
+    marks = ex.submit(runmarks.list_marks, mgr.store)  # run markers (§13), beside runs/
     ex.shutdown(wait=False)
     try:
         rks = list(mgr.store.list_dirs(keys.RUNS))

@@ -1,5 +1,5 @@
 """Rollback and deletion: log records that move a run's head back (rollback records) or end the
-run (tombstones), and removing the records they hide (docs/format.md §9, §12).
+run (tombstones), and removing the records they hide (docs/format.md §17, §20).
 
 Layer 4. Sequence numbers are never reused: a rollback publishes a new record at the position
 after the head (target: the checkpoint rolled back to), deleting a run publishes a tombstone

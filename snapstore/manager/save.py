@@ -1,7 +1,7 @@
 """Saving a checkpoint: preparing it on the head the caller continues, writing its pack (and the
 tier pack when it completes a tier), publishing its manifest, and retrying after a lost reply.
 
-Layer 4 (docs/format.md §10, §12). :func:`save` decides what to do on a conflict, a taken pack id
+Layer 4 (docs/format.md §18, §20). :func:`save` decides what to do on a conflict, a taken pack id
 or a save that paused past half the GC grace period; :func:`save_once` is one attempt: index
 record, then data, then the manifest (write order), with the GC-safety re-check before
 publishing. A retry of an attempt whose outcome is unknown reuses its write id and pack (the
@@ -191,7 +191,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     # index record first (a refused duplicate id writes nothing), then data, then the manifest
     indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
     wrote_pack = False
-    revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§8b)
+    revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§13)
     # the run marker it needs (most saves need none: no pool task for them), beside the pack
     mark_put = (repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
                 if runmarks.marks_record(m, revives) else None)
@@ -227,7 +227,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     mgr._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
     half = mgr.gc_grace_period / 2
     # a view older than VIEW_TTL may be of a record whose successors were removed since, their
-    # positions freed (docs/format.md §8d), whatever the grace period: read the head again
+    # positions freed (docs/format.md §15), whatever the grace period: read the head again
     fresh = min(half, VIEW_TTL)
     if mgr._clock() - v.confirmed_at > fresh or (parent_id is not None and mgr._clock() - t_start > fresh):
         # GC safety: our parent (and so the data we dedup against) must still exist, and the
@@ -275,7 +275,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                             "taken); call latest() and retry, or fork() the run") from None
     if mgr._clock() - viewed_at > VIEW_TTL:
         # slow: more than VIEW_TTL passed between this writer's view of the run and the reply to
-        # its create-only write, so its position may have been freed and taken (§8d): the save
+        # its create-only write, so its position may have been freed and taken (§15): the save
         # is acknowledged only if no newer record exists, or the next one continues it
         try:
             newer_than_ours(mgr, rk, m)
@@ -312,7 +312,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
 def newer_than_ours(mgr, rk: str, m: Manifest) -> None:
     """After publishing ``m`` slowly: raise ConflictError (and void ``m``) if a newer record
     exists that does not continue ``m`` (``m`` took a position freed under it, docs/format.md
-    §8d). The record is made void rather than deleted with its pack: a writer that did see it
+    §15). The record is made void rather than deleted with its pack: a writer that did see it
     may have continued it, and its data stays for GC to judge."""
     repo = mgr.repo
     newest = repo.head(rk)

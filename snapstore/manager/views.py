@@ -1,4 +1,4 @@
-"""A manager's views of its runs and the conflict contract (docs/format.md §12).
+"""A manager's views of its runs and the conflict contract (docs/format.md §20).
 
 Layer 4. Each :class:`~snapstore.manager.facade.CheckpointManager` keeps one :class:`RunView` per run (the
 newest head it knows, the writer state for its message list, caches keyed by content), shared by

@@ -3,7 +3,7 @@
 Layer 3, the :class:`WritePath` mixin of :class:`snapstore.repo.repository.Repository`, plus what a
 writer keeps between saves (:class:`ListState`) and what a save produces (:class:`PreparedSave`).
 :meth:`WritePath.prepare_save` writes nothing: the caller PUTs the pack and publishes the manifest
-(:mod:`snapstore.repo.log.records`, :mod:`snapstore.manager.facade`). See docs/format.md §10.
+(:mod:`snapstore.repo.log.records`, :mod:`snapstore.manager.facade`). See docs/format.md §18.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _fastcdc():
 
 @dataclass
 class ValueKnown:
-    """What a writer knows about one stored session-state value tree (docs/format.md §5a): the
+    """What a writer knows about one stored session-state value tree (docs/format.md §7): the
     tree itself and the entries it references, which the next save may reuse (dedup).
 
     Attributes:
@@ -79,7 +79,7 @@ class ListState:
             and ``ids``/``refs``/``known``/``nodes`` are empty until the next save loads them.
         arrays_exact: True when the run's array blocks hold exactly this list (its messages in
             order, and nothing after them): an append that writes its messages into arrays keeps
-            it true (the manifest's ``messages.a``, docs/format.md §11). An empty list starts true.
+            it true (the manifest's ``messages.a``, docs/format.md §19). An empty list starts true.
             None when unknown (a parent record written before ``messages.a``): an append keeps it
             unknown (``a`` absent, read hash first), anything else makes it False.
     """
@@ -156,7 +156,7 @@ class PreparedSave:
 
 HOLE_MIN = 4096
 """Bytes of JSON from which an appended message stored before (a list repeating it) becomes a hole
-in the array blocks instead of a copy (docs/format.md §6): a reader fetches it where it is stored;
+in the array blocks instead of a copy (docs/format.md §8): a reader fetches it where it is stored;
 a shorter one costs less as a copy than as a lookup."""
 
 
@@ -166,7 +166,7 @@ class WritePath:
 
     WRITE_ARRAYS = True
     """Appends of format 2 (``seg_fanout`` > 0) put the appended messages into array blocks
-    (docs/format.md §6). False writes them as the previous version did (chunks in a data block
+    (docs/format.md §8). False writes them as the previous version did (chunks in a data block
     compressed against the messages before them): tests build such repositories with it."""
 
     # ------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class WritePath:
                 are written as value trees, kept for callers).
             parent_state_tree: the parent's ``session_state_tree``: a new state larger than
                 ``inline_state_max`` reuses the pieces and nodes of that tree (and only that
-                tree's: GC safety, docs/format.md §13), read through the read path if
+                tree's: GC safety, docs/format.md §21), read through the read path if
                 ``parent.value`` does not already describe it.
         Raises:
             InvalidMessageError: a message or the state is not an exact JSON value.
@@ -290,7 +290,7 @@ class WritePath:
         tail_refs: list[Ref] = []
         # format 2 appends put every new position's message into the pack's array blocks, in list
         # order (a message stored before is stored again there), so that a reader of the run's
-        # newest checkpoint parses the segments' arrays without the tree (docs/format.md §6, §11)
+        # newest checkpoint parses the segments' arrays without the tree (docs/format.md §8, §19)
         arrays = self.WRITE_ARRAYS and cfg.seg_fanout > 0 and append
         for i in range(prefix, n):
             mid = ids[i]
@@ -423,7 +423,7 @@ class WritePath:
                             pb.raw_blocks, ss_tree)
 
     def _store_value(self, pb: PackBuilder, value, raw: bytes, exact: bool, known: ValueKnown | None) -> ValueKnown:
-        """Add what is new of a session-state value tree to the pack (docs/format.md §5a).
+        """Add what is new of a session-state value tree to the pack (docs/format.md §7).
 
         The value's exact JSON ``raw`` is cut into pieces (:func:`split_value`); pieces and sealed
         nodes that ``known`` (the parent's tree) holds are referenced where they are, the others

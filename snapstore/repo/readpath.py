@@ -4,14 +4,14 @@ Layer 3, the :class:`ReadPath` mixin of :class:`snapstore.repo.repository.Reposi
 
 * the pack cache (parsed, checksum-verified packs; parallel fetches on a bounded thread pool);
 * the segment index (format 2): entries of a run's segment packs, found by ``(type, id)`` before
-  the location hint in a ref is followed (docs/format.md §7a);
+  the location hint in a ref is followed (docs/format.md §10);
 * forwarding lookups for readers: where the entries of a pack retired by GC went (the hints of
   ``gc/fwd-cache``, then the forwarding map itself; :mod:`snapstore.maintenance.forwarding` writes it);
 * reading entries (verified by content id, data blocks decompressed with their dictionary), tree
   nodes and spines, and whole restores (messages, session state, a writer's :class:`ListState`).
 
 The mixin uses the attributes :meth:`Repository.__init__` sets (store, config, hasher, params, the
-cache and its lock). See docs/format.md §11 for the byte-level read procedure.
+cache and its lock). See docs/format.md §19 for the byte-level read procedure.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class ReadPath:
     """Bytes of a pack's end the read path asks for first (one suffix-range GET). A pack no longer
     than this comes whole in that one GET, as before; a longer one yields its header and the blocks
     at its end, and the reader then fetches only the blocks holding the entries it needs
-    (docs/format.md §11, ranged reads)."""
+    (docs/format.md §19, ranged reads)."""
 
     RANGE_TAIL_MIN = 64 << 10
     """Smallest suffix a restore asks for (bytes; see :meth:`range_tail`)."""
@@ -142,7 +142,7 @@ class ReadPath:
         64 KiB, at least :attr:`RANGE_TAIL_MIN`. A pack that holds only what the checkpoint needs
         is no longer than that (its chunks are compressed), so it still comes whole in one GET;
         a longer pack holds other checkpoints' data (older session states, rewritten or rolled
-        back messages) and is read with byte ranges (docs/format.md §11)."""
+        back messages) and is read with byte ranges (docs/format.md §19)."""
         need = m.size or 0
         if m.session_state_tree is not None:
             need += m.session_state_tree.size
@@ -244,7 +244,7 @@ class ReadPath:
         index their entries, so that reads find entries there before following the location hints
         in their refs (the per-save packs hints name are deleted once merged into a tier pack).
 
-        A segment GC rewrote (a mostly dead tier pack, docs/format.md §13) is found through its
+        A segment GC rewrote (a mostly dead tier pack, docs/format.md §21) is found through its
         forwarding record, and the packs it leads to are indexed in its place. A segment that is
         simply gone (merged away since the record was read) is skipped: the caller reads the
         newest record again when an entry cannot be found.
@@ -751,7 +751,7 @@ class ReadPath:
         """Read and decode a spine (state entry plus its upper entry). Raises IntegrityError/ObjectNotFound.
 
         ``etype``: :data:`T_STATE` for a message list's spine, :data:`T_VALUE` for the spine of a
-        session-state value tree (same layout, docs/format.md §5a).
+        session-state value tree (same layout, docs/format.md §7).
         """
         raw = self._entry(etype, state_id, pack_id)
         try:
@@ -974,7 +974,7 @@ class ReadPath:
         The list is verified as a whole: the keyed hash of its compact JSON (``[`` + raws joined
         by ``,`` + ``]``, one pass, which the writer's digest needs anyway) must be the manifest's
         ``messages.digest`` and the count its ``count``. That check is what makes the per-chunk
-        content-id checks redundant on this path (docs/format.md §11, "Verifying a restore");
+        content-id checks redundant on this path (docs/format.md §19, "Verifying a restore");
         nothing is parsed before it passed. A list that fails it (or whose chunks cannot be
         read without help), and a manifest without a digest, take the per-entry path instead
         (every chunk verified by its content id), which names the damaged pack; if every entry
@@ -1163,7 +1163,7 @@ class ReadPath:
 
     def read_arrays(self, m: Manifest, segs) -> tuple[list, object] | None:
         """Restore checkpoint ``m``'s messages from the array blocks of the segments ``segs`` (the
-        run's newest record's, already fetched), without the tree (docs/format.md §11, "Array
+        run's newest record's, already fetched), without the tree (docs/format.md §19, "Array
         blocks"): ``(messages, digest)`` (digest as :meth:`read_list` returns it), or None when
         that is not this list (the caller then reads it through the tree).
 

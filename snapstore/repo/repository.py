@@ -119,7 +119,7 @@ class Repository(ReadPath, WritePath, LogRecords):
             InvalidInputError: an unknown or out-of-range setting.
         """
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
-        cfg.removals = 1  # this version records every removal of log records (§8e)
+        cfg.removals = 1  # this version records every removal of log records (§16)
         for k in settings:
             if k not in RepoConfig._SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")

@@ -5,7 +5,7 @@ Layer 3, beside the write path. A save whose segment list completes a tier (see
 segments, oldest first, compressed as whole blocks without a dictionary. Once the record listing
 it is published, the writer deletes the merged packs: the segments of a run's newest record are
 where its entries live, and readers and GC look an entry up there before following the location
-hint in its ref (docs/format.md §7a). A fork copies the entries of the checkpoint it starts from
+hint in its ref (docs/format.md §10). A fork copies the entries of the checkpoint it starts from
 into one pack of its own (:func:`fork_copy`), so no run depends on another run's segments.
 """
 
@@ -67,7 +67,7 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
         level: the tier pack's segment level (chooses the zstd level).
         first: content ids of chunks to place first among the data blocks (the newest
             checkpoint's messages), so that a ranged read of them skips the rest (session-state
-            pieces of older checkpoints; docs/format.md §6).
+            pieces of older checkpoints; docs/format.md §8).
     Returns:
         ``(pack id, pack bytes, raw blocks, entries left out)`` (raw blocks: see
         :meth:`Repository.remember_pack`).
@@ -84,7 +84,7 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
             if not pack.whole:  # read with byte ranges by a restore: the blocks not read yet, one GET
                 repo.fetch_pack_blocks({pack: {e.block for e in pack.entries.values()} | set(arrays)})
             # the segments' array blocks, item by item and in order, become the tier pack's: the
-            # run's lists in the order they were appended (docs/format.md §6, §7a)
+            # run's lists in the order they were appended (docs/format.md §8, §10)
             bad_blocks = set()
             for bi in arrays:
                 try:
@@ -218,7 +218,7 @@ def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
     pid = os.urandom(PACK_ID_BYTES)
     pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
     if m.state and repo.WRITE_ARRAYS:
-        # the list's messages as array items, in order (docs/format.md §6), so that the fork's
+        # the list's messages as array items, in order (docs/format.md §8), so that the fork's
         # newest checkpoint reads from arrays as a run that only appended does
         from .prepare import HOLE_MIN
         spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))

@@ -99,7 +99,7 @@ def _stored(body: int) -> int:
 
 PACK_WHOLE_READ_MAX = 256 << 20
 """Largest pack (bytes) a store returns whole from one ``get`` without a range. The format allows
-packs of up to 4,096 blocks of 128 MiB (docs/format.md §2a), far more than one read should hold in
+packs of up to 4,096 blocks of 128 MiB (docs/format.md §3), far more than one read should hold in
 memory: a larger pack raises :class:`~snapstore.errors.ObjectTooLarge` and the read path reads it
 in byte ranges (its checksum streamed, its blocks fetched as needed)."""
 
@@ -113,7 +113,7 @@ _FIXED_LIMITS = {"config": (_stored(1 << 20), "a config"), "gc/fwd-cache": (_sto
 
 def whole_read_limit(key: str) -> tuple[int, str]:
     """The most bytes a whole read (``get`` without a range) of ``key`` may return, by the kind of
-    object its shape names (docs/format.md §3 keys, §2a limits), and that kind's name.
+    object its shape names (docs/format.md §4 keys, §3 limits), and that kind's name.
 
     The limits are on stored bytes: the uncompressed limit of the kind plus what compression and
     the envelope may add (a compressed object is bounded again when it is decompressed). Packs are

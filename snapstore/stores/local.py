@@ -302,7 +302,7 @@ class LocalStore:
         lockdir = os.path.join(self.root, ".locks")
         try:
             self._ensure_dir(lockdir)
-            # one of 64 striped lock files (not one per key: compacted run logs, docs/format.md §8c,
+            # one of 64 striped lock files (not one per key: compacted run logs, docs/format.md §14,
             # compare-and-swap a manifest per save, which would leave a file per manifest)
             lockfile = os.path.join(lockdir, f"{hashlib.sha256(key.encode()).digest()[0] & 63:02x}")
             lfd = _open_lock(lockfile)

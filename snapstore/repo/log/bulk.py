@@ -1,6 +1,6 @@
 """The run log read and written in bulk (format 2): listing a run from its log segments.
 
-Layer 3. A run's log is its manifests, one object per record (docs/format.md §8). Reading every
+Layer 3. A run's log is its manifests, one object per record (docs/format.md §11). Reading every
 checkpoint's summary one GET at a time costs a request per checkpoint; log segments
 (:mod:`snapstore.format.logseg`) hold copies of 16, 256 or 4,096 consecutive records, written by
 the writer whose save ends such a range. Listing a run is then: LIST the manifest keys (pages in
@@ -28,7 +28,7 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
     parallel, one page per 1,000 positions (``start_after`` computed from the position), so a run
     of n records costs ``ceil(n / 1000)`` LIST requests in 2 sequential round trips.
 
-    Void records (docs/format.md §8d) are not records: their positions are left out, so no copy
+    Void records (docs/format.md §15) are not records: their positions are left out, so no copy
     of the record they replaced is ever read for them.
 
     Raises:
@@ -169,7 +169,7 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
 
 
 def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
-    """Read the compacted records (0-byte manifests, docs/format.md §8c) at positions ``seqs``
+    """Read the compacted records (0-byte manifests, docs/format.md §14) at positions ``seqs``
     together: one LIST of the run's log segments, then the covering segments (largest first) in
     parallel, so n stubs cost about 1 + n/16 requests instead of 2n. A stub left without a valid
     copy is read alone (:meth:`~snapstore.repo.log.records.LogRecords.read_compacted`), which raises.
@@ -261,7 +261,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
             if not recs:
                 continue
             # a listed position without a record here is one whose manifest did not open: a stub
-            # (§8c: its content is its copy in a lower-level segment) or a corrupt object. The
+            # (§14: its content is its copy in a lower-level segment) or a corrupt object. The
             # lower-level segments are then kept: they may hold the only copy of a stub.
             complete = not any(s in listed and s not in recs for s in missing)
             key = logseg_key(run_key, seq, level)

@@ -3,7 +3,7 @@
 Layer 3, the :class:`LogRecords` mixin of :class:`snapstore.repo.repository.Repository`. A run's log is
 its manifests, one object per checkpoint under a key holding the inverted sequence number, written
 create-only (the sequence number is the compare-and-swap); index records map a caller-supplied
-checkpoint id to its sequence number (docs/format.md §8, §9). Reading the log in bulk (listing a
+checkpoint id to its sequence number (docs/format.md §11, §17). Reading the log in bulk (listing a
 run through log segments) is :mod:`snapstore.repo.log.bulk`.
 """
 
@@ -39,7 +39,7 @@ class LogRecords:
         """Read and verify one manifest (also that it belongs under ``key``: its run and sequence
         number must match); ``light``: see :meth:`Manifest.from_bytes`. Raises ObjectNotFound,
         IntegrityError (:class:`~snapstore.errors.CompactedRecordError` for a compacted record, a
-        0-byte manifest, with no valid copy: docs/format.md §8c)."""
+        0-byte manifest, with no valid copy: docs/format.md §14)."""
         return self.manifest_from_object(key, self.store.get(key), light)
 
     def manifest_from_object(self, key: str, data: bytes, light: bool = False) -> Manifest:
@@ -49,7 +49,7 @@ class LogRecords:
             return self.read_compacted(key, light)
         if is_void(len(data)):
             raise ObjectNotFound(key, f"no record at {key}: a void record (a deleted record whose log position "
-                                 "stays taken, docs/format.md §8d)")
+                                 "stays taken, docs/format.md §15)")
         m = Manifest.from_bytes(key, data, light)
         parts = key.split("/")
         if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
@@ -57,7 +57,7 @@ class LogRecords:
         return m
 
     def read_compacted(self, key: str, light: bool = False) -> Manifest:
-        """Read the compacted record (0-byte manifest, docs/format.md §8c) at manifest ``key``: its
+        """Read the compacted record (0-byte manifest, docs/format.md §14) at manifest ``key``: its
         content is its copy in a log segment covering its position. LISTs the run's log segments and
         GETs the covering ones, highest level first, until one holds a valid copy of this run at
         this position (decoded and checked as a manifest).
@@ -110,7 +110,7 @@ class LogRecords:
     def head(self, run_key: str) -> Manifest | None:
         """Return the newest record of the run (one LIST with limit 1, one GET), or None.
 
-        Void records (docs/format.md §8d) are not records: writers never leave one newest, so
+        Void records (docs/format.md §15) are not records: writers never leave one newest, so
         only a damaged log makes this list further.
 
         Raises:
@@ -131,7 +131,7 @@ class LogRecords:
 
     def manifest_seqs(self, run_key: str) -> list[int]:
         """Return the sequence numbers of the run's records, newest first (LIST only; void
-        records, docs/format.md §8d, are left out)."""
+        records, docs/format.md §15, are left out)."""
         return record_positions(self.store.list(keys.manifests_prefix(run_key)))
 
     def store_time(self) -> float:
@@ -172,12 +172,12 @@ class LogRecords:
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
         Index records go first, so a crash never leaves a live-looking index without its
-        manifest being the one that is gone; then a removal record naming the positions (§8e),
+        manifest being the one that is gone; then a removal record naming the positions (§16),
         so no gap they leave looks like a lost manifest. A record older than :data:`FREE_AFTER` (store time)
         is deleted; a younger one is replaced by a void record (compare-and-swap on the ETag just
         read), so its position stays taken: a writer that still believes the record before it is
         the run's newest fails its create-only write there instead of publishing a checkpoint
-        nobody sees (docs/format.md §8d). Positions with no object are skipped.
+        nobody sees (docs/format.md §15). Positions with no object are skipped.
 
         Args:
             run_key: the run's key segment.
@@ -203,7 +203,7 @@ class LogRecords:
             list(self._pool_get().map(lambda item: self._void(run_key, *item), young))
 
     def record_removals(self, run_key: str, positions=(), ranges=None, dry_run: bool = False) -> list[int]:
-        """Write removal records (docs/format.md §8e) naming ``positions`` of the run (or the
+        """Write removal records (docs/format.md §16) naming ``positions`` of the run (or the
         merged inclusive ``ranges`` ``[[lo, hi], ...]``), create-only, before they are deleted:
         ``verify`` then tells their gap from lost manifests.
 
@@ -241,7 +241,7 @@ class LogRecords:
 
         A refusal is resolved by reading the object back: if it carries our write id, an earlier
         attempt of ours landed and this succeeds. A record that changes the run's liveness (a
-        tombstone; a checkpoint with ``revives``) gets its run markers (docs/format.md §8b,
+        tombstone; a checkpoint with ``revives``) gets its run markers (docs/format.md §13,
         :mod:`snapstore.repo.log.runmarks`): an intent before, a commit after.
 
         Args:

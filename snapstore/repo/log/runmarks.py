@@ -2,7 +2,7 @@
 
 Layer 3. ``CheckpointManager.runs()`` needs, per run, whether its newest log record leaves it a
 live checkpoint, and its run id. Both live inside the newest manifest, so without help that is a
-LIST and a GET per run. Run markers (:mod:`snapstore.format.runmark`, docs/format.md §8b) are
+LIST and a GET per run. Run markers (:mod:`snapstore.format.runmark`, docs/format.md §13) are
 empty objects under ``runmarks/`` written only when a record changes a run's liveness (its first
 checkpoint, a tombstone, a checkpoint after a tombstone); a steady-state save writes none.
 

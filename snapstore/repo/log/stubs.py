@@ -1,8 +1,8 @@
-"""Compacted run logs (format 2, docs/format.md §8c): manifests covered by a log segment become
+"""Compacted run logs (format 2, docs/format.md §14): manifests covered by a log segment become
 empty stubs.
 
 Layer 3. Every record of a run is stored twice, as its manifest and as its copy in a log segment
-(§8a). A writer that has just written the level-1 segment ending at position ``seq`` replaces the
+(§12). A writer that has just written the level-1 segment ending at position ``seq`` replaces the
 manifests of the previous 16-range, ``[seq - 31, seq - 16]``, with 0-byte objects (*stubs*): the
 key stays (it is the compare-and-swap slot of that position, so a stale writer's create-only PUT
 there still fails), the content is read from the segment's copy
