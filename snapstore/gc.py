@@ -37,7 +37,7 @@ from .check import head_segments, mark, read_runs_slim, segments_by_run, void_re
 from .format.logseg import parse_logseg_key, span
 from .errors import (ConflictError, IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed,
                      SnapstoreError)
-from . import runmarks
+from . import outcomes, runmarks
 from .format import keys, runmark
 from .format.codec import loads_exact, open_envelope, seal_envelope
 from .format.ids import is_pack_hex
@@ -78,7 +78,8 @@ class GCReport:
         segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
             never repacked.
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
-            (format-2 log segments), ``runmarks`` (run markers of removed runs, §8b), ``gc``).
+            (format-2 log segments), ``runmarks`` (run markers of removed runs, §8b), ``outcomes`` (tool outcomes of
+            gone checkpoints, §8f), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
@@ -700,7 +701,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.pending_kinds[cat] += 1
 
     del_keys: list[tuple[str, int, str]] = []
-    voids_left = set()  # runs keeping a void record after this GC
+    voids_left = set()  # runs keeping a void record (or a tool outcome, §8f) after this GC
+    o_doomed, o_held, o_keeping = outcomes.gc_plan(others, logs, grace, mature)
+    del_keys += [(k, size, "outcomes") for k, size in o_doomed]
+    for _, size in o_held:
+        held(size, "outcomes")
+    voids_left |= o_keeping  # a run's lone tombstone outlives its outcomes (its generation)
     for rk, vinfos in voids_by_run.items():
         for info in vinfos:
             if grace == 0 or info.mtime <= log_mature:
@@ -821,7 +827,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
-        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
+        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log", "outcomes")])
         man = [k for k, _, c in del_keys if c == "manifests"]
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])
