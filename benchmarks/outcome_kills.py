@@ -139,7 +139,7 @@ def main(argv=None) -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=60)
-    ap.add_argument("--roundtrips", type=int, default=120)
+    ap.add_argument("--roundtrips", type=int, default=400)
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-outcomes", action="store_true")
