@@ -50,7 +50,7 @@ def _anchor(mgr, run_id: str, checkpoint_id: str | None, create: bool) -> tuple[
     if checkpoint_id is None:
         if not create and not mgr._exists():
             return None
-        mgr._open(create)
+        _ = mgr.repo  # opened (created only when the manager creates repositories)
         rk = mgr._rk(run_id)
         return rk, fo.generation_anchor(_generation(mgr, run_id, rk))
     s = mgr.summary(run_id, checkpoint_id)  # CheckpointNotFound for a gone one
