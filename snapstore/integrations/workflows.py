@@ -9,6 +9,12 @@
   call ids), with the cumulative token usage, the session state and the roundtrip number (the
   checkpoint's ``step``). A restarted process calls :meth:`CheckpointedLoop.resume` and continues.
 
+Both record tool outcomes (docs/format.md §25): :meth:`CheckpointedLoop.run` records each tool's
+result (and the model's tool-calling message) beside the checkpoint the roundtrip started from
+right after it returns, before the next save; :meth:`ResumableWorkflow.call` does so for any
+callable. Resumed after a crash, a call whose outcome is recorded is not run again: its recorded
+result is used.
+
 Both use the manager's conflict contract: a second process continuing the same run after this
 one saved gets :class:`~snapstore.errors.ConflictError` instead of overwriting it.
 """
@@ -22,6 +28,9 @@ from ..manager.facade import CheckpointManager
 from ..errors import InvalidInputError, InvalidMessageError
 
 __all__ = ["ResumableWorkflow", "CheckpointedLoop", "add_usage"]
+
+_MODEL_CALL = "#model"
+"""The outcome id under which :meth:`CheckpointedLoop.run` records the model's tool-calling message."""
 
 
 def _manager(m) -> CheckpointManager:
@@ -62,6 +71,7 @@ class ResumableWorkflow:
         self.metrics = None
         self.messages: list = []
         self.last_checkpoint_id: str | None = None
+        self._recorded: dict | None = None  # outcomes beside last_checkpoint_id, read on first call()
 
     def try_resume(self) -> int:
         """Read the workflow's latest checkpoint; return the step to resume from.
@@ -77,8 +87,10 @@ class ResumableWorkflow:
         if rp is None:
             self.is_resumed, self.last_step, self.state, self.metrics, self.messages = False, None, None, None, []
             self.last_checkpoint_id = None
+            self._recorded = None
             return 0
         step, cp = rp
+        self._recorded = None
         self.is_resumed = True
         self.last_step = step
         self.state, self.metrics, self.messages = cp.session_state, cp.metrics, list(cp.messages)
@@ -106,7 +118,36 @@ class ResumableWorkflow:
                                 session_state=state, metrics=metrics, token_usage=token_usage, metadata=metadata)
         self.messages, self.last_step, self.state, self.metrics = msgs, step, state, metrics
         self.last_checkpoint_id = cid
+        self._recorded = {}  # a new checkpoint: no outcome beside it yet
         return cid
+
+    def call(self, call_id: str, fn: Callable[..., Any], *args, **kwargs):
+        """Run a side-effecting call once per checkpoint: ``fn(*args, **kwargs)``, its result
+        recorded beside the workflow's last checkpoint (None before the first) right after it
+        returns. A call whose outcome is already recorded there (the process died after it ran,
+        before the next :meth:`checkpoint`) is not run again: the recorded result is returned.
+
+        Args:
+            call_id: names the call within the step (non-empty string, e.g. ``"send-email"``).
+            fn: the callable; its result must be a JSON value.
+        Returns:
+            ``fn``'s result, or the recorded one.
+        Raises:
+            InvalidInputError / InvalidMessageError: a bad call id, a result that is not JSON.
+            ConflictError: another process recorded another result, or saved the workflow since.
+            CheckpointNotFound: the last checkpoint was rolled back or deleted meanwhile.
+        """
+        if self._recorded is None:
+            if self.last_checkpoint_id is None:  # not resumed: the next save goes on top of the head
+                h = self.manager.head(self.workflow_id)
+                self.last_checkpoint_id = h.id if h is not None else None
+            self._recorded = self.manager.outcomes(self.workflow_id, self.last_checkpoint_id)
+        if call_id in self._recorded:
+            return self._recorded[call_id]
+        result = fn(*args, **kwargs)
+        self.manager.record_outcome(self.workflow_id, self.last_checkpoint_id, call_id, result)
+        self._recorded[call_id] = result
+        return result
 
 
 def add_usage(total: dict | None, usage: Mapping | None) -> dict | None:
@@ -174,6 +215,8 @@ class CheckpointedLoop:
         self._open: set | None = None  # call ids of the open roundtrip still unanswered
         self.checkpoint_ids: list[str] = []
         self._final: dict | None = None  # the final answer of a finished loop (nothing recorded since)
+        self.last_checkpoint_id: str | None = None  # the checkpoint the open roundtrip started from
+        self._recorded: dict | None = None  # tool outcomes beside it, read on the first run() roundtrip
 
     def resume(self) -> bool:
         """Continue from the run's latest checkpoint if it has one: messages, cumulative token
@@ -186,6 +229,7 @@ class CheckpointedLoop:
         self.state = cp.session_state
         self.roundtrip = cp.step if isinstance(cp.step, int) else 0
         self._open = None
+        self.last_checkpoint_id, self._recorded = cp.id, None
         last = self.messages[-1] if self.messages else None
         finished = cp.status not in (None, "running") and isinstance(last, dict) and \
             last.get("role") == "assistant" and not last.get("tool_calls")
@@ -240,6 +284,7 @@ class CheckpointedLoop:
         cid = self.manager.save(self.run_id, self.messages, step=self.roundtrip, token_usage=self.token_usage,
                                 session_state=self.state, agent_id=self.agent_id, status=status)
         self.checkpoint_ids.append(cid)
+        self.last_checkpoint_id, self._recorded = cid, {}  # a new checkpoint has no outcome yet
         return cid
 
     def run(self, complete: Callable[[list], Any], tools: Mapping[str, Callable[..., Any]], *,
@@ -257,7 +302,11 @@ class CheckpointedLoop:
                 ``ChatCompletion`` (its first choice's message and its usage are used), e.g.
                 ``lambda m: client.chat.completions.create(model=..., messages=m, tools=...)``.
             tools: tool name -> callable taking the call's JSON arguments as keywords; its result
-                (a string, else JSON-encoded) is the tool message's content.
+                (a string, else JSON-encoded) is the tool message's content. Each result is
+                recorded as a tool outcome (call id -> content) beside the checkpoint the
+                roundtrip started from as soon as the tool returns, and so is the model's
+                tool-calling message (call id ``"#model"``); a resumed loop reuses recorded ones
+                instead of calling the model or the tool again.
             max_roundtrips: stop with InvalidInputError past this many roundtrips in this call.
         Raises:
             InvalidInputError: an unknown tool name, arguments that are not a JSON object, or
@@ -268,12 +317,26 @@ class CheckpointedLoop:
         if self._final is not None:
             return self._final
         for i in range(max_roundtrips + 1):
-            out = complete(self.messages)
-            if isinstance(out, tuple):
-                msg, usage = out
+            if self._recorded is None:  # resumed (or new): what the interrupted roundtrip recorded
+                if self.last_checkpoint_id is None:  # never resumed: the save goes on top of the head
+                    h = self.manager.head(self.run_id)
+                    self.last_checkpoint_id = h.id if h is not None else None
+                self._recorded = self.manager.outcomes(self.run_id, self.last_checkpoint_id)
+            anchor, recorded = self.last_checkpoint_id, self._recorded
+            model = recorded.get(_MODEL_CALL)
+            if isinstance(model, dict) and isinstance(model.get("message"), dict):
+                msg, usage = model["message"], model.get("usage")
             else:
-                msg, usage = out.choices[0].message, getattr(out, "usage", None)
-            msg = _as_dict(msg)
+                out = complete(self.messages)
+                if isinstance(out, tuple):
+                    msg, usage = out
+                else:
+                    msg, usage = out.choices[0].message, getattr(out, "usage", None)
+                msg = _as_dict(msg)
+                if usage is not None and not isinstance(usage, Mapping):
+                    usage = _as_dict(usage)
+                if msg.get("tool_calls"):  # the calls to come are recorded: so is what asked for them
+                    self.manager.record_outcome(self.run_id, anchor, _MODEL_CALL, {"message": msg, "usage": usage})
             self.record(msg, usage)
             calls = msg.get("tool_calls") or []
             if not calls:
@@ -293,7 +356,12 @@ class CheckpointedLoop:
                     args = None
                 if not isinstance(args, dict):
                     raise InvalidInputError(f"tool {name!r} arguments are not a JSON object: {fn.get('arguments')!r}")
-                res = tools[name](**args)
-                self.record({"role": "tool", "tool_call_id": c["id"],
-                             "content": res if isinstance(res, str) else json.dumps(res)})
+                if c["id"] in recorded and c["id"] != _MODEL_CALL:
+                    content = recorded[c["id"]]  # ran before the crash: not run again
+                else:
+                    res = tools[name](**args)
+                    content = res if isinstance(res, str) else json.dumps(res)
+                    self.manager.record_outcome(self.run_id, anchor, c["id"], content)
+                    recorded[c["id"]] = content
+                self.record({"role": "tool", "tool_call_id": c["id"], "content": content})
         raise AssertionError("unreachable")  # pragma: no cover

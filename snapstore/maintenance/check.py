@@ -22,6 +22,7 @@ from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Ma
 from ..format.removals import decode_removals, is_removals_key, merge_ranges
 from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from ..format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
+from . import outcomes
 from .forwarding import ForwardMap
 from ..repo.repository import Repository
 from ..repo.log.bulk import choose_logsegs, copies_from_logseg
@@ -978,6 +979,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     index_keys: dict[str, list[str]] = defaultdict(list)
     logseg_keys: dict[str, list[str]] = defaultdict(list)
     removal_keys: dict[str, list[str]] = defaultdict(list)
+    outcome_keys: list[str] = []
     voids = {i.key for i in all_infos if void_record(i)}
     for k in all_keys:
         if k == keys.CONFIG:
@@ -1004,9 +1006,12 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
             logseg_keys[parts[1]].append(k)
         elif is_removals_key(k):
             removal_keys[parts[1]].append(k)
+        elif outcomes.is_outcome_key(k):
+            outcome_keys.append(k)
         else:
             rep.warnings.append(Problem("unknown-object", k, "not part of the snapstore layout"))
     logs = read_all_runs(repo, keys_by_run)
+    outcomes.verify_outcomes(repo, outcome_keys, logs, rep)  # tool outcomes (§25)
     fmap = ForwardMap.load(repo, fwd_infos)
     for fk, err in fmap.errors:
         rep.errors.append(Problem("corrupt-forward", fk, str(err)))

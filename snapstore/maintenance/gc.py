@@ -43,6 +43,7 @@ from ..format.codec import loads_exact, open_envelope, seal_envelope
 from ..format.ids import is_pack_hex
 from ..format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
                               encode_forward_cache)
+from . import outcomes
 from ..format.removals import decode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
@@ -78,7 +79,8 @@ class GCReport:
         segment_packs: packs listed as segments by the runs' newest records (format 2): kept whole,
             never repacked.
         deleted: objects deleted by category (``packs``, ``forward``, ``manifests``, ``index``, ``log``
-            (format-2 log segments), ``runmarks`` (run markers of removed runs, §13), ``gc``).
+            (format-2 log segments), ``runmarks`` (run markers of removed runs, §13), ``outcomes`` (tool
+            outcomes of gone checkpoints, §25), ``gc``).
         reclaimed_bytes: bytes of deleted objects minus bytes of new packs written.
         reclaimed_objects: objects deleted minus objects written.
         repacked_packs / new_packs / repack_bytes_in / repack_bytes_out: the repack step.
@@ -700,7 +702,12 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         rep.pending_kinds[cat] += 1
 
     del_keys: list[tuple[str, int, str]] = []
-    voids_left = set()  # runs keeping a void record after this GC
+    voids_left = set()  # runs keeping a void record (or a tool outcome, §25) after this GC
+    o_doomed, o_held, o_keeping = outcomes.gc_plan(others, logs, grace, mature)
+    del_keys += [(k, size, "outcomes") for k, size in o_doomed]
+    for _, size in o_held:
+        held(size, "outcomes")
+    voids_left |= o_keeping  # a run's lone tombstone outlives its outcomes (its generation)
     for rk, vinfos in voids_by_run.items():
         for info in vinfos:
             if grace == 0 or info.mtime <= log_mature:
@@ -821,7 +828,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
     if del_keys:
         # index records before manifests; hidden manifests before the records that hide them
         store.delete_many([k for k, _, c in del_keys if c == "runmarks"])  # before the tombstones
-        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log")])
+        store.delete_many([k for k, _, c in del_keys if c in ("index", "gc", "log", "outcomes")])
         man = [k for k, _, c in del_keys if c == "manifests"]
         hidden_first = sorted(man, key=lambda k: k)  # inverted seq: older records sort later
         store.delete_many(hidden_first[::-1])

@@ -13,7 +13,8 @@ its public methods; each delegates to the module that owns the concept, below it
 - :mod:`snapstore.manager.read`: latest, get, head, summary, list, runs, resume points;
 - :mod:`snapstore.manager.rollback`: rollback, delete, delete_many;
 - :mod:`snapstore.manager.retention`: prune, retention_plan, ``max_checkpoints``;
-- :mod:`snapstore.manager.fork`: fork.
+- :mod:`snapstore.manager.fork`: fork;
+- :mod:`snapstore.manager.outcomes`: record_outcome, outcomes (tool outcomes, the writes area).
 
 Conflicts (docs/format.md §20): each calling context (thread or asyncio task, see
 :mod:`snapstore.manager.callers`) remembers, per run, the last checkpoint it saved or read and the run's
@@ -34,7 +35,7 @@ import threading
 import time
 import warnings
 
-from . import fork as forking, publish, read as reading, rollback as records, retention, save as saving, views
+from . import fork as forking, outcomes, publish, read as reading, rollback as records, retention, save as saving, views
 from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
 from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
@@ -473,6 +474,44 @@ class CheckpointManager:
             ConflictError: ``new_run_id`` already has live checkpoints.
         """
         return forking.fork(self, run_id, checkpoint_id, new_run_id)
+
+    def record_outcome(self, run_id: str, checkpoint_id: str | None, call_id: str, result) -> bool:
+        """Record tool call ``call_id``'s result beside the checkpoint it started from, so that a
+        resumed agent can skip the call (docs/format.md §25). One create-only PUT (plus the
+        checkpoint's liveness check: one or two GETs; for None one LIST and one GET).
+
+        Args:
+            run_id: the run.
+            checkpoint_id: the live checkpoint the call started from (the run's head when the
+                agent resumed or last saved), or None before the run's first checkpoint.
+            call_id: the tool call's id (non-empty string of at most 4,096 UTF-8 bytes), e.g.
+                an OpenAI ``tool_call.id``.
+            result: the call's result, any JSON value (its encoding at most 4 MiB).
+        Returns:
+            True if this call stored it, False if the same result was already recorded (a replay).
+        Raises:
+            InvalidInputError: a bad call id or a result too large. InvalidMessageError: a
+                result that is not JSON. InvalidRunIdError / InvalidCheckpointIdError: bad ids.
+            CheckpointNotFound: no such live checkpoint (rolled back, deleted, run deleted).
+            ConflictError: another result is already recorded for this call, or
+                ``checkpoint_id`` is None while the run has a live checkpoint.
+        """
+        return outcomes.record_outcome(self, run_id, checkpoint_id, call_id, result)
+
+    def outcomes(self, run_id: str, checkpoint_id: str | None) -> dict:
+        """Every tool outcome recorded beside one checkpoint: ``{call id: result}`` (what
+        :meth:`record_outcome` stored; ``{}`` when none). One LIST and the GETs in parallel,
+        plus the liveness check (run beside the LIST for a generated checkpoint id).
+
+        Args:
+            run_id: the run. checkpoint_id: a live checkpoint, or None (before the first one).
+        Raises:
+            InvalidRunIdError / InvalidCheckpointIdError: bad ids.
+            CheckpointNotFound: no such live checkpoint: its outcomes are unreachable.
+            ConflictError: ``checkpoint_id`` is None while the run has a live checkpoint.
+            IntegrityError: an outcome object is corrupt (names its key).
+        """
+        return outcomes.read_outcomes(self, run_id, checkpoint_id)
 
     # ------------------------------------------------------------------------------------------
     # whole-repository operations

@@ -104,8 +104,8 @@ memory: a larger pack raises :class:`~snapstore.errors.ObjectTooLarge` and the r
 in byte ranges (its checksum streamed, its blocks fetched as needed)."""
 
 OTHER_WHOLE_READ_MAX = 64 << 20
-"""Largest whole read (bytes) of a key of no kind the format bounds (keys outside the layout,
-``runs/<R>/w/...``): such keys are only listed, never needed whole."""
+"""Largest whole read (bytes) of a key of no kind the format bounds (keys outside the layout):
+such keys are only listed, never needed whole."""
 
 _FIXED_LIMITS = {"config": (_stored(1 << 20), "a config"), "gc/fwd-cache": (_stored(32 << 20), "a forwarding-record cache"),
                  "gc/lock": (1 << 20, "the GC lock")}
@@ -140,6 +140,8 @@ def whole_read_limit(key: str) -> tuple[int, str]:
             return _stored(64 << 10), "an index record"
         if kind == "l":
             return _stored(64 << 20), "a log segment"
+    if top == "runs" and len(parts) == 5 and parts[2] == "w":
+        return _stored(4 << 20), "a tool outcome"
     if top == "runmarks":
         return 64 << 10, "a run marker"
     if top == "fwd" and len(parts) == 2:
