@@ -5,7 +5,7 @@
 * :class:`SnapstoreSession` (:mod:`snapstore.integrations.openai_agents`): an OpenAI Agents SDK
   session; extra ``snapstore[openai]``.
 * :class:`ResumableWorkflow` and :class:`CheckpointedLoop` (:mod:`snapstore.integrations.workflows`):
-  the seed's workflow helpers; no extra.
+  workflow helpers: resumable steps and a checkpointed tool loop; no extra.
 
 This package imports without any framework installed; using an integration whose framework is
 missing raises :class:`snapstore.errors.MissingDependencyError` naming the extra to install.
