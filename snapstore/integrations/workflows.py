@@ -1,4 +1,5 @@
-"""Workflow helpers on :class:`~snapstore.manager.facade.CheckpointManager`: resumable steps and a checkpointed tool loop (no extra needed).
+"""Workflow helpers on :class:`~snapstore.manager.facade.CheckpointManager`: resumable steps and a
+checkpointed tool loop (no extra needed).
 
 * :class:`ResumableWorkflow` (Splinter's shape): a workflow that checkpoints after each step and,
   restarted anywhere, asks where to resume: ``start = wf.try_resume()``, then
