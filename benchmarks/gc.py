@@ -97,7 +97,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 from latency import sequential_round_trips  # noqa: E402  (benchmarks/ is on sys.path; stdlib only at import)
-from package_snapshot import snapshot_package  # noqa: E402
+from _lib import snapshot_package  # noqa: E402
 
 SETTINGS = [(1000, 100), (10000, 10)]
 PRUNES = [0, 90]

@@ -70,7 +70,10 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lib  # noqa: E402
+
+REPO_ROOT = _lib.REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 import orjson  # noqa: E402
@@ -539,15 +542,7 @@ def _fs_of(path: str) -> str:
     return best[1]
 
 
-def _git_commit() -> str:
-    try:
-        c = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                           text=True, timeout=5).stdout.strip()
-        d = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "snapstore"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
-        return c + (" (+ uncommitted changes in snapstore/)" if d else "")
-    except Exception:
-        return "unknown"
+_git_commit = _lib.commit_label
 
 
 def _verdict(ok: bool) -> str:
