@@ -212,6 +212,13 @@ def median_of(rows: Iterable[dict], key: str) -> float:
     return median(r[key] for r in rows)
 
 
+def percentile(xs: Iterable[float], p: float) -> float:
+    """The ``p``-th percentile (``p`` in percent, 0-100) of ``xs``: the sorted value at index
+    ``round(p / 100 * (n - 1))`` (NaN when empty)."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else math.nan
+
+
 def ratio(a: float, b: float) -> float:
     """``a / b``, or NaN when ``b`` is 0 (a side too fast to time)."""
     return a / b if b else math.nan

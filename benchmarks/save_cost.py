@@ -401,19 +401,7 @@ def pack_breakdown(packs: list, bytes_up: list) -> list:
     return out
 
 
-def _med_it(it):
-    return statistics.median(list(it))
-
-
-def _med(xs):
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _pct(xs, p):
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p * (len(s) - 1))))]
+_med_it = _med = _lib.median
 
 
 # ------------------------------------------------------------------------------------------------
@@ -657,7 +645,7 @@ def main(argv=None) -> int:
                                     (f"late ({late[0]}..{late[-1]})", "late", 2)):
                 xs = [1e3 * x for x in w[key]]
                 runs_s = " ".join(f"{1e3 * pr[idx]:.2f}" for pr in w["per_run"])
-                print(f"  fsync {tag:<3} {label:<26} {_med(xs):7.2f} {_pct(xs, .9):7.2f} {max(xs):7.2f}   {runs_s}")
+                print(f"  fsync {tag:<3} {label:<26} {_med(xs):7.2f} {_lib.percentile(xs, 90):7.2f} {max(xs):7.2f}   {runs_s}")
         print()
         rows = []
         for tag in ("on", "off"):
