@@ -56,7 +56,6 @@ request counts carry over to S3; wall times are indicative of a region-local cli
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import random
