@@ -1,4 +1,5 @@
-"""Restore in a fresh process: ``python -m benchmarks.child SPEC_JSON`` prints one JSON line.
+"""Restore in a fresh process: ``python benchmarks/child.py --child SPEC_JSON`` prints one JSON line
+(``benchmarks._lib.run_child`` starts it).
 
 The spec names the system (``snapstore``, ``json-files``, ``sqlite-rows``, ``langgraph-sqlite``,
 ``langgraph-objectstorage``, ``snapstore-saver``, ``restic``, ``borg``) and where its store is
@@ -106,4 +107,8 @@ def restore(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(restore(json.loads(sys.argv[1]))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks._lib import child_entry
+
+    if not child_entry(None, restore):
+        sys.exit("usage: python benchmarks/child.py --child SPEC_JSON")

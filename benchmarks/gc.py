@@ -97,7 +97,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 from latency import sequential_round_trips  # noqa: E402  (benchmarks/ is on sys.path; stdlib only at import)
-from package_snapshot import snapshot_package  # noqa: E402
+import _lib  # noqa: E402
+from _lib import snapshot_package  # noqa: E402
 
 SETTINGS = [(1000, 100), (10000, 10)]
 PRUNES = [0, 90]
@@ -184,10 +185,8 @@ def link_copy(src: str, dst: str) -> float:
 
 
 def child_env(pkg: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(pkg) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    """A child's environment: the frozen package ``pkg`` first on the path, no bytecode written."""
+    return _lib.child_env(pkg, extra={"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def run_child(pkg: Path, args: list[str], timeout: float | None = None) -> dict:

@@ -45,6 +45,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import peers, workloads as wl  # noqa: E402
+from benchmarks._lib import child_env, commit_stamp, quadratic_coefficients, run_child as _run_child  # noqa: E402,F401
 from benchmarks.child import digest  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "trajectories"
@@ -107,20 +108,10 @@ def pct(xs: list, p: float) -> float | None:
     return s[k]
 
 
-def child_env() -> dict:
-    """Environment of the restore processes: this checkout first on the path, dummy AWS credentials."""
-    from benchmarks.latency import _child_env
-
-    return _child_env()
-
-
 def run_child(spec: dict, timeout: float = 900) -> dict:
-    """One fresh ``python -m benchmarks.child`` process; its JSON result (raises RuntimeError if it failed)."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.child", json.dumps(spec)], cwd=str(REPO_ROOT),
-                          env=child_env(), capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"restore of {spec['system']} failed ({proc.returncode}): {proc.stderr[-1500:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """One fresh ``python benchmarks/child.py`` process (this checkout's snapstore, dummy AWS
+    credentials); its JSON result. Raises ``benchmarks._lib.ChildFailed`` if it failed."""
+    return _run_child(HERE / "child.py", spec, env=child_env(s3=True), timeout=timeout)
 
 
 def fit_quadratic(xs: list, ys: list, targets: list) -> dict:
@@ -130,27 +121,6 @@ def fit_quadratic(xs: list, ys: list, targets: list) -> dict:
         return {}
     coef = quadratic_coefficients(xs, ys)
     return {str(n): int(round(coef[0] * n * n + coef[1] * n + coef[2])) for n in targets}
-
-
-def quadratic_coefficients(xs: list, ys: list) -> tuple:
-    """``(a, b, c)`` of the least-squares fit ``a*x^2 + b*x + c``."""
-    # scale x to [0, 1] for a well-conditioned 3x3 system, then undo the scaling
-    m = float(max(abs(x) for x in xs)) or 1.0
-    u = [x / m for x in xs]
-    s = [sum(v ** k for v in u) for k in range(5)]
-    t = [sum(y * v ** k for v, y in zip(u, ys)) for k in range(3)]
-    A = [[s[4], s[3], s[2], t[2]], [s[3], s[2], s[1], t[1]], [s[2], s[1], s[0], t[0]]]
-    for i in range(3):  # Gauss-Jordan with partial pivoting
-        p = max(range(i, 3), key=lambda r: abs(A[r][i]))
-        A[i], A[p] = A[p], A[i]
-        if A[i][i] == 0:
-            return (0.0, 0.0, sum(ys) / len(ys))
-        for r in range(3):
-            if r != i:
-                f = A[r][i] / A[i][i]
-                A[r] = [a - f * b for a, b in zip(A[r], A[i])]
-    a, b, c = (A[i][3] / A[i][i] for i in range(3))
-    return (a / (m * m), b / m, c)
 
 
 def empty_record(system, workload, note: str) -> dict:
@@ -345,13 +315,7 @@ def environment(args, cfg, started: float) -> dict:
         v = peers._tool_version(cmd) if shutil.which(binary) else None
         versions[binary] = v.split()[1] if v and len(v.split()) > 1 else v
     versions["sqlite"] = __import__("sqlite3").sqlite_version
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "snapstore", "benchmarks/*.py"],
-                                    cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip())
-    except OSError:
-        commit, dirty = "?", False
+    commit, dirty = commit_stamp(("snapstore", "benchmarks/*.py"))
     try:
         load = os.getloadavg()
     except OSError:

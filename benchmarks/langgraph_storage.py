@@ -50,84 +50,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from typing import Annotated, TypedDict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langgraph.channels.delta import DeltaChannel  # noqa: E402
-from langgraph.graph import START, StateGraph  # noqa: E402
-from langgraph.graph.message import add_messages  # noqa: E402
+from benchmarks import _lib  # noqa: E402
+from benchmarks.lgraph import CHAT_THREAD as THREAD, build_chat_graph as build, chat_turns, make_saver  # noqa: E402
 
-WORDS = ("the agent tool call result file test error patch function value returns line module import "
-         "config repository branch commit review change build output input request response status "
-         "check update data model token user system message context state step plan fix run").split()
 SAVERS = ("sqlite", "objectstorage", "snapstore", "snapstore-s3", "snapstore-s3-compact")
 S3_SAVERS = ("objectstorage", "snapstore-s3", "snapstore-s3-compact")
 QUADRATIC = ("sqlite", "objectstorage")  # with add_messages: the whole list in every checkpoint
-THREAD = "bench"
 clock = time.monotonic  # the latency proxy's clock
-
-
-def text(rng: random.Random, n: int = 360) -> str:
-    out, size = [], 0
-    while size < n:
-        w = rng.choice(WORDS) if rng.random() > 0.08 else str(rng.randrange(10 ** 6))
-        out.append(w)
-        size += len(w) + 1
-    return " ".join(out)[:n]
-
-
-def _delta_reducer(state, writes):
-    for w in writes:
-        state = add_messages(state, w)
-    return state
-
-
-class State(TypedDict):
-    messages: Annotated[list, add_messages]
-
-
-class DState(TypedDict):
-    messages: Annotated[list, DeltaChannel(_delta_reducer, snapshot_frequency=100)]
-
-
-def build(saver, delta: bool):
-    g = StateGraph(DState if delta else State)
-    rng = random.Random(7)
-    g.add_node("model", lambda s: {"messages": [AIMessage(content=text(rng))]})
-    g.add_edge(START, "model")
-    return g.compile(checkpointer=saver)
-
-
-def make_saver(spec: dict):
-    """The checkpointer ``spec`` names (``kind``, ``path``, ``endpoint``, ``bucket``)."""
-    kind = spec["kind"]
-    if kind == "sqlite":
-        from langgraph.checkpoint.sqlite import SqliteSaver
-        return SqliteSaver(sqlite3.connect(spec["path"], check_same_thread=False))
-    if kind == "objectstorage":
-        import boto3
-        from langgraph_checkpoint_objectstorage import ObjectStorageSaver
-
-        from benchmarks.lgraph import BotoFS
-        client = boto3.client("s3", endpoint_url=spec["endpoint"], region_name="us-east-1")
-        return ObjectStorageSaver(BotoFS(client), f"{spec['bucket']}/lg")
-    from snapstore.integrations.langgraph import SnapstoreSaver
-    if kind == "snapstore-s3-compact":
-        return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path", compact_log=True)
-    if kind == "snapstore-s3":
-        return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path")
-    return SnapstoreSaver(spec["path"], fsync=os.environ.get("BENCH_FSYNC", "1") == "1")
 
 
 def child_main(spec: dict) -> dict:
@@ -140,17 +78,9 @@ def child_main(spec: dict) -> dict:
     return {"t0": t0, "t1": t1, "count": len(st.values.get("messages", []))}
 
 
-def _child_env() -> dict:
-    from benchmarks.latency import _child_env as env
-    return env()
-
-
 def run_child(spec: dict) -> dict:
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"get_state child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """``get_state`` in a fresh ``langgraph_storage.py --child`` process (dummy AWS credentials); its result."""
+    return _lib.run_child(os.path.abspath(__file__), spec, env=_lib.child_env(s3=True), timeout=3600)
 
 
 class S3Env:
@@ -161,9 +91,9 @@ class S3Env:
 
         from moto.server import ThreadedMotoServer
 
-        from benchmarks.latency import DUMMY_ENV, LatencyProxy
+        from benchmarks.latency import LatencyProxy
 
-        os.environ.update(DUMMY_ENV)
+        os.environ.update(_lib.DUMMY_ENV)
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
@@ -254,13 +184,8 @@ def run(kind: str, turns: int, delta: bool, work: str, env: S3Env | None, trials
             spec["path"] = f"s3://{spec['bucket']}/repo"
     saver = make_saver(spec)
     graph = build(saver, delta)
-    rng = random.Random(1)
+    times = chat_turns(graph, turns)
     cfg = {"configurable": {"thread_id": THREAD}}
-    times = []
-    for _ in range(turns):
-        t = time.perf_counter()
-        graph.invoke({"messages": [HumanMessage(content=text(rng))]}, cfg)
-        times.append(time.perf_counter() - t)
     size = stored(kind, saver, spec, env)
     n = len(graph.get_state(cfg).values["messages"])
     assert n == 2 * turns, (kind, n)
@@ -312,8 +237,7 @@ def table(rows: list, delay_ms: float) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        print(json.dumps(child_main(json.loads(sys.argv[2]))))
+    if _lib.child_entry(None, child_main):
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", default="300", help="comma-separated run lengths, e.g. 300,1000")

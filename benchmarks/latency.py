@@ -56,14 +56,12 @@ request counts carry over to S3; wall times are indicative of a region-local cli
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import random
 import socket
 import socketserver
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -72,11 +70,11 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import _lib  # noqa: E402
 
-DUMMY_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-             "AWS_SECURITY_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
-UNSET_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SNAPSTORE_URL")
+REPO_ROOT = _lib.REPO_ROOT
+DUMMY_ENV, UNSET_ENV = _lib.DUMMY_ENV, _lib.UNSET_ENV
 KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE")
 PREFIX = "bench"
 RUN = "bench-run"
@@ -455,21 +453,13 @@ def history(saves: int, seed: int = SEED) -> list:
 
 
 def _child_env() -> dict:
-    env = dict(os.environ)
-    env.update(DUMMY_ENV)
-    for k in UNSET_ENV:
-        env.pop(k, None)
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    """The children's environment: this checkout first on the path, dummy AWS credentials."""
+    return _lib.child_env(s3=True)
 
 
 def run_child(spec: dict, timeout: float = 3600) -> dict:
     """Run ``spec`` in a fresh ``python benchmarks/latency.py --child`` process; its JSON result."""
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                          cwd=str(REPO_ROOT), env=_child_env(), capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {spec['task']} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _lib.run_child(Path(__file__).resolve(), spec, env=_child_env(), timeout=timeout)
 
 
 def child_main(spec: dict) -> dict:
@@ -654,8 +644,9 @@ def bench_runs(n_runs: int, moto_ep: str, proxy: LatencyProxy, trials: int) -> d
 
 
 def largest_coding_run() -> tuple[Path, str, list, list] | None:
-    """The largest shared coding-agent conversation (see :func:`benchmarks.local_read.largest_coding_run`)."""
-    return _local_read().largest_coding_run()
+    """The largest shared coding-agent conversation (:func:`benchmarks._lib.largest_coding_run`)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    return _lib.largest_coding_run()
 
 
 def _local_read():
@@ -746,15 +737,7 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
         print(_local_read().report(local))
 
 
-def git_commit() -> tuple[str, bool]:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "snapstore"], cwd=REPO_ROOT,
-                                    capture_output=True, text=True).stdout.strip())
-        return rev or "?", dirty
-    except OSError:
-        return "?", False
+git_commit = _lib.commit_stamp
 
 
 def main(argv=None) -> int:
@@ -769,11 +752,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: defaults become sizes 20,100, 20 runs, 5 ms delay (< 1 min)")
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.child:
-        print(json.dumps(child_main(json.loads(args.child))))
+    if _lib.child_entry(argv, child_main):
         return 0
+    args = ap.parse_args(argv)
     for name, full, quick in (("sizes", "100,1000,10000", "20,100"), ("runs", 200, 20), ("delay_ms", 50.0, 5.0)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)

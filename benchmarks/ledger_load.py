@@ -488,7 +488,7 @@ def main(argv=None) -> int:
                                                    "revision, or 'worktree'")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from package_snapshot import snapshot_package
+    from _lib import snapshot_package
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="snapstore-ledger-"))
     if work.exists() and args.dir:

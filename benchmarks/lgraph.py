@@ -1,6 +1,14 @@
-"""The LangGraph side of ``python -m benchmarks``: a real graph, real checkpointers.
+"""The one LangGraph driver of the benchmarks: real graphs, real checkpointers.
 
-The graph: ``START -> agent -> END`` over a state with a ``messages`` channel (``add_messages``, or
+Two graphs, for two questions:
+
+* the workload replay graph (:func:`build_graph`), the LangGraph side of ``python -m benchmarks``
+  (every system stores the same workload's messages; one checkpoint per turn);
+* the chat graph (:func:`build_chat_graph`, :func:`chat_turns`) of ``benchmarks/langgraph_storage.py``,
+  ``log_bytes.py`` and ``manifest_encodings.py`` (what each LangGraph saver costs at LangGraph's
+  default durability), with the savers it compares (:func:`make_saver`).
+
+The replay graph: ``START -> agent -> END`` over a state with a ``messages`` channel (``add_messages``, or
 the same reducer in LangGraph's ``DeltaChannel``), a ``session_state`` channel (last value) and a
 ``turn`` input. The node is deterministic: it returns the messages the workload's checkpoint ``turn``
 adds (for a rewritten history: ``RemoveMessage(REMOVE_ALL_MESSAGES)`` and the whole new list), and
@@ -18,7 +26,11 @@ project uses, so it is not installed; the saver only calls ``cat_file``, ``pipe_
 
 from __future__ import annotations
 
+import os
+import random
+import sqlite3
 import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 from fsspec import AbstractFileSystem
@@ -140,6 +152,87 @@ def restored_values(app, thread_id: str) -> tuple[list, Any]:
     st = app.get_state({"configurable": {"thread_id": thread_id}})
     vals = st.values or {}
     return [from_lc(m) for m in vals.get("messages", [])], vals.get("session_state")
+
+
+# ------------------------------------------------------------------------------------------------
+# the chat graph: one deterministic "model" node answering each human message
+
+WORDS = ("the agent tool call result file test error patch function value returns line module import "
+         "config repository branch commit review change build output input request response status "
+         "check update data model token user system message context state step plan fix run").split()
+CHAT_THREAD = "bench"
+SNAPSHOT_FREQUENCY = 100
+"""The chat graph's ``DeltaChannel`` writes a full snapshot of the messages every 100 updates."""
+
+
+def chat_text(rng: random.Random, n: int = 360) -> str:
+    """``n`` characters of pseudo-random English-like words (about 8% numbers) drawn from ``rng``."""
+    out, size = [], 0
+    while size < n:
+        w = rng.choice(WORDS) if rng.random() > 0.08 else str(rng.randrange(10 ** 6))
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)[:n]
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+class ChatDeltaState(TypedDict):
+    messages: Annotated[list, DeltaChannel(batch_add_messages, snapshot_frequency=SNAPSHOT_FREQUENCY)]
+
+
+def build_chat_graph(saver, delta: bool):
+    """The compiled chat graph ``START -> model`` on checkpointer ``saver`` (``delta``: the
+    messages channel is a ``DeltaChannel``); the model answers with :func:`chat_text` of a fixed seed."""
+    g = StateGraph(ChatDeltaState if delta else ChatState)
+    rng = random.Random(7)
+    g.add_node("model", lambda s: {"messages": [AIMessage(content=chat_text(rng))]})
+    g.add_edge(START, "model")
+    return g.compile(checkpointer=saver)
+
+
+def chat_turns(graph, turns: int, thread: str = CHAT_THREAD, seed: int = 1) -> list[float]:
+    """Invoke ``graph`` ``turns`` times with one human message of :func:`chat_text` each (LangGraph's
+    default durability: 3 checkpoints and 2 ``put_writes`` per turn); the seconds of each invoke."""
+    rng = random.Random(seed)
+    cfg = {"configurable": {"thread_id": thread}}
+    times = []
+    for _ in range(turns):
+        t = time.perf_counter()
+        graph.invoke({"messages": [HumanMessage(content=chat_text(rng))]}, cfg)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def make_saver(spec: dict):
+    """The checkpointer ``spec`` names.
+
+    Args:
+        spec: ``{"kind": "sqlite" | "objectstorage" | "snapstore" | "snapstore-s3" |
+            "snapstore-s3-compact", "path": file, directory or s3:// URL, "endpoint": S3 endpoint,
+            "bucket": S3 bucket (objectstorage)}``. A local ``snapstore`` fsyncs unless
+            ``$BENCH_FSYNC`` is ``0``.
+    """
+    kind = spec["kind"]
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        return SqliteSaver(sqlite3.connect(spec["path"], check_same_thread=False))
+    if kind == "objectstorage":
+        import boto3
+        from langgraph_checkpoint_objectstorage import ObjectStorageSaver
+
+        client = boto3.client("s3", endpoint_url=spec["endpoint"], region_name="us-east-1")
+        return ObjectStorageSaver(BotoFS(client), f"{spec['bucket']}/lg")
+    from snapstore.integrations.langgraph import SnapstoreSaver
+    if kind == "snapstore-s3-compact":
+        return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path", compact_log=True)
+    if kind == "snapstore-s3":
+        return SnapstoreSaver(spec["path"], endpoint_url=spec["endpoint"], addressing_style="path")
+    if kind != "snapstore":
+        raise ValueError(f"unknown saver kind {kind!r}")
+    return SnapstoreSaver(spec["path"], fsync=os.environ.get("BENCH_FSYNC", "1") == "1")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-from package_snapshot import snapshot_package  # noqa: E402  (benchmarks/ is on sys.path)
+from _lib import snapshot_package  # noqa: E402  (benchmarks/ is on sys.path)
 
 _WORDS = """the a to of and in is that for it this with on be as are we not file function test should
 will can now let me check see need error value return code change fix issue line call class method

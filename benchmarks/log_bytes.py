@@ -2,7 +2,7 @@
 
 Builds two runs in fresh local repositories (fsync off; this measures bytes):
 
-* ``langgraph``: the 300-turn LangGraph graph of ``benchmarks/langgraph_storage.py`` (DeltaChannel
+* ``langgraph``: the 300-turn LangGraph chat graph of ``benchmarks/lgraph.py`` (as ``langgraph_storage.py`` runs it) (DeltaChannel
   with ``--delta``, else add_messages) checkpointed by ``SnapstoreSaver``;
 * ``plain``: ``CheckpointManager.save`` of a growing chat (two ~360-character messages per save)
   with token usage, agent id, status and metrics, ``--turns`` saves.
@@ -103,14 +103,16 @@ def measure(root: str) -> dict:
 
 
 def langgraph_run(root: str, turns: int, delta: bool) -> None:
+    """The chat graph of ``benchmarks/lgraph.py`` (as ``langgraph_storage.py`` runs it) for
+    ``turns`` turns on a SnapstoreSaver in the directory ``root`` (fsync off)."""
     os.environ["BENCH_FSYNC"] = "0"
-    import benchmarks.langgraph_storage as lg
-    from langchain_core.messages import HumanMessage
-    graph = lg.build(lg.make_saver("snapstore", root), delta)
-    rng = random.Random(1)
-    cfg = {"configurable": {"thread_id": "bench"}}
-    for _ in range(turns):
-        graph.invoke({"messages": [HumanMessage(content=lg.text(rng))]}, cfg)
+    from benchmarks import lgraph
+
+    saver = lgraph.make_saver({"kind": "snapstore", "path": root})
+    try:
+        lgraph.chat_turns(lgraph.build_chat_graph(saver, delta), turns)
+    finally:
+        saver.close()
 
 
 def plain_run(root: str, turns: int) -> None:

@@ -29,13 +29,15 @@ import json
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lib  # noqa: E402
+
+REPO_ROOT = _lib.REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 from snapstore import CheckpointManager  # noqa: E402
@@ -108,12 +110,7 @@ def main(argv=None) -> int:
     if not files:
         print(f"no trajectory files in {args.data}", file=sys.stderr)
         return 1
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        rev = "?"
-    print(f"snapstore {rev}; python {platform.python_version()}; {len(files)} files from {args.data}")
+    print(f"snapstore {_lib.commit_label()}; python {platform.python_version()}; {len(files)} files from {args.data}")
     print(f"{'file':44} {'ckpts':>6} {'replayed':>10} {'pruned':>10} {'after gc':>10} {'fresh':>10} "
           f"{'ratio':>6} {'gcs':>4} {'gc s':>6}  restore  after delete-all+gc")
     results = []

@@ -319,7 +319,7 @@ def plots(records: list, meta: dict, out: Path) -> list:
                 s = r["series"]
                 line, = ax.plot(s["index"], s[key], label=r["system"], linewidth=1.6)
                 if key == "stored_bytes" and r.get("extrapolated_stored_bytes"):
-                    from benchmarks.harness import quadratic_coefficients
+                    from benchmarks._lib import quadratic_coefficients
 
                     a, b, c = quadratic_coefficients(s["index"], s[key])
                     x0, x1 = s["index"][-1], max(s["index"][-1], _wl_len(meta, w))

@@ -53,10 +53,9 @@ REPO_ROOT = HERE.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(HERE))
 
-DUMMY_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-             "AWS_SECURITY_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
-for _k, _v in DUMMY_ENV.items():
-    os.environ[_k] = _v
+import _lib  # noqa: E402
+
+os.environ.update(_lib.DUMMY_ENV)
 for _k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
     os.environ.pop(_k, None)
 
@@ -87,11 +86,6 @@ def new_bucket(endpoint: str) -> str:
     name = f"snapstore-bench-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return name
-
-
-def pct(xs: list, p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
 
 
 def restore(url: str, endpoint: str, expect: list) -> dict:
@@ -169,7 +163,7 @@ def bench(n_messages: int, endpoint: str, trials: int, do_gc: bool) -> dict:
         "messages": len(msgs), "saves": len(per_save), "build_s": build_s,
         "requests_per_save": {k: {"median": m, "max": x} for k, (m, x) in req.items()},
         "bytes_up_per_save": {"median": statistics.median(up), "max": max(up)},
-        "save_ms": {"median": statistics.median(lat), "p95": pct(lat, 0.95)},
+        "save_ms": {"median": statistics.median(lat), "p95": _lib.percentile(lat, 95)},
         "restore": {"latest_s_median": statistics.median(r["latest_s"] for r in restores),
                     "open_s_median": statistics.median(r["open_s"] for r in restores),
                     "gets": restores[0]["gets"], "bytes_down": restores[0]["bytes_down"], "trials": trials},

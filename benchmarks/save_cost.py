@@ -70,7 +70,10 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lib  # noqa: E402
+
+REPO_ROOT = _lib.REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 import orjson  # noqa: E402
@@ -398,19 +401,7 @@ def pack_breakdown(packs: list, bytes_up: list) -> list:
     return out
 
 
-def _med_it(it):
-    return statistics.median(list(it))
-
-
-def _med(xs):
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _pct(xs, p):
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p * (len(s) - 1))))]
+_med_it = _med = _lib.median
 
 
 # ------------------------------------------------------------------------------------------------
@@ -539,15 +530,7 @@ def _fs_of(path: str) -> str:
     return best[1]
 
 
-def _git_commit() -> str:
-    try:
-        c = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                           text=True, timeout=5).stdout.strip()
-        d = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "snapstore"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
-        return c + (" (+ uncommitted changes in snapstore/)" if d else "")
-    except Exception:
-        return "unknown"
+_git_commit = _lib.commit_label
 
 
 def _verdict(ok: bool) -> str:
@@ -662,7 +645,7 @@ def main(argv=None) -> int:
                                     (f"late ({late[0]}..{late[-1]})", "late", 2)):
                 xs = [1e3 * x for x in w[key]]
                 runs_s = " ".join(f"{1e3 * pr[idx]:.2f}" for pr in w["per_run"])
-                print(f"  fsync {tag:<3} {label:<26} {_med(xs):7.2f} {_pct(xs, .9):7.2f} {max(xs):7.2f}   {runs_s}")
+                print(f"  fsync {tag:<3} {label:<26} {_med(xs):7.2f} {_lib.percentile(xs, 90):7.2f} {max(xs):7.2f}   {runs_s}")
         print()
         rows = []
         for tag in ("on", "off"):

@@ -40,7 +40,10 @@ from urllib.parse import quote
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lib  # noqa: E402
+
+ROOT = _lib.REPO_ROOT
 
 
 def free_port() -> int:
@@ -141,11 +144,6 @@ class Client(threading.Thread):
                         self.errors.append(f"agent-list: newest is {page['checkpoints'][0]['id']}, saved {head}")
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
-
-
 def measure(store: str, clients: int, seconds: float, tmp: str) -> dict:
     token = secrets.token_urlsafe(24)
     env = dict(os.environ, SNAPSTORE_TOKEN=token)
@@ -189,8 +187,8 @@ def measure(store: str, clients: int, seconds: float, tmp: str) -> dict:
     for op in ("save", "list", "agent-list"):
         xs = [x for w in workers for x in w.lat[op]]
         ops[op] = {"count": len(xs), "per_s": round(len(xs) / elapsed, 1),
-                   "p50_ms": round(pct(xs, 50) * 1000, 1), "p90_ms": round(pct(xs, 90) * 1000, 1),
-                   "p99_ms": round(pct(xs, 99) * 1000, 1), "max_ms": round(max(xs) * 1000, 1) if xs else None}
+                   "p50_ms": round(_lib.percentile(xs, 50) * 1000, 1), "p90_ms": round(_lib.percentile(xs, 90) * 1000, 1),
+                   "p99_ms": round(_lib.percentile(xs, 99) * 1000, 1), "max_ms": round(max(xs) * 1000, 1) if xs else None}
     total = sum(o["count"] for o in ops.values())
     errors = [e for w in workers for e in w.errors]
     return {"store": store, "clients": clients, "seconds": round(elapsed, 1), "requests": total,

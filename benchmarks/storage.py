@@ -57,13 +57,15 @@ import json
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lib  # noqa: E402
+
+REPO_ROOT = _lib.REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 import zstandard  # noqa: E402
@@ -297,16 +299,7 @@ def _kb(n: int) -> str:
     return f"{n / 1000:,.1f}"
 
 
-def _git_commit() -> str:
-    try:
-        r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                           text=True, timeout=5)
-        c = r.stdout.strip()
-        d = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "snapstore"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
-        return c + (" (+ uncommitted changes in snapstore/)" if d else "")
-    except Exception:
-        return "unknown"
+_git_commit = _lib.commit_label
 
 
 def print_report(results: list[dict], skipped: list, env: dict, full_check: bool) -> dict:
