@@ -11,6 +11,8 @@ Hierarchy::
     ├── InvalidInputError (ValueError)        bad argument; nothing was stored
     │   ├── InvalidMessageError                a value that is not exact JSON (NaN, set, bytes, ...)
     │   ├── InvalidRunIdError                  run id not a non-empty str
+    │   ├── UnsupportedValueError              a LangGraph value SafeSerializer has no type tag for
+    │   ├── UnregisteredTypeError              stored data names a type tag the reader did not register
     │   └── InvalidCheckpointIdError           checkpoint id not a non-empty str
     ├── NotFoundError (LookupError)
     │   ├── RunNotFound
@@ -51,6 +53,41 @@ class InvalidMessageError(InvalidInputError):
 
 class InvalidRunIdError(InvalidInputError):
     """A run id was not a non-empty ``str``."""
+
+
+class UnsupportedValueError(InvalidInputError):
+    """A value has a type :class:`snapstore.integrations.serde.SafeSerializer` has no tag for
+    (an unregistered class, a subclass of a builtin, a cycle). Raised at put time; nothing stored.
+
+    Attributes:
+        type_name: ``module.qualname`` of the refused value's type (in the message only; it is
+            never stored).
+        path: where the value sits: a LangGraph location (``channel 'v'``) when the saver knows
+            it, then the key path inside the value, e.g. ``channel 'v' ['a'][2]``.
+    """
+
+    def __init__(self, type_name: str, path: str = "", hint: str = ""):
+        self.type_name = type_name
+        self.path = path
+        self.hint = hint
+        where = f" at {path}" if path else ""
+        super().__init__(f"cannot serialize a value of type {type_name}{where}" + (f": {hint}" if hint else ""))
+
+    def within(self, outer: str) -> "UnsupportedValueError":
+        """A copy whose path starts with ``outer`` (e.g. ``"channel 'v'"``)."""
+        path = f"{outer} {self.path}" if self.path else outer
+        return UnsupportedValueError(self.type_name, path, self.hint)
+
+
+class UnregisteredTypeError(InvalidInputError):
+    """Stored data names a type tag (``name``) that the reading serializer's registry lacks: the
+    writer registered a class (``SafeSerializer(types=[...])``) the reader did not."""
+
+    def __init__(self, name: str, kind: str):
+        self.name = name
+        self.kind = kind
+        super().__init__(f"stored data holds {'an' if kind[0] in 'aeiou' else 'a'} {kind} registered as {name!r}, which this SafeSerializer does not "
+                         f"know: register the same class, SafeSerializer(types=[...])")
 
 
 class InvalidCheckpointIdError(InvalidInputError):

@@ -1,7 +1,8 @@
 """Framework integrations (layer 5: surfaces). Each lives in its own module and needs an extra.
 
 * :class:`SnapstoreSaver` (:mod:`snapstore.integrations.langgraph`): a LangGraph checkpointer;
-  extra ``snapstore[langgraph]``.
+  extra ``snapstore[langgraph]``. :class:`SafeSerializer` (:mod:`snapstore.integrations.serde`):
+  its optional exact serializer without module paths in stored data (docs/langgraph-serde.md).
 * :class:`SnapstoreSession` (:mod:`snapstore.integrations.openai_agents`): an OpenAI Agents SDK
   session; extra ``snapstore[openai]``.
 * :class:`ResumableWorkflow` and :class:`CheckpointedLoop` (:mod:`snapstore.integrations.workflows`):
@@ -13,9 +14,9 @@ missing raises :class:`snapstore.errors.MissingDependencyError` naming the extra
 
 from __future__ import annotations
 
-__all__ = ["SnapstoreSaver", "SnapstoreSession", "ResumableWorkflow", "CheckpointedLoop"]
+__all__ = ["SnapstoreSaver", "SafeSerializer", "SnapstoreSession", "ResumableWorkflow", "CheckpointedLoop"]
 
-_LAZY = {"SnapstoreSaver": "langgraph", "SnapstoreSession": "openai_agents", "ResumableWorkflow": "workflows",
+_LAZY = {"SnapstoreSaver": "langgraph", "SafeSerializer": "serde", "SnapstoreSession": "openai_agents", "ResumableWorkflow": "workflows",
          "CheckpointedLoop": "workflows"}
 
 

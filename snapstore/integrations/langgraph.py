@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from ..errors import (CheckpointNotFound, ConflictError, IntegrityError, InvalidInputError, InvalidMessageError,
-                      MissingDependencyError, RunNotFound, SnapstoreError)
+                      MissingDependencyError, RunNotFound, SnapstoreError, UnsupportedValueError)
 
 try:
     from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
@@ -199,11 +199,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             ``s3://bucket/prefix`` URL, ``memory://``, an ObjectStore, None for
             ``$SNAPSTORE_URL``), or a ``CheckpointManager`` to use (not closed by :meth:`close`).
         serde: LangGraph serializer for non-message channel values and writes (default: the
-            saver default, ``JsonPlusSerializer``).
+            saver default, ``JsonPlusSerializer``), or a name: ``"safe"`` for
+            :class:`snapstore.integrations.serde.SafeSerializer` (exact values, no module paths
+            in stored data; docs/langgraph-serde.md), ``"jsonplus"``.
         **manager_options: passed to ``CheckpointManager`` (e.g. ``endpoint_url=`` for S3).
     Raises:
         MissingDependencyError: langgraph-checkpoint is not installed (on import).
-        InvalidInputError: ``manager_options`` given together with a manager.
+        InvalidInputError: ``manager_options`` given together with a manager, or an unknown
+            ``serde`` name.
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
     ``put`` and a ``put_writes`` are one snapstore save each (2 PUTs: pack, manifest);
@@ -218,7 +221,10 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     namespace costs one save more (its registry record).
     """
 
-    def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
+    def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
+        if isinstance(serde, str):
+            from .serde import serde_named
+            serde = serde_named(serde)
         super().__init__(serde=serde)
         self.manager, self._own = manager_for("SnapstoreSaver", location, manager_options)
         self._lock = threading.Lock()
@@ -291,14 +297,17 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------------------------------
     # encoding
 
-    def _blob(self, value) -> dict:
-        t, b = self.serde.dumps_typed(value)
+    def _blob(self, value, where: str = "") -> dict:
+        try:
+            t, b = self.serde.dumps_typed(value)
+        except UnsupportedValueError as e:  # SafeSerializer: name the channel too
+            raise (e.within(where) if where else e) from None
         return {"serde": t, "b64": base64.b64encode(b).decode("ascii")}
 
     def _unblob(self, item: dict):
         return self.serde.loads_typed((item["serde"], base64.b64decode(item["b64"])))
 
-    def _enc_msg(self, m, cache: dict) -> dict:
+    def _enc_msg(self, m, cache: dict, where: str = "") -> dict:
         hit = cache.get(id(m)) or self._rev.get(id(m))
         if hit is not None and hit[0] is m and hit[2] == m.id:
             return hit[1]
@@ -312,7 +321,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         except (InvalidMessageError, Exception):  # not exact JSON, or does not round-trip: serde
             item = None
         if item is None:
-            item = self._blob(m)
+            item = self._blob(m, where)
         # the id is kept beside: add_messages gives a message written without one an id in place
         cache[id(m)] = (m, item, m.id)
         return item
@@ -336,25 +345,26 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         self._rev[id(m)] = (m, item, m.id)
         return m
 
-    def _enc_value(self, v, cache: dict, old: dict | None = None) -> tuple[str, list]:
+    def _enc_value(self, v, cache: dict, old: dict | None = None, where: str = "") -> tuple[str, list]:
         """``(kind, items)`` of a channel or write value: ``m1`` one message, ``m`` a non-empty
-        message list, ``s`` a DeltaChannel snapshot of one, ``b`` anything else (one serde item)."""
+        message list, ``s`` a DeltaChannel snapshot of one, ``b`` anything else (one serde item).
+        ``where`` (e.g. ``"channel 'v'"``) prefixes the path of an UnsupportedValueError."""
         if isinstance(v, BaseMessage):
-            return "m1", [self._enc_msg(v, cache)]
+            return "m1", [self._enc_msg(v, cache, where)]
         if _msg_list(v):
             kind, msgs = "m", v
         elif isinstance(v, _DeltaSnapshot) and _msg_list(v.value):
             kind, msgs = "s", v.value
         else:
-            return "b", [self._blob(v)]
+            return "b", [self._blob(v, where)]
         items = []
-        for m in msgs:
+        for i, m in enumerate(msgs):
             hit = cache.get(id(m)) or (old.get(id(m)) if old else None) or self._rev.get(id(m))
             if hit is not None and hit[0] is m and hit[2] == m.id:
                 cache[id(m)] = hit
                 items.append(hit[1])
             else:
-                items.append(self._enc_msg(m, cache))
+                items.append(self._enc_msg(m, cache, f"{where} [{i}]" if where else ""))
         return kind, items
 
     def _dec_value(self, kind: str, items: list):
@@ -392,7 +402,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         layout: list = []
         blobs = []
         for ch in sorted(values):
-            kind, its = self._enc_value(values[ch], cache, old)
+            kind, its = self._enc_value(values[ch], cache, old, f"channel {ch!r}")
             if kind == "b":
                 blobs.append((ch, its))
                 continue
@@ -406,7 +416,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             layout.append([ch, "b", len(items), 1])
             items.extend(its)
         skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
-        meta = {"cp": self._json_or_blob(skeleton), "parent": parent, **self._md_field(md)}
+        meta = {"cp": self._json_or_blob(skeleton, "the checkpoint's versions"), "parent": parent,
+                **self._md_field(md)}
         # "k": this record carries every write set its newest record held (the records of
         # earlier releases did not carry those stored before the parent was put: readers list
         # the run for them)
@@ -631,7 +642,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             i += 1 + n
         return out
 
-    def _json_or_blob(self, value) -> dict:
+    def _json_or_blob(self, value, where: str = "") -> dict:
         """``{"json": value}`` when ``value`` is exact JSON that comes back equal (compresses far
         better than serde bytes in base64), else a serde blob."""
         try:
@@ -640,7 +651,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 return {"json": value}
         except (InvalidMessageError, TypeError, ValueError):
             pass
-        return self._blob(value)
+        return self._blob(value, where)
 
     def _unjson(self, item: dict):
         return item["json"] if "json" in item else self._unblob(item)
@@ -676,7 +687,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             validate(md, "metadata")
             return {"md": md}
         except InvalidMessageError:
-            return {"mdb": self._blob(md)}
+            return {"mdb": self._blob(md, "checkpoint metadata")}
 
     def _md_of(self, rec: _Rec) -> dict:
         return self._md_from(rec.md)
@@ -1216,7 +1227,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     state["eo"] = sets  # descriptors into the items copied from the newest record
                 chs = {row[2] for row in desc}
                 for widx, ch, v in todo:
-                    kind, its = self._enc_value(v, cache)
+                    kind, its = self._enc_value(v, cache, None, f"write to channel {ch!r} (task {task_id})")
                     desc.append([task_id, task_path, ch, widx, kind, len(items), len(its)])
                     items.extend(its)
                     chs.add(ch)
