@@ -208,11 +208,11 @@ def gc_lines(rep) -> list[tuple[str, str]]:
                                 f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
                                 f"({human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if rep.pending_candidates != 1 else 'it'}"))
-    refetched = int(getattr(rep, "refetched_packs", 0) or 0)
+    refetched = rep.refetched_packs
     if refetched:
         rows.append(("refetched", f"{plural(refetched, 'pack')} fetched again after mark (they left the pack "
                                   "cache before their live entries could be copied)"))
-    held = int(getattr(rep, "pending_objects", 0) or 0)
+    held = rep.pending_objects
     if held:
         names = {"manifests": "log record", "index": "index record", "log": "log segment"}
         kinds = ", ".join(plural(n, names.get(k, k)) for k, n in sorted(dict(rep.pending_kinds).items()) if n)
@@ -220,17 +220,17 @@ def gc_lines(rep) -> list[tuple[str, str]]:
                                 f"{'are' if held != 1 else 'is'} younger than the grace period "
                                 f"({human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if held != 1 else 'it'}"))
-    corrupt = list(getattr(rep, "corrupt_packs", None) or ())
+    corrupt = list(rep.corrupt_packs)
     if corrupt:
         rows.append(("damaged", f"{plural(len(corrupt), 'pack')} ({', '.join(corrupt[:3])}"
                                 f"{', ...' if len(corrupt) > 3 else ''}): their live entries are read from other "
                                 "copies; deleted like unreferenced packs (run 'snapstore verify --read-data')"))
-    n_left = int(getattr(rep, "leftovers_removed", 0) or 0)
+    n_left = rep.leftovers_removed
     if n_left:
         rows.append((f"{would}remove" if dry else "removed",
                      f"{plural(n_left, 'crash leftover')} ({human_size(rep.leftover_bytes_removed)}: temporary "
                      "files or incomplete uploads of interrupted writes)"))
-    if getattr(rep, "leftovers_pending", 0):
+    if rep.leftovers_pending:
         rows.append(("leftovers", f"{plural(rep.leftovers_pending, 'temporary file or upload')} younger than the "
                                   "grace period left in place (a write may still be running)"))
     rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
@@ -309,8 +309,6 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
     """Repository size, deduplication ratio, object counts, this command's store requests and an
     estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
     mgr = state_of(ctx).manager()
-    if not hasattr(mgr, "stats"):
-        raise CommandError("this snapstore version has no repository statistics (CheckpointManager.stats)", 1)
     prices = {}
     if price_gb_month is not None:
         prices["gb_month"] = price_gb_month
@@ -388,7 +386,7 @@ def _problem_exit_code(code: str) -> int:
 
 
 def _problem_dict(p) -> dict:
-    return {"code": getattr(p, "code", None), "key": getattr(p, "key", None), "message": getattr(p, "message", str(p))}
+    return {"code": p.code, "key": p.key, "message": p.message}
 
 
 @click.command("verify")
@@ -410,8 +408,6 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     operations, and after a gc with a grace period the packs it repacked (retired-pack).
     """
     mgr = state_of(ctx).manager()
-    if not hasattr(mgr, "verify"):
-        raise CommandError("this snapstore version cannot verify repositories (CheckpointManager.verify)", 1)
     progress = Progress(not as_json)
     kwargs = {}
     if progress.tty:
@@ -422,9 +418,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
         report = mgr.verify(read_data=read_data, **kwargs)
     finally:
         progress.clear()
-    errors = list(getattr(report, "errors", []) or [])
-    warnings = list(getattr(report, "warnings", []) or [])
-    checked = dict(getattr(report, "checked", {}) or {})
+    errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)
     code = min((_problem_exit_code(p.code) for p in errors), default=0)
     if as_json:
         emit_json({"ok": not errors, "exit_code": code, "checked": checked,
