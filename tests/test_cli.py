@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from snapstore import CheckpointManager
-from snapstore import cli as cli_mod
+from snapstore.cli import data_cmds as cli_data, output as cli_output
 from snapstore.cli import cli, parse_duration
 from snapstore.errors import InvalidInputError
 from snapstore.importers import load_trajectory
@@ -290,7 +290,7 @@ def test_rollback_fork_delete(repo, monkeypatch):
     one_line_error(run(repo, "delete", "forked", ok=False), 2, "--yes")
     assert "forked" in run(repo, "runs").stdout
     # interactive: asks; "n" keeps the run, "y" deletes it
-    monkeypatch.setattr(cli_mod, "_stdin_interactive", lambda: True)
+    monkeypatch.setattr(cli_data, "stdin_interactive", lambda: True)
     r = run(repo, "delete", "forked", input="n\n")  # "no" exits cleanly (issue 13): status 0, no error line
     assert r.exit_code == 0 and "forked" in run(repo, "runs").stdout
     assert "not deleted: run forked is unchanged" in r.stderr and "error" not in r.stderr and r.stdout == ""
@@ -662,12 +662,12 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
     n = len(calls)
 
     # progress: one updating line on a terminal's stderr, cleared at the end; stdout untouched
-    orig = cli_mod._Progress.__init__
+    orig = cli_output.Progress.__init__
 
     def tty_init(self, enabled):
         orig(self, enabled)
         self.tty = enabled
-    monkeypatch.setattr(cli_mod._Progress, "__init__", tty_init)
+    monkeypatch.setattr(cli_output.Progress, "__init__", tty_init)
     r = run(repo, "gc", "--json")
     assert len(calls) == n + 1 and "gc repack: 1/2" in r.stderr and r.stderr.endswith("\r\x1b[K")
     assert json.loads(r.stdout)["live_packs"] == 12
@@ -836,12 +836,12 @@ def test_list_limit_has_no_short_n(repo):
 def test_prune_shows_progress_on_a_terminal(repo, monkeypatch):
     import_json(repo, EXAMPLE)
     import_json(repo, EXAMPLE, "--run", "second")
-    orig = cli_mod._Progress.__init__
+    orig = cli_output.Progress.__init__
 
     def tty_init(self, enabled):
         orig(self, enabled)
         self.tty = enabled
-    monkeypatch.setattr(cli_mod._Progress, "__init__", tty_init)
+    monkeypatch.setattr(cli_output.Progress, "__init__", tty_init)
     r = run(repo, "prune", "--keep-last", "3")
     # the first update is drawn at once, later ones at most every 0.1 s; the line is cleared at the end
     assert r.stderr.startswith("\r\x1b[Kprune: planning run 1/2") and r.stderr.endswith("\r\x1b[K")
@@ -851,8 +851,8 @@ def test_prune_shows_progress_on_a_terminal(repo, monkeypatch):
 
 def test_slow_commands_show_an_activity_line_on_a_terminal(repo, monkeypatch):
     import_json(repo, EXAMPLE)
-    monkeypatch.setattr(cli_mod, "_stderr_tty", lambda: True)
-    monkeypatch.setattr(cli_mod._Activity, "delay", 0.2)
+    monkeypatch.setattr(cli_output, "stderr_tty", lambda: True)
+    monkeypatch.setattr(cli_output.Activity, "delay", 0.2)
     orig = CheckpointManager.runs
 
     def slow_runs(self):
@@ -863,7 +863,7 @@ def test_slow_commands_show_an_activity_line_on_a_terminal(repo, monkeypatch):
     assert "\r\x1b[Ksnapstore runs: working... " in r.stderr and r.stderr.endswith("\r\x1b[K")
     assert r.stdout == "demo-run\n"
     # a fast command shows nothing
-    monkeypatch.setattr(cli_mod._Activity, "delay", 1.0)
+    monkeypatch.setattr(cli_output.Activity, "delay", 1.0)
     assert run(repo, "list", "demo-run").stderr == ""
 
 

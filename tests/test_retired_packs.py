@@ -23,7 +23,8 @@ from click.testing import CliRunner
 
 import snapstore
 from snapstore import CheckpointManager
-from snapstore.cli import _gc_lines, cli
+from snapstore.cli import cli
+from snapstore.cli.maint_cmds import gc_lines
 from snapstore.errors import IntegrityError, SnapstoreError
 from snapstore.format import keys
 from snapstore.maintenance.forwarding import read_forward_map
@@ -247,7 +248,7 @@ def test_gc_reports_a_corrupt_retired_pack_and_deletes_it_once_its_data_is_safe(
     store.corrupt(key, flip(store.raw()[key]))
     rep = CheckpointManager(store, clock=clock).gc(grace_period=G)  # used to stop: checksum mismatch
     assert rep.corrupt_packs == [key]
-    assert key in "\n".join(v for _, v in _gc_lines(rep))
+    assert key in "\n".join(v for _, v in gc_lines(rep))
     for _ in range(3):
         clock.advance(G + 1)
         CheckpointManager(store, clock=clock).gc(grace_period=G)

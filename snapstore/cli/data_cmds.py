@@ -1,0 +1,555 @@
+"""The commands that create a repository and read or change its runs: ``init``, ``import``,
+``runs``, ``list``, ``show``, ``export``, ``diff``, ``rollback``, ``fork`` and ``delete``.
+
+Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --help`` shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+import click
+
+from ..errors import RepositoryError, RunNotFound
+from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
+from ..manager.facade import CheckpointManager
+from ..stores.probe import find_foreign_content
+from .output import (CommandError, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
+                     kv_text, plural, prices_text, request_cost, short, summary_json, table_text, usd, write)
+from .params import SIZE
+from .state import state_of
+
+__all__ = ["COMMANDS", "IMPORT_STATE_KEY", "stdin_interactive"]
+
+
+def _refuse_foreign_content(store, allow: bool) -> None:
+    """Refuse to create a repository where other files are (:func:`find_foreign_content`), unless
+    ``allow``.
+
+    Raises:
+        CommandError: exit status 2, naming the location and one of the files found.
+    """
+    found = None if allow else find_foreign_content(store)
+    if found is not None:
+        raise CommandError(f"{store.url} is not empty and holds no snapstore repository (found {found!r}); "
+                           "refusing to create one there (choose another --repo, or pass --allow-nonempty)", 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# init
+
+@click.command("init")
+@click.option("--level", type=click.IntRange(1, 22), help="zstd compression level for packs [default: 3].")
+@click.option("--dict-bytes", type=SIZE, help="raw-content dictionary size per data block; 0 disables "
+              "dictionaries [default: 128K].")
+@click.option("--cdc-threshold", type=SIZE, help="messages larger than this are split into content-defined "
+              "chunks [default: 64K].")
+@click.option("--cdc-min", type=SIZE, help="minimum chunk size [default: 16K].")
+@click.option("--cdc-avg", type=SIZE, help="average chunk size [default: 64K].")
+@click.option("--cdc-max", type=SIZE, help="maximum chunk size [default: 256K].")
+@click.option("--leaf-bits", type=click.IntRange(1, 12), help="message-tree leaf fan-out bits [default: 3].")
+@click.option("--node-bits", type=click.IntRange(1, 12), help="message-tree node fan-out bits [default: 3].")
+@click.option("--max-items", type=click.IntRange(min=2), help="maximum items per tree node [default: 64].")
+@click.option("--inline-state-max", type=SIZE, help="session states larger than this are stored as chunks "
+              "[default: 4K].")
+@click.option("--allow-nonempty", is_flag=True, help="Create the repository even if the directory (or S3 "
+              "prefix) already holds other files.")
+@click.pass_context
+def init_cmd(ctx, allow_nonempty, **settings):
+    """Create a repository at --repo (fails if one exists).
+
+    Settings are fixed at creation; options not given keep their defaults. A directory (or S3
+    prefix) that holds other files is refused unless --allow-nonempty.
+    """
+    from ..repo.repository import Repository
+
+    settings = {k: v for k, v in settings.items() if v is not None}
+    store = state_of(ctx).open_store()
+    try:
+        _refuse_foreign_content(store, allow_nonempty)
+        repo = Repository.init(store, **settings)
+        cfg = repo.config
+        write(f"initialized snapstore repository at {store.url} (id {cfg.repo_id})\n")
+        if settings:
+            write("".join(f"  {k} = {getattr(cfg, k)}\n" for k in settings))
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# import
+
+def _message_sizes(checkpoint: list, cache: dict) -> int:
+    """Total exact-JSON bytes of a message list (what the manifest records as its size)."""
+    from ..format.codec import encode_json
+
+    total = 0
+    for m in checkpoint:
+        n = cache.get(id(m))
+        if n is None:
+            n = cache[id(m)] = len(encode_json(m)[0])
+        total += n
+    return total
+
+
+def _strict_equal(a: list, b: list) -> bool:
+    """Equal as JSON documents, including key order and int/float distinction."""
+    if a != b:
+        return False
+    return json_bytes(a) == json_bytes(b)
+
+
+def _resume_index(mgr: CheckpointManager, run: str, checkpoints: list[list], where: str) -> int:
+    """Index of the first checkpoint of ``checkpoints`` not yet in ``run`` (0 for a new run).
+
+    Raises:
+        CommandError: the run has content that matches none of the checkpoints.
+    """
+    latest = mgr.latest(run)
+    if latest is None:
+        return 0
+    for k in range(len(checkpoints) - 1, -1, -1):
+        if len(checkpoints[k]) == latest.message_count and _strict_equal(checkpoints[k], latest.messages):
+            return k + 1
+    raise CommandError(
+        f"run {run!r} already exists and its latest checkpoint {latest.id} ({latest.message_count} messages) "
+        f"matches none of the {len(checkpoints)} checkpoints of {where}; refusing to add to it "
+        "(import under another id with --run, or delete the run first)", 1)
+
+
+IMPORT_STATE_KEY = "import"
+"""The session-state key under which ``import`` keeps a conversation's record (see ``import --help``)."""
+
+
+def _import_state(file: str, fmt_name: str, conv) -> dict | None:
+    """The session state of a conversation's last checkpoint: ``{"import": {...}}`` holding where it
+    came from and :meth:`snapstore.importers.Conversation.extras` (the record's other fields)."""
+    extras = conv.extras()
+    if extras is None:
+        return None
+    return {IMPORT_STATE_KEY: {"file": os.path.basename(file), "format": fmt_name, "conversation": conv.name,
+                               "where": conv.where, **extras}}
+
+
+def _other_fields(conv) -> list[str]:
+    """The names of what the conversation's record holds besides the messages: the file's own
+    fields around the records (tau2-bench ``info``, ``tasks``...), the record's fields, skipped
+    records, the raw events that the messages were made from."""
+    rec = conv.record
+    out = list(conv.file_fields)
+    for part in conv.record_at:  # the conversation's own record inside the (narrowed) file
+        rec = rec[part]
+    inner = conv.path[len(conv.record_at):]
+    if isinstance(rec, dict):
+        out.extend(k for k in rec if not (len(inner) == 1 and k == inner[0]) or conv.derived)
+    if conv.derived:
+        events = rec
+        for part in inner:
+            events = events[part]
+        out.append(f"{len(events)} raw events")
+    if conv.omitted:
+        out.append(f"{len(conv.omitted)} non-message records")
+    return out
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conversations, as_json: bool) -> None:
+    items = []
+    for run, conv in zip(runs, conversations):
+        items.append({"run": run, "where": conv.where, "checkpoints": len(conv.checkpoints),
+                      "messages": len(conv.messages), "kept_fields": _other_fields(conv)})
+    if as_json:
+        emit_json({"file": file, "format": fmt_name, "dry_run": True, "conversations": len(items),
+                    "checkpoints": sum(i["checkpoints"] for i in items), "runs": items})
+        return
+    total = sum(i["checkpoints"] for i in items)
+    head = (f"dry run: nothing was written\n{file}: format {fmt_name}, {plural(len(items), 'conversation')}, "
+            f"{plural(total, 'checkpoint')} (one per turn), {sum(i['messages'] for i in items)} messages\n")
+    rows = [[i["run"], i["where"], str(i["checkpoints"]), str(i["messages"]),
+             _clip(", ".join(i["kept_fields"]), 60) or "-"] for i in items]
+    write(head + table_text(["RUN", "WHERE", "TURNS", "MESSAGES", "KEPT FIELDS"], rows, right={2, 3}))
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--run", "run_prefix", metavar="ID",
+              help="Run id (default: the file's name without .json/.jsonl/.traj). Files with several "
+                   "conversations get one run per conversation, named ID/NAME.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Trajectory format (default: detect; "
+              "'messages' and 'events' are the shape-based readers).")
+@click.option("--messages-path", metavar="PATH", help="Where the message lists are, from the top of the "
+              "file (of each line of a JSON Lines file): dotted keys, [] for every element of a list, [N] "
+              "for one, e.g. 'results[].conversation.messages'. The first [] marks the records.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print what was found (conversations, turns, where in the "
+              "file, the fields kept besides the messages); write nothing.")
+@click.option("--allow-nonempty", is_flag=True, help="Create a repository even if --repo is a directory (or S3 "
+              "prefix) that holds other files.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress line and no summary on stderr.")
+@click.pass_context
+def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet):
+    """Replay a trajectory FILE as one checkpoint per agent turn.
+
+    Known formats (OpenAI chat, SWE-agent, mini-swe-agent, OpenHands, Claude Code, tau-bench,
+    ShareGPT) are read by their own rules; any other JSON / JSON Lines file whose records hold
+    role/content message lists or action/observation event streams at any depth is read by shape.
+    The whole file is read and checked before the first save: a bad value fails with one line
+    naming the record and the path in it, and nothing is stored.
+
+    What the record holds besides the messages (tool schemas, instructions, metrics, test
+    results...) is kept in the session state of each conversation's last checkpoint, under
+    "import"; 'snapstore export RUN --record' gives the record back as the file had it.
+
+    Resumable: if a run already holds a prefix of the file's checkpoints, importing again saves only
+    the missing ones. A run whose latest checkpoint matches none of the file's is left untouched
+    (error).
+    """
+    from ..format.ids import check_run_id
+    from ..repo.repository import Repository
+
+    t0 = time.monotonic()
+    progress = Progress(not quiet)
+    fmt_name, conversations = load_trajectory(file, format=fmt, messages_path=messages_path)
+    prefix = run_prefix if run_prefix is not None else default_run_id(file)
+    if prefix == "":
+        raise CommandError("run id must not be empty", 2)
+    runs = [f"{prefix}/{conv.name}" if conv.name else prefix for conv in conversations]
+    states = [_import_state(file, fmt_name, conv) for conv in conversations]
+    for run in runs:  # every run id is checked before the first save
+        check_run_id(run)
+    if dry_run:
+        _dry_run_report(file, fmt_name, prefix, runs, conversations, as_json)
+        return
+
+    st = state_of(ctx)
+    store = st.open_store()
+    created = False
+    try:
+        try:
+            Repository.open(store, create=False)
+        except RepositoryError:
+            _refuse_foreign_content(store, allow_nonempty)
+            Repository.init(store, exist_ok=True)
+            created = True
+    except BaseException:
+        store.close()
+        raise
+    mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
+    if created and not quiet:
+        write(f"initialized new snapstore repository at {store.url}\n", err=True)
+
+    before = mgr.store.stats.snapshot()
+    total_cps = sum(len(c.checkpoints) for c in conversations)
+    saved = skipped = logical = 0
+    done = 0
+    per_run = []
+    try:
+        for ci, (run, conv, state) in enumerate(zip(runs, conversations, states)):
+            cps = conv.checkpoints
+            if not cps:
+                per_run.append({"run": run, "checkpoints": 0, "saved": 0, "skipped": 0})
+                continue
+            start = _resume_index(mgr, run, cps, f"{file}" + (f" conversation {conv.name!r}" if conv.name else ""))
+            skipped += start
+            done += start
+            sizes: dict = {}
+            for i in range(start, len(cps)):
+                progress.update(f"importing {file}: conversation {ci + 1}/{len(conversations)}, "
+                                f"checkpoint {done + 1}/{total_cps}")
+                last = i == len(cps) - 1
+                mgr.save(run, cps[i], step=i, session_state=state if last else None)
+                logical += _message_sizes(cps[i], sizes)
+                saved += 1
+                done += 1
+            per_run.append({"run": run, "checkpoints": len(cps), "saved": len(cps) - start, "skipped": start})
+    except KeyboardInterrupt:
+        progress.clear()
+        if not quiet:
+            write(f"interrupted: {plural(saved, 'checkpoint')} saved by this import ({done} of {total_cps} in "
+                   f"the file now stored); run the same command again to resume: it saves only the missing ones\n",
+                   err=True)
+        raise
+    finally:
+        progress.clear()
+
+    used = mgr.store.stats.since(before)
+    elapsed = time.monotonic() - t0
+    cost = request_cost(used.counts) if is_s3(mgr.store) else None
+    summary = {
+        "file": file, "format": fmt_name, "conversations": len(conversations), "runs": per_run,
+        "saved": saved, "skipped": skipped, "logical_bytes": logical, "bytes_written": used.bytes_up,
+        "bytes_read": used.bytes_down, "requests": dict(used.counts), "elapsed_s": round(elapsed, 3),
+        "request_cost_usd": None if cost is None else cost["requests"],
+    }
+    if as_json:
+        emit_json(summary)
+    if quiet:
+        return
+    req = ", ".join(f"{k} {v}" for k, v in used.counts.items() if v) or "none"
+    runs_text = per_run[0]["run"] if len(per_run) == 1 else f"{len(per_run)} runs under {prefix}/"
+    ratio = ""
+    if used.bytes_up and logical and saved:
+        ratio = (f" ({logical / used.bytes_up:.1f}x smaller)" if logical >= used.bytes_up
+                 else f" ({used.bytes_up / logical:.1f}x larger)")
+    pairs = [
+        ("  conversations", str(len(conversations))),
+        ("  checkpoints", f"{saved} saved, {skipped} already present"),
+        ("  logical bytes", f"{human_size(logical)} ({logical})"),
+        ("  bytes written", f"{human_size(used.bytes_up)} ({used.bytes_up}){ratio}"),
+        ("  requests", f"{req} ({used.total()} total)"),
+    ]
+    if cost is not None:
+        pairs.append(("  request cost", f"~{usd(cost['requests'])} at {prices_text(cost['prices'], storage=False)} "
+                                        "(S3 Standard list prices, us-east-1)"))
+    kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
+    if kept:
+        pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "
+                                "record back whole)"))
+    pairs.append(("  elapsed", f"{elapsed:.2f} s"))
+    write(f"imported {file} ({fmt_name}) into {runs_text}\n" + kv_text(pairs), err=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# reading
+
+def _get(mgr: CheckpointManager, run: str, checkpoint: str | None):
+    """The checkpoint (or the run's latest); RunNotFound for an empty/unknown run."""
+    if checkpoint is None:
+        cp = mgr.latest(run)
+        if cp is None:
+            raise RunNotFound(f"run {run!r} not found")
+        return cp
+    return mgr.get(run, checkpoint)
+
+
+@click.command("runs")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.pass_context
+def runs_cmd(ctx, as_json):
+    """List the ids of runs that have checkpoints, one per line."""
+    runs = state_of(ctx).manager().runs()
+    if as_json:
+        emit_json(runs)
+    elif runs:
+        write("".join(r + "\n" for r in runs))
+
+
+@click.command("list")
+@click.argument("run")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N checkpoints (newest first).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of checkpoint summaries.")
+@click.pass_context
+def list_cmd(ctx, run, limit, as_json):
+    """List the checkpoints of RUN, newest first."""
+    items = state_of(ctx).manager().list(run, limit=limit)
+    if not items:
+        raise RunNotFound(f"run {run!r} not found")
+    if as_json:
+        emit_json([summary_json(s) for s in items])
+        return
+    rows = [[s.id, str(s.seq), short(s.step), iso_time(s.created_at), str(s.message_count), short(s.status)]
+            for s in items]
+    write(table_text(["ID", "SEQ", "STEP", "CREATED (UTC)", "MESSAGES", "STATUS"], rows, right={1, 2, 4}))
+
+
+@click.command("show")
+@click.argument("run")
+@click.argument("checkpoint", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def show_cmd(ctx, run, checkpoint, as_json):
+    """Show a checkpoint's summary (default: the run's latest), not its messages."""
+    cp = _get(state_of(ctx).manager(), run, checkpoint)
+    d = summary_json(cp)
+    d["has_session_state"] = cp.session_state is not None
+    if as_json:
+        emit_json(d)
+        return
+    pairs = [("run", cp.run_id), ("checkpoint", cp.id), ("seq", str(cp.seq)), ("step", short(cp.step)),
+             ("created", iso_time(cp.created_at, True)), ("parent", cp.parent_id or "-"),
+             ("messages", f"{cp.message_count} ({human_size(cp.message_bytes)})"),
+             ("token usage", short(cp.token_usage))]
+    for label, value in (("status", cp.status), ("agent", cp.agent_id), ("metrics", cp.metrics),
+                         ("metadata", cp.metadata)):
+        if value is not None:
+            pairs.append((label, short(value)))
+    if cp.session_state is not None:
+        pairs.append(("session state", human_size(len(json_bytes(cp.session_state)))))
+    write(kv_text(pairs))
+
+
+@click.command("export")
+@click.argument("run")
+@click.option("-c", "--checkpoint", metavar="ID", help="Checkpoint id (default: the run's latest).")
+@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Write to FILE instead of stdout.")
+@click.option("--record", is_flag=True, help="Print the conversation's record as the imported file had it "
+              "(its messages and every other field; JSON Lines if the record was a whole JSON Lines file). "
+              "Needs the last checkpoint of an import.")
+@click.pass_context
+def export_cmd(ctx, run, checkpoint, output, record):
+    """Print a checkpoint's message list as JSON, exactly as saved (nothing else on stdout)."""
+    cp = _get(state_of(ctx).manager(), run, checkpoint)
+    what = f"{cp.message_count} messages"
+    if record:
+        state = cp.session_state
+        extras = state.get(IMPORT_STATE_KEY) if isinstance(state, dict) else None
+        if not isinstance(extras, dict):
+            raise CommandError(f"checkpoint {cp.id} of run {run!r} holds no imported record (the last checkpoint "
+                               "of each conversation an import saved holds it)", 1)
+        value = rebuild_record(extras, cp.messages)
+        if extras.get("jsonl") and isinstance(value, list):
+            data = b"".join(json_bytes(v) + b"\n" for v in value)
+        else:
+            data = json_bytes(value)
+        what = f"the record ({extras.get('where', 'whole file')}) of {extras.get('file', 'the imported file')}"
+    else:
+        data = json_bytes(cp.messages)
+    if output is None or output == "-":
+        tty = False
+        try:
+            tty = sys.stdout.isatty()
+        except (AttributeError, ValueError):
+            pass
+        write(data + (b"\n" if tty and not data.endswith(b"\n") else b""))
+        return
+    tmp = f"{output}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, output)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):  # name the file asked for, not the temporary one
+            raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
+        raise
+    write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
+
+
+@click.command("diff")
+@click.argument("run")
+@click.argument("from_id", metavar="FROM")
+@click.argument("to_id", metavar="[TO]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON (the service's "
+              "GET /runs/{run}/diff ops: op, fromStart, fromEnd, toStart, toEnd, fromMessages, toMessages).")
+@click.pass_context
+def diff_cmd(ctx, run, from_id, to_id, as_json):
+    """Show how checkpoint TO's messages differ from checkpoint FROM's (TO: the run's latest).
+
+    Messages are compared as exact JSON values (key order included), as the service and the page
+    compare them. Each line is an operation on index ranges of FROM's and TO's message lists:
+    '=' equal, '-' only in FROM, '+' only in TO (a replaced range shows both). Exit status 0
+    whether or not they differ.
+    """
+    from ..server.service import Service
+
+    mgr = state_of(ctx).manager()
+    if to_id is None:
+        latest = mgr.latest(run)
+        if latest is None:
+            raise RunNotFound(f"run {run!r} not found")
+        to_id = latest.id
+    d = Service(mgr).diff(run, from_id, to_id)
+    a, b, ops = d["from"], d["to"], d["ops"]
+    if as_json:
+        emit_json({"run": run, "from": a.id, "to": b.id, "from_count": a.message_count,
+                    "to_count": b.message_count, "ops": ops})
+        return
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 12)
+    lines = [f"run {run}: {a.id} ({plural(a.message_count, 'message')}) -> {b.id} "
+             f"({plural(b.message_count, 'message')})"]
+    for op in ops:
+        if op["op"] == "equal":
+            n = op["fromEnd"] - op["fromStart"]
+            lines.append(f"= {plural(n, 'message')} equal (FROM [{op['fromStart']}:{op['fromEnd']}], "
+                         f"TO [{op['toStart']}:{op['toEnd']}])")
+            continue
+        for k, m in enumerate(op["fromMessages"]):
+            lines.append(f"- FROM [{op['fromStart'] + k}] {_clip(json_bytes(m).decode('utf-8', 'replace'), width)}")
+        for k, m in enumerate(op["toMessages"]):
+            lines.append(f"+ TO [{op['toStart'] + k}] {_clip(json_bytes(m).decode('utf-8', 'replace'), width)}")
+    added = sum(len(op["toMessages"]) for op in ops if op["op"] != "equal")
+    removed = sum(len(op["fromMessages"]) for op in ops if op["op"] != "equal")
+    lines.append("identical message lists" if not (added or removed) else
+                 f"{plural(added, 'message')} only in TO (+), {plural(removed, 'message')} only in FROM (-)")
+    write("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# changing runs
+
+@click.command("rollback")
+@click.argument("run")
+@click.argument("checkpoint")
+@click.pass_context
+def rollback_cmd(ctx, run, checkpoint):
+    """Make CHECKPOINT the head of RUN again; later checkpoints are deleted."""
+    cp = state_of(ctx).manager().rollback(run, checkpoint)
+    write(f"rolled back {run} to {cp.id} (seq {cp.seq}, {cp.message_count} messages)\n")
+
+
+@click.command("fork")
+@click.argument("run")
+@click.argument("checkpoint")
+@click.argument("new_run")
+@click.pass_context
+def fork_cmd(ctx, run, checkpoint, new_run):
+    """Start NEW_RUN at CHECKPOINT of RUN (one pack copying what that checkpoint needs, compressed)."""
+    cp = state_of(ctx).manager().fork(run, checkpoint, new_run)
+    write(f"forked {run}@{checkpoint} as {new_run} (checkpoint {cp.id}, {cp.message_count} messages)\n")
+
+
+def stdin_interactive() -> bool:
+    """True if stdin is an interactive terminal (``delete RUN`` asks for confirmation only there)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@click.command("delete")
+@click.argument("run")
+@click.argument("checkpoint", required=False)
+@click.option("-y", "--yes", is_flag=True, help="Delete a whole run without asking.")
+@click.pass_context
+def delete_cmd(ctx, run, checkpoint, yes):
+    """Delete CHECKPOINT of RUN, or the whole RUN (asks for confirmation unless --yes)."""
+    mgr = state_of(ctx).manager()
+    if checkpoint is not None:
+        mgr.delete(run, checkpoint)
+        write(f"deleted checkpoint {checkpoint} of {run}\n")
+        return
+    if not yes:
+        if not stdin_interactive():
+            raise CommandError(f"refusing to delete run {run!r} without confirmation: stdin is not a terminal "
+                               "(pass --yes)", 2)
+        items = mgr.list(run)
+        if not items:
+            raise RunNotFound(f"run {run!r} not found")
+        activity = current_activity()
+        if activity is not None:
+            activity.suspend()
+        try:
+            yes = click.confirm(f"Delete run {run!r} and its {len(items)} checkpoint(s)?", default=False, err=True)
+        finally:
+            if activity is not None:
+                activity.resume()
+        if not yes:
+            write(f"not deleted: run {run} is unchanged\n", err=True)
+            return
+    mgr.delete(run)
+    write(f"deleted run {run}\n")
+
+
+COMMANDS = (init_cmd, import_cmd, runs_cmd, list_cmd, show_cmd, export_cmd, diff_cmd, rollback_cmd, fork_cmd,
+            delete_cmd)
+"""This module's commands, in help order."""

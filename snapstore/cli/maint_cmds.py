@@ -1,0 +1,481 @@
+"""The commands that look after a whole repository: ``prune`` (retention), ``gc`` (reclaim and
+repack), ``stats``, ``verify`` and ``serve`` (the HTTP service, with the ``server`` extra).
+
+Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --help`` shows them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import click
+
+from ..errors import RunNotFound, SnapstoreError
+from ..stores.probe import probe_store
+from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
+                     prices_text, summary_json, table_text, usd, write)
+from .params import DURATION, SIZE
+from .state import state_of
+
+__all__ = ["COMMANDS", "gc_lines"]
+
+
+_COUNT_RULES = (("keep_last", "newest"), ("keep_hourly", "hour"), ("keep_daily", "day"),
+                ("keep_weekly", "ISO week"), ("keep_monthly", "month"), ("keep_yearly", "year"))
+_RULE_ORDER = ("keep_last", "keep_within", "older_than", "keep_hourly", "keep_daily", "keep_weekly",
+               "keep_monthly", "keep_yearly")
+_GC_HINT = "space is reclaimed by 'snapstore gc' (prune deletes checkpoint records, not the data they used)"
+
+
+def _policy_text(policy: dict) -> str:
+    """``keep-last 3, older-than 7d`` (rules in the CLI's spelling)."""
+    out = []
+    for k in _RULE_ORDER:
+        v = policy.get(k)
+        if v is None:
+            continue
+        if isinstance(v, timedelta):
+            v = human_duration(v.total_seconds())
+        out.append(f"{k.replace('_', '-')} {v}")
+    return ", ".join(out)
+
+
+
+@click.command("prune")
+@click.option("--keep-last", type=click.IntRange(min=0), metavar="N",
+              help="Keep the N newest checkpoints of each run.")
+@click.option("--keep-within", type=DURATION, metavar="DURATION",
+              help="Keep checkpoints created within DURATION of their run's newest checkpoint.")
+@click.option("--older-than", type=DURATION, metavar="DURATION",
+              help="Keep checkpoints created less than DURATION ago (older ones go).")
+@click.option("--keep-hourly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N hours that have checkpoints.")
+@click.option("--keep-daily", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N days that have checkpoints.")
+@click.option("--keep-weekly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N ISO weeks that have checkpoints.")
+@click.option("--keep-monthly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N months that have checkpoints.")
+@click.option("--keep-yearly", type=click.IntRange(min=0), metavar="N",
+              help="Keep the newest checkpoint of each of the last N years that have checkpoints.")
+@click.option("--run", "run_id", metavar="RUN", help="Only this run (default: every run).")
+@click.option("-n", "--dry-run", is_flag=True, help="Show what each checkpoint's fate would be and why; "
+              "delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary line, not a line per checkpoint.")
+@click.pass_context
+def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
+    """Delete checkpoints by retention policy (restic 'forget' rules).
+
+    A checkpoint is kept if ANY rule keeps it; every rule that keeps it is shown as a reason.
+    Durations: seconds or 90s, 30m, 12h, 7d, 2w, 1y (or combinations like 1d12h). Times are UTC.
+    Deleting every checkpoint of a run deletes the run.
+
+    Pruning deletes checkpoint records only: the space their data used is reclaimed by
+    'snapstore gc'.
+    """
+    policy = {k: v for k, v in rules.items() if v is not None}
+    if not policy:
+        raise click.UsageError("give at least one retention rule: --keep-last, --keep-within, --older-than, "
+                               "--keep-hourly, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly")
+    mgr = state_of(ctx).manager()
+    progress = Progress(not as_json)
+    try:
+        runs = [run_id] if run_id is not None else mgr.runs()
+        if run_id is not None and mgr.latest(run_id) is None:
+            raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
+        decisions, doomed_runs = [], []
+        for i, r in enumerate(runs):
+            progress.update(f"prune: planning run {i + 1}/{len(runs)}")
+            plan = mgr.retention_plan(r, **policy)
+            decisions.extend(plan)
+            if any(not d.keep for d in plan):
+                doomed_runs.append(r)
+        deleted = []
+        if not dry_run:
+            for i, r in enumerate(doomed_runs):
+                progress.update(f"prune: deleting from run {i + 1}/{len(doomed_runs)}")
+                deleted.extend(mgr.prune(run_id=r, dry_run=False, **policy))
+    finally:
+        progress.clear()
+    by_key = {(d.checkpoint.run_id, d.checkpoint.id): d for d in decisions}
+    if dry_run:
+        gone = [(d.checkpoint, list(d.reasons)) for d in decisions if not d.keep]
+        kept = [(d.checkpoint, list(d.reasons)) for d in decisions if d.keep]
+    else:
+        gone, gone_keys = [], set()
+        for s in deleted:
+            d = by_key.get((s.run_id, s.id))
+            # the plan was made a moment earlier: a checkpoint that aged past --older-than meanwhile
+            # is deleted although the plan kept it
+            gone.append((s, list(d.reasons) if d is not None and not d.keep else ["matched no keep rule"]))
+            gone_keys.add((s.run_id, s.id))
+        kept = [(d.checkpoint, list(d.reasons)) for d in decisions
+                if d.keep and (d.checkpoint.run_id, d.checkpoint.id) not in gone_keys]
+
+    if as_json:
+        def item(s, reasons):
+            d = summary_json(s)
+            d["reasons"] = reasons
+            d["reason"] = "; ".join(reasons)
+            return d
+        out = {"dry_run": dry_run,
+               "policy": {k: (v.total_seconds() if isinstance(v, timedelta) else v) for k, v in policy.items()},
+               "pruned": [item(s, r) for s, r in gone], "kept": [item(s, r) for s, r in kept]}
+        if gone:
+            out["note"] = _GC_HINT
+        emit_json(out)
+        return
+
+    def line(verb, s, reasons):
+        return f"{verb} {s.run_id} {s.id} (seq {s.seq}, created {iso_time(s.created_at)}): {'; '.join(reasons)}\n"
+
+    lines = []
+    if quiet:
+        pass
+    elif dry_run:
+        fate = {(s.run_id, s.id): False for s, _ in gone}
+        for d in decisions:
+            lines.append(line("would keep  " if fate.get((d.checkpoint.run_id, d.checkpoint.id), True)
+                              else "would delete", d.checkpoint, d.reasons))
+    else:
+        lines += [line("deleted", s, r) for s, r in gone]
+    runs = len({s.run_id for s, _ in gone})
+    ptext = _policy_text(policy)
+    if gone:
+        verb, keep = ("would delete", "would keep") if dry_run else ("deleted", "kept")
+        lines.append(f"{verb} {len(gone)} checkpoint(s) from {runs} run(s); {keep} {len(kept)} "
+                     f"(policy: {ptext})\n")
+        lines.append(f"note: {_GC_HINT}\n")
+    else:
+        lines.append(f"nothing to prune: {len(kept)} checkpoint(s) kept (policy: {ptext})\n")
+    write("".join(lines))
+
+
+# ------------------------------------------------------------------------------------------------
+# repository-wide
+
+_GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index record"),
+                  ("forward", "forwarding-map object"), ("gc", "gc record"))
+
+
+def gc_lines(rep) -> list[tuple[str, str]]:
+    """Human-readable rows of a :class:`snapstore.maintenance.gc.GCReport`."""
+    dry = bool(rep.dry_run)
+    would = "would " if dry else ""
+    deleted = {k: int(v) for k, v in dict(rep.deleted).items() if v}
+    n_deleted = sum(deleted.values())
+    known = dict(_GC_CATEGORIES)
+    what = ", ".join(plural(deleted[k], known[k]) for k, _ in _GC_CATEGORIES if k in deleted)
+    what = ", ".join(x for x in [what] + [f"{v} {k}" for k, v in deleted.items() if k not in known] if x)
+    rows = [("live", f"{plural(rep.live_checkpoints, 'checkpoint')} using {plural(rep.live_packs, 'pack')}")]
+    if n_deleted:
+        rows.append((f"{would}delete" if dry else "deleted",
+                     f"{plural(n_deleted, 'object')}, {human_size(rep.deleted_bytes)} ({what})"))
+    else:
+        rows.append((f"{would}delete" if dry else "deleted", "nothing"))
+    if rep.live_packs and not rep.repacked_packs:
+        # why nothing of the packs was reclaimed: data that live checkpoints use is never deleted
+        rows.append(("kept", f"{plural(rep.live_packs, 'pack')}, each holding data a live checkpoint uses (gc "
+                             f"rewrites a pack once more than {rep.max_unused:.0%} of it is dead)"))
+    if rep.repacked_packs:
+        into = plural(rep.new_packs, "new pack") + f" ({human_size(rep.repack_bytes_out)})"
+        rows.append((f"{would}repack" if dry else "repacked",
+                     f"{plural(rep.repacked_packs, 'pack')} ({human_size(rep.repack_bytes_in)}) into {into}"))
+    changes = [(rep.added_forward, "added"), (rep.redirected_forward, "redirected"), (rep.removed_forward, "dropped")]
+    if any(n for n, _ in changes):
+        # where readers find the entries of repacked packs: at most 16 shard objects (fwd/)
+        rows.append(("forwarding", ", ".join(f"{plural(n, 'record')} {what}" for n, what in changes if n)
+                     + f" ({plural(rep.forward_writes, 'map shard')} "
+                       + ("would be written)" if dry else "written)")))
+    b, o = rep.reclaimed_bytes, rep.reclaimed_objects
+    if o >= 0:
+        objs = f"{plural(o, 'object')} fewer"
+    else:  # new packs and forwarding-map shards outnumber what was deleted
+        objs = f"{plural(-o, 'object')} more (new packs, forwarding-map shards and gc state)"
+    if b >= 0:
+        rows.append((f"{would}reclaim" if dry else "reclaimed", f"{human_size(b)} ({b} bytes); {objs}"))
+    elif rep.repacked_packs and rep.grace_period > 0:
+        rows.append((f"{would}reclaim" if dry else "reclaimed",
+                     f"none yet: {human_size(-b)} ({-b} bytes) more stored until the repacked packs are "
+                     f"deleted (after the grace period, by a later gc); {objs}"))
+    else:
+        rows.append((f"{would}reclaim" if dry else "reclaimed",
+                     f"nothing: {human_size(-b)} ({-b} bytes) more stored; {objs}"))
+    if rep.pending_candidates:
+        rows.append(("pending", f"{plural(rep.pending_candidates, 'unreferenced pack')} "
+                                f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
+                                f"({human_duration(rep.grace_period)}); a gc run after it has passed deletes "
+                                f"{'them' if rep.pending_candidates != 1 else 'it'}"))
+    refetched = rep.refetched_packs
+    if refetched:
+        rows.append(("refetched", f"{plural(refetched, 'pack')} fetched again after mark (they left the pack "
+                                  "cache before their live entries could be copied)"))
+    held = rep.pending_objects
+    if held:
+        names = {"manifests": "log record", "index": "index record", "log": "log segment"}
+        kinds = ", ".join(plural(n, names.get(k, k)) for k, n in sorted(dict(rep.pending_kinds).items()) if n)
+        rows.append(("waiting", f"{kinds} no longer needed ({human_size(rep.pending_bytes)}) "
+                                f"{'are' if held != 1 else 'is'} younger than the grace period "
+                                f"({human_duration(rep.grace_period)}); a gc run after it has passed deletes "
+                                f"{'them' if held != 1 else 'it'}"))
+    corrupt = list(rep.corrupt_packs)
+    if corrupt:
+        rows.append(("damaged", f"{plural(len(corrupt), 'pack')} ({', '.join(corrupt[:3])}"
+                                f"{', ...' if len(corrupt) > 3 else ''}): their live entries are read from other "
+                                "copies; deleted like unreferenced packs (run 'snapstore verify --read-data')"))
+    n_left = rep.leftovers_removed
+    if n_left:
+        rows.append((f"{would}remove" if dry else "removed",
+                     f"{plural(n_left, 'crash leftover')} ({human_size(rep.leftover_bytes_removed)}: temporary "
+                     "files or incomplete uploads of interrupted writes)"))
+    if rep.leftovers_pending:
+        rows.append(("leftovers", f"{plural(rep.leftovers_pending, 'temporary file or upload')} younger than the "
+                                  "grace period left in place (a write may still be running)"))
+    rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
+    return rows
+
+
+@click.command("gc")
+@click.option("--grace-period", type=DURATION, metavar="DURATION",
+              help="How long unreferenced data must stay unreferenced before it is deleted: seconds or "
+                   "90s, 30m, 12h, 7d. 0 deletes it at once: only safe when nothing else writes to the "
+                   "repository. [default: 1h]")
+@click.option("-n", "--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option("--max-unused", type=click.FloatRange(0, 1), metavar="FRACTION",
+              help="Repack a pack when more than this fraction of its bytes is unused. [default: 0.25]")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--break-lock", is_flag=True,
+              help="First remove the GC lock, whoever holds it: for a gc killed on another machine (its "
+                   "lock goes stale 5 minutes after its last refresh; one killed on this machine is taken "
+                   "over at once). Only when no gc is running.")
+@click.pass_context
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
+    """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
+
+    Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
+    the grace period has passed (so a concurrent writer that still relies on it is safe). Only one
+    gc runs at a time.
+    """
+    mgr = state_of(ctx).manager()
+    kwargs = {}
+    if grace_period is not None:
+        kwargs["grace_period"] = grace_period.total_seconds()
+        if kwargs["grace_period"] == 0:
+            write("snapstore: note: --grace-period 0 assumes no other process is writing to this repository "
+                   "(unreferenced data is deleted at once)\n", err=True)
+        elif kwargs["grace_period"] < mgr.gc_grace_period:
+            g = human_duration(kwargs["grace_period"])
+            write(f"snapstore: note: --grace-period {g} is shorter than the default "
+                   f"{human_duration(mgr.gc_grace_period)}: safe only if every active writer uses "
+                   f"gc_grace_period={kwargs['grace_period']:g} or less\n", err=True)
+    if max_unused is not None:
+        kwargs["max_unused"] = max_unused
+    progress = Progress(True)
+    try:
+        if break_lock:
+            kwargs["break_lock"] = True
+            from ..maintenance.gc import LOCK_KEY
+            try:
+                held = mgr.store.get(LOCK_KEY).decode("utf-8", "replace")[:200]
+                write(f"snapstore: note: removing the GC lock ({held})\n", err=True)
+            except SnapstoreError:
+                pass
+        rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
+            f"gc {phase}: {done}/{total}"), **kwargs)
+    finally:
+        progress.clear()
+    if as_json:
+        d = rep.as_dict()
+        d.setdefault("deleted_bytes", rep.deleted_bytes)
+        d.setdefault("written_bytes", rep.written_bytes)
+        emit_json(d)
+        return
+    head = "dry run: nothing was changed\n" if dry_run else ""
+    write(head + kv_text(gc_lines(rep)))
+
+
+@click.command("stats")
+@click.option("--price-gb-month", type=click.FloatRange(min=0), metavar="USD",
+              help="Storage price per GB-month for the cost estimate. [default: S3 Standard, 0.023]")
+@click.option("--price-put", type=click.FloatRange(min=0), metavar="USD",
+              help="Price per 1,000 PUT and LIST requests. [default: S3 Standard, 0.005]")
+@click.option("--price-get", type=click.FloatRange(min=0), metavar="USD",
+              help="Price per 1,000 GET and HEAD requests. [default: S3 Standard, 0.0004]")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.pass_context
+def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
+    """Repository size, deduplication ratio, object counts, this command's store requests and an
+    estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
+    mgr = state_of(ctx).manager()
+    prices = {}
+    if price_gb_month is not None:
+        prices["gb_month"] = price_gb_month
+    if price_put is not None:
+        prices["PUT"] = prices["LIST"] = price_put / 1000
+    if price_get is not None:
+        prices["GET"] = prices["HEAD"] = price_get / 1000
+    st = mgr.stats(prices=prices) if prices else mgr.stats()
+    if as_json:
+        emit_json(st)
+        return
+    logical, stored = int(st.get("logical_bytes", 0)), int(st.get("stored_bytes", 0))
+    ratio = st.get("ratio")
+    pairs = [("runs", str(st.get("runs", 0))), ("checkpoints", str(st.get("checkpoints", 0))),
+             ("logical size", f"{human_size(logical)} ({logical} bytes)"),
+             *([("  session state", f"{human_size(int(st['session_state_bytes']))} of it")]
+               if st.get("session_state_bytes") else []),
+             ("stored size", f"{human_size(stored)} ({stored} bytes)"),
+             ("ratio", f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "-")]
+    width = max(len(k) for k in [k for k, _ in pairs] + ["cost estimate"]) + 1
+    out = kv_text(pairs, width)
+    objects = st.get("objects") or {}
+    if objects:
+        order = ("config", "packs", "manifests", "log", "index", "forward", "gc", "runmarks")
+        rows = []
+        for cat, v in sorted(objects.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order),
+                                                             kv[0])):
+            rows.append([f"  {cat}", str(v.get("count", 0)), human_size(v.get("bytes", 0))])
+            if v.get("stubs"):  # compacted run-log records (their copies are in log segments)
+                rows.append(["    of them stubs", str(v["stubs"]), human_size(0)])
+        total_n = sum(int(v.get("count", 0)) for v in objects.values())
+        total_b = sum(int(v.get("bytes", 0)) for v in objects.values())
+        rows.append(["  total", str(total_n), human_size(total_b)])
+        out += table_text(["objects:", "COUNT", "SIZE"], rows, right={1, 2})  # the section's name heads its rows
+    tail = []
+    left = st.get("leftovers")
+    if isinstance(left, dict) and left.get("count"):
+        tail.append(("leftovers", f"{plural(int(left['count']), 'temporary file or incomplete upload')} of "
+                                  f"interrupted writes ({human_size(int(left.get('bytes', 0)))}); 'snapstore gc' "
+                                  "removes them once older than its grace period"))
+    req = st.get("requests")
+    n_requests = None
+    if isinstance(req, dict):
+        counts = req.get("requests", req)
+        if isinstance(counts, dict):
+            n_requests = sum(v for v in counts.values() if isinstance(v, int))
+            text = ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+            down = req.get("bytes_down")
+            extra = f", {human_size(down)} read" if isinstance(down, int) and down else ""
+            tail.append(("requests", f"{text} ({n_requests} total, made by this command{extra})"))
+    cost = st.get("cost")
+    if isinstance(cost, dict) and isinstance(cost.get("storage_per_month"), (int, float)):
+        text = f"{usd(cost['storage_per_month'])}/month to store {human_size(stored)}"
+        if isinstance(cost.get("requests"), (int, float)):
+            text += f"; {usd(cost['requests'])} for "
+            text += f"this command's {n_requests} requests" if n_requests is not None else "the requests"
+        tail.append(("cost estimate", text))
+        if isinstance(cost.get("prices"), dict):
+            source = "S3 Standard list prices, us-east-1" + (", with the prices given" if prices else "")
+            tail.append(("prices", f"{prices_text(cost['prices'])} ({source})"))
+    if tail:
+        out += kv_text(tail, width)
+    write(out)
+
+
+_VERIFY_CODES = (("corrupt", 1), ("missing", 2))
+
+
+def _problem_exit_code(code: str) -> int:
+    c = str(code).lower()
+    for prefix, n in _VERIFY_CODES:
+        if c.startswith(prefix):
+            return n
+    return 3
+
+
+def _problem_dict(p) -> dict:
+    return {"code": p.code, "key": p.key, "message": p.message}
+
+
+@click.command("verify")
+@click.option("--read-data", is_flag=True, help="Also read and check every pack (slower).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Count the warnings by kind instead of listing each "
+              "(errors are always listed).")
+@click.option("--accept-missing", is_flag=True,
+              help="Put manifests deleted outside snapstore (missing-manifest errors) on record as removed: "
+                   "their checkpoints are lost; later runs of verify pass.")
+@click.pass_context
+def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
+    """Check the repository's integrity.
+
+    Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
+    references; 3 other errors. With several kinds the smallest code is used.
+
+    Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
+    operations, and after a gc with a grace period the packs it repacked (retired-pack).
+    """
+    mgr = state_of(ctx).manager()
+    progress = Progress(not as_json)
+    kwargs = {}
+    if progress.tty:
+        kwargs["progress"] = lambda phase, done, total: progress.update(f"verifying {phase}: {done}/{total}")
+    try:
+        if accept_missing:
+            kwargs["accept_missing"] = True
+        report = mgr.verify(read_data=read_data, **kwargs)
+    finally:
+        progress.clear()
+    errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)
+    code = min((_problem_exit_code(p.code) for p in errors), default=0)
+    if as_json:
+        emit_json({"ok": not errors, "exit_code": code, "checked": checked,
+                    "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
+    else:
+        lines = [f"error: {p.code}: {p.key}: {p.message}\n" for p in errors]
+        if quiet:
+            lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]
+        else:
+            lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
+        what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
+        status = "OK" if not errors else "FAILED"
+        lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
+        write("".join(lines))
+    if code:
+        ctx.exit(code)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# serve (issue 12: the HTTP service, snapstore.server; needs the "server" extra)
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=str),
+              help="Read the bearer token from this file [default: $SNAPSTORE_TOKEN].")
+@click.option("--no-auth", is_flag=True, help="Serve without a token (only on a loopback address).")
+@click.option("--max-body", "max_body", type=SIZE, default="64M", show_default=True,
+              help="Largest request body; larger ones get 413.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Allow browser calls from this origin (repeatable) [default: CORS off].")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+@click.pass_context
+def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_level):
+    """Serve the repository over HTTP: the REST API and a page to browse runs at /.
+
+    Every API request needs 'Authorization: Bearer TOKEN' ($SNAPSTORE_TOKEN or --token-file)
+    unless the server listens on loopback and --no-auth is given. The OpenAPI document is at
+    /openapi.json (and in docs/openapi.json).
+    """
+    try:
+        from ..server import ServerSettings, resolve_token, serve
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise CommandError(f"snapstore serve needs the server extra (pip install 'snapstore[server]'): {e}", 2)
+    token = resolve_token(host, no_auth=no_auth, token_file=token_file)
+    settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
+    location = state_of(ctx).location
+    probe_store(location)  # an unreachable S3 endpoint: one clear error and exit 1, before listening
+    write(f"snapstore: serving {location} on http://{host}:{port}/ "
+           f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
+    serve(location, host=host, port=port, settings=settings, log_level=log_level)
+
+
+COMMANDS = (prune_cmd, gc_cmd, stats_cmd, verify_cmd, serve_cmd)
+"""This module's commands, in help order."""

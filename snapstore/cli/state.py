@@ -1,0 +1,72 @@
+"""What every command of one invocation shares: the ``--repo`` location, the ``--compact-log``
+choice, and the one :class:`~snapstore.CheckpointManager` opened for it (closed when the
+command ends)."""
+
+from __future__ import annotations
+
+import click
+
+from ..manager.facade import CheckpointManager
+from ..stores.probe import probe_store
+
+__all__ = ["DEFAULT_REPO", "State", "state_of"]
+
+DEFAULT_REPO = ".snapstore"
+"""The repository ``--repo`` names when neither it nor ``$SNAPSTORE_URL`` is given (a directory)."""
+
+
+class State:
+    """The invocation's repository, opened on first use.
+
+    Args:
+        location: the ``--repo`` value (a directory, ``file:///path``, ``s3://BUCKET/PREFIX``, ``memory://``).
+        compact_log: ``--compact-log`` / ``--no-compact-log``, or None for the store's default.
+    """
+
+    def __init__(self, location: str, compact_log: bool | None = None):
+        self.location = location
+        self.compact_log = compact_log
+        self._mgr: CheckpointManager | None = None
+
+    def open_store(self):
+        """The store at ``--repo`` (an S3 endpoint is probed first, see :func:`probe_store`); the
+        caller closes it.
+
+        Raises:
+            StoreError: the S3 endpoint cannot be reached (or another store error of the probe).
+            InvalidInputError: the location is not one a store can be opened for.
+        """
+        from ..stores import open_store
+
+        probe_store(self.location)
+        return open_store(self.location)
+
+    def manager(self, create: bool = False) -> CheckpointManager:
+        """The checkpoint manager, opened once per invocation and closed when it ends.
+
+        Args:
+            create: create the repository if there is none (otherwise it must exist).
+        Raises:
+            RepositoryError: no repository at ``--repo`` (and not ``create``), or it cannot be read.
+            StoreError: the store cannot be reached.
+        """
+        if self._mgr is None:
+            probe_store(self.location)
+            mgr = CheckpointManager(self.location, create=create, compact_log=self.compact_log)
+            click.get_current_context().find_root().call_on_close(mgr.close)
+            if not create:
+                mgr.repo  # open now: a missing repository is an error, not an empty one
+            self._mgr = mgr
+        return self._mgr
+
+    def adopt(self, mgr: CheckpointManager) -> CheckpointManager:
+        """Make ``mgr`` (opened by the command on a store it opened) the invocation's manager and
+        close it when the invocation ends; returns ``mgr``."""
+        self._mgr = mgr
+        click.get_current_context().find_root().call_on_close(mgr.close)
+        return mgr
+
+
+def state_of(ctx: click.Context) -> State:
+    """The :class:`State` of the invocation ``ctx`` belongs to (set by the ``snapstore`` group)."""
+    return ctx.find_object(State)
