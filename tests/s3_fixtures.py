@@ -66,12 +66,47 @@ def _dummy_env(mp: pytest.MonkeyPatch) -> None:
         mp.delenv(k, raising=False)
 
 
+_atomic_lock = threading.RLock()
+_atomic_done = False
+
+
+def make_moto_conditional_writes_atomic() -> None:
+    """Make moto's conditional PUTs (If-None-Match / If-Match) atomic, as they are on S3.
+
+    moto checks the condition and then stores the object in two steps without a lock, so two
+    threads of one client can both win a create-only PUT of one key (seen once in CI: 11 winners
+    for 10 keys). Real S3 serialises conditional writes per key. Serialising moto's PutObject and
+    CompleteMultipartUpload handlers behind one process lock restores that guarantee and changes
+    nothing else: the client side under test (headers sent, 412/409 mapped to PreconditionFailed,
+    retries) still runs concurrently. Idempotent; call before any request.
+    """
+    global _atomic_done
+    with _atomic_lock:
+        if _atomic_done:
+            return
+        import functools
+
+        from moto.s3.responses import S3Response
+
+        for name in ("put_object", "_key_response_post"):
+            original = getattr(S3Response, name)
+
+            def serialised(self, *a, __original=original, **kw):
+                with _atomic_lock:
+                    return __original(self, *a, **kw)
+
+            setattr(S3Response, name, functools.wraps(original)(serialised))
+        _atomic_done = True
+
+
 def start_moto_server() -> str:
     """Start (once per process) moto's threaded HTTP server on 127.0.0.1 and return its endpoint URL."""
     global _server
     with _server_lock:
         if _server is None:
             from moto.server import ThreadedMotoServer
+
+            make_moto_conditional_writes_atomic()
 
             logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -108,6 +143,8 @@ def _inprocess_store(prefix: str = "repo", **kwargs):
     """Start a ``mock_aws`` and return (store, mock); the caller stops the mock."""
     import boto3
     from moto import mock_aws
+
+    make_moto_conditional_writes_atomic()
 
     from snapstore.stores.s3 import S3Store
 
