@@ -17,7 +17,7 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "snapstore"
 
 LAYER4 = ["callers", "checkpoint", "logscan", "views", "publish", "records", "retention", "saving", "reading",
-          "forking", "api"]
+          "runread", "forking", "api"]
 """Layer 4 bottom to top: each may import only the ones before it."""
 
 BELOW = ["repository", "readpath", "writepath", "logrecords", "compaction", "runlog", "logstubs", "forwarding", "check", "repack", "gc"]
