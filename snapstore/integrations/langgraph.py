@@ -251,8 +251,10 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     history) read a run's whole log through its log segments (``CheckpointManager.list``); a
     thread's namespaces come from its registry run (one listing of it), so nothing of a thread
     costs what the rest of the repository holds. ``delete_for_runs`` and listing without a
-    thread, which have no thread to start from, list every LangGraph run. The first record of a
-    namespace costs one save more (its registry record).
+    thread, which have no thread to start from, list every LangGraph run once. ``list`` reads
+    each run it lists through one ``CheckpointManager.read_run`` (no manifest GET per record; the
+    run's segments fetched once), so listing every thread is linear in what they hold. The
+    first record of a namespace costs one save more (its registry record).
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | None = None, **manager_options):
