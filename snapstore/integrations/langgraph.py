@@ -217,8 +217,10 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     history) read a run's whole log through its log segments (``CheckpointManager.list``); a
     thread's namespaces come from its registry run (one listing of it), so nothing of a thread
     costs what the rest of the repository holds. ``delete_for_runs`` and listing without a
-    thread, which have no thread to start from, list every LangGraph run. The first record of a
-    namespace costs one save more (its registry record).
+    thread, which have no thread to start from, list every LangGraph run once. ``list`` reads
+    each run it lists through one ``CheckpointManager.read_run`` (no manifest GET per record; the
+    run's segments fetched once), so listing every thread is linear in what they hold. The
+    first record of a namespace costs one save more (its registry record).
     """
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
@@ -246,15 +248,17 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
     used first out. Records never change and their ids are never reused, so a cached one is
     right as long as a listing still shows it; DeltaChannel walks re-read the same ones."""
 
-    def _record(self, run: str, sid: str, seq: int) -> tuple[list, Any]:
-        """``(message items, session state)`` of record ``sid`` at log position ``seq``."""
+    def _record(self, run: str, sid: str, seq: int, reader=None) -> tuple[list, Any]:
+        """``(message items, session state)`` of record ``sid`` at log position ``seq``; read
+        through ``reader`` (a ``RunReader`` of the run: no manifest GET, the run's segments
+        fetched once) when given, else with ``CheckpointManager.get``."""
         key = (run, sid, seq)  # a position is never reused: a re-put id gets a new key
         with self._lock:
             hit = self._records.get(key)
             if hit is not None:
                 self._records.move_to_end(key)
                 return hit
-        cp = self.manager.get(run, sid)
+        cp = reader.get(sid) if reader is not None else self.manager.get(run, sid)
         got = (cp.messages, cp.session_state)
         with self._lock:
             self._records[key] = got
@@ -722,8 +726,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                 return ix, None
             limit *= 4
 
-    def _rec_rows(self, run: str, r: _Rec) -> list:
-        items, st = self._record(run, r.sid, r.seq)
+    def _rec_rows(self, run: str, r: _Rec, reader=None) -> list:
+        items, st = self._record(run, r.sid, r.seq, reader)
         try:
             if isinstance(st, dict) and st.get("v") == 2:
                 for_ = r.md.get("for")
@@ -739,14 +743,14 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             raise IntegrityError(f"run {run!r} record {r.sid!r} (log position {r.seq})",
                                  f"not a valid LangGraph writes record: {type(e).__name__}: {e}") from e
 
-    def _writes_of(self, run: str, recs: list, own: list = ()) -> list[PendingWrite]:
+    def _writes_of(self, run: str, recs: list, own: list = (), reader=None) -> list[PendingWrite]:
         """Pending writes of one checkpoint from its writes records (oldest first) and ``own``
         (the rows its checkpoint record carries). A format-2 writes record carries every write
         stored before it for its checkpoint (on that chain), so only the newest of each chain is
         read."""
         rows: list = list(own)
         for r in self._chain_heads(recs):
-            rows.extend(self._rec_rows(run, r))
+            rows.extend(self._rec_rows(run, r, reader))
         try:
             return self._pending(rows)
         except SnapstoreError:
@@ -781,8 +785,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         return (rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and st.get("k") == 1
                 and not st.get("x"))
 
-    def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list) -> CheckpointTuple:
-        items, st = self._record(run, rec.sid, rec.seq)
+    def _tuple(self, run: str, thread_id: str, ns: str, rec: _Rec, wrecs: list, reader=None) -> CheckpointTuple:
+        items, st = self._record(run, rec.sid, rec.seq, reader)
         own = self._own_rows(run, rec, items, st)
         parent = rec.md.get("parent")
         conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": rec.md["id"]}}
@@ -792,7 +796,7 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
             metadata=self._md_of(rec),
             parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
-            pending_writes=self._writes_of(run, wrecs, own),
+            pending_writes=self._writes_of(run, wrecs, own, reader),
         )
 
     def _fresh_head(self, run: str) -> _Head:
@@ -984,7 +988,8 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         rows = []
         for run, thread_id, ns in runs:
-            ix = self._index(run)
+            rd = self.manager.read_run(run)  # one listing; each record's data without its manifest GET
+            ix = _RunIndex.of(rd.summaries)
             for cid, rec in ix.cps.items():
                 if only and cid != only:
                     continue
@@ -994,13 +999,13 @@ class SnapstoreSaver(BaseCheckpointSaver[str]):
                     md = self._md_of(rec)
                     if not all(md.get(k) == v for k, v in filter.items()):
                         continue
-                rows.append((cid, run, thread_id, ns, rec, ix.writes.get(cid, [])))
+                rows.append((cid, run, thread_id, ns, rec, ix.writes.get(cid, []), rd))
         rows.sort(key=lambda r: r[0], reverse=True)
         if limit is not None:
             rows = rows[:limit]
-        for cid, run, thread_id, ns, rec, wrecs in rows:
+        for cid, run, thread_id, ns, rec, wrecs, rd in rows:
             try:
-                yield self._tuple(run, thread_id, ns, rec, wrecs)
+                yield self._tuple(run, thread_id, ns, rec, wrecs, rd)
             except CheckpointNotFound:
                 continue
 

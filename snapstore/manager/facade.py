@@ -11,6 +11,7 @@ its public methods; each delegates to the module that owns the concept, below it
 - :mod:`snapstore.manager.publish`: publishing a log record and the log segments after it;
 - :mod:`snapstore.manager.save`: save (prepare, pack, publish, retry after a lost reply, tier hand-off);
 - :mod:`snapstore.manager.read`: latest, get, head, summary, list, runs, resume points;
+- :mod:`snapstore.manager.runread`: read_run (many checkpoints of one run after one listing);
 - :mod:`snapstore.manager.rollback`: rollback, delete, delete_many;
 - :mod:`snapstore.manager.retention`: prune, retention_plan, ``max_checkpoints``;
 - :mod:`snapstore.manager.fork`: fork;
@@ -35,7 +36,7 @@ import threading
 import time
 import warnings
 
-from . import fork as forking, outcomes, publish, read as reading, rollback as records, retention, save as saving, views
+from . import fork as forking, outcomes, publish, read as reading, rollback as records, retention, runread, save as saving, views
 from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
 from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
@@ -308,6 +309,18 @@ class CheckpointManager:
             A list of :class:`CheckpointSummary` (empty for an unknown run).
         """
         return reading.list_checkpoints(self, run_id, limit, metadata=metadata, before_seq=before_seq)
+
+    def read_run(self, run_id: str) -> "runread.RunReader":
+        """List the run's live checkpoints once and read any of them without listing again: a
+        :class:`~snapstore.runread.RunReader` (``.summaries`` newest first, as :meth:`list`;
+        ``.get(checkpoint_id)`` a :class:`Checkpoint`, as :meth:`get`, without its manifest
+        GET, from the segments of the run's newest record fetched once). For reading most of a
+        run; it does not change what the caller saw of the run.
+
+        Raises:
+            InvalidRunIdError: a bad run id. StoreError / IntegrityError: as :meth:`list`.
+        """
+        return runread.RunReader(self, run_id)
 
     def runs(self) -> list[str]:
         """Return the ids of runs that have at least one live checkpoint, sorted.

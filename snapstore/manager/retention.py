@@ -19,7 +19,8 @@ positions ``from`` up to its own to restore (a framework's delta chain: the Lang
 writes it for DeltaChannel threads). Whenever a rule keeps such a checkpoint, :func:`plan`
 keeps those too, with the reason ``needed by <id> (<why>)``; so do ``max_checkpoints`` and
 every surface built on :func:`plan` (``prune``, the CLI, the service). A malformed value
-keeps everything older (never less than the field may have meant).
+keeps everything older (never less than the field may have meant), and so does a LangGraph
+record of a release before the key, in a DeltaChannel thread (:mod:`snapstore.undeclared_needs`).
 
 Applying a policy to a repository (layer 4, functions taking the manager ``mgr``): :func:`prune`
 and :func:`retention_plan` (the bodies of :meth:`~snapstore.manager.facade.CheckpointManager.prune` and
@@ -34,7 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from . import callers, history, rollback, views
+from . import callers, history, rollback, undeclared_needs, views
 from .checkpoint import CheckpointSummary
 from ..errors import InvalidInputError, SnapstoreError
 
@@ -120,8 +121,11 @@ def needs_of(metadata) -> tuple[int, str] | None:
 
 
 def _keep_needed(decisions: list) -> None:
-    """Keep what the kept checkpoints need (:data:`NEEDS_KEY`); ``decisions`` newest first, in
-    ONE run. Needs point only to older positions, so one pass newest to oldest closes them."""
+    """Keep what the kept checkpoints need (:data:`NEEDS_KEY`, and what records of earlier
+    releases needed without declaring it: :mod:`snapstore.undeclared_needs`); ``decisions``
+    newest first, in ONE run. Needs point only to older positions, so one pass newest to oldest
+    closes them."""
+    legacy = undeclared_needs.legacy_needs(getattr(d.checkpoint, "metadata", None) for d in decisions)
     active: list = []   # (from position, needing checkpoint id, why) of kept checkpoints seen
     for d in decisions:
         c = d.checkpoint
@@ -134,7 +138,8 @@ def _keep_needed(decisions: list) -> None:
                 d.keep = True
                 d.reasons.append(f"needed by {by[0]} ({by[1]})")
         if d.keep:
-            n = needs_of(getattr(c, "metadata", None))
+            md = getattr(c, "metadata", None)
+            n = needs_of(md) or legacy(md)
             if n is not None and n[0] < seq:
                 active.append((n[0], c.id, n[1]))
 

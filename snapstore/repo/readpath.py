@@ -92,6 +92,31 @@ def _arrays_exact(m: Manifest) -> bool | None:
     return None if m.arrays is None else m.arrays == 1
 
 
+class _AtHand(dict):
+    """The pack cache as one list read sees it: ``get(pack id)`` looks a pack up under the lock
+    the first time it is named and keeps that answer (a pack evicted meanwhile stays usable: a
+    parsed pack never changes)."""
+
+    __slots__ = ("_cache", "_lock")
+
+    def __init__(self, cache, lock):
+        super().__init__()
+        self._cache, self._lock = cache, lock
+
+    def __missing__(self, pack_id):
+        with self._lock:
+            p = self._cache.get(pack_id)
+        self[pack_id] = p
+        return p
+
+    def get(self, pack_id, default=None):
+        p = self[pack_id]
+        return default if p is None else p
+
+    def __contains__(self, pack_id) -> bool:
+        return self[pack_id] is not None
+
+
 class ReadPath:
     """Read path of :class:`~snapstore.repo.repository.Repository`: pack cache, segment index,
     forwarding lookups, entries, trees and restores (a mixin; see the module docstring)."""
@@ -1056,9 +1081,12 @@ class ReadPath:
         """
         out: list = []
         ctx = _ReadCtx(self.hasher, verified=verify, refs=refs, raws=out)
-        with self._lock:  # the packs at hand now (the fast path below reads only these)
-            cache = dict(self._cache)
+        with self._lock:
             where = self._where
+        # the packs at hand (the fast path below reads only these), each looked up once under the
+        # lock when first named: not a copy of the whole cache per list, which cost what every run
+        # read so far holds (a reader of thousands of runs, e.g. a LangGraph list(None))
+        cache = _AtHand(self._cache, self._lock)
         content_id = self.hasher.content_id
         views: dict = {}  # (pack id, block) -> memoryview of the uncompressed block
         for r in refs:
@@ -1119,24 +1147,27 @@ class ReadPath:
         for r in refs:
             ctx.add(r.id, self.message_raw(r, ctx))
 
-    def load_with_state(self, m: Manifest, segs=None) -> tuple[list, ListState]:
+    def load_with_state(self, m: Manifest, segs=None, fetched: bool = False) -> tuple[list, ListState]:
         """Return ``(messages, ListState)`` for checkpoint ``m``: a restore that also prepares the
         next save (every id known; the caller's objects are not trusted, so ``objs`` is None).
 
         ``segs``: the segment list to read from (default: ``m``'s own; a caller holding the run's
         newest record passes its list, which covers every checkpoint of the run). The segments and
-        the state's pack are fetched in one parallel wave.
+        the state's pack are fetched in one parallel wave, unless ``fetched`` (the caller read
+        ``segs`` with an earlier call: a reader of many checkpoints of one run); then an entry
+        whose pack the cache evicted since is fetched where the index or its hint says.
         """
         if segs is None:
             segs = m.segment_list()
         if not m.state:
-            if m.session_state_ref or m.session_state_tree:
+            if (m.session_state_ref or m.session_state_tree) and not fetched:
                 self.prefetch_segments(segs, tail=self.range_tail(m))
             return [], self.list_state(m)  # its messages.a: an emptied list leaves the old one in the arrays
         sref = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
         # with segments, the state is in them (the save's own pack is the last one, or merged)
-        self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
-                               tail=self.range_tail(m))
+        if not fetched:
+            self.prefetch_segments(segs, [] if segs else [bytes.fromhex(h) for h in m.state[1:]],
+                                   tail=self.range_tail(m))
         fast = self.read_arrays(m, segs) if segs else None
         if fast is not None:
             msgs, digest = fast
