@@ -29,9 +29,6 @@ EXAMPLE = ROOT / "examples" / "demo-run.json"
 OPENHANDS = SHARED / "openhands-oas-gpt4o-critic.jsonl"
 needs_openhands = pytest.mark.skipif(not OPENHANDS.is_file(), reason=f"shared trajectory {OPENHANDS} not found (set SNAPSTORE_SHARED_DATA)")
 
-HAS_STATS = hasattr(CheckpointManager, "stats")
-HAS_VERIFY = hasattr(CheckpointManager, "verify")
-
 
 @pytest.fixture
 def repo(tmp_path):
@@ -459,7 +456,6 @@ def test_verify_exit_codes_contract(repo, monkeypatch, codes, expected):
     assert d["ok"] is (not codes) and [e["code"] for e in d["errors"]] == codes and len(d["warnings"]) == 1
 
 
-@pytest.mark.skipif(not HAS_STATS, reason="CheckpointManager.stats() not implemented yet (being written concurrently)")
 def test_stats_real(repo):
     import_json(repo, EXAMPLE)
     d = json.loads(run(repo, "stats", "--json").stdout)
@@ -473,7 +469,6 @@ def test_stats_real(repo):
     assert "logical" in run(repo, "stats").stdout
 
 
-@pytest.mark.skipif(not HAS_VERIFY, reason="CheckpointManager.verify() not implemented yet (being written concurrently)")
 def test_verify_real(repo):
     import_json(repo, EXAMPLE)
     r = run(repo, "verify", "--read-data")
@@ -509,7 +504,6 @@ def test_verify_quiet_counts_warnings_by_kind(repo):
     assert quiet == [f"warning: retired-pack: {n}", listed[-1]]
 
 
-@pytest.mark.skipif(not HAS_STATS, reason="CheckpointManager.stats() not implemented yet")
 def test_stats_prices_and_requests(repo):
     import_json(repo, EXAMPLE)
     text = run(repo, "stats").stdout
@@ -603,8 +597,7 @@ def test_gc_after_prune_reclaims(repo):
     assert after < pruned - 12000 and after < full
     assert json.loads(run(repo, "gc", "--grace-period", "0", "--json").stdout)["reclaimed_bytes"] == 0  # idempotent
     assert json.loads(run(repo, "export", "demo-run").stdout) == json.loads(EXAMPLE.read_bytes())
-    if HAS_VERIFY:
-        assert json.loads(run(repo, "verify", "--json").stdout)["errors"] == []
+    assert json.loads(run(repo, "verify", "--json").stdout)["errors"] == []
 
 
 def test_gc_lock_conflict(repo):

@@ -69,7 +69,7 @@ def test_gc_fetches_each_pack_once_in_parallel_waves(tmp_path):
 
 def test_repacking_gc_fetches_each_pack_once_and_keeps_data(tmp_path):
     """A GC that rewrites mostly dead tier packs reads each once: a rewritten segment is copied
-    while mark has it cached (tests/test_gc_fetch_once.py does this with a cache far smaller than
+    while mark has it cached (tests/cost/test_gc_fetch_once.py does this with a cache far smaller than
     the repository)."""
     store = LocalStore(str(tmp_path / "repo"))
     expect = build(store)

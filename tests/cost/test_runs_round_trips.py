@@ -14,7 +14,7 @@ for seconds and timing would show chains that are only CPU contention.
 Run markers (docs/format.md §8b) decide most runs from one LIST of ``runmarks/`` beside the LIST
 of ``runs/``; what they leave open (a deleted run: one LIST confirming its tombstone; a rollback
 head: one LIST and one GET, as before markers) ``runs()`` issues ``store.max_concurrency`` (128)
-at a time. ``tests/test_runmarks.py`` covers the cases; this file times them.
+at a time. ``tests/repo/test_runmarks.py`` covers the cases; this file times them.
 """
 
 from __future__ import annotations

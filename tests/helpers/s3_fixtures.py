@@ -13,6 +13,9 @@ Fixtures:
 Helpers:
     make_store(kind, tmp_path): a store of kind ``memory``, ``local``, ``s3`` or ``s3-http``.
     new_bucket_name(): a unique valid bucket name.
+    seed_objects(store, keys): create empty objects fast through moto's backend.
+    iam_user(endpoint, bucket, prefix) / client_with(endpoint, key_id, secret): an IAM user holding
+        infra/aws/iam-policy.json, and an S3 client signing as it.
 
 moto facts to keep in mind (moto 5.x):
     * The threaded server runs in this process and shares moto's global backends with ``mock_aws``.
@@ -35,6 +38,7 @@ import pytest
 
 __all__ = ["moto_server", "s3_inprocess_store", "s3_http_store", "store_factory", "make_store",
            "new_bucket_name", "start_moto_server", "DUMMY_ENV", "STORE_KINDS"]
+# (the star import in conftest.py takes only these; import the other helpers by name)
 
 #: Dummy credentials/region for moto. Never real secrets.
 DUMMY_ENV = {
@@ -251,3 +255,46 @@ def serialise_creates(*stores):
             with lock:
                 return _put(key, data)
         s.put = locked
+
+
+def seed_objects(store, keys) -> None:
+    """Create empty objects ``keys`` (store keys, below the store's prefix) in an S3Store's bucket
+    through moto's backend, without one PutObject request each (for tests of listing and deleting
+    thousands of keys; PutObject itself is tested in the store contract). ``store``: an S3Store on
+    moto (in process or the HTTP server of this process)."""
+    def raw(k):
+        return f"{store.prefix}/{k}" if store.prefix else k
+    try:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        for k in keys:
+            backend.put_object(store.bucket, raw(k), b"")
+    except (ImportError, KeyError, AttributeError, TypeError):  # moto internals moved: slow path
+        for k in keys:
+            store._client.put_object(Bucket=store.bucket, Key=raw(k), Body=b"")
+
+
+def iam_user(endpoint: str, bucket: str, prefix: str) -> dict:
+    """Create an IAM user (on moto at ``endpoint``) holding ``infra/aws/iam-policy.json`` for
+    ``bucket``/``prefix``; returns its access key (``AccessKeyId``, ``SecretAccessKey``, ...)."""
+    import boto3
+
+    from tests.helpers.paths import ROOT
+
+    policy = (ROOT / "infra/aws/iam-policy.json").read_text()
+    policy = policy.replace("YOUR-BUCKET", bucket).replace("YOUR-PREFIX", prefix)
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    user = f"snapstore-{new_bucket_name()}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="snapstore", PolicyDocument=policy)
+    return iam.create_access_key(UserName=user)["AccessKey"]
+
+
+def client_with(endpoint: str, key_id: str, secret: str):
+    """A boto3 S3 client for ``endpoint`` (us-east-1) signing with the given access key."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=key_id, aws_secret_access_key=secret)

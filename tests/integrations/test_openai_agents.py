@@ -2,7 +2,7 @@
 
 Real parts: the local store on a temp dir and S3 through moto's HTTP server; the SDK's own
 ``Runner`` with a scripted ``Model`` (examples/openai_agents_session.py). Races between two
-managers on S3 serialise their create-only PUTs in the client, as tests/test_callers.py does
+managers on S3 serialise their create-only PUTs in the client, as tests/manager/test_callers.py does
 (moto's conditional writes are not atomic; real S3's are).
 """
 

@@ -554,7 +554,7 @@ def test_threads_saving_to_one_run_through_one_manager(root):
     """Threads sharing one manager are separate callers (issue 9): a thread whose read is stale
     gets ConflictError and retries; every save that returned an id is in the final head, every
     save gets its own sequence position, the parent chain is linear, and each checkpoint holds
-    what its caller passed. (tests/test_callers.py races harder, on S3 too.)"""
+    what its caller passed. (tests/manager/test_callers.py races harder, on S3 too.)"""
     from snapstore.errors import ConflictError
     mgr = CheckpointManager(LocalStore(root, fsync=True))
     n_threads, per = 4, 10

@@ -1,7 +1,7 @@
 """One conflict contract for every caller (issue 9): threads and asyncio tasks sharing one
 CheckpointManager get the ConflictError separate managers would; ``expect_head=`` is an explicit
 compare-and-swap; rollback, delete and prune that move the head are conditional on the caller's
-view; what the check costs in requests. (Grace period 0 and closing: tests/test_grace_and_close.py.)
+view; what the check costs in requests. (Grace period 0 and closing: tests/manager/test_grace_and_close.py.)
 
 Races run on the local store (atomic create-only writes) and on S3 through moto's HTTP server.
 Inside one manager the saves of one run are serialised by the manager, so moto's non-atomic

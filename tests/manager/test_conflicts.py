@@ -3,7 +3,7 @@
 Two managers on one run (stale writer after another's save, delete, rollback; rollback, delete and
 prune by a stale caller; ``expect_head=``), retry of a save whose reply was lost, and 8 real OS
 processes racing to extend one run on a fsynced local store (by their views and by
-``expect_head``). Callers sharing one manager: tests/test_callers.py.
+``expect_head``). Callers sharing one manager: tests/manager/test_callers.py.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def _damageable(root: Path) -> list[str]:
     all they say, docs/format.md §8b: their content is never read, so there is nothing to damage)
     and other empty objects (compacted records, §8c)."""
     return [k for k in _files(root) if _kind(k) != "runmark" and (root / k).stat().st_size > 0]
-    # (and empty objects: a compacted record, §8c, has no bytes to damage; tests/test_stubs.py
+    # (and empty objects: a compacted record, §8c, has no bytes to damage; tests/repo/test_log_stubs.py
     # covers stubs without a valid copy)
 
 

@@ -4,7 +4,7 @@ body field, values the document allows and values it refuses, and checks that th
 exactly the first (no 422) and refuses the second (422), and that every status it answers and
 the headers it promises are documented.
 
-In-process (ASGI, no sockets); about 2 s. Complements test_server_fuzz.py (random requests over
+In-process (ASGI, no sockets); about 2 s. Complements test_fuzz.py (random requests over
 real HTTP) with the cases a random walk rarely reaches: 405 with ``Allow``, bodies nested 100,000
 deep or not UTF-8, oversized bodies on any route, cursor forms and the prune rules' bounds."""
 

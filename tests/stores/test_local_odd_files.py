@@ -1,7 +1,7 @@
 """Odd files in a local repository (issue 20): symbolic links in ``.locks/``, FIFOs, sockets and
 sparse files at keys, and packs too large to read whole (read in ranges, checksum streamed).
 
-The crafted-repository cases (``tests/test_crafted_repos.py``) run the whole library and CLI on
+The crafted-repository cases (``tests/robustness/test_crafted_repos.py``) run the whole library and CLI on
 such repositories under a memory limit; these tests pin the store and read-path behaviour.
 """
 

@@ -1,5 +1,6 @@
-"""S3Store against moto: the ObjectStore contract (in-process mock_aws and moto's HTTP server),
-request shapes (page/batch limits), error mapping, IAM, 409 retries, lost responses, multipart."""
+"""S3Store against moto (in-process mock_aws and moto's HTTP server), beyond the ObjectStore contract
+(tests/stores/test_contract.py): the write id, get_many, request shapes (page/batch limits), error
+mapping, IAM, 409 retries, lost responses, multipart, SSE, URLs, infra/local-s3.sh."""
 
 from __future__ import annotations
 
@@ -21,10 +22,9 @@ from snapstore.errors import (
     PreconditionFailed,
     StoreError,
 )
-from snapstore.stores.base import ObjectInfo, ObjectStore
 from snapstore.stores.s3 import S3Store
 
-from tests.helpers.s3_fixtures import _http_store, new_bucket_name
+from tests.helpers.s3_fixtures import _http_store, client_with, iam_user, seed_objects
 from tests.helpers import paths
 
 ROOT = paths.ROOT
@@ -44,116 +44,18 @@ def raw_key(store: S3Store, key: str) -> str:
     return f"{store.prefix}/{key}" if store.prefix else key
 
 
-# --- the store contract --------------------------------------------------------------------------
+# --- what only S3 does (the ObjectStore contract itself: test_contract.py) --------------------------
 
-def test_is_an_object_store(store):
-    assert isinstance(store, ObjectStore)
+def test_url_names_the_bucket_and_objects_carry_the_write_id(store):
     assert store.url.startswith(f"s3://{store.bucket}/")
-
-
-def test_put_is_create_only(store):
     info = store.put("a/b", b"hello")
-    assert isinstance(info, ObjectInfo) and info.key == "a/b" and info.size == 5 and info.etag
-    assert abs(info.mtime - store.head("a/b").mtime) < 5
-    with pytest.raises(PreconditionFailed) as ei:
-        store.put("a/b", b"other")
-    assert ei.value.key == "a/b" and "a/b" in str(ei.value)
-    assert store.get("a/b") == b"hello"
     # the object lands under the prefix, with our write id stamped
     head = raw_client(store).head_object(Bucket=store.bucket, Key=raw_key(store, "a/b"))
     assert len(head["Metadata"]["snapstore-write-id"]) == 32
+    assert store.head("a/b").etag == info.etag and info.etag.startswith('"')
 
 
-def test_put_if_match(store):
-    first = store.put_if_match("ref", b"v1", None)
-    with pytest.raises(PreconditionFailed):
-        store.put_if_match("ref", b"v1-again", None)  # None: only if absent
-    second = store.put_if_match("ref", b"v2", first.etag)
-    assert second.etag != first.etag
-    assert store.get("ref") == b"v2"
-    with pytest.raises(PreconditionFailed):
-        store.put_if_match("ref", b"v3", first.etag)  # stale etag
-    assert store.get("ref") == b"v2"
-    with pytest.raises(PreconditionFailed):
-        store.put_if_match("gone", b"x", first.etag)  # object to replace does not exist (S3: 404)
-    assert store.head("ref").etag == second.etag
-
-
-def test_get_range_and_head(store):
-    data = bytes(range(256)) * 4
-    store.put("blob", data)
-    assert store.get("blob") == data
-    assert store.get("blob", (0, 1)) == data[:1]
-    assert store.get("blob", (10, 20)) == data[10:20]
-    assert store.get("blob", (1000, 5000)) == data[1000:5000]  # truncated like a slice
-    assert store.get("blob", (5000, 6000)) == b""  # past the end (S3: 416)
-    assert store.get("blob", (7, 7)) == b""
-    with pytest.raises(InvalidInputError):
-        store.get("blob", (5, 2))
-    head = store.head("blob")
-    assert (head.key, head.size) == ("blob", len(data)) and head.etag.startswith('"')
-    stats = store.stats.snapshot()
-    store.get("blob", (0, 100))
-    assert store.stats.since(stats).counts["GET"] == 1 and store.stats.since(stats).bytes_down == 100
-
-
-def test_missing_keys(store):
-    with pytest.raises(ObjectNotFound) as ei:
-        store.get("nope")
-    assert ei.value.key == "nope"
-    with pytest.raises(ObjectNotFound):
-        store.get("nope", (0, 10))
-    with pytest.raises(ObjectNotFound):
-        store.head("nope")
-    with pytest.raises(InvalidInputError):
-        store.get("../escape")
-    with pytest.raises(InvalidInputError):
-        store.put("/abs", b"")
-
-
-def test_list_order_prefix_start_after_limit(store):
-    keys = ["runs/b/2", "runs/a/1", "runs/a/10", "runs/a/2", "packs/x", "runs-other/z", "runs/c"]
-    for k in keys:
-        store.put(k, k.encode())
-    assert [o.key for o in store.list("")] == sorted(keys)
-    assert [o.key for o in store.list("runs/")] == ["runs/a/1", "runs/a/10", "runs/a/2", "runs/b/2", "runs/c"]
-    assert [o.key for o in store.list("runs/a/")] == ["runs/a/1", "runs/a/10", "runs/a/2"]
-    assert [o.key for o in store.list("runs/", start_after="runs/a/10")] == ["runs/a/2", "runs/b/2", "runs/c"]
-    assert [o.key for o in store.list("runs/", limit=2)] == ["runs/a/1", "runs/a/10"]
-    assert list(store.list("runs/", limit=0)) == []
-    assert list(store.list("zzz/")) == []
-    info = next(store.list("packs/"))
-    assert (info.key, info.size) == ("packs/x", 7) and info.etag and info.mtime > 0
-    before = store.stats.snapshot()
-    assert [o.key for o in store.list("runs/", limit=1)] == ["runs/a/1"]
-    assert store.stats.since(before).counts["LIST"] == 1
-
-
-def test_list_dirs(store):
-    for k in ["runs/a/m/1", "runs/a/m/2", "runs/b/c/2", "runs/file", "packs/p1", "top"]:
-        store.put(k, b"")
-    assert list(store.list_dirs("runs/")) == ["a", "b"]
-    assert list(store.list_dirs("runs")) == ["a", "b"]  # trailing / added
-    assert list(store.list_dirs("runs/a/")) == ["m"]
-    assert list(store.list_dirs("")) == ["packs", "runs"]
-    assert list(store.list_dirs("nothing/")) == []
-
-
-def test_delete_many(store):
-    for k in ["d/1", "d/2", "d/3", "keep"]:
-        store.put(k, b"x")
-    before = store.stats.snapshot()
-    store.delete_many(["d/1", "d/2", "d/3", "missing/key", "d/1"])
-    assert store.stats.since(before).counts["DELETE"] == 1
-    assert [o.key for o in store.list("")] == ["keep"]
-    store.delete_many([])
-    store.delete_many(iter(["keep"]))
-    assert list(store.list("")) == []
-    store.put("d/1", b"again")  # create-only works again after delete
-    assert store.get("d/1") == b"again"
-
-
-def test_stats_and_get_many(store):
+def test_get_many(store):
     before = store.stats.snapshot()
     for i in range(20):
         store.put(f"m/{i:02d}", b"x" * i)
@@ -167,24 +69,6 @@ def test_stats_and_get_many(store):
     assert store.get_many([]) == {}
 
 
-def test_concurrent_writers_share_one_store(store):
-    """One client, many threads: every create-only put of a contended key has exactly one winner."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def attempt(i: int):
-        try:
-            return store.put(f"c/{i % 10}", str(i).encode())
-        except PreconditionFailed:
-            return None
-
-    before = store.stats.snapshot()
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(attempt, range(40)))
-    assert sum(r is not None for r in results) == 10  # (moto serialises requests: not a race proof)
-    assert store.stats.since(before).counts["PUT"] == 40
-    assert [o.key for o in store.list("c/")] == [f"c/{i}" for i in range(10)]
-
-
 # --- request shapes: page and batch limits enforced client-side ----------------------------------
 
 def _record(client, event: str, fn):
@@ -193,25 +77,11 @@ def _record(client, event: str, fn):
     return calls
 
 
-def _seed(store: S3Store, keys: list[str]) -> None:
-    """Create empty objects fast through moto's backend (PutObject itself is tested above)."""
-    try:
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.s3.models import s3_backends
-
-        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
-        for k in keys:
-            backend.put_object(store.bucket, raw_key(store, k), b"")
-    except (ImportError, KeyError, AttributeError, TypeError):  # moto internals moved: slow path
-        for k in keys:
-            store._client.put_object(Bucket=store.bucket, Key=raw_key(store, k), Body=b"")
-
-
 def test_pagination_and_batched_delete(s3_inprocess_store):
     store = s3_inprocess_store
     client = raw_client(store)
     keys = [f"k/{i:05d}" for i in range(2500)]
-    _seed(store, keys)
+    seed_objects(store, keys)
     pages = _record(client, "before-parameter-build.s3.ListObjectsV2", lambda params, **_: params.get("MaxKeys"))
     before = store.stats.snapshot()
     assert [o.key for o in store.list("k/")] == keys
@@ -289,32 +159,16 @@ def test_profile_and_endpoint_from_aws_config(moto_server, monkeypatch, tmp_path
     assert S3Store(seed.bucket, profile_name="dev", addressing_style="path").get("hello") == b"world"
 
 
-def _iam_user(endpoint: str, bucket: str, prefix: str) -> dict:
-    """Create an IAM user holding infra/aws/iam-policy.json for bucket/prefix; return its keys."""
-    policy = (ROOT / "infra/aws/iam-policy.json").read_text()
-    policy = policy.replace("YOUR-BUCKET", bucket).replace("YOUR-PREFIX", prefix)
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
-    user = f"snapstore-{new_bucket_name()}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="snapstore", PolicyDocument=policy)
-    return iam.create_access_key(UserName=user)["AccessKey"]
-
-
-def _client_with(endpoint: str, key_id: str, secret: str):
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id=key_id, aws_secret_access_key=secret)
-
-
 def test_bad_credentials_and_prefix_policy(moto_server):
     from moto.core.authorization import enable_iam_authentication
 
     owner = _http_store(moto_server)
     owner.put("team-b/secret", b"s")
-    key = _iam_user(moto_server, owner.bucket, "team-a")
-    ok = S3Store(owner.bucket, "team-a", client=_client_with(moto_server, key["AccessKeyId"], key["SecretAccessKey"]))
+    key = iam_user(moto_server, owner.bucket, "team-a")
+    ok = S3Store(owner.bucket, "team-a", client=client_with(moto_server, key["AccessKeyId"], key["SecretAccessKey"]))
     other = S3Store(owner.bucket, "team-b", client=ok._client)
-    unknown = S3Store(owner.bucket, "team-a", client=_client_with(moto_server, "AKIAUNKNOWN000000000", "x"))
-    badsig = S3Store(owner.bucket, "team-a", client=_client_with(moto_server, key["AccessKeyId"], "wrong"))
+    unknown = S3Store(owner.bucket, "team-a", client=client_with(moto_server, "AKIAUNKNOWN000000000", "x"))
+    badsig = S3Store(owner.bucket, "team-a", client=client_with(moto_server, key["AccessKeyId"], "wrong"))
     with enable_iam_authentication():
         info = ok.put("runs/r1", b"data")
         assert ok.get("runs/r1") == b"data" and ok.head("runs/r1").etag == info.etag
@@ -342,8 +196,8 @@ def test_prefix_policy_allows_delete_many(moto_server):
 
     owner = _http_store(moto_server)
     owner.put("team-a/x", b"")
-    key = _iam_user(moto_server, owner.bucket, "team-a")
-    ok = S3Store(owner.bucket, "team-a", client=_client_with(moto_server, key["AccessKeyId"], key["SecretAccessKey"]))
+    key = iam_user(moto_server, owner.bucket, "team-a")
+    ok = S3Store(owner.bucket, "team-a", client=client_with(moto_server, key["AccessKeyId"], key["SecretAccessKey"]))
     with enable_iam_authentication():
         ok.delete_many(["x"])
 

@@ -40,7 +40,7 @@ from snapstore.format.manifest import is_void
 from snapstore.stores.memory import MemoryStore
 from snapstore.stores.s3 import S3Store
 
-from tests.helpers.s3_fixtures import _http_store, new_bucket_name
+from tests.helpers.s3_fixtures import _http_store, iam_user, new_bucket_name
 from tests.helpers.fake_text import text as _text
 from tests.helpers import paths
 
@@ -130,24 +130,12 @@ def saved_run(store: S3Store, n: int = 5, run: str = "r", **save_kw):
 
 # --- typed errors ------------------------------------------------------------------------------------
 
-def _iam_user(endpoint: str, bucket: str, prefix: str) -> dict:
-    """An IAM user holding infra/aws/iam-policy.json for bucket/prefix; returns its access key."""
-
-    policy = (paths.ROOT / "infra/aws/iam-policy.json").read_text()
-    policy = policy.replace("YOUR-BUCKET", bucket).replace("YOUR-PREFIX", prefix)
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
-    user = f"snapstore-{new_bucket_name()}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="snapstore", PolicyDocument=policy)
-    return iam.create_access_key(UserName=user)["AccessKey"]
-
-
 def test_bad_credentials_and_access_denied(moto_server, monkeypatch):
     from moto.core.authorization import enable_iam_authentication
 
     owner = http_store(moto_server, prefix="team-a")
     _, ids, lists, _ = saved_run(owner, 2)
-    key = _iam_user(moto_server, owner.bucket, "team-a")
+    key = iam_user(moto_server, owner.bucket, "team-a")
     url_a = f"s3://{owner.bucket}/team-a"
     url_b = f"s3://{owner.bucket}/team-b"
     for k in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
