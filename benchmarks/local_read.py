@@ -82,9 +82,8 @@ FLOOR_RUN = 48 << 10
 def largest_coding_run() -> tuple[Path, str, list, list] | None:
     """(file, format, checkpoints, final history) of the coding-agent conversation with the largest
     final history (compact JSON bytes) among the shared trajectories, or None without them."""
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
     sys.path.insert(0, str(REPO_ROOT))
-    from shared_data import shared_data_dir
+    from tests.helpers.shared_data import shared_data_dir
 
     from snapstore.importers import load_trajectory
 
