@@ -265,9 +265,9 @@ def emit(r: dict | None, report_fn: Callable[[dict], str], json_path: str | None
 
 def shared_dir() -> Path | None:
     """The shared trajectories directory (``../shared/data/trajectories`` beside the checkout, or
-    ``$SNAPSTORE_SHARED_DATA``), or None without it (``tests/shared_data.py`` decides)."""
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from shared_data import shared_data_dir
+    ``$SNAPSTORE_SHARED_DATA``), or None without it (``tests/helpers/shared_data.py`` decides)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.helpers.shared_data import shared_data_dir
 
     return shared_data_dir()
 

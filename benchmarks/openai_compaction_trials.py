@@ -6,8 +6,8 @@ import asyncio
 import sys
 import tempfile
 
-sys.path.insert(0, "tests")
-from test_openai_compaction import SUMMARY, OpenAIResponsesCompactionSession, SnapstoreSession, _FakeClient, _trial, _user, _assistant  # noqa: E402
+sys.path.insert(0, ".")
+from tests.integrations.test_openai_compaction import SUMMARY, OpenAIResponsesCompactionSession, SnapstoreSession, _FakeClient, _trial, _user, _assistant  # noqa: E402
 
 
 async def manual(repo, sid):

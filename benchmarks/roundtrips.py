@@ -1,6 +1,6 @@
 """Counting a restore's sequential round trips by recording which requests run together.
 
-Shared by ``benchmarks/s3.py`` and ``tests/test_s3_api.py``: wrap a store in :class:`RoundTrips`,
+Shared by ``benchmarks/s3.py`` and ``tests/stores/test_s3_manager.py``: wrap a store in :class:`RoundTrips`,
 open a manager on the wrapper, call :meth:`RoundTrips.watch` on its repository, read, then look at
 :meth:`RoundTrips.rounds`.
 """

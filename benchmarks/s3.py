@@ -25,7 +25,7 @@ Reported per run length:
   ``gc(grace_period=0)`` merged the run's small packs into one. It is SLOWER than before gc: hints
   still name the retired packs, and ``Repository.get_pack`` re-GETs a missing pack (404) for every
   entry before following the cached forwarding record (about one sequential GET per message; see
-  tests/test_s3_api.py::test_restore_after_gc_repack_stays_bounded). The "distinct" count shows
+  tests/stores/test_s3_manager.py::test_restore_after_gc_repack_stays_bounded). The "distinct" count shows
   how many different keys those GETs asked for;
 * the estimated monthly storage cost and the request cost of writing the run, from
   ``mgr.stats()["cost"]`` (S3 Standard list prices, us-east-1).

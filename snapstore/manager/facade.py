@@ -335,7 +335,7 @@ class CheckpointManager:
         costs one LIST (max-keys 1) confirming that tombstone is still the head; the others (no
         markers: written before them; a rollback head; a liveness change in flight) are read as
         before by :func:`snapstore.manager.read.live_run_ids` (a LIST and a GET each).
-        ``tests/test_runs_round_trips.py`` measures it against moto's HTTP server with 1 s added
+        ``tests/cost/test_runs_round_trips.py`` measures it against moto's HTTP server with 1 s added
         per request.
 
         Raises:

@@ -1,7 +1,7 @@
 """The OpenAPI document of the service, as committed in ``docs/openapi.json``.
 
 ``python -m snapstore.server.openapi docs/openapi.json`` writes it (stdout without an argument);
-``tests/test_server_openapi.py`` fails when the committed file differs from what the app serves.
+``tests/server/test_openapi.py`` fails when the committed file differs from what the app serves.
 """
 
 from __future__ import annotations

@@ -1,0 +1,369 @@
+"""SnapstoreSaver (snapstore.integrations.langgraph): LangGraph's official conformance suite on the
+local store and on S3 (moto's HTTP server), real graphs (add_messages, DeltaChannel, interrupt and
+resume, time travel), message round trips, storage per step, and the missing-extra error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance")
+
+import boto3  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
+from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
+from langgraph.channels.delta import DeltaChannel  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+
+from tests.helpers.s3_fixtures import new_bucket_name  # noqa: E402
+from snapstore import CheckpointManager  # noqa: E402
+from snapstore.errors import ConflictError, InvalidInputError  # noqa: E402
+from snapstore.integrations.langgraph import SnapstoreSaver, parse_run_id, run_id_for  # noqa: E402
+from tests.helpers import paths
+
+ROOT = str(paths.ROOT)
+
+
+def _run_suite(name, make):
+    @checkpointer_test(name=name)
+    async def factory():
+        saver = make()
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    report = asyncio.run(validate(factory))
+    report.print_report()
+    for cap in ALL_CAPABILITIES:
+        r = report.results[cap.value]
+        assert r.detected, f"{name}: capability {cap.value} not detected"
+        assert r.passed is True, f"{name}: {cap.value} failed: {r.failures}"
+    assert report.conformance_level() == "FULL"
+    return report
+
+
+def test_conformance_local(tmp_path):
+    n = iter(range(100))
+    _run_suite("SnapstoreSaver (local)", lambda: SnapstoreSaver(str(tmp_path / f"repo{next(n)}")))
+
+
+def _s3_saver(endpoint):
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return SnapstoreSaver(f"s3://{bucket}/lg", endpoint_url=endpoint, addressing_style="path")
+
+
+def test_conformance_s3_http(moto_server):
+    _run_suite("SnapstoreSaver (S3, moto HTTP)", lambda: _s3_saver(moto_server))
+
+
+# ----------------------------------------------------------------------------------------------
+# real graphs
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+    turns: int
+
+
+def _chat_graph(saver, interrupt_before=None):
+    """A deterministic 'model' node answering each human message with a tool call, a tool node,
+    and a final answer: three messages per turn."""
+    def model(state):
+        last = state["messages"][-1]
+        if isinstance(last, HumanMessage):
+            return {"messages": [AIMessage(content="", tool_calls=[
+                {"name": "search", "args": {"q": last.content, "n": 3}, "id": f"call-{len(state['messages'])}"}])]}
+        return {"messages": [AIMessage(content=f"answer after {len(state['messages'])} messages")],
+                "turns": state.get("turns", 0) + 1}
+
+    def tool(state):
+        call = state["messages"][-1].tool_calls[0]
+        return {"messages": [ToolMessage(content=f"results for {call['args']['q']!r} ✓", tool_call_id=call["id"])]}
+
+    def route(state):
+        last = state["messages"][-1]
+        return "tool" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    g = StateGraph(State)
+    g.add_node("model", model)
+    g.add_node("tool", tool)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", route, ["tool", END])
+    g.add_edge("tool", "model")
+    return g.compile(checkpointer=saver, interrupt_before=interrupt_before)
+
+
+def test_graph_add_messages_resume_and_history(tmp_path):
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "chat-1"}}
+    with SnapstoreSaver(repo) as saver:
+        graph = _chat_graph(saver)
+        for i in range(5):
+            out = graph.invoke({"messages": [HumanMessage(content=f"question {i} é")]}, cfg)
+        assert len(out["messages"]) == 20 and out["turns"] == 5
+        history = list(graph.get_state_history(cfg))
+    # a new saver (a new process would do the same) sees the same state and history
+    with SnapstoreSaver(repo) as saver2:
+        graph2 = _chat_graph(saver2)
+        st = graph2.get_state(cfg)
+        assert st.values["messages"] == out["messages"] and st.values["turns"] == 5
+        assert [s.config["configurable"]["checkpoint_id"] for s in graph2.get_state_history(cfg)] == \
+            [s.config["configurable"]["checkpoint_id"] for s in history]
+        # time travel: branch from the state after the first turn and continue there
+        first_turn = next(s for s in history if s.values.get("turns") == 1 and not s.next)
+        out_b = graph2.invoke({"messages": [HumanMessage(content="other question")]}, first_turn.config)
+        assert out_b["messages"][:4] == out["messages"][:4] and len(out_b["messages"]) == 8
+        assert graph2.get_state(cfg).values["messages"] == out_b["messages"]
+        # the original branch is still there
+        old_head = history[0]
+        assert graph2.get_state(old_head.config).values["messages"] == out["messages"]
+
+
+def test_interrupt_and_resume_in_a_new_saver(tmp_path):
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "hitl"}}
+    with SnapstoreSaver(repo) as saver:
+        graph = _chat_graph(saver, interrupt_before=["tool"])
+        graph.invoke({"messages": [HumanMessage(content="look it up")]}, cfg)
+        st = graph.get_state(cfg)
+        assert st.next == ("tool",)
+    with SnapstoreSaver(repo) as saver2:
+        graph2 = _chat_graph(saver2, interrupt_before=["tool"])
+        assert graph2.get_state(cfg).next == ("tool",)
+        out = graph2.invoke(None, cfg)
+        assert [type(m).__name__ for m in out["messages"]] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+        assert graph2.get_state(cfg).next == ()
+
+
+def _stored_bytes(saver):
+    return saver.manager.stats()["stored_bytes"]
+
+
+def test_storage_per_step_is_the_new_messages(tmp_path):
+    """A step stores what is new: 20 turns of ~360-character messages cost about the same per turn
+    at the end as at the start (SqliteSaver's cost per turn grows with the history)."""
+    with SnapstoreSaver(str(tmp_path / "repo")) as saver:
+        g = StateGraph(State)
+        g.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply {len(s['messages'])} " + "x y z " * 60)]})
+        g.add_edge(START, "model")
+        graph = g.compile(checkpointer=saver)
+        cfg = {"configurable": {"thread_id": "t"}}
+        sizes = []
+        for i in range(20):
+            graph.invoke({"messages": [HumanMessage(content=f"turn {i} " + "a b c " * 60)]}, cfg)
+            sizes.append(_stored_bytes(saver))
+        early = (sizes[9] - sizes[4]) / 5
+        late = (sizes[19] - sizes[14]) / 5
+        assert late < 2.5 * early + 2000, (early, late)
+        assert graph.get_state(cfg).values["messages"][0].content.startswith("turn 0")
+
+
+def _delta_reducer(state, writes):
+    for w in writes:
+        state = add_messages(state, w)
+    return state
+
+
+class DState(TypedDict):
+    messages: Annotated[list, DeltaChannel(_delta_reducer, snapshot_frequency=4)]
+
+
+def test_delta_channel_graph_and_history(tmp_path):
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "d"}}
+    with SnapstoreSaver(repo) as saver:
+        g = StateGraph(DState)
+        g.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply to {len(s['messages'])}")]})
+        g.add_edge(START, "model")
+        graph = g.compile(checkpointer=saver)
+        for i in range(10):
+            out = graph.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
+        assert len(out["messages"]) == 20
+        latest = saver.get_tuple(cfg)
+        hist = saver.get_delta_channel_history(config=latest.config, channels=["messages"])
+        assert hist["messages"]["writes"], "the walk found no writes"
+        default = super(SnapstoreSaver, saver).get_delta_channel_history(config=latest.config, channels=["messages"])
+        assert hist["messages"]["writes"] == default["messages"]["writes"]
+        assert ("seed" in hist["messages"]) == ("seed" in default["messages"])
+        if "seed" in hist["messages"]:
+            assert hist["messages"]["seed"] == default["messages"]["seed"]
+        # prune keeps the chain back to the snapshot: the state still rebuilds
+        saver.prune(["d"], strategy="keep_latest")
+        assert len(list(saver.list(cfg))) >= 1
+    with SnapstoreSaver(repo) as saver2:
+        g2 = StateGraph(DState)
+        g2.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply to {len(s['messages'])}")]})
+        g2.add_edge(START, "model")
+        graph2 = g2.compile(checkpointer=saver2)
+        assert graph2.get_state(cfg).values["messages"] == out["messages"]
+        # copy_thread: the copy rebuilds the same state, the source is untouched
+        saver2.copy_thread("d", "d-copy")
+        assert graph2.get_state({"configurable": {"thread_id": "d-copy"}}).values["messages"] == out["messages"]
+        assert graph2.get_state(cfg).values["messages"] == out["messages"]
+        with pytest.raises(ConflictError):
+            saver2.copy_thread("d", "d-copy")
+
+
+def test_langchain_messages_round_trip_equal(tmp_path):
+    msgs = [
+        HumanMessage(content="héllo 🌍 \ud800 lone surrogate and \udfff", id="h1"),
+        AIMessage(content="", tool_calls=[{"name": "calc", "args": {"x": 2 ** 70, "y": [1.5, None, "ü"]}, "id": "c1"}],
+                  usage_metadata={"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}, id="a1"),
+        ToolMessage(content="42", tool_call_id="c1", name="calc", artifact={"raw": [1, 2]}),
+        AIMessage(content=[{"type": "text", "text": "blocks"}], additional_kwargs={"k": {"nested": True}}),
+        HumanMessage(content="bytes inside", additional_kwargs={"blob": b"\x00\x01"}),  # not JSON: serde
+    ]
+    with SnapstoreSaver(str(tmp_path / "repo")) as saver:
+        from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+        cp = generate_checkpoint(channel_values={"messages": msgs, "other": {"a": [1, 2], "when": datetime(2026, 1, 2, tzinfo=timezone.utc)}},
+                                 channel_versions={"messages": 1, "other": 1})
+        cfg = saver.put({"configurable": {"thread_id": "rt", "checkpoint_ns": ""}}, cp, generate_metadata(), {})
+        saver.put_writes(cfg, [("messages", msgs[1]), ("messages", msgs[2:4]), ("x", {"v": 1})], "task-1")
+    with SnapstoreSaver(str(tmp_path / "repo")) as saver2:
+        tup = saver2.get_tuple(cfg)
+        back = tup.checkpoint["channel_values"]["messages"]
+        assert back == msgs and [type(m) for m in back] == [type(m) for m in msgs]
+        assert tup.checkpoint["channel_values"]["other"] == {"a": [1, 2], "when": datetime(2026, 1, 2, tzinfo=timezone.utc)}
+        assert tup.pending_writes == [("task-1", "messages", msgs[1]), ("task-1", "messages", msgs[2:4]),
+                                      ("task-1", "x", {"v": 1})]
+        # messages are stored as JSON chunks (one per message), not as one serialized blob
+        rec = next(s for s in saver2.manager.list(run_id_for("rt"))
+                   if s.metadata["lg"] == "C" and s.metadata["id"] == tup.config["configurable"]["checkpoint_id"])
+        raw = saver2.manager.get(run_id_for("rt"), rec.id).messages
+        assert raw[0]["type"] == "human" and raw[1]["data"]["tool_calls"][0]["args"]["x"] == 2 ** 70
+        assert "serde" in raw[4]
+
+
+def test_run_ids_and_bad_input(tmp_path):
+    assert parse_run_id(run_id_for("a/../b", "child:1|x")) == ("a/../b", "child:1|x")
+    assert parse_run_id("other-run") is None
+    mgr = CheckpointManager(str(tmp_path / "repo"))
+    mgr.save("not-langgraph", [{"role": "user", "content": "x"}])
+    saver = SnapstoreSaver(mgr)
+    assert list(saver.list(None)) == []  # runs that are not the saver's are ignored
+    with pytest.raises(InvalidInputError):
+        SnapstoreSaver(mgr, endpoint_url="http://x")
+    with pytest.raises(InvalidInputError):
+        saver.prune(["t"], strategy="everything")
+    saver.close()
+    assert mgr.list("not-langgraph")  # a passed-in manager is not closed
+
+
+def test_integrations_import_without_langgraph_names_the_extra(tmp_path):
+    """With langgraph unimportable, ``snapstore.integrations`` imports and using the saver raises
+    MissingDependencyError naming ``snapstore[langgraph]``."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('langgraph', 'langchain_core'):\n"
+        "            raise ImportError(name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import snapstore.integrations as i\n"
+        "from snapstore.errors import MissingDependencyError\n"
+        "try:\n"
+        "    i.SnapstoreSaver\n"
+        "except MissingDependencyError as e:\n"
+        "    assert 'snapstore[langgraph]' in str(e), e\n"
+        "    print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_writes_idempotent_across_savers_and_before_checkpoint(tmp_path):
+    repo = str(tmp_path / "repo")
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    s1 = SnapstoreSaver(repo)
+    cp = generate_checkpoint()
+    cfg = {"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": cp["id"]}}
+    # writes for a checkpoint that is stored only afterwards
+    s1.put_writes(cfg, [("ch", "early")], "t0")
+    root = {"configurable": {"thread_id": "w", "checkpoint_ns": ""}}
+    s1.put(root, cp, generate_metadata(), {})
+    s1.put_writes(cfg, [("ch", "v1"), ("ch2", "v2")], "t1")
+    s2 = SnapstoreSaver(repo)  # another process retrying the same writes: no duplicates
+    s2.put_writes(cfg, [("ch", "v1"), ("ch2", "v2")], "t1")
+    tup = s2.get_tuple(cfg)
+    assert sorted(tup.pending_writes) == [("t0", "ch", "early"), ("t1", "ch", "v1"), ("t1", "ch2", "v2")]
+    assert s2.get_tuple({"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": str(uuid.uuid4())}}) is None
+
+
+def test_example_resume_in_another_process_from_s3(moto_server):
+    """examples/langgraph_resume.py: process 1 runs to the interrupt, process 2 resumes from S3."""
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    script = os.path.join(ROOT, "examples", "langgraph_resume.py")
+    env = dict(os.environ)
+    outs = []
+    for phase in ("start", "resume"):
+        p = subprocess.run([sys.executable, script, phase, "--url", f"s3://{bucket}/lg", "--endpoint-url", moto_server],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        outs.append(__import__("json").loads(p.stdout.strip().splitlines()[-1]))
+    assert outs[0]["next"] == ["refund"] and [m[0] for m in outs[0]["messages"]] == ["HumanMessage", "AIMessage"]
+    assert outs[1]["next"] == []
+    assert outs[1]["messages"][-1] == ["AIMessage", "Done: refunded 25 EUR on A-1001"]
+
+
+def test_readme_langgraph_example_runs(tmp_path, monkeypatch, capsys):
+    import re
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "SnapstoreSaver" in b)
+    import runpy
+    (tmp_path / "readme_example.py").write_text(block)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(tmp_path / "readme_example.py"), run_name="readme_example")  # a module while it runs
+    assert capsys.readouterr().out.strip() == "you said: hi"
+    assert (tmp_path / "agent-checkpoints" / "config").is_file()
+
+
+def test_two_savers_on_one_thread_both_keep_their_puts(tmp_path):
+    """Two savers (two managers, as two processes) putting on one thread: nothing is lost or
+    overwritten; the later put is the latest."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    repo = str(tmp_path / "repo")
+    s1, s2 = SnapstoreSaver(repo), SnapstoreSaver(repo)
+    root = {"configurable": {"thread_id": "shared", "checkpoint_ns": ""}}
+    c1 = s1.put(root, generate_checkpoint(channel_values={"v": 1}, channel_versions={"v": 1}), generate_metadata(step=0), {})
+    c2 = s2.put(c1, generate_checkpoint(channel_values={"v": 2}, channel_versions={"v": 2}), generate_metadata(step=1), {})
+    c3 = s1.put(c1, generate_checkpoint(channel_values={"v": 3}, channel_versions={"v": 2}), generate_metadata(step=1), {})
+    s2.put_writes(c2, [("ch", "from s2")], "t2")
+    s1.put_writes(c3, [("ch", "from s1")], "t1")
+    for s in (s1, s2, SnapstoreSaver(repo)):
+        assert s.get_tuple(root).checkpoint["channel_values"] == {"v": 3}
+        got = {t.config["configurable"]["checkpoint_id"]: t for t in s.list(root)}
+        assert set(got) == {c["configurable"]["checkpoint_id"] for c in (c1, c2, c3)}
+        assert got[c2["configurable"]["checkpoint_id"]].pending_writes == [("t2", "ch", "from s2")]
+        assert got[c3["configurable"]["checkpoint_id"]].parent_config["configurable"]["checkpoint_id"] == \
+            c1["configurable"]["checkpoint_id"]
+
+
+def test_bad_configs_and_damaged_records_raise_typed_errors(tmp_path):
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    from snapstore.errors import IntegrityError
+    saver = SnapstoreSaver(str(tmp_path / "repo"))
+    for bad in ({}, {"configurable": {}}, {"configurable": {"thread_id": ""}}, None):
+        with pytest.raises(InvalidInputError, match="thread_id"):
+            saver.get_tuple(bad)
+    with pytest.raises(InvalidInputError, match="checkpoint_id"):
+        saver.put_writes({"configurable": {"thread_id": "t"}}, [("ch", 1)], "task")
+    with pytest.raises(InvalidInputError, match="checkpoint_ns"):
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": 3}}, generate_checkpoint(), generate_metadata(), {})
+    # a record that claims to be a LangGraph checkpoint but is not one: IntegrityError naming it
+    run = run_id_for("t")
+    saver.manager.save(run, [{"not": "a message"}], metadata={"lg": "c", "id": "bogus", "parent": None, "chs": []},
+                       session_state={"cp": {"json": {}}, "layout": [["messages", "m", 0, 1]], "nlead": 1},
+                       checkpoint_id="bogus")
+    with pytest.raises(IntegrityError, match="bogus"):
+        saver.get_tuple({"configurable": {"thread_id": "t"}})
