@@ -76,7 +76,7 @@ FLOOR_KEY = bytes(range(32))
 """Key of the floor child's keyed hash (any key: it stands for the repository's)."""
 FLOOR_RUN = 48 << 10
 """Most bytes of consecutive messages the floor child parses in one call (the read path's
-``ReadPath.ARRAY_RUN``)."""
+``ArrayReader.ARRAY_RUN``)."""
 
 
 def largest_coding_run() -> tuple[Path, str, list, list] | None:
@@ -181,17 +181,17 @@ def child_main(spec: dict) -> dict:
 PHASES = [
     ("snapstore.repo.repository", "Repository.open", "open the repository (config GET + parse)"),
     ("snapstore.manager.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
-    ("snapstore.repo.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
+    ("snapstore.repo.locate", "Locator.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
-    ("snapstore.repo.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
-    ("snapstore.repo.readpath", "ReadPath._array_plan", "  its items, runs and holes (holes' messages read)"),
-    ("snapstore.repo.readpath", "ReadPath._array_pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
-    ("snapstore.repo.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
-    ("snapstore.repo.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
-    ("snapstore.repo.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),
-    ("snapstore.repo.readpath", "ReadPath._list_raws", "  slicing chunks out of their blocks"),
+    ("snapstore.repo.arrays", "ArrayReader.read", "the list from the segments' array blocks"),
+    ("snapstore.repo.arrays", "ArrayReader._plan", "  its items, runs and holes (holes' messages read)"),
+    ("snapstore.repo.arrays", "ArrayReader._pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
+    ("snapstore.repo.trees", "TreeReader.read_state", "the list's spine (state + upper entry)"),
+    ("snapstore.repo.trees", "TreeReader.expand", "tree walk: every node read, verified, decoded"),
+    ("snapstore.repo.trees", "TreeReader.read_list", "every message: sliced, list digest, JSON decode"),
+    ("snapstore.repo.trees", "TreeReader._list_raws", "  slicing chunks out of their blocks"),
     ("snapstore.format.pack", "Pack.raw_block", "block decompression (zstd)"),
-    ("snapstore.repo.prepare", "_json_digest", "list digest (keyed blake3 of the list's JSON)"),
+    ("snapstore.repo.liststate", "json_digest", "list digest (keyed blake3 of the list's JSON)"),
     ("snapstore.manager.read", "make_checkpoint", "the Checkpoint (session state included)"),
 ]
 
@@ -218,9 +218,10 @@ def _profile(spec: dict, manager) -> dict:
                 rec[1] += 1
                 rec[2] += _faults() - f0
         setattr(owner, name, timed)
-        if modname == "snapstore.repo.prepare" and name == "_json_digest":  # imported by name elsewhere
-            import snapstore.repo.readpath as rp
-            rp._json_digest = timed
+        if modname == "snapstore.repo.liststate" and name == "json_digest":  # imported by name elsewhere
+            import snapstore.repo.prepare as prep
+            import snapstore.repo.trees as trees
+            prep.json_digest = trees.json_digest = timed
 
     for modname, qual, _ in PHASES:
         wrap(modname, qual)

@@ -7,7 +7,7 @@ Run (from the repository root)::
 
 Setup: the same repository as ``benchmarks/local_read.py`` (the largest shared coding run saved
 one checkpoint per turn into a temporary local repository). The children read it through the
-tree (``ReadPath.read_arrays`` off): the path a read takes when the segments' array blocks are not
+tree (``ArrayReader.read`` off): the path a read takes when the segments' array blocks are not
 the checkpoint's list (a rewritten or rolled-back run, data
 of an earlier version; docs/format.md §11). ``local_read.py`` measures the read a run that only
 appended gets.
@@ -16,8 +16,8 @@ Measured: per trial, one fresh child process (``--child``, imports done before t
 ``CheckpointManager(repo).latest(run)`` with each phase's function wrapped by a wall-clock and
 page-fault counter (phases nest: a wrapped function called inside another counts in both). The
 phases are those of the restore before and after the messages are sliced: ``Pack.parse`` and
-``_parse_header`` (the four segment packs' headers), ``ReadPath._index_pack`` (the segment index),
-``ReadPath.read_state`` and ``ReadPath.expand`` (the tree walk), and what ``load_with_state`` does
+``_parse_header`` (the four segment packs' headers), ``SegmentIndex.add`` (the segment index),
+``TreeReader.read_state`` and ``TreeReader.expand`` (the tree walk), and what ``load_with_state`` does
 besides fetching, walking and reading the list (``load_with_state rest``: building the
 ListState). ``local_read.py --profile`` profiles a single child; this one reports medians over
 ``--trials`` children, which is what to compare before and after a change of a few hundred
@@ -63,14 +63,14 @@ sys.path.insert(0, str(HERE))
 import local_read  # noqa: E402  (the repository and the child runner)
 
 PHASES = [
-    ("snapstore.repo.readpath", "ReadPath.prefetch_segments"),
+    ("snapstore.repo.locate", "Locator.prefetch_segments"),
     ("snapstore.format.pack", "Pack.parse"),
     ("snapstore.format.pack", "_parse_header"),
-    ("snapstore.repo.readpath", "ReadPath._index_pack"),
-    ("snapstore.repo.readpath", "ReadPath.read_state"),
-    ("snapstore.repo.readpath", "ReadPath.expand"),
-    ("snapstore.repo.readpath", "ReadPath.read_list"),
-    ("snapstore.repo.readpath", "ReadPath.load_with_state"),
+    ("snapstore.repo.locate", "SegmentIndex.add"),
+    ("snapstore.repo.trees", "TreeReader.read_state"),
+    ("snapstore.repo.trees", "TreeReader.expand"),
+    ("snapstore.repo.trees", "TreeReader.read_list"),
+    ("snapstore.repo.trees", "TreeReader.load_with_state"),
 ]
 
 
@@ -80,9 +80,12 @@ def child(spec: dict) -> dict:
 
     sys.path.insert(0, str(local_read.REPO_ROOT))
     from snapstore import CheckpointManager
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
+    from snapstore.repo.locate import Locator
+    from snapstore.repo.locate import SegmentIndex
+    from snapstore.repo.trees import TreeReader
 
-    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
+    ArrayReader.read = lambda self, m, segs: None  # the tree path (module docstring)
     acc: dict = {}
     for modname, qual in PHASES:
         mod = importlib.import_module(modname)
@@ -106,9 +109,9 @@ def child(spec: dict) -> dict:
     for _, qual in PHASES:
         w, n, fl = acc.get(qual, [0.0, 0, 0])
         out[qual] = {"wall_s": w, "calls": n, "faults": fl}
-    lw = out["ReadPath.load_with_state"]["wall_s"]
-    rest = lw - sum(out[q]["wall_s"] for q in ("ReadPath.prefetch_segments", "ReadPath.read_state",
-                                                "ReadPath.expand", "ReadPath.read_list"))
+    lw = out["TreeReader.load_with_state"]["wall_s"]
+    rest = lw - sum(out[q]["wall_s"] for q in ("Locator.prefetch_segments", "TreeReader.read_state",
+                                                "TreeReader.expand", "TreeReader.read_list"))
     out["load_with_state rest"] = {"wall_s": rest, "calls": 1, "faults": 0}
     return out
 
@@ -121,9 +124,12 @@ def floors_child(spec: dict) -> dict:
     from snapstore.format import pack as P
     from snapstore.format.codec import get_varint
     from snapstore.format.tree import Ref, decode_node
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
+    from snapstore.repo.locate import Locator
+    from snapstore.repo.locate import SegmentIndex
+    from snapstore.repo.trees import TreeReader
 
-    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
+    ArrayReader.read = lambda self, m, segs: None  # the tree path (module docstring)
     datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]
     bounds = []
     for d in datas:
@@ -184,9 +190,9 @@ def floors_child(spec: dict) -> dict:
     mgr = CheckpointManager(spec["repo"])
     m = views.load_view(mgr, spec["run"]).head
     ls = mgr.repo.load_with_state(m)[1]
-    raws = [mgr.repo._entry(P.T_NODE, nid, pk) for nid, pk in ls.nodes.items()]
+    raws = [mgr.repo.read_entry(P.T_NODE, nid, pk) for nid, pk in ls.nodes.items()]
     nitems = sum(len(decode_node(r)[1]) for r in raws)
-    mgr.repo._nodes.clear()
+    mgr.repo.trees.forget_nodes()
     ids = b"".join(r[-20 * 8:] for r in raws) * 4
     pk = bytes(8)
     new = tuple.__new__

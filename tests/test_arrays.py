@@ -15,7 +15,8 @@ from snapstore import CheckpointManager
 from snapstore.errors import IntegrityError
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, Pack, PackBuilder
-from snapstore.repo.readpath import ReadPath
+from snapstore.repo.arrays import ArrayReader
+from snapstore.repo.trees import TreeReader
 from snapstore.stores import LocalStore
 
 RUN = "arrays-run"
@@ -46,7 +47,7 @@ def _build(root, saves: int, per: int = 2, big: set = frozenset(), run: str = RU
 def paths(monkeypatch):
     """Which path fresh reads take: counts of tree walks and of array reads that returned a list."""
     seen = {"tree": 0, "arrays": 0}
-    real_expand, real_arrays = ReadPath.expand, ReadPath.read_arrays
+    real_expand, real_arrays = TreeReader.expand, ArrayReader.read
 
     def expand(self, spine, nodes=None):
         seen["tree"] += 1
@@ -56,8 +57,8 @@ def paths(monkeypatch):
         out = real_arrays(self, m, segs)
         seen["arrays"] += out is not None
         return out
-    monkeypatch.setattr(ReadPath, "expand", expand)
-    monkeypatch.setattr(ReadPath, "read_arrays", read_arrays)
+    monkeypatch.setattr(TreeReader, "expand", expand)
+    monkeypatch.setattr(ArrayReader, "read", read_arrays)
     return seen
 
 
@@ -77,7 +78,7 @@ def test_a_run_that_only_appends_is_read_from_its_arrays_at_every_length(tmp_pat
 
 
 def _array_parts(mgr) -> list:
-    return [x for p in (mgr.repo._cache[s.pack] for s in mgr._views[RUN].head_segs)
+    return [x for p in (mgr.repo.cache[s.pack] for s in mgr._views[RUN].head_segs)
             for b in p.blocks if b.array for x in b.parts]
 
 
@@ -128,7 +129,7 @@ def test_a_repeated_message_is_repeated_in_the_arrays_or_a_hole_when_large(tmp_p
     fresh = _mgr(tmp_path)
     assert fresh.latest("forked").messages == msgs
     assert paths == {"tree": 0, "arrays": 1}
-    pk = fresh.repo._cache[fresh._views["forked"].head_segs[0].pack]
+    pk = fresh.repo.cache[fresh._views["forked"].head_segs[0].pack]
     holes = [x for b in pk.blocks if b.array for x in b.parts if x[0] == T_HOLE]
     assert len(holes) == 6  # the 6 repeats of the large message (its first copy is an item)
     assert fresh.verify(read_data=True).ok
@@ -334,12 +335,12 @@ def _heads(mgr, run) -> list:
 def passes(monkeypatch):
     """Counts of the passes over array blocks fresh reads make (hashing only / hashing and parsing)."""
     seen = {"hash": 0, "parse": 0}
-    real = ReadPath._array_pass
+    real = ArrayReader._pass
 
     def one(self, plan, parse):
         seen["parse" if parse else "hash"] += 1
         return real(self, plan, parse)
-    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    monkeypatch.setattr(ArrayReader, "_pass", one)
     return seen
 
 

@@ -12,7 +12,8 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, T_PIECES, Pack, PackBuilder
-from snapstore.repo.readpath import ReadPath
+from snapstore.repo.arrays import ArrayReader
+from snapstore.repo.trees import TreeReader
 from s3_fixtures import store_factory  # noqa: F401 - fixture
 from test_arrays import _build as build_run, _mgr, _msg
 
@@ -79,7 +80,7 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     for s in segs:
         _rebuild(tmp_path, s.pack, lambda it, raw: ("hole", big))
     read = {"bytes": 0, "in": False}
-    real_raw, real_arrays = ReadPath.message_raw, ReadPath.read_arrays
+    real_raw, real_arrays = TreeReader.message_raw, ArrayReader.read
 
     def message_raw(self, ref, ctx=None, verify=True):
         out = real_raw(self, ref, ctx, verify)
@@ -93,8 +94,8 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
             return real_arrays(self, m, segs)
         finally:
             read["in"] = False
-    monkeypatch.setattr(ReadPath, "message_raw", message_raw)
-    monkeypatch.setattr(ReadPath, "read_arrays", read_arrays)
+    monkeypatch.setattr(TreeReader, "message_raw", message_raw)
+    monkeypatch.setattr(ArrayReader, "read", read_arrays)
     assert _mgr(tmp_path).latest(RUN).messages == msgs
     assert read["bytes"] <= head.size + head.count + 1, (read["bytes"], head.size)
 
@@ -151,7 +152,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
     GET held back 20 ms as a remote store does: per path ``((GETs, sequential round trips),
     info)``, info for the arrays being whether each read_arrays returned the list (and, with
     ``holes``, the holes of the segments' array blocks). Asserts each read is ``msgs``."""
-    real_arrays = ReadPath.read_arrays
+    real_arrays = ArrayReader.read
     used, seen = [], []
 
     def read_arrays(self, m, segs):
@@ -172,7 +173,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
     monkeypatch.setattr(type(store), "get", get)
 
     def cost(arrays: bool) -> tuple[int, int]:
-        monkeypatch.setattr(ReadPath, "read_arrays", read_arrays if arrays else (lambda self, m, segs: None))
+        monkeypatch.setattr(ArrayReader, "read", read_arrays if arrays else (lambda self, m, segs: None))
         fresh = CheckpointManager(store)
         before = store.stats.snapshot()
         spans.clear()
@@ -180,7 +181,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
         d = store.stats.since(before)
         assert cp.messages == msgs
         if arrays and holes:
-            seen.extend(x for s in fresh._views[RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
+            seen.extend(x for s in fresh._views[RUN].head_segs for b in fresh.repo.cache[s.pack].blocks
                         if b.array for x in b.parts if x[0] == T_HOLE)
         fresh.close()
         return d.counts["GET"], _round_trips(spans)
@@ -260,10 +261,10 @@ def test_the_first_save_after_a_ranged_read_from_arrays_makes_no_more_requests_t
         msgs = msgs + [_msg(2 * s, 90_000 if s % 5 == 1 else 300), _msg(2 * s + 1)]
         mgr.save(RUN, msgs, step=s, session_state=_big_state(s, 1 << 19))
     mgr.close()
-    real_arrays = ReadPath.read_arrays
+    real_arrays = ArrayReader.read
 
     def cost(arrays: bool, i: int) -> dict:
-        monkeypatch.setattr(ReadPath, "read_arrays", real_arrays if arrays else (lambda self, m, segs: None))
+        monkeypatch.setattr(ArrayReader, "read", real_arrays if arrays else (lambda self, m, segs: None))
         fresh = CheckpointManager(store)
         cp = fresh.latest(RUN)
         before = store.stats.snapshot()
@@ -314,7 +315,7 @@ def test_a_run_whose_arrays_hold_as_many_items_as_its_list_but_not_the_list_is_p
     of such a run must not parse the whole list twice (once from the arrays, thrown away when the
     digest does not match, then again through the tree): the arrays are parsed only once their
     digest is the list's (read_arrays' own docstring: "nothing is parsed before that")."""
-    import snapstore.repo.readpath as rp
+    import snapstore.repo.arrays as rp
 
     mgr = _mgr(tmp_path)
     msgs = [{"role": "system", "content": "v1"}]

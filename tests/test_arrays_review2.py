@@ -202,12 +202,12 @@ def test_a_new_message_larger_than_a_pack_block_still_saves_and_reads_back(tmp_p
 
 
 def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_longer(tmp_path, monkeypatch):
-    """``ReadPath.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
+    """``ArrayReader.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
     call is at most that long, or one item on its own (docs/format.md §11). A new large message
     (an item of several pieces) after a few small items must not make their run as long as it."""
     import orjson
 
-    import snapstore.repo.readpath as rp
+    import snapstore.repo.arrays as rp
 
     sizes = []
 
@@ -222,11 +222,11 @@ def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_long
     mgr = _mgr(tmp_path)
     msgs = [_msg(0, 2_000), _msg(1, 900_000)]  # one item of 2 kB, then one of its pieces (<= 256 KiB each)
     mgr.save(RUN, msgs, step=0)
-    monkeypatch.setattr(rp.ReadPath, "ARRAY_RUN", 300 << 10)  # longer than any piece: the first one joins the run
+    monkeypatch.setattr(rp.ArrayReader, "ARRAY_RUN", 300 << 10)  # longer than any piece: the first one joins the run
     monkeypatch.setattr(rp, "orjson", Counting())
     assert _mgr(tmp_path).latest(RUN).messages == msgs
     longest = max(len(orjson.dumps(m)) for m in msgs) + 2
-    assert sizes and max(sizes) <= max(rp.ReadPath.ARRAY_RUN, longest), (sizes, longest)
+    assert sizes and max(sizes) <= max(rp.ArrayReader.ARRAY_RUN, longest), (sizes, longest)
     assert len(sizes) == 2
 
 
@@ -354,10 +354,10 @@ def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items
     (the head's one tier pack holds 5 items, only recent ones). Every read stays exact; the cost
     is a wasted parse on every read of that checkpoint. Root cause not pinned down (GC with no
     grace and tier merges are in the sequence)."""
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
 
     wasted = []
-    real_pass, real_parse = ReadPath._array_pass, ReadPath._parse_arrays
+    real_pass, real_parse = ArrayReader._pass, ArrayReader._parse
 
     def parse_arrays(self, m, plan, hash_first):
         self._review_digest = (m.digest, m.run_id, m.seq)
@@ -368,8 +368,8 @@ def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items
         if parse and (got is None or got[0].hexdigest(16) != self._review_digest[0]):
             wasted.append(self._review_digest[1:])
         return got
-    monkeypatch.setattr(ReadPath, "_parse_arrays", parse_arrays)
-    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    monkeypatch.setattr(ArrayReader, "_parse", parse_arrays)
+    monkeypatch.setattr(ArrayReader, "_pass", one)
     expect = _replay(tmp_path, 10, 100)
     for (run, c), msgs in expect.items():
         assert _mgr(tmp_path).get(run, c).messages == msgs
