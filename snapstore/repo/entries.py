@@ -104,7 +104,7 @@ class EntryReader:
         try:
             return self.read_entry_in(pack, etype, eid, ctx, verify)
         except SnapstoreError as first:
-            if pack.id != pack_id and getattr(pack, "indexed", False):
+            if pack.id != pack_id and self.repo.segments.is_indexed(pack.id):
                 # a tier pack (a copy) failed: read the entry where its hint says instead; if that
                 # is gone too (merged away), the tier pack's failure is the one to name
                 try:

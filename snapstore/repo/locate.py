@@ -30,7 +30,7 @@ class SegmentIndex:
     :meth:`Locator.prefetch_segments` could not read some. Shares ``cache``'s lock.
 
     Args:
-        cache: the repository's pack cache (its lock; packs' ``indexed`` flags).
+        cache: the repository's pack cache (its lock).
     """
 
     WHERE_MAX = 4_000_000
@@ -39,6 +39,7 @@ class SegmentIndex:
     def __init__(self, cache: PackCache):
         self._cache = cache
         self._where: dict = {}  # (type, id) -> id of a cached tier pack holding it
+        self._indexed: set = set()  # ids of the packs whose entries are in _where
         self._errors: dict = {}  # segment pack -> why the last prefetch_segments could not read it
 
     @property
@@ -53,13 +54,19 @@ class SegmentIndex:
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._where
 
+    def is_indexed(self, pack_id: bytes) -> bool:
+        """Are pack ``pack_id``'s entries in the index (a segment, or a pack a segment's forwarding
+        record leads to)?"""
+        return pack_id in self._indexed
+
     def add(self, pack: Pack) -> None:
         """Make a segment pack's entries findable by ``(type, id)`` (see :meth:`Locator.locate`). The
         index outlives the pack cache: an evicted segment is fetched again when an entry is wanted."""
         with self._cache.lock:
             if len(self._where) + len(pack.entries) > self.WHERE_MAX:
                 self._where.clear()
-            pack.indexed = True
+                self._indexed.clear()
+            self._indexed.add(pack.id)
             self._where.update(dict.fromkeys(pack.entries, pack.id))
 
     def forget(self, packs) -> None:
@@ -67,10 +74,7 @@ class SegmentIndex:
         index holds one run's entries at a time)."""
         drop = set(packs)
         with self._cache.lock:
-            for pid in drop:
-                p = self._cache.get(pid)
-                if p is not None:
-                    p.indexed = False
+            self._indexed -= drop
             self._where = {k: v for k, v in self._where.items() if v not in drop}
 
     @property
@@ -309,7 +313,7 @@ class Locator:
                     pk = self.cache.get_pack(p, ranged=True, tail=tail)
                 except SnapstoreError:
                     continue
-            if not getattr(pk, "indexed", False):
+            if not self.segments.is_indexed(p):
                 self.segments.add(pk)
         # remember why a segment could not be read: a read that then finds an entry nowhere names
         # the segment (the object that is damaged or gone), not the per-save pack its hint names

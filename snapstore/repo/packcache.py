@@ -56,6 +56,7 @@ class PackCache:
         """Threads of :attr:`pool` (read when the pool is first made)."""
         self._packs: OrderedDict[bytes, Pack] = OrderedDict()
         self._bytes = 0
+        self._cost: dict[bytes, int] = {}  # pack id -> bytes it counts against the budget
         self._limit = limit
         self._pool: ThreadPoolExecutor | None = None
         self._corrupt: dict = {}  # pack -> IntegrityError: found corrupt (read twice); readers use other copies
@@ -136,18 +137,17 @@ class PackCache:
                 self.drop(pack.id)  # a whole read replaces a ranged one
                 pack._raw.update(old._raw)
             self._packs[pack.id] = pack
-            pack._acct = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
-            self._bytes += pack._acct
+            cost = self._cost[pack.id] = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
+            self._bytes += cost
             while self._bytes > self._limit and len(self._packs) > 1:
-                oid, old = self._packs.popitem(last=False)
-                self._bytes -= old._acct
+                oid, _ = self._packs.popitem(last=False)
+                self._bytes -= self._cost.pop(oid)
 
     def drop(self, pack_id: bytes) -> None:
         """Evict pack ``pack_id`` if cached."""
         with self.lock:
-            old = self._packs.pop(pack_id, None)
-            if old is not None:
-                self._bytes -= old._acct
+            if self._packs.pop(pack_id, None) is not None:
+                self._bytes -= self._cost.pop(pack_id)
 
     def remember(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
         """Cache a pack this process built (before or after writing it), with its blocks already

@@ -196,7 +196,7 @@ class Repository(LogRecords):
     def prefetch(self, pack_ids, no_forward=(), tail: int | None = None, inline_ok: bool = False,
                  got: set | None = None) -> None:
         """:meth:`Locator.prefetch`: fetch the packs not cached yet, in one parallel wave."""
-        self.locator.prefetch(pack_ids, no_forward, tail, inline_ok, got)
+        self.locator.prefetch(pack_ids, no_forward=no_forward, tail=tail, inline_ok=inline_ok, got=got)
 
     def prefetch_segments(self, segs, also=(), tail: int | None = None) -> None:
         """:meth:`Locator.prefetch_segments`: fetch and index a record's segment packs."""
