@@ -65,12 +65,12 @@ above); ``segments + messages`` (``repo.load_with_state``); ``checkpoint`` (``ma
 <commit>``) each trial also runs one child on that checkout's snapstore, in alternating order, and
 both columns are printed.
 
-``--phases`` (default 21 trials) reads the run through the tree (``ReadPath.read_arrays`` off):
+``--phases`` (default 21 trials) reads the run through the tree (``ArrayReader.read`` off):
 the path a read takes when the segments' array blocks are not the checkpoint's list (a rewritten
 or rolled-back run, data of an earlier version; docs/format.md §11). Each fresh child wraps the
 phases' functions with a wall-clock and page-fault counter (phases nest): ``Pack.parse`` and
-``_parse_header`` (the segment packs' headers), ``ReadPath._index_pack``, ``ReadPath.read_state``
-and ``ReadPath.expand`` (the tree walk), and ``load_with_state rest`` (building the ListState);
+``_parse_header`` (the segment packs' headers), ``SegmentIndex.add``, ``TreeReader.read_state``
+and ``TreeReader.expand`` (the tree walk), and ``load_with_state rest`` (building the ListState);
 medians over the children are what to compare before and after a change of a few hundred
 microseconds. ``--fixed-malloc`` fixes glibc's malloc thresholds (``MALLOC_MMAP_THRESHOLD_`` 32
 MiB, ``MALLOC_TRIM_THRESHOLD_`` 256 MiB): by default glibc raises its mmap threshold when an
@@ -111,7 +111,7 @@ FLOOR_KEY = bytes(range(32))
 """Key of the floor child's keyed hash (any key: it stands for the repository's)."""
 FLOOR_RUN = 48 << 10
 """Most bytes of consecutive messages the floor child parses in one call (the read path's
-``ReadPath.ARRAY_RUN``)."""
+``ArrayReader.ARRAY_RUN``)."""
 
 
 # ==================================================================================================
@@ -185,17 +185,17 @@ def child_main(spec: dict) -> dict:
 PHASES = [
     ("snapstore.repo.repository", "Repository.open", "open the repository (config GET + parse)"),
     ("snapstore.manager.views", "load_view", "newest record: LIST limit 1 + manifest GET + decode"),
-    ("snapstore.repo.readpath", "ReadPath.prefetch_segments", "segment packs: GET (thread pool) + parse"),
+    ("snapstore.repo.locate", "Locator.prefetch_segments", "segment packs: GET (thread pool) + parse"),
     ("snapstore.format.pack", "Pack.parse", "pack checksum (blake3 of the pack) + header"),
-    ("snapstore.repo.readpath", "ReadPath.read_arrays", "the list from the segments' array blocks"),
-    ("snapstore.repo.readpath", "ReadPath._array_plan", "  its items, runs and holes (holes' messages read)"),
-    ("snapstore.repo.readpath", "ReadPath._array_pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
-    ("snapstore.repo.readpath", "ReadPath.read_state", "the list's spine (state + upper entry)"),
-    ("snapstore.repo.readpath", "ReadPath.expand", "tree walk: every node read, verified, decoded"),
-    ("snapstore.repo.readpath", "ReadPath.read_list", "every message: sliced, list digest, JSON decode"),
-    ("snapstore.repo.readpath", "ReadPath._list_raws", "  slicing chunks out of their blocks"),
+    ("snapstore.repo.arrays", "ArrayReader.read", "the list from the segments' array blocks"),
+    ("snapstore.repo.arrays", "ArrayReader._plan", "  its items, runs and holes (holes' messages read)"),
+    ("snapstore.repo.arrays", "ArrayReader._pass", "  a pass: blocks decompressed, list hashed (and parsed)"),
+    ("snapstore.repo.trees", "TreeReader.read_state", "the list's spine (state + upper entry)"),
+    ("snapstore.repo.trees", "TreeReader.expand", "tree walk: every node read, verified, decoded"),
+    ("snapstore.repo.trees", "TreeReader.read_list", "every message: sliced, list digest, JSON decode"),
+    ("snapstore.repo.trees", "TreeReader._list_raws", "  slicing chunks out of their blocks"),
     ("snapstore.format.pack", "Pack.raw_block", "block decompression (zstd)"),
-    ("snapstore.repo.prepare", "_json_digest", "list digest (keyed blake3 of the list's JSON)"),
+    ("snapstore.repo.liststate", "json_digest", "list digest (keyed blake3 of the list's JSON)"),
     ("snapstore.manager.read", "make_checkpoint", "the Checkpoint (session state included)"),
 ]
 
@@ -456,14 +456,14 @@ def report_open(r: dict) -> str:
 # --phases: per-phase medians of a fresh latest() through the tree
 
 WALK_PHASES = [
-    ("snapstore.repo.readpath", "ReadPath.prefetch_segments"),
+    ("snapstore.repo.locate", "Locator.prefetch_segments"),
     ("snapstore.format.pack", "Pack.parse"),
     ("snapstore.format.pack", "_parse_header"),
-    ("snapstore.repo.readpath", "ReadPath._index_pack"),
-    ("snapstore.repo.readpath", "ReadPath.read_state"),
-    ("snapstore.repo.readpath", "ReadPath.expand"),
-    ("snapstore.repo.readpath", "ReadPath.read_list"),
-    ("snapstore.repo.readpath", "ReadPath.load_with_state"),
+    ("snapstore.repo.locate", "SegmentIndex.add"),
+    ("snapstore.repo.trees", "TreeReader.read_state"),
+    ("snapstore.repo.trees", "TreeReader.expand"),
+    ("snapstore.repo.trees", "TreeReader.read_list"),
+    ("snapstore.repo.trees", "TreeReader.load_with_state"),
 ]
 
 
@@ -487,18 +487,22 @@ def _wrap_phases(phases: list, acc: dict) -> None:
                 rec[1] += 1
                 rec[2] += _faults() - f0
         setattr(owner, name, timed)  # _parse_header: pack.py looks its module attribute up per call
-        if modname == "snapstore.repo.prepare" and name == "_json_digest":  # imported by name elsewhere
-            import snapstore.repo.readpath as rp
-            rp._json_digest = timed
+        if modname == "snapstore.repo.liststate" and name == "json_digest":  # imported by name elsewhere
+            import snapstore.repo.prepare as prep
+            import snapstore.repo.trees as trees
+            prep.json_digest = trees.json_digest = timed
 
 
 def phases_child(spec: dict) -> dict:
     """One fresh-process ``latest()`` through the tree (array blocks off) with :data:`WALK_PHASES`
     wrapped; seconds, calls and faults per phase."""
     from snapstore import CheckpointManager
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
+    from snapstore.repo.locate import Locator
+    from snapstore.repo.locate import SegmentIndex
+    from snapstore.repo.trees import TreeReader
 
-    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path (module docstring)
+    ArrayReader.read = lambda self, m, segs: None  # the tree path (module docstring)
     acc: dict = {}
     _wrap_phases(WALK_PHASES, acc)
     f0, t0 = _faults(), time.perf_counter()
@@ -508,9 +512,9 @@ def phases_child(spec: dict) -> dict:
     for _, qual in WALK_PHASES:
         w, n, fl = acc.get(qual, [0.0, 0, 0])
         out[qual] = {"wall_s": w, "calls": n, "faults": fl}
-    lw = out["ReadPath.load_with_state"]["wall_s"]
-    rest = lw - sum(out[q]["wall_s"] for q in ("ReadPath.prefetch_segments", "ReadPath.read_state",
-                                                "ReadPath.expand", "ReadPath.read_list"))
+    lw = out["TreeReader.load_with_state"]["wall_s"]
+    rest = lw - sum(out[q]["wall_s"] for q in ("Locator.prefetch_segments", "TreeReader.read_state",
+                                                "TreeReader.expand", "TreeReader.read_list"))
     out["load_with_state rest"] = {"wall_s": rest, "calls": 1, "faults": 0}
     return out
 
@@ -522,9 +526,12 @@ def floors_child(spec: dict) -> dict:
     from snapstore.manager import views
     from snapstore.format import pack as P
     from snapstore.format.tree import Ref, decode_node
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
+    from snapstore.repo.locate import Locator
+    from snapstore.repo.locate import SegmentIndex
+    from snapstore.repo.trees import TreeReader
 
-    ReadPath.read_arrays = lambda self, m, segs: None  # the tree path: the run's nodes are read
+    ArrayReader.read = lambda self, m, segs: None  # the tree path: the run's nodes are read
     datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]
     bounds = []  # each pack's header [start, end), as Pack.parse finds it from the trailer
     for d in datas:
@@ -539,9 +546,9 @@ def floors_child(spec: dict) -> dict:
     mgr = CheckpointManager(spec["repo"])
     m = views.load_view(mgr, spec["run"]).head
     ls = mgr.repo.load_with_state(m)[1]
-    raws = [mgr.repo._entry(P.T_NODE, nid, pk) for nid, pk in ls.nodes.items()]
+    raws = [mgr.repo.read_entry(P.T_NODE, nid, pk) for nid, pk in ls.nodes.items()]
     nitems = sum(len(decode_node(r)[1]) for r in raws)
-    mgr.repo._nodes.clear()
+    mgr.repo.trees.forget_nodes()
     ids = b"".join(r[-20 * 8:] for r in raws) * 4
     pk = bytes(8)
     new = tuple.__new__

@@ -16,9 +16,9 @@ received; the LIST of the run's head is not a GET):
 * **rewritten key**: the known limit of docs/format.md §7, one 50 KB key rewritten whole at each
   of 100 saves (``benchmarks/storage.py --state-only`` prints the same ratio); ``latest()``.
 
-Each read is done three ways (``ReadPath.range_tail`` replaced): packs read whole (a suffix
+Each read is done three ways (``PackCache.range_tail`` replaced): packs read whole (a suffix
 past any pack: what the reader did before ranged reads), the default (a suffix of what the
-checkpoint needs per its manifest, see ``ReadPath.range_tail``, then only the needed blocks), and a
+checkpoint needs per its manifest, see ``PackCache.range_tail``, then only the needed blocks), and a
 fixed 1 MiB suffix. Results equal in every case.
 """
 
@@ -33,10 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from snapstore import CheckpointManager  # noqa: E402
-from snapstore.repo.readpath import ReadPath  # noqa: E402
+from snapstore.repo.packcache import PackCache  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
-_DEFAULT_TAIL = ReadPath.range_tail
+_DEFAULT_TAIL = PackCache.range_tail
 TAILS = {"whole packs": lambda self, m: 1 << 40,
          "ranged, tail from the manifest (default)": _DEFAULT_TAIL,
          "ranged, fixed 1 MiB tail": lambda self, m: 1 << 20}
@@ -58,11 +58,11 @@ def rows(name: str, store, reads: dict) -> None:
     print(f"\n{name}: packs hold {packs:,} bytes in {sum(1 for _ in store.list('packs/'))} objects")
     for what, (read, want) in reads.items():
         for label, tail in TAILS.items():
-            ReadPath.range_tail = tail
+            PackCache.range_tail = tail
             gets, nbytes, got = measure(store, read)
             assert want(got), (what, label)
             print(f"  {what:<37} {label:<41} {gets:>3} GETs {nbytes:>11,} bytes")
-    ReadPath.range_tail = _DEFAULT_TAIL
+    PackCache.range_tail = _DEFAULT_TAIL
 
 
 def main() -> int:

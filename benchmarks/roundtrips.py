@@ -14,7 +14,7 @@ import threading
 class RoundTrips:
     """A store wrapper recording every request and which *round* it belongs to.
 
-    A round is one parallel batch (a call of ``Repository.prefetch``, whose GETs run concurrently in
+    A round is one parallel batch (a call of ``Locator.prefetch`` (``repo.locator.prefetch``), whose GETs run concurrently in
     the repository's thread pool) or one request made on its own outside any batch. The number of
     rounds is the number of sequential round trips a restore needs when every batch runs fully in
     parallel. ``max_in_flight`` is the highest number of requests seen in progress at once.
@@ -59,8 +59,8 @@ class RoundTrips:
         return iter(self._do("LIST", prefix, lambda: list(self.inner.list_dirs(prefix))))
 
     def watch(self, repo) -> None:
-        """Mark each ``repo.prefetch`` call as one round."""
-        orig = repo.prefetch
+        """Mark each ``repo.locator.prefetch`` call (a fetch wave) as one round."""
+        orig = repo.locator.prefetch
 
         def prefetch(pack_ids, **kw):
             pack_ids = list(pack_ids)
@@ -71,7 +71,7 @@ class RoundTrips:
                 return orig(pack_ids, **kw)
             finally:
                 self.batch = None
-        repo.prefetch = prefetch
+        repo.locator.prefetch = prefetch
 
     def rounds(self) -> list[list[tuple]]:
         out: dict = {}

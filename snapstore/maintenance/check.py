@@ -324,7 +324,7 @@ def _read_stubs(repo: Repository, stubs: dict[str, list[str]], light: bool) -> l
         except SnapstoreError as e:
             return rk, k, None, e
 
-    return [r for rs in repo._pool_get().map(_task_reader(repo, manifest, light), tasks) for r in rs]
+    return [r for rs in repo.pool.map(_task_reader(repo, manifest, light), tasks) for r in rs]
 
 
 def _task_reader(repo: Repository, manifest, light: bool):
@@ -387,7 +387,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             return rk, k, None, e
 
     one = _task_reader(repo, manifest, light)
-    pool = repo._pool_get()
+    pool = repo.pool
     results = [r for rs in (pool.map(one, tasks) if len(tasks) > 1 else map(one, tasks)) for r in rs]
     stubs: dict[str, list[str]] = defaultdict(list)
     for rk, k, m, err in results:
@@ -467,10 +467,10 @@ class Reach:
         its needed entries, its raw bytes and how many entries are needed, so that GC can judge how
         dead the pack is without fetching it again (see :meth:`pack_usage`). ``compact``: also
         replace its needed set by a :class:`Needed` bitmap."""
-        with repo._lock:
+        with repo.lock:
             for pid in pids:
                 needed = self.packs.get(pid)
-                pack = repo._cache.get(pid)
+                pack = repo.cache.get(pid)
                 if needed is None or pack is None:
                     continue
                 if isinstance(needed, Needed):
@@ -629,7 +629,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             if r.flags & FLAG_PIECES:
                 reach.need(repo, r.pack, T_PIECES, r.id)
                 try:
-                    pieces = decode_pieces(repo._entry(T_PIECES, r.id, r.pack))
+                    pieces = decode_pieces(repo.read_entry(T_PIECES, r.id, r.pack))
                 except (SnapstoreError, ValueError) as e:
                     fail(code_of(e), keys.pack_key(r.pack), e)
                     return
@@ -729,7 +729,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             return
         if spine.upper:
             reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
-        repo.prefetch(repo._packs_for((T_NODE if level else (T_PIECES if r.flags & FLAG_PIECES else T_CHUNK), r.id, r.pack)
+        repo.prefetch(repo.packs_to_fetch((T_NODE if level else (T_PIECES if r.flags & FLAG_PIECES else T_CHUNK), r.id, r.pack)
                                       for level, r in spine.top_down()))
         for level, r in spine.top_down():
             visit_ref(r, level)
@@ -763,7 +763,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
     done = 0
     shared_memo = (reach.refs, reach.node_hints, reach.nodes_seen, set(seen_states))
     per_wave = max_concurrency(repo.store)
-    wave_bytes = max(1, min(WAVE_BYTES, repo._cache_limit // 6))
+    wave_bytes = max(1, min(WAVE_BYTES, repo.cache.limit // 6))
     run_ids = list(by_run)
     fetched_until = 0  # runs whose segments a wave has fetched
 
@@ -781,8 +781,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             todo += ps
             nbytes += b
             j += 1
-        with repo._lock:
-            todo = [p for p in dict.fromkeys(todo) if p not in repo._cache]
+        with repo.lock:
+            todo = [p for p in dict.fromkeys(todo) if p not in repo.cache]
         if todo:
             repo.prefetch(todo, no_forward=set(todo))
             reach.waves += 1
@@ -827,7 +827,7 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
             try:
                 for n, m in enumerate(checkpoints):
                     if n % 256 == 0:  # fetch the next state packs in one parallel wave
-                        repo.prefetch(repo._packs_for((T_STATE, bytes.fromhex(x.state[0]), bytes.fromhex(x.state[1]))
+                        repo.prefetch(repo.packs_to_fetch((T_STATE, bytes.fromhex(x.state[0]), bytes.fromhex(x.state[1]))
                                                       for x in checkpoints[n:n + 256] if x.state))
                     walk(m)
                 dictionaries(done)  # with this run's segments indexed
@@ -855,8 +855,8 @@ def mark(repo: Repository, manifests, problems: list | None = None, fwd: dict | 
         if check_run is not None:
             check_run(checkpoints)
         if not keep_refs and segs:
-            with repo._lock:
-                repo._nodes.clear()  # decoded nodes: the next run (own memo) reads its own
+            with repo.lock:
+                repo.trees.forget_nodes()  # decoded nodes: the next run (own memo) reads its own
         done = len(reach.order)
         if held and not keep_index:
             repo.forget_segments(held)
@@ -930,7 +930,7 @@ def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
         b = pack.blocks[e.block]
         if b.array or (not with_dicts and b.dict is not None):
             continue  # an array's chunks (and holes) are checked part by part below
-        repo._entry_in(pack, etype, eid, None)
+        repo.read_entry_in(pack, etype, eid, None)
     content_id = repo.hasher.content_id
     for bi, b in enumerate(pack.blocks):
         if b.array:
@@ -969,8 +969,8 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
     """
     rep = VerifyReport()
     store = repo.store
-    with repo._lock:
-        repo._corrupt.clear()  # judge damage on what the store holds now, not on earlier reads
+    with repo.lock:
+        repo.cache.forget_corrupt()  # judge damage on what the store holds now, not on earlier reads
     all_infos = list(store.list(""))
     all_keys = [i.key for i in all_infos]
     fwd_infos = [i for i in all_infos if i.key.startswith(keys.FWD)]

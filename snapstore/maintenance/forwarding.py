@@ -113,7 +113,7 @@ class ForwardMap:
                 return info, None, e
 
         items = shard_infos + record_infos
-        got = list(repo._pool_get().map(read, items)) if len(items) > 1 else [read(i) for i in items]
+        got = list(repo.pool.map(read, items)) if len(items) > 1 else [read(i) for i in items]
         for info, value, err in got[:len(shard_infos)]:
             if err is not None:
                 fm.errors.append((info.key, err))

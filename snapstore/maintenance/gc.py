@@ -238,8 +238,8 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         keeper = _LockKeeper(repo, token, _lock(repo, now, lock_timeout, token), max(0.05, lock_timeout / 5))
     # mark needs each pack once, while its run is marked (what the sweep needs of it is kept in
     # ``Reach.usage``): a small pack cache bounds GC's memory whatever the repository's size
-    cache_limit = repo._cache_limit
-    repo._cache_limit = min(cache_limit, GC_CACHE_BYTES)
+    cache_limit = repo.cache.limit
+    repo.cache.limit = min(cache_limit, GC_CACHE_BYTES)
     try:
         for attempt in range(MARK_ATTEMPTS):
             marked = []
@@ -264,7 +264,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
                 now = repo.store_time()
                 rep.store_time = now
     finally:
-        repo._cache_limit = cache_limit
+        repo.cache.limit = cache_limit
         if keeper is not None:
             keeper.stop()
             _unlock(repo, token)
@@ -490,19 +490,17 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
         raise err if isinstance(err, SnapstoreError) else SnapstoreError(f"{k}: {err}")
     listed = dict(fmap.time)  # forwarding records as read -> store time they were last written
     fwd = dict(fmap.to)       # retired pack -> targets, including those of packs this GC retires
-    with repo._lock:
-        repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
-        repo._corrupt.clear()  # damage is judged on what the store holds now (reported below)
-        repo._fwd.update(fwd)
-        # retired packs already deleted: go straight to their forwarding records
-        repo._gone.update(pid for pid in fwd if pid not in packs)
+    # GC redirects records: never trust what this process read earlier; retired packs
+    # already deleted go straight to their forwarding records
+    repo.forwarding.reset(fwd, gone=(pid for pid in fwd if pid not in packs))
+    repo.cache.forget_corrupt()  # damage is judged on what the store holds now (reported below)
 
     # ---- mark
     # the pack cache must hold the largest run's segments twice over (that run's wave and what
     # its walk reads), or marking it would fetch its packs again
     biggest = max((sum(sizes_of.get(sg.pack, 0) for sg in segs) for segs in segments_by_run(logs).values()),
                   default=0)
-    repo._cache_limit = max(repo._cache_limit, min(cache_limit, 6 * biggest))
+    repo.cache.limit = max(repo.cache.limit, min(cache_limit, 6 * biggest))
     seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
     def refresh(run_id):
         newest = repo.head(repo.run_key(run_id))
@@ -619,7 +617,7 @@ def _run(repo, rep, now, grace, dry_run, max_unused, small_pack_bytes, target_pa
             rep.repack_bytes_in += c.size_in
             if progress:
                 progress("repack", i + 1, len(seg_select))
-        per_wave, budget, fetched = max_concurrency(store), max(1, repo._cache_limit // 6), 0
+        per_wave, budget, fetched = max_concurrency(store), max(1, repo.cache.limit // 6), 0
         for i, pid in enumerate(late):
             if i >= fetched:
                 fetched, n = prefetch_wave(repo, late, i, sizes, per_wave, budget)
@@ -1011,8 +1009,8 @@ def _splice_forwards(repo: Repository, rep: GCReport, del_packs: set, del_fwd: s
     rep.redirected_forward += len(spliced)
     _account_flush(rep, fmap.flush(dry_run=dry_run))
     if not dry_run:
-        with repo._lock:
-            repo._fwd.update(spliced)
+        with repo.lock:
+            repo.forwarding.update(spliced)
 
 
 def _drop_forwards(rep: GCReport, del_fwd: set, fmap: ForwardMap, dry_run: bool = False) -> None:
@@ -1034,8 +1032,8 @@ def _usage(repo: Repository, rep: GCReport, reach, pid: bytes) -> tuple[int, int
     (its needs grew after mark measured it, and it left the pack cache)."""
     u = reach.usage.get(pid)
     if u is None or u[2] != len(reach.packs.get(pid, ())):
-        with repo._lock:
-            if pid not in repo._cache:
+        with repo.lock:
+            if pid not in repo.cache:
                 rep.refetched_packs += 1
     return reach.pack_usage(repo, pid)
 
@@ -1090,7 +1088,7 @@ def _repack(repo: Repository, rep: GCReport, pids: list[bytes], reach, target: i
     size_in = 0
     sizes = sizes or {}
     per_wave = max_concurrency(store)
-    budget = max(1, repo._cache_limit // 6)
+    budget = max(1, repo.cache.limit // 6)
     fetched = 0
     try:
         for i, pid in enumerate(pids):
@@ -1137,6 +1135,6 @@ def _retire(repo: Repository, rep: GCReport, pids: list[bytes], moved: dict, rea
             # grace 0 is in this GC: the record would be unreferenced at once
     if dry_run:
         return
-    with repo._lock:
+    with repo.lock:
         for pid in pids:
-            repo._fwd.pop(pid, None)
+            repo.forwarding.drop(pid)

@@ -100,8 +100,8 @@ def prefetch_wave(repo, pids: list, start: int, sizes: dict, per_wave: int, budg
         nbytes += sizes.get(pids[end], 0)
         end += 1
     wave = pids[start:end]
-    with repo._lock:
-        fetched = sum(1 for p in wave if p not in repo._cache)
+    with repo.lock:
+        fetched = sum(1 for p in wave if p not in repo.cache)
     repo.prefetch(wave, no_forward=set(wave))
     return end, fetched
 
@@ -121,7 +121,7 @@ def copy_live(repo, pid: bytes, pack, needed, builder: PackBuilder | None, write
     """
     moved: set = set()
     if read is None:
-        read = lambda etype, eid: repo._entry(etype, eid, pid)  # noqa: E731
+        read = lambda etype, eid: repo.read_entry(etype, eid, pid)  # noqa: E731
     order = sorted(needed, key=lambda x: pack.entries[x].offset if x in pack.entries else 0)
     for etype, eid in order:
         if (etype, eid) not in pack.entries:
@@ -212,8 +212,8 @@ class SegmentRewrites:
             prev = self.copies.get(pid)
             if prev is not None and prev.needs == n:
                 continue
-            with repo._lock:
-                pack = repo._cache.get(pid)
+            with repo.lock:
+                pack = repo.cache.get(pid)
             if pack is None or not pack.whole:
                 continue
             if prev is not None:
@@ -223,7 +223,7 @@ class SegmentRewrites:
             try:
                 b, moved = copy_live(repo, pid, pack, reach.needed_entries(pid, pack), None, self.writer,
                                      self.target, self.level,
-                                     read=lambda etype, eid, pack=pack: repo._entry_in(pack, etype, eid, None))
+                                     read=lambda etype, eid, pack=pack: repo.read_entry_in(pack, etype, eid, None))
                 if b is not None:
                     self.writer.close(b)
             except SnapstoreError:

@@ -52,7 +52,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
         # arrays hold exactly its list (messages.a, docs/format.md §19)
         arrays = None
         if src.exact is not None:
-            arrays = int(bool(mgr.repo.WRITE_ARRAYS and (copy is not None or not src.state)))
+            arrays = int(bool(mgr.repo.saves.WRITE_ARRAYS and (copy is not None or not src.state)))
         m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
                      created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
                      fields=dict(src.fields), session_state=src.session_state,

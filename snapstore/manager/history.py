@@ -96,7 +96,7 @@ def scan_bulk(repo, rk: str):
     parallel) beside the run's log segments, then everything is read in one parallel wave
     (docs/format.md §12), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
     few round trips instead of n GETs."""
-    pool = repo._pool_get()
+    pool = repo.pool
     f_segs = pool.submit(list_logsegs, repo, rk)
     seqs = list_positions(repo, rk)
     got = read_records(repo, rk, seqs, f_segs.result())
@@ -120,7 +120,7 @@ def read_many(repo, rk: str, seqs: list[int]) -> dict[int, Manifest]:
             return s, None
     if len(seqs) <= 1:
         return dict(one(s) for s in seqs)
-    got = dict(repo._pool_get().map(one, seqs))
+    got = dict(repo.pool.map(one, seqs))
     stubs = [s for s, m in got.items() if m is stub]
     if stubs:  # compacted records (docs/format.md §14): from their log segments, together
         found = read_stubs(repo, rk, stubs)

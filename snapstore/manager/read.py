@@ -66,7 +66,7 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
         f_view = None
         v = mgr._views.get(run_id)
         if v is None or not v.loaded:
-            f_view = mgr.repo._pool_get().submit(views.load_view, mgr, run_id)
+            f_view = mgr.repo.pool.submit(views.load_view, mgr, run_id)
         try:
             m = mgr.repo.find_checkpoint(rk, checkpoint_id)
         except CheckpointNotFound:
@@ -169,7 +169,7 @@ def runs(mgr) -> list[str]:
     if opened is not None and not opened.result():
         return []
     got = runmarks.live_run_ids(mgr.store, rks, marks, mgr.repo.run_key, lambda ks: live_run_ids(mgr, ks),
-                                mgr.repo._pool_get())
+                                mgr.repo.pool)
     return sorted(got)
 
 

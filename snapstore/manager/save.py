@@ -141,7 +141,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
             raise PreconditionFailed(keys.manifest_key(rk, seq_of(v)), f"run {run_id!r} moved since this "
                                      "manager last saw it (its segments were merged)") from None
     prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
-                             pm.session_state_ref if pm else None, pm.session_state_tree if pm else None)
+                             pm.session_state_tree if pm else None)
     ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
     with any_int_digits():  # repr of a field holding an int of more than 4,300 digits
         fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
@@ -193,7 +193,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
     wrote_pack = False
     revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§13)
     # the run marker it needs (most saves need none: no pool task for them), beside the pack
-    mark_put = (repo._pool_get().submit(runmarks.before_publish, repo.store, rk, m, revives)
+    mark_put = (repo.pool.submit(runmarks.before_publish, repo.store, rk, m, revives)
                 if runmarks.marks_record(m, revives) else None)
 
     def undo() -> None:
@@ -216,7 +216,7 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
                 pass  # left for GC
     t_pack = mgr._clock()
     # the tier pack (if this save completes a tier) is written beside the save's own pack
-    tier_put = repo._pool_get().submit(put_pack, repo, tier[0], tier[1]) if tier is not None else None
+    tier_put = repo.pool.submit(put_pack, repo, tier[0], tier[1]) if tier is not None else None
     try:
         if prep.pack_bytes is not None:
             put_pack(repo, prep.pack_id, prep.pack_bytes)

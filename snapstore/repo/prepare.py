@@ -1,8 +1,9 @@
 """The write path: building a save in memory (dedup, chunking, the tree, the pack).
 
-Layer 3, the :class:`WritePath` mixin of :class:`snapstore.repo.repository.Repository`, plus what a
-writer keeps between saves (:class:`ListState`) and what a save produces (:class:`PreparedSave`).
-:meth:`WritePath.prepare_save` writes nothing: the caller PUTs the pack and publishes the manifest
+Layer 3, the :class:`SavePreparer` part of :class:`snapstore.repo.repository.Repository`
+(``repo.saves``). What a writer keeps between saves (:class:`ListState`) and what a save produces
+(:class:`PreparedSave`) are in :mod:`snapstore.repo.liststate`.
+:meth:`SavePreparer.prepare_save` writes nothing: the caller PUTs the pack and publishes the manifest
 (:mod:`snapstore.repo.log.records`, :mod:`snapstore.manager.facade`). See docs/format.md §18.
 """
 
@@ -17,14 +18,12 @@ import orjson
 
 from ..errors import InvalidInputError, SnapstoreError
 from ..format.codec import _ORJSON_OPTS, encode_json, validate
-from ..format.ids import PACK_ID_BYTES, Hasher
+from ..format.ids import PACK_ID_BYTES
 from ..format.manifest import KIND_CHECKPOINT, Manifest
 from ..format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
 from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
 from ..format.valuetree import ValueTree, split_value
-
-RECENT_RAW_KEEP = 4
-"""Multiple of ``dict_bytes`` of recent message JSON a writer keeps in memory for dictionaries."""
+from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave, ValueKnown, json_digest
 
 
 def _fastcdc():
@@ -35,273 +34,228 @@ def _fastcdc():
     return fastcdc
 
 
-@dataclass
-class ValueKnown:
-    """What a writer knows about one stored session-state value tree (docs/format.md §7): the
-    tree itself and the entries it references, which the next save may reuse (dedup).
-
-    Attributes:
-        tree: the manifest field (:class:`~snapstore.format.valuetree.ValueTree`).
-        pieces: piece id -> level-0 Ref (pack hint) of every piece of the value.
-        nodes: node id -> pack id of every sealed node of the value's tree.
-        upper: ``(upper id, pack id)`` of the spine's upper entry, or None.
-    """
-
-    tree: ValueTree
-    pieces: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)
-    upper: tuple | None = None
-
-
-@dataclass
-class ListState:
-    """What a writer knows about one message list (normally its run's head).
-
-    Attributes:
-        spine: the open right edge of the list's tree (None while ``refs_pending``).
-        count / size: messages and their total JSON bytes.
-        digest: incremental keyed blake3 over the list's JSON without the closing bracket
-            (``[`` + the messages' JSON joined by ``,``); see :meth:`ListState.digest_hex`.
-        state: ``(state id, pack id)`` of the stored spine, or None for an empty list.
-        ids: every message id in order, or None when not loaded (cold writer).
-        refs: every level-0 ref in order, or None when not loaded.
-        objs: the caller's message objects of the last save (identity fast path), or None.
-        raws: encoded JSON per position for recent positions (older entries are None): bytes, or
-            a read-only memoryview into a cached pack block (a restore slices without copying).
-        known: chunk id -> Ref, for dedup within the run.
-        known_pieces: piece id -> Ref.
-        nodes: node id -> pack id of the nodes of this list's tree (reused only from here: GC safety).
-        value: the session-state value tree of the same checkpoint, when it has one and the
-            writer read or wrote it (:class:`ValueKnown`), else None.
-        exact: how many messages carry the EXACT flag (the manifest's ``messages.x``), None
-            when unknown.
-        refs_pending: True after a restore from array blocks (no tree read): ``spine`` is None
-            and ``ids``/``refs``/``known``/``nodes`` are empty until the next save loads them.
-        arrays_exact: True when the run's array blocks hold exactly this list (its messages in
-            order, and nothing after them): an append that writes its messages into arrays keeps
-            it true (the manifest's ``messages.a``, docs/format.md §19). An empty list starts true.
-            None when unknown (a parent record written before ``messages.a``): an append keeps it
-            unknown (``a`` absent, read hash first), anything else makes it False.
-    """
-
-    spine: Spine
-    count: int = 0
-    size: int = 0
-    digest: object = None
-    state: tuple | None = None
-    ids: list | None = None
-    refs: list | None = None
-    objs: list | None = None
-    raws: list | None = None
-    known: dict = field(default_factory=dict)
-    known_pieces: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)
-    digest_hex_value: str | None = None
-    value: ValueKnown | None = None
-    exact: int | None = 0
-    refs_pending: bool = False
-    arrays_exact: bool | None = True
-
-    def digest_hex(self) -> str:
-        """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""
-        if self.digest is None:
-            return self.digest_hex_value or ""
-        d = self.digest.copy()
-        d.update(b"]")
-        return d.hexdigest(16)
-
-
-_DIGEST_BATCH = 1 << 16
-"""Bytes :func:`_json_digest` gathers before each hash update: blake3 hashes a long input several
-chunks at a time (SIMD), a 2 KB message alone at about a third of that speed."""
-
-
-def _json_digest(hasher: "Hasher", raws) -> object:
-    """Incremental list digest over ``[`` + raws joined by ``,`` (no closing bracket).
-
-    ``raws``: the messages' exact JSON (bytes-like), in list order. Returns the keyed blake3
-    hasher (copy it and add ``]`` for the manifest's ``messages.digest``)."""
-    d = hasher.new_digest()
-    buf = bytearray(b"[")
-    first = True
-    for r in raws:
-        if first:
-            first = False
-        else:
-            buf += b","
-        buf += r
-        if len(buf) >= _DIGEST_BATCH:
-            d.update(buf)
-            del buf[:]
-    d.update(buf)
-    return d
-
-
-@dataclass
-class PreparedSave:
-    """A save built in memory, not yet written: the pack (or None) and the resulting list state."""
-
-    pack_id: bytes | None
-    pack_bytes: bytes | None
-    sizes: dict
-    state: ListState
-    session_state_ref: list | None
-    session_state_inline: object
-    has_session_state: bool
-    new_chunks: int
-    new_bytes: int
-    raw_blocks: dict = field(default_factory=dict)
-    session_state_tree: ValueTree | None = None
-
-
 HOLE_MIN = 4096
 """Bytes of JSON from which an appended message stored before (a list repeating it) becomes a hole
 in the array blocks instead of a copy (docs/format.md §8): a reader fetches it where it is stored;
 a shorter one costs less as a copy than as a lookup."""
 
 
-class WritePath:
-    """Write path of :class:`~snapstore.repo.repository.Repository`: :meth:`prepare_save` and its
-    helpers (a mixin; reads the parent list through the read path's :meth:`list_state`)."""
+@dataclass
+class _SaveBuild:
+    """The working state of one :meth:`SavePreparer.prepare_save`, shared by its phases.
+
+    ``parent``/``messages``: the parent list's state and the new list; ``ids``/``flags``/``raws``:
+    per position of the new list, its content id, ref flags and exact JSON (filled as needed);
+    ``prefix``: how many of the parent's messages are kept as they are; ``digest``: the list digest
+    after them (None: computed at the end); ``append``: the new list extends the parent's; ``pb``:
+    the pack being built; ``known``/``known_pieces``: what dedup may reuse; ``tail_refs``/
+    ``all_refs``: refs of positions ``prefix`` on / of the whole list (None: not loaded);
+    ``arrays``: the appended messages go into array blocks; ``new_chunks``/``new_bytes``: stored.
+    """
+
+    parent: ListState
+    messages: list
+    n_old: int = 0
+    n: int = 0
+    ids: list = field(default_factory=list)
+    flags: list = field(default_factory=list)
+    raws: list = field(default_factory=list)
+    prefix: int = 0
+    digest: object = None
+    append: bool = False
+    pb: PackBuilder | None = None
+    known: dict = field(default_factory=dict)
+    known_pieces: dict = field(default_factory=dict)
+    tail_refs: list = field(default_factory=list)
+    all_refs: list | None = None
+    arrays: bool = False
+    new_chunks: int = 0
+    new_bytes: int = 0
+
+    def __post_init__(self):
+        self.n_old = self.parent.count
+        self.n = n = len(self.messages)
+        self.ids, self.flags, self.raws = [b""] * n, [0] * n, [None] * n
+
+
+class SavePreparer:
+    """Builds a save in memory: one part of :class:`~snapstore.repo.repository.Repository`
+    (``repo.saves``; the repository's :meth:`prepare_save` is this part's).
+
+    Holds no state. Args:
+        repo: the repository (its ``config``, ``hasher``, ``params``, ``trees`` and ``values``:
+            the parent list and the parent's session state are read through them).
+    """
 
     WRITE_ARRAYS = True
     """Appends of format 2 (``seg_fanout`` > 0) put the appended messages into array blocks
     (docs/format.md §8). False writes them as the previous version did (chunks in a data block
     compressed against the messages before them): tests build such repositories with it."""
 
-    # ------------------------------------------------------------------------------------------
-    # write path
+    def __init__(self, repo):
+        self.repo = repo
 
     def _encode_message(self, msg, path: str) -> tuple[bytes, bool]:
+        """``(exact JSON, needs the exact parser)`` of message ``msg`` (``path`` names it in errors).
+        Raises InvalidMessageError for a value that is not exact JSON."""
         validate(msg, path)
         return encode_json(msg)
-
     def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
-                     has_session_state: bool = False, parent_state_ref: list | None = None,
-                     parent_state_tree: ValueTree | None = None) -> PreparedSave:
+                     has_session_state: bool = False, parent_state_tree: ValueTree | None = None) -> PreparedSave:
         """Build the pack for a new checkpoint whose list is ``messages`` (nothing is written).
 
         Args:
             parent: the writer's knowledge of the parent list (None: no parent).
             messages: the new checkpoint's full message list (JSON values).
             session_state: the session state value (used when ``has_session_state``).
-            parent_state_ref: the parent's ``session_state_ref`` (older layout; unused since states
-                are written as value trees, kept for callers).
+            has_session_state: whether the checkpoint has a session state (None is a state).
             parent_state_tree: the parent's ``session_state_tree``: a new state larger than
                 ``inline_state_max`` reuses the pieces and nodes of that tree (and only that
                 tree's: GC safety, docs/format.md §21), read through the read path if
                 ``parent.value`` does not already describe it.
         Raises:
+            InvalidInputError: ``messages`` is not a list.
             InvalidMessageError: a message or the state is not an exact JSON value.
         Returns:
             PreparedSave with the pack bytes (None if nothing new) and the new ListState.
         """
         if not isinstance(messages, (list, tuple)):
             raise InvalidInputError(f"messages must be a list, got {type(messages).__name__}")
-        messages = list(messages)
-        cfg = self.config
-        hasher = self.hasher
         if parent is None:
-            parent = self.list_state(None)
+            parent = self.repo.trees.list_state(None)
         elif parent.refs_pending:
             parent = self._load_refs(parent)
-        n_old = parent.count
-        n = len(messages)
-        ids: list[bytes] = [b""] * n
-        flags: list[int] = [0] * n
-        raws: list[bytes | None] = [None] * n
+        b = _SaveBuild(parent, list(messages))
+        self._compare_prefix(b)                       # 1. how much of the parent list is kept as is?
+        pack_id = os.urandom(PACK_ID_BYTES)
+        b.pb = PackBuilder(pack_id, level=self.repo.config.level)
+        first_new = self._store_tail(b)               # 2. refs for the changed tail, new chunks into the pack
+        spine, nodes = self._build_tree(b)            # 3. the new tree
+        if first_new is not None and first_new > 0 and self.repo.config.dict_bytes > 0 and not b.arrays:
+            self._set_dictionary(b, first_new)        # 4. the data block's dictionary
+        value = None                                  # 5. session state: inline when small, else a value tree
+        ss_inline = None
+        if has_session_state:
+            value, ss_inline = self._session_state(b, session_state, parent_state_tree)
+        ls = self._list_state_after(b, spine, nodes, value)  # 6. the state entry and the new ListState
+        ss_tree = value.tree if value is not None else None
+        pb = b.pb
+        if pb.empty:
+            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, None, ss_inline, has_session_state, 0, 0,
+                                session_state_tree=ss_tree)
+        data, sizes = pb.build()
+        return PreparedSave(pack_id, data, sizes, ls, None, ss_inline, has_session_state, b.new_chunks, b.new_bytes,
+                            pb.raw_blocks, ss_tree)
 
-        # 1. how much of the parent list is kept as is?
-        prefix = 0
-        digest = None  # list digest state after position `prefix` (None: compute at the end)
-        if parent.objs is not None and parent.ids is not None and n_old <= n:
+    def _compare_prefix(self, b: "_SaveBuild") -> None:
+        """Set ``b.prefix`` (how many of the parent's messages the new list keeps as they are),
+        ``b.digest`` (the list digest after them, or None: computed at the end), and the ids, flags
+        and JSON of every position from ``b.prefix`` on (and of the positions compared). A list
+        that is not an append makes ``b.parent`` a fully loaded copy of the parent.
+
+        Raises:
+            InvalidMessageError: a message is not an exact JSON value.
+        """
+        parent, messages, n_old = b.parent, b.messages, b.n_old
+        hasher = self.repo.hasher
+        if parent.objs is not None and parent.ids is not None and n_old <= b.n:
             # warm writer: the caller's objects from the last save, by identity ...
             same = list(map(operator.is_, messages[:n_old], parent.objs))
             try:
-                prefix = same.index(False)
+                b.prefix = same.index(False)
             except ValueError:
-                prefix = n_old
+                b.prefix = n_old
             # ... and the most recent ones by value: they are the ones callers tend to mutate
-            for i in range(max(0, prefix - 4), prefix):
+            for i in range(max(0, b.prefix - 4), b.prefix):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
                 if hasher.content_id(raw) != parent.ids[i]:
-                    prefix = i
+                    b.prefix = i
                     break
-            if prefix == n_old:
-                digest = parent.digest.copy() if parent.digest is not None else None
-        elif 0 < n_old <= n:
-            # cold writer: compare the JSON digest of the prefix with the parent's, encoding it in
-            # slices (bounded memory). orjson writes NaN/Infinity as null, so a slice that contains
-            # null is validated in full; orjson refuses other non-JSON values itself.
-            d = hasher.new_digest()
-            d.update(b"[")
-            try:
-                for j in range(0, n_old, 256):
-                    part = orjson.dumps(messages[j:min(j + 256, n_old)], option=_ORJSON_OPTS)
-                    if b"null" in part:
-                        for i in range(j, min(j + 256, n_old)):
-                            validate(messages[i], f"messages[{i}]")
-                    if j:
-                        d.update(b",")
-                    d.update(memoryview(part)[1:-1])
-                    del part
-            except TypeError:
-                d = None  # big ints, surrogates or non-JSON values: message by message below
+            if b.prefix == n_old:
+                b.digest = parent.digest.copy() if parent.digest is not None else None
+        elif 0 < n_old <= b.n:
+            d = self._prefix_digest(messages, n_old)
             if d is not None:
                 chk = d.copy()
                 chk.update(b"]")
                 if chk.hexdigest(16) == parent.digest_hex():
-                    prefix = n_old
-                    digest = d
-                    self._window(messages, n_old, ids, raws, flags, parent)
-        if prefix < n_old:
+                    b.prefix = n_old
+                    b.digest = d
+                    self._window(b)
+        if b.prefix < n_old:
             # the list was rewritten (or could not be compared cheaply): compare message by message
             if parent.ids is None or parent.refs is None or not all(parent.ids[:n_old]):
-                parent = self._reload_full(parent)
-            for i in range(n):
-                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
-                raws[i] = raw
-                ids[i] = hasher.content_id(raw)
-                flags[i] = FLAG_EXACT if exact else 0
-            lim = min(n_old, n)
+                parent = b.parent = self._reload_full(parent)
+            for i in range(b.n):
+                self._encode_at(b, i)
+            lim = min(n_old, b.n)
             i = 0
-            while i < lim and ids[i] == parent.ids[i]:
+            while i < lim and b.ids[i] == parent.ids[i]:
                 i += 1
-            prefix = i
-            digest = None
-        append = prefix == n_old
-        for i in range(prefix, n):
-            if not ids[i]:
-                raw, exact = self._encode_message(messages[i], f"messages[{i}]")
-                raws[i] = raw
-                ids[i] = hasher.content_id(raw)
-                flags[i] = FLAG_EXACT if exact else 0
-        if parent.ids is not None and append:
-            ids[:prefix] = [x if x else y for x, y in zip(ids[:prefix], parent.ids[:prefix])]
+            b.prefix = i
+            b.digest = None
+        b.append = b.prefix == n_old
+        for i in range(b.prefix, b.n):
+            if not b.ids[i]:
+                self._encode_at(b, i)
+        if parent.ids is not None and b.append:
+            b.ids[:b.prefix] = [x if x else y for x, y in zip(b.ids[:b.prefix], parent.ids[:b.prefix])]
 
-        # 2. build refs for the changed tail, writing new chunks into the pack
-        pack_id = os.urandom(PACK_ID_BYTES)
-        pb = PackBuilder(pack_id, level=cfg.level)
-        known = dict(parent.known)
-        known_pieces = dict(parent.known_pieces)
-        new_chunks = 0
-        new_bytes = 0
+    def _prefix_digest(self, messages: list, n_old: int):
+        """A cold writer's check of the prefix: the JSON digest (without closing bracket) of
+        ``messages[:n_old]``, encoded in slices (bounded memory), or None when orjson cannot encode
+        them (big ints, surrogates or non-JSON values: compared message by message instead).
+        orjson writes NaN/Infinity as null, so a slice that contains null is validated in full.
+
+        Raises:
+            InvalidMessageError: a message of a slice holding null is not an exact JSON value.
+        """
+        d = self.repo.hasher.new_digest()
+        d.update(b"[")
+        try:
+            for j in range(0, n_old, 256):
+                part = orjson.dumps(messages[j:min(j + 256, n_old)], option=_ORJSON_OPTS)
+                if b"null" in part:
+                    for i in range(j, min(j + 256, n_old)):
+                        validate(messages[i], f"messages[{i}]")
+                if j:
+                    d.update(b",")
+                d.update(memoryview(part)[1:-1])
+                del part
+        except TypeError:
+            return None
+        return d
+
+    def _encode_at(self, b: "_SaveBuild", i: int) -> None:
+        """Encode message ``i`` of ``b``: its JSON, content id and flags.
+        Raises InvalidMessageError for a value that is not exact JSON."""
+        raw, exact = self._encode_message(b.messages[i], f"messages[{i}]")
+        b.raws[i] = raw
+        b.ids[i] = self.repo.hasher.content_id(raw)
+        b.flags[i] = FLAG_EXACT if exact else 0
+
+    def _store_tail(self, b: "_SaveBuild") -> int | None:
+        """Build the refs of positions ``b.prefix`` on (``b.tail_refs``), adding the messages not
+        known yet to the pack. Returns the position of the first message stored, or None."""
+        cfg = self.repo.config
+        pb, messages, ids, raws = b.pb, b.messages, b.ids, b.raws
+        known = b.known = dict(b.parent.known)
+        b.known_pieces = dict(b.parent.known_pieces)
         first_new = None
-        tail_refs: list[Ref] = []
         # format 2 appends put every new position's message into the pack's array blocks, in list
         # order (a message stored before is stored again there), so that a reader of the run's
         # newest checkpoint parses the segments' arrays without the tree (docs/format.md §8, §19)
-        arrays = self.WRITE_ARRAYS and cfg.seg_fanout > 0 and append
-        for i in range(prefix, n):
+        arrays = b.arrays = self.WRITE_ARRAYS and cfg.seg_fanout > 0 and b.append
+        for i in range(b.prefix, b.n):
             mid = ids[i]
             r = known.get(mid)
             parts = [] if arrays else None
             if r is None:
                 raw = raws[i]
-                r = self._store_blob(pb, mid, raw, flags[i], known_pieces, parts)
+                r = self._store_blob(pb, mid, raw, b.flags[i], b.known_pieces, parts)
                 known[mid] = r
-                new_chunks += 1
-                new_bytes += len(raw)
+                b.new_chunks += 1
+                b.new_bytes += len(raw)
                 if first_new is None:
                     first_new = i
             if arrays:
@@ -312,87 +266,88 @@ class WritePath:
                 else:
                     raw = raws[i]
                     pb.add_item([(mid, raw if raw is not None else encode_json(messages[i])[0])])
-            tail_refs.append(r)
+            b.tail_refs.append(r)
+        return first_new
 
-        # 3. the new tree: append to the parent's spine, or rebuild from the common prefix
-        new_nodes: dict[bytes, bytes] = dict(parent.nodes) if append else {}
+    def _build_tree(self, b: "_SaveBuild") -> tuple[Spine, dict]:
+        """The new list's tree: the parent's spine appended to, or rebuilt from the common prefix.
+        Sets ``b.all_refs``; returns ``(spine, nodes)`` (nodes: node id -> pack id of every sealed
+        node the new tree references; a node is reused only if the parent's tree has it)."""
+        parent, pb, hasher = b.parent, b.pb, self.repo.hasher
+        new_nodes: dict[bytes, bytes] = dict(parent.nodes) if b.append else {}
 
         def seal(nid: bytes, data: bytes) -> bytes:
             # reuse a node only if the parent's tree has it (data the parent keeps alive)
             pack = new_nodes.get(nid) or parent.nodes.get(nid)
             if pack is None:
                 pb.add(T_NODE, nid, data)
-                pack = pack_id
+                pack = pb.pack_id
             new_nodes[nid] = pack
             return pack
 
-        if append:
+        if b.append:
             spine = parent.spine.copy()
-            all_refs = None if parent.refs is None else parent.refs + tail_refs
+            b.all_refs = None if parent.refs is None else parent.refs + b.tail_refs
         else:
-            spine = Spine(self.params, upper=parent.spine.upper)
-            all_refs = parent.refs[:prefix] + tail_refs
-            for r in parent.refs[:prefix]:
+            spine = Spine(self.repo.params, upper=parent.spine.upper)
+            b.all_refs = parent.refs[:b.prefix] + b.tail_refs
+            for r in parent.refs[:b.prefix]:
                 spine.append(r, seal, hasher.content_id)
-        for r in tail_refs:
+        for r in b.tail_refs:
             spine.append(r, seal, hasher.content_id)
+        return spine, new_nodes
 
-        # 4. the dictionary for the data block: the messages just before the first new one
-        if first_new is not None and first_new > 0 and cfg.dict_bytes > 0 and not arrays:
-            self._set_dictionary(pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, first_new)
-
-        # 5. session state: inline when small, else a value tree deduplicated against the parent's
-        ss_ref = None
-        ss_inline = None
-        ss_tree = None
-        value = None
-        if has_session_state:
-            validate(session_state, "session_state")
-            raw, exact = encode_json(session_state)
-            if len(raw) > cfg.inline_state_max:
-                vknown = None
-                if parent_state_tree is not None:
-                    if parent.value is not None and parent.value.tree == parent_state_tree:
-                        vknown = parent.value
-                    else:
-                        try:
-                            vknown = self.value_known(parent_state_tree)
-                        except SnapstoreError:
-                            vknown = None  # the parent's tree is unreadable: store this state whole
-                value = self._store_value(pb, session_state, raw, exact, vknown)
-                ss_tree = value.tree
+    def _session_state(self, b: "_SaveBuild", session_state, parent_state_tree: ValueTree | None):
+        """Store the session state: ``(ValueKnown, None)`` for one larger than ``inline_state_max``
+        (a value tree deduplicated against ``parent_state_tree``), else ``(None, the state)``.
+        Raises InvalidMessageError for a state that is not exact JSON."""
+        validate(session_state, "session_state")
+        raw, exact = encode_json(session_state)
+        if len(raw) <= self.repo.config.inline_state_max:
+            return None, session_state
+        parent = b.parent
+        vknown = None
+        if parent_state_tree is not None:
+            if parent.value is not None and parent.value.tree == parent_state_tree:
+                vknown = parent.value
             else:
-                ss_inline = session_state
+                try:
+                    vknown = self.repo.values.known(parent_state_tree)
+                except SnapstoreError:
+                    vknown = None  # the parent's tree is unreadable: store this state whole
+        return self._store_value(b.pb, session_state, raw, exact, vknown), None
 
-        # 6. the state entry and the resulting ListState
-        if append:
-            size = parent.size + sum(r.size for r in tail_refs)
-        else:
-            size = sum(r.size for r in all_refs)
+    def _list_state_after(self, b: "_SaveBuild", spine: Spine, nodes: dict, value: ValueKnown | None) -> ListState:
+        """Add the state entry to the pack (when the list changed) and return the new list's
+        :class:`ListState` (digest, recent JSON kept for dictionaries, what dedup may reuse)."""
+        parent, pb, hasher, n, n_old, prefix = b.parent, b.pb, self.repo.hasher, b.n, b.n_old, b.prefix
+        raws, tail_refs, all_refs = b.raws, b.tail_refs, b.all_refs
+        size = parent.size + sum(r.size for r in tail_refs) if b.append else sum(r.size for r in all_refs)
         if n == 0:
             state = None
-        elif append and not tail_refs and parent.state is not None:
+        elif b.append and not tail_refs and parent.state is not None:
             state = parent.state
         else:
             def seal_upper(uid: bytes, data: bytes) -> bytes:
                 pb.add(T_UPPER, uid, data)
-                return pack_id
+                return pb.pack_id
             sbytes = spine.encode_state(seal_upper, hasher.content_id)
             sid = hasher.content_id(sbytes)
             pb.add(T_STATE, sid, sbytes)
-            state = (sid, pack_id)
+            state = (sid, pb.pack_id)
+        digest = b.digest
         if digest is not None:
             for i in range(prefix, n):
                 if i > 0:
                     digest.update(b",")
                 digest.update(raws[i])
         else:
-            digest = _json_digest(hasher, (raws[i] if raws[i] is not None else encode_json(messages[i])[0]
-                                           for i in range(n)))
+            digest = json_digest(hasher, (raws[i] if raws[i] is not None else encode_json(b.messages[i])[0]
+                                          for i in range(n)))
         # keep the most recent raw JSON (a few dictionaries' worth) for the next save's dictionary
         old_raws = parent.raws if (parent.raws is not None and len(parent.raws) == n_old) else [None] * n_old
         new_raws = old_raws[:prefix] + raws[prefix:]
-        keep = RECENT_RAW_KEEP * max(cfg.dict_bytes, 1)
+        keep = RECENT_RAW_KEEP * max(self.repo.config.dict_bytes, 1)
         acc = 0
         for i in range(n - 1, -1, -1):
             if new_raws[i] is not None:
@@ -400,27 +355,20 @@ class WritePath:
                 if acc > keep:
                     new_raws[:i + 1] = [None] * (i + 1)
                     break
-        count = n
-        if not append:
-            # dedup only ever against data the new checkpoint itself keeps alive (GC safety): drop
-            # what the rewritten list no longer references
-            known = {r.id: r for r in all_refs}
-            known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pack_id}
-        if append:
+        known, known_pieces = b.known, b.known_pieces
+        if b.append:
             new_exact = exact_count(tail_refs)
             exact = None if parent.exact is None and n_old else (parent.exact or 0) + new_exact
         else:
+            # dedup only ever against data the new checkpoint itself keeps alive (GC safety): drop
+            # what the rewritten list no longer references
+            known = {r.id: r for r in all_refs}
+            known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pb.pack_id}
             exact = exact_count(all_refs)
-        ls = ListState(spine=spine, count=count, size=size, digest=digest, state=state,
-                       ids=ids, refs=all_refs, objs=messages, raws=new_raws, known=known,
-                       known_pieces=known_pieces, nodes=new_nodes, value=value, exact=exact,
-                       arrays_exact=parent.arrays_exact if append and (arrays or n == n_old) else False)
-        if pb.empty:
-            return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, ss_ref, ss_inline, has_session_state, 0, 0,
-                                session_state_tree=ss_tree)
-        data, sizes = pb.build()
-        return PreparedSave(pack_id, data, sizes, ls, ss_ref, ss_inline, has_session_state, new_chunks, new_bytes,
-                            pb.raw_blocks, ss_tree)
+        return ListState(spine=spine, count=n, size=size, digest=digest, state=state,
+                         ids=b.ids, refs=all_refs, objs=b.messages, raws=new_raws, known=known,
+                         known_pieces=known_pieces, nodes=nodes, value=value, exact=exact,
+                         arrays_exact=parent.arrays_exact if b.append and (b.arrays or n == n_old) else False)
 
     def _store_value(self, pb: PackBuilder, value, raw: bytes, exact: bool, known: ValueKnown | None) -> ValueKnown:
         """Add what is new of a session-state value tree to the pack (docs/format.md §7).
@@ -433,7 +381,7 @@ class WritePath:
         Returns:
             ValueKnown describing the new tree.
         """
-        hasher = self.hasher
+        hasher = self.repo.hasher
         sid = hasher.content_id(raw)
         flags = FLAG_EXACT if exact else 0
         if known is not None and known.tree.id == sid and known.tree.size == len(raw) and known.tree.flags == flags:
@@ -442,7 +390,7 @@ class WritePath:
         old_nodes = known.nodes if known is not None else {}
         pieces: dict = {}
         nodes: dict = {}
-        spine = Spine(self.params, upper=known.upper if known is not None else None)
+        spine = Spine(self.repo.params, upper=known.upper if known is not None else None)
 
         def seal(nid: bytes, data: bytes) -> bytes:
             pack = nodes.get(nid) or old_nodes.get(nid)
@@ -471,28 +419,28 @@ class WritePath:
         # this tree references: its pieces and sealed nodes (and the upper entry)
         return ValueKnown(ValueTree(sid, len(raw), flags, vid, pb.pack_id), pieces, nodes, spine.upper)
 
-    def _window(self, messages, n_old, ids, raws, flags, parent) -> None:
-        """Encode the last messages before ``n_old`` (about a dictionary's worth) for the dictionary."""
-        want = max(self.config.dict_bytes, 1)
+    def _window(self, b: "_SaveBuild") -> None:
+        """Encode the last messages before ``b.n_old`` (about a dictionary's worth) for the dictionary."""
+        want = max(self.repo.config.dict_bytes, 1)
         acc = 0
-        i = n_old
+        i = b.n_old
         while i > 0 and acc < want:
             i -= 1
-            raw, exact = encode_json(messages[i])
-            raws[i] = raw
-            ids[i] = self.hasher.content_id(raw)
-            flags[i] = FLAG_EXACT if exact else 0
+            raw, exact = encode_json(b.messages[i])
+            b.raws[i] = raw
+            b.ids[i] = self.repo.hasher.content_id(raw)
+            b.flags[i] = FLAG_EXACT if exact else 0
             acc += len(raw)
 
     def _reload_full(self, parent: ListState) -> ListState:
         """Load every ref of ``parent`` (for a list that is not an append of it)."""
         if parent.state is None:
-            ls = self.list_state(None)
+            ls = self.repo.trees.list_state(None)
             return ls
         fake = Manifest(kind=KIND_CHECKPOINT, run_id="", seq=0, write_id="", created=datetime.now(timezone.utc),
                         count=parent.count, size=parent.size,
                         state=[parent.state[0].hex(), parent.state[1].hex()])
-        ls = self.list_state(fake, full=True)
+        ls = self.repo.trees.list_state(fake, full=True)
         ls.arrays_exact = parent.arrays_exact
         ls.known.update(parent.known)
         ls.known_pieces.update(parent.known_pieces)
@@ -517,7 +465,7 @@ class WritePath:
         shares pieces with one stored before (it stays deduplicated), has its new pieces in the
         data blocks (an array holds a hole for it), and ``parts`` stays empty.
         Returns the message's ref."""
-        cfg = self.config
+        cfg = self.repo.config
         if len(raw) <= cfg.cdc_threshold:
             if parts is None:
                 pb.add(T_CHUNK, bid, raw)
@@ -527,7 +475,7 @@ class WritePath:
         cut = []
         for c in _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True):
             piece = raw[c.offset:c.offset + c.length]
-            cut.append((self.hasher.content_id(piece), piece))
+            cut.append((self.repo.hasher.content_id(piece), piece))
         # an item is one block: a message larger than a data block stays a hole, its pieces in
         # data blocks of at most DATA_BLOCK_MAX (ranged reads fetch only theirs; a block holds at
         # most MAX_BLOCK_RAW, a message may be larger)
@@ -546,10 +494,13 @@ class WritePath:
             parts.extend(cut)
         pb.add(T_PIECES, bid, encode_pieces(pieces))
         return Ref(bid, len(raw), 1, flags | FLAG_PIECES, pb.pack_id)
-
-    def _set_dictionary(self, pb, pack_id, messages, ids, raws, parent, all_refs, tail_refs, prefix, b) -> None:
-        """Choose messages ``[a, b)`` before the first new message as the data block's dictionary."""
-        want = self.config.dict_bytes
+    def _set_dictionary(self, b: "_SaveBuild", end: int) -> None:
+        """Choose messages ``[a, end)`` before the first new message (position ``end``) as the
+        data block's dictionary (about ``dict_bytes`` of their JSON; none when their JSON is not
+        at hand or not theirs)."""
+        want = self.repo.config.dict_bytes
+        pb, messages, ids, raws, parent = b.pb, b.messages, b.ids, b.raws, b.parent
+        all_refs, tail_refs, prefix = b.all_refs, b.tail_refs, b.prefix
 
         def size_at(i):
             if i >= prefix:
@@ -562,7 +513,7 @@ class WritePath:
                 return len(parent.raws[i])
             return None
 
-        a = b
+        a = end
         acc = 0
         while a > 0 and acc < want:
             s = size_at(a - 1)
@@ -570,27 +521,27 @@ class WritePath:
                 break
             a -= 1
             acc += s
-        if a == b:
+        if a == end:
             return
         parts = []
-        for i in range(a, b):
+        for i in range(a, end):
             raw = raws[i]
             if raw is None and parent.raws is not None and i < len(parent.raws) and i < prefix:
                 raw = parent.raws[i]
             if raw is None:
                 raw, _ = encode_json(messages[i])
-                if self.hasher.content_id(raw) != ids[i]:
+                if self.repo.hasher.content_id(raw) != ids[i]:
                     return
             parts.append(raw)
         blob = b"".join(parts)
         length = min(want, len(blob))
-        digest = self.hasher.content_id(b"".join(ids[a:b]))
+        digest = self.repo.hasher.content_id(b"".join(ids[a:end]))
         # the chunks a reader reads to build the dictionary must not sit in the block it compresses
-        made_of = set(ids[a:b])
-        cfg = self.config
+        made_of = set(ids[a:end])
+        cfg = self.repo.config
         for raw in parts:
             if len(raw) > cfg.cdc_threshold:
-                made_of.update(self.hasher.content_id(raw[c.offset:c.offset + c.length]) for c in
+                made_of.update(self.repo.hasher.content_id(raw[c.offset:c.offset + c.length]) for c in
                                _fastcdc()(raw, min_size=cfg.cdc_min, avg_size=cfg.cdc_avg, max_size=cfg.cdc_max, fat=True))
         # the list is described by this save's own state entry, which goes into this pack
-        pb.set_dictionary(DictSpec(None, None, a, b, length, digest), blob[len(blob) - length:], made_of)
+        pb.set_dictionary(DictSpec(None, None, a, end, length, digest), blob[len(blob) - length:], made_of)

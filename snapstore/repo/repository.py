@@ -3,17 +3,23 @@
 Layer 3. Uses :mod:`snapstore.stores` for bytes and :mod:`snapstore.format` for encodings. Knows
 nothing about checkpoint-manager policy (conflict rules, retention); see :mod:`snapstore.manager.facade`.
 
-:class:`Repository` is made of one mixin per concept, each in its own module:
+:class:`Repository` is composed of named parts, each in its own module, each owning its state:
 
-* :mod:`snapstore.repo.readpath` (:class:`ReadPath`): the pack cache, locating entries (segment index,
-  forwarding lookups), reading trees and restores;
-* :mod:`snapstore.repo.prepare` (:class:`WritePath`): building a save in memory (dedup, pack), with
-  :class:`ListState` and :class:`PreparedSave`;
-* :mod:`snapstore.repo.log.records` (:class:`LogRecords`): manifests and index records one at a time,
-  publishing, finding a checkpoint.
+* ``cache`` (:class:`~snapstore.repo.packcache.PackCache`): parsed packs (LRU with a byte budget),
+  the repository's lock and thread pool, packs found corrupt or gone;
+* ``segments``, ``forwarding``, ``locator`` (:mod:`snapstore.repo.locate`): the segment index, the
+  forwarding lookups, and finding the pack holding an entry (parallel fetch waves);
+* ``entries`` (:mod:`snapstore.repo.entries`): an entry's bytes, dictionaries resolved;
+* ``trees`` (:mod:`snapstore.repo.trees`): spines, nodes, message lists, a writer's ListState;
+* ``arrays`` (:mod:`snapstore.repo.arrays`): the one-pass read of a list from array blocks;
+* ``values`` (:mod:`snapstore.repo.values`): session-state value trees;
+* ``saves`` (:mod:`snapstore.repo.prepare`): building a save in memory (dedup, pack);
+* and, as a mixin without state of its own, :class:`~snapstore.repo.log.records.LogRecords`:
+  manifests and index records one at a time, publishing, finding a checkpoint.
 
-This module keeps opening and creating a repository and the keys of user-supplied names, and
-re-exports the names other modules import from here.
+The methods below the parts are the repository's public read and write API; each is the named
+part's method (see there for arguments, returns and raises). This module also opens and creates
+repositories and keys user-supplied names.
 
 Key concepts (docs/format.md has the byte-level spec):
 
@@ -30,24 +36,29 @@ Key concepts (docs/format.md has the byte-level spec):
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
 from ..format import keys
 from ..format.ids import Hasher, name_key
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig, check_settings
-from ..format.pack import Pack
-from ..format.tree import TreeParams
-from .log.records import LogRecords
-from .readpath import ReadPath, _ReadCtx
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, RepoConfig, check_settings
+from ..format.pack import T_STATE, Pack
+from ..format.tree import Ref, Spine, TreeParams
+from ..format.valuetree import ValueTree
 from ..stores.base import ObjectStore
-from .prepare import RECENT_RAW_KEEP, ListState, PreparedSave, WritePath, _json_digest
+from .arrays import ArrayReader
+from .entries import EntryReader, ReadContext
+from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
+from .locate import ForwardLookup, Locator, SegmentIndex
+from .log.records import LogRecords
+from .packcache import PackCache
+from .prepare import SavePreparer
+from .trees import TreeReader
+from .values import ValueReader
 
 
-class Repository(ReadPath, WritePath, LogRecords):
+class Repository(LogRecords):
     """A snapstore repository on an object store.
 
     Use :meth:`open` (creates the repository on first use) or :meth:`init` (explicit settings).
@@ -65,26 +76,17 @@ class Repository(ReadPath, WritePath, LogRecords):
         self.config = config
         self.hasher = Hasher(config.key)
         self.params = TreeParams(config.leaf_bits, config.node_bits, config.max_items)
-        self._cache: OrderedDict[bytes, Pack] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_limit = cache_bytes
-        self._lock = threading.RLock()
         if max_workers is None:
             max_workers = int(getattr(store, "max_concurrency", 64) or 64)
-        self._max_workers = max(1, max_workers)
-        self._pool: ThreadPoolExecutor | None = None
-        self._dicts: dict = {}
-        self._resolving = threading.local()  # (pack id, DictSpec) pairs whose dictionary this thread is reading
-        self._fwd: dict = {}
-        self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
-        self._hints: dict | None = None  # retired pack -> targets, from gc/fwd-cache (advisory)
-        self._hints_at = 0.0
-        self._hints_lock = threading.Lock()
-        self._nodes: dict = {}  # node id -> decoded (level, items)
-        self._where: dict = {}  # (type, id) -> id of a cached tier pack holding it (format 2 segments)
-        self._seg_errors: dict = {}  # segment pack -> why the last prefetch_segments could not read it
-        self._corrupt: dict = {}  # pack -> IntegrityError: found corrupt (read twice); readers use other copies
-        self._whole_only = 0  # > 0 inside ReadPath.whole_packs(): no ranged pack reads
+        self.cache = PackCache(store, cache_bytes, max_workers)
+        self.segments = SegmentIndex(self.cache)
+        self.forwarding = ForwardLookup(store, self.cache)
+        self.locator = Locator(store, self.cache, self.segments, self.forwarding)
+        self.entries = EntryReader(self)
+        self.trees = TreeReader(self)
+        self.arrays = ArrayReader(self)
+        self.values = ValueReader(self)
+        self.saves = SavePreparer(self)
 
     # ------------------------------------------------------------------------------------------
     # opening
@@ -138,10 +140,152 @@ class Repository(ReadPath, WritePath, LogRecords):
 
     def close(self, close_store: bool = True) -> None:
         """Shut down the thread pool and (unless ``close_store`` is False) the store."""
-        if self._pool:
-            self._pool.shutdown(wait=False)
+        self.cache.close()
         if close_store:
             self.store.close()
+
+    # ------------------------------------------------------------------------------------------
+    # the parts' public API, on the repository (each one the named part's method)
+
+    @property
+    def lock(self):
+        """The repository's re-entrant lock (:attr:`PackCache.lock`)."""
+        return self.cache.lock
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The thread pool for parallel requests (:attr:`PackCache.pool`)."""
+        return self.cache.pool
+
+    def get_pack(self, pack_id: bytes, ranged: bool = False, tail: int | None = None) -> Pack:
+        """:meth:`PackCache.get_pack`: the parsed pack. Raises ObjectNotFound / IntegrityError."""
+        return self.cache.get_pack(pack_id, ranged, tail)
+
+    def remember_pack(self, pack_id: bytes, data: bytes, raw_blocks: dict | None = None) -> Pack:
+        """:meth:`PackCache.remember`: cache a pack this process built; returns it."""
+        return self.cache.remember(pack_id, data, raw_blocks)
+
+    def fetch_pack_blocks(self, want: dict) -> None:
+        """:meth:`PackCache.fetch_pack_blocks`: fetch ``{ranged pack: block indexes}`` in one wave."""
+        self.cache.fetch_pack_blocks(want)
+
+    def whole_packs(self):
+        """:meth:`PackCache.whole_packs`: a context in which packs are read whole only."""
+        return self.cache.whole_packs()
+
+    def corrupt_packs(self) -> dict:
+        """:meth:`PackCache.corrupt_packs`: pack id -> IntegrityError of the packs found corrupt."""
+        return self.cache.corrupt_packs()
+
+    def range_tail(self, m: Manifest) -> int:
+        """:meth:`PackCache.range_tail`: bytes of each pack's end a restore of ``m`` asks for first."""
+        return self.cache.range_tail(m)
+
+    def forward(self, pack_id: bytes, fresh: bool = False) -> list[bytes] | None:
+        """:meth:`ForwardLookup.forward`: where a retired pack's entries went, or None."""
+        return self.forwarding.forward(pack_id, fresh)
+
+    def forward_hints(self, load: bool = True) -> dict:
+        """:meth:`ForwardLookup.hints`: retired pack -> targets, as of the last GC (advisory)."""
+        return self.forwarding.hints(load)
+
+    def forget_segments(self, packs) -> None:
+        """:meth:`SegmentIndex.forget`: drop the entries of ``packs`` from the segment index."""
+        self.segments.forget(packs)
+
+    def prefetch(self, pack_ids, no_forward=(), tail: int | None = None, inline_ok: bool = False,
+                 got: set | None = None) -> None:
+        """:meth:`Locator.prefetch`: fetch the packs not cached yet, in one parallel wave."""
+        self.locator.prefetch(pack_ids, no_forward=no_forward, tail=tail, inline_ok=inline_ok, got=got)
+
+    def prefetch_segments(self, segs, also=(), tail: int | None = None) -> None:
+        """:meth:`Locator.prefetch_segments`: fetch and index a record's segment packs."""
+        self.locator.prefetch_segments(segs, also, tail)
+
+    def segment_packs(self, segs, also=()) -> list[bytes]:
+        """:meth:`Locator.segment_packs`: the cached packs holding a segment list's entries."""
+        return self.locator.segment_packs(segs, also)
+
+    def segment_index(self, packs) -> dict:
+        """:meth:`Locator.segment_index`: ``(type, id) -> pack id`` over ``packs``."""
+        return self.locator.segment_index(packs)
+
+    def pack_absent(self, pack_id: bytes) -> bool:
+        """:meth:`Locator.pack_absent`: is the pack missing from the store?"""
+        return self.locator.pack_absent(pack_id)
+
+    def packs_to_fetch(self, items) -> list:
+        """:meth:`Locator.packs_to_fetch`: hinted packs still to fetch for ``(type, id, pack)`` items."""
+        return self.locator.packs_to_fetch(items)
+
+    def locate(self, pack_id: bytes, etype: int, eid: bytes) -> Pack:
+        """:meth:`Locator.locate`: the pack holding entry ``(etype, eid)``. Raises ObjectNotFound /
+        IntegrityError."""
+        return self.locator.locate(pack_id, etype, eid)
+
+    def read_entry(self, etype: int, eid: bytes, pack_id: bytes, ctx: ReadContext | None = None,
+                   verify: bool = True) -> bytes:
+        """:meth:`EntryReader.read_entry`: an entry's bytes, verified. Raises IntegrityError /
+        ObjectNotFound."""
+        return self.entries.read_entry(etype, eid, pack_id, ctx, verify)
+
+    def read_entry_in(self, pack: Pack, etype: int, eid: bytes, ctx: ReadContext | None = None,
+                      verify: bool = True) -> bytes:
+        """:meth:`EntryReader.read_entry_in`: an entry's bytes from ``pack``. Raises IntegrityError."""
+        return self.entries.read_entry_in(pack, etype, eid, ctx, verify)
+
+    def read_state(self, state_id: bytes, pack_id: bytes, etype: int = T_STATE) -> Spine:
+        """:meth:`TreeReader.read_state`: a spine. Raises IntegrityError / ObjectNotFound."""
+        return self.trees.read_state(state_id, pack_id, etype)
+
+    def read_node(self, node_id: bytes, pack_id: bytes) -> tuple[int, list[Ref]]:
+        """:meth:`TreeReader.read_node`: ``(level, items)`` of a tree node."""
+        return self.trees.read_node(node_id, pack_id)
+
+    def expand(self, spine: Spine, nodes: dict | None = None) -> list[Ref]:
+        """:meth:`TreeReader.expand`: every level-0 ref of a list, in order."""
+        return self.trees.expand(spine, nodes)
+
+    def refs_range(self, spine: Spine, start: int, end: int, on_node=None) -> list[Ref]:
+        """:meth:`TreeReader.refs_range`: the level-0 refs at positions ``[start, end)``."""
+        return self.trees.refs_range(spine, start, end, on_node)
+
+    def message_raw(self, ref: Ref, ctx: ReadContext | None = None, verify: bool = True) -> bytes:
+        """:meth:`TreeReader.message_raw`: a message's exact JSON bytes."""
+        return self.trees.message_raw(ref, ctx, verify)
+
+    def read_list(self, refs: list[Ref], m: Manifest) -> tuple[list, list, object]:
+        """:meth:`TreeReader.read_list`: ``(messages, raws, digest)`` of checkpoint ``m``."""
+        return self.trees.read_list(refs, m)
+
+    def decode_blocks(self, m: Manifest) -> None:
+        """:meth:`TreeReader.decode_blocks`: decompress every data block ``m``'s messages live in."""
+        self.trees.decode_blocks(m)
+
+    def load_with_state(self, m: Manifest, segs=None, fetched: bool = False) -> tuple[list, ListState]:
+        """:meth:`TreeReader.load_with_state`: ``(messages, ListState)`` of checkpoint ``m``."""
+        return self.trees.load_with_state(m, segs, fetched)
+
+    def list_state(self, m: Manifest | None, full: bool = False) -> ListState:
+        """:meth:`TreeReader.list_state`: a writer's ListState for checkpoint ``m`` (None: empty)."""
+        return self.trees.list_state(m, full)
+
+    def value_refs(self, tree: ValueTree, nodes: dict | None = None) -> tuple[Spine, list[Ref]]:
+        """:meth:`ValueReader.refs`: ``(spine, piece refs)`` of a session-state value tree."""
+        return self.values.refs(tree, nodes)
+
+    def read_value(self, tree: ValueTree) -> bytes:
+        """:meth:`ValueReader.read`: a value tree's exact JSON bytes, verified."""
+        return self.values.read(tree)
+
+    def load_session_state(self, m: Manifest):
+        """:meth:`ValueReader.load_session_state`: the checkpoint's session state, or None."""
+        return self.values.load_session_state(m)
+
+    def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
+                     has_session_state: bool = False, parent_state_tree: ValueTree | None = None) -> PreparedSave:
+        """:meth:`SavePreparer.prepare_save`: build a save in memory (nothing is written)."""
+        return self.saves.prepare_save(parent, messages, session_state, has_session_state, parent_state_tree)
 
     # ------------------------------------------------------------------------------------------
     # keys for user-supplied names
@@ -156,4 +300,4 @@ class Repository(ReadPath, WritePath, LogRecords):
 
 
 __all__ = ["Repository", "ListState", "PreparedSave", "KIND_CHECKPOINT", "KIND_ROLLBACK", "KIND_TOMBSTONE",
-           "RECENT_RAW_KEEP", "ReadPath", "WritePath", "LogRecords", "_ReadCtx", "_json_digest"]
+           "RECENT_RAW_KEEP", "LogRecords"]

@@ -115,7 +115,7 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
                     skipped += 1
                     continue
                 try:
-                    raw = repo._entry_in(pack, e.type, e.id, None)
+                    raw = repo.read_entry_in(pack, e.type, e.id, None)
                 except SnapstoreError:
                     bad_blocks.add(e.block)
                     skipped += 1
@@ -173,7 +173,7 @@ def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
     def ref(r):
         if r.flags & FLAG_PIECES:
             out.append((T_PIECES, r.id, r.pack))
-            for p in decode_pieces(repo._entry(T_PIECES, r.id, r.pack)):
+            for p in decode_pieces(repo.read_entry(T_PIECES, r.id, r.pack)):
                 out.append((T_CHUNK, p.id, p.pack))
         else:
             out.append((T_CHUNK, r.id, r.pack))
@@ -217,7 +217,7 @@ def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
     from ..format.tree import FLAG_PIECES
     pid = os.urandom(PACK_ID_BYTES)
     pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
-    if m.state and repo.WRITE_ARRAYS:
+    if m.state and repo.saves.WRITE_ARRAYS:
         # the list's messages as array items, in order (docs/format.md §8), so that the fork's
         # newest checkpoint reads from arrays as a run that only appended does
         from .prepare import HOLE_MIN
@@ -227,10 +227,10 @@ def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
             if r.flags & FLAG_PIECES or (r.id in seen and r.size >= HOLE_MIN):
                 pb.add_hole(r.id)  # its pieces (copied below), or its copy earlier in this array
             else:
-                pb.add_item([(r.id, repo._entry(T_CHUNK, r.id, r.pack))])
+                pb.add_item([(r.id, repo.read_entry(T_CHUNK, r.id, r.pack))])
             seen.add(r.id)
     for etype, eid, hint in needed_entries(repo, m):
         if (etype, eid) not in pb:
-            pb.add(etype, eid, repo._entry(etype, eid, hint))
+            pb.add(etype, eid, repo.read_entry(etype, eid, hint))
     data, _ = pb.build()
     return pid, data, pb.raw_blocks

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _lib  # noqa: E402

@@ -62,7 +62,7 @@ def test_phases_mode_times_every_phase_in_fresh_children_and_reuses_a_kept_repos
     assert r["messages"] > 100 and r["fixed_malloc"]
     ph = r["phases"]
     assert ph["Pack.parse"]["calls"] == r["packs"] and ph["_parse_header"]["calls"] >= r["packs"]
-    assert ph["ReadPath.expand"]["calls"] == 1 and 0 < ph["ReadPath.expand"]["wall_s"] < r["total_s"]
+    assert ph["TreeReader.expand"]["calls"] == 1 and 0 < ph["TreeReader.expand"]["wall_s"] < r["total_s"]
     assert 0 < ph["_parse_header"]["wall_s"] <= ph["Pack.parse"]["wall_s"]  # nested in it
     f = r["floors"]
     assert f["entries"] > 100 and f["items"] >= r["messages"] and f["nodes"] > 1
@@ -71,9 +71,9 @@ def test_phases_mode_times_every_phase_in_fresh_children_and_reuses_a_kept_repos
     again = local_read.measure_phases(trials=1, repo=str(keep), pyc=True)  # the same repository, not a new one
     assert again["packs"] == info["packs"] == r["packs"] and again["pyc"]
     local_read.compile_checkout(str(tmp_path / "pycache"))  # into the private cache it names
-    assert list((tmp_path / "pycache").rglob("readpath.cpython-*.pyc"))
+    assert list((tmp_path / "pycache").rglob("trees.cpython-*.pyc"))
     text = local_read.report_phases(again)
-    assert "ReadPath.expand" in text and "load_with_state rest" in text
+    assert "TreeReader.expand" in text and "load_with_state rest" in text
 
 
 def test_options_of_one_mode_are_refused_in_another():

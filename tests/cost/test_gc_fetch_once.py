@@ -121,7 +121,7 @@ def test_a_segment_that_left_the_cache_is_fetched_again_and_counted(tmp_path, mo
     store = local(tmp_path)
     expect = build(store, 24)
     m = CheckpointManager(store)
-    chosen = _first_copy_target(monkeypatch, before_copy=lambda rw, reach, pid: rw.repo._cache_drop(pid))
+    chosen = _first_copy_target(monkeypatch, before_copy=lambda rw, reach, pid: rw.repo.cache.drop(pid))
     gets = count_pack_gets(store)
     rep = m.gc(grace_period=0)
     assert chosen
@@ -200,7 +200,7 @@ def test_a_writer_merging_a_rewritten_segment_away_during_gc(copied, tmp_path, m
     store = local(tmp_path)
     expect = build(store, 24)
     m = CheckpointManager(store)
-    drop = (lambda rw, reach, pid: rw.repo._cache_drop(pid)) if copied == "after-mark" else None
+    drop = (lambda rw, reach, pid: rw.repo.cache.drop(pid)) if copied == "after-mark" else None
     chosen = _first_copy_target(monkeypatch, before_copy=drop)
     writer = CheckpointManager(store)
 
@@ -234,11 +234,11 @@ def test_a_copy_that_fails_halfway_leaves_no_pack_behind(tmp_path, monkeypatch):
     the packs it closed are deleted, the pack is copied again after mark, and the report counts
     only the new packs that stay."""
     from snapstore.errors import IntegrityError
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.entries import EntryReader
     store = local(tmp_path)
     expect = build(store, 24)
     before = pack_keys(store)
-    orig = ReadPath._entry_in
+    orig = EntryReader.read_entry_in
     state = {"reads": 0, "failed": False}
 
     def flaky(self, pack, etype, eid, ctx, verify=True):
@@ -249,7 +249,7 @@ def test_a_copy_that_fails_halfway_leaves_no_pack_behind(tmp_path, monkeypatch):
                 raise IntegrityError(pack.key, "injected: entry unreadable once")
         return orig(self, pack, etype, eid, ctx, verify)
     chosen = _first_copy_target(monkeypatch)
-    monkeypatch.setattr(ReadPath, "_entry_in", flaky)
+    monkeypatch.setattr(EntryReader, "read_entry_in", flaky)
     rep = CheckpointManager(store).gc(grace_period=0, target_pack_bytes=200)
     assert state["failed"], "the injected failure did not happen during a copy"
     after = pack_keys(store)

@@ -63,7 +63,7 @@ def test_gc_fetches_each_pack_once_in_parallel_waves(tmp_path):
     # segments of several runs are fetched together (one run has about 3 segments)
     assert rec.max_inflight > 4, rec.max_inflight
     assert rep.live_checkpoints == 24 * 9
-    assert m.repo._cache_limit == 256 << 20  # GC's smaller cache budget is restored afterwards
+    assert m.repo.cache.limit == 256 << 20  # GC's smaller cache budget is restored afterwards
     assert_clean(store, expect)
 
 

@@ -28,9 +28,9 @@ from snapstore.format.ids import Hasher
 from snapstore.format.manifest import Manifest, format_time, parse_time
 from snapstore.format.pack import T_CHUNK, T_NODE, Pack, PackBuilder
 from snapstore.format.tree import Ref, decode_node, encode_node
-from snapstore.repo.readpath import ReadPath
+from snapstore.repo.arrays import ArrayReader
 from snapstore.stores import LocalStore
-from snapstore.repo.prepare import WritePath
+from snapstore.repo.prepare import SavePreparer
 
 RUN = "cpu-run"
 
@@ -137,7 +137,7 @@ def test_a_manifest_whose_list_digest_is_wrong_fails_the_read_naming_the_manifes
 def test_digests_written_by_the_first_release_and_missing_digests_still_read(tmp_path, monkeypatch):
     """The first release (a576e36) stored the keyed hash of the concatenated message ids as the
     list digest; a manifest may also carry none. Both take the per-entry path and read."""
-    monkeypatch.setattr(ReadPath, "read_arrays", lambda self, m, segs: None)  # the tree path
+    monkeypatch.setattr(ArrayReader, "read", lambda self, m, segs: None)  # the tree path
     msgs, _ = _build(tmp_path, saves=6)
     mgr = _fresh(tmp_path)
     rk = mgr._rk(RUN)
@@ -157,7 +157,7 @@ def test_a_dictionary_is_never_cut_from_unverified_bytes(tmp_path, monkeypatch):
     the previous version wrote appends, and as rewrites are written). If one of those is damaged
     in a tier pack, the read names the tier pack (where the damage is), not the newest pack, whose
     block would otherwise have decompressed into garbage."""
-    monkeypatch.setattr(WritePath, "WRITE_ARRAYS", False)
+    monkeypatch.setattr(SavePreparer, "WRITE_ARRAYS", False)
     msgs, _ = _build(tmp_path, saves=25)
     mgr = _fresh(tmp_path)
     head = mgr.repo.head(mgr._rk(RUN))

@@ -28,7 +28,7 @@ from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
 from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_HOLE, T_NODE, T_STATE,
                                    Block, DictSpec, Entry, PackBuilder, _parse_header)
 from snapstore.format.tree import Ref, Spine, TreeParams, decode_node, encode_node
-from snapstore.repo.readpath import ReadPath
+from snapstore.repo.arrays import ArrayReader
 from snapstore.stores import LocalStore
 
 # ------------------------------------------------------------------------------------------------
@@ -411,7 +411,7 @@ def _run(tmp_path, n: int = 300, every: int = 10) -> list:
 
 
 def test_a_fresh_walk_reads_every_node_at_hand_verified_and_without_requests(tmp_path, monkeypatch):
-    monkeypatch.setattr(ReadPath, "read_arrays", lambda self, m, segs: None)  # the tree path
+    monkeypatch.setattr(ArrayReader, "read", lambda self, m, segs: None)  # the tree path
     msgs = _run(tmp_path)
     fresh = CheckpointManager(LocalStore(tmp_path, fsync=False))
     repo = fresh.repo
@@ -426,9 +426,9 @@ def test_a_fresh_walk_reads_every_node_at_hand_verified_and_without_requests(tmp
     real_read_node = type(repo).read_node
     monkeypatch.setattr(type(repo), "read_node", lambda self, nid, pid: slow.append(nid) or real_read_node(self, nid, pid))
     assert fresh.latest("r").messages == msgs
-    assert len(repo._nodes) > 10, "the list has sealed nodes"
+    assert len(repo.trees.nodes) > 10, "the list has sealed nodes"
     assert not slow  # every node was at hand (in a segment): no read_node, no fetch, for any of them
-    assert set(repo._nodes) <= {real(b) for b in hashed}  # ... and each was checked by its content id
+    assert set(repo.trees.nodes) <= {real(b) for b in hashed}  # ... and each was checked by its content id
 
 
 def test_a_node_copy_that_does_not_match_its_id_is_not_taken_by_the_walk(tmp_path, monkeypatch):
@@ -437,7 +437,7 @@ def test_a_node_copy_that_does_not_match_its_id_is_not_taken_by_the_walk(tmp_pat
     fails naming the pack that holds it."""
     from snapstore.format import keys
 
-    monkeypatch.setattr(ReadPath, "read_arrays", lambda self, m, segs: None)  # the tree path
+    monkeypatch.setattr(ArrayReader, "read", lambda self, m, segs: None)  # the tree path
     msgs = _run(tmp_path)
     fresh = CheckpointManager(LocalStore(tmp_path, fsync=False))
     assert fresh.latest("r").messages == msgs
@@ -448,14 +448,14 @@ def test_a_node_copy_that_does_not_match_its_id_is_not_taken_by_the_walk(tmp_pat
     top = [r for lv in range(len(spine.levels) - 1, 0, -1) for r in spine.levels[lv]]
     assert top, "the spine has sealed nodes above its open run"
     victim = top[0]
-    holder = repo._cache[repo._where[(T_NODE, victim.id)]]
+    holder = repo.cache[repo.segments.entries[(T_NODE, victim.id)]]
     e = holder.entries[(T_NODE, victim.id)]
     raw = bytearray(holder._raw[e.block])
     raw[e.offset + 2] ^= 0x01  # the first pack id in the node's pack table: decodes, but is not the node
     holder._raw[e.block] = bytes(raw)
-    repo._nodes.clear()
-    assert victim.id not in repo._nodes_at_hand(top)
-    assert all(r.id in repo._nodes_at_hand(top) for r in top[1:])
+    repo.trees.forget_nodes()
+    assert victim.id not in repo.trees.nodes_at_hand(top)
+    assert all(r.id in repo.trees.nodes_at_hand(top) for r in top[1:])
     other_copy = holder.id != victim.pack and (tmp_path / keys.pack_key(victim.pack)).exists()
     if other_copy:  # the save's own pack is still there: the node is read from it, verified
         assert [r.id for r in repo.expand(spine)] == want

@@ -81,7 +81,7 @@ def test_the_map_has_at_most_16_objects_however_many_packs_are_retired():
     some = sorted(fmap.to)[0]
     assert r.forward(some, fresh=True) == fmap.to[some]
     same_shard = [p for p in fmap.to if p.hex()[0] == some.hex()[0]]
-    assert all(r._fwd[p] == fmap.to[p] for p in same_shard)
+    assert all(r.forwarding.known(p) == fmap.to[p] for p in same_shard)
 
 
 def test_records_in_the_older_per_pack_layout_are_read_and_migrated_by_gc(tmp_path):

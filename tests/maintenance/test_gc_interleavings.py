@@ -722,7 +722,7 @@ def test_run_pruned_and_extended_while_gc_reads_its_manifests():
         w.clock.advance(1)
     trigger = _FirstManifestGet(w.store, "runs/", writer_moves_on)
     repo = CheckpointManager(w.store).repo
-    repo._max_workers = 1  # one reader thread: the first manifest GET runs the writer to completion
+    repo.cache.max_workers = 1  # one reader thread: the first manifest GET runs the writer to completion
     gc(repo, grace_period=G)
     trigger.remove()
     assert trigger.fired

@@ -24,7 +24,8 @@ from snapstore import CheckpointManager
 from snapstore.errors import IntegrityError
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, T_HOLE, T_PIECES, Pack, PackBuilder
-from snapstore.repo.readpath import ReadPath
+from snapstore.repo.arrays import ArrayReader
+from snapstore.repo.trees import TreeReader
 from snapstore.stores import LocalStore
 from tests.helpers.paths import ROOT
 
@@ -58,7 +59,7 @@ def _build(root, saves: int, per: int = 2, big: set = frozenset(), run: str = RU
 def paths(monkeypatch):
     """Which path fresh reads take: counts of tree walks and of array reads that returned a list."""
     seen = {"tree": 0, "arrays": 0}
-    real_expand, real_arrays = ReadPath.expand, ReadPath.read_arrays
+    real_expand, real_arrays = TreeReader.expand, ArrayReader.read
 
     def expand(self, spine, nodes=None):
         seen["tree"] += 1
@@ -68,8 +69,8 @@ def paths(monkeypatch):
         out = real_arrays(self, m, segs)
         seen["arrays"] += out is not None
         return out
-    monkeypatch.setattr(ReadPath, "expand", expand)
-    monkeypatch.setattr(ReadPath, "read_arrays", read_arrays)
+    monkeypatch.setattr(TreeReader, "expand", expand)
+    monkeypatch.setattr(ArrayReader, "read", read_arrays)
     return seen
 
 
@@ -89,7 +90,7 @@ def test_a_run_that_only_appends_is_read_from_its_arrays_at_every_length(tmp_pat
 
 
 def _array_parts(mgr) -> list:
-    return [x for p in (mgr.repo._cache[s.pack] for s in mgr._views[RUN].head_segs)
+    return [x for p in (mgr.repo.cache[s.pack] for s in mgr._views[RUN].head_segs)
             for b in p.blocks if b.array for x in b.parts]
 
 
@@ -140,7 +141,7 @@ def test_a_repeated_message_is_repeated_in_the_arrays_or_a_hole_when_large(tmp_p
     fresh = _mgr(tmp_path)
     assert fresh.latest("forked").messages == msgs
     assert paths == {"tree": 0, "arrays": 1}
-    pk = fresh.repo._cache[fresh._views["forked"].head_segs[0].pack]
+    pk = fresh.repo.cache[fresh._views["forked"].head_segs[0].pack]
     holes = [x for b in pk.blocks if b.array for x in b.parts if x[0] == T_HOLE]
     assert len(holes) == 6  # the 6 repeats of the large message (its first copy is an item)
     assert fresh.verify(read_data=True).ok
@@ -389,7 +390,7 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     for s in segs:
         _rebuild(tmp_path, s.pack, lambda it, raw: ("hole", big))
     read = {"bytes": 0, "in": False}
-    real_raw, real_arrays = ReadPath.message_raw, ReadPath.read_arrays
+    real_raw, real_arrays = TreeReader.message_raw, ArrayReader.read
 
     def message_raw(self, ref, ctx=None, verify=True):
         out = real_raw(self, ref, ctx, verify)
@@ -403,8 +404,8 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
             return real_arrays(self, m, segs)
         finally:
             read["in"] = False
-    monkeypatch.setattr(ReadPath, "message_raw", message_raw)
-    monkeypatch.setattr(ReadPath, "read_arrays", read_arrays)
+    monkeypatch.setattr(TreeReader, "message_raw", message_raw)
+    monkeypatch.setattr(ArrayReader, "read", read_arrays)
     assert _mgr(tmp_path).latest(EDGE_RUN).messages == msgs
     assert read["bytes"] <= head.size + head.count + 1, (read["bytes"], head.size)
 
@@ -470,7 +471,7 @@ def test_a_run_whose_arrays_hold_as_many_items_as_its_list_but_not_the_list_is_p
     of such a run must not parse the whole list twice (once from the arrays, thrown away when the
     digest does not match, then again through the tree): the arrays are parsed only once their
     digest is the list's (read_arrays' own docstring: "nothing is parsed before that")."""
-    import snapstore.repo.readpath as rp
+    import snapstore.repo.arrays as rp
 
     mgr = _mgr(tmp_path)
     msgs = [{"role": "system", "content": "v1"}]
@@ -593,12 +594,12 @@ def test_a_forged_block_whose_brackets_are_not_hashed_does_not_parse_as_other_me
 
 
 def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_longer(tmp_path, monkeypatch):
-    """``ReadPath.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
+    """``ArrayReader.ARRAY_RUN`` (48 KiB): a run of consecutive items parsed in one ``orjson.loads``
     call is at most that long, or one item on its own (docs/format.md §19). A new large message
     (an item of several pieces) after a few small items must not make their run as long as it."""
     import orjson
 
-    import snapstore.repo.readpath as rp
+    import snapstore.repo.arrays as rp
 
     sizes = []
 
@@ -613,11 +614,11 @@ def test_a_run_parsed_in_one_call_stays_within_array_run_unless_one_item_is_long
     mgr = _mgr(tmp_path)
     msgs = [_msg(0, 2_000), _msg(1, 900_000)]  # one item of 2 kB, then one of its pieces (<= 256 KiB each)
     mgr.save(RUN, msgs, step=0)
-    monkeypatch.setattr(rp.ReadPath, "ARRAY_RUN", 300 << 10)  # longer than any piece: the first one joins the run
+    monkeypatch.setattr(rp.ArrayReader, "ARRAY_RUN", 300 << 10)  # longer than any piece: the first one joins the run
     monkeypatch.setattr(rp, "orjson", Counting())
     assert _mgr(tmp_path).latest(RUN).messages == msgs
     longest = max(len(orjson.dumps(m)) for m in msgs) + 2
-    assert sizes and max(sizes) <= max(rp.ReadPath.ARRAY_RUN, longest), (sizes, longest)
+    assert sizes and max(sizes) <= max(rp.ArrayReader.ARRAY_RUN, longest), (sizes, longest)
     assert len(sizes) == 2
 
 
@@ -678,7 +679,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
     GET held back 20 ms as a remote store does: per path ``((GETs, sequential round trips),
     info)``, info for the arrays being whether each read_arrays returned the list (and, with
     ``holes``, the holes of the segments' array blocks). Asserts each read is ``msgs``."""
-    real_arrays = ReadPath.read_arrays
+    real_arrays = ArrayReader.read
     used, seen = [], []
 
     def read_arrays(self, m, segs):
@@ -699,7 +700,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
     monkeypatch.setattr(type(store), "get", get)
 
     def cost(arrays: bool) -> tuple[int, int]:
-        monkeypatch.setattr(ReadPath, "read_arrays", read_arrays if arrays else (lambda self, m, segs: None))
+        monkeypatch.setattr(ArrayReader, "read", read_arrays if arrays else (lambda self, m, segs: None))
         fresh = CheckpointManager(store)
         before = store.stats.snapshot()
         spans.clear()
@@ -707,7 +708,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
         d = store.stats.since(before)
         assert cp.messages == msgs
         if arrays and holes:
-            seen.extend(x for s in fresh._views[EDGE_RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
+            seen.extend(x for s in fresh._views[EDGE_RUN].head_segs for b in fresh.repo.cache[s.pack].blocks
                         if b.array for x in b.parts if x[0] == T_HOLE)
         fresh.close()
         return d.counts["GET"], _round_trips(spans)
@@ -737,10 +738,10 @@ def test_the_first_save_after_a_ranged_read_from_arrays_makes_no_more_requests_t
         msgs = msgs + [_msg(2 * s, 90_000 if s % 5 == 1 else 300), _msg(2 * s + 1)]
         mgr.save(EDGE_RUN, msgs, step=s, session_state=_big_state(s, 1 << 19))
     mgr.close()
-    real_arrays = ReadPath.read_arrays
+    real_arrays = ArrayReader.read
 
     def cost(arrays: bool, i: int) -> dict:
-        monkeypatch.setattr(ReadPath, "read_arrays", real_arrays if arrays else (lambda self, m, segs: None))
+        monkeypatch.setattr(ArrayReader, "read", real_arrays if arrays else (lambda self, m, segs: None))
         fresh = CheckpointManager(store)
         cp = fresh.latest(EDGE_RUN)
         before = store.stats.snapshot()
@@ -975,12 +976,12 @@ def _heads(mgr, run) -> list:
 def passes(monkeypatch):
     """Counts of the passes over array blocks fresh reads make (hashing only / hashing and parsing)."""
     seen = {"hash": 0, "parse": 0}
-    real = ReadPath._array_pass
+    real = ArrayReader._pass
 
     def one(self, plan, parse):
         seen["parse" if parse else "hash"] += 1
         return real(self, plan, parse)
-    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    monkeypatch.setattr(ArrayReader, "_pass", one)
     return seen
 
 
@@ -1298,10 +1299,11 @@ def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items
     (the head's one tier pack holds 5 items, only recent ones). Every read stays exact; the cost
     is a wasted parse on every read of that checkpoint. Root cause not pinned down (GC with no
     grace and tier merges are in the sequence)."""
-    from snapstore.repo.readpath import ReadPath
+    from snapstore.repo.arrays import ArrayReader
+    from snapstore.repo.trees import TreeReader
 
     wasted = []
-    real_pass, real_parse = ReadPath._array_pass, ReadPath._parse_arrays
+    real_pass, real_parse = ArrayReader._pass, ArrayReader._parse
 
     def parse_arrays(self, m, plan, hash_first):
         self._review_digest = (m.digest, m.run_id, m.seq)
@@ -1312,8 +1314,8 @@ def test_a_seeded_sequence_of_calls_leaves_no_record_saying_a_1_over_other_items
         if parse and (got is None or got[0].hexdigest(16) != self._review_digest[0]):
             wasted.append(self._review_digest[1:])
         return got
-    monkeypatch.setattr(ReadPath, "_parse_arrays", parse_arrays)
-    monkeypatch.setattr(ReadPath, "_array_pass", one)
+    monkeypatch.setattr(ArrayReader, "_parse", parse_arrays)
+    monkeypatch.setattr(ArrayReader, "_pass", one)
     expect = _replay(tmp_path, 10, 100)
     for (run, c), msgs in expect.items():
         assert _mgr(tmp_path).get(run, c).messages == msgs

@@ -43,6 +43,6 @@ def test_a_restore_whose_segments_outgrow_the_pack_cache(trial):
     CheckpointManager(store).gc(grace_period=0, max_unused=0.1)
     for (run, cid), msgs in expect.items():
         mgr = CheckpointManager(store)
-        mgr.repo._cache_limit = 1  # every pack read evicts the one before
+        mgr.repo.cache.limit = 1  # every pack read evicts the one before
         assert mgr.latest(run).messages == msgs
         assert mgr.get(run, cid).messages == msgs

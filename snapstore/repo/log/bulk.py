@@ -47,7 +47,7 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
         return record_positions(repo.store.list(prefix, start_after=after, limit=PAGE))
 
     got = set(first)
-    for seqs in repo._pool_get().map(page, starts):
+    for seqs in repo.pool.map(page, starts):
         got.update(seqs)
     return sorted(got, reverse=True)
 
@@ -149,7 +149,7 @@ def read_records(repo: Repository, run_key: str, seqs, logsegs: dict | None = No
         except ObjectNotFound:
             return s, None
 
-    pool = repo._pool_get()
+    pool = repo.pool
     seg_futs = [pool.submit(copies_from_logseg, repo, run_key, key, cover) for key, cover in chosen]
     man_futs = [pool.submit(one, s) for s in sorted(left, reverse=True)]
     retry: set = set()
@@ -183,7 +183,7 @@ def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
     if not rest:
         return got
     chosen, _ = choose_logsegs(rest, list_logsegs(repo, run_key))
-    pool = repo._pool_get()
+    pool = repo.pool
     futs = [pool.submit(copies_from_logseg, repo, run_key, key, cover) for key, cover in chosen]
     for f in futs:
         part, _ = f.result()
@@ -236,7 +236,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                         return k, decode_logseg(k, repo.store.get(k))
                     except (ObjectNotFound, IntegrityError):
                         return k, []
-                for k, part in repo._pool_get().map(get_sub, subs):
+                for k, part in repo.pool.map(get_sub, subs):
                     for c in part:
                         if lo <= c.seq <= seq and c.seq not in recs:
                             try:
@@ -255,7 +255,7 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
                         return s, repo.store.get(keys.manifest_key(run_key, s))
                     except ObjectNotFound:
                         return s, None
-                for s, data in repo._pool_get().map(get_one, [s for s in missing if s in listed]):
+                for s, data in repo.pool.map(get_one, [s for s in missing if s in listed]):
                     if data is not None:
                         _add_object(recs, run_key, s, data)
             if not recs:

@@ -155,7 +155,7 @@ class LogRecords:
                     return s, self.store.head(keys.manifest_key(run_key, s))
                 except ObjectNotFound:
                     return s, None
-            return {s: i for s, i in self._pool_get().map(one, sorted(want)) if i is not None}
+            return {s: i for s, i in self.pool.map(one, sorted(want)) if i is not None}
         hi, lo = max(want), min(want)
         after = keys.manifest_key(run_key, hi + 1) if hi + 1 < keys.SEQ_MAX else None
         out = {}
@@ -200,7 +200,7 @@ class LogRecords:
         if old:
             self.store.delete_many([keys.manifest_key(run_key, s) for s in sorted(old)])
         if young:
-            list(self._pool_get().map(lambda item: self._void(run_key, *item), young))
+            list(self.pool.map(lambda item: self._void(run_key, *item), young))
 
     def record_removals(self, run_key: str, positions=(), ranges=None, dry_run: bool = False) -> list[int]:
         """Write removal records (docs/format.md §16) naming ``positions`` of the run (or the

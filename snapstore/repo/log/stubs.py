@@ -56,7 +56,7 @@ def prefetch(repo: Repository, run_key: str, seq: int):
     if rng is None:
         return None
     lo, hi = rng
-    pool = repo._pool_get()
+    pool = repo.pool
 
     def listing():
         after = keys.manifest_key(run_key, hi + 1) if hi + 1 < keys.SEQ_MAX else None
@@ -135,4 +135,4 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
             return None  # changed or deleted since the LIST: never recreate or replace it
         except SnapstoreError:
             return None
-    return sorted(s for s in repo._pool_get().map(one, todo) if s is not None)
+    return sorted(s for s in repo.pool.map(one, todo) if s is not None)
