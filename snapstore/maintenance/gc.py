@@ -292,13 +292,14 @@ class GCPlan:
             k, err = fmap.errors[0]
             raise err if isinstance(err, SnapstoreError) else SnapstoreError(f"{k}: {err}")
         self.listed = dict(fmap.time)  # forwarding records as read -> store time they were last written
-        self.fwd = dict(fmap.to)       # retired pack -> targets, including those of packs this GC retires
+        self.fwd = fwd = dict(fmap.to)  # retired pack -> targets, including those of packs this GC retires
+        packs = self.packs
         with repo._lock:
             repo._fwd.clear()  # GC redirects records: never trust what this process read earlier
             repo._corrupt.clear()  # damage is judged on what the store holds now (reported below)
-            repo._fwd.update(self.fwd)
+            repo._fwd.update(fwd)
             # retired packs already deleted: go straight to their forwarding records
-            repo._gone.update(pid for pid in self.fwd if pid not in self.packs)
+            repo._gone.update(pid for pid in fwd if pid not in packs)
 
     # ---- mark
     def mark(self) -> None:
