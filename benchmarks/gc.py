@@ -403,7 +403,8 @@ def child_main(argv: list[str]) -> None:
         return f
     hooks = {n: hook(n) for n in ("after_list", "after_mark", "after_repack", "before_sweep", "after_sweep")}
     read_name = "read_runs_slim" if hasattr(sgc, "read_runs_slim") else "read_all_runs"  # (older code)
-    orig_read, orig_mark = getattr(sgc, read_name), sgc.mark
+    marker = getattr(sgc, "GCMarker", None)  # (older code: a mark() function)
+    orig_read, orig_mark = getattr(sgc, read_name), (marker.run if marker is not None else sgc.mark)
 
     def timed_read(*a, **kw):
         r = orig_read(*a, **kw)
@@ -417,7 +418,10 @@ def child_main(argv: list[str]) -> None:
         out["live_nodes"] = len(reach.nodes_seen)
         return reach
     setattr(sgc, read_name, timed_read)
-    sgc.mark = timed_mark
+    if marker is not None:
+        marker.run = timed_mark  # called as a method: the marker is the first argument
+    else:
+        sgc.mark = timed_mark
 
     trace = mode in ("trace", "tracetop")
     if mode == "tracetop":

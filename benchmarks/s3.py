@@ -152,7 +152,7 @@ def bench(n_messages: int, endpoint: str, trials: int, do_gc: bool) -> dict:
     lat = [dt * 1000 for dt, _ in steady]
     st = mgr.stats()
     write_requests = {kind: sum(d.counts[kind] for _, d in per_save) for kind in KINDS}
-    from snapstore.maintenance.check import estimate_cost
+    from snapstore.maintenance.stats import estimate_cost
 
     write_cost = estimate_cost(0, write_requests)["requests"]
     mgr.close()

@@ -296,7 +296,7 @@ def is_s3(store) -> bool:
 
 def request_cost(counts: dict) -> dict:
     """``{"requests": usd, "prices": ...}`` for request counts at S3 Standard list prices."""
-    from ..maintenance.check import estimate_cost
+    from ..maintenance.stats import estimate_cost
     return estimate_cost(0, counts)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..errors import IntegrityError
 from .ids import PACK_ID_BYTES
 
 CONFIG = "config"
 PACKS = "packs/"
 RUNS = "runs/"
+RUNMARKS = "runmarks/"
+"""Prefix of run markers (:mod:`snapstore.format.runmark`)."""
 SEQ_MAX = 2**64 - 1
 POSITION_LIMIT = 2**48
 """Log positions are below this (a run would need 2^48 saves to reach it): a manifest key naming
@@ -36,6 +40,14 @@ GC = "gc/"
 FWD_CACHE = "gc/fwd-cache"
 """Written by GC: the whole forwarding map, each record with its shard's ETag and its time
 (advisory; see docs/format.md §21)."""
+GC_LOCK = "gc/lock"
+"""The GC lock: created create-only by the one GC running, refreshed and removed by it."""
+GC_CANDIDATES = "gc/candidates/"
+"""Prefix of GC candidate records (:mod:`snapstore.format.gcstate`): packs and forwarding records
+found unreferenced, deleted by a later GC once the grace period has passed."""
+GC_CLOCK = "gc/clock-"
+"""Prefix of the store-clock probes (an object written to read the store's time; removed at once,
+and by GC once left older than the lock timeout)."""
 
 
 def fwd_shard(pack_id: bytes) -> str:
@@ -112,3 +124,53 @@ def index_key(run_key: str, checkpoint_key: str) -> str:
 def index_prefix(run_key: str) -> str:
     """``runs/<run key>/c/``."""
     return f"runs/{run_key}/c/"
+
+
+RUN_AREAS = {"m": "manifest", "c": "index", "l": "logseg", "x": "removals"}
+"""The areas of a run's folder, ``runs/<run key>/<area>/<name>``, by letter -> the kind
+:func:`parse_key` names them with."""
+
+
+class KeyParts(NamedTuple):
+    """A key split by :func:`parse_key`.
+
+    Attributes:
+        kind: ``"config"``, ``"pack"``, ``"fwd"``, ``"gc"``, ``"runmark"``, one of the values of
+            :data:`RUN_AREAS` (``"manifest"``, ``"index"``, ``"logseg"``, ``"removals"``), ``"run"``
+            (a run area of another letter) or ``"other"`` (not part of the layout).
+        run_key: the run key segment for the run kinds, else None.
+        rest: what follows the kind's prefix: the object name in a run area (for ``"run"``:
+            ``<area>/<name>``), the 16 hex digits of a pack, the part after ``fwd/``, ``gc/`` or
+            ``runmarks/``, the whole key for ``"other"``, "" for ``"config"``.
+    """
+
+    kind: str
+    run_key: str | None
+    rest: str
+
+
+def parse_key(key: str) -> KeyParts:
+    """Say what a repository key is by its shape (docs/format.md "Keys"): the one parser of key
+    layouts. Only the shape is judged: a ``"manifest"`` key may still name no valid position
+    (:func:`seq_from_manifest_key` says), a ``"logseg"`` or ``"removals"`` key no valid range
+    (their format modules say).
+
+    Args:
+        key: an object key relative to the repository root, e.g. ``runs/<R>/m/<16 hex>``.
+    Returns:
+        A :class:`KeyParts`.
+    """
+    if key == CONFIG:
+        return KeyParts("config", None, "")
+    parts = key.split("/")
+    if parts[0] == "runs" and len(parts) == 4:
+        kind = RUN_AREAS.get(parts[2])
+        if kind is not None:
+            return KeyParts(kind, parts[1], parts[3])
+        return KeyParts("run", parts[1], f"{parts[2]}/{parts[3]}")
+    if pack_id_from_key(key) is not None:
+        return KeyParts("pack", None, parts[2])
+    for prefix, kind in ((FWD, "fwd"), (GC, "gc"), (RUNMARKS, "runmark")):
+        if key.startswith(prefix):
+            return KeyParts(kind, None, key[len(prefix):])
+    return KeyParts("other", None, key)

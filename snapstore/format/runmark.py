@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import blake3
 
-from .keys import SEQ_MAX
+from .keys import RUNMARKS, SEQ_MAX
 
-PREFIX = "runmarks/"
+PREFIX = RUNMARKS
 """Key prefix of run markers (one LIST of it lists every marker of the repository)."""
 
 NAME_MAX = 250

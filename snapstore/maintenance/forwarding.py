@@ -1,6 +1,6 @@
 """The forwarding map: where the live entries of packs retired by repacking went.
 
-Layer 3 (uses :mod:`snapstore.repo.repository`; used by :mod:`snapstore.maintenance.check` and :mod:`snapstore.maintenance.gc`).
+Layer 3 (uses :mod:`snapstore.repo.repository`; used by :mod:`snapstore.maintenance.verify` and :mod:`snapstore.maintenance.gc`).
 See docs/format.md, section 13.
 
 The map is stored in at most 16 shards, ``fwd/<1 hex>``, each holding the records of the retired

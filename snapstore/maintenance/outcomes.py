@@ -15,7 +15,7 @@ __all__ = ["live_anchors", "gc_plan", "is_outcome_key", "verify_outcomes"]
 
 
 def live_anchors(log) -> tuple[set, int | None]:
-    """What keeps a run's outcomes reachable, from its classified log (``check.RunLog``; None for
+    """What keeps a run's outcomes reachable, from its classified log (``runs.RunLog``; None for
     a run with no log record): ``(live log positions, generation or None)``. The generation is
     set only while the run has no live checkpoint (docs/format.md §25)."""
     if log is None or not log.manifests:
@@ -41,7 +41,7 @@ def gc_plan(infos, logs: dict, grace: float, mature: float) -> tuple[list, list,
 
     Args:
         infos: :class:`~snapstore.stores.base.ObjectInfo` of listed keys (others are ignored).
-        logs: run key -> classified log (``check.RunLog``) of every run with a record.
+        logs: run key -> classified log (``runs.RunLog``) of every run with a record.
         grace: the grace period, seconds. mature: store time (epoch seconds) before which an
             object is older than the grace period.
     Returns:
@@ -76,16 +76,16 @@ def is_outcome_key(key: str) -> bool:
 def verify_outcomes(repo, outcome_keys: list, logs: dict, rep) -> None:
     """``verify``'s check of the writes area: every outcome object is read and decoded.
 
-    Appends to ``rep`` (a ``check.VerifyReport``): an error ``corrupt-outcome`` for an object that
+    Appends to ``rep`` (a ``verify.VerifyReport``): an error ``corrupt-outcome`` for an object that
     does not decode (naming the key), a warning ``orphaned-outcome`` for one whose checkpoint is
     gone (unreachable; GC deletes it after its grace period).
 
     Args:
         repo: the repository. outcome_keys: keys :func:`is_outcome_key` accepted.
-        logs: run key -> ``check.RunLog`` (full manifests: checkpoint ids compared too).
+        logs: run key -> ``runs.RunLog`` (full manifests: checkpoint ids compared too).
         rep: the report to extend.
     """
-    from .check import Problem
+    from .verify import Problem
 
     store = repo.store
     per_run: dict = {}

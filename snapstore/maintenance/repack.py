@@ -7,7 +7,7 @@ records; docs/format.md §21, "Repacking" and "Copying while marking"; docs/desi
   of bytes in flight.
 * :func:`copy_live` copies the needed entries of packs into new packs.
 * :class:`SegmentRewrites` copies the live entries of a mostly dead segment (a tier pack GC
-  rewrites on its own) while :func:`snapstore.maintenance.check.mark` still has it cached, right after the
+  rewrites on its own) while :class:`snapstore.maintenance.mark.Marker` still has it cached, right after the
   segment's run is marked, so that GC fetches such a pack once instead of twice (mark, then copy).
   The needs of a pack only grow while mark runs, so a pack that is not mostly dead when its run
   is marked never becomes so; one whose needs grew after its copy was made (another run needs it
@@ -43,13 +43,17 @@ class PackWriter:
         rep: the report to count in.
         dry_run: build and count only.
         max_pending: bytes of built packs whose writes may be in flight at once.
+        target: uncompressed bytes at which :func:`copy_live` closes a new pack.
+        level: zstd level of the new packs.
     """
 
     MAX_PENDING = 64 << 20
 
-    def __init__(self, store, rep, dry_run: bool, max_pending: int | None = None):
+    def __init__(self, store, rep, dry_run: bool, max_pending: int | None = None, target: int = 8 << 20,
+                 level: int = 9):
         self.store, self.rep, self.dry_run = store, rep, dry_run
         self.max_pending = max_pending or self.MAX_PENDING
+        self.target, self.level = target, level
         self.pool = None
         self.pending: list = []  # (future, bytes)
         self.done: list = []
@@ -106,12 +110,12 @@ def prefetch_wave(repo, pids: list, start: int, sizes: dict, per_wave: int, budg
     return end, fetched
 
 
-def copy_live(repo, pid: bytes, pack, needed, builder: PackBuilder | None, writer: PackWriter, target: int,
-              level: int, read=None) -> tuple[PackBuilder | None, set]:
+def copy_live(repo, pid: bytes, pack, needed, builder: PackBuilder | None, writer: PackWriter,
+              read=None) -> tuple[PackBuilder | None, set]:
     """Copy the entries ``needed`` (``(type, id)`` pairs) of ``pack`` (parsed, id ``pid``) into new
     packs, in the order they are stored, each verified by its content id: appended to ``builder``
     (a new pack is started, and the full one closed through ``writer``, once ``builder`` holds more
-    than ``target`` uncompressed bytes; zstd ``level``). Needed entries the pack does not hold are
+    than ``writer.target`` uncompressed bytes; zstd ``writer.level``). Needed entries the pack does not hold are
     skipped. ``read(etype, eid)``: the entry's bytes (default: the repository's read of the entry
     at ``pid``, which follows a retired pack's forwarding record when its dictionary is gone).
     Returns ``(the open builder, ids of the new packs the entries went to)``.
@@ -127,10 +131,10 @@ def copy_live(repo, pid: bytes, pack, needed, builder: PackBuilder | None, write
         if (etype, eid) not in pack.entries:
             continue
         raw = read(etype, eid)
-        if builder is None or builder.raw_bytes > target:
+        if builder is None or builder.raw_bytes > writer.target:
             if builder is not None:
                 writer.close(builder)
-            builder = PackBuilder(os.urandom(PACK_ID_BYTES), level=level)
+            builder = PackBuilder(os.urandom(PACK_ID_BYTES), level=writer.level)
         builder.add(etype, eid, raw)
         moved.add(builder.pack_id)
     return builder, moved
@@ -160,7 +164,7 @@ class Rewrite:
 @dataclass
 class SegmentRewrites:
     """Copies the live entries of mostly dead segments while mark has them cached (see the module
-    docstring). GC passes :meth:`on_run` to :func:`snapstore.maintenance.check.mark` as its ``on_run``.
+    docstring). GC's marker (:class:`snapstore.maintenance.gc.GCMarker`) calls :meth:`on_run` as each run is marked.
 
     A pack is copied when it is a segment GC keeps whole (``keep``: the newest records' segments;
     packs standing in for segments an earlier GC rewrote, and the segments of records mark read
@@ -171,10 +175,9 @@ class SegmentRewrites:
 
     Args:
         repo: the repository.
-        writer: where the new packs go (shared with the rest of the segment rewrites).
+        writer: where the new packs go (shared with the rest of the segment rewrites; its
+            ``target`` and ``level`` shape them).
         keep, listed, fwd, levels, max_unused: as above.
-        target: uncompressed bytes at which a new pack is closed.
-        level: zstd level of the new packs.
     """
 
     repo: object
@@ -184,8 +187,6 @@ class SegmentRewrites:
     fwd: dict
     levels: dict
     max_unused: float
-    target: int
-    level: int
     copies: dict = field(default_factory=dict)  # pack id -> Rewrite
     discarded: list = field(default_factory=list)  # ids of new packs of copies made obsolete
 
@@ -222,7 +223,6 @@ class SegmentRewrites:
             self.writer.track = closed = []
             try:
                 b, moved = copy_live(repo, pid, pack, reach.needed_entries(pid, pack), None, self.writer,
-                                     self.target, self.level,
                                      read=lambda etype, eid, pack=pack: repo.read_entry_in(pack, etype, eid, None))
                 if b is not None:
                     self.writer.close(b)

@@ -334,7 +334,7 @@ class CheckpointManager:
         or for a hashed long id from its marker's key); a run whose newest marker is a tombstone
         costs one LIST (max-keys 1) confirming that tombstone is still the head; the others (no
         markers: written before them; a rollback head; a liveness change in flight) are read as
-        before by :func:`snapstore.manager.read.live_run_ids` (a LIST and a GET each).
+        before by :func:`snapstore.manager.read.runs_from_heads` (a LIST and a GET each).
         ``tests/cost/test_runs_round_trips.py`` measures it against moto's HTTP server with 1 s added
         per request.
 
@@ -530,7 +530,7 @@ class CheckpointManager:
     # whole-repository operations
 
     def verify(self, read_data: bool = False, progress=None, *, accept_missing: bool = False):
-        """Check the repository; return a :class:`snapstore.maintenance.check.VerifyReport`.
+        """Check the repository; return a :class:`snapstore.maintenance.verify.VerifyReport`.
 
         Every object a live checkpoint reaches must exist and parse (pack checksums, node ids);
         with ``read_data`` every message chunk is decompressed and hashed too. Crash leftovers
@@ -545,7 +545,7 @@ class CheckpointManager:
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one).
         """
-        from ..maintenance.check import verify
+        from ..maintenance.verify import verify
         return verify(self._open(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,
@@ -578,12 +578,12 @@ class CheckpointManager:
         return rep
 
     def stats(self, prices: dict | None = None) -> dict:
-        """Return repository statistics (see :func:`snapstore.maintenance.check.stats`): runs, checkpoints,
+        """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
         estimated cost at S3 Standard list prices (override with ``prices``).
 
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one)."""
-        from ..maintenance.check import stats
+        from ..maintenance.stats import stats
         return stats(self._open(False), prices)
 

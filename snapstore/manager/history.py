@@ -10,30 +10,26 @@ from __future__ import annotations
 
 from ..errors import ObjectNotFound
 from ..format import keys
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..format.liveness import LIVE, TOMBSTONE, LogWalk
+from ..format.manifest import KIND_CHECKPOINT, KIND_TOMBSTONE, Manifest
 from ..repo.log.bulk import list_logsegs, list_positions, read_records, read_stubs
 
 
-def live_records(seqs, got: dict, state: dict):
+def live_records(seqs, got: dict, walk: LogWalk):
     """Walk log positions ``seqs`` (newest first) with their records ``got``: yield
     ``(seq, checkpoint Manifest, False)`` for each live checkpoint, and a last ``(seq, record,
-    True)`` at a tombstone. Positions hidden by a rollback record are skipped: ``state["skip"]``
-    (None, or the lowest rollback target seen) carries that over between calls."""
+    True)`` at a tombstone. Positions hidden by a rollback record are skipped; ``walk`` (a
+    :class:`~snapstore.format.liveness.LogWalk`) carries the rule's state over between calls."""
     for s in seqs:
-        skip = state.get("skip")
-        if skip is not None and s > skip:
-            continue
         m = got.get(s)
         if m is None:
             continue
-        if m.kind == KIND_TOMBSTONE:
+        verdict = walk.judge(s, m)
+        if verdict == TOMBSTONE:
             yield s, m, True
             return
-        if m.kind == KIND_ROLLBACK:
-            t = int(m.target["seq"])
-            state["skip"] = t if skip is None else min(skip, t)
-            continue
-        yield s, m, False
+        if verdict == LIVE:
+            yield s, m, False
 
 
 def carried_segs(newest: Manifest | None) -> list | None:
@@ -76,16 +72,16 @@ def scan(repo, rk: str, below: int | None = None):
     seqs = repo.manifest_seqs(rk)
     if below is not None:
         seqs = [s for s in seqs if s < below]
-    state: dict = {"skip": None}  # positions in (target, rollback) are hidden
+    walk = LogWalk()  # positions in (target, rollback) are hidden
     i = 0
     batch = 4
     while i < len(seqs):
         chunk = [s for s in seqs[i:i + batch]]
         i += len(chunk)
         batch = min(batch * 2, 64)
-        todo = [s for s in chunk if state["skip"] is None or s <= state["skip"]]
+        todo = [s for s in chunk if not walk.hides(s)]
         got = read_many(repo, rk, todo)
-        for s, m, end in live_records(chunk, got, state):
+        for s, m, end in live_records(chunk, got, walk):
             if end:
                 return
             yield s, m.checkpoint_id, m
@@ -100,7 +96,7 @@ def scan_bulk(repo, rk: str):
     f_segs = pool.submit(list_logsegs, repo, rk)
     seqs = list_positions(repo, rk)
     got = read_records(repo, rk, seqs, f_segs.result())
-    for s, m, end in live_records(seqs, got, {"skip": None}):
+    for s, m, end in live_records(seqs, got, LogWalk()):
         if end:
             return
         yield s, m.checkpoint_id, m

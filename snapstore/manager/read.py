@@ -168,7 +168,7 @@ def runs(mgr) -> list[str]:
         raise
     if opened is not None and not opened.result():
         return []
-    got = runmarks.live_run_ids(mgr.store, rks, marks, mgr.repo.run_key, lambda ks: live_run_ids(mgr, ks),
+    got = runmarks.live_run_ids(mgr.store, rks, marks, mgr.repo.run_key, lambda ks: runs_from_heads(mgr, ks),
                                 mgr.repo.pool)
     return sorted(got)
 
@@ -201,7 +201,7 @@ BULK_LIST_MIN = 32
 """``list(limit=...)`` above this (or no limit) reads the log in bulk (:func:`snapstore.manager.history.scan_bulk`)."""
 
 
-def live_run_ids(mgr, rks: list[str], opened=None) -> list[str]:
+def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
     """The run ids of the run keys ``rks`` whose head is a live checkpoint (in no order).
 
     Each run costs a LIST (max-keys 1) and, as soon as that returns, a GET of the newest

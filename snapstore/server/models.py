@@ -196,7 +196,7 @@ class GCResponse(BaseModel):
 
 
 class StatsResponse(BaseModel):
-    """Repository statistics (snapstore.maintenance.check.stats: runs, checkpoints, logical_bytes, stored_bytes, ...)."""
+    """Repository statistics (snapstore.maintenance.stats.stats: runs, checkpoints, logical_bytes, stored_bytes, ...)."""
 
     stats: dict[str, Any]
 

@@ -1076,7 +1076,7 @@ def test_stats_counts_the_compacted_stubs(repo):
 def test_stats_reads_the_run_log_from_its_log_segments(repo):
     """`stats` reads the records that log segments cover from the segments (a GET per segment, not per
     manifest) and reports the same figures as reading every manifest."""
-    from snapstore.maintenance.check import read_all_runs
+    from snapstore.maintenance.runs import read_all_runs
 
     with CheckpointManager(repo, compact_log=False) as mgr:
         for k in range(300):

@@ -10,7 +10,8 @@ import time
 from collections import Counter
 
 from snapstore import CheckpointManager
-from snapstore.maintenance.check import LogEntry, Needed, read_all_runs, read_runs_slim
+from snapstore.maintenance.runs import LogEntry, read_all_runs, read_runs_slim
+from snapstore.maintenance.mark import Needed
 from snapstore.format import keys
 from snapstore.format.pack import T_CHUNK, Pack, PackBuilder
 from snapstore.stores import LocalStore

@@ -51,8 +51,9 @@ class LogRecords:
             raise ObjectNotFound(key, f"no record at {key}: a void record (a deleted record whose log position "
                                  "stays taken, docs/format.md §15)")
         m = Manifest.from_bytes(key, data, light)
-        parts = key.split("/")
-        if (len(parts) == 4 and (keys.seq_from_manifest_key(key) != m.seq or self.run_key(m.run_id) != parts[1])):
+        where = keys.parse_key(key)
+        if (where.kind == "manifest" and (keys.seq_from_manifest_key(key) != m.seq
+                                          or self.run_key(m.run_id) != where.run_key)):
             raise IntegrityError(key, f"holds the manifest of run {m.run_id!r} position {m.seq}, not of this key")
         return m
 
@@ -71,14 +72,14 @@ class LogRecords:
             CompactedRecordError: no covering segment holds a valid copy (names ``key``).
             StoreError: the store failed.
         """
-        parts = key.split("/")
+        where = keys.parse_key(key)
         try:
             seq = keys.seq_from_manifest_key(key)
         except (ValueError, IndexError):
             seq = None
-        if len(parts) != 4 or seq is None:
+        if where.kind != "manifest" or seq is None:
             raise CompactedRecordError(key, "compacted record without a copy (not a run-log key)")
-        run_key = parts[1]
+        run_key = where.run_key
         cover = []
         for info in self.store.list(logseg_prefix(run_key)):
             p = parse_logseg_key(info.key)

@@ -1,0 +1,62 @@
+"""GC candidate records (docs/format.md §21): ``gc/candidates/<13 hex ms>-<8 hex>``, each naming the
+packs and forwarding records one GC found unreferenced. The record's store timestamp says when; a
+later GC deletes what it names once that is older than the grace period and still unreferenced.
+
+The body is an envelope (magic ``SNGC``, :func:`snapstore.format.codec.seal_envelope`) around the
+JSON object ``{"packs": [16 hex, ...], "fwd": [16 hex, ...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import IntegrityError
+from .codec import loads_exact, open_envelope, seal_envelope
+from .ids import is_pack_hex
+from .keys import GC_CANDIDATES
+from .manifest import FORMAT_VERSION
+
+CANDIDATES_MAGIC = b"SNGC"
+
+
+def candidates_key(store_time: float, suffix: str) -> str:
+    """The key of a new candidate record.
+
+    Args:
+        store_time: the store's clock (seconds since the epoch, UTC) when the GC started.
+        suffix: 8 random hex digits, so that two records never collide.
+    Returns:
+        ``gc/candidates/<store time in ms, 13 hex>-<suffix>``.
+    """
+    return f"{GC_CANDIDATES}{int(store_time * 1000):013x}-{suffix}"
+
+
+def encode_candidates(packs: list[str], fwd: list[str]) -> bytes:
+    """A candidate record's bytes.
+
+    Args:
+        packs: hex ids (16 lowercase hex digits) of unreferenced packs.
+        fwd: hex ids of the retired packs whose forwarding records are unreferenced.
+    Returns:
+        The sealed envelope.
+    """
+    return seal_envelope(CANDIDATES_MAGIC, FORMAT_VERSION, json.dumps({"packs": packs, "fwd": fwd}).encode())
+
+
+def decode_candidates(key: str, data: bytes) -> tuple[set, set]:
+    """Decode a candidate record read from ``key``.
+
+    Returns:
+        ``(pack hex ids, forwarding-record hex ids)``, two sets of str.
+    Raises:
+        IntegrityError: not a candidate record (bad envelope, JSON or id).
+    """
+    _, body = open_envelope(key, CANDIDATES_MAGIC, data)
+    try:
+        d = loads_exact(body, 2)
+        out = set(d.get("packs", [])), set(d.get("fwd", []))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise IntegrityError(key, f"malformed candidate record: {e}") from None
+    if not all(isinstance(h, str) and is_pack_hex(h) for part in out for h in part):
+        raise IntegrityError(key, "malformed candidate record: an id is not 16 lowercase hex digits")
+    return out

@@ -1,0 +1,111 @@
+"""``stats``: what the repository holds and what storing it costs (``estimate_cost``, S3 list prices).
+
+Layer 4's whole-repository walks (uses :mod:`snapstore.maintenance.runs`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..errors import SnapstoreError
+from ..format import keys
+from ..format.codec import encode_json
+from ..format.logseg import parse_logseg_key
+from ..format.manifest import Manifest
+from ..repo.repository import Repository
+from .runs import read_all_runs, void_record
+
+_CATEGORY = {"config": "config", "pack": "packs", "manifest": "manifests", "index": "index", "logseg": "log",
+             "fwd": "forward", "gc": "gc", "runmark": "runmarks"}
+"""Kind of :func:`snapstore.format.keys.parse_key` -> the category ``stats`` counts it in (others: ``other``)."""
+
+
+S3_STANDARD_PRICES = {"gb_month": 0.023, "PUT": 0.005 / 1000, "LIST": 0.005 / 1000, "GET": 0.0004 / 1000,
+                      "HEAD": 0.0004 / 1000, "DELETE": 0.0}
+"""S3 Standard list prices, us-east-1 (USD): storage per GB-month, and per request by kind."""
+
+
+def estimate_cost(stored_bytes: int, requests: dict, prices: dict | None = None) -> dict:
+    """Estimate S3 cost in USD.
+
+    Args:
+        stored_bytes: bytes stored.
+        requests: request counts by kind (``PUT``, ``GET``, ...).
+        prices: overrides for :data:`S3_STANDARD_PRICES` (``gb_month`` and per-request prices).
+    Returns:
+        ``{"prices": ..., "storage_per_month": usd, "requests": usd}``.
+    """
+    p = dict(S3_STANDARD_PRICES)
+    p.update(prices or {})
+    return {"prices": p, "storage_per_month": stored_bytes / 1e9 * p["gb_month"],
+            "requests": sum(n * p.get(k, 0.0) for k, n in requests.items())}
+
+
+def session_state_bytes(m: Manifest) -> int:
+    """Bytes of checkpoint ``m``'s session state as exact JSON (0 without one): the size its value
+    tree or chunk records, or the length of the inline value's encoding."""
+    if m.session_state_tree is not None:
+        return m.session_state_tree.size
+    if m.session_state_ref:
+        return int(m.session_state_ref[2])
+    if m.has_session_state:
+        return len(encode_json(m.session_state)[0])
+    return 0
+
+
+def stats(repo: Repository, prices: dict | None = None) -> dict:
+    """Repository statistics.
+
+    Args:
+        repo: the repository.
+        prices: price overrides for the cost estimate (see :func:`estimate_cost`).
+    Returns:
+        dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (the JSON bytes of every
+        live checkpoint's messages and session state: the cost of storing every checkpoint whole;
+        ``message_bytes`` and ``session_state_bytes`` are its two parts), ``stored_bytes`` (all
+        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``; ``manifests`` also has ``"stubs"``, the compacted records of 0 bytes, when there are any) and
+        ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
+        Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
+        counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
+        outside the objects (temporary files of killed processes, incomplete S3 multipart uploads;
+        not in ``stored_bytes``), which ``gc`` removes once older than its grace period.
+    """
+    cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
+    keys_by_run: dict[str, list[str]] = defaultdict(list)
+    logsegs_by_run: dict[str, dict] = defaultdict(dict)
+    total = 0
+    for info in repo.store.list(""):
+        k = info.key
+        where = keys.parse_key(k)
+        c = _CATEGORY.get(where.kind, "packs" if k.startswith(keys.PACKS) else "other")
+        if c == "manifests":
+            if void_record(info):
+                cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§15): no record
+            else:
+                keys_by_run[where.run_key].append(k)
+            if info.size == 0:
+                cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§14)
+        elif c == "log":
+            pos = parse_logseg_key(k)
+            if pos is not None:
+                logsegs_by_run[where.run_key][pos] = k
+        cats[c]["count"] += 1
+        cats[c]["bytes"] += info.size
+        total += info.size
+    # the records log segments cover are read from them (one GET per segment, not per manifest)
+    logs = read_all_runs(repo, keys_by_run, logsegs_by_run=logsegs_by_run)
+    live = [m for log in logs.values() for m in log.live]
+    message_bytes = sum(m.size for m in live)
+    state_bytes = sum(session_state_bytes(m) for m in live)
+    logical = message_bytes + state_bytes
+    find = getattr(repo.store, "leftovers", None)
+    try:
+        left = find() if find is not None else []
+    except SnapstoreError:
+        left = []  # e.g. not allowed to list multipart uploads
+    return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
+            "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
+            "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
+            "objects": dict(cats), "requests": repo.store.stats.as_dict(),
+            "cost": estimate_cost(total, repo.store.stats.counts, prices),
+            "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}

@@ -1,0 +1,559 @@
+"""``verify``: check that every object a reader may touch exists and parses, and name the leftovers.
+
+Layer 4's whole-repository walks (uses :mod:`snapstore.maintenance.runs` and
+:mod:`snapstore.maintenance.mark`). :class:`Verifier` runs one step per concern (its
+:attr:`Verifier.STEPS`, in order): list, the run logs, tool outcomes, log segments, gaps, mark, needed entries,
+data, segments, the other packs readers touch, unreferenced packs, crash leftovers. A new area of
+the layout gets a step of its own.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import CompactedRecordError, IntegrityError, ObjectNotFound, SnapstoreError
+from ..format import keys, runmark
+from ..format.logseg import decode_logseg
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, decode_index
+from ..format.pack import T_CHUNK
+from ..format.removals import decode_removals, merge_ranges
+from ..format.tree import Ref, exact_count
+from ..repo.repository import Repository
+from . import outcomes
+from .forwarding import ForwardMap
+from .mark import Marker, MarkScope
+from .runs import RunListing, head_segments, read_all_runs, segments_by_run
+
+@dataclass
+class Problem:
+    """One finding of ``verify``: a ``code`` (e.g. ``corrupt-pack``), the object ``key``, a ``message``."""
+
+    code: str
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.key}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify`.
+
+    Attributes:
+        errors: problems that mean data is lost or unreadable (codes ``corrupt-*``, ``missing-*``).
+        warnings: what GC reclaims later, harmless: leftovers a crash or an interrupted operation
+            may leave (``unreferenced-pack``, ``temp-file``, ``orphaned-manifest``,
+            ``orphaned-index``, ``incomplete-upload``), packs a repack retired that wait for the
+            grace period (``retired-pack``), forwarding records nothing leads to
+            (``unreferenced-forward``), and damaged packs a reader may still touch whose live
+            entries all have an intact copy elsewhere (``corrupt-unneeded-pack``: readers read the
+            copy; GC deletes the pack). Damage where a live entry has no other copy is an error.
+        checked: counts of what was examined.
+    """
+
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    checked: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when there are no errors (warnings allowed)."""
+        return not self.errors
+
+def _unaccounted(removed: list, starts: list, lo: int, hi: int):
+    """Yield the sub-ranges ``(a, b)`` of the positions ``[lo, hi]`` that no range of ``removed``
+    (merged inclusive ranges, sorted; ``starts``: their first positions) covers."""
+    i = max(0, bisect.bisect_right(starts, lo) - 1)
+    cur = lo
+    while cur <= hi:
+        while i < len(removed) and removed[i][1] < cur:
+            i += 1
+        if i < len(removed) and removed[i][0] <= cur:
+            cur = removed[i][1] + 1
+            continue
+        end = min(removed[i][0] - 1, hi) if i < len(removed) else hi
+        yield cur, end
+        cur = end + 1
+
+
+class _VerifyMarker(Marker):
+    """Mark for ``verify``: unreadable parts become :class:`Problem` items (not exceptions), and
+    every live manifest's ``messages.x`` (version 5, docs/format.md §11) is checked against its
+    tree as each run is marked (its segments indexed): the number of the list's refs with the
+    EXACT flag, counted once per node (memoised across checkpoints), and the keyed tag
+    ``messages.xt``. A mismatch is an error naming the manifest: a reader of array blocks would
+    parse with orjson a list that needs the exact parser. A tree that cannot be read is left to
+    mark, which reports it.
+
+    Args:
+        repo: the repository.
+        scope: a :class:`~snapstore.maintenance.mark.MarkScope`.
+        rep: the :class:`VerifyReport` receiving the ``messages.x`` errors.
+        keep_index: see :class:`~snapstore.maintenance.mark.Marker`.
+    """
+
+    def __init__(self, repo: Repository, scope: MarkScope, rep: VerifyReport, keep_index: bool):
+        super().__init__(repo, scope, keep_index=keep_index)
+        self.rep, self.problems, self.memo = rep, [], {}
+
+    def fail(self, code: str, key: str, err: Exception) -> None:
+        """Record the problem (verify goes on)."""
+        self.problems.append(Problem(code, key, str(err)))
+
+    def count(self, node: Ref) -> int:
+        """EXACT refs below tree node ``node`` (memoised by node id)."""
+        got = self.memo.get(node.id)
+        if got is None:
+            lv, items = self.repo.read_node(node.id, node.pack)
+            got = self.memo[node.id] = exact_count(items) if lv == 0 else sum(map(self.count, items))
+        return got
+
+    def check_run(self, checkpoints) -> None:
+        """Check ``messages.x`` and ``messages.xt`` of each of ``checkpoints`` (see the class)."""
+        repo, hasher = self.repo, self.repo.hasher
+        for m in checkpoints:
+            if m.exact is None or m.kind != KIND_CHECKPOINT:
+                continue
+            key = keys.manifest_key(repo.run_key(m.run_id), m.seq)
+            if m.exact_tag != hasher.exact_tag(m.digest, m.exact, m.arrays):
+                self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.xt does not bind messages.x = "
+                                               f"{m.exact} (and messages.a = {m.arrays}) to the list digest "
+                                               "under the repository key"))
+                continue
+            try:
+                n = 0
+                if m.state:
+                    spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+                    n = sum(self.count(r) if level else exact_count((r,)) for level, r in spine.top_down())
+            except SnapstoreError:
+                continue  # reported by mark
+            if n != m.exact:
+                self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.x says {m.exact} messages need "
+                                               f"the exact parser; its list has {n}"))
+
+
+def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
+    """Read every entry of ``pack`` and check it against its content id (``verify --read-data``):
+    every part of its array blocks too (an array repeats a message a list repeats; holes hold no
+    bytes), and entries of blocks with a dictionary only ``with_dicts``.
+
+    Raises:
+        IntegrityError: an entry does not match its content id, or a block does not decompress.
+    """
+    for (etype, eid), e in pack.entries.items():
+        b = pack.blocks[e.block]
+        if b.array or (not with_dicts and b.dict is not None):
+            continue  # an array's chunks (and holes) are checked part by part below
+        repo.read_entry_in(pack, etype, eid, None)
+    content_id = repo.hasher.content_id
+    for bi, b in enumerate(pack.blocks):
+        if b.array:
+            raw = pack.raw_block(bi)
+            for etype, eid, off, ln, _ in b.parts:
+                if etype == T_CHUNK and content_id(raw[off:off + ln]) != eid:
+                    raise IntegrityError(pack.key, f"entry {eid.hex()} (c) in array block {bi} does not match its content id")
+
+
+def verify(repo: Repository, read_data: bool = False, progress: Callable[[str, int, int], None] | None = None,
+           accept_missing: bool = False) -> VerifyReport:
+    """Check the repository.
+
+    Every reachable object must exist and parse: manifests, packs (checksums), tree nodes and
+    states (content ids), and every entry a live checkpoint references. Every other pack a reader
+    may still touch (packs live hints name, retired ones included, the packs their forwarding
+    records lead to, the newest records' segments) is read and its checksum checked. With
+    ``read_data`` every message chunk is also decompressed and hashed, and so is every entry of
+    those packs that needs no dictionary. Leftovers of crashes or interrupted operations
+    (unreferenced packs, temp files, hidden manifests, dangling index records) are warnings.
+    Every pack is read whole (its checksum verified).
+
+    Args:
+        repo: the repository.
+        read_data: also read and hash every chunk.
+        progress: called as ``progress(phase, done, total)``.
+        accept_missing: put manifests deleted outside snapstore on record as removed (§16).
+    Returns:
+        A :class:`VerifyReport`.
+    Raises:
+        StoreError: the store failed (what the repository holds is reported, not raised).
+    """
+    with repo.whole_packs():
+        return Verifier(repo, read_data, progress, accept_missing).run()
+
+
+class Verifier:
+    """One run of :func:`verify`; each of :attr:`STEPS` is a method that adds to :attr:`rep`.
+
+    Args:
+        repo: the repository.
+        read_data: also read and hash every chunk.
+        progress: ``progress(phase, done, total)`` or None.
+        accept_missing: put manifests deleted outside snapstore on record as removed (§16).
+    """
+
+    STEPS = ("list_objects", "check_logs", "check_outcomes", "check_logsegs", "check_gaps", "mark", "check_needed", "check_data",
+             "check_segments", "check_touched", "report_unreferenced", "report_leftovers")
+
+    def __init__(self, repo: Repository, read_data: bool = False,
+                 progress: Callable[[str, int, int], None] | None = None, accept_missing: bool = False):
+        self.repo, self.read_data, self.progress, self.accept_missing = repo, read_data, progress, accept_missing
+        self.rep = VerifyReport()
+        self.listing = RunListing()
+        self.all_infos: list = []
+        self.packs_present: dict = {}  # pack id -> key
+        self.fwd_infos: list = []
+        self.outcome_keys: list = []  # tool outcomes (§25)
+        self.logs: dict = {}
+        self.fwd: dict = {}
+        self.live: list = []
+        self.copies_above: dict = defaultdict(dict)  # run -> position above its newest -> segment
+        self.reach = None
+        self.segs: dict = {}
+        self.damaged: set = set()
+
+    def run(self) -> VerifyReport:
+        """Run every step; return the report."""
+        with self.repo.lock:
+            self.repo.cache.forget_corrupt()  # judge damage on what the store holds now, not on earlier reads
+        for step in self.STEPS:
+            getattr(self, step)()
+        reach, logs = self.reach, self.logs
+        self.rep.checked = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(self.live),
+                            "packs": len(reach.packs), "nodes": len(reach.nodes_seen), "messages": len(reach.refs),
+                            "objects": len(self.all_infos)}
+        return self.rep
+
+    def warn(self, code: str, key: str, message: str) -> None:
+        """Add a warning :class:`Problem`."""
+        self.rep.warnings.append(Problem(code, key, message))
+
+    def error(self, code: str, key: str, message: str) -> None:
+        """Add an error :class:`Problem`."""
+        self.rep.errors.append(Problem(code, key, message))
+
+    def reported(self, key: str) -> bool:
+        """True if an error names ``key`` already."""
+        return any(p.key == key for p in self.rep.errors)
+
+    def list_objects(self) -> None:
+        """List the repository once and sort what it holds; anything outside the layout is an
+        ``unknown-object`` warning."""
+        self.all_infos = list(self.repo.store.list(""))
+        self.fwd_infos = [i for i in self.all_infos if i.key.startswith(keys.FWD)]
+        for info in self.all_infos:
+            k = info.key
+            where = keys.parse_key(k)
+            if where.kind in ("config", "fwd", "gc"):
+                continue
+            if where.kind == "runmark":
+                if runmark.parse(k) is None:  # run markers (§13): advisory, only their shape is checked
+                    self.warn("unknown-object", k, "not a run marker (docs/format.md §13)")
+                continue
+            if where.kind == "pack":
+                self.packs_present[keys.pack_id_from_key(k)] = k
+                continue
+            if outcomes.is_outcome_key(k):
+                self.outcome_keys.append(k)
+                continue
+            if self.listing.add(info) is None:
+                self.warn("unknown-object", k, "not part of the snapstore layout")
+
+    def check_logs(self) -> None:
+        """Read every run's log and the forwarding map: unreadable records, hidden ones, a head
+        rolling back to a checkpoint that is gone, index records."""
+        repo, store, rk_index = self.repo, self.repo.store, self.listing.index
+        self.logs = read_all_runs(repo, self.listing.manifests)
+        fmap = ForwardMap.load(repo, self.fwd_infos)
+        for fk, err in fmap.errors:
+            self.error("corrupt-forward", fk, str(err))
+        for fk in self.fwd_infos:
+            if keys.parse_fwd_key(fk.key) is None:
+                self.warn("unknown-object", fk.key, "not part of the snapstore layout")
+        self.fwd = dict(fmap.to)
+        for rk, log in self.logs.items():
+            for k, err in log.corrupt:
+                code = "compacted-record-without-copy" if isinstance(err, CompactedRecordError) else "corrupt-manifest"
+                self.error(code, k, str(err))
+            for s in log.hidden:
+                self.warn("orphaned-manifest", keys.manifest_key(rk, s),
+                          "hidden by a rollback or deletion (cleanup not finished); removed by 'snapstore gc'")
+            if log.head is not None and log.head.kind == KIND_ROLLBACK:
+                t = int(log.head.target["seq"])
+                if t not in log.manifests:
+                    self.error("missing-checkpoint", keys.manifest_key(rk, t),
+                               f"head of run {log.head.run_id!r} rolls back to a checkpoint that is gone")
+            self.live.extend(log.live)
+            live_seqs = {m.seq: m for m in log.live}
+            for info in rk_index.get(rk, []):
+                ik = info.key
+                try:
+                    seq, _ = decode_index(ik, store.get(ik))
+                except ObjectNotFound:
+                    continue
+                except SnapstoreError as e:
+                    self.error("corrupt-index", ik, str(e))
+                    continue
+                if seq not in live_seqs:
+                    self.warn("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint; "
+                              "removed by 'snapstore gc'")
+
+    def check_outcomes(self) -> None:
+        """Tool outcomes (the writes area, docs/format.md §25): each decodes; one no live
+        checkpoint anchors is a warning (GC removes it)."""
+        outcomes.verify_outcomes(self.repo, self.outcome_keys, self.logs, self.rep)
+
+    def check_logsegs(self) -> None:
+        """Log segments (format 2): each copy must be exactly the manifest still at its position;
+        the copies above a run's newest record are kept for :meth:`check_gaps`."""
+        store = self.repo.store
+        for rk, linfos in self.listing.logsegs.items():
+            log = self.logs.get(rk)
+            newest = max(log.manifests) if log is not None and log.manifests else None
+            for linfo in linfos:
+                lk = linfo.key
+                try:
+                    recs = decode_logseg(lk, store.get(lk))
+                except ObjectNotFound:
+                    continue
+                except SnapstoreError as e:
+                    self.warn("corrupt-logseg", lk, f"{e}; a copy: listing reads the manifests instead")
+                    continue
+                for c in recs:
+                    seq = c.seq
+                    if newest is not None and seq > newest:
+                        self.copies_above[rk][seq] = lk
+                    if log is not None and seq in log.manifests:
+                        try:
+                            same = c.manifest(lk) == log.manifests[seq]  # every field, not only the write id
+                        except SnapstoreError:
+                            same = False
+                        if not same:
+                            self.warn("corrupt-logseg", lk, f"its copy of position {seq} differs from the "
+                                      "manifest; listing reads the manifest instead")
+                            break
+
+    def check_gaps(self) -> None:
+        """Report log positions of a run that hold nothing (no manifest, compacted record or void
+        record) and that no removal record names (docs/format.md §16): a manifest deleted outside
+        snapstore. Below the run's newest record every position was written once; above it, a
+        position counts if a log segment of the run's current life (written after its oldest
+        record) holds a copy of it (the newest records were deleted). Only in a repository whose
+        writers record removals (config ``removals`` 1); at most 8 errors per run, one per range.
+        With ``accept_missing``, the gaps below a run's newest record are put on record as removed
+        (a removal record each run) and reported as ``accepted-missing`` warnings instead: the
+        checkpoints there are lost, and saying so lets ``verify`` pass again."""
+        if not getattr(self.repo.config, "removals", 0):
+            return  # written before removal records: its gaps cannot be told apart (§16)
+        void_seqs: dict[str, set] = defaultdict(set)
+        for rk, vinfos in self.listing.voids.items():
+            for info in vinfos:
+                void_seqs[rk].add(keys.seq_from_manifest_key(info.key))
+        for rk, mkeys in self.listing.manifests.items():
+            pos = []
+            for k in mkeys:
+                try:
+                    pos.append(keys.seq_from_manifest_key(k))
+                except IntegrityError:
+                    continue  # a stray name: reported as a corrupt manifest
+            if pos:
+                self._run_gaps(rk, mkeys, set(pos) | void_seqs.get(rk, set()), max(pos))
+
+    def _removed(self, rk: str) -> list:
+        """The merged ranges the removal records of run key ``rk`` name."""
+        removed: list = []
+        for xinfo in self.listing.removals.get(rk, []):
+            xk = xinfo.key
+            try:
+                removed.extend(decode_removals(xk, self.repo.store.get(xk)))
+            except ObjectNotFound:
+                continue
+            except SnapstoreError as e:
+                self.warn("corrupt-removals", xk, f"{e}; gaps it may name are reported below")
+        return merge_ranges(removed)
+
+    def _run_gaps(self, rk: str, mkeys: list, present: set, top: int) -> None:
+        """:meth:`check_gaps` for run key ``rk`` (manifest keys ``mkeys``, positions ``present``,
+        newest position ``top``)."""
+        infos = self.listing.infos
+        lowest_mtime = min((infos[k].mtime for k in mkeys if k in infos), default=0.0)
+        removed = self._removed(rk)
+        starts = [r[0] for r in removed]
+        gaps: list = []
+        prev = -1
+        for p in sorted(present):
+            if p > top:
+                break
+            if p > prev + 1:
+                gaps.extend(_unaccounted(removed, starts, prev + 1, p - 1))
+            prev = p
+        for p, lk in sorted(self.copies_above.get(rk, {}).items()):
+            if p not in present and (infos.get(lk) is None or infos[lk].mtime >= lowest_mtime):
+                gaps.extend((a, b, lk) for a, b in _unaccounted(removed, starts, p, p))
+        log = self.logs.get(rk)
+        run = repr(log.head.run_id) if log is not None and log.head is not None else f"key {rk}"
+        if self.accept_missing and gaps:
+            below = [[g[0], g[1]] for g in gaps if len(g) == 2]
+            if below:
+                self.repo.record_removals(rk, ranges=merge_ranges(below))
+                for lo, hi in below:
+                    self.warn("accepted-missing", keys.manifest_key(rk, lo),
+                              f"positions {lo}-{hi} of run {run}: lost, now on record as removed")
+            gaps = [g for g in gaps if len(g) == 3]
+        for g in gaps[:8]:
+            lo, hi = g[0], g[1]
+            where = (f"position {lo}" if lo == hi else f"positions {lo}-{hi}") + f" of run {run}"
+            if len(g) == 3:
+                why = (f"{where}, above its newest record ({top}), has a copy in {g[2]} but no manifest: "
+                       "the run's newest manifest was deleted outside snapstore")
+            else:
+                why = (f"{where}: no manifest, and no removal record names it: deleted outside snapstore (its "
+                       "checkpoint is lost; `verify --accept-missing` records the loss)")
+            self.error("missing-manifest", keys.manifest_key(rk, lo), why)
+
+    def mark(self) -> None:
+        """Mark every live checkpoint (unreadable parts are errors; ``messages.x`` is checked)."""
+        if self.progress:
+            self.progress("manifests", len(self.live), len(self.live))
+        scope = MarkScope(self.fwd, set(self.packs_present), segments_by_run(self.logs))
+        marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
+        self.reach = reach = marker.run(self.live)
+        self.rep.errors.extend(marker.problems)
+        for pid, etype, eid in reach.unresolved:
+            self.error("missing-entry", keys.fwd_shard_key(pid),
+                       f"entry {chr(etype)} {eid.hex()} of retired pack {pid.hex()} is in none of "
+                       "the packs its forwarding record names")
+        for pid in self.fwd:
+            if pid not in reach.fwd_used:
+                self.warn("unreferenced-forward", keys.fwd_shard_key(pid),
+                          f"no live hint names retired pack {pid.hex()}; its record is dropped by GC")
+
+    def check_needed(self) -> None:
+        """Every needed entry must be in its pack."""
+        repo, reach = self.repo, self.reach
+        for i, (pid, needed) in enumerate(reach.packs.items()):
+            pk = keys.pack_key(pid)
+            if pid not in self.packs_present:
+                if not self.reported(pk):
+                    self.error("missing-pack", pk, "referenced by a live checkpoint")
+                continue
+            try:
+                pack = repo.get_pack(pid)
+            except SnapstoreError as e:
+                if not self.reported(pk):
+                    self.error("corrupt-pack", pk, str(e))
+                continue
+            for etype, eid in needed:
+                if (etype, eid) not in pack.entries:
+                    self.error("missing-entry", pack.key, f"entry {chr(etype)} {eid.hex()} is referenced but absent")
+            if self.progress:
+                self.progress("packs", i + 1, len(reach.packs))
+
+    def check_data(self) -> None:
+        """With ``read_data``: every live message read and hashed, and each session-state value
+        tree as a whole (its pieces joined must be the value it names)."""
+        if not self.read_data:
+            return
+        refs = list(self.reach.refs.values())
+        for i, r in enumerate(refs):
+            try:
+                self.repo.message_raw(r)
+            except SnapstoreError as e:
+                self.error("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack",
+                           keys.pack_key(r.pack), str(e))
+            if self.progress and (i % 500 == 0 or i + 1 == len(refs)):
+                self.progress("data", i + 1, len(refs))
+        for tree in dict.fromkeys(m.session_state_tree for m in self.live if m.session_state_tree is not None):
+            try:
+                self.repo.read_value(tree)
+            except SnapstoreError as e:
+                if not self.reported(getattr(e, "key", None)):
+                    self.error("corrupt-state" if isinstance(e, IntegrityError) else "missing-pack",
+                               keys.pack_key(tree.pack), str(e))
+
+    def check_segments(self) -> None:
+        """The newest records' segments: present (unless GC deleted or rewrote them with nothing
+        lost) and readable; a damaged one every live entry of which has another copy is a warning."""
+        self.segs = segs = head_segments(self.logs)
+        lost = any(p.code in ("missing-pack", "missing-entry") for p in self.rep.errors)
+        for pid, rk in segs.items():
+            k = keys.pack_key(pid)
+            if pid not in self.packs_present:
+                # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
+                # live entries were not found (reported above), which then most likely lived here
+                if pid not in self.fwd and lost:
+                    self.error("missing-pack", k, f"a segment of the newest record of run key {rk}; "
+                               "live entries were not found")
+                continue
+            if self.reported(k):
+                continue
+            try:
+                pack = self.repo.get_pack(pid)
+                if self.read_data:
+                    _read_entries(self.repo, pack, True)
+            except SnapstoreError as e:
+                if pid in self.reach.packs or lost:
+                    self.error("corrupt-pack", k, f"a segment of run key {rk}: {e}")
+                else:  # readers skip it: every live entry was found in another copy
+                    self.warn("corrupt-unneeded-pack", k, f"a segment of run key {rk}: {e}; every "
+                              "live entry is read from another copy; reclaimed by 'snapstore gc'")
+
+    def check_touched(self) -> None:
+        """The other packs a reader may still touch: packs live hints name (a retired one is read
+        first until GC deletes it) and the packs their forwarding records lead to. Damage there is
+        harmless while every entry readers look for is found in another copy (the homes, checked
+        above): a warning; GC deletes the pack once it is unreferenced."""
+        reach, fwd = self.reach, self.fwd
+        touch = set(reach.hinted) | set(reach.fwd_used)
+        stack = list(touch)
+        while stack:
+            for t in fwd.get(stack.pop(), ()):
+                if t not in touch:
+                    touch.add(t)
+                    stack.append(t)
+        for i, pid in enumerate(sorted(touch)):
+            if pid in reach.packs or pid in self.segs or pid not in self.packs_present:
+                continue
+            k = keys.pack_key(pid)
+            try:
+                pack = self.repo.get_pack(pid)
+                if self.read_data:
+                    _read_entries(self.repo, pack, False)  # a dictionary's sources may be gone (§21)
+            except SnapstoreError as e:
+                self.damaged.add(pid)
+                what = "retired by gc" if pid in fwd else "named by live hints"
+                self.warn("corrupt-unneeded-pack", k, f"{what}: {e}; every live entry is read from "
+                          "another copy; reclaimed by 'snapstore gc'")
+            if self.progress and (i % 500 == 0 or i + 1 == len(touch)):
+                self.progress("hinted packs", i + 1, len(touch))
+
+    def report_unreferenced(self) -> None:
+        """Packs nothing live needs: retired ones waiting for their grace period, and the others."""
+        for pid, k in self.packs_present.items():
+            if pid in self.reach.packs or pid in self.segs or pid in self.damaged:
+                continue
+            if pid in self.fwd:
+                self.warn("retired-pack", k, "repacked by gc (its live entries were copied to new packs); deleted "
+                          "by a later 'snapstore gc' once the grace period has passed")
+            else:
+                self.warn("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a "
+                          "conflict or an interrupted save); reclaimed by 'snapstore gc'")
+
+    def report_leftovers(self) -> None:
+        """Crash leftovers of the store (temp files, incomplete multipart uploads)."""
+        find = getattr(self.repo.store, "leftovers", None)
+        try:
+            left = find() if find is not None else []
+        except SnapstoreError as e:  # e.g. not allowed to list multipart uploads
+            left = []
+            self.warn("leftovers-unknown", "", f"cannot list crash leftovers: {e}")
+        for it in left:
+            if it.upload_id is None:
+                self.warn("temp-file", it.name, "temporary file of an interrupted write; removed by "
+                          "'snapstore gc' once older than the grace period")
+            else:
+                self.warn("incomplete-upload", it.name, f"multipart upload {it.upload_id} of an "
+                          "interrupted write; aborted by 'snapstore gc' once older than the grace period")
