@@ -15,7 +15,7 @@ and reads ``time.perf_counter`` (and the minor page faults, ``getrusage``) betwe
 nothing wrapped, so no timer sits inside a step:
 
 * ``manager``: ``CheckpointManager(repo)`` (its store object; no request);
-* ``open``: ``mgr._exists()`` under the run's lock: the config GET and parse, the hasher, the
+* ``open``: ``mgr.state.exists()`` under the run's lock: the config GET and parse, the hasher, the
   Repository object (``Repository.open``);
 * ``newest record``: ``views.load_view``: the LIST (limit 1) of the run's manifests, the manifest
   GET, envelope, zstd with the manifest dictionary, decode into a Manifest, resolving the head;
@@ -66,8 +66,8 @@ def child_main(spec: dict) -> dict:
     f0, t0 = faults(), clock()
     mgr = CheckpointManager(spec["repo"])
     t1, f1 = clock(), faults()
-    with mgr._run_lock(run):
-        mgr._exists()
+    with mgr.state.run_lock(run):
+        mgr.state.exists()
         t2, f2 = clock(), faults()
         v = views.load_view(mgr, run)
         t3, f3 = clock(), faults()

@@ -66,7 +66,7 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     "Memory: the list's JSON once")."""
     msgs = _build(tmp_path, 12, big={2})
     mgr = _mgr(tmp_path)
-    head = mgr.repo.head(mgr._rk(RUN))
+    head = mgr.repo.head(mgr.state.run_key(RUN))
     segs = head.segment_list()
     big = None
     for s in segs:
@@ -180,7 +180,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
         d = store.stats.since(before)
         assert cp.messages == msgs
         if arrays and holes:
-            seen.extend(x for s in fresh._views[RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
+            seen.extend(x for s in fresh.state.views[RUN].head_segs for b in fresh.repo._cache[s.pack].blocks
                         if b.array for x in b.parts if x[0] == T_HOLE)
         fresh.close()
         return d.counts["GET"], _round_trips(spans)
@@ -292,7 +292,7 @@ def test_a_manifest_whose_exact_count_was_changed_does_not_turn_big_integers_int
     msgs = [_msg(0), {"role": "tool", "content": "n", "value": 2 ** 80}]
     mgr.save(RUN, msgs[:1], step=0)
     mgr.save(RUN, msgs, step=1)
-    rk = mgr._rk(RUN)
+    rk = mgr.state.run_key(RUN)
     head = mgr.repo.head(rk)
     assert head.exact == 1
     key = keys.manifest_key(rk, head.seq)
@@ -446,7 +446,7 @@ def test_holes_naming_what_is_not_a_pieces_list_fall_back_to_the_tree(tmp_path, 
     (a valid checksum, the item count unchanged): the read falls back to the tree and is exact."""
     msgs = _build(tmp_path, 12, big={2})
     mgr = _mgr(tmp_path)
-    head = mgr.repo.head(mgr._rk(RUN))
+    head = mgr.repo.head(mgr.state.run_key(RUN))
     segs = head.segment_list()
     names = {"random": os.urandom(16), "state": bytes.fromhex(head.state[0])}
     for s in segs:

@@ -188,7 +188,7 @@ def test_policy_validation_and_durations():
 # the manager: prune, retention_plan, max_checkpoints
 
 
-CLOCK_MODULES = ("saving", "records", "retention", "forking")
+CLOCK_MODULES = ("manager.save", "manager.rollback", "manager.retention", "manager.fork")
 """The modules under ``snapstore`` whose ``datetime.now`` stamps the manager's records (save, rollback
 and tombstone records, fork) and gives prune its "now"."""
 
