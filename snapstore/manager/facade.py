@@ -117,7 +117,6 @@ class CheckpointManager:
         self.max_checkpoints = max_checkpoints
         self.gc_grace_period = float(gc_grace_period)
         self.compact_log = stubs.default_compact_log(self.store) if compact_log is None else bool(compact_log)
-        self.hooks: dict = self.state.hooks  # test hooks: name -> callable(**info), see ManagerState.hook
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -125,6 +124,13 @@ class CheckpointManager:
         """The underlying :class:`~snapstore.repo.repository.Repository`, opened on first use (and created
         if the location is empty and the manager was made with ``create=True``)."""
         return self.state.repository(self.state.create)
+
+    @property
+    def hooks(self) -> dict:
+        """Test hooks, name -> ``callable(**info)``, called at fixed points of a save
+        (``after_prepare``, ``after_pack``, ``before_publish``; :meth:`ManagerState.hook
+        <snapstore.manager.state.ManagerState.hook>`). Mutate the dict; it is ``state.hooks``."""
+        return self.state.hooks
 
     @property
     def versioned(self) -> bool:
