@@ -57,7 +57,7 @@ read to reuse, which hides about 500 page faults (~1 ms) of a real fresh process
 ``--open`` (default 31 trials) runs, per trial, one fresh child that runs the steps of
 ``reading.latest`` one after another and reads ``time.perf_counter`` (and the minor page faults)
 between them, with nothing wrapped, so no timer sits inside a step: ``manager``
-(``CheckpointManager(repo)``, no request); ``open`` (``mgr._exists()`` under the run's lock: the
+(``CheckpointManager(repo)``, no request); ``open`` (``mgr.state.exists()`` under the run's lock: the
 config GET and parse, the hasher, the Repository object); ``newest record`` (``views.load_view``:
 the LIST limit 1, the manifest GET and decode, resolving the head); ``before segments`` (the three
 above); ``segments + messages`` (``repo.load_with_state``); ``checkpoint`` (``make_checkpoint``);
@@ -389,8 +389,8 @@ def open_child(spec: dict) -> dict:
     f0, t0 = faults(), clock()
     mgr = CheckpointManager(spec["repo"])
     t1, f1 = clock(), faults()
-    with mgr._run_lock(run):
-        mgr._exists()
+    with mgr.state.run_lock(run):
+        mgr.state.exists()
         t2, f2 = clock(), faults()
         v = views.load_view(mgr, run)
         t3, f3 = clock(), faults()

@@ -116,7 +116,7 @@ def round_trips(url: str, endpoint: str) -> dict:
     cp = mgr.latest(RUN)
     dt = time.perf_counter() - t0
     rounds = rec.rounds()
-    ls = mgr._views[RUN].list_state
+    ls = mgr.state.views[RUN].list_state
     # a read from arrays reads no spine (the next save loads it): read it here, after the count
     depth = len((ls.spine or mgr.repo.read_state(*ls.state)).levels)
     gets = [key for _, kind, key in rec.calls if kind == "GET"]

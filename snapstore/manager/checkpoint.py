@@ -37,7 +37,9 @@ class CheckpointSummary:
     message_bytes: int
 
     @classmethod
-    def _from(cls, m: Manifest) -> "CheckpointSummary":
+    def from_manifest(cls, m: Manifest) -> "CheckpointSummary":
+        """The summary of checkpoint record ``m`` (a :class:`~snapstore.format.manifest.Manifest` of kind
+        checkpoint); nothing is read."""
         f = m.fields
         return cls(m.checkpoint_id, m.run_id, m.seq, f.get("step"), f.get("token_usage"), f.get("metrics"),
                    f.get("agent_id"), f.get("status"), f.get("metadata"), m.created, m.parent_id, m.count, m.size)

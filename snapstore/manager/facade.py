@@ -1,13 +1,15 @@
 """The checkpoint API: :class:`CheckpointManager`, :class:`Checkpoint`, :class:`CheckpointSummary`.
 
-Layer 4, the facade. :class:`CheckpointManager` holds what a manager is (its store, its repository
-opened on first use, per-run locks, per-run views, the GC grace period and clock, test hooks) and
-its public methods; each delegates to the module that owns the concept, below it:
+Layer 4, the facade. :class:`CheckpointManager` holds its settings (store, ``max_checkpoints``,
+GC grace period, ``compact_log``), its state (``state``, a :class:`~snapstore.manager.state.ManagerState`:
+the repository opened on first use, per-run locks and views, the clock, test hooks) and its public
+methods; each delegates to the module that owns the concept, below it:
 
 - :mod:`snapstore.manager.checkpoint`: the values handed out (``Checkpoint``, ``CheckpointSummary``,
   ``EMPTY_RUN``);
 - :mod:`snapstore.manager.history`: a run's log read as live checkpoints (rollback records, tombstones);
 - :mod:`snapstore.manager.views`: the manager's run views and the conflict contract;
+- :mod:`snapstore.manager.state`: what a manager holds (``ManagerState``);
 - :mod:`snapstore.manager.publish`: publishing a log record and the log segments after it;
 - :mod:`snapstore.manager.save`: save (prepare, pack, publish, retry after a lost reply, tier hand-off);
 - :mod:`snapstore.manager.read`: latest, get, head, summary, list, runs, resume points;
@@ -32,15 +34,13 @@ by its callers.
 from __future__ import annotations
 
 import os
-import threading
 import time
-import warnings
 
-from . import fork as forking, outcomes, publish, read as reading, rollback as records, retention, runread, save as saving, views
+from . import fork, outcomes, publish, read, retention, rollback, runread, save
 from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
-from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
-from ..format.ids import check_run_id
+from .state import ManagerState
+from ..errors import InvalidInputError
 from ..repo.repository import Repository
 from ..stores import open_store
 from ..stores.base import ObjectStore
@@ -80,107 +80,75 @@ class CheckpointManager:
     (``location`` was a path, URL or None); a store object passed in stays open.
     """
 
+    # class constants (instances may override them); above the methods, so that ``save`` here is
+    # the module snapstore.manager.save, not the method
+    SAVE_ATTEMPTS = save.SAVE_ATTEMPTS
+    """Times ``save`` builds a checkpoint again (pack id taken, paused past half the GC grace
+    period, or, with ``parent_id``/``expect_head``, the run moved) before giving up."""
+
+    STALE_REBUILDS = save.STALE_REBUILDS
+    """A save that paused longer than half the GC grace period after writing its pack is built
+    again at most this many times (see :data:`snapstore.manager.save.STALE_REBUILDS`)."""
+
+    READ_RETRIES = read.READ_RETRIES
+    """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
+    meanwhile) re-read the run's newest record and try again, at most this many times in all."""
+
+    BULK_LIST_MIN = read.BULK_LIST_MIN
+    """``list(limit=...)`` above this (or no limit) reads the log in bulk
+    (:func:`snapstore.manager.history.scan_bulk`)."""
+
+    LOG_CACHE = publish.LOG_CACHE
+    """Recent log records (their bytes) a manager keeps per run to write log segments."""
+
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None,
                  compact_log: bool | None = None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
-        self._owns_store = location is None or isinstance(location, (str, os.PathLike))
-        self.store = open_store(location, **store_options)
-        self.max_checkpoints = max_checkpoints
-        self._create = create
-        self._repo: Repository | None = None
-        self._lock = threading.Lock()
-        self._run_locks: dict[str, threading.RLock] = {}
-        self._views: dict[str, views.RunView] = {}
-        self.versioned = False
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
             raise InvalidInputError(f"gc_grace_period must be a non-negative number of seconds, got {gc_grace_period!r}")
+        self.store = open_store(location, **store_options)
+        self.state = ManagerState(store=self.store, create=create,
+                                  owns_store=location is None or isinstance(location, (str, os.PathLike)),
+                                  clock=clock or time.monotonic)
+        """What the manager holds besides its settings (:class:`~snapstore.manager.state.ManagerState`:
+        the repository, per-run locks and views, the clock, test hooks); what its operation modules
+        use."""
+        self.max_checkpoints = max_checkpoints
         self.gc_grace_period = float(gc_grace_period)
         self.compact_log = stubs.default_compact_log(self.store) if compact_log is None else bool(compact_log)
-        self._clock = clock or time.monotonic
-        self.hooks: dict = {}  # test hooks: name -> callable(**info), see _hook()
 
     # ------------------------------------------------------------------------------------------
     @property
     def repo(self) -> Repository:
         """The underlying :class:`~snapstore.repo.repository.Repository`, opened on first use (and created
         if the location is empty and the manager was made with ``create=True``)."""
-        return self._open(self._create)
+        return self.state.repository(self.state.create)
 
-    def _open(self, create: bool) -> Repository:
-        """The repository, opened on the first call (created if ``create`` and the location is
-        empty); warns once if the bucket has versioning enabled.
+    @property
+    def hooks(self) -> dict:
+        """Test hooks, name -> ``callable(**info)``, called at fixed points of a save
+        (``after_prepare``, ``after_pack``, ``before_publish``; :meth:`ManagerState.hook
+        <snapstore.manager.state.ManagerState.hook>`). Mutate the dict; it is ``state.hooks``."""
+        return self.state.hooks
 
-        Raises:
-            RepositoryNotFound: none there and not ``create``; UnsupportedFormatError: too new.
-        """
-        if self._repo is None:
-            with self._lock:
-                if self._repo is None:
-                    repo = Repository.open(self.store, create=create)
-                    check = getattr(self.store, "check_versioning", None)
-                    if check is not None:
-                        try:
-                            self.versioned = bool(check())
-                        except SnapstoreError:
-                            self.versioned = False
-                        if self.versioned:
-                            warnings.warn(
-                                f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
-                                "so garbage collection reclaims nothing without a noncurrent-version expiration "
-                                "rule (see infra/aws/README.md)", stacklevel=5)
-                    self._repo = repo
-        return self._repo
-
-    def _exists(self) -> bool:
-        """True if the location holds a repository (reads never create one)."""
-        try:
-            self._open(False)
-            return True
-        except RepositoryNotFound:
-            return False
+    @property
+    def versioned(self) -> bool:
+        """True if the bucket has versioning enabled (known once the repository is opened; a
+        warning is given then)."""
+        return self.state.versioned
 
     def close(self) -> None:
         """Release the manager's resources: its thread pool, and the store if the manager opened
         it itself (a store object passed as ``location`` is left open for its owner)."""
-        if self._repo is not None:
-            self._repo.close(close_store=self._owns_store)
-        elif self._owns_store:
-            self.store.close()
+        self.state.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-    def _hook(self, name: str, **info) -> None:
-        """Call test hook ``name`` (``self.hooks[name](**info)``) if one is set."""
-        fn = self.hooks.get(name)
-        if fn is not None:
-            fn(**info)
-
-    def _run_lock(self, run_id: str) -> threading.RLock:
-        """This manager's lock for run ``run_id`` (one per run: operations on a run take it).
-
-        Raises:
-            InvalidRunIdError: a bad run id.
-        """
-        check_run_id(run_id)
-        with self._lock:
-            lk = self._run_locks.get(run_id)
-            if lk is None:
-                lk = self._run_locks[run_id] = threading.RLock()
-            return lk
-
-    def _rk(self, run_id: str) -> str:
-        """The key segment of run ``run_id`` in this repository (opens the repository).
-
-        Raises:
-            InvalidRunIdError: a bad run id.
-        """
-        return self.repo.run_key(check_run_id(run_id))
 
     # ------------------------------------------------------------------------------------------
     # save (snapstore.manager.save)
@@ -233,29 +201,10 @@ class CheckpointManager:
         context read or saved it); otherwise it reads the head first (1 LIST + 1 GET, plus the
         segments of the head to dedup against), as a new manager does.
         """
-        return saving.save(self, run_id, messages, step=step, token_usage=token_usage,
+        return save.save(self, run_id, messages, step=step, token_usage=token_usage,
                            session_state=session_state, metrics=metrics, agent_id=agent_id, status=status,
                            metadata=metadata, checkpoint_id=checkpoint_id, parent_id=parent_id,
                            expect_head=expect_head)
-
-    SAVE_ATTEMPTS = saving.SAVE_ATTEMPTS
-    """Times ``save`` builds a checkpoint again (pack id taken, paused past half the GC grace
-    period, or, with ``parent_id``/``expect_head``, the run moved) before giving up."""
-
-    STALE_REBUILDS = saving.STALE_REBUILDS
-    """A save that paused longer than half the GC grace period after writing its pack is built
-    again at most this many times (see :data:`snapstore.manager.save.STALE_REBUILDS`)."""
-
-    READ_RETRIES = reading.READ_RETRIES
-    """Reads of a checkpoint that find a segment gone (merged and deleted by the run's writer
-    meanwhile) re-read the run's newest record and try again, at most this many times in all."""
-
-    BULK_LIST_MIN = reading.BULK_LIST_MIN
-    """``list(limit=...)`` above this (or no limit) reads the log in bulk
-    (:func:`snapstore.manager.history.scan_bulk`)."""
-
-    LOG_CACHE = publish.LOG_CACHE
-    """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
     # ------------------------------------------------------------------------------------------
     # read (snapstore.manager.read)
@@ -265,7 +214,7 @@ class CheckpointManager:
 
         Costs one LIST (limit 1) and one GET to find it, then the reads of its message tree.
         """
-        return reading.latest(self, run_id)
+        return read.latest(self, run_id)
 
     def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
         """Return checkpoint ``checkpoint_id`` of ``run_id``.
@@ -273,7 +222,7 @@ class CheckpointManager:
         Raises:
             CheckpointNotFound: no such checkpoint in the run.
         """
-        return reading.get(self, run_id, checkpoint_id)
+        return read.get(self, run_id, checkpoint_id)
 
     def head(self, run_id: str) -> CheckpointSummary | None:
         """Return the run's head checkpoint's metadata (its newest live checkpoint, after any
@@ -283,7 +232,7 @@ class CheckpointManager:
         Raises:
             InvalidRunIdError: a bad run id.
         """
-        return reading.head(self, run_id)
+        return read.head(self, run_id)
 
     def summary(self, run_id: str, checkpoint_id: str) -> CheckpointSummary:
         """Return checkpoint ``checkpoint_id``'s metadata without reading its messages (its
@@ -293,7 +242,7 @@ class CheckpointManager:
             InvalidRunIdError / InvalidCheckpointIdError: bad ids.
             CheckpointNotFound: no such live checkpoint in the run.
         """
-        return reading.summary(self, run_id, checkpoint_id)
+        return read.summary(self, run_id, checkpoint_id)
 
     def list(self, run_id: str, limit: int | None = None, *, metadata: dict | None = None,
              before_seq: int | None = None) -> list[CheckpointSummary]:
@@ -308,11 +257,11 @@ class CheckpointManager:
         Returns:
             A list of :class:`CheckpointSummary` (empty for an unknown run).
         """
-        return reading.list_checkpoints(self, run_id, limit, metadata=metadata, before_seq=before_seq)
+        return read.list_checkpoints(self, run_id, limit, metadata=metadata, before_seq=before_seq)
 
     def read_run(self, run_id: str) -> "runread.RunReader":
         """List the run's live checkpoints once and read any of them without listing again: a
-        :class:`~snapstore.runread.RunReader` (``.summaries`` newest first, as :meth:`list`;
+        :class:`~snapstore.manager.runread.RunReader` (``.summaries`` newest first, as :meth:`list`;
         ``.get(checkpoint_id)`` a :class:`Checkpoint`, as :meth:`get`, without its manifest
         GET, from the segments of the run's newest record fetched once). For reading most of a
         run; it does not change what the caller saw of the run.
@@ -342,14 +291,14 @@ class CheckpointManager:
             BucketNotFound, AccessDenied, CredentialsError, StoreError: a request failed.
             IntegrityError: a run's newest record is corrupt.
         """
-        return reading.runs(self)
+        return read.runs(self)
 
     def resume_point(self, run_id: str) -> tuple[object, Checkpoint] | None:
         """Return ``(step, checkpoint)`` to resume the run from, or None if it has no checkpoint.
 
         ``step`` is the step saved with the latest checkpoint, or its sequence number if none was saved.
         """
-        return reading.resume_point(self, run_id)
+        return read.resume_point(self, run_id)
 
     def get_resume_point(self, run_id: str) -> tuple[object, object, object] | None:
         """Return ``(step, session_state, metrics)`` of the run's latest checkpoint, or None if the
@@ -358,7 +307,7 @@ class CheckpointManager:
         ``step`` is as in :meth:`resume_point` (the saved step, else the log position); the state
         and metrics are what that checkpoint was saved with (None if none).
         """
-        return reading.get_resume_point(self, run_id)
+        return read.get_resume_point(self, run_id)
 
     # ------------------------------------------------------------------------------------------
     # log changes (snapstore.manager.rollback), retention (snapstore.manager.retention), fork (snapstore.manager.fork)
@@ -380,7 +329,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while rolling back; nothing was changed.
         """
-        return records.rollback(self, run_id, checkpoint_id, expect_head=expect_head)
+        return rollback.rollback(self, run_id, checkpoint_id, expect_head=expect_head)
 
     def delete(self, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
         """Delete one checkpoint, or (``checkpoint_id=None``) the whole run.
@@ -401,7 +350,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted.
         """
-        return records.delete(self, run_id, checkpoint_id, expect_head=expect_head)
+        return rollback.delete(self, run_id, checkpoint_id, expect_head=expect_head)
 
     def delete_many(self, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
         """Delete several checkpoints of one run at once (one scan of the run's log).
@@ -421,7 +370,7 @@ class CheckpointManager:
             ConflictError: the head is not what the caller saw / not ``expect_head``, or the run
                 moved while deleting its head; nothing was deleted then.
         """
-        return records.delete_many(self, run_id, checkpoint_ids, expect_head=expect_head)
+        return rollback.delete_many(self, run_id, checkpoint_ids, expect_head=expect_head)
 
     def retention_plan(self, run_id: str | None = None, **policy) -> list:
         """Decide, without deleting, which live checkpoints a retention policy keeps and why.
@@ -486,7 +435,7 @@ class CheckpointManager:
             CheckpointNotFound: no such source checkpoint.
             ConflictError: ``new_run_id`` already has live checkpoints.
         """
-        return forking.fork(self, run_id, checkpoint_id, new_run_id)
+        return fork.fork(self, run_id, checkpoint_id, new_run_id)
 
     def record_outcome(self, run_id: str, checkpoint_id: str | None, call_id: str, result) -> bool:
         """Record tool call ``call_id``'s result beside the checkpoint it started from, so that a
@@ -546,7 +495,7 @@ class CheckpointManager:
             RepositoryNotFound: the location holds no repository (a read never creates one).
         """
         from ..maintenance.verify import verify
-        return verify(self._open(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
+        return verify(self.state.repository(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,
            break_lock: bool = False, **options):
@@ -571,10 +520,10 @@ class CheckpointManager:
         from ..maintenance.gc import break_lock as _break, gc
         g = self.gc_grace_period if grace_period is None else grace_period
         if break_lock and not dry_run:
-            _break(self._open(False))
-        rep = gc(self._open(False), grace_period=g, dry_run=dry_run, progress=progress, **options)
+            _break(self.state.repository(False))
+        rep = gc(self.state.repository(False), grace_period=g, dry_run=dry_run, progress=progress, **options)
         if not dry_run:
-            self._views.clear()
+            self.state.views.clear()
         return rep
 
     def stats(self, prices: dict | None = None) -> dict:
@@ -585,5 +534,5 @@ class CheckpointManager:
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one)."""
         from ..maintenance.stats import stats
-        return stats(self._open(False), prices)
+        return stats(self.state.repository(False), prices)
 

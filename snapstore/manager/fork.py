@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from . import history, publish, save as saving, views
+from . import history, publish, views
 from .checkpoint import Checkpoint, make_checkpoint
+from .save import put_pack
 from ..repo.tiers import FORK_LEVEL, fork_copy
 from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed, SnapstoreError
 from ..format import keys
@@ -27,9 +28,9 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
     check_run_id(new_run_id)
     check_checkpoint_id(checkpoint_id)
     check_run_id(run_id)
-    if not mgr._exists():
+    if not mgr.state.exists():
         raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-    rk = mgr._rk(run_id)
+    rk = mgr.state.run_key(run_id)
     try:
         src = mgr.repo.find_checkpoint(rk, checkpoint_id)
     except CheckpointNotFound:
@@ -42,8 +43,8 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
     copy = None
     if mgr.repo.config.seg_fanout and (src.state or src.session_state_ref or src.session_state_tree):
         copy = fork_copy(mgr.repo, src)
-    with mgr._run_lock(new_run_id):
-        nrk = mgr._rk(new_run_id)
+    with mgr.state.run_lock(new_run_id):
+        nrk = mgr.state.run_key(new_run_id)
         newest = mgr.repo.head(nrk)
         if newest is not None and history.resolve(mgr.repo, nrk, newest) is not None:
             raise ConflictError(f"run {new_run_id!r} already exists")
@@ -65,7 +66,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
                      segs=([Seg(copy[0], FORK_LEVEL)] if copy else []) if mgr.repo.config.seg_fanout else None)
         mgr.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
         if copy is not None:
-            saving.put_pack(mgr.repo, copy[0], copy[1])
+            put_pack(mgr.repo, copy[0], copy[1])
             mgr.repo.remember_pack(*copy)
         try:
             data = mgr.repo.publish(nrk, m, revives=True)
@@ -77,7 +78,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
                     pass  # left for GC
             raise ConflictError(f"run {new_run_id!r} changed while forking") from None
         publish.after_publish(mgr, nrk, None, seq, data)
-        mgr._views.pop(new_run_id, None)
+        mgr.state.views.pop(new_run_id, None)
         v = views.load_view(mgr, new_run_id)
         msgs, ls = mgr.repo.load_with_state(m, v.head_segs)
         v.list_state = ls

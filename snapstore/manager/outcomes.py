@@ -47,13 +47,13 @@ def _anchor(mgr, run_id: str, checkpoint_id: str | None, create: bool) -> tuple[
     """``(run key, anchor)`` of a live checkpoint (or, for None, of the run's generation); None
     when reading and no repository exists (a run with no checkpoint)."""
     if checkpoint_id is None:
-        if not create and not mgr._exists():
+        if not create and not mgr.state.exists():
             return None
         _ = mgr.repo  # opened (created only when the manager creates repositories)
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         return rk, fo.generation_anchor(_generation(mgr, run_id, rk))
     s = mgr.summary(run_id, checkpoint_id)  # CheckpointNotFound for a gone one
-    return mgr._rk(run_id), fo.checkpoint_anchor(s.seq, mgr.repo.checkpoint_key(checkpoint_id))
+    return mgr.state.run_key(run_id), fo.checkpoint_anchor(s.seq, mgr.repo.checkpoint_key(checkpoint_id))
 
 
 def record_outcome(mgr, run_id: str, checkpoint_id: str | None, call_id: str, result) -> bool:
@@ -93,9 +93,9 @@ def read_outcomes(mgr, run_id: str, checkpoint_id: str | None) -> dict:
         check_checkpoint_id(checkpoint_id)
     infos = None
     seq = seq_hint(checkpoint_id) if checkpoint_id is not None else None
-    if seq is not None and mgr._exists():
+    if seq is not None and mgr.state.exists():
         # a generated id names its position: list beside the liveness check (one round trip less)
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         guess = fo.checkpoint_anchor(seq, mgr.repo.checkpoint_key(checkpoint_id))
         pool = ThreadPoolExecutor(2)
         try:

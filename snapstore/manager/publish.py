@@ -35,7 +35,7 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> N
     if (seq + 1) % 16 == 0:
         known = cache or {seq: data}
         started = None
-        if getattr(mgr, "compact_log", False):
+        if mgr.compact_log:
             try:  # the stubs' LIST and segment GET go beside the new segment's PUT (§14)
                 started = prefetch(mgr.repo, rk, seq)
             except SnapstoreError:
@@ -59,7 +59,7 @@ def append_record(mgr, run_id: str, rk: str, make) -> Manifest:
         m = make(seq, newest)
         try:
             data = mgr.repo.publish(rk, m)
-            after_publish(mgr, rk, mgr._views.get(m.run_id), seq, data)
+            after_publish(mgr, rk, mgr.state.views.get(m.run_id), seq, data)
             return m
         except PreconditionFailed:
             continue
@@ -74,5 +74,5 @@ def publish_record(mgr, run_id: str, rk: str, newest: Manifest | None, m: Manife
     except PreconditionFailed:
         raise ConflictError(f"run {run_id!r} changed while checking it for {what} (another writer saved, "
                             "rolled back or deleted); read the head again and retry") from None
-    after_publish(mgr, rk, mgr._views.get(run_id), m.seq, data)
+    after_publish(mgr, rk, mgr.state.views.get(run_id), m.seq, data)
     return m

@@ -25,10 +25,10 @@ from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 def latest(mgr, run_id: str) -> Checkpoint | None:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.latest` (arguments, return value and
     errors as documented there)."""
-    with mgr._run_lock(run_id):
-        if not mgr._exists():
+    with mgr.state.run_lock(run_id):
+        if not mgr.state.exists():
             # nothing there yet: remember that this manager saw the run empty
-            mgr._views[run_id] = views.RunView(head_seq=None, head=None, loaded=True, confirmed_at=mgr._clock())
+            mgr.state.views[run_id] = views.RunView(head_seq=None, head=None, loaded=True, confirmed_at=mgr.state.clock())
             views.saw(mgr, run_id, None, None, None)
             return None
         v = views.load_view(mgr, run_id)
@@ -57,14 +57,14 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.get` (arguments, return value and
     errors as documented there)."""
     check_checkpoint_id(checkpoint_id)
-    with mgr._run_lock(run_id):
-        if not mgr._exists():
+    with mgr.state.run_lock(run_id):
+        if not mgr.state.exists():
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         # format 2: the run's newest record lists the segments holding every checkpoint's
         # entries (an older record's list may name packs merged away since): read it beside
         f_view = None
-        v = mgr._views.get(run_id)
+        v = mgr.state.views.get(run_id)
         if v is None or not v.loaded:
             f_view = mgr.repo.pool.submit(views.load_view, mgr, run_id)
         try:
@@ -74,7 +74,7 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
         finally:
             if f_view is not None:
                 f_view.result()
-        v = mgr._views.get(run_id)
+        v = mgr.state.views.get(run_id)
         segs = v.head_segs if v is not None and v.head_segs else None
         for attempt in range(mgr.READ_RETRIES):
             try:
@@ -84,7 +84,7 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
                 if attempt == mgr.READ_RETRIES - 1:
                     raise
                 segs = views.load_view(mgr, run_id).head_segs or None
-        v = mgr._views.get(run_id)
+        v = mgr.state.views.get(run_id)
         if v is not None and v.loaded and v.head is not None and v.head.checkpoint_id == m.checkpoint_id:
             v.list_state = ls
             views.saw_view(mgr, run_id, v)  # the caller read the head: it may continue from it
@@ -101,11 +101,11 @@ def head(mgr, run_id: str) -> CheckpointSummary | None:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.head` (arguments, return value and
     errors as documented there)."""
     check_run_id(run_id)
-    if not mgr._exists():
+    if not mgr.state.exists():
         return None
-    rk = mgr._rk(run_id)
+    rk = mgr.state.run_key(run_id)
     m = history.resolve(mgr.repo, rk, mgr.repo.head(rk))
-    return None if m is None else CheckpointSummary._from(m)
+    return None if m is None else CheckpointSummary.from_manifest(m)
 
 
 def summary(mgr, run_id: str, checkpoint_id: str) -> CheckpointSummary:
@@ -113,10 +113,10 @@ def summary(mgr, run_id: str, checkpoint_id: str) -> CheckpointSummary:
     errors as documented there)."""
     check_run_id(run_id)
     check_checkpoint_id(checkpoint_id)
-    if not mgr._exists():
+    if not mgr.state.exists():
         raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
     try:
-        return CheckpointSummary._from(mgr.repo.find_checkpoint(mgr._rk(run_id), checkpoint_id))
+        return CheckpointSummary.from_manifest(mgr.repo.find_checkpoint(mgr.state.run_key(run_id), checkpoint_id))
     except CheckpointNotFound:
         raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
 
@@ -131,9 +131,9 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
         raise InvalidInputError(f"before_seq must be a non-negative integer, got {before_seq!r}")
     out = []
     check_run_id(run_id)
-    if limit == 0 or not mgr._exists():
+    if limit == 0 or not mgr.state.exists():
         return out
-    rk = mgr._rk(run_id)
+    rk = mgr.state.run_key(run_id)
     if limit is not None and limit <= mgr.BULK_LIST_MIN:
         scan = history.scan(mgr.repo, rk, below=before_seq)
     else:
@@ -143,7 +143,7 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
             md = m.fields.get("metadata")
             if not isinstance(md, dict) or any(k not in md or md[k] != val for k, val in metadata.items()):
                 continue
-        out.append(CheckpointSummary._from(m))
+        out.append(CheckpointSummary.from_manifest(m))
         if limit is not None and len(out) >= limit:
             break
     return out
@@ -156,7 +156,7 @@ def runs(mgr) -> list[str]:
 
     ex = ThreadPoolExecutor(2, thread_name_prefix="snapstore-runs-list")
     # a new manager finds out whether a repository exists beside the listings
-    opened = ex.submit(mgr._exists) if mgr._repo is None else None
+    opened = ex.submit(mgr.state.exists) if mgr.state.opened is None else None
     marks = ex.submit(runmarks.list_marks, mgr.store)  # run markers (§13), beside runs/
     ex.shutdown(wait=False)
     try:
@@ -208,7 +208,8 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
     record, queued behind the remaining LISTs on one pool of ``store.max_concurrency``
     threads, so n runs take about ``2n / max_concurrency`` sequential round trips. A ``b`` key
     segment is decoded to the run id; an ``h`` (hashed) one takes it from the manifest
-    (``read_manifest_key`` checks that they agree). ``opened``: a future of :meth:`CheckpointManager._exists`
+    (``read_manifest_key`` checks that they agree). ``opened``: a future of
+    :meth:`~snapstore.manager.state.ManagerState.exists`
     still running; GETs wait for it and are skipped when it is False.
 
     The GET is skipped when this manager already read the same head object: what a
@@ -219,7 +220,7 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
     Raises:
         StoreError (and subclasses), IntegrityError: as :meth:`snapstore.manager.facade.CheckpointManager.runs`.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from ..format.ids import decode_name_key
     from ..stores.base import max_concurrency
@@ -227,7 +228,7 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
     if not rks:
         return []
     store = mgr.store
-    seen = mgr.__dict__.setdefault("_runs_seen", {})  # run key -> (head key, ETag, run id | None)
+    seen = mgr.state.runs_seen  # run key -> (head key, ETag, run id | None)
 
     def run_id(rk: str, m: Manifest) -> str:
         if rk.startswith("b"):
@@ -255,12 +256,10 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
             seen[rk] = (key, etag, got)
         return got
 
-    class _Known:  # a head answered from ``seen``: a done "future"
-        def __init__(mgr, value):
-            mgr.value = value
-
-        def result(mgr):
-            return mgr.value
+    def known_head(value: str | None) -> Future:  # a head answered from ``seen``: a done future
+        fut: Future = Future()
+        fut.set_result(value)
+        return fut
 
     lock = threading.Lock()
     futures: list = []
@@ -269,7 +268,7 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
         for info in store.list(keys.manifests_prefix(rk), limit=1):
             known = seen.get(rk)
             if known is not None and known[:2] == (info.key, info.etag) and info.etag and opened is None:
-                fut = _Known(known[2])
+                fut = known_head(known[2])
             else:
                 fut = pool.submit(read_head, rk, info.key, info.etag)
             with lock:

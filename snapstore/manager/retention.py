@@ -243,13 +243,13 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
     errors as documented there)."""
     pol = Policy.make(**policy)
     now = datetime.now(timezone.utc)
-    if not mgr._exists():
+    if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
     out = []
     for r in runs:
-        rk = mgr._rk(r)
-        out.extend(plan([CheckpointSummary._from(m) for _, _, m in history.scan(mgr.repo, rk)], pol, now))
+        rk = mgr.state.run_key(r)
+        out.extend(plan([CheckpointSummary.from_manifest(m) for _, _, m in history.scan(mgr.repo, rk)], pol, now))
     return out
 
 
@@ -265,15 +265,15 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
                   keep_yearly=keep_yearly)
     pol = Policy.make(**policy)
     now = datetime.now(timezone.utc)
-    if not mgr._exists():
+    if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
     gone: list[CheckpointSummary] = []
     for r in runs:
-        with mgr._run_lock(r):
-            rk = mgr._rk(r)
+        with mgr.state.run_lock(r):
+            rk = mgr.state.run_key(r)
             live = [m for _, _, m in history.scan(mgr.repo, rk)]
-            decisions = plan([CheckpointSummary._from(m) for m in live], pol, now)
+            decisions = plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
             if needed is not None:
                 needed.extend(d for d in decisions if d.keep and all(r.startswith("needed by ") for r in d.reasons))
             doomed = [m for m, d in zip(live, decisions) if not d.keep]
@@ -283,10 +283,10 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
                 # deleting the head is conditional on the caller's view of the run (if any)
                 check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
                 rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
-                mgr._views.pop(r, None)
+                mgr.state.views.pop(r, None)
                 if rec is not None and check is not None:
                     views.saw_record(mgr, r, rk, rec)
-            gone.extend(CheckpointSummary._from(m) for m in doomed)
+            gone.extend(CheckpointSummary.from_manifest(m) for m in doomed)
     return gone
 
 
@@ -325,4 +325,4 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
             del live[:excess]
     except SnapstoreError as e:
         v.live = None
-        warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=5)
+        warnings.warn(f"run {run_id!r}: could not apply max_checkpoints: {e}", stacklevel=6)

@@ -26,10 +26,10 @@ def rollback(mgr, run_id: str, checkpoint_id: str, *, expect_head=None) -> Check
     errors as documented there)."""
     check_checkpoint_id(checkpoint_id)
     exp = views.expect(expect_head)
-    with mgr._run_lock(run_id):
-        if not mgr._exists():
+    with mgr.state.run_lock(run_id):
+        if not mgr.state.exists():
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "rollback")
         newest = mgr.repo.head(rk)
         if check is not None:
@@ -64,14 +64,14 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete` (arguments, return value and
     errors as documented there)."""
     exp = views.expect(expect_head)
-    with mgr._run_lock(run_id):
+    with mgr.state.run_lock(run_id):
         if checkpoint_id is not None:
             check_checkpoint_id(checkpoint_id)
-        if not mgr._exists():
+        if not mgr.state.exists():
             if checkpoint_id is None:
                 raise RunNotFound(f"run {run_id!r} not found")
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "delete")
         if checkpoint_id is None:
             newest = mgr.repo.head(rk)
@@ -82,7 +82,7 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
             if check is not None:
                 check(newest)
             tomb = delete_run(mgr, run_id, rk, newest if check is not None else None)
-            mgr._views.pop(run_id, None)
+            mgr.state.views.pop(run_id, None)
             views.saw(mgr, run_id, None, tomb.seq, tomb.write_id)
         else:
             check_checkpoint_id(checkpoint_id)
@@ -93,7 +93,7 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
             except CheckpointNotFound:
                 raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
             rec = delete_checkpoints(mgr, run_id, rk, [(m.seq, checkpoint_id)], check)
-            mgr._views.pop(run_id, None)
+            mgr.state.views.pop(run_id, None)
             if rec is not None:
                 views.saw_record(mgr, run_id, rk, rec)
 
@@ -103,17 +103,17 @@ def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[s
     errors as documented there)."""
     exp = views.expect(expect_head)
     wanted = {check_checkpoint_id(c) for c in checkpoint_ids}
-    with mgr._run_lock(run_id):
-        if not wanted or not mgr._exists():
+    with mgr.state.run_lock(run_id):
+        if not wanted or not mgr.state.exists():
             return []
-        rk = mgr._rk(run_id)
+        rk = mgr.state.run_key(run_id)
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "delete")
         if exp is not None:
             check(mgr.repo.head(rk))
         doomed = [(s, c) for s, c, _ in history.scan_bulk(mgr.repo, rk) if c in wanted]
         if doomed:
             rec = delete_checkpoints(mgr, run_id, rk, doomed, check)
-            mgr._views.pop(run_id, None)
+            mgr.state.views.pop(run_id, None)
             if rec is not None:
                 views.saw_record(mgr, run_id, rk, rec)
         return [c for _, c in doomed]

@@ -37,13 +37,13 @@ class RunReader:
         check_run_id(run_id)
         self.run_id = run_id
         self._mgr = mgr
-        ms = [] if not mgr._exists() else [m for _s, _cid, m in logscan.scan_bulk(mgr.repo, mgr._rk(run_id))]
+        ms = [] if not mgr.state.exists() else [m for _s, _cid, m in logscan.scan_bulk(mgr.repo, mgr.state.run_key(run_id))]
         self._by_id = {}
         for m in ms:  # newest first: a checkpoint id saved twice resolves to its newest record
             self._by_id.setdefault(m.checkpoint_id, m)
         self._segs = ms[0].segment_list() if ms else None  # the newest record's: covers the run
         self._fetched = False
-        self.summaries = [CheckpointSummary._from(m) for m in ms]
+        self.summaries = [CheckpointSummary.from_manifest(m) for m in ms]
 
     def get(self, checkpoint_id: str) -> Checkpoint:
         """Return checkpoint ``checkpoint_id`` (its newest record, if the id was saved twice) with

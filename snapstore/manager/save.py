@@ -12,9 +12,11 @@ manager (``mgr``).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from . import callers, history, publish, retention, views
+from .callers import Seen
 from ..repo.log import runmarks
 from ..repo.tiers import plan_save
 from ..errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
@@ -46,28 +48,28 @@ def save(mgr, run_id: str, messages: list, *, step=None, token_usage=None, sessi
     for k, v in fields.items():
         validate(v, k)
     check_record_size(fields)
-    if mgr._repo is None:
+    if mgr.state.opened is None:
         # the first write into an empty location must not create the repository for bad input
         try:
-            mgr._open(False)
+            mgr.state.repository(False)
         except RepositoryNotFound:
             for i, msg in enumerate(messages):
                 validate(msg, f"messages[{i}]")
             validate(session_state, "session_state")
-    with mgr._run_lock(run_id):
-        seen = callers.seen(mgr, run_id)
-        v0 = mgr._views.get(run_id)
+    with mgr.state.run_lock(run_id):
+        args = SaveArgs(run_id, messages, fields, session_state, checkpoint_id, parent_id, exp,
+                        callers.seen(mgr, run_id))
+        v0 = mgr.state.views.get(run_id)
         cached = v0 is not None and v0.loaded  # built on a head this manager knew before the call
         stale = 0
         for attempt in range(mgr.SAVE_ATTEMPTS):
             try:
-                return save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, parent_id,
-                                       exp, seen, late_ok=stale >= mgr.STALE_REBUILDS)
+                return save_once(mgr, args, late_ok=stale >= mgr.STALE_REBUILDS)
             except _Stale:
                 stale += 1
                 continue  # build again with a new pack (fresh view if the run changed)
             except _PackIdCollision:
-                v = mgr._views.get(run_id)
+                v = mgr.state.views.get(run_id)
                 if v is not None:
                     v.pending = None  # that pack id belongs to another pack: no attempt of ours used it
                 continue  # build again (new pack id)
@@ -107,62 +109,287 @@ and the save publishes anyway, with a RuntimeWarning (a GC with that grace perio
 beside this writer)."""
 
 
-def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, parent_id, exp=None,
-              seen=None, late_ok=False) -> str:
-    t_start = mgr._clock()
-    repo = mgr.repo
-    rk = repo.run_key(run_id)
-    v = views.view(mgr, run_id)
-    if exp is not None and (v.head.checkpoint_id if v.head else None) != exp[0]:
-        v = views.load_view(mgr, run_id)  # the cached head may be older than the caller's knowledge
-    views.conflict_if_moved(run_id, v, exp, seen if parent_id is None else None)
-    if parent_id is not None:
-        if v.head is not None and v.head.checkpoint_id == parent_id:
-            pm = v.head
-            ls = v.list_state
+@dataclass(frozen=True)
+class SaveArgs:
+    """One save as its caller asked for it, validated (what every attempt of it builds on).
+
+    Attributes:
+        run_id: the run. messages: the full message list (JSON values).
+        fields: ``{"step", "token_usage", "metrics", "agent_id", "status", "metadata"}``.
+        session_state: a JSON value or None. checkpoint_id / parent_id: as given to ``save``.
+        expect: :func:`snapstore.manager.views.expect` of ``expect_head`` (None: none given).
+        seen: what the calling context last saw of the run (:class:`~snapstore.manager.callers.Seen`
+            or None), read under the run's lock.
+    """
+
+    run_id: str
+    messages: list
+    fields: dict
+    session_state: object
+    checkpoint_id: str | None
+    parent_id: str | None
+    expect: tuple | None = None
+    seen: Seen | None = None
+
+
+def save_once(mgr, args: SaveArgs, late_ok: bool = False) -> str:
+    """One attempt of a save, in write order: decide the parent, prepare, write the index record
+    and the data, re-check the run (GC safety), publish the manifest, update the view.
+
+    Args:
+        mgr: the manager (the caller holds the run's lock). args: the save.
+        late_ok: publish even if the attempt paused longer than half the GC grace period after
+            writing its pack (with a RuntimeWarning, once per manager).
+    Returns:
+        The new checkpoint's id.
+    Raises:
+        ConflictError: the run moved (see :meth:`~snapstore.manager.facade.CheckpointManager.save`).
+        PreconditionFailed: the log position was taken and the caller's loop decides (explicit
+            parent or expected head, or no view). _Stale / _PackIdCollision: build it again.
+    """
+    attempt = _Attempt(mgr, args)
+    list_state = attempt.choose_parent()
+    attempt.prepare(list_state)
+    attempt.write_data()
+    attempt.recheck_run()
+    attempt.check_pause(late_ok)
+    data = attempt.publish()
+    return attempt.finish(data)
+
+
+class _Attempt:
+    """The steps of one save attempt (:func:`save_once` runs them in order) and what they share: the run's view,
+    the parent checkpoint, the pending save, what was written (for :meth:`undo`) and when."""
+
+    def __init__(self, mgr, args: SaveArgs):
+        self.mgr, self.args = mgr, args
+        self.started = mgr.state.clock()  # monotonic s
+        self.repo = mgr.repo
+        self.rk = self.repo.run_key(args.run_id)
+        self.view: views.RunView | None = None
+        self.parent: Manifest | None = None
+        self.pending: views.PendingSave | None = None
+        self.revives = False    # first checkpoint, or one after a tombstone: run markers (§13)
+        self.mark_put = None    # future of the run marker's write, or None
+        self.indexed = False    # the index record is ours
+        self.wrote_pack = False
+        self.packed_at = 0.0    # monotonic s when the pack writes began
+
+    def choose_parent(self):
+        """The view, the conflict check, and the parent (``self.parent``: the head, or
+        ``parent_id``); returns the parent's message-list writer state (None: no parent)."""
+        args, repo, rk = self.args, self.repo, self.rk
+        v = views.view(self.mgr, args.run_id)
+        if args.expect is not None and (v.head.checkpoint_id if v.head else None) != args.expect[0]:
+            v = views.load_view(self.mgr, args.run_id)  # the cached head may be older than the caller's knowledge
+        views.conflict_if_moved(args.run_id, v, args.expect, args.seen if args.parent_id is None else None)
+        self.view = v
+        if args.parent_id is not None and not (v.head is not None and v.head.checkpoint_id == args.parent_id):
+            pm, ls = repo.find_checkpoint(rk, args.parent_id), None
         else:
-            pm = repo.find_checkpoint(rk, parent_id)
-            ls = None
-    else:
-        pm = v.head
-        ls = v.list_state
-    if ls is None and pm is not None:
+            pm, ls = v.head, v.list_state
+        self.parent = pm
+        if ls is None and pm is not None:
+            try:
+                repo.prefetch_segments(v.head_segs or pm.segment_list())
+                ls = repo.list_state(pm)
+            except ObjectNotFound:
+                # this manager's view of the run may be stale: another writer merged the segments it
+                # names into a tier pack and deleted them. If the run moved, decide again on the new
+                # head (the save loop reads it); if not, the parent's data is missing
+                newest = repo.head(rk)
+                if (newest.write_id if newest else None) == v.head_write_id and \
+                        (newest.seq if newest else None) == v.head_seq:
+                    raise
+                raise PreconditionFailed(keys.manifest_key(rk, seq_of(v)), f"run {args.run_id!r} moved since "
+                                         "this manager last saw it (its segments were merged)") from None
+        return ls
+
+    def prepare(self, list_state) -> None:
+        """Prepare the save on the parent (or take the pending one a retry repeats), fill in its
+        manifest, and record it as the view's pending save."""
+        args, repo, v, pm = self.args, self.repo, self.view, self.parent
+        prep = repo.prepare_save(list_state, args.messages, args.session_state, args.session_state is not None,
+                                 pm.session_state_tree if pm else None)
+        ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
+        with any_int_digits():  # repr of a field holding an int of more than 4,300 digits
+            fingerprint = (prep.state.digest_hex(), prep.state.count, repr(args.fields), args.checkpoint_id,
+                           args.parent_id, ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
+        seq = seq_of(v)
+        if v.pending is not None and v.pending.fingerprint == fingerprint and v.pending.manifest.seq == seq:
+            # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
+            # first attempt may have written and its manifest names: the segment list, the state
+            # hints and the pack all stay the first attempt's (a new pack id here left the landed
+            # manifest's segments without the pack the writer's later hints name)
+            m, tier, superseded, prep = (v.pending.manifest, v.pending.tier, v.pending.superseded,
+                                         v.pending.prepared)
+        else:
+            if prep.pack_id is not None:
+                repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
+            m = Manifest(kind=KIND_CHECKPOINT, run_id=args.run_id, seq=seq, write_id=new_write_id(),
+                         created=datetime.now(timezone.utc), checkpoint_id=args.checkpoint_id or new_checkpoint_id(seq),
+                         parent_id=pm.checkpoint_id if pm else None, fields=args.fields)
+            # format 2: the run's segment list, merging a tier when this save completes one
+            m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id, prep.state.ids or ())
+            if tier is not None:
+                repo.remember_pack(*tier)
+        _describe(repo, m, prep, pm, v)
+        self.pending = v.pending = views.PendingSave(fingerprint, m, tier, superseded, prep)
+        self.mgr.state.hook("after_prepare", run_id=args.run_id, seq=seq, prepared=prep)
+
+    def write_data(self) -> None:
+        """Write the index record, then the run marker (if needed), the pack and the tier pack
+        (beside each other), before the manifest names them."""
+        repo, rk, m, prep, tier = self.repo, self.rk, self.pending.manifest, self.pending.prepared, self.pending.tier
+        # index record first (a refused duplicate id writes nothing), then data, then the manifest
+        self.indexed = repo.write_index(rk, m.checkpoint_id, m.seq, m.write_id)
+        self.revives = self.view.head is None
+        # the run marker it needs (most saves need none: no pool task for them), beside the pack
+        self.mark_put = (repo.pool.submit(runmarks.before_publish, repo.store, rk, m, self.revives)
+                         if runmarks.marks_record(m, self.revives) else None)
+        self.packed_at = self.mgr.state.clock()
+        # the tier pack (if this save completes a tier) is written beside the save's own pack
+        tier_put = repo.pool.submit(put_pack, repo, tier[0], tier[1]) if tier is not None else None
         try:
-            repo.prefetch_segments(v.head_segs or pm.segment_list())
-            ls = repo.list_state(pm)
-        except ObjectNotFound:
-            # this manager's view of the run may be stale: another writer merged the segments it
-            # names into a tier pack and deleted them. If the run moved, decide again on the new
-            # head (the save loop reads it); if not, the parent's data is missing
+            if prep.pack_bytes is not None:
+                put_pack(repo, prep.pack_id, prep.pack_bytes)
+                self.wrote_pack = True
+        finally:
+            if tier_put is not None:
+                tier_put.result()
+        self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq, pack_id=prep.pack_id)
+
+    def undo(self) -> None:
+        """A definite conflict: nothing references this attempt's index record or packs; remove
+        them (best effort: what is left is GC's) and forget the pending save."""
+        v, repo, p = self.view, self.repo, self.pending
+        v.pending = None
+        v.loaded = False
+        try:
+            runmarks.abandon(repo.store, self.mark_put.result() if self.mark_put is not None else None)
+        except SnapstoreError:
+            pass
+        junk = [keys.index_key(self.rk, repo.checkpoint_key(p.manifest.checkpoint_id))] if self.indexed else []
+        if self.wrote_pack:
+            junk.append(keys.pack_key(p.prepared.pack_id))
+        if p.tier is not None:
+            junk.append(keys.pack_key(p.tier[0]))
+        if junk:
+            try:
+                repo.store.delete_many(junk)
+            except SnapstoreError:
+                pass  # left for GC
+
+    def recheck_run(self) -> None:
+        """GC safety: if the view is older than half the grace period (or ``VIEW_TTL``), read the
+        run's head again: the parent (and so the data deduplicated against) must still exist and
+        the run be the one known (same newest record, not a re-created run); else undo and
+        raise ConflictError."""
+        mgr, repo, rk, v, pm, m = self.mgr, self.repo, self.rk, self.view, self.parent, self.pending.manifest
+        clock = mgr.state.clock
+        # a view older than VIEW_TTL may be of a record whose successors were removed since, their
+        # positions freed (docs/format.md §15), whatever the grace period: read the head again
+        fresh = min(mgr.gc_grace_period / 2, VIEW_TTL)
+        if clock() - v.confirmed_at > fresh or (self.args.parent_id is not None and clock() - self.started > fresh):
             newest = repo.head(rk)
-            if (newest.write_id if newest else None) == v.head_write_id and \
-                    (newest.seq if newest else None) == v.head_seq:
+            same = (newest.write_id if newest else None) == v.head_write_id and \
+                (newest.seq if newest else None) == v.head_seq
+            landed = newest is not None and newest.seq == m.seq and newest.write_id == m.write_id
+            if landed:
+                same = True  # an earlier attempt of this very save landed (its reply was lost): publish reads it back
+            elif same and pm is not None and self.args.parent_id is not None:
+                try:
+                    same = repo.read_manifest_key(keys.manifest_key(rk, pm.seq)).write_id == pm.write_id
+                except ObjectNotFound:
+                    same = False
+            if not same:
+                self.undo()
+                raise ConflictError(f"run {self.args.run_id!r} changed since this manager last saw it "
+                                    "(re-checked before publishing); call latest() and retry")
+            v.confirmed_at = clock()
+
+    def check_pause(self, late_ok: bool) -> None:
+        """An attempt that paused longer than half the grace period after writing its pack may
+        have a pack GC counts as a deletion candidate: undo and raise _Stale (build again), or,
+        with ``late_ok``, warn once per manager and go on."""
+        mgr = self.mgr
+        clock = mgr.state.clock
+        # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
+        # so no pack can turn into a deletion candidate while this save is in flight: the rule
+        # below does not apply (with it, every save was "stale": any time elapsed is > 0).
+        if mgr.gc_grace_period > 0 and clock() - self.packed_at > mgr.gc_grace_period / 2:
+            if not late_ok:
+                self.undo()
+                raise _Stale()
+            if not mgr.state.warned_grace:
+                mgr.state.warned_grace = True
+                warnings.warn(f"gc_grace_period={mgr.gc_grace_period:g} s is shorter than twice the time a save "
+                              f"takes here ({clock() - self.packed_at:.3g} s from pack to publish): saves publish "
+                              "anyway, and a GC with that grace period must not run beside this writer",
+                              RuntimeWarning, stacklevel=6)
+
+    def publish(self) -> bytes:
+        """The create-only write of the manifest at the view's next log position; returns the
+        record's bytes. A slow reply (more than ``VIEW_TTL`` after the view) is acknowledged only
+        if no newer record exists or the next one continues it (:func:`newer_than_ours`)."""
+        mgr, args, v, m = self.mgr, self.args, self.view, self.pending.manifest
+        mgr.state.hook("before_publish", run_id=args.run_id, seq=m.seq, manifest=m)
+        viewed_at = v.confirmed_at
+        try:
+            data = self.repo.publish(self.rk, m, self.revives,
+                                     self.mark_put.result() if self.mark_put is not None else None)
+        except PreconditionFailed:
+            self.undo()
+            if args.parent_id is not None or args.expect is not None or args.seen is None:
+                raise  # the caller's save loop decides: move to the new head and retry, or conflict
+            raise ConflictError(f"run {args.run_id!r} changed: another writer saved, rolled back or deleted "
+                                f"checkpoints after the one this save continues (log position {m.seq} is "
+                                "taken); call latest() and retry, or fork() the run") from None
+        if mgr.state.clock() - viewed_at > VIEW_TTL:
+            # slow: more than VIEW_TTL passed between this writer's view of the run and the reply to
+            # its create-only write, so its position may have been freed and taken (§15)
+            try:
+                newer_than_ours(mgr, self.rk, m)
+            except ConflictError:
+                v.pending = None
+                v.loaded = False
                 raise
-            raise PreconditionFailed(keys.manifest_key(rk, seq_of(v)), f"run {run_id!r} moved since this "
-                                     "manager last saw it (its segments were merged)") from None
-    prep = repo.prepare_save(ls, messages, session_state, session_state is not None,
-                             pm.session_state_tree if pm else None)
-    ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
-    with any_int_digits():  # repr of a field holding an int of more than 4,300 digits
-        fingerprint = (prep.state.digest_hex(), prep.state.count, repr(fields), checkpoint_id, parent_id,
-                       ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
-    seq = seq_of(v)
-    if v.pending is not None and v.pending[0] == fingerprint and v.pending[1].seq == seq:
-        # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
-        # first attempt may have written and its manifest names: the segment list, the state
-        # hints and the pack all stay the first attempt's (a new pack id here left the landed
-        # manifest's segments without the pack the writer's later hints name)
-        m, tier, superseded, prep = v.pending[1], v.pending[2], v.pending[3], v.pending[4]
-    else:
-        if prep.pack_id is not None:
-            repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
-        m = Manifest(kind=KIND_CHECKPOINT, run_id=run_id, seq=seq, write_id=new_write_id(),
-                     created=datetime.now(timezone.utc), checkpoint_id=checkpoint_id or new_checkpoint_id(seq),
-                     parent_id=pm.checkpoint_id if pm else None, fields=fields)
-        # format 2: the run's segment list, merging a tier when this save completes one
-        m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id, prep.state.ids or ())
-        if tier is not None:
-            repo.remember_pack(*tier)
+        return data
+
+    def finish(self, data: bytes) -> str:
+        """After publishing: the view's head is the new record; log segments, the merged packs'
+        deletion, the caller's view, ``max_checkpoints``. Returns the checkpoint id."""
+        mgr, repo, rk, v, p = self.mgr, self.repo, self.rk, self.view, self.pending
+        m = p.manifest
+        if v.head is not None and v.head_seq is not None and v.head.seq != v.head_seq:
+            runmarks.after_rollback_head(repo.store, rk, v.head_seq)  # the newest record was a rollback
+        v.pending = None
+        v.head_seq = m.seq
+        v.head_write_id = m.write_id
+        v.head_segs = m.segs
+        v.head = m
+        publish.after_publish(mgr, rk, v, m.seq, data)
+        if p.superseded:
+            # the packs merged into the tier pack: the new record's segments hold their entries
+            # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
+            # delete is left for GC (no newest record lists them)
+            try:
+                repo.store.delete_many([keys.pack_key(x) for x in p.superseded])
+            except SnapstoreError:
+                pass
+        v.confirmed_at = mgr.state.clock()
+        views.saw(mgr, self.args.run_id, m.checkpoint_id, m.seq, m.write_id)
+        v.list_state = p.prepared.state
+        if v.live is not None:
+            v.live.append((m.seq, m.checkpoint_id, retention.needs_of(m.fields.get("metadata"))))
+        if mgr.max_checkpoints is not None:
+            retention.enforce_max(mgr, self.args.run_id, rk, v)
+        return m.checkpoint_id
+
+
+def _describe(repo: Repository, m: Manifest, prep, pm: Manifest | None, v: views.RunView) -> None:
+    """Fill in what manifest ``m`` says of the prepared save ``prep`` (session state, count, size,
+    digest, exactness, ``messages.a``, state hints), ``pm`` being its parent and ``v`` the view."""
     m.session_state = prep.session_state_inline
     m.session_state_ref = prep.session_state_ref
     m.session_state_tree = prep.session_state_tree
@@ -186,127 +413,6 @@ def save_once(mgr, run_id, messages, fields, session_state, checkpoint_id, paren
         up = prep.state.spine.upper
         if up is not None and up[1] != prep.state.state[1]:
             m.state.append(up[1].hex())  # prefetch hint: the upper entry's pack
-    v.pending = (fingerprint, m, tier, superseded, prep)
-    mgr._hook("after_prepare", run_id=run_id, seq=seq, prepared=prep)
-    # index record first (a refused duplicate id writes nothing), then data, then the manifest
-    indexed = repo.write_index(rk, m.checkpoint_id, seq, m.write_id)
-    wrote_pack = False
-    revives = v.head is None  # a first checkpoint, or one after a tombstone: run markers (§13)
-    # the run marker it needs (most saves need none: no pool task for them), beside the pack
-    mark_put = (repo.pool.submit(runmarks.before_publish, repo.store, rk, m, revives)
-                if runmarks.marks_record(m, revives) else None)
-
-    def undo() -> None:
-        # a definite conflict: nothing references our index record or pack, remove them
-        v.pending = None
-        v.loaded = False
-        try:
-            runmarks.abandon(repo.store, mark_put.result() if mark_put is not None else None)
-        except SnapstoreError:
-            pass
-        junk = [keys.index_key(rk, repo.checkpoint_key(m.checkpoint_id))] if indexed else []
-        if wrote_pack:
-            junk.append(keys.pack_key(prep.pack_id))
-        if tier is not None:
-            junk.append(keys.pack_key(tier[0]))
-        if junk:
-            try:
-                repo.store.delete_many(junk)
-            except SnapstoreError:
-                pass  # left for GC
-    t_pack = mgr._clock()
-    # the tier pack (if this save completes a tier) is written beside the save's own pack
-    tier_put = repo.pool.submit(put_pack, repo, tier[0], tier[1]) if tier is not None else None
-    try:
-        if prep.pack_bytes is not None:
-            put_pack(repo, prep.pack_id, prep.pack_bytes)
-            wrote_pack = True
-    finally:
-        if tier_put is not None:
-            tier_put.result()
-    mgr._hook("after_pack", run_id=run_id, seq=seq, pack_id=prep.pack_id)
-    half = mgr.gc_grace_period / 2
-    # a view older than VIEW_TTL may be of a record whose successors were removed since, their
-    # positions freed (docs/format.md §15), whatever the grace period: read the head again
-    fresh = min(half, VIEW_TTL)
-    if mgr._clock() - v.confirmed_at > fresh or (parent_id is not None and mgr._clock() - t_start > fresh):
-        # GC safety: our parent (and so the data we dedup against) must still exist, and the
-        # run must be the one we know (same newest record, not a re-created run)
-        newest = repo.head(rk)
-        same = (newest.write_id if newest else None) == v.head_write_id and \
-            (newest.seq if newest else None) == v.head_seq
-        landed = newest is not None and newest.seq == seq and newest.write_id == m.write_id
-        if landed:
-            same = True  # an earlier attempt of this very save landed (its reply was lost): publish reads it back
-        elif same and pm is not None and parent_id is not None:
-            try:
-                same = repo.read_manifest_key(keys.manifest_key(rk, pm.seq)).write_id == pm.write_id
-            except ObjectNotFound:
-                same = False
-        if not same:
-            undo()
-            raise ConflictError(f"run {run_id!r} changed since this manager last saw it "
-                                "(re-checked before publishing); call latest() and retry")
-        v.confirmed_at = mgr._clock()
-    # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
-    # so no pack can turn into a deletion candidate while this save is in flight: the rule
-    # below does not apply (with it, every save was "stale": any time elapsed is > 0).
-    if mgr.gc_grace_period > 0 and mgr._clock() - t_pack > half:
-        if not late_ok:
-            # our pack may already be a GC deletion candidate: build the save again
-            undo()
-            raise _Stale()
-        if not mgr.__dict__.get("_warned_grace"):
-            mgr._warned_grace = True
-            warnings.warn(f"gc_grace_period={mgr.gc_grace_period:g} s is shorter than twice the time a save "
-                          f"takes here ({mgr._clock() - t_pack:.3g} s from pack to publish): saves publish "
-                          "anyway, and a GC with that grace period must not run beside this writer",
-                          RuntimeWarning, stacklevel=5)
-    mgr._hook("before_publish", run_id=run_id, seq=seq, manifest=m)
-    viewed_at = v.confirmed_at
-    try:
-        data = repo.publish(rk, m, revives, mark_put.result() if mark_put is not None else None)
-    except PreconditionFailed:
-        undo()
-        if parent_id is not None or exp is not None or seen is None:
-            raise  # the caller's save loop decides: move to the new head and retry, or conflict
-        raise ConflictError(f"run {run_id!r} changed: another writer saved, rolled back or deleted "
-                            f"checkpoints after the one this save continues (log position {seq} is "
-                            "taken); call latest() and retry, or fork() the run") from None
-    if mgr._clock() - viewed_at > VIEW_TTL:
-        # slow: more than VIEW_TTL passed between this writer's view of the run and the reply to
-        # its create-only write, so its position may have been freed and taken (§15): the save
-        # is acknowledged only if no newer record exists, or the next one continues it
-        try:
-            newer_than_ours(mgr, rk, m)
-        except ConflictError:
-            v.pending = None
-            v.loaded = False
-            raise
-    if v.head is not None and v.head_seq is not None and v.head.seq != v.head_seq:
-        runmarks.after_rollback_head(repo.store, rk, v.head_seq)  # the newest record was a rollback
-    v.pending = None
-    v.head_seq = seq
-    v.head_write_id = m.write_id
-    v.head_segs = m.segs
-    v.head = m
-    publish.after_publish(mgr, rk, v, seq, data)
-    if superseded:
-        # the packs merged into the tier pack: the new record's segments hold their entries
-        # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
-        # delete is left for GC (no newest record lists them)
-        try:
-            repo.store.delete_many([keys.pack_key(p) for p in superseded])
-        except SnapstoreError:
-            pass
-    v.confirmed_at = mgr._clock()
-    views.saw(mgr, run_id, m.checkpoint_id, seq, m.write_id)
-    v.list_state = prep.state
-    if v.live is not None:
-        v.live.append((seq, m.checkpoint_id, retention.needs_of(m.fields.get("metadata"))))
-    if mgr.max_checkpoints is not None:
-        retention.enforce_max(mgr, run_id, rk, v)
-    return m.checkpoint_id
 
 
 def newer_than_ours(mgr, rk: str, m: Manifest) -> None:

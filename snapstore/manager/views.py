@@ -21,6 +21,30 @@ from ..format.manifest import KIND_TOMBSTONE, Manifest
 from ..repo.repository import ListState
 
 
+@dataclass(frozen=True)
+class PendingSave:
+    """A save attempt whose outcome is not known yet (its manifest may have landed while the
+    reply was lost). A retry that prepares the same save (same ``fingerprint``, same log
+    position) reuses all of it: the write id, the segment list and the pack, id and bytes, so
+    a manifest that landed is read back instead of written twice.
+
+    Attributes:
+        fingerprint: a tuple identifying what was saved (message-list digest and count, fields,
+            ids, session state, parent): equal for a retry of the same save.
+        manifest: the :class:`~snapstore.format.manifest.Manifest` the attempt publishes.
+        tier: ``(pack id, pack bytes, raw blocks)`` of the tier pack the save completes, or None.
+        superseded: pack ids (bytes) merged into that tier pack, deleted after publishing.
+        prepared: the save as :meth:`~snapstore.repo.repository.Repository.prepare_save`
+            returned it (its pack, list state and session state).
+    """
+
+    fingerprint: tuple
+    manifest: Manifest
+    tier: tuple | None
+    superseded: list
+    prepared: object
+
+
 @dataclass
 class RunView:
     """A manager's knowledge of one run, shared by all its callers (what each caller last saw is
@@ -32,7 +56,7 @@ class RunView:
     head: Manifest | None = None      # the effective head checkpoint (None: empty or deleted run)
     list_state: ListState | None = None  # writer state for ``head``'s message list
     live: list | None = None          # [(seq, checkpoint id)] oldest first, when known
-    pending: tuple | None = None      # (fingerprint, Manifest, tier, superseded, prepared save) of a save whose outcome is unknown
+    pending: PendingSave | None = None  # the save whose outcome is unknown (a retry reuses it)
     log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
@@ -58,14 +82,19 @@ def expect(expect_head) -> tuple | None:
 
 def load_view(mgr, run_id: str) -> RunView:
     """Read the run's newest record (LIST limit 1 + GET) into a fresh view (kept in
-    ``mgr._views``); its writer state and live list are dropped if the head changed.
+    ``mgr.state.views``); its writer state and live list are dropped if the head changed.
+
+    Args:
+        mgr: the :class:`~snapstore.manager.facade.CheckpointManager`. run_id: the run.
+    Returns:
+        The run's :class:`RunView`, loaded.
 
     Raises:
         InvalidRunIdError: a bad run id; StoreError / IntegrityError: as the reads.
     """
-    rk = mgr._rk(run_id)
+    rk = mgr.state.run_key(run_id)
     newest = mgr.repo.head(rk)
-    v = mgr._views.get(run_id) or RunView()
+    v = mgr.state.views.get(run_id) or RunView()
     v.head_seq = newest.seq if newest else None
     v.head_write_id = newest.write_id if newest else None
     v.head_segs = newest.segment_list() if newest is not None and newest.kind != KIND_TOMBSTONE else []
@@ -74,15 +103,15 @@ def load_view(mgr, run_id: str) -> RunView:
         v.list_state = None
         v.live = None
     v.head = head
-    v.confirmed_at = mgr._clock()
+    v.confirmed_at = mgr.state.clock()
     v.loaded = True
-    mgr._views[run_id] = v
+    mgr.state.views[run_id] = v
     return v
 
 
 def view(mgr, run_id: str) -> RunView:
     """The manager's view of the run, read with :func:`load_view` if it has none (or an unloaded one)."""
-    v = mgr._views.get(run_id)
+    v = mgr.state.views.get(run_id)
     if v is None or not v.loaded:
         v = load_view(mgr, run_id)
     return v

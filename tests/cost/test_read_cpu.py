@@ -75,7 +75,7 @@ def _rebuild(root, pid: bytes, change) -> None:
 
 
 def _tier_packs(mgr) -> list[bytes]:
-    head = mgr.repo.head(mgr._rk(RUN))
+    head = mgr.repo.head(mgr.state.run_key(RUN))
     return [sg.pack for sg in head.segment_list() if sg.level >= 1]
 
 
@@ -120,7 +120,7 @@ def test_a_changed_chunk_under_a_valid_pack_checksum_fails_the_read_naming_the_p
 def test_a_manifest_whose_list_digest_is_wrong_fails_the_read_naming_the_manifest(tmp_path):
     msgs, ids = _build(tmp_path, saves=6)
     mgr = _fresh(tmp_path)
-    rk = mgr._rk(RUN)
+    rk = mgr.state.run_key(RUN)
     head = mgr.repo.head(rk)
     key = keys.manifest_key(rk, head.seq)
     m = Manifest.from_bytes(key, (tmp_path / key).read_bytes())
@@ -140,10 +140,10 @@ def test_digests_written_by_the_first_release_and_missing_digests_still_read(tmp
     monkeypatch.setattr(ArrayReader, "read", lambda self, m, segs: None)  # the tree path
     msgs, _ = _build(tmp_path, saves=6)
     mgr = _fresh(tmp_path)
-    rk = mgr._rk(RUN)
+    rk = mgr.state.run_key(RUN)
     key = keys.manifest_key(rk, mgr.repo.head(rk).seq)
     mgr.latest(RUN)
-    ids = [r.id for r in mgr._views[RUN].list_state.refs]
+    ids = [r.id for r in mgr.state.views[RUN].list_state.refs]
     original = (tmp_path / key).read_bytes()
     for digest in (mgr.repo.hasher.content_id(b"".join(ids)).hex(), ""):
         m = Manifest.from_bytes(key, original)
@@ -160,7 +160,7 @@ def test_a_dictionary_is_never_cut_from_unverified_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(SavePreparer, "WRITE_ARRAYS", False)
     msgs, _ = _build(tmp_path, saves=25)
     mgr = _fresh(tmp_path)
-    head = mgr.repo.head(mgr._rk(RUN))
+    head = mgr.repo.head(mgr.state.run_key(RUN))
     last = head.segment_list()[-1]
     assert last.level == 0
     newest = Pack.parse("p", _pack_path(tmp_path, last.pack).read_bytes(), last.pack)
@@ -168,7 +168,7 @@ def test_a_dictionary_is_never_cut_from_unverified_bytes(tmp_path, monkeypatch):
     # damage the message just before the newest ones (inside every dictionary window)
     target = _fresh(tmp_path)
     target.latest(RUN)
-    refs = target._views[RUN].list_state.refs
+    refs = target.state.views[RUN].list_state.refs
     victim = refs[len(refs) - 3].id
     for pid in _tier_packs(mgr):
         path = _pack_path(tmp_path, pid)

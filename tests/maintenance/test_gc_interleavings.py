@@ -412,7 +412,7 @@ def test_branching_writer_whose_parent_is_pruned_and_collected():
     """BUG: ``save(parent_id=X)`` with X not the head publishes a dangling reference if X is pruned
     and collected while the save is in flight.
 
-    The writer's GC re-check (saving.py, ``save_once``) re-reads the run's *head* and compares its
+    The writer's GC re-check (snapstore/manager/save.py, ``save_once``) re-reads the run's *head* and compares its
     sequence number; but the parent is X, not the head. Deleting a non-head checkpoint publishes no
     log record, so the head is unchanged and the re-check passes although X (and, two GCs later,
     X's unique data) is gone. The re-check must confirm the explicit parent itself."""

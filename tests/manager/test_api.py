@@ -116,10 +116,10 @@ def test_save_costs_at_most_three_puts(root):
     puts = []
     for n in range(4, 40):
         s = mgr.store.stats.snapshot()
-        before = len(mgr._views["r"].head_segs or [])
+        before = len(mgr.state.views["r"].head_segs or [])
         mgr.save("r", msgs(n), metadata={"n": n})
-        seq = mgr._views["r"].head_seq
-        merged = len(mgr._views["r"].head_segs) <= before  # a tier pack replaced some segments
+        seq = mgr.state.views["r"].head_seq
+        merged = len(mgr.state.views["r"].head_segs) <= before  # a tier pack replaced some segments
         extra = int(merged) + int((seq + 1) % 16 == 0)
         if mgr.compact_log and (seq + 1) % 16 == 0 and seq >= 31:
             extra += 16  # the 16 stubs of the range before the last (docs/format.md §14)

@@ -467,7 +467,7 @@ def test_exact_round_trip_tricky_json(mgr_factory):
     assert type(one.messages[3]["floats"][-1]) is float and type(one.messages[2]["ints"][0]) is int
 
     # the big outputs really were CDC-chunked (PIECES refs), and big ints/surrogates stored EXACT
-    refs = b._views["r"].list_state.refs
+    refs = b.state.views["r"].list_state.refs
     assert refs is not None and len(refs) == len(msgs2)
     assert refs[-1].flags & FLAG_PIECES and refs[len(msgs) - 1].flags & FLAG_PIECES
     assert refs[5].flags & FLAG_PIECES

@@ -90,7 +90,7 @@ def test_a_run_that_only_appends_is_read_from_its_arrays_at_every_length(tmp_pat
 
 
 def _array_parts(mgr) -> list:
-    return [x for p in (mgr.repo.cache[s.pack] for s in mgr._views[RUN].head_segs)
+    return [x for p in (mgr.repo.cache[s.pack] for s in mgr.state.views[RUN].head_segs)
             for b in p.blocks if b.array for x in b.parts]
 
 
@@ -141,7 +141,7 @@ def test_a_repeated_message_is_repeated_in_the_arrays_or_a_hole_when_large(tmp_p
     fresh = _mgr(tmp_path)
     assert fresh.latest("forked").messages == msgs
     assert paths == {"tree": 0, "arrays": 1}
-    pk = fresh.repo.cache[fresh._views["forked"].head_segs[0].pack]
+    pk = fresh.repo.cache[fresh.state.views["forked"].head_segs[0].pack]
     holes = [x for b in pk.blocks if b.array for x in b.parts if x[0] == T_HOLE]
     assert len(holes) == 6  # the 6 repeats of the large message (its first copy is an item)
     assert fresh.verify(read_data=True).ok
@@ -229,7 +229,7 @@ def _rebuild_array_pack(root, pid: bytes, change) -> None:
 
 def test_a_changed_message_in_an_array_under_a_valid_checksum_fails_the_read_naming_the_pack(tmp_path, paths):
     _build(tmp_path, 16)
-    head = _mgr(tmp_path).repo.head(_mgr(tmp_path)._rk(RUN))
+    head = _mgr(tmp_path).repo.head(_mgr(tmp_path).state.run_key(RUN))
     tier = head.segment_list()[0].pack
     target = b'"n":3,'
 
@@ -247,7 +247,7 @@ def test_arrays_that_are_valid_json_but_not_the_list_are_not_returned(tmp_path, 
     """A pack rebuilt with its array items reordered (valid JSON, a valid checksum, every chunk
     matching its id) does not match the list digest: the tree path reads the list as saved."""
     msgs = _build(tmp_path, 16)
-    head = _mgr(tmp_path).repo.head(_mgr(tmp_path)._rk(RUN))
+    head = _mgr(tmp_path).repo.head(_mgr(tmp_path).state.run_key(RUN))
     tier = head.segment_list()[0].pack
     path = tmp_path / keys.pack_key(tier)
     pack = Pack.parse(str(path), path.read_bytes(), tier)
@@ -272,7 +272,7 @@ def test_the_manifest_says_how_many_messages_need_the_exact_parser(tmp_path):
     mgr.save(RUN, [_msg(0)], step=0)
     mgr.save(RUN, [_msg(0), {"v": 2 ** 70}], step=1)
     mgr.save(RUN, [_msg(0), {"v": 2 ** 70}, {"s": "\ud800"}], step=2)
-    rk = mgr._rk(RUN)
+    rk = mgr.state.run_key(RUN)
     assert mgr.repo.head(rk).exact == 2
     # a hostile count is refused when the record is read
     from snapstore.format.manifest import Manifest
@@ -309,7 +309,7 @@ def test_verify_checks_messages_x_against_the_tree_and_its_keyed_tag(tmp_path):
         msgs.append(_msg(i))
         mgr.save(RUN, msgs, step=i)  # enough saves for sealed nodes below the spine
     assert _mgr(tmp_path).verify().ok
-    rk = mgr._rk(RUN)
+    rk = mgr.state.run_key(RUN)
     head = mgr.repo.head(rk)
     assert head.exact == 1
     key = keys.manifest_key(rk, head.seq)
@@ -377,7 +377,7 @@ def test_holes_cannot_make_a_read_from_arrays_read_more_than_the_list(tmp_path, 
     "Memory: the list's JSON once")."""
     msgs = _build_edge(tmp_path, 12, big={2})
     mgr = _mgr(tmp_path)
-    head = mgr.repo.head(mgr._rk(EDGE_RUN))
+    head = mgr.repo.head(mgr.state.run_key(EDGE_RUN))
     segs = head.segment_list()
     big = None
     for s in segs:
@@ -416,7 +416,7 @@ def test_holes_naming_what_is_not_a_pieces_list_fall_back_to_the_tree(tmp_path, 
     (a valid checksum, the item count unchanged): the read falls back to the tree and is exact."""
     msgs = _build_edge(tmp_path, 12, big={2})
     mgr = _mgr(tmp_path)
-    head = mgr.repo.head(mgr._rk(EDGE_RUN))
+    head = mgr.repo.head(mgr.state.run_key(EDGE_RUN))
     segs = head.segment_list()
     names = {"random": os.urandom(16), "state": bytes.fromhex(head.state[0])}
     for s in segs:
@@ -449,7 +449,7 @@ def test_a_manifest_whose_exact_count_was_changed_does_not_turn_big_integers_int
     msgs = [_msg(0), {"role": "tool", "content": "n", "value": 2 ** 80}]
     mgr.save(EDGE_RUN, msgs[:1], step=0)
     mgr.save(EDGE_RUN, msgs, step=1)
-    rk = mgr._rk(EDGE_RUN)
+    rk = mgr.state.run_key(EDGE_RUN)
     head = mgr.repo.head(rk)
     assert head.exact == 1
     key = keys.manifest_key(rk, head.seq)
@@ -708,7 +708,7 @@ def _ranged_costs(store, monkeypatch, msgs, holes: bool = False):
         d = store.stats.since(before)
         assert cp.messages == msgs
         if arrays and holes:
-            seen.extend(x for s in fresh._views[EDGE_RUN].head_segs for b in fresh.repo.cache[s.pack].blocks
+            seen.extend(x for s in fresh.state.views[EDGE_RUN].head_segs for b in fresh.repo.cache[s.pack].blocks
                         if b.array for x in b.parts if x[0] == T_HOLE)
         fresh.close()
         return d.counts["GET"], _round_trips(spans)
@@ -961,7 +961,7 @@ def test_a_new_message_larger_than_a_pack_block_still_saves_and_reads_back(tmp_p
 def _heads(mgr, run) -> list:
     """Every checkpoint record of ``run``, oldest first (as stored)."""
     from snapstore.format.manifest import KIND_CHECKPOINT, Manifest, is_void
-    rk = mgr._rk(run)
+    rk = mgr.state.run_key(run)
     out = []
     for info in mgr.store.list(keys.manifests_prefix(rk)):
         if is_void(info.size):
@@ -1059,7 +1059,7 @@ def test_a_save_after_which_the_arrays_hold_more_or_another_list_says_so_and_rea
 def _reseal(tmp_path, mgr, m, **changes) -> None:
     """Write record ``m`` again with ``changes`` (what a writer of another version, or a damaged
     or hostile one, could have written), under its key."""
-    key = keys.manifest_key(mgr._rk(m.run_id), m.seq)
+    key = keys.manifest_key(mgr.state.run_key(m.run_id), m.seq)
     for k, v in changes.items():
         setattr(m, k, v)
     (tmp_path / key).write_bytes(m.to_bytes())
@@ -1119,7 +1119,7 @@ def test_messages_a_other_than_0_or_1_is_a_corrupt_record(tmp_path):
     mgr = _mgr(tmp_path)
     mgr.save(RUN, [_msg(0)], step=0)
     m = _heads(mgr, RUN)[-1]
-    key = keys.manifest_key(mgr._rk(RUN), m.seq)
+    key = keys.manifest_key(mgr.state.run_key(RUN), m.seq)
     m.arrays = 2
     with pytest.raises(IntegrityError, match="messages.a"):
         Manifest.from_bytes(key, m.to_bytes())

@@ -219,7 +219,7 @@ def test_lost_reply_retry_with_session_state(state):
     ("another writer saved ... (log position 1 is taken)") when the save has a session state larger than
     ``inline_state_max`` (4 KiB): the writer's own checkpoint is taken for another writer's.
 
-    The retry is recognised by a fingerprint of the prepared save (saving.py, ``save_once``), which
+    The retry is recognised by a fingerprint of the prepared save (snapstore/manager/save.py, ``save_once``), which
     includes ``repr(prep.session_state_ref)``; that ref names the pack the state chunk went into, a
     new random pack id on every attempt. So the retry builds a new manifest (new write id), its
     create-only PUT is refused and the read-back finds another write id. (With a caller-supplied
@@ -244,7 +244,7 @@ def test_save_failing_after_publish_is_not_saved_twice_on_retry():
     of old checkpoints failed raises StoreError; retrying the same save (as the docstring invites:
     "retrying the same save later is safe") stores a second, identical checkpoint.
 
-    ``saving.save_once`` clears ``v.pending`` before ``retention.enforce_max`` runs, so the retry cannot recognise
+    ``save.save_once`` clears ``v.pending`` before ``retention.enforce_max`` runs, so the retry cannot recognise
     its own published checkpoint. The checkpoint is durable, so either the save should not raise
     (retention after the publish is best effort) or the retry should return the same id."""
     store = MemoryStore()

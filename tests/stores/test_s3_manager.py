@@ -287,7 +287,7 @@ def test_verify_reports_a_corrupted_pack(store):
     # or upper entry (so reading the state succeeds and the corrupt pack is met by the prefetch)
     msgs = lists[-1]
     for i in range(4, 30):
-        head = writer._views["r"].head
+        head = writer.state.views["r"].head
         spine = writer.repo.read_state(bytes.fromhex(head.state[0]), bytes.fromhex(head.state[1]))
         holders = {bytes.fromhex(h) for h in head.state[1:]} | ({spine.upper[1]} if spine.upper else set())
         targets = [r.pack for _, r in spine.top_down() if r.pack not in holders]
@@ -499,12 +499,12 @@ def test_restore_of_10k_messages_takes_3_round_trips_from_its_segments(store):
     assert cp.message_count == 10_000 and cp.messages == msgs
 
     rounds = rec.rounds()
-    ls = mgr._views["big"].list_state
+    ls = mgr.state.views["big"].list_state
     # a read from arrays reads no spine (the next save loads it): read it here, after the count
     depth = len((ls.spine or mgr.repo.read_state(*ls.state)).levels)
     kinds = [sorted({k for k, _ in r}) for r in rounds]
     assert depth >= 3, depth
-    segs = mgr._views["big"].head_segs
+    segs = mgr.state.views["big"].head_segs
     fanout = mgr.repo.config.seg_fanout
     assert len(segs) <= (fanout - 1) * (math.log(420, fanout) + 1), len(segs)
     assert len(rounds) == 3, [(k, len(r)) for k, r in zip(kinds, rounds)]
@@ -544,7 +544,7 @@ def test_restore_after_gc_repack_stays_bounded(s3_inprocess_store):
     gets = [key for _, kind, key in rec.calls if kind == "GET"]
     repeated = len(gets) - len(set(gets))
     rounds = len(rec.rounds())
-    ls = mgr._views["r"].list_state  # a read from arrays reads no spine: read it after the count
+    ls = mgr.state.views["r"].list_state  # a read from arrays reads no spine: read it after the count
     depth = len((ls.spine or mgr.repo.read_state(*ls.state)).levels)
     assert repeated == 0 and rounds <= 3 * (depth + 3), \
         f"{len(gets)} GETs ({repeated} repeated) in {rounds} round trips; tree depth {depth}"

@@ -1,0 +1,140 @@
+"""What a :class:`~snapstore.manager.facade.CheckpointManager` holds besides its settings:
+:class:`ManagerState`.
+
+Layer 4. The operation modules of :mod:`snapstore.manager` take the manager (``mgr``) and reach
+its state only through ``mgr.state``, an instance of :class:`ManagerState`: the repository
+(opened on first use), one lock and one :class:`~snapstore.manager.views.RunView` per run, the
+monotonic clock of the GC-safety rule, test hooks, and the two memos a manager keeps (the heads
+``runs()`` already read, whether the grace-period warning was given). Everything a manager holds
+is declared here.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import RepositoryNotFound, SnapstoreError
+from ..format.ids import check_run_id
+from ..repo.repository import Repository
+from ..stores.base import ObjectStore
+from .views import RunView
+
+__all__ = ["ManagerState"]
+
+
+@dataclass(eq=False)
+class ManagerState:
+    """A manager's state, shared by its callers (threads and asyncio tasks) and its operations.
+
+    Attributes:
+        store: the manager's :class:`~snapstore.stores.base.ObjectStore`.
+        create: create the repository on first use if the location is empty.
+        owns_store: the manager opened ``store`` itself (from a path, URL or None), so
+            :meth:`close` closes it.
+        clock: monotonic clock in seconds (``time.monotonic`` unless a test gives another).
+        views: run id -> :class:`~snapstore.manager.views.RunView`, the newest head this manager
+            knows of each run and its caches (:mod:`snapstore.manager.views`).
+        hooks: test hooks, name -> ``callable(**info)`` (see :meth:`hook`); the manager's public
+            ``hooks`` attribute is this dict.
+        versioned: the bucket has versioning enabled (known once the repository is opened).
+        warned_grace: the warning that ``gc_grace_period`` is shorter than twice a save was given
+            (once per manager; :mod:`snapstore.manager.save`).
+        runs_seen: run key -> ``(head key, ETag, run id or None)`` of heads ``runs()`` read, so an
+            unchanged head (same ETag in the LIST) is not read again
+            (:func:`snapstore.manager.read.live_run_ids`).
+    """
+
+    store: ObjectStore
+    create: bool
+    owns_store: bool
+    clock: Callable[[], float]
+    views: dict[str, RunView] = field(default_factory=dict)
+    hooks: dict = field(default_factory=dict)
+    versioned: bool = False
+    warned_grace: bool = False
+    runs_seen: dict[str, tuple] = field(default_factory=dict)
+    _repo: Repository | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _run_locks: dict[str, threading.RLock] = field(default_factory=dict, repr=False)
+
+    @property
+    def opened(self) -> Repository | None:
+        """The repository if it is open, else None (no request is made)."""
+        return self._repo
+
+    def repository(self, create: bool) -> Repository:
+        """The repository, opened on the first call (created if ``create`` and the location is
+        empty); warns (UserWarning) if the bucket has versioning enabled, and sets
+        :attr:`versioned`.
+
+        Args:
+            create: create the repository if the location holds none.
+        Returns:
+            The :class:`~snapstore.repo.repository.Repository`.
+        Raises:
+            RepositoryNotFound: none there and not ``create``; UnsupportedFormatError: written by
+                a newer snapstore.
+        """
+        if self._repo is None:
+            with self._lock:
+                if self._repo is None:
+                    repo = Repository.open(self.store, create=create)
+                    check = getattr(self.store, "check_versioning", None)
+                    if check is not None:
+                        try:
+                            self.versioned = bool(check())
+                        except SnapstoreError:
+                            self.versioned = False
+                        if self.versioned:
+                            warnings.warn(
+                                f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
+                                "so garbage collection reclaims nothing without a noncurrent-version expiration "
+                                "rule (see infra/aws/README.md)", stacklevel=5)
+                    self._repo = repo
+        return self._repo
+
+    def exists(self) -> bool:
+        """True if the location holds a repository (opens it; never creates one)."""
+        try:
+            self.repository(False)
+            return True
+        except RepositoryNotFound:
+            return False
+
+    def run_lock(self, run_id: str) -> threading.RLock:
+        """This manager's lock for run ``run_id`` (one per run: operations on a run take it).
+
+        Raises:
+            InvalidRunIdError: a bad run id.
+        """
+        check_run_id(run_id)
+        with self._lock:
+            lk = self._run_locks.get(run_id)
+            if lk is None:
+                lk = self._run_locks[run_id] = threading.RLock()
+            return lk
+
+    def run_key(self, run_id: str) -> str:
+        """The key segment of run ``run_id`` in this repository (opens, or with :attr:`create`
+        creates, the repository).
+
+        Raises:
+            InvalidRunIdError: a bad run id; RepositoryNotFound: none there and not :attr:`create`.
+        """
+        return self.repository(self.create).run_key(check_run_id(run_id))
+
+    def hook(self, name: str, **info) -> None:
+        """Call test hook ``name`` (``self.hooks[name](**info)``) if one is set."""
+        fn = self.hooks.get(name)
+        if fn is not None:
+            fn(**info)
+
+    def close(self) -> None:
+        """Release the repository's thread pool, and the store if :attr:`owns_store`."""
+        if self._repo is not None:
+            self._repo.close(close_store=self.owns_store)
+        elif self.owns_store:
+            self.store.close()
