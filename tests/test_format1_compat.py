@@ -19,7 +19,7 @@ from old_release import extract_release
 
 from snapstore import CheckpointManager
 from snapstore.format import keys
-from snapstore.format.manifest import RepoConfig
+from snapstore.format.config import RepoConfig
 from snapstore.stores import LocalStore
 
 FORMAT1_COMMIT = "c6f8675"
