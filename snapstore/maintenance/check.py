@@ -18,7 +18,8 @@ from ..format.codec import encode_json
 from ..format import keys, runmark
 from ..format.logseg import decode_logseg, parse_logseg_key
 from ..format.segs import Seg
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, decode_index, is_void
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, is_void
+from ..format.index import decode_index
 from ..format.removals import decode_removals, is_removals_key, merge_ranges
 from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
 from ..format.tree import FLAG_PIECES, Ref, decode_pieces, exact_count
@@ -26,7 +27,7 @@ from . import outcomes
 from .forwarding import ForwardMap
 from ..repo.repository import Repository
 from ..repo.log.bulk import choose_logsegs, copies_from_logseg
-from ..stores.base import max_concurrency
+from ..stores.base import max_concurrency, store_capabilities
 
 
 @dataclass
@@ -1181,7 +1182,7 @@ def _verify(repo: Repository, read_data: bool = False, progress: Callable[[str, 
                                         "has passed"))
         else:
             rep.warnings.append(Problem("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a conflict or an interrupted save); reclaimed by 'snapstore gc'"))
-    find = getattr(store, "leftovers", None)
+    find = store.leftovers if store_capabilities(store).leftovers else None
     try:
         left = find() if find is not None else []
     except SnapstoreError as e:  # e.g. not allowed to list multipart uploads
@@ -1293,7 +1294,7 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
     message_bytes = sum(m.size for m in live)
     state_bytes = sum(session_state_bytes(m) for m in live)
     logical = message_bytes + state_bytes
-    find = getattr(repo.store, "leftovers", None)
+    find = repo.store.leftovers if store_capabilities(repo.store).leftovers else None
     try:
         left = find() if find is not None else []
     except SnapstoreError:

@@ -41,14 +41,16 @@ from ..repo.log import runmarks
 from ..format import keys, runmark
 from ..format.codec import loads_exact, open_envelope, seal_envelope
 from ..format.ids import is_pack_hex
-from ..format.manifest import (FORMAT_VERSION, FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index,
-                              encode_forward_cache)
+from ..format.manifest import FREE_AFTER, KIND_ROLLBACK, KIND_TOMBSTONE
+from ..format.config import FORMAT_VERSION
+from ..format.forward import decode_forward_cache, encode_forward_cache
+from ..format.index import decode_index
 from . import outcomes
 from ..format.removals import decode_removals, is_removals_key, merge_ranges
 from .forwarding import ForwardMap
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from ..repo.repository import Repository
-from ..stores.base import max_concurrency
+from ..stores.base import max_concurrency, store_capabilities
 
 GC_CACHE_BYTES = 24 << 20
 """Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs
@@ -268,7 +270,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         if keeper is not None:
             keeper.stop()
             _unlock(repo, token)
-    if hasattr(store, "remove_empty_dirs") and not dry_run:
+    if store_capabilities(store).empty_dirs and not dry_run:
         store.remove_empty_dirs()
     rep.elapsed = time.monotonic() - t0
     return rep
@@ -913,7 +915,7 @@ def _remove_leftovers(repo: Repository, rep: GCReport, mature: float, grace: flo
     minus the grace period; with grace 0, every one: the caller asserts no other writer), and
     count them in ``rep`` (``dry_run``: count only). A younger one may belong to a write still
     running: it is counted as pending. Stores without leftovers (memory) have no such method."""
-    find = getattr(repo.store, "leftovers", None)
+    find = repo.store.leftovers if store_capabilities(repo.store).leftovers else None
     if find is None:
         return
     try:

@@ -42,7 +42,7 @@ from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
 from ..format.ids import check_run_id
 from ..repo.repository import Repository
 from ..stores import open_store
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, store_capabilities
 
 __all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
 
@@ -118,7 +118,7 @@ class CheckpointManager:
             with self._lock:
                 if self._repo is None:
                     repo = Repository.open(self.store, create=create)
-                    check = getattr(self.store, "check_versioning", None)
+                    check = self.store.check_versioning if store_capabilities(self.store).versioning else None
                     if check is not None:
                         try:
                             self.versioned = bool(check())

@@ -29,11 +29,14 @@ from ..errors import IntegrityError, NotFoundError, ObjectNotFound, ObjectTooLar
 from ..format import keys
 from ..format.codec import decode_json, loads_exact
 from ..format.ids import Hasher
-from ..format.manifest import Manifest, decode_forward, decode_forward_cache, decode_forward_shard
-from ..format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack, parse_in_ranges, parse_tail
+from ..format.manifest import Manifest
+from ..format.forward import decode_forward, decode_forward_cache, decode_forward_shard
+from ..format.pack import T_CHUNK, T_HOLE, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, Pack
+from ..format.rangedpack import parse_in_ranges, parse_tail
 from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, decode_node, decode_pieces, exact_count
 from ..format.valuetree import READ_PIECE_MAX, ValueTree
 from .prepare import RECENT_RAW_KEEP, ListState, ValueKnown, _json_digest
+from ..stores.base import store_capabilities
 
 
 _REF_ID = itemgetter(0)
@@ -517,7 +520,7 @@ class ReadPath:
                         continue
                     claimed.add(t)
                 one(t, depth + 1)
-        if len(todo) <= 1 or (inline_ok and getattr(self.store, "inline_reads", False)):
+        if len(todo) <= 1 or (inline_ok and store_capabilities(self.store).inline_reads):
             for p in todo:
                 one(p)
             return

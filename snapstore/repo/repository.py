@@ -38,12 +38,13 @@ from datetime import datetime, timezone
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
 from ..format import keys
 from ..format.ids import Hasher, name_key
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, RepoConfig, check_settings
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE
+from ..format.config import RepoConfig, check_settings
 from ..format.pack import Pack
 from ..format.tree import TreeParams
 from .log.records import LogRecords
 from .readpath import ReadPath, _ReadCtx
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, max_concurrency
 from .prepare import RECENT_RAW_KEEP, ListState, PreparedSave, WritePath, _json_digest
 
 
@@ -70,7 +71,7 @@ class Repository(ReadPath, WritePath, LogRecords):
         self._cache_limit = cache_bytes
         self._lock = threading.RLock()
         if max_workers is None:
-            max_workers = int(getattr(store, "max_concurrency", 64) or 64)
+            max_workers = max_concurrency(store, 64)
         self._max_workers = max(1, max_workers)
         self._pool: ThreadPoolExecutor | None = None
         self._dicts: dict = {}
