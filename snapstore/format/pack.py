@@ -471,14 +471,9 @@ def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None)
     starts in the pack (the blocks must end exactly there), None when unknown (a ranged read: the
     caller derives it from the blocks).
 
-    Args:
-        key: the object key (named in errors).
-        data: bytes (or a buffer) holding the header; ``data[hend:]`` may hold the trailer.
-        hstart, hend: where the header starts and ends in ``data`` (byte positions).
-        blocks_end: the pack offset where the header starts, or None.
-    Returns:
-        ``(blocks, entries)``: the :class:`Block` list in pack order and the :class:`Entry` of
-        every entry by ``(type, id)``.
+    ``data`` is bytes or a buffer (``data[hend:]`` may hold the trailer). Returns ``(blocks,
+    entries)``: the :class:`Block` list in pack order and every :class:`Entry` by ``(type, id)``.
+
     Raises:
         IntegrityError: the header is malformed (names ``key``).
     """
