@@ -69,7 +69,7 @@ both columns are printed.
 the path a read takes when the segments' array blocks are not the checkpoint's list (a rewritten
 or rolled-back run, data of an earlier version; docs/format.md §11). Each fresh child wraps the
 phases' functions with a wall-clock and page-fault counter (phases nest): ``Pack.parse`` and
-``_parse_header`` (the segment packs' headers), ``SegmentIndex.add``, ``TreeReader.read_state``
+``parse_header`` (the segment packs' headers), ``SegmentIndex.add``, ``TreeReader.read_state``
 and ``TreeReader.expand`` (the tree walk), and ``load_with_state rest`` (building the ListState);
 medians over the children are what to compare before and after a change of a few hundred
 microseconds. ``--fixed-malloc`` fixes glibc's malloc thresholds (``MALLOC_MMAP_THRESHOLD_`` 32
@@ -78,7 +78,7 @@ mmapped block is freed, so an unrelated change moves a fresh ``latest()`` by abo
 (0.3 ms) either way; fixed, the counts repeat to within a fault or two. ``--pyc``: the children
 import snapstore from bytecode (as above; the default of this mode compiles from source).
 ``--floors`` adds, in as many more children, the segment packs' headers parsed by
-``format.pack._parse_header`` and the run's tree nodes decoded by ``decode_node`` against a loop
+``format.pack.parse_header`` and the run's tree nodes decoded by ``decode_node`` against a loop
 that only slices each item's id and builds its ``Ref`` (the bytes read before the clock).
 ``--repo DIR`` builds the repository there and keeps it, or reuses the one built there before
 (pack ids are random: an A/B of two checkouts should read the same one).
@@ -458,7 +458,7 @@ def report_open(r: dict) -> str:
 WALK_PHASES = [
     ("snapstore.repo.locate", "Locator.prefetch_segments"),
     ("snapstore.format.pack", "Pack.parse"),
-    ("snapstore.format.pack", "_parse_header"),
+    ("snapstore.format.pack", "parse_header"),
     ("snapstore.repo.locate", "SegmentIndex.add"),
     ("snapstore.repo.trees", "TreeReader.read_state"),
     ("snapstore.repo.trees", "TreeReader.expand"),
@@ -486,7 +486,7 @@ def _wrap_phases(phases: list, acc: dict) -> None:
                 rec[0] += time.perf_counter() - t0
                 rec[1] += 1
                 rec[2] += _faults() - f0
-        setattr(owner, name, timed)  # _parse_header: pack.py looks its module attribute up per call
+        setattr(owner, name, timed)  # parse_header: pack.py looks its module attribute up per call
         if modname == "snapstore.repo.liststate" and name == "json_digest":  # imported by name elsewhere
             import snapstore.repo.prepare as prep
             import snapstore.repo.trees as trees
@@ -520,7 +520,7 @@ def phases_child(spec: dict) -> dict:
 
 
 def floors_child(spec: dict) -> dict:
-    """Fresh-process costs of the pack-header and node decoders (``format.pack._parse_header``,
+    """Fresh-process costs of the pack-header and node decoders (``format.pack.parse_header``,
     ``format.tree.decode_node``), and of building the nodes' ``Ref`` objects alone."""
     from snapstore import CheckpointManager
     from snapstore.manager import views
@@ -535,12 +535,12 @@ def floors_child(spec: dict) -> dict:
     datas = [p.read_bytes() for p in sorted(Path(spec["repo"], "packs").rglob("*")) if p.is_file()]
     bounds = []  # each pack's header [start, end), as Pack.parse finds it from the trailer
     for d in datas:
-        hlen = P._TRAILER.unpack_from(d, len(d) - P._TRAILER.size)[0]
+        hlen = P.TRAILER.unpack_from(d, len(d) - P.TRAILER.size)[0]
         bounds.append((len(d) - P.TRAILER_BYTES - hlen, len(d) - P.TRAILER_BYTES))
     clock = time.perf_counter
     t0 = clock()
     for d, (a, b) in zip(datas, bounds):
-        P._parse_header("k", d, a, b, a)
+        P.parse_header("k", d, a, b, a)
     t1 = clock()
     # the run's nodes, as bytes (read with a throwaway manager, before the clock)
     mgr = CheckpointManager(spec["repo"])
@@ -560,7 +560,7 @@ def floors_child(spec: dict) -> dict:
     for i in range(nitems):
         out[i] = new(Ref, (ids[i * 16:i * 16 + 16], 1000, 1, 0, pk))
     t5 = clock()
-    nent = sum(len(P._parse_header("k", d, a, b, a)[1]) for d, (a, b) in zip(datas, bounds))
+    nent = sum(len(P.parse_header("k", d, a, b, a)[1]) for d, (a, b) in zip(datas, bounds))
     return {"entries": nent, "header_s": t1 - t0, "nodes": len(raws), "items": nitems, "nodes_s": t4 - t3,
             "refs_only_s": t5 - t4}
 
@@ -630,7 +630,7 @@ def report_phases(r: dict) -> str:
     f = r.get("floors")
     if f:
         ms = 1e3
-        lines.append(f"  floors (fresh children, medians): {f['entries']} header entries: _parse_header "
+        lines.append(f"  floors (fresh children, medians): {f['entries']} header entries: parse_header "
                      f"{f['header_s'] * ms:.3f} ms; {f['nodes']} nodes, {f['items']} items: decode_node "
                      f"{f['nodes_s'] * ms:.3f} ms, slicing ids and building Refs alone {f['refs_only_s'] * ms:.3f} ms")
     return "\n".join(lines)

@@ -39,7 +39,8 @@ from snapstore.format import keys  # noqa: E402
 from snapstore.format.codec import dumps_exact, seal_envelope  # noqa: E402
 from snapstore.format.ids import name_from_key  # noqa: E402
 from snapstore.format.logseg import decode_logseg, encode_logseg_v2, parse_logseg_key  # noqa: E402
-from snapstore.format.manifest import FORMAT_VERSION, MANIFEST_DICT_V1, MANIFEST_MAGIC, open_manifest  # noqa: E402
+from snapstore.format.manifest import MANIFEST_DICT_V1, MANIFEST_MAGIC, open_manifest  # noqa: E402
+from snapstore.format.config import FORMAT_VERSION  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
 

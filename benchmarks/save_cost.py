@@ -81,7 +81,7 @@ import zstandard  # noqa: E402
 
 import snapstore  # noqa: E402
 from snapstore import CheckpointManager  # noqa: E402
-from snapstore.format.manifest import RepoConfig  # noqa: E402
+from snapstore.format.config import RepoConfig  # noqa: E402
 from snapstore.format.pack import ENTRY_TYPES, T_CHUNK, Pack  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 

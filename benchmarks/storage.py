@@ -74,7 +74,7 @@ import snapstore  # noqa: E402
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.errors import InvalidInputError  # noqa: E402
 from snapstore.format import keys  # noqa: E402
-from snapstore.format.manifest import FORMAT_VERSION, RepoConfig  # noqa: E402
+from snapstore.format.config import FORMAT_VERSION, RepoConfig  # noqa: E402
 from snapstore.format.pack import ENTRY_TYPES, T_CHUNK, T_HOLE, Pack  # noqa: E402
 from snapstore.importers import load_trajectory  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402

@@ -14,7 +14,7 @@ from ..errors import IntegrityError
 from .codec import loads_exact, open_envelope, seal_envelope
 from .ids import is_pack_hex
 from .keys import GC_CANDIDATES
-from .manifest import FORMAT_VERSION
+from .config import FORMAT_VERSION
 
 CANDIDATES_MAGIC = b"SNGC"
 

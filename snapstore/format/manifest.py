@@ -1,4 +1,4 @@
-"""Manifests (one per checkpoint, rollback or run deletion), checkpoint-id index records, config.
+"""Manifests: the log records of a run (one per checkpoint, rollback or run deletion).
 
 Each is a small JSON document in a checksummed envelope (see :mod:`snapstore.format.codec`).
 Pure functions; no I/O. See docs/format.md "Manifests".
@@ -6,33 +6,26 @@ Pure functions; no I/O. See docs/format.md "Manifests".
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import orjson
 import zstandard
 
-from ..errors import IntegrityError, InvalidInputError, RepositoryError, UnsupportedFormatError
-from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact, loads_exact_fast, open_envelope, prepared_dict,
-                    seal_envelope, zstd_decompress)
+from ..errors import IntegrityError, InvalidInputError, UnsupportedFormatError
+from .checks import checked_int, checked_str
+from .codec import (ENVELOPE_LIMITS, MAX_DEPTH, dumps_exact, loads_exact_fast, open_envelope, prepared_dict, seal_envelope,
+                    zstd_decompress)
 from .ids import is_id_hex, is_pack_hex, name_from_key, name_is_inline, run_digest
-from .keys import SEQ_MAX
 from .segs import decode_segs, encode_segs
+from .times import format_time, parse_time
 from .valuetree import ValueTree
 
 MANIFEST_MAGIC = b"SNMF"
-INDEX_MAGIC = b"SNIX"
-CONFIG_MAGIC = b"SNCF"
-FORWARD_MAGIC = b"SNFW"
-FORMAT_VERSION = 2
-"""Newest format this code reads and the one it writes (2: segment lists, docs/format.md §10).
-Format 1 objects are read as they are."""
-
 MANIFEST_VERSION_VALUE_TREE = 3
 """Envelope version of a manifest whose session state is a value tree (``session_state_tree``,
 docs/format.md §7): a reader that does not know value trees refuses the record instead of
-returning it without its session state. Other manifests keep version :data:`FORMAT_VERSION`."""
+returning it without its session state. Other manifests keep version :data:`~snapstore.format.config.FORMAT_VERSION`."""
 MANIFEST_VERSION_COMPACT = 4
 """Envelope version of every manifest this version writes (docs/format.md §11): the envelope stores
 its body as ``u8 codec | data`` (codec 3: zstd with :data:`MANIFEST_DICT_V2`), and a record of a
@@ -132,7 +125,7 @@ _ZD2 = prepared_dict(MANIFEST_DICT_V2)
 _BODY_DICTS = {_BODY_DICT1: _ZD1, _BODY_DICT2: _ZD2}
 
 
-def _seal_body_v4(body: bytes) -> bytes:
+def _compress_body(body: bytes) -> bytes:
     """The stored body of a version-4 manifest: ``u8 codec | data`` with the smallest of codec 0
     (``data`` is the JSON), 1 (one zstd frame) and 3 (one zstd frame with :data:`MANIFEST_DICT_V2`);
     codec 2 (:data:`MANIFEST_DICT_V1`) is read, not written."""
@@ -143,8 +136,8 @@ def _seal_body_v4(body: bytes) -> bytes:
     return bytes([codec]) + data
 
 
-def _open_body_v4(key: str, stored: bytes) -> bytes:
-    """Inverse of :func:`_seal_body_v4`, bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
+def _decompress_body(key: str, stored: bytes) -> bytes:
+    """Inverse of :func:`_compress_body`, bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
     if not stored:
         raise IntegrityError(key, "empty manifest body")
     codec, data = stored[0], stored[1:]
@@ -186,18 +179,6 @@ def check_record_size(fields: dict, session_state_bytes: int = 0) -> None:
                                 f"holds at most {MAX_MANIFEST_BODY - 64 * 1024} (store large values in messages)")
 
 
-def _str(v, what: str, empty: bool = False) -> str:
-    if not isinstance(v, str) or (not empty and v == ""):
-        raise ValueError(f"{what} is not a{'' if empty else ' non-empty'} string")
-    return v
-
-
-def _int(v, what: str, hi: int = SEQ_MAX) -> int:
-    if type(v) is not int or not 0 <= v < hi:
-        raise ValueError(f"{what} is not an integer in [0, {hi})")
-    return v
-
-
 def _check_state(v) -> list | None:
     """``messages.state``: None, or [state id hex, state pack hex(, upper pack hex)]."""
     if v is None:
@@ -224,8 +205,8 @@ def _run_of(key: str, version: int, d: dict, run_id: str | None) -> str:
     if "run" in d:
         if "rd" in d:
             raise ValueError("both run and rd")
-        return _str(d["run"], "run")
-    rd = _str(d["rd"], "rd")
+        return checked_str(d["run"], "run")
+    rd = checked_str(d["rd"], "rd")
     if version < MANIFEST_VERSION_COMPACT:
         raise ValueError(f"rd in a record of version {version}")
     if run_id is None:
@@ -236,27 +217,6 @@ def _run_of(key: str, version: int, d: dict, run_id: str | None) -> str:
     if run_digest(run_id) != rd:
         raise ValueError(f"rd {rd[:16]!r} is not the digest of run {run_id[:80]!r} (a record of another run)")
     return run_id
-
-
-def format_time(dt: datetime) -> str:
-    """ISO-8601 UTC with microseconds and a ``Z`` suffix."""
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(s: str) -> datetime:
-    """Inverse of :func:`format_time`; returns an aware UTC datetime.
-
-    The form :func:`format_time` writes (``2026-11-29T21:18:28.581882Z``, ASCII, 27 characters)
-    is read field by field; anything else goes through ``strptime``, which is what every time
-    was read with before (its first call costs a fresh process about 2 ms: it imports
-    ``_strptime`` and compiles its patterns). Raises ValueError for a malformed time.
-    """
-    if (len(s) == 27 and s.isascii() and s[4] == "-" and s[7] == "-" and s[10] == "T" and s[13] == ":"
-            and s[16] == ":" and s[19] == "." and s[26] == "Z"):
-        if (s[0:4] + s[5:7] + s[8:10] + s[11:13] + s[14:16] + s[17:19] + s[20:26]).isdigit():
-            return datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]), int(s[11:13]), int(s[14:16]), int(s[17:19]),
-                            int(s[20:26]), tzinfo=timezone.utc)
-    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
 @dataclass(slots=True)
@@ -366,7 +326,7 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, _seal_body_v4(body), compress=False)
+        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, _compress_body(body), compress=False)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
@@ -404,13 +364,13 @@ class Manifest:
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
-            m = cls(kind=kind, run_id=_run_of(key, version, d, run_id), seq=_int(d["seq"], "seq"),
-                    write_id=_str(d["write_id"], "write_id", empty=True), created=parse_time(_str(d["created"], "created")))
+            m = cls(kind=kind, run_id=_run_of(key, version, d, run_id), seq=checked_int(d["seq"], "seq"),
+                    write_id=checked_str(d["write_id"], "write_id", empty=True), created=parse_time(checked_str(d["created"], "created")))
             if kind == KIND_CHECKPOINT:
-                m.checkpoint_id = _str(d["id"], "id")
+                m.checkpoint_id = checked_str(d["id"], "id")
                 m.parent_id = d.get("parent")
                 if m.parent_id is not None:
-                    _str(m.parent_id, "parent")
+                    checked_str(m.parent_id, "parent")
                 m.fields = {} if light else {k: d.get(k) for k in USER_FIELDS}
                 m.session_state_ref = _check_state_ref(d.get("session_state_ref"))
                 if "session_state_tree" in d:
@@ -421,19 +381,19 @@ class Manifest:
                 msgs = d["messages"]
                 if not isinstance(msgs, dict):
                     raise ValueError("messages is not an object")
-                m.count, m.size = _int(msgs["count"], "messages.count"), _int(msgs["bytes"], "messages.bytes")
-                m.digest = _str(msgs["digest"], "messages.digest", empty=True)
+                m.count, m.size = checked_int(msgs["count"], "messages.count"), checked_int(msgs["bytes"], "messages.bytes")
+                m.digest = checked_str(msgs["digest"], "messages.digest", empty=True)
                 m.state = _check_state(msgs["state"])
                 if "x" in msgs:
-                    m.exact = _int(msgs["x"], "messages.x")
+                    m.exact = checked_int(msgs["x"], "messages.x")
                     if m.exact > m.count:
                         raise ValueError(f"messages.x {m.exact} exceeds messages.count {m.count}")
                     if "a" in msgs:
-                        m.arrays = _int(msgs["a"], "messages.a")
+                        m.arrays = checked_int(msgs["a"], "messages.a")
                         if m.arrays > 1:
                             raise ValueError(f"messages.a is {m.arrays}, not 0 or 1")
                     if "xt" in msgs:
-                        m.exact_tag = _str(msgs["xt"], "messages.xt")
+                        m.exact_tag = checked_str(msgs["xt"], "messages.xt")
                 m.origin = d.get("origin")
                 if m.origin is not None and not (isinstance(m.origin, dict) and isinstance(m.origin.get("run"), str)
                                                  and isinstance(m.origin.get("id"), str)):
@@ -442,8 +402,8 @@ class Manifest:
                 m.target = d["target"]
                 if not isinstance(m.target, dict):
                     raise ValueError("target is not an object")
-                _int(m.target["seq"], "target.seq")
-                _str(m.target["id"], "target.id")
+                checked_int(m.target["seq"], "target.seq")
+                checked_str(m.target["id"], "target.id")
             elif kind != KIND_TOMBSTONE:
                 raise ValueError(f"unknown kind {kind!r}")
             if "segs" in d and kind != KIND_TOMBSTONE:
@@ -467,251 +427,5 @@ def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     """
     version, body = open_envelope(key, MANIFEST_MAGIC, data, _ZD1)
     if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
-        body = _open_body_v4(key, body)
+        body = _decompress_body(key, body)
     return version, body
-
-
-def encode_index(seq: int, write_id: str) -> bytes:
-    """Encode a checkpoint-id index record (``SNIX`` envelope of ``{"seq", "write_id"}``)."""
-    return seal_envelope(INDEX_MAGIC, FORMAT_VERSION, json.dumps({"seq": seq, "write_id": write_id}, separators=(",", ":")).encode())
-
-
-def decode_index(key: str, data: bytes) -> tuple[int, str]:
-    """Decode an index record; return ``(seq, write_id)``. Raises IntegrityError."""
-    _, body = open_envelope(key, INDEX_MAGIC, data)
-    try:
-        d = loads_exact(body, 1)
-        return _int(d["seq"], "seq"), _str(d["write_id"], "write_id", empty=True)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise IntegrityError(key, f"malformed index record: {e}") from None
-
-
-def encode_forward(to: list[bytes]) -> bytes:
-    """Encode a per-pack forwarding record (the layout before the forwarding map; only tests and
-    migration use it): the packs a retired pack's live entries moved to."""
-    return seal_envelope(FORWARD_MAGIC, FORMAT_VERSION, json.dumps({"to": [p.hex() for p in to]}).encode())
-
-
-def decode_forward(key: str, data: bytes) -> list[bytes]:
-    """Decode a forwarding record; return the list of pack ids. Raises IntegrityError."""
-    _, body = open_envelope(key, FORWARD_MAGIC, data)
-    try:
-        return [_pack_id(h) for h in loads_exact(body, 2)["to"]]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise IntegrityError(key, f"malformed forwarding record: {e}") from None
-
-
-FWD_MAP_MAGIC = b"SNFM"
-
-
-def _pack_id(h) -> bytes:
-    """A pack id from its stored hex form; ValueError unless exactly 16 lowercase hex digits."""
-    if not is_pack_hex(h):
-        raise ValueError(f"pack id {str(h)[:40]!r} is not 16 lowercase hex digits")
-    return bytes.fromhex(h)
-
-
-def _ms(v) -> int:
-    if type(v) is not int or not 0 <= v < 1 << 53:
-        raise ValueError(f"time {str(v)[:40]!r} is not milliseconds since the epoch")
-    return v
-
-
-_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
-_SHARD_ZSTD_MIN = 4096  # smaller shards are stored as JSON (the envelope compresses them if that helps)
-
-
-def encode_forward_shard(entries: dict[bytes, tuple[list[bytes], float]]) -> bytes:
-    """Encode a forwarding-map shard: retired pack id -> (the packs its live entries moved to, store
-    time in seconds since the epoch (UTC) at which GC last wrote the record). ``SNFM`` envelope
-    around JSON ``{"<pack hex>": [<ms>, ["<pack hex>", ...]], ...}`` (sorted), as one zstd frame
-    (level 3) when it is at least 4 KiB."""
-    body = json.dumps({p.hex(): [int(round(t * 1000)), [x.hex() for x in to]]
-                       for p, (to, t) in sorted(entries.items())}, separators=(",", ":")).encode()
-    if len(body) > ENVELOPE_LIMITS[FWD_MAP_MAGIC]:
-        raise InvalidInputError(f"forwarding-map shard of {len(body)} bytes exceeds the limit "
-                                f"{ENVELOPE_LIMITS[FWD_MAP_MAGIC]} (readers would refuse it)")
-    if len(body) >= _SHARD_ZSTD_MIN:
-        body = zstandard.ZstdCompressor(level=3).compress(body)
-    return seal_envelope(FWD_MAP_MAGIC, FORMAT_VERSION, body)
-
-
-def decode_forward_shard(key: str, data: bytes, shard: str | None = None) -> dict[bytes, tuple[list[bytes], float]]:
-    """Inverse of :func:`encode_forward_shard`. ``shard``: the shard's hex digit; every record
-    must belong to it. Raises IntegrityError on a malformed shard."""
-    _, body = open_envelope(key, FWD_MAP_MAGIC, data)
-    try:
-        if body[:4] == _ZSTD_FRAME:
-            body = zstd_decompress(key, body, ENVELOPE_LIMITS[FWD_MAP_MAGIC], what="forwarding-map shard")
-        d = loads_exact(body, 3)
-        out = {_pack_id(p): ([_pack_id(x) for x in v[1]], _ms(v[0]) / 1000.0) for p, v in d.items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as e:
-        raise IntegrityError(key, f"malformed forwarding-map shard: {e}") from None
-    if shard is not None and any(p.hex()[:1] != shard for p in out):
-        raise IntegrityError(key, "forwarding-map shard holds a record of another shard")
-    return out
-
-
-FWD_CACHE_MAGIC = b"SNFC"
-
-
-def encode_forward_cache(entries: dict[bytes, tuple]) -> bytes:
-    """Encode the forwarding-record cache: retired pack -> ``(ETag of the shard the record was read
-    from, its targets)`` or ``(ETag, targets, store time the record was written in seconds)``.
-    ``SNFC`` envelope around zstd-compressed JSON ``{"<pack hex>": ["<etag>", ["<hex>", ...], <ms>?]}``."""
-    def value(v):
-        out = [v[0], [t.hex() for t in v[1]]]
-        if len(v) > 2 and v[2] is not None:
-            out.append(int(round(v[2] * 1000)))
-        return out
-    body = json.dumps({p.hex(): value(v) for p, v in entries.items()}, separators=(",", ":")).encode()
-    if len(body) > ENVELOPE_LIMITS[FWD_CACHE_MAGIC]:
-        raise InvalidInputError(f"forwarding-record cache of {len(body)} bytes exceeds the limit "
-                                f"{ENVELOPE_LIMITS[FWD_CACHE_MAGIC]} (it is advisory: not written)")
-    return seal_envelope(FWD_CACHE_MAGIC, FORMAT_VERSION, zstandard.ZstdCompressor(level=3).compress(body))
-
-
-def decode_forward_cache(key: str, data: bytes) -> dict[bytes, tuple[str, list[bytes], float | None]]:
-    """Inverse of :func:`encode_forward_cache`: pack -> ``(etag, targets, time or None)``.
-    Raises IntegrityError on a malformed object."""
-    _, body = open_envelope(key, FWD_CACHE_MAGIC, data)
-    try:
-        d = loads_exact(zstd_decompress(key, body, ENVELOPE_LIMITS[FWD_CACHE_MAGIC], what="forwarding-record cache"), 3)
-        return {_pack_id(p): (_str(v[0], "ETag", empty=True), [_pack_id(t) for t in v[1]],
-                              _ms(v[2]) / 1000.0 if len(v) > 2 else None) for p, v in d.items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as e:
-        raise IntegrityError(key, f"malformed forwarding-record cache: {e}") from None
-
-
-MAX_CHUNK = 64 << 20
-"""Largest chunk (bytes) a writer may store (``cdc_max``, ``cdc_threshold``): bounds what a reader
-decompresses for one entry."""
-
-SETTING_RANGES = {
-    "level": (1, 22),                    # zstd levels
-    "dict_bytes": (0, 8 << 20),          # 0: no dictionaries
-    "cdc_threshold": (64, MAX_CHUNK),
-    "cdc_min": (64, MAX_CHUNK),          # FastCDC's own minimums: 64 / 256 / 1024 bytes
-    "cdc_avg": (256, MAX_CHUNK),
-    "cdc_max": (1024, MAX_CHUNK),
-    "leaf_bits": (1, 12),
-    "node_bits": (1, 12),
-    "max_items": (2, 4096),
-    "inline_state_max": (0, 1 << 20),
-    "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
-    "removals": (0, 1),                  # 1: every removal of log records is recorded (§16)
-}
-"""Allowed range (inclusive) of every repository setting, checked when a repository is created
-and every time its config is read (docs/format.md §5)."""
-
-
-def check_settings(values: dict) -> str | None:
-    """Return why the repository settings ``values`` (name -> value) are out of range, or None.
-
-    Checks each value's type (``int``) and range (:data:`SETTING_RANGES`), and that
-    ``cdc_min <= cdc_avg <= cdc_max`` and ``seg_fanout`` is 0 or at least 2.
-    """
-    for k, v in values.items():
-        lo, hi = SETTING_RANGES[k]
-        if type(v) is not int or not lo <= v <= hi:
-            return f"setting {k} must be an integer in [{lo}, {hi}], got {str(v)[:40]!r}"
-    mn, avg, mx = (values.get(k, d) for k, d in (("cdc_min", 16384), ("cdc_avg", 65536), ("cdc_max", 262144)))
-    if not mn <= avg <= mx:
-        return f"chunk sizes must satisfy cdc_min <= cdc_avg <= cdc_max, got {mn}, {avg}, {mx}"
-    if values.get("seg_fanout") == 1:
-        return "setting seg_fanout must be 0 (no segments) or 2-64, got 1"
-    return None
-
-
-@dataclass
-class RepoConfig:
-    """Repository settings, fixed at creation (stored at key ``config``).
-
-    Attributes:
-        repo_id: random hex id of the repository.
-        key: 32-byte key for keyed blake3 content ids.
-        created: creation time (UTC).
-        level: zstd level for packs.
-        dict_bytes: size of the raw-content dictionary (bytes of preceding messages) for data blocks;
-            0 disables dictionaries.
-        cdc_threshold / cdc_min / cdc_avg / cdc_max: messages longer than ``cdc_threshold`` bytes
-            are split with FastCDC into pieces of min/avg/max bytes.
-        leaf_bits / node_bits / max_items: the message tree's shape.
-        inline_state_max: session states whose JSON exceeds this many bytes are stored as chunks.
-        seg_fanout: format 2: how many segments of one level a writer merges into one of the next
-            level (2-64; a format-1 config has none and gets the default). 0 turns segments off:
-            records carry no segment list and every save's pack stays where its hints name it
-            (format-1 writes; for tests of format-1 behaviour and comparisons).
-        removals: 1 if every writer of this repository records the log positions it removes
-            (removal records, docs/format.md §16): set when a repository is created by this
-            version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
-            no removal record names as a missing manifest (an error); with 0 it reports no gap
-            (an earlier version removed records without saying so).
-    """
-
-    repo_id: str
-    key: bytes
-    created: datetime
-    version: int = FORMAT_VERSION
-    level: int = 3
-    dict_bytes: int = 131072
-    cdc_threshold: int = 65536
-    cdc_min: int = 16384
-    cdc_avg: int = 65536
-    cdc_max: int = 262144
-    leaf_bits: int = 3
-    node_bits: int = 3
-    max_items: int = 64
-    inline_state_max: int = 4096
-    seg_fanout: int = 4
-    removals: int = 0
-
-    _SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
-                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "removals")
-
-    def to_bytes(self) -> bytes:
-        """Encode as an ``SNCF`` envelope around JSON."""
-        d = {"format": "snapstore", "version": self.version, "repo_id": self.repo_id, "key": self.key.hex(),
-             "created": format_time(self.created)}
-        d.update({k: getattr(self, k) for k in self._SETTINGS})
-        return seal_envelope(CONFIG_MAGIC, self.version, json.dumps(d, indent=1).encode())
-
-    @classmethod
-    def from_bytes(cls, key: str, data: bytes) -> "RepoConfig":
-        """Decode the config object.
-
-        Raises:
-            UnsupportedFormatError: the repository's format version is newer than this snapstore's.
-            IntegrityError: the object is corrupt.
-            RepositoryError: the object is not a snapstore config at all (a foreign file).
-        """
-        if data[:4] != CONFIG_MAGIC:
-            raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
-        version, body = open_envelope(key, CONFIG_MAGIC, data)
-        try:
-            d = loads_exact_fast(body, 1)
-            if not isinstance(d, dict):
-                raise ValueError("not a JSON object")
-            v = max(version, _int(d.get("version", version), "version", 256))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise IntegrityError(key, f"malformed config: {e}") from None
-        if d.get("format") != "snapstore":
-            raise IntegrityError(key, "not a snapstore config")
-        if v > FORMAT_VERSION:
-            raise UnsupportedFormatError(
-                f"repository format version {v} is newer than this snapstore supports ({FORMAT_VERSION}); upgrade snapstore")
-        try:
-            k32 = d["key"]
-            if not isinstance(k32, str) or len(k32) != 64:
-                raise ValueError("key is not 64 hex digits")
-            cfg = cls(repo_id=_str(d["repo_id"], "repo_id"), key=bytes.fromhex(k32),
-                      created=parse_time(_str(d["created"], "created")), version=v)
-        except (KeyError, ValueError, TypeError) as e:
-            raise IntegrityError(key, f"malformed config: {e}") from None
-        settings = {k: d[k] for k in cls._SETTINGS if k in d}
-        why = check_settings(settings)
-        if why is not None:
-            raise IntegrityError(key, f"config out of range: {why}")
-        for k, x in settings.items():
-            setattr(cfg, k, x)
-        return cfg

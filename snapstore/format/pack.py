@@ -65,7 +65,8 @@ item, a message stored elsewhere under its content id (a ``c`` entry holding it 
 entry listing its pieces), whose JSON a reader splices in at the hole's offset."""
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
                T_VALUE: "value spine", T_HOLE: "hole"}
-_TRAILER = struct.Struct("<I16s")
+TRAILER = struct.Struct("<I16s")
+"""The pack's last 20 bytes: ``u32le header_len`` and the blake3-128 checksum."""
 
 MAX_BLOCK_RAW = 128 << 20
 """Largest uncompressed block (bytes; twice the largest chunk a config allows). A reader refuses a
@@ -357,7 +358,8 @@ class Pack:
     """
 
     whole = True
-    """True: every byte of the pack was read and its checksum verified (see :class:`RangedPack`)."""
+    """True: every byte of the pack was read and its checksum verified (see
+    :class:`snapstore.format.rangedpack.RangedPack`)."""
 
     def __init__(self, key: str, data: bytes, pack_id: bytes, blocks: list[Block], entries: dict):
         self.key = key
@@ -395,9 +397,9 @@ class Pack:
         """
         if type(data) is not bytes:
             data = bytes(data)  # slices of it are ids (dict keys): they must be bytes
-        if len(data) < 5 + PACK_ID_BYTES + _TRAILER.size or data[:4] != MAGIC:
+        if len(data) < 5 + PACK_ID_BYTES + TRAILER.size or data[:4] != MAGIC:
             raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
-        hlen, digest = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+        hlen, digest = TRAILER.unpack_from(data, len(data) - TRAILER.size)
         body_end = len(data) - 16
         if blake3.blake3(memoryview(data)[:body_end]).digest(16) != digest:
             raise IntegrityError(key, "checksum mismatch")
@@ -409,7 +411,7 @@ class Pack:
         hstart = body_end - 4 - hlen
         if hstart < HEADER_POS:
             raise IntegrityError(key, "malformed header: header length larger than the pack")
-        blocks, entries = _parse_header(key, data, hstart, body_end - 4, hstart)
+        blocks, entries = parse_header(key, data, hstart, body_end - 4, hstart)
         return cls(key, data, stored_id, blocks, entries)
 
     def dict_state(self, spec: DictSpec) -> tuple[bytes, bytes]:
@@ -460,192 +462,17 @@ class Pack:
         return raw[entry.offset:entry.offset + entry.length]
 
 
-class RangedPack(Pack):
-    """A pack read with byte ranges: its header and trailer (from one suffix read) and the blocks
-    fetched so far (docs/format.md §19, ranged reads).
-
-    The pack checksum cannot be verified without every byte, so a ranged pack is trusted only as
-    far as its entries are: every entry a reader takes from it is verified by its content id, and a
-    block that does not decompress to its recorded length is corrupt (``IntegrityError`` naming the
-    pack). Readers that must verify whole packs (``verify --read-data``, GC) read them whole, or,
-    when a pack is too large for one read, stream its checksum (:func:`parse_in_ranges`).
-
-    Args:
-        key: the pack's object key.
-        pack_id: its id (from the key; the bytes holding the id are not read).
-        blocks, entries: the parsed header.
-        size: the pack's length in bytes (from the header: blocks, header and trailer).
-        have: compressed bytes of the blocks already read, by block index.
-        fetch: ``fetch(start, end) -> bytes`` reads pack bytes ``[start, end)`` (one ranged GET);
-            used for a block that is needed but was not fetched in the caller's parallel wave.
-    """
-
-    whole = False
-    checksummed = False
-    """True when every byte was read once to verify the checksum (:func:`parse_in_ranges`)."""
-
-    def __init__(self, key: str, pack_id: bytes, blocks: list[Block], entries: dict, size: int,
-                 have: dict, fetch):
-        super().__init__(key, b"", pack_id, blocks, entries)
-        self.size = size
-        self._have: dict[int, bytes] = dict(have)
-        self._fetch = fetch
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the pack held in memory (the compressed blocks fetched so far)."""
-        return sum(len(v) for v in self._have.values())
-
-    def block_at_hand(self, block: int) -> bool:
-        return block in self._have or block in self._raw
-
-    def missing(self, blocks) -> list[int]:
-        """The block indices among ``blocks`` neither fetched nor decompressed yet, sorted."""
-        return sorted({b for b in blocks if b not in self._have and b not in self._raw and self.blocks[b].clen})
-
-    def ranges(self, blocks, gap: int = 16 << 10) -> list[tuple[int, int]]:
-        """Byte ranges ``[start, end)`` of the pack covering ``blocks`` (indices), adjacent blocks
-        (or blocks less than ``gap`` bytes apart) joined into one range."""
-        out: list[list[int]] = []
-        for bi in sorted(set(blocks)):
-            b = self.blocks[bi]
-            if out and b.offset - out[-1][1] <= gap:
-                out[-1][1] = max(out[-1][1], b.offset + b.clen)
-            else:
-                out.append([b.offset, b.offset + b.clen])
-        return [(a, e) for a, e in out]
-
-    def add_range(self, start: int, data: bytes) -> None:
-        """Take the bytes ``data`` read at pack offset ``start``: every block they cover whole is kept.
-
-        Raises:
-            IntegrityError: fewer bytes than asked for (the object is shorter than its header says).
-        """
-        for bi, b in enumerate(self.blocks):
-            if b.offset >= start and b.offset + b.clen <= start + len(data) and bi not in self._have:
-                self._have[bi] = bytes(data[b.offset - start:b.offset - start + b.clen])
-
-    def _comp(self, block: int) -> bytes:
-        got = self._have.get(block)
-        if got is None:
-            b = self.blocks[block]
-            data = self._fetch(b.offset, b.offset + b.clen)
-            if len(data) != b.clen:
-                raise IntegrityError(self.key, f"block {block} is cut short: read {len(data)} of {b.clen} bytes "
-                                     f"at offset {b.offset} (the pack is shorter than its header says)")
-            self._have[block] = got = bytes(data)
-        return got
-
-    def raw_block(self, block: int, dict_bytes: bytes | None = None, keep: bool = True) -> bytes:
-        raw = super().raw_block(block, dict_bytes, keep)
-        if block in self._raw:
-            self._have.pop(block, None)  # keep one copy (the uncompressed one is memoised)
-        return raw
-
-
-def parse_tail(key: str, tail: bytes, asked: int, pack_id: bytes, fetch) -> Pack:
-    """Parse a pack from its last bytes (a suffix read of ``asked`` bytes that returned ``tail``).
-
-    If ``tail`` is the whole pack (shorter than asked, or exactly as long as its header says the
-    pack is), it is parsed and checksum-verified as :meth:`Pack.parse` does. Otherwise the header
-    is parsed from the tail (one more suffix read through ``fetch`` when the header is longer than
-    the tail) and a :class:`RangedPack` is returned, holding the blocks the tail covers whole.
-
-    Args:
-        key: the object key (named in errors).
-        tail: the bytes read.
-        asked: how many bytes the suffix read asked for.
-        pack_id: the pack's id (from its key).
-        fetch: ``fetch(start, end) -> bytes`` for pack bytes ``[start, end)``; ``fetch(-n, None)``
-            for its last ``n`` bytes.
-    Raises:
-        IntegrityError: truncated, or a malformed header or trailer (names ``key``).
-    """
-    if len(tail) < asked:
-        return Pack.parse(key, tail, pack_id)
-    if len(tail) < _TRAILER.size + 1:
-        raise IntegrityError(key, "not a snapstore pack (truncated)")
-    hlen, _ = _TRAILER.unpack_from(tail, len(tail) - _TRAILER.size)
-    if hlen + TRAILER_BYTES > len(tail):
-        if hlen > 64 * MAX_BLOCKS + 64 * (1 << 20):
-            raise IntegrityError(key, f"malformed header: header length {hlen} is implausible")
-        tail = fetch(-(hlen + TRAILER_BYTES), None)
-        if len(tail) < hlen + TRAILER_BYTES:
-            return Pack.parse(key, tail, pack_id)
-    hend = len(tail) - TRAILER_BYTES
-    blocks, entries = _parse_header(key, tail, hend - hlen, hend, None)
-    hstart = blocks[-1].offset + blocks[-1].clen if blocks else HEADER_POS
-    size = hstart + hlen + TRAILER_BYTES
-    if size == len(tail):
-        return Pack.parse(key, tail, pack_id)
-    if size < len(tail):
-        raise IntegrityError(key, f"malformed header: the header describes a pack of {size} bytes, "
-                             f"but more were read")
-    base = size - len(tail)  # pack offset of tail[0]
-    p = RangedPack(key, pack_id, blocks, entries, size, {}, fetch)
-    p.add_range(base, tail[:len(tail) - hlen - TRAILER_BYTES])
-    return p
-
-
-STREAM_STEP = 8 << 20
-"""Bytes per ranged read when :func:`parse_in_ranges` streams a pack's checksum."""
-
-
-def parse_in_ranges(key: str, size: int, pack_id: bytes, fetch, tail: int = 1 << 20) -> "Pack":
-    """Parse and checksum-verify a pack too large to hold whole (``size`` bytes, the object's
-    length as the store reported it), reading it in byte ranges: the header from a suffix read (as
-    :func:`parse_tail`), then every byte once, :data:`STREAM_STEP` at a time, into the checksum
-    (nothing of it kept). Memory stays at one step plus the header, whatever ``size`` is.
-
-    Args:
-        key: the object key (named in errors).
-        size: the object's length in bytes.
-        pack_id: the pack's id (from its key).
-        fetch: ``fetch(start, end) -> bytes`` for pack bytes ``[start, end)``; ``fetch(-n, None)``
-            for its last ``n`` bytes.
-        tail: bytes of the first suffix read.
-    Returns:
-        A :class:`RangedPack` (its blocks fetched when needed) whose ``checksummed`` is True, or a
-        :class:`Pack` if the object turned out to be short enough to come whole.
-    Raises:
-        IntegrityError: bad magic, version or pack id, a malformed header, a header that does not
-            describe a pack of ``size`` bytes, bytes cut short, or a checksum mismatch (names ``key``).
-    """
-    p = parse_tail(key, fetch(-tail, None), tail, pack_id, fetch)
-    if p.whole:
-        return p
-    if p.size != size:
-        raise IntegrityError(key, f"malformed header: it describes a pack of {p.size} bytes, the object has {size}")
-    head = fetch(0, HEADER_POS)
-    if head[:4] != MAGIC:
-        raise IntegrityError(key, "not a snapstore pack (bad magic or truncated)")
-    h = blake3.blake3()
-    end = size - 16
-    pos = 0
-    while pos < end:
-        piece = fetch(pos, min(pos + STREAM_STEP, end))
-        if not piece:
-            raise IntegrityError(key, f"cut short: no bytes at offset {pos} of {size}")
-        h.update(piece)
-        pos += len(piece)
-    if h.digest(16) != fetch(end, size):
-        raise IntegrityError(key, "checksum mismatch")
-    if head[4] != VERSION:
-        raise IntegrityError(key, f"unsupported pack version {head[4]}")
-    if bytes(head[5:HEADER_POS]) != pack_id:
-        raise IntegrityError(key, f"holds pack {bytes(head[5:HEADER_POS]).hex()}, not the pack its key names")
-    p.checksummed = True
-    return p
-
-
 _TYPE, _CONT = itemgetter(0), itemgetter(4)  # of an array part (type, id, offset, length, continues)
 
 
-def _parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None) -> tuple[list[Block], dict]:
+def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None) -> tuple[list[Block], dict]:
     """Parse a pack header held in ``data[hstart:hend]`` (positions in ``data``). Block offsets
     are offsets in the pack, starting at :data:`HEADER_POS`; ``blocks_end`` is where the header
     starts in the pack (the blocks must end exactly there), None when unknown (a ranged read: the
     caller derives it from the blocks).
+
+    ``data`` is bytes or a buffer (``data[hend:]`` may hold the trailer). Returns ``(blocks,
+    entries)``: the :class:`Block` list in pack order and every :class:`Entry` by ``(type, id)``.
 
     Raises:
         IntegrityError: the header is malformed (names ``key``).

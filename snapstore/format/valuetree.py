@@ -202,9 +202,3 @@ def _group(atoms: list[tuple[bytes, int, int]]) -> list[bytes]:
     if cur:
         out.append(b"".join(cur))
     return out
-
-
-def split_cdc_only(raw: bytes) -> list[bytes]:
-    """The alternative measured in ``benchmarks/storage.py --state``: FastCDC over the whole
-    encoding (:data:`CDC_MIN`/:data:`CDC_AVG`/:data:`CDC_MAX`), ignoring the structure."""
-    return _cdc(raw)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConflictError, ObjectNotFound, PreconditionFailed, SnapstoreError
 from ..format import keys
-from ..format.manifest import decode_forward, decode_forward_shard, encode_forward_shard
+from ..format.forward import decode_forward, decode_forward_shard, encode_forward_shard
 from ..repo.repository import Repository
 from ..stores.base import ObjectInfo
 

@@ -41,7 +41,7 @@ from ..errors import InvalidInputError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.manifest import FREE_AFTER, KIND_TOMBSTONE
 from ..repo.repository import Repository
-from ..stores.base import max_concurrency
+from ..stores.base import max_concurrency, store_capabilities
 from .forwarding import ForwardMap
 from .gcreport import GCOptions, GCReport, account_flush
 from .lock import LOCK_KEY, LOCK_TIMEOUT, LockKeeper, acquire, break_lock, release
@@ -138,7 +138,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         if keeper is not None:
             keeper.stop()
             release(repo, token)
-    if hasattr(store, "remove_empty_dirs") and not dry_run:
+    if store_capabilities(store).empty_dirs and not dry_run:
         store.remove_empty_dirs()
     rep.elapsed = time.monotonic() - t0
     return rep

@@ -14,6 +14,7 @@ from ..format.logseg import parse_logseg_key
 from ..format.manifest import Manifest
 from ..repo.repository import Repository
 from .runs import read_all_runs, void_record
+from ..stores.base import store_capabilities
 
 _CATEGORY = {"config": "config", "pack": "packs", "manifest": "manifests", "index": "index", "logseg": "log",
              "fwd": "forward", "gc": "gc", "runmark": "runmarks"}
@@ -98,7 +99,7 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
     message_bytes = sum(m.size for m in live)
     state_bytes = sum(session_state_bytes(m) for m in live)
     logical = message_bytes + state_bytes
-    find = getattr(repo.store, "leftovers", None)
+    find = repo.store.leftovers if store_capabilities(repo.store).leftovers else None
     try:
         left = find() if find is not None else []
     except SnapstoreError:

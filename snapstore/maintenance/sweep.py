@@ -23,12 +23,15 @@ from ..errors import ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.gcstate import candidates_key, decode_candidates, encode_candidates
 from ..format.logseg import parse_logseg_key, span
-from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE, decode_forward_cache, decode_index, encode_forward_cache
+from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE
+from ..format.forward import decode_forward_cache, encode_forward_cache
+from ..format.index import decode_index
 from ..format.removals import decode_removals, merge_ranges
 from ..repo.log import runmarks
 from ..repo.repository import Repository
 from .gcreport import GCReport, account_flush
 from . import outcomes
+from ..stores.base import store_capabilities
 
 FWD_CACHE_KEY = keys.FWD_CACHE
 
@@ -223,7 +226,7 @@ class SweepPlan:
         it is counted as pending. Stores without leftovers (memory) have no such method."""
         g = self.gc
         rep, grace, mature = g.rep, g.grace, g.mature
-        find = getattr(g.repo.store, "leftovers", None)
+        find = g.repo.store.leftovers if store_capabilities(g.repo.store).leftovers else None
         if find is None:
             return
         try:

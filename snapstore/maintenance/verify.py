@@ -17,7 +17,8 @@ from typing import Callable
 from ..errors import CompactedRecordError, IntegrityError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.logseg import decode_logseg
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, decode_index
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK
+from ..format.index import decode_index
 from ..format.pack import T_CHUNK
 from ..format.removals import decode_removals, merge_ranges
 from ..format.tree import Ref, exact_count
@@ -26,6 +27,7 @@ from . import outcomes
 from .forwarding import ForwardMap
 from .mark import Marker, MarkScope
 from .runs import RunListing, head_segments, read_all_runs, segments_by_run
+from ..stores.base import store_capabilities
 
 @dataclass
 class Problem:
@@ -544,7 +546,7 @@ class Verifier:
 
     def report_leftovers(self) -> None:
         """Crash leftovers of the store (temp files, incomplete multipart uploads)."""
-        find = getattr(self.repo.store, "leftovers", None)
+        find = self.repo.store.leftovers if store_capabilities(self.repo.store).leftovers else None
         try:
             left = find() if find is not None else []
         except SnapstoreError as e:  # e.g. not allowed to list multipart uploads

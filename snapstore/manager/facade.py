@@ -43,7 +43,7 @@ from .state import ManagerState
 from ..errors import InvalidInputError
 from ..repo.repository import Repository
 from ..stores import open_store
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, store_capabilities
 
 __all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
 

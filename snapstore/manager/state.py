@@ -19,7 +19,7 @@ from typing import Callable
 from ..errors import RepositoryNotFound, SnapstoreError
 from ..format.ids import check_run_id
 from ..repo.repository import Repository
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, store_capabilities
 from .views import RunView
 
 __all__ = ["ManagerState"]
@@ -82,7 +82,7 @@ class ManagerState:
             with self._lock:
                 if self._repo is None:
                     repo = Repository.open(self.store, create=create)
-                    check = getattr(self.store, "check_versioning", None)
+                    check = self.store.check_versioning if store_capabilities(self.store).versioning else None
                     if check is not None:
                         try:
                             self.versioned = bool(check())

@@ -19,9 +19,9 @@ import time
 
 from ..errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from ..format import keys
-from ..format.manifest import decode_forward, decode_forward_cache, decode_forward_shard
+from ..format.forward import decode_forward, decode_forward_cache, decode_forward_shard
 from ..format.pack import Pack
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, store_capabilities
 from .packcache import PackCache
 
 
@@ -434,7 +434,7 @@ class Locator:
                         continue
                     claimed.add(t)
                 one(t, depth + 1)
-        if len(todo) <= 1 or (inline_ok and getattr(self.store, "inline_reads", False)):
+        if len(todo) <= 1 or (inline_ok and store_capabilities(self.store).inline_reads):
             for p in todo:
                 one(p)
             return

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from ..errors import IntegrityError, ObjectNotFound, ObjectTooLarge, SnapstoreError
 from ..format import keys
 from ..format.manifest import Manifest
-from ..format.pack import T_CHUNK, Pack, parse_in_ranges, parse_tail
+from ..format.pack import T_CHUNK, Pack
+from ..format.rangedpack import parse_in_ranges, parse_tail
 from ..stores.base import ObjectStore
 
 

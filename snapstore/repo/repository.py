@@ -42,11 +42,12 @@ from datetime import datetime, timezone
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryError, RepositoryNotFound
 from ..format import keys
 from ..format.ids import Hasher, name_key
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, RepoConfig, check_settings
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..format.config import RepoConfig, check_settings
 from ..format.pack import T_STATE, Pack
 from ..format.tree import Ref, Spine, TreeParams
 from ..format.valuetree import ValueTree
-from ..stores.base import ObjectStore
+from ..stores.base import ObjectStore, max_concurrency
 from .arrays import ArrayReader
 from .entries import EntryReader, ReadContext
 from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
@@ -77,7 +78,7 @@ class Repository(LogRecords):
         self.hasher = Hasher(config.key)
         self.params = TreeParams(config.leaf_bits, config.node_bits, config.max_items)
         if max_workers is None:
-            max_workers = int(getattr(store, "max_concurrency", 64) or 64)
+            max_workers = max_concurrency(store, 64)
         self.cache = PackCache(store, cache_bytes, max_workers)
         self.segments = SegmentIndex(self.cache)
         self.forwarding = ForwardLookup(store, self.cache)

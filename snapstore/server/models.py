@@ -17,9 +17,7 @@ __all__ = ["CURSOR_PATTERN", "DURATION_LIMIT", "DURATION_PATTERN", "ErrorBody", 
            "ForkRequest", "PruneRequest", "PruneResponse", "GCRequest", "GCResponse", "StatsResponse",
            "HealthResponse", "DiffOp", "DiffResponse", "MessagesResponse", "DeleteResponse", "summary_out"]
 
-# strict: JSON booleans are refused where numbers are expected (pydantic's lax mode takes false
-# as 0), and numbers where booleans are (1 as true); integers are accepted as seconds
-_Seconds = Field(None, ge=0, le=100 * 365 * 86400, allow_inf_nan=False, strict=True)
+# strict: numbers are refused where booleans are expected (pydantic's lax mode takes 1 as true)
 _Flag = Field(False, strict=True)
 
 CURSOR_PATTERN = r"^[0-9]{1,20}$"

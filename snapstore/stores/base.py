@@ -16,10 +16,14 @@ Semantics every backend must provide (the repository's invariants depend on them
 * ``delete_many`` ignores keys that do not exist and batches as the backend requires.
 * Reads after a successful write see it (strong read-after-write consistency).
 
-Optional: ``leftovers()`` lists what interrupted writes left outside the keys (local temporary
-files, incomplete S3 multipart uploads) as :class:`Leftover` items, and ``remove_leftovers(items)``
-removes them; GC calls them for leftovers older than its grace period. Stores without such
-leftovers (memory) do not have them.
+What a store is, beyond these semantics, it declares in its ``capabilities``
+(:class:`StoreCapabilities`): how many requests are worth having in flight, whether reads are
+cheap enough to make one after another on the calling thread, whether writers compact run logs
+by default, and which optional methods it has (``leftovers()``/``remove_leftovers(items)``: what
+interrupted writes left outside the keys, local temporary files or incomplete S3 multipart
+uploads, as :class:`Leftover` items, which GC removes once older than its grace period;
+``check_versioning()``; ``remove_empty_dirs()``). Callers read them with
+:func:`store_capabilities` and never probe a store for attributes.
 """
 
 from __future__ import annotations
@@ -241,10 +245,53 @@ DEFAULT_CONCURRENCY = 16
 """Parallel requests assumed for a store that does not say (see :func:`max_concurrency`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What a store declares about itself (its ``capabilities`` attribute), for callers to tune
+    to instead of probing it. The defaults are what a store that declares nothing gets (a wrapper
+    store of a test or an application): no optional methods, reads through a thread pool, full
+    run logs.
+
+    Attributes:
+        max_concurrency: how many requests are worth having in flight at once (a count; S3: the
+            HTTP connection pool size; local and memory: 16); None: the caller's default.
+        inline_reads: True when a read costs no network round trip (a local directory, memory), so
+            a few reads are made one after another on the calling thread rather than through a
+            thread pool.
+        compact_log: True when writers compact run logs into stubs by default (a local directory:
+            each manifest is a file costing a 4 KiB disk block; see
+            :func:`snapstore.repo.log.stubs.default_compact_log`).
+        leftovers: the store has ``leftovers() -> list[Leftover]`` and
+            ``remove_leftovers(items) -> int`` (crash leftovers outside the keys).
+        versioning: the store has ``check_versioning() -> bool`` (an S3 bucket: whether object
+            versioning is enabled, which keeps deleted bytes).
+        empty_dirs: the store has ``remove_empty_dirs() -> None`` (a local directory: GC removes
+            the directories its deletes emptied).
+    """
+
+    max_concurrency: int | None = None
+    inline_reads: bool = False
+    compact_log: bool = False
+    leftovers: bool = False
+    versioning: bool = False
+    empty_dirs: bool = False
+
+
+_UNDECLARED = StoreCapabilities()
+
+
+def store_capabilities(store: object) -> StoreCapabilities:
+    """The :class:`StoreCapabilities` ``store`` declares in its ``capabilities`` attribute, or the
+    defaults (nothing optional) for a store that declares none, such as a wrapper."""
+    caps = getattr(store, "capabilities", None)
+    return caps if isinstance(caps, StoreCapabilities) else _UNDECLARED
+
+
 def max_concurrency(store: object, default: int = DEFAULT_CONCURRENCY) -> int:
-    """How many requests are worth having in flight at once on ``store``: its ``max_concurrency``
-    attribute when it is a positive int, else ``default``. A count of requests (no unit)."""
-    n = getattr(store, "max_concurrency", None)
+    """How many requests are worth having in flight at once on ``store`` (a count): the
+    ``max_concurrency`` its :class:`StoreCapabilities` declare when it is a positive int, else
+    ``default``."""
+    n = store_capabilities(store).max_concurrency
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else default
 
 
@@ -252,17 +299,16 @@ def max_concurrency(store: object, default: int = DEFAULT_CONCURRENCY) -> int:
 class ObjectStore(Protocol):
     """Bytes under keys. See the module docstring for the required semantics.
 
-    Every store has a ``stats`` attribute (:class:`RequestStats`) counting the requests it made
-    and a ``url`` attribute naming where it is.
-
-    The built-in stores also have ``max_concurrency`` (int): how many requests it is worth having
-    in flight at once (S3: the HTTP connection pool size, default 128; local and memory: 16).
-    Callers size their thread pools with :func:`max_concurrency`; it is not a protocol member, so
-    wrapper stores without it keep working.
+    Every store has a ``stats`` attribute (:class:`RequestStats`) counting the requests it made,
+    a ``url`` attribute naming where it is, and a ``capabilities`` attribute
+    (:class:`StoreCapabilities`) saying what else it is and has. Callers read the latter through
+    :func:`store_capabilities` (and size their thread pools with :func:`max_concurrency`), which
+    give the defaults for a wrapper store that declares none, so such wrappers keep working.
     """
 
     url: str
     stats: RequestStats
+    capabilities: StoreCapabilities
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Create ``key`` holding ``data``; fail if it exists.

@@ -35,7 +35,7 @@ import threading
 from typing import Iterable, Iterator
 
 from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
-from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, check_whole_read
+from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -143,13 +143,16 @@ class LocalStore:
         self._fsync = fsync
         self._stats_lock = threading.Lock()
         self._known_dirs: set[str] = set()
-        #: Reads worth running in parallel (file reads release the GIL; more threads than this
-        #: only contend). Same as the repository's historical default pool size.
-        self.max_concurrency = 16
-        #: A restore reads its run's few segment packs one after another rather than on a thread
-        #: pool: a read from the page cache is a memory copy, and starting the pool's threads cost
-        #: a fresh process about 2 ms of a 12 ms cold ``latest()`` (``benchmarks/local_read.py``).
-        self.inline_reads = True
+        #: What this store is (see :class:`~snapstore.stores.base.StoreCapabilities`): 16 reads
+        #: worth running in parallel (file reads release the GIL; more threads only contend; the
+        #: repository's historical default pool size); inline reads (a restore reads its run's
+        #: few segment packs one after another rather than on a thread pool: a read from the page
+        #: cache is a memory copy, and starting the pool's threads cost a fresh process about 2 ms
+        #: of a 12 ms cold ``latest()``, ``benchmarks/local_read.py``); compacted run logs (a
+        #: manifest file costs a 4 KiB disk block); leftovers (``.tmp-*`` files) and empty
+        #: directories to remove.
+        self.capabilities = StoreCapabilities(max_concurrency=16, inline_reads=True, compact_log=True,
+                                              leftovers=True, empty_dirs=True)
 
     # ------------------------------------------------------------------------------------------
     def _path(self, key: str) -> str:

@@ -8,7 +8,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from ..errors import ObjectNotFound, PreconditionFailed
-from .base import ObjectInfo, RequestStats, check_key, check_range, slice_range, check_whole_read
+from .base import ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, slice_range, check_whole_read
 
 
 class MemoryStore:
@@ -26,10 +26,12 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._objects: dict[str, tuple[bytes, str, float]] = {}
         self._etags = itertools.count(1)
-        #: Requests worth running in parallel. Reads hold one lock, so more threads do not make
-        #: them faster; 16 (the repository's historical pool size) keeps concurrent code paths
-        #: exercised in tests.
-        self.max_concurrency = 16
+        #: What this store is (see :class:`~snapstore.stores.base.StoreCapabilities`): 16
+        #: requests worth running in parallel (reads hold one lock, so more threads do not make
+        #: them faster; 16, the repository's historical pool size, keeps concurrent code paths
+        #: exercised in tests); reads through the thread pool like a remote store's, full run
+        #: logs, nothing optional.
+        self.capabilities = StoreCapabilities(max_concurrency=16)
 
     def _store(self, key: str, data: bytes) -> ObjectInfo:
         etag = f'"{next(self._etags):x}"'

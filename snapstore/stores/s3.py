@@ -37,154 +37,34 @@ the CRC32 checksums boto3 >= 1.36 sends by default).
 
 from __future__ import annotations
 
-import email.utils
-import random
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+from urllib.parse import urlencode
 
 from ..errors import (
     AccessDenied,
-    BucketNotFound,
-    CredentialsError,
     InvalidInputError,
-    ObjectNotFound,
     ObjectTooLarge,
-    PreconditionFailed,
     StoreError,
 )
-from .base import Leftover, ObjectInfo, RequestStats, check_key, check_range, check_whole_read, slice_range
+from .base import (Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read,
+                   slice_range)
+from .s3client import (DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_POOL_CONNECTIONS, ClientSettings, attempts_within, make_client,
+                       parse_url, retry_sleep_bound)
+from .s3errors import error_parts, transport_errors
+from .s3requests import S3Requests, server_time
+from .s3writes import WRITE_ID_METADATA, S3Writes
 
 __all__ = ["S3Store", "WRITE_ID_METADATA", "MAX_KEYS_PER_PAGE", "MAX_KEYS_PER_DELETE",
            "DEFAULT_MAX_POOL_CONNECTIONS"]
 
-#: Metadata key (``x-amz-meta-<this>``) holding the random id of the write that created an object.
-WRITE_ID_METADATA = "snapstore-write-id"
 #: ListObjectsV2 returns at most this many keys a page on AWS; enforced client-side.
 MAX_KEYS_PER_PAGE = 1000
 #: DeleteObjects accepts at most this many keys on AWS; enforced client-side.
 MAX_KEYS_PER_DELETE = 1000
-#: Default HTTP connection pool size of a store-built client (= its ``max_concurrency``).
-DEFAULT_MAX_POOL_CONNECTIONS = 128
 
 _MiB = 1024 * 1024
-_MAX_PARTS = 10_000
-_MIN_PART = 5 * _MiB
-
-_CREDENTIAL_CODES = {
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException",
-    "InvalidToken", "TokenRefreshRequired", "InvalidClientTokenId", "UnrecognizedClientException",
-    "AuthorizationHeaderMalformed", "MissingSecurityHeader", "InvalidSecurity",
-}
-_ACCESS_CODES = {"AccessDenied", "AllAccessDisabled", "AccountProblem", "InvalidObjectState"}
-_NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound"}
-_URL_OPTIONS = {
-    "endpoint_url": "endpoint_url", "endpoint": "endpoint_url",
-    "region": "region_name", "region_name": "region_name",
-    "profile": "profile_name", "profile_name": "profile_name",
-    "addressing_style": "addressing_style",
-    "sse": "sse", "sse_kms_key_id": "sse_kms_key_id",
-    "max_attempts": "max_attempts", "retry_mode": "retry_mode",
-    "max_pool_connections": "max_pool_connections",
-    "multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize",
-    "connect_timeout": "connect_timeout", "read_timeout": "read_timeout",
-    "expect_continue_threshold": "expect_continue_threshold",
-    "call_timeout": "call_timeout",
-}
-_INT_OPTIONS = {"max_attempts", "max_pool_connections", "multipart_threshold", "multipart_chunksize",
-                "expect_continue_threshold"}
-_FLOAT_OPTIONS = {"connect_timeout", "read_timeout", "call_timeout"}
-
-DEFAULT_CALL_TIMEOUT = 60.0
-"""Seconds one store call (one ``get``, ``put``, ``head``, one LIST page...) may take at most,
-botocore's retries included, by default (the ``call_timeout`` option)."""
-
-
-def _retry_sleep_bound(attempts: int) -> float:
-    """The most seconds botocore's standard and adaptive retry modes sleep between ``attempts``
-    attempts of one request (a random share of ``2^i`` seconds before retry ``i``, capped at 20)."""
-    return float(sum(min(20, 2 ** i) for i in range(1, attempts)))
-
-
-def attempts_within(call_timeout: float, connect_timeout: float, read_timeout: float, retries: int) -> int:
-    """How many attempts in all (at least 1, at most ``retries + 1``) one request may make so that
-    all of them, each waiting at most ``connect_timeout + read_timeout`` seconds, and the sleeps
-    between them fit in ``call_timeout`` seconds."""
-    n = max(1, retries + 1)
-    while n > 1 and n * (connect_timeout + read_timeout) + _retry_sleep_bound(n) > call_timeout:
-        n -= 1
-    return n
-
-
-def _expect_continue_hook(threshold: int):
-    """A botocore ``before-sign`` handler that removes ``Expect: 100-continue`` from requests whose
-    body is smaller than ``threshold`` bytes (bodies of unknown length keep it)."""
-    from botocore.utils import determine_content_length
-
-    def drop_expect(request: Any, **_: Any) -> None:
-        headers = request.headers
-        if "Expect" not in headers:
-            return
-        body = request.body
-        if body is None:
-            size = 0
-        elif isinstance(body, (bytes, bytearray, memoryview)):
-            size = len(body)
-        else:
-            try:
-                size = determine_content_length(body)
-            except Exception:  # noqa: BLE001 - an odd body: keep botocore's default
-                size = None
-        if size is not None and size < threshold:
-            del headers["Expect"]
-
-    return drop_expect
-
-
-_TRANSPORT: tuple | None = None
-
-
-def _transport() -> tuple:
-    """Exception classes a request can fail with without an S3 error response: botocore's own,
-    and what urllib3, http.client and the socket layer raise when botocore does not wrap them
-    (e.g. ``urllib3.exceptions.ProtocolError`` on a connection reset). Each is mapped to a
-    :mod:`snapstore.errors` class naming the operation and key (see :meth:`S3Store._error`)."""
-    global _TRANSPORT
-    if _TRANSPORT is None:
-        import http.client
-
-        import urllib3.exceptions
-        from botocore.exceptions import BotoCoreError
-        _TRANSPORT = (BotoCoreError, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
-    return _TRANSPORT
-
-
-def _error_parts(exc: Exception) -> tuple[str, int, str]:
-    """(error code, HTTP status, message) of a botocore ClientError."""
-    resp = getattr(exc, "response", None) or {}
-    err = resp.get("Error") or {}
-    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0
-    return str(err.get("Code") or status or ""), int(status), str(err.get("Message") or "").strip()
-
-
-def _retry_attempts(exc_or_resp: Any) -> int:
-    """How many times botocore retried the call internally (0 if unknown)."""
-    resp = exc_or_resp if isinstance(exc_or_resp, dict) else (getattr(exc_or_resp, "response", None) or {})
-    return int((resp.get("ResponseMetadata") or {}).get("RetryAttempts") or 0)
-
-
-def _server_time(resp: dict) -> float:
-    """The response's ``Date`` header (the store's clock) as epoch seconds; local time if absent."""
-    date = ((resp.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}).get("date")
-    if date:
-        try:
-            return email.utils.parsedate_to_datetime(date).timestamp()
-        except (TypeError, ValueError):
-            pass
-    return time.time()
 
 
 class S3Store:
@@ -283,7 +163,7 @@ class S3Store:
         #: Worst-case seconds one call waits without an answer (all attempts and the sleeps
         #: between them); at most ``call_timeout`` unless one attempt alone is longer.
         self.call_time_bound = (self.attempts * (self.connect_timeout + self.read_timeout)
-                                + _retry_sleep_bound(self.attempts))
+                                + retry_sleep_bound(self.attempts))
         if int(multipart_threshold) < 1 or int(multipart_chunksize) < 1:
             raise InvalidInputError("multipart_threshold and multipart_chunksize must be positive")
         if int(expect_continue_threshold) < 0:
@@ -303,7 +183,6 @@ class S3Store:
         self.conflict_retries = max(0, int(conflict_retries))
         self.conflict_backoff = float(conflict_backoff)
         self.stats = RequestStats()
-        self._lock = threading.Lock()
 
         query = {k: v for k, v in (("endpoint_url", endpoint_url), ("region", region_name),
                                    ("addressing_style", addressing_style), ("sse", sse),
@@ -319,66 +198,18 @@ class S3Store:
             self._max_concurrency = int(pool) if isinstance(pool, int) and pool > 0 else 10  # botocore's default
         else:
             self._max_concurrency = int(max_pool_connections)
-            self._client = self._make_client(
+            self._client = make_client(ClientSettings(
                 endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
                 addressing_style=addressing_style, total_attempts=self.attempts, retry_mode=retry_mode,
                 max_pool_connections=int(max_pool_connections), connect_timeout=float(connect_timeout),
-                read_timeout=float(read_timeout), expect_continue_threshold=int(expect_continue_threshold))
+                read_timeout=float(read_timeout), expect_continue_threshold=int(expect_continue_threshold)))
             self._owns_client = True
-        self._sse_params: dict[str, str] = {}
-        if sse:
-            self._sse_params["ServerSideEncryption"] = sse
-            if sse_kms_key_id:
-                self._sse_params["SSEKMSKeyId"] = sse_kms_key_id
-
-    # construction ------------------------------------------------------------------------------
-    @staticmethod
-    def _make_client(*, endpoint_url, region_name, profile_name, addressing_style, total_attempts,
-                     retry_mode, max_pool_connections, connect_timeout, read_timeout,
-                     expect_continue_threshold=_MiB):
-        import boto3
-        from botocore.config import Config
-        from botocore.exceptions import BotoCoreError, ProfileNotFound
-
-        try:
-            session = boto3.Session(profile_name=profile_name)
-        except ProfileNotFound as e:
-            raise CredentialsError(f"AWS profile not found: {profile_name or e}") from e
-        s3_cfg: dict[str, Any] = {}
-        if addressing_style and addressing_style != "auto":
-            s3_cfg["addressing_style"] = addressing_style
-        if max_pool_connections < 1:
-            raise InvalidInputError(f"max_pool_connections must be >= 1, not {max_pool_connections!r}")
-        try:
-            config = Config(
-                retries={"mode": retry_mode, "total_max_attempts": total_attempts},
-                max_pool_connections=max_pool_connections,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                tcp_keepalive=True,
-                user_agent_extra="snapstore",
-                s3=s3_cfg or None,
-            )
-        except (BotoCoreError, ValueError, TypeError) as e:
-            raise InvalidInputError(f"invalid S3 client option: {e}") from e
-        kwargs: dict[str, Any] = {"config": config}
-        if endpoint_url:  # None lets botocore resolve AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL itself
-            kwargs["endpoint_url"] = endpoint_url
-        if region_name:
-            kwargs["region_name"] = region_name
-        try:
-            client = session.client("s3", **kwargs)
-        except BotoCoreError as e:
-            raise InvalidInputError(f"invalid S3 client option: {e}") from e
-        except ValueError as e:
-            raise InvalidInputError(f"invalid S3 client option: {e}") from e
-        if expect_continue_threshold > 0:
-            # botocore's add_expect_header (before-call.s3) runs first; this client-local hook runs
-            # just before signing (Expect is never a signed header), on every attempt.
-            hook = _expect_continue_hook(expect_continue_threshold)
-            for op in ("PutObject", "UploadPart"):
-                client.meta.events.register(f"before-sign.s3.{op}", hook, unique_id=f"snapstore-expect-{op}")
-        return client
+        #: What this store is (:class:`~snapstore.stores.base.StoreCapabilities`): as many
+        #: requests in flight as the connection pool holds; incomplete multipart uploads as
+        #: leftovers; a bucket whose versioning can be checked.
+        self.capabilities = StoreCapabilities(max_concurrency=self._max_concurrency, leftovers=True, versioning=True)
+        self._requests = S3Requests(self._client, bucket, self._root, self.stats, endpoint_url, self._waits)
+        self._writes = S3Writes(self, self._requests)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> "S3Store":
@@ -394,29 +225,9 @@ class S3Store:
         Raises:
             InvalidInputError: not an ``s3://`` URL, no bucket, or an unknown/invalid option.
         """
-        if not isinstance(url, str) or not url.startswith("s3://"):
-            raise InvalidInputError(f"not an s3:// URL: {url!r}")
-        parts = urlsplit(url)
-        bucket = parts.netloc
-        if not bucket:
-            raise InvalidInputError(f"S3 URL names no bucket: {url!r}")
-        kwargs: dict[str, Any] = {}
-        for name, values in parse_qs(parts.query, keep_blank_values=True).items():
-            if name not in _URL_OPTIONS:
-                raise InvalidInputError(f"unknown S3 URL option {name!r} in {url!r}; "
-                                        f"known: {', '.join(sorted(_URL_OPTIONS))}")
-            target = _URL_OPTIONS[name]
-            value: Any = values[-1]
-            try:
-                if target in _INT_OPTIONS:
-                    value = int(value)
-                elif target in _FLOAT_OPTIONS:
-                    value = float(value)
-            except ValueError:
-                raise InvalidInputError(f"S3 URL option {name} must be a number, not {value!r}") from None
-            kwargs[target] = (value or None) if isinstance(value, str) else value
+        bucket, prefix, kwargs = parse_url(url)
         kwargs.update(options)
-        return cls(bucket, unquote(parts.path), **kwargs)
+        return cls(bucket, prefix, **kwargs)
 
     @property
     def max_concurrency(self) -> int:
@@ -436,61 +247,6 @@ class S3Store:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _full(self, key: str) -> str:
-        return self._root + key
-
-    def _where(self, key: str | None = None) -> str:
-        return f"s3://{self.bucket}/{self._root}{key}" if key is not None else f"s3://{self.bucket}/{self._root}"
-
-    def _count(self, kind: str, up: int = 0, down: int = 0) -> None:
-        with self._lock:
-            self.stats.counts[kind] = self.stats.counts.get(kind, 0) + 1
-            self.stats.bytes_up += up
-            self.stats.bytes_down += down
-
-    def _error(self, exc: Exception, op: str, key: str | None = None) -> Exception:
-        """Translate a botocore exception into one snapstore error with a one-line message."""
-        from botocore.exceptions import (
-            ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError,
-            NoRegionError, PartialCredentialsError, ProfileNotFound, ReadTimeoutError,
-        )
-
-        where = self._where(key)
-        if isinstance(exc, ClientError):
-            code, status, msg = _error_parts(exc)
-            detail = f"{code} (HTTP {status})" + (f": {msg}" if msg else "")
-            if code == "NoSuchBucket":
-                return BucketNotFound(f"S3 bucket not found: {self.bucket} ({op} {where})")
-            if code in _CREDENTIAL_CODES:
-                return CredentialsError(f"S3 rejected the credentials for {op} {where}: {detail}")
-            if code in _ACCESS_CODES or status == 403:
-                extra = " (HEAD responses carry no error code: the credentials may also be invalid)" \
-                    if op == "HeadObject" else ""
-                return AccessDenied(f"S3 access denied: {op} {where}{extra}")
-            if key is not None and (code in _NOT_FOUND_CODES or status == 404):
-                return ObjectNotFound(key, f"object not found: {key} ({where})")
-            if status == 412 or code == "PreconditionFailed":
-                return PreconditionFailed(key or where)
-            return StoreError(f"S3 {op} failed for {where}: {detail}")
-        if isinstance(exc, (NoCredentialsError, PartialCredentialsError, ProfileNotFound)):
-            return CredentialsError(f"no usable AWS credentials for {op} {where}: {exc}")
-        if isinstance(exc, NoRegionError):
-            return StoreError(f"no AWS region configured for {op} {where}: set AWS_REGION or region=")
-        if isinstance(exc, ConnectTimeoutError):
-            return StoreError(f"cannot reach the S3 endpoint for {op} {where}: no connection to {self._endpoint()} "
-                              f"within {self._waits('connect_timeout')}: {exc}")
-        if isinstance(exc, EndpointConnectionError):
-            return StoreError(f"cannot reach the S3 endpoint for {op} {where} ({self._endpoint()}): {exc}")
-        if isinstance(exc, ReadTimeoutError):
-            return StoreError(f"S3 {op} timed out for {where}: the endpoint {self._endpoint()} accepted the "
-                              f"connection but sent no response within {self._waits('read_timeout')}: {exc}")
-        return StoreError(f"S3 {op} failed for {where}: {type(exc).__name__}: {exc}")
-
-    def _endpoint(self) -> str:
-        """The endpoint URL the client talks to (for error messages)."""
-        url = getattr(getattr(self._client, "meta", None), "endpoint_url", None)
-        return str(url or self.endpoint_url or "(AWS default)")
-
     def _waits(self, which: str) -> str:
         """What a timed-out call waited for, e.g. ``12 s (read_timeout) x 3 attempts``."""
         secs = getattr(self, which, None)
@@ -499,20 +255,6 @@ class S3Store:
             return f"the client's {which}"
         return f"{secs:g} s ({which}) x {n} attempt{'s' if n != 1 else ''} (call_timeout {self.call_timeout:g} s)"
 
-    def _call(self, op: str, key: str | None, fn, **params):
-        """Call ``fn(**params)``, translating botocore errors (see :meth:`_error`)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return fn(**params)
-        except (ClientError, *_transport()) as e:
-            raise self._error(e, op, key) from e
-
-    def _backoff(self, attempt: int) -> None:
-        delay = min(2.0, self.conflict_backoff * (2 ** attempt))
-        time.sleep(delay * (0.5 + random.random() / 2))
-
-    # writes ------------------------------------------------------------------------------------
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Create ``key`` holding ``data``; fail if it exists (PutObject with ``If-None-Match: *``).
 
@@ -526,7 +268,7 @@ class S3Store:
             AccessDenied, BucketNotFound, CredentialsError: as named.
             StoreError: any other failure, including a write whose outcome stayed unknown.
         """
-        return self._write(key, data, None)
+        return self._writes.write(key, data, None)
 
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
         """Replace ``key`` only if its current ETag is ``etag`` (``None``: only if absent).
@@ -539,184 +281,7 @@ class S3Store:
             PreconditionFailed: the object changed, is missing (``etag`` given) or exists (``None``).
             StoreError (and subclasses): as for :meth:`put`.
         """
-        return self._write(key, data, etag)
-
-    def _write(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
-        check_key(key)
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise InvalidInputError(f"data for {key} must be bytes, not {type(data).__name__}")
-        data = bytes(data)
-        cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
-        if len(data) > self.multipart_threshold:
-            return self._write_multipart(key, data, cond)
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        write_id = uuid.uuid4().hex
-        params = dict(Bucket=self.bucket, Key=self._full(key), Body=data,
-                      Metadata={WRITE_ID_METADATA: write_id}, **cond, **self._sse_params)
-        ambiguous = False
-        for attempt in range(self.conflict_retries + 1):
-            self._count("PUT", up=len(data))
-            try:
-                resp = self._client.put_object(**params)
-            except ClientError as e:
-                ambiguous = ambiguous or _retry_attempts(e) > 0
-                code, status, _ = _error_parts(e)
-                if status == 409 or code == "ConditionalRequestConflict":
-                    if attempt < self.conflict_retries:
-                        self._backoff(attempt)
-                        continue
-                    raise PreconditionFailed(
-                        key, f"precondition failed: concurrent conflicting writes to {key} "
-                             f"(409 ConditionalRequestConflict {attempt + 1} times)") from e
-                if status == 412 or code == "PreconditionFailed" or (
-                        etag is not None and status == 404 and code == "NoSuchKey"):
-                    if ambiguous:
-                        info = self._own_write(key, write_id, data)
-                        if info is not None:
-                            return info
-                    raise PreconditionFailed(key) from e
-                raise self._error(e, "PutObject", key) from e
-            except _transport() as e:
-                # botocore already retried; the request may or may not have been applied.
-                return self._resolve_unknown(e, "PutObject", key, write_id, data)
-            return ObjectInfo(key, len(data), resp.get("ETag", ""), _server_time(resp))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _resolve_unknown(self, exc: Exception, op: str, key: str, write_id: str | set,
-                         data: bytes) -> ObjectInfo:
-        """After a write failed without any response (botocore's retries exhausted on network errors).
-
-        An earlier attempt may have been applied even if the last one never left this machine, so the
-        object is read back: our ObjectInfo if our write landed; otherwise raises the mapped error,
-        saying whether the write is known not to have landed or its outcome is unknown.
-        """
-        from botocore.exceptions import (
-            NoCredentialsError, NoRegionError, ParamValidationError, PartialCredentialsError,
-        )
-
-        if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError, ParamValidationError)):
-            raise self._error(exc, op, key) from exc  # nothing was sent
-        try:
-            info = self._own_write(key, write_id, data)
-        except Exception as check:  # noqa: BLE001 - report the original failure
-            raise StoreError(f"S3 {op} outcome unknown for {self._where(key)}: {type(exc).__name__}: {exc} "
-                             f"(read-back failed too: {type(check).__name__})") from exc
-        if info is None:
-            raise StoreError(f"S3 {op} failed for {self._where(key)} (not applied: read-back found no "
-                             f"write of ours): {type(exc).__name__}: {exc}") from exc
-        return info
-
-    def _own_write(self, key: str, write_id: str | set, data: bytes) -> ObjectInfo | None:
-        """Return the object's info if the object at ``key`` was written by our write ``write_id``
-        (or by any of a set of write ids: one per re-initiated multipart upload).
-
-        Uses the write-id metadata; if the server dropped metadata entirely, compares the bytes.
-        """
-        ours = {write_id} if isinstance(write_id, str) else write_id
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        self._count("HEAD")
-        try:
-            resp = self._client.head_object(Bucket=self.bucket, Key=self._full(key))
-        except ClientError as e:
-            code, status, _ = _error_parts(e)
-            if status == 404 or code in _NOT_FOUND_CODES:
-                return None
-            raise self._error(e, "HeadObject", key) from e
-        except _transport() as e:
-            raise self._error(e, "HeadObject", key) from e
-        meta = {k.lower(): v for k, v in (resp.get("Metadata") or {}).items()}
-        info = ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""),
-                          resp["LastModified"].timestamp() if resp.get("LastModified") else _server_time(resp))
-        if WRITE_ID_METADATA in meta:
-            return info if meta[WRITE_ID_METADATA] in ours else None
-        if meta or info.size != len(data):
-            return None
-        try:
-            return info if self.get(key) == data else None
-        except ObjectNotFound:
-            return None
-
-    def _write_multipart(self, key: str, data: bytes, cond: dict) -> ObjectInfo:
-        """Multipart upload of ``data`` with the precondition ``cond`` on CompleteMultipartUpload."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        ambiguous = False
-        write_ids: set[str] = set()
-        for attempt in range(self.conflict_retries + 1):
-            write_id = uuid.uuid4().hex
-            write_ids.add(write_id)
-            upload_id = self._call("CreateMultipartUpload", key, self._client.create_multipart_upload,
-                                   Bucket=self.bucket, Key=self._full(key),
-                                   Metadata={WRITE_ID_METADATA: write_id}, **self._sse_params)["UploadId"]
-            self._count("PUT")
-            completed = False
-            try:
-                parts = self._upload_parts(key, upload_id, data)
-                self._count("PUT")
-                try:
-                    resp = self._client.complete_multipart_upload(
-                        Bucket=self.bucket, Key=self._full(key), UploadId=upload_id,
-                        MultipartUpload={"Parts": parts}, **cond)
-                except ClientError as e:
-                    ambiguous = ambiguous or _retry_attempts(e) > 0
-                    code, status, _ = _error_parts(e)
-                    if status == 409 or code == "ConditionalRequestConflict":
-                        if attempt < self.conflict_retries:
-                            self._backoff(attempt)
-                            continue  # AWS: re-initiate the upload after a 409
-                        raise PreconditionFailed(
-                            key, f"precondition failed: concurrent conflicting writes to {key} "
-                                 f"(409 ConditionalRequestConflict {attempt + 1} times)") from e
-                    if status == 412 or code == "PreconditionFailed" or (
-                            "IfMatch" in cond and status == 404 and code == "NoSuchKey"):
-                        if ambiguous:
-                            info = self._own_write(key, write_ids, data)
-                            if info is not None:
-                                completed = True
-                                return info
-                        raise PreconditionFailed(key) from e
-                    if ambiguous and code == "NoSuchUpload":
-                        info = self._own_write(key, write_ids, data)
-                        if info is not None:
-                            completed = True
-                            return info
-                    raise self._error(e, "CompleteMultipartUpload", key) from e
-                except _transport() as e:
-                    info = self._resolve_unknown(e, "CompleteMultipartUpload", key, write_ids, data)
-                    completed = True
-                    return info
-                completed = True
-                return ObjectInfo(key, len(data), resp.get("ETag", ""), _server_time(resp))
-            finally:
-                if not completed:
-                    self._abort(key, upload_id)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _upload_parts(self, key: str, upload_id: str, data: bytes) -> list[dict]:
-        size = max(self.multipart_chunksize, -(-len(data) // _MAX_PARTS))
-        view = memoryview(data)
-        ranges = [(n + 1, off, min(off + size, len(data))) for n, off in enumerate(range(0, len(data), size))]
-
-        def one(part: tuple[int, int, int]) -> dict:
-            number, start, end = part
-            self._count("PUT", up=end - start)
-            resp = self._call("UploadPart", key, self._client.upload_part, Bucket=self.bucket,
-                              Key=self._full(key), UploadId=upload_id, PartNumber=number,
-                              Body=bytes(view[start:end]))
-            return {"ETag": resp["ETag"], "PartNumber": number}
-
-        with ThreadPoolExecutor(max_workers=min(8, len(ranges))) as pool:
-            return list(pool.map(one, ranges))
-
-    def _abort(self, key: str, upload_id: str) -> None:
-        """Best-effort AbortMultipartUpload (a lifecycle rule cleans up what this misses)."""
-        self._count("DELETE")
-        try:
-            self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._full(key), UploadId=upload_id)
-        except Exception:  # noqa: BLE001 - e.g. NoSuchUpload after a 409; never mask the real error
-            pass
+        return self._writes.write(key, data, etag)
 
     # reads -------------------------------------------------------------------------------------
     def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
@@ -737,12 +302,12 @@ class S3Store:
             StoreError (and subclasses): the request failed.
         """
         from botocore.exceptions import (
-            BotoCoreError, ClientError, ConnectionClosedError, IncompleteReadError, ReadTimeoutError,
+            ClientError, ConnectionClosedError, IncompleteReadError, ReadTimeoutError,
             ResponseStreamingError,
         )
 
         check_key(key)
-        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._requests.full(key)}
         want: int | None = None
         byte_range = check_range(key, byte_range)
         if byte_range is not None:
@@ -764,16 +329,16 @@ class S3Store:
             # a cut-short body is asked for again only while a whole new request still fits the
             # call's time budget (call_timeout)
             again = attempt < 2 and time.monotonic() - t0 + self.call_time_bound <= self.call_timeout
-            self._count("GET")
+            self._requests.count("GET")
             try:
                 resp = self._client.get_object(**params)
             except ClientError as e:
-                code, status, _ = _error_parts(e)
+                code, status, _ = error_parts(e)
                 if byte_range is not None and (status == 416 or code == "InvalidRange"):
                     return b""
-                raise self._error(e, "GetObject", key) from e
-            except _transport() as e:
-                raise self._error(e, "GetObject", key) from e
+                raise self._requests.error(e, "GetObject", key) from e
+            except transport_errors() as e:
+                raise self._requests.error(e, "GetObject", key) from e
             body = resp["Body"]
             if byte_range is None:
                 try:  # before the body is read: a whole read of more than its kind allows
@@ -786,15 +351,15 @@ class S3Store:
             except body_errors as e:
                 if again:
                     continue  # the response was cut short: ask again
-                raise self._error(e, "GetObject", key) from e
+                raise self._requests.error(e, "GetObject", key) from e
             except Exception as e:  # urllib3 protocol errors surface unwrapped
                 if again:
                     continue
-                raise StoreError(f"S3 GetObject failed reading {self._where(key)}: {type(e).__name__}: {e}") from e
+                raise StoreError(f"S3 GetObject failed reading {self._requests.where(key)}: "
+                                 f"{type(e).__name__}: {e}") from e
             finally:
                 body.close()
-            with self._lock:
-                self.stats.bytes_down += len(data)
+            self._requests.count_down(len(data))
             if byte_range is not None and "ContentRange" not in resp and (want is None or len(data) > want):
                 data = slice_range(data, byte_range)  # the server ignored Range and sent everything
             return data
@@ -837,9 +402,10 @@ class S3Store:
             AccessDenied, CredentialsError, StoreError: the request failed.
         """
         check_key(key)
-        self._count("HEAD")
-        resp = self._call("HeadObject", key, self._client.head_object, Bucket=self.bucket, Key=self._full(key))
-        mtime = resp["LastModified"].timestamp() if resp.get("LastModified") else _server_time(resp)
+        self._requests.count("HEAD")
+        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
+                                   Key=self._requests.full(key))
+        mtime = resp["LastModified"].timestamp() if resp.get("LastModified") else server_time(resp)
         return ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""), mtime)
 
     def list(self, prefix: str = "", start_after: str | None = None,
@@ -865,8 +431,8 @@ class S3Store:
         cut = len(self._root)
         while True:
             params["MaxKeys"] = MAX_KEYS_PER_PAGE if remaining is None else min(MAX_KEYS_PER_PAGE, remaining)
-            self._count("LIST")
-            resp = self._call("ListObjectsV2", None, self._client.list_objects_v2, **params)
+            self._requests.count("LIST")
+            resp = self._requests.call("ListObjectsV2", None, self._client.list_objects_v2, **params)
             for obj in resp.get("Contents") or ():
                 yield ObjectInfo(obj["Key"][cut:], int(obj.get("Size", 0)), obj.get("ETag", ""),
                                  obj["LastModified"].timestamp())
@@ -888,18 +454,7 @@ class S3Store:
         Raises:
             BucketNotFound, AccessDenied, CredentialsError, StoreError.
         """
-        out = []
-        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root}
-        cut = len(self._root)
-        while True:
-            self._count("LIST")
-            resp = self._call("ListMultipartUploads", None, self._client.list_multipart_uploads, **params)
-            for u in resp.get("Uploads") or ():
-                out.append(Leftover(u["Key"][cut:], 0, u["Initiated"].timestamp(), u["UploadId"]))
-            if not resp.get("IsTruncated"):
-                return out
-            params["KeyMarker"] = resp.get("NextKeyMarker", "")
-            params["UploadIdMarker"] = resp.get("NextUploadIdMarker", "")
+        return self._writes.leftovers()
 
     def remove_leftovers(self, items: Iterable[Leftover]) -> int:
         """Abort the given multipart uploads (from :meth:`leftovers`); return how many were aborted
@@ -909,18 +464,7 @@ class S3Store:
             InvalidInputError: an item without an upload id.
             BucketNotFound, AccessDenied, CredentialsError, StoreError.
         """
-        n = 0
-        for it in items:
-            if not it.upload_id:
-                raise InvalidInputError(f"not a multipart upload: {it.name!r}")
-            self._count("DELETE")
-            try:
-                self._call("AbortMultipartUpload", it.name, self._client.abort_multipart_upload,
-                           Bucket=self.bucket, Key=self._full(it.name), UploadId=it.upload_id)
-                n += 1
-            except ObjectNotFound:
-                pass  # NoSuchUpload: completed or aborted meanwhile
-        return n
+        return self._writes.remove_leftovers(items)
 
     def list_dirs(self, prefix: str = "") -> Iterator[str]:
         """Yield the distinct next path segments below ``prefix``, sorted (ListObjectsV2, Delimiter "/").
@@ -937,8 +481,8 @@ class S3Store:
         params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full, "Delimiter": "/",
                                   "MaxKeys": MAX_KEYS_PER_PAGE}
         while True:
-            self._count("LIST")
-            resp = self._call("ListObjectsV2", None, self._client.list_objects_v2, **params)
+            self._requests.count("LIST")
+            resp = self._requests.call("ListObjectsV2", None, self._client.list_objects_v2, **params)
             for cp in resp.get("CommonPrefixes") or ():
                 seg = cp["Prefix"][len(full):]
                 if seg.endswith("/"):
@@ -972,9 +516,9 @@ class S3Store:
 
     def _delete_batch(self, keys: list[str]) -> None:
         keys = list(dict.fromkeys(keys))
-        self._count("DELETE")
-        resp = self._call("DeleteObjects", None, self._client.delete_objects, Bucket=self.bucket,
-                          Delete={"Objects": [{"Key": self._full(k)} for k in keys], "Quiet": True})
+        self._requests.count("DELETE")
+        resp = self._requests.call("DeleteObjects", None, self._client.delete_objects, Bucket=self.bucket,
+                                   Delete={"Objects": [{"Key": self._requests.full(k)} for k in keys], "Quiet": True})
         errors = [e for e in resp.get("Errors") or () if e.get("Code") not in ("NoSuchKey",)]
         if not errors:
             return
@@ -983,8 +527,8 @@ class S3Store:
         key = str(first.get("Key", ""))[cut:]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         if all(e.get("Code") == "AccessDenied" for e in errors):
-            raise AccessDenied(f"S3 access denied: DeleteObjects {self._where(key)}{more}")
-        raise StoreError(f"S3 DeleteObjects failed for {self._where(key)}: {first.get('Code')}: "
+            raise AccessDenied(f"S3 access denied: DeleteObjects {self._requests.where(key)}{more}")
+        raise StoreError(f"S3 DeleteObjects failed for {self._requests.where(key)}: {first.get('Code')}: "
                          f"{first.get('Message', '')}{more}")
 
     # bucket-level ------------------------------------------------------------------------------
@@ -994,9 +538,9 @@ class S3Store:
         Raises:
             BucketNotFound, AccessDenied, CredentialsError, StoreError.
         """
-        self._count("LIST")
-        self._call("ListObjectsV2", None, self._client.list_objects_v2, Bucket=self.bucket,
-                   Prefix=self._root, MaxKeys=1)
+        self._requests.count("LIST")
+        self._requests.call("ListObjectsV2", None, self._client.list_objects_v2, Bucket=self.bucket,
+                            Prefix=self._root, MaxKeys=1)
 
     def check_versioning(self) -> bool:
         """Return True if bucket versioning is ``Enabled``.
@@ -1008,7 +552,7 @@ class S3Store:
         Raises:
             BucketNotFound, AccessDenied (needs ``s3:GetBucketVersioning``), CredentialsError, StoreError.
         """
-        resp = self._call("GetBucketVersioning", None, self._client.get_bucket_versioning, Bucket=self.bucket)
+        resp = self._requests.call("GetBucketVersioning", None, self._client.get_bucket_versioning, Bucket=self.bucket)
         return resp.get("Status") == "Enabled"
 
     def close(self) -> None:

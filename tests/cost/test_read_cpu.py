@@ -25,7 +25,8 @@ from snapstore.errors import IntegrityError
 from snapstore.format import codec, keys
 from snapstore.format.codec import zstd_decompress
 from snapstore.format.ids import Hasher
-from snapstore.format.manifest import Manifest, format_time, parse_time
+from snapstore.format.manifest import Manifest
+from snapstore.format.times import format_time, parse_time
 from snapstore.format.pack import T_CHUNK, T_NODE, Pack, PackBuilder
 from snapstore.format.tree import Ref, decode_node, encode_node
 from snapstore.repo.arrays import ArrayReader

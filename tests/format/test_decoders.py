@@ -1,6 +1,6 @@
 """The pack-header and tree-node decoders accept exactly what the format allows, and nothing else.
 
-Each fast decoder (``format/pack.py`` ``_parse_header``, ``format/tree.py`` ``decode_node`` and the
+Each fast decoder (``format/pack.py`` ``parse_header``, ``format/tree.py`` ``decode_node`` and the
 spine decoders) is compared with a plain reference decoder written from docs/format.md §8 and §9
 (every varint read with ``get_varint``, every read bounds-checked, every rule checked where it
 applies): on valid encodings (every varint width, several blocks, many packs) both return the
@@ -25,8 +25,8 @@ from snapstore import CheckpointManager
 from snapstore.manager import views
 from snapstore.errors import IntegrityError
 from snapstore.format.ids import ID_BYTES, PACK_ID_BYTES
-from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCK_RAW, MAX_BLOCKS, T_CHUNK, T_HOLE, T_NODE, T_STATE,
-                                   Block, DictSpec, Entry, PackBuilder, _parse_header)
+from snapstore.format.pack import (ENTRY_TYPES, HEADER_POS, MAX_BLOCKS, MAX_BLOCK_RAW, T_CHUNK, T_HOLE, T_NODE,
+                                   T_STATE, Block, DictSpec, Entry, PackBuilder, parse_header)
 from snapstore.format.tree import Ref, Spine, TreeParams, decode_node, encode_node
 from snapstore.repo.arrays import ArrayReader
 from snapstore.stores import LocalStore
@@ -285,9 +285,9 @@ def test_pack_headers_decode_as_the_reference_decoder_on_valid_and_damaged_heade
     for data in _headers(rng):
         hstart, hend = _header_bounds(data)
         want = ref_parse_header(data, hstart, hend, hstart)
-        assert _parse_header("k", data, hstart, hend, hstart) == want
-        assert _parse_header("k", data, hstart, hend, None) == want  # a ranged read's tail
-        assert _parse_header("k", memoryview(data), hstart, hend, hstart) == want
+        assert parse_header("k", data, hstart, hend, hstart) == want
+        assert parse_header("k", data, hstart, hend, None) == want  # a ranged read's tail
+        assert parse_header("k", memoryview(data), hstart, hend, hstart) == want
         # damage inside the header (the pack's trailer and blocks as they were: the header
         # length moves with inserted and removed bytes)
         head, tail = data[:hstart], data[hend:]
@@ -296,7 +296,7 @@ def test_pack_headers_decode_as_the_reference_decoder_on_valid_and_damaged_heade
             end = hstart + len(bad)
             ref = _outcome(ref_parse_header, buf, hstart, end, hstart)
             try:
-                got = ("ok", _parse_header("k", buf, hstart, end, hstart))
+                got = ("ok", parse_header("k", buf, hstart, end, hstart))
             except IntegrityError as e:
                 assert "malformed header" in str(e) and e.key == "k"
                 got = ("refused", None)
@@ -316,15 +316,15 @@ def test_a_header_entry_in_a_block_the_pack_lacks_or_past_its_block_is_refused_w
     # the last entry: type, id, block index (1 byte), length (2 bytes)
     h[-3] = 5  # a block index past the table (the pack has one data block and an empty metadata block)
     with pytest.raises(IntegrityError, match="block the pack does not have"):
-        _parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
+        parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
     h = bytearray(data[hstart:hend])
     h[-1] += 1  # the last entry 128 bytes longer: past its block
     with pytest.raises(IntegrityError, match="sum of its entries"):
-        _parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
+        parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
     h = bytearray(data[hstart:hend])
     h[-20] = ord("z")  # an unknown entry type
     with pytest.raises(IntegrityError, match="unknown entry type 122"):
-        _parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
+        parse_header("k", data[:hstart] + bytes(h) + data[hend:], hstart, hend, hstart)
 
 
 # ------------------------------------------------------------------------------------------------

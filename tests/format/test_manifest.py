@@ -15,8 +15,9 @@ from snapstore.errors import IntegrityError
 from snapstore.format import keys
 from snapstore.format.codec import dumps_exact, seal_envelope
 from snapstore.format.ids import name_from_key, run_digest
-from snapstore.format.manifest import (FORMAT_VERSION, MANIFEST_DICT_V1, MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, MANIFEST_VERSION_COMPACT,
-                                       Manifest, open_manifest)
+from snapstore.format.manifest import (MANIFEST_DICT_V1, MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS,
+                                       MANIFEST_VERSION_COMPACT, Manifest, open_manifest)
+from snapstore.format.config import FORMAT_VERSION
 from snapstore.stores.memory import MemoryStore
 
 RUN = 'langgraph:["3f0c2a9e-7d1b-4c55-9e0a-2b6f1d8c4a77", ""]'  # a LangGraph thread's run id

@@ -9,7 +9,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError, IntegrityError, ObjectNotFound
 from snapstore.format import keys
-from snapstore.format.manifest import decode_forward_shard, encode_forward, encode_forward_shard
+from snapstore.format.forward import decode_forward_shard, encode_forward, encode_forward_shard
 from snapstore.maintenance.forwarding import read_forward_map
 from snapstore.maintenance.gc import FWD_CACHE_KEY
 from snapstore.stores import LocalStore, MemoryStore

@@ -510,7 +510,7 @@ def test_forwarding_records_are_read_once_then_come_from_the_cache():
     assert_clean(store, expect)
 
     # a cache entry whose ETag no longer matches is ignored, whatever it says
-    from snapstore.format.manifest import decode_forward_cache, encode_forward_cache
+    from snapstore.format.forward import decode_forward_cache, encode_forward_cache
     cache = decode_forward_cache(FWD_CACHE_KEY, real_get(FWD_CACHE_KEY))
     cache = {p: ("not-the-etag", [b"\0" * 8], v[2]) for p, v in cache.items()}
     store.put_if_match(FWD_CACHE_KEY, encode_forward_cache(cache), store.head(FWD_CACHE_KEY).etag)

@@ -367,7 +367,7 @@ def test_gc_aborts_an_incomplete_s3_multipart_upload(s3_inprocess_store, monkeyp
 
     def killed(*a, **kw):
         raise KeyboardInterrupt("killed")
-    monkeypatch.setattr(store, "_abort", lambda *a, **kw: None)
+    monkeypatch.setattr(store._writes, "_abort", lambda *a, **kw: None)
     monkeypatch.setattr(store._client, "complete_multipart_upload", killed)
     with pytest.raises(KeyboardInterrupt):
         store.put("packs/00/0000000000000001", b"x" * 4096)

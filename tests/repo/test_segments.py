@@ -209,7 +209,7 @@ def test_a_rewritten_segment_that_still_exists_is_read_itself():
     it went to the rewrite only, and the load test's cold reads failed with a missing pack)."""
     import os
     from snapstore.format import keys
-    from snapstore.format.manifest import encode_forward_cache
+    from snapstore.format.forward import encode_forward_cache
     from snapstore.format.pack import T_CHUNK, Pack, PackBuilder
     store = MemoryStore()
     m = CheckpointManager(store)

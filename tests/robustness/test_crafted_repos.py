@@ -32,7 +32,10 @@ import zstandard
 from snapstore import CheckpointManager
 from snapstore.format.codec import open_envelope, seal_envelope
 from snapstore.format.logseg import LOG_MAGIC, LOG_VERSION
-from snapstore.format.manifest import CONFIG_MAGIC, FWD_CACHE_MAGIC, FWD_MAP_MAGIC, INDEX_MAGIC, MANIFEST_DICT_V1, MANIFEST_DICT_V2, MANIFEST_MAGIC, open_manifest
+from snapstore.format.manifest import MANIFEST_DICT_V1, MANIFEST_DICT_V2, MANIFEST_MAGIC, open_manifest
+from snapstore.format.config import CONFIG_MAGIC
+from snapstore.format.forward import FWD_CACHE_MAGIC, FWD_MAP_MAGIC
+from snapstore.format.index import INDEX_MAGIC
 from snapstore.format.pack import Pack
 from snapstore.format.codec import put_varint
 from tests.helpers import paths

@@ -457,7 +457,7 @@ def _gc_base(clock):
 def _to_per_pack_records(store) -> None:
     """Rewrite the forwarding map into the older layout: one ``fwd/<16 hex>`` object per record."""
     from snapstore.format import keys
-    from snapstore.format.manifest import encode_forward
+    from snapstore.format.forward import encode_forward
     from snapstore.maintenance.forwarding import read_forward_map
     fmap = read_forward_map(CheckpointManager(store).repo)
     assert fmap.to

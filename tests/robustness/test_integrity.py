@@ -23,7 +23,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import (CheckpointNotFound, IntegrityError, ObjectNotFound, RepositoryError, SnapstoreError,
                               UnsupportedFormatError)
-from snapstore.format.manifest import FORMAT_VERSION, RepoConfig
+from snapstore.format.config import FORMAT_VERSION, RepoConfig
 from snapstore.repo.repository import Repository
 from snapstore.stores import LocalStore
 

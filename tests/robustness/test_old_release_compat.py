@@ -18,7 +18,7 @@ from tests.helpers.old_release import extract_release
 
 from snapstore import CheckpointManager
 from snapstore.format import keys
-from snapstore.format.manifest import RepoConfig
+from snapstore.format.config import RepoConfig
 from snapstore.stores import LocalStore
 from tests.helpers import paths
 

@@ -128,7 +128,7 @@ def test_packs_too_large_to_read_whole_are_verified_in_ranges(tmp_path, monkeypa
     root = tmp_path / "repo"
     _repo(root)
     monkeypatch.setattr(base, "PACK_WHOLE_READ_MAX", 64)
-    monkeypatch.setattr("snapstore.format.pack.STREAM_STEP", 1000)
+    monkeypatch.setattr("snapstore.format.rangedpack.STREAM_STEP", 1000)
     mgr = CheckpointManager(str(root), create=False)
     rep = mgr.verify(read_data=True)
     assert not rep.errors, rep.errors

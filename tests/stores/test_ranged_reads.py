@@ -176,7 +176,8 @@ def test_parse_tail_matches_whole_parse_and_refuses_damage():
     pack shorter than its header says, or a damaged header, is IntegrityError naming the key."""
     import random
 
-    from snapstore.format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, Pack, PackBuilder, parse_tail
+    from snapstore.format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, Pack, PackBuilder
+    from snapstore.format.rangedpack import parse_tail
 
     rnd = random.Random(5)
     pb = PackBuilder(b"\x01" * 8)

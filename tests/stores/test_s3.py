@@ -479,5 +479,8 @@ def test_max_concurrency_is_the_connection_pool(moto_server):
                                                        region_name="us-east-1")).max_concurrency == 10
     with pytest.raises(InvalidInputError):
         S3Store("some-bucket", max_pool_connections=0)
-    assert MemoryStore().max_concurrency == 16 and LocalStore("/nonexistent/x").max_concurrency == 16
+    assert max_concurrency(MemoryStore()) == 16 and max_concurrency(LocalStore("/nonexistent/x")) == 16
     assert max_concurrency(object()) == 16 and max_concurrency(object(), default=3) == 3
+    store = S3Store("some-bucket", endpoint_url=moto_server, region_name="us-east-1", max_pool_connections=9)
+    assert store.capabilities.max_concurrency == 9 == max_concurrency(store)
+    store.close()

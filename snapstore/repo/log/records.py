@@ -17,8 +17,8 @@ from ...format import keys
 from ...format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
 from ...format.ids import seq_hint
 from ...format.removals import encode_removal_records, removals_key, to_ranges
-from ...format.manifest import (FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, decode_index, encode_index,
-                              is_void, record_positions)
+from ...format.manifest import FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, is_void, record_positions
+from ...format.index import decode_index, encode_index
 
 
 _UNSET = object()

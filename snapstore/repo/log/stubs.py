@@ -23,7 +23,7 @@ from ...format import keys
 from ...format.logseg import MAX_LEVEL, decode_logseg, logseg_key, span
 from ...format.manifest import Manifest, is_void
 from ..repository import Repository
-from ...stores.local import LocalStore
+from ...stores.base import store_capabilities
 
 KEEP = 16
 """Positions after a stubbed range that always stay full manifests (plus the unfinished range)."""
@@ -34,7 +34,7 @@ def default_compact_log(store) -> bool:
     (each manifest is a file costing a 4 KiB disk block; a stub costs none), False elsewhere (on S3
     a stub is one more PUT, $0.005 per 1,000, against the ~300 bytes, $0.023 per GB-month, it
     saves: break-even after about 60 years)."""
-    return isinstance(store, LocalStore)
+    return store_capabilities(store).compact_log
 
 
 def stub_range(seq: int) -> tuple[int, int] | None:
