@@ -1,6 +1,6 @@
 """Reading many checkpoints of one run together: :class:`RunReader`.
 
-Layer 4, beside :mod:`snapstore.manager.read` (docs/format.md §8a, §11). ``CheckpointManager.get``
+Layer 4, beside :mod:`snapstore.manager.read` (docs/format.md §12, §19). ``CheckpointManager.get``
 costs a manifest GET and a segment wave per checkpoint; a caller that reads most of a run (a
 framework listing a thread with every checkpoint's data) lists the run's log once through its
 log segments (:func:`snapstore.manager.history.scan_bulk`: the manifests come with the listing) and

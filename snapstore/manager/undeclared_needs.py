@@ -1,4 +1,4 @@
-"""Dependencies that records of earlier releases did not declare (docs/format.md §13).
+"""Dependencies that records of earlier releases did not declare (docs/format.md §22).
 
 Pure functions over a checkpoint's ``metadata`` (no I/O, no snapstore imports), used by
 :mod:`snapstore.manager.retention`. The LangGraph saver declares its DeltaChannel delta chains in each
