@@ -24,8 +24,13 @@ from snapstore.stores.base import ObjectInfo, ObjectStore, check_key
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["local", "local-nofsync", "memory"])
+@pytest.fixture(params=["local", "local-nofsync", "memory", "sqlite"])
 def store(request, tmp_path):
+    if request.param == "sqlite":
+        from snapstore.stores.sqlite import SqliteStore
+        s = SqliteStore(tmp_path / "store.db")
+        request.addfinalizer(s.close)
+        return s
     if request.param == "local":
         return LocalStore(tmp_path / "store", fsync=True)
     if request.param == "local-nofsync":
@@ -254,8 +259,10 @@ def test_invalid_keys_rejected_on_write(store, key, tmp_path):
     if isinstance(store, LocalStore):
         written = [os.path.join(p, f) for p, _, fs in os.walk(tmp_path) for f in fs]
         assert written == []
-    else:
+    elif isinstance(store, MemoryStore):
         assert store.raw() == {}
+    else:  # sqlite: the file is not even created
+        assert not os.path.exists(store.path) and list(store.list("")) == []
 
 
 @pytest.mark.parametrize("key", ["../x", "a//b", ".hidden", "A", "a/../b"])
