@@ -73,6 +73,27 @@ def _etag(data: bytes) -> str:
     return f'"{hashlib.blake2b(data, digest_size=16).hexdigest()}-{len(data):x}"'
 
 
+def _one(cur: sqlite3.Cursor):
+    """The first row of ``cur`` or None, reading it to its end (a statement left unfinished would
+    keep its read transaction, and its old snapshot, open)."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None
+
+
+def _vacuum(conn: sqlite3.Connection) -> int:
+    """Give every free page of the file back (``PRAGMA incremental_vacuum``) inside the caller's
+    write transaction; return the pages freed. Python's sqlite3 steps a statement without result
+    columns once, and each step of this pragma frees one page: so it is run until none is left."""
+    freed = 0
+    while True:
+        free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+        if not free:
+            return freed
+        for _ in range(free):
+            conn.execute("PRAGMA incremental_vacuum")
+        freed += free
+
+
 def _is_busy(e: sqlite3.Error) -> bool:
     return getattr(e, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e)
 
@@ -247,7 +268,7 @@ class SqliteStore:
             if TABLE not in names or META not in names:
                 raise StoreError(f"SQLite database {self.path} holds no snapstore store "
                                  f"(no table {TABLE}; it has {', '.join(sorted(names))})")
-            row = conn.execute(f"SELECT value FROM {META} WHERE name = 'format'").fetchone()
+            row = _one(conn.execute(f"SELECT value FROM {META} WHERE name = 'format'"))
         except sqlite3.Error as e:
             raise self._error(e, "read") from None
         if row is None or row[0] != FORMAT:
@@ -257,7 +278,7 @@ class SqliteStore:
         name = getattr(e, "sqlite_errorname", "")
         if name == "SQLITE_NOTADB":
             return StoreError(f"not a SQLite database: {self.path}")
-        if name.startswith("SQLITE_READONLY") or (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EROFS)):
+        if name.startswith("SQLITE_READONLY") or (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EROFS, errno.EPERM)):
             return StoreError(f"cannot {what} the SQLite store {self.path}: the file or its directory is read-only")
         if name.startswith("SQLITE_CORRUPT"):
             return StoreError(f"the SQLite store {self.path} is damaged: {e}")
@@ -265,7 +286,7 @@ class SqliteStore:
             return StoreError(f"cannot {what} the SQLite store {self.path}: disk full")
         if _is_busy(e):
             return StoreError(f"the SQLite store {self.path} stayed locked for {self.lock_timeout:g} s ({what})")
-        return StoreError(f"cannot {what} the SQLite store {self.path}: {e}")
+        return StoreError(f"cannot {what} the SQLite store {self.path}: {getattr(e, 'strerror', None) or e}")
 
     def _shared(self) -> _Shared:
         sh = self._sh
@@ -319,9 +340,9 @@ class SqliteStore:
             raise self._error(e, "open") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
-            if not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            if not conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect before the first table
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             if mode.lower() != "wal":
                 raise StoreError(f"cannot put the SQLite store {self.path} in WAL mode (journal mode {mode})")
             conn.execute(f"PRAGMA synchronous = {sh.synchronous}")
@@ -467,8 +488,8 @@ class SqliteStore:
 
         def whole(conn):
             limit = whole_read_limit(key)[0]
-            row = conn.execute(f"SELECT size, CASE WHEN size <= ? THEN data END FROM {TABLE} WHERE key = ?",
-                               (limit, key)).fetchone()
+            row = _one(conn.execute(f"SELECT size, CASE WHEN size <= ? THEN data END FROM {TABLE} WHERE key = ?",
+                               (limit, key)))
             if row is None:
                 return None
             check_whole_read(key, row[0])
@@ -477,7 +498,7 @@ class SqliteStore:
         def ranged(conn):
             conn.execute("BEGIN")  # one snapshot for the lookup and the BLOB read
             try:
-                row = conn.execute(f"SELECT rowid, size FROM {TABLE} WHERE key = ?", (key,)).fetchone()
+                row = _one(conn.execute(f"SELECT rowid, size FROM {TABLE} WHERE key = ?", (key,)))
                 if row is None:
                     return None
                 rowid, size = row
@@ -504,8 +525,8 @@ class SqliteStore:
         """Return the object's :class:`ObjectInfo`. Raises ObjectNotFound, StoreError."""
         check_key(key)
         self._count("HEAD")
-        row = self._read("read", lambda c: c.execute(f"SELECT size, etag, mtime FROM {TABLE} WHERE key = ?",
-                                                     (key,)).fetchone(), None)
+        row = self._read("read", lambda c: _one(c.execute(f"SELECT size, etag, mtime FROM {TABLE} WHERE key = ?",
+                                                     (key,))), None)
         if row is None:
             raise ObjectNotFound(key)
         return ObjectInfo(key, row[0], row[1], row[2])
@@ -541,18 +562,18 @@ class SqliteStore:
             conn.execute("BEGIN")
             try:
                 cur_sql = f"SELECT key FROM {TABLE} WHERE key > ? AND key < ? ORDER BY key LIMIT 1"
-                row = conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
-                                   (prefix, hi)).fetchone()
+                row = _one(conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
+                                   (prefix, hi)))
                 while row is not None:
                     rest = row[0][n:]
                     seg, slash, _ = rest.partition("/")
                     if slash:
                         out.append(seg)
                         bound = prefix + seg + "0"  # '0' follows '/': past every key below seg/
-                        row = conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
-                                           (bound, hi)).fetchone()
+                        row = _one(conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
+                                           (bound, hi)))
                     else:
-                        row = conn.execute(cur_sql, (row[0], hi)).fetchone()
+                        row = _one(conn.execute(cur_sql, (row[0], hi)))
             finally:
                 conn.execute("COMMIT")
             return out
@@ -571,10 +592,10 @@ class SqliteStore:
             for i in range(0, len(keys), 500):
                 part = keys[i:i + 500]
                 conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({','.join('?' * len(part))})", part)
-            free, total, page = (conn.execute(f"PRAGMA {p}").fetchone()[0]
+            free, total, page = (conn.execute(f"PRAGMA {p}").fetchall()[0][0]
                                  for p in ("freelist_count", "page_count", "page_size"))
             if free * page >= _VACUUM_MIN and free * 4 >= total:
-                conn.execute("PRAGMA incremental_vacuum").fetchall()
+                _vacuum(conn)
         self._write("delete from", tx)
 
     def compact(self) -> dict:
@@ -589,7 +610,7 @@ class SqliteStore:
         if not os.path.exists(self.path):
             return {"freed_bytes": 0, "file_bytes": 0}
         before = os.path.getsize(self.path)
-        self._write("compact", lambda c: c.execute("PRAGMA incremental_vacuum").fetchall())
+        self._write("compact", _vacuum)
         sh = self._shared()
         with sh.lock:
             self._flock(sh, time.monotonic() + self.lock_timeout)
