@@ -180,6 +180,35 @@ def test_etags_are_content_derived_and_stable(tmp_path):
     b.close()
 
 
+def test_large_values_are_files_beside_the_database(tmp_path):
+    s = SqliteStore(tmp_path / "v.db")
+    big = os.urandom(3 << 20)
+    i1 = s.put("packs/ab/big", big)
+    s.put("packs/ab/small", b"tiny")
+    files = os.listdir(s.values_dir)
+    assert len(files) == 1 and os.path.getsize(os.path.join(s.values_dir, files[0])) == len(big)
+    assert s.get("packs/ab/big") == big and s.get("packs/ab/big", (1000, 70536)) == big[1000:70536]
+    assert s.get("packs/ab/big", (-10, None)) == big[-10:] and s.head("packs/ab/big") == i1
+    with pytest.raises(PreconditionFailed):
+        s.put("packs/ab/big", big)
+    assert len(os.listdir(s.values_dir)) == 1        # the refused put left no file
+    big2 = os.urandom(2 << 20)
+    s.put_if_match("packs/ab/big", big2, i1.etag)
+    assert s.get("packs/ab/big") == big2 and len(os.listdir(s.values_dir)) == 1  # the old file went
+    assert s.leftovers() == []
+    # what a crash between a value file and its row leaves: listed, then removed by remove_leftovers
+    stray = os.path.join(s.values_dir, "0123456789abcdef01234567")
+    Path(stray).write_bytes(b"orphan")
+    left = s.leftovers()
+    assert [x.name for x in left] == ["v.db.values/0123456789abcdef01234567"] and left[0].size == 6
+    assert s.remove_leftovers(left) == 1 and not os.path.exists(stray)
+    with pytest.raises(InvalidInputError):
+        s.remove_leftovers([type(left[0])("../v.db", 1, 0.0)])
+    s.delete_many(["packs/ab/big"])
+    assert os.listdir(s.values_dir) == [] and s.get("packs/ab/small") == b"tiny"
+    s.close()
+
+
 # --- threads and processes ---------------------------------------------------------------------------
 
 def test_threads_on_two_store_objects_share_one_writer(tmp_path):

@@ -24,11 +24,12 @@ from snapstore.stores.base import ObjectInfo, ObjectStore, check_key
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["local", "local-nofsync", "memory", "sqlite"])
+@pytest.fixture(params=["local", "local-nofsync", "memory", "sqlite", "sqlite-beside"])
 def store(request, tmp_path):
-    if request.param == "sqlite":
+    if request.param.startswith("sqlite"):
         from snapstore.stores.sqlite import SqliteStore
-        s = SqliteStore(tmp_path / "store.db")
+        # sqlite-beside: every object of 8 bytes or more is a value file beside the database
+        s = SqliteStore(tmp_path / "store.db", beside_min=8 if request.param == "sqlite-beside" else 1 << 20)
         request.addfinalizer(s.close)
         return s
     if request.param == "local":
