@@ -232,8 +232,11 @@ MODES = ["crash", "once", "lost"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", ["plain", "caller-id-state-pieces", "max-checkpoints", "level-2-merge"])
-def test_save_with_faults(variant, mode):
+@pytest.mark.parametrize("variant,kind", [("plain", "memory"), ("caller-id-state-pieces", "memory"),
+                                          ("max-checkpoints", "memory"), ("level-2-merge", "memory"),
+                                          ("plain", "sqlite"), ("caller-id-state-pieces", "sqlite"),
+                                          ("level-2-merge", "sqlite")])
+def test_save_with_faults(variant, kind, mode, tmp_path):
     """Every variant's save completes a tier (format 2: it writes a tier pack beside its own pack,
     then deletes what it merged); ``level-2-merge`` is the 16th save: a cascade into a level-2 tier
     pack and the first log segment."""
@@ -241,8 +244,15 @@ def test_save_with_faults(variant, mode):
     n_base = 15 if variant == "level-2-merge" else 3
     base_msgs = [msg("a", i) for i in range(n_base)]
 
+    made = []
+
     def build():
-        store = MemoryStore()
+        if kind == "memory":
+            store = MemoryStore()
+        else:  # a fresh SQLite file per fault position (one file, as a user's repository)
+            from snapstore.stores.sqlite import SqliteStore
+            store = SqliteStore(tmp_path / f"{len(made)}.db", fsync=False)
+            made.append(store)
         fs = FaultyStore(store)
         mgr = CheckpointManager(fs, **mgr_kw)  # a warm writer
         expect = {}
@@ -295,7 +305,11 @@ def test_save_with_faults(variant, mode):
             assert len(live) == 2 or (ctx.get("fired") and len(live) == 3), live
         assert_consistent(ctx["store"], {**expect, ("r", cid): ctx["new"]})
 
-    assert run_with_faults(build, op, rerun, post, mode) >= 3
+    try:
+        assert run_with_faults(build, op, rerun, post, mode) >= 3
+    finally:
+        for st in made:
+            st.close()
 
 
 def test_lost_reply_on_publish_returns_the_same_checkpoint():
