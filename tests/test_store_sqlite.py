@@ -68,6 +68,14 @@ def test_pragmas_default_full_and_normal_option(tmp_path):
         assert _writer_pragma(full, "synchronous") == 2    # FULL
         assert _writer_pragma(normal, "synchronous") == 1  # NORMAL
         assert normal.url.endswith("?synchronous=normal")
+        # two stores of one file in one process share its one writing connection, each with its setting
+        other = open_store(f"sqlite://{tmp_path}/f.db?synchronous=normal")
+        assert other._shared() is full._shared()
+        other.put("b", b"2")
+        assert _writer_pragma(other, "synchronous") == 1
+        full.put("c", b"3")
+        assert _writer_pragma(full, "synchronous") == 2
+        other.close()
         assert _pragma(full, "journal_mode") == "wal"
         assert _pragma(full, "auto_vacuum") == 2           # INCREMENTAL
     finally:
@@ -306,13 +314,12 @@ _SAVER_CHILD = textwrap.dedent("""
 """)
 
 _GC_CHILD = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from snapstore import CheckpointManager
     from snapstore.errors import RepositoryNotFound
     mgr = CheckpointManager("sqlite://" + sys.argv[1])
     runs = 0
-    deadline = time.monotonic() + float(sys.argv[2])
-    while time.monotonic() < deadline:
+    while not os.path.exists(sys.argv[2]) or runs == 0:  # until the writers are done
         try:
             mgr.gc(grace_period=30)
             runs += 1
@@ -323,26 +330,31 @@ _GC_CHILD = textwrap.dedent("""
 
 
 def test_processes_save_through_manager_beside_gc(tmp_path):
-    """6 real processes save runs through CheckpointManager on one ``.db`` file while another
-    process runs GC in a loop: every acknowledged save restores exactly, verify passes, and the
-    only error any caller saw is ConflictError (counted, on the run they all write)."""
+    """8 real processes save runs through CheckpointManager on one ``.db`` file while another
+    process runs GC in a loop until they are done: every acknowledged save restores exactly,
+    verify passes, and the only error any caller saw is ConflictError (counted, on the run they
+    all write)."""
     db = tmp_path / "agents.db"
-    gc = subprocess.Popen([sys.executable, "-c", _GC_CHILD, str(db), "12"], env=ENV,
+    stop = tmp_path / "writers-done"
+    gc = subprocess.Popen([sys.executable, "-c", _GC_CHILD, str(db), str(stop)], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs = [subprocess.Popen([sys.executable, "-c", _SAVER_CHILD, str(db), str(i), "12"], env=ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
     outs = [p.communicate(timeout=300) for p in procs]
+    stop.touch()
     gc_out = gc.communicate(timeout=300)
     assert gc.returncode == 0 and int(gc_out[0]) >= 1, gc_out[1]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
     mgr = CheckpointManager(f"sqlite://{db}")
     acked = [a for r in results for a in r["acked"]]
-    assert len([a for a in acked if a[0] != "shared"]) == 6 * 12
+    assert len([a for a in acked if a[0] != "shared"]) == 8 * 12
     for run, cid, n in acked:
         cp = mgr.get(run, cid)
         assert len(cp.messages) == n
-    assert sum(1 for a in acked if a[0] == "shared") + sum(r["conflicts"] for r in results) == 6 * 12
+    assert sum(1 for a in acked if a[0] == "shared") + sum(r["conflicts"] for r in results) == 8 * 12
+    print("gc runs", int(gc_out[0]), "shared saves", sum(1 for a in acked if a[0] == "shared"),
+          "conflicts", sum(r["conflicts"] for r in results))
     rep = mgr.verify(read_data=True)
     assert rep.ok, [str(e) for e in rep.errors]
     mgr.close()

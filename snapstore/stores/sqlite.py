@@ -120,10 +120,10 @@ class _Shared:
     """What every :class:`SqliteStore` of one file shares in one process: the writing connection,
     the lock around it, the descriptor holding the cross-process ``flock``, and the readers."""
 
-    def __init__(self, path: str, synchronous: str):
+    def __init__(self, path: str):
         self.path = path
         self.pid = os.getpid()
-        self.synchronous = synchronous
+        self.synchronous = ""  # the writer's current setting (each store sets its own per write)
         self.lock = threading.RLock()
         self.refs = 0
         self.writer: sqlite3.Connection | None = None
@@ -159,25 +159,25 @@ class _Shared:
                 self.lock_fd = None
 
 
-_REGISTRY: dict[tuple[str, str], _Shared] = {}
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY: dict[str, _Shared] = {}
+_REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
 
 
 def _forget_after_fork() -> None:
     # a child must not use its parent's connections; its stores open their own on next use
     global _REGISTRY_LOCK
     _REGISTRY.clear()
-    _REGISTRY_LOCK = threading.Lock()
+    _REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _acquire(path: str, synchronous: str) -> _Shared:
+def _acquire(path: str) -> _Shared:
     with _REGISTRY_LOCK:
-        sh = _REGISTRY.get((path, synchronous))
+        sh = _REGISTRY.get(path)
         if sh is None or sh.closed or sh.pid != os.getpid():
-            sh = _REGISTRY[(path, synchronous)] = _Shared(path, synchronous)
+            sh = _REGISTRY[path] = _Shared(path)
         sh.refs += 1
         return sh
 
@@ -187,8 +187,8 @@ def _release(sh: _Shared) -> None:
         sh.refs -= 1
         if sh.refs > 0:
             return
-        if _REGISTRY.get((sh.path, sh.synchronous)) is sh:
-            del _REGISTRY[(sh.path, sh.synchronous)]
+        if _REGISTRY.get(sh.path) is sh:
+            del _REGISTRY[sh.path]
     sh.close()
 
 
@@ -250,7 +250,8 @@ class SqliteStore:
         self.values_dir = self.path + ".values"
         self.beside_min = beside_min
         self._fsync = fsync
-        self.url = "sqlite://" + self.path + ("" if sync == "FULL" else f"?synchronous={sync.lower()}")
+        #: where it is: ``sqlite:///abs/path.db`` (``?synchronous=normal`` when chosen)
+        self.url = "sqlite://" + self.path + ("?synchronous=normal" if sync == "NORMAL" else "")
         self.stats = RequestStats()
         self._stats_lock = threading.Lock()
         self._clock = clock or time.time
@@ -260,7 +261,7 @@ class SqliteStore:
         #: Restores read their few packs in the calling thread (as the local store).
         self.inline_reads = True
         self._check_file()
-        self._sh: _Shared | None = _acquire(os.path.realpath(self.path), sync)
+        self._sh: _Shared | None = _acquire(os.path.realpath(self.path))
         self._sync = sync
         self._known = os.path.exists(self.path)
         if self._known:
@@ -317,7 +318,7 @@ class SqliteStore:
         if sh is None:
             raise StoreError(f"the SQLite store {self.path} is closed")
         if sh.pid != os.getpid() or sh.closed:  # forked: this process opens its own connections
-            sh = self._sh = _acquire(os.path.realpath(self.path), self._sync)
+            sh = self._sh = _acquire(os.path.realpath(self.path))
         return sh
 
     def _count(self, kind: str, up: int = 0, down: int = 0, n: int = 1) -> None:
@@ -369,7 +370,6 @@ class SqliteStore:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             if mode.lower() != "wal":
                 raise StoreError(f"cannot put the SQLite store {self.path} in WAL mode (journal mode {mode})")
-            conn.execute(f"PRAGMA synchronous = {sh.synchronous}")
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT NOT NULL UNIQUE, size INTEGER NOT NULL, "
@@ -413,6 +413,9 @@ class SqliteStore:
             self._flock(sh, deadline)
             try:
                 conn = self._writer(sh)
+                if sh.synchronous != self._sync:  # stores of one file may differ: set per write
+                    conn.execute(f"PRAGMA synchronous = {self._sync}")
+                    sh.synchronous = self._sync
                 delay = 0.001
                 while True:
                     try:
