@@ -9,7 +9,7 @@ Run (from the repository root)::
 
 What is measured (issue 20, "Must show": every acknowledged save restorable after two GCs, or its
 writer got ConflictError). ``--procs`` OS processes (``multiprocessing`` 'spawn') share ``--runs``
-runs of ONE repository on the local store with fsync ON (``LocalStore(path, fsync=True)``), one
+runs of ONE repository on the local store with fsync ON (``LocalStore(path, fsync=True)``; or one SQLite file, ``store="sqlite"``), one
 ``CheckpointManager`` each, and loop ``--ops`` times over random operations on a random run:
 
 * ``save`` continuing what the process last saw: either ``latest()`` first, or (``--p-own``) its
@@ -117,9 +117,9 @@ def writer(root: str, pkg: str | None, p: int, runs: list, nops: int, seed: int,
         sys.path.insert(0, pkg)
     from snapstore import CheckpointManager
     from snapstore.errors import ConflictError, SnapstoreError
-    from snapstore.stores.local import LocalStore
+    from snapstore.stores import open_store
 
-    store = LocalStore(root, fsync=True)
+    store = open_store(root)  # a directory: LocalStore with fsync; a path ending in .db: one SQLite file (FULL)
     mgr = CheckpointManager(store, create=False)
     mgr.repo
     rng = random.Random(seed * 7919 + p)
@@ -261,9 +261,9 @@ def check(root: str, entries: list[dict], runs: list, *, pkg: str | None = None)
         sys.path.insert(0, pkg)
     from snapstore import CheckpointManager
     from snapstore.errors import CheckpointNotFound, SnapstoreError
-    from snapstore.stores.local import LocalStore
+    from snapstore.stores import open_store
 
-    store = LocalStore(root, fsync=True)
+    store = open_store(root)  # a directory: LocalStore with fsync; a path ending in .db: one SQLite file (FULL)
     res: dict = {"gc_errors": []}
     with CheckpointManager(store, create=False) as g:
         for _ in range(2):
@@ -378,19 +378,21 @@ MUST_BE_ZERO = ("lost", "lost_coarse", "wrong_data", "resurrected", "phantoms", 
 
 def run_workload(work: Path, *, procs: int = 4, runs: int = 2, ops: int = 150, seed: int = 1,
                  pkg: str | None = None, mix: dict | None = None, p_own: float = 0.6, p_reread: float = 0.3,
-                 timeout: float = 900.0) -> dict:
+                 timeout: float = 900.0, store: str = "local") -> dict:
     """Create a repository under ``work``, run the writers, check; return the figures (see module doc).
+
+    ``store``: ``"local"`` (a directory, fsync on) or ``"sqlite"`` (one SQLite file, synchronous=FULL).
 
     ``pkg``: a directory to put first on ``sys.path`` (a copy of another snapstore), else the
     snapstore this interpreter imports."""
     if pkg:
         sys.path.insert(0, pkg)
     from snapstore import CheckpointManager
-    from snapstore.stores.local import LocalStore
+    from snapstore.stores import open_store
 
     work.mkdir(parents=True, exist_ok=True)
-    root = str(work / "repo")
-    store = LocalStore(root, fsync=True)
+    root = str(work / ("repo.db" if store == "sqlite" else "repo"))
+    store = open_store(root)  # a directory: LocalStore with fsync; a path ending in .db: one SQLite file (FULL)
     CheckpointManager(store).repo  # create it before the writers start
     store.close()
     run_ids = [f"shared-{j}" for j in range(runs)]

@@ -140,6 +140,8 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
             release(repo, token)
     if store_capabilities(store).empty_dirs and not dry_run:
         store.remove_empty_dirs()
+    if store_capabilities(store).vacuum and not dry_run:
+        store.compact()  # a SQLite file gives its free pages back (stores/sqlite.py)
     rep.elapsed = time.monotonic() - t0
     return rep
 

@@ -14,10 +14,12 @@ def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **opti
 
     Args:
         location: ``s3://BUCKET[/PREFIX][?options]`` (S3 via boto3), ``memory://`` (in-memory),
+            ``sqlite:///abs/file.db`` or ``sqlite://relative.db`` (``?synchronous=normal``) or a
+            plain path ending in ``.db`` that is not an existing directory (one SQLite file),
             ``file:///path`` or a plain directory path (local store), an existing store object
             (returned as is), or None: ``$SNAPSTORE_URL`` if set, else ``./.snapstore``.
         **options: backend keyword options (S3: ``endpoint_url``, ``region_name``, ...; local:
-            ``fsync``).
+            ``fsync``; SQLite: ``synchronous``, ``fsync``, ``lock_timeout``).
     Raises:
         InvalidInputError: an unknown URL scheme.
     """
@@ -36,6 +38,11 @@ def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **opti
         return S3Store.from_url(loc, **options)
     if loc.startswith("memory://"):
         return MemoryStore(**options)
+    if loc.startswith("sqlite://") or (loc.endswith(".db") and "://" not in loc and not os.path.isdir(loc)):
+        from .sqlite import SqliteStore, parse_sqlite_url
+
+        path, opts = parse_sqlite_url(loc) if loc.startswith("sqlite://") else (loc, {})
+        return SqliteStore(path, **{**opts, **options})
     if loc.startswith("file://"):
         return LocalStore(loc[len("file://"):], **options)
     if "://" in loc:

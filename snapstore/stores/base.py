@@ -267,6 +267,8 @@ class StoreCapabilities:
             versioning is enabled, which keeps deleted bytes).
         empty_dirs: the store has ``remove_empty_dirs() -> None`` (a local directory: GC removes
             the directories its deletes emptied).
+        vacuum: the store has ``compact() -> dict`` (a SQLite file: GC gives the pages its deletes
+            freed back to the file system).
     """
 
     max_concurrency: int | None = None
@@ -275,6 +277,7 @@ class StoreCapabilities:
     leftovers: bool = False
     versioning: bool = False
     empty_dirs: bool = False
+    vacuum: bool = False
 
 
 _UNDECLARED = StoreCapabilities()

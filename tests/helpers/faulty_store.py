@@ -8,6 +8,8 @@ Fault modes of :class:`FaultyStore` (after ``arm(k, mode)``):
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 
 from snapstore.errors import SnapstoreError, StoreError
@@ -113,8 +115,19 @@ class FaultyStore:
         pass
 
 
-def clone(store: MemoryStore, clock=None) -> MemoryStore:
-    """An independent copy of a memory store (same keys, bytes, ETags and timestamps)."""
+_CLONES = itertools.count()
+
+
+def clone(store, clock=None):
+    """An independent copy of a memory store or a SQLite-file store (same keys, bytes, ETags and
+    timestamps; a SQLite file is copied with SQLite's backup API beside the original)."""
+    from snapstore.stores.sqlite import SqliteStore
+    if isinstance(store, SqliteStore):
+        import sqlite3
+        dst = f"{store.path}.clone{next(_CLONES)}.db"
+        with contextlib.closing(sqlite3.connect(store.path)) as a, contextlib.closing(sqlite3.connect(dst)) as b:
+            a.backup(b)
+        return SqliteStore(dst, fsync=False, clock=clock)
     new = MemoryStore(clock=clock)
     with store._lock:
         new._objects = dict(store._objects)

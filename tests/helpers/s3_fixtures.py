@@ -51,7 +51,7 @@ DUMMY_ENV = {
 }
 #: Environment variables that could point boto3 at a real account or endpoint; cleared for tests.
 _UNSET_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
-STORE_KINDS = ("memory", "local", "s3", "s3-http")
+STORE_KINDS = ("memory", "local", "sqlite", "s3", "s3-http")
 
 _counter = itertools.count()
 _server_lock = threading.Lock()
@@ -169,7 +169,8 @@ def make_store(kind: str, tmp_path, **kwargs):
     """Return a fresh, empty store of ``kind``.
 
     Args:
-        kind: ``"memory"`` (MemoryStore), ``"local"`` (LocalStore under ``tmp_path/store``), ``"s3"``
+        kind: ``"memory"`` (MemoryStore), ``"local"`` (LocalStore under ``tmp_path/store``),
+            ``"sqlite"`` (SqliteStore on ``tmp_path/store.db``), ``"s3"``
             (S3Store in moto's in-process ``mock_aws``, prefix ``repo``) or ``"s3-http"`` (S3Store on a
             fresh bucket of the process-wide moto HTTP server).
         tmp_path: a directory for the local store (pytest's ``tmp_path``).
@@ -186,6 +187,11 @@ def make_store(kind: str, tmp_path, **kwargs):
         from snapstore.stores.local import LocalStore
 
         return LocalStore(os.path.join(os.fspath(tmp_path), "store"), **kwargs)
+    if kind == "sqlite":
+        from snapstore.stores.sqlite import SqliteStore
+
+        os.makedirs(os.fspath(tmp_path), exist_ok=True)
+        return SqliteStore(os.path.join(os.fspath(tmp_path), "store.db"), **kwargs)
     if kind in ("s3", "s3-http"):
         for k, v in DUMMY_ENV.items():
             os.environ.setdefault(k, v)

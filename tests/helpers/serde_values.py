@@ -1,6 +1,6 @@
 """Values and classes shared by tests/integrations/test_langgraph_serde.py and the fresh processes it starts.
 
-``python tests/helpers/serde_values.py REPO MODE THREAD...`` opens a fresh SnapstoreSaver on REPO (MODE
+``python -m tests.helpers.serde_values REPO MODE THREAD...`` (from the project root) opens a fresh SnapstoreSaver on REPO (MODE
 ``safe``: with ``SafeSerializer(types=TYPES)``; ``default``: LangGraph's serializer), reads each
 thread's state through a real StateGraph and prints one JSON object ``{thread: verdict}``: ``"ok"``
 when the state equals :func:`values` ``[thread]`` with the same types all the way down.
@@ -149,6 +149,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import serde_values  # the classes as the parent test process names them (not __main__.Color)
+    from tests.helpers import serde_values  # the classes as the parent test process names them (not __main__.Color)
 
     serde_values.main()

@@ -8,7 +8,6 @@ import operator
 import subprocess
 import sys
 from fractions import Fraction
-from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
@@ -31,13 +30,12 @@ from snapstore.integrations.serde import TYPE, SafeSerializer  # noqa: E402
 
 from tests.helpers import serde_values as sv  # noqa: E402
 
-HELPER = Path(sv.__file__)
 from tests.helpers.paths import ROOT
 
 
 def _fresh_read(repo, mode: str, threads) -> dict:
     """Each thread's verdict from a fresh process's SnapstoreSaver (tests/helpers/serde_values.py)."""
-    out = subprocess.run([sys.executable, str(HELPER), str(repo), mode, *threads], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "tests.helpers.serde_values", str(repo), mode, *threads], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

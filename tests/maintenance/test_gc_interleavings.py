@@ -36,12 +36,33 @@ def msg(tag: str, i: int, size: int = 120) -> dict:
     return {"role": "assistant" if i % 2 else "user", "content": f"{tag}-{i} " + "lorem ipsum " * (size // 12)}
 
 
+_KIND = {"kind": "memory", "dir": None}
+
+
+@pytest.fixture(autouse=True, params=["memory", "sqlite"])
+def store_kind(request, tmp_path):
+    """Every interleaving runs on a memory store and on a SQLite file (``World`` reads this)."""
+    _KIND.update(kind=request.param, dir=tmp_path)
+    yield request.param
+    _KIND.update(kind="memory", dir=None)
+
+
+def raw(store) -> dict:
+    """``{key: bytes}`` of every object of ``store`` (any store kind)."""
+    return {i.key: store.get(i.key) for i in store.list("")}
+
+
 class World:
-    """A memory repository, a fake clock, and the checkpoints that must restore exactly."""
+    """A repository (memory or one SQLite file: the ``store_kind`` fixture), a fake clock, and the
+    checkpoints that must restore exactly."""
 
     def __init__(self, grace: float = G):
         self.clock = Clock()
-        self.store = MemoryStore(clock=self.clock)
+        if _KIND["kind"] == "sqlite":
+            from snapstore.stores.sqlite import SqliteStore
+            self.store = SqliteStore(_KIND["dir"] / f"w{id(self):x}.db", fsync=False, clock=self.clock)
+        else:
+            self.store = MemoryStore(clock=self.clock)
         self.grace = grace
         self.expect: dict[tuple[str, str], list] = {}
 
@@ -69,7 +90,7 @@ class World:
             self.gc()
 
     def packs(self) -> set:
-        return {k for k in self.store.raw() if k.startswith("packs/")}
+        return {k for k in raw(self.store) if k.startswith("packs/")}
 
     def forwarded(self) -> set:
         """Retired packs that have a forwarding record (as read by a new manager)."""
@@ -516,7 +537,7 @@ def test_run_deleted_by_another_manager_while_a_stale_writer_holds_it(advance):
     w.clock.advance(advance * G + (FREE_AFTER if advance > 2 else 0))
     w.gc()
     if advance > 2:
-        assert not [k for k in w.store.raw() if k.startswith("runs/")]  # tombstone collected too
+        assert not [k for k in raw(w.store) if k.startswith("runs/")]  # tombstone collected too
     with pytest.raises(ConflictError):
         W.save("r", msgs + [msg("a", 9)])
     w.check()
@@ -557,20 +578,20 @@ def test_rollback_gc_fork_share_data(grace):
         w.clock.advance(1.5 * G)
         w.gc()
     w.check()
-    size_before = sum(len(v) for v in w.store.raw().values())
+    size_before = sum(len(v) for v in raw(w.store).values())
     F.delete("f")
     w.gone("f")
     for _ in range(3):
         w.clock.advance(1.5 * G)
         w.gc()
     w.check()
-    assert sum(len(v) for v in w.store.raw().values()) < size_before
+    assert sum(len(v) for v in raw(w.store).values()) < size_before
     W.delete("r")
     w.gone("r")
     for _ in range(3):
         w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§15)
         w.gc()
-    assert sorted(w.store.raw()) == ["config"]
+    assert sorted(raw(w.store)) == ["config"]
 
 
 @pytest.mark.parametrize("phase", GC_PHASES)
@@ -649,7 +670,7 @@ def test_second_concurrent_gc_gets_conflict_error():
     for phase in GC_PHASES:
         w.gc(hooks={phase: second})
         assert len(errors) == GC_PHASES.index(phase) + 1, phase
-        assert LOCK_KEY not in w.store.raw()   # released at the end of GC1
+        assert LOCK_KEY not in raw(w.store)   # released at the end of GC1
     # dry runs take no lock and are allowed concurrently
     w.gc(hooks={"after_mark": lambda **kw: w.gc(dry_run=True)})
     w.check()
@@ -666,7 +687,7 @@ def test_stale_gc_lock_is_taken_over():
         w.gc(lock_timeout=1800)
     w.clock.advance(1000)                # the lock is now older than lock_timeout
     w.gc(lock_timeout=1800)
-    assert LOCK_KEY not in w.store.raw()
+    assert LOCK_KEY not in raw(w.store)
     w.check()
 
 

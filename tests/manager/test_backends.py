@@ -1,6 +1,6 @@
 """One behavioural suite for CheckpointManager, run against every real backend.
 
-``mgr_factory`` is parametrised over ``local`` (LocalStore), ``s3`` (S3Store in moto's in-process
+``mgr_factory`` is parametrised over ``local`` (LocalStore), ``sqlite`` (SqliteStore, one file), ``s3`` (S3Store in moto's in-process
 ``mock_aws``, key prefix ``repo``) and ``s3-http`` (S3Store on moto's HTTP server on 127.0.0.1, key
 prefix ``agents/team-a``). Every call of the factory returns a NEW ``CheckpointManager`` on a NEW store
 object pointing at the SAME location, so a second manager behaves like another process: it shares
@@ -27,12 +27,13 @@ from snapstore.errors import RunNotFound
 from snapstore.format.tree import FLAG_EXACT, FLAG_PIECES
 from snapstore.stores.local import LocalStore
 from snapstore.stores.s3 import S3Store
+from snapstore.stores.sqlite import SqliteStore
 
 from tests.helpers.s3_fixtures import _dummy_env, make_store, new_bucket_name
 from tests.helpers.fake_text import WORDS as _WORDS
 from tests.helpers.fake_text import text as _text
 
-KINDS = ["local", "s3", "s3-http"]
+KINDS = ["local", "sqlite", "s3", "s3-http"]
 HTTP_PREFIX = "agents/team-a"
 
 
@@ -44,6 +45,8 @@ def _same_location(base):
     session re-parses botocore's service model (~0.3 s)."""
     if isinstance(base, LocalStore):
         return LocalStore(base.root, fsync=False)
+    if isinstance(base, SqliteStore):
+        return SqliteStore(base.path, fsync=False)
     if isinstance(base, S3Store):
         from botocore.config import Config
 
@@ -57,6 +60,8 @@ def _url_of(base) -> tuple[str, dict]:
     """``(location, options)`` naming the location of ``base`` the way a user would."""
     if isinstance(base, LocalStore):
         return base.root, {"fsync": False}
+    if isinstance(base, SqliteStore):
+        return "sqlite://" + base.path, {"fsync": False}
     opts = {"region_name": "us-east-1"}
     if base.endpoint_url:
         opts["endpoint_url"] = base.endpoint_url
@@ -120,7 +125,7 @@ def mgr_factory(request, tmp_path, monkeypatch):
         # start the session's server first: its own environment changes must outlive this test's monkeypatch
         request.getfixturevalue("moto_server")
     _dummy_env(monkeypatch)
-    if kind == "local":
+    if kind in ("local", "sqlite"):
         base, stop = make_store(kind, tmp_path, fsync=False), (lambda: None)
     else:
         base, stop = _s3_base(kind, request)
@@ -523,7 +528,9 @@ def test_url_route(mgr_factory):
     """``CheckpointManager("s3://bucket/prefix", endpoint_url=...)`` (or a directory path) is the same
     repository as the store object."""
     by_url = mgr_factory(via_url=True)
-    if mgr_factory.kind != "local":
+    if mgr_factory.kind == "sqlite":
+        assert isinstance(by_url.store, SqliteStore) and by_url.store.path == mgr_factory.base.path
+    elif mgr_factory.kind != "local":
         assert isinstance(by_url.store, S3Store) and by_url.store.bucket == mgr_factory.base.bucket
         assert by_url.store.prefix == mgr_factory.base.prefix
     ids, lists = save_turns(by_url, "via-url", 3)

@@ -14,6 +14,8 @@ exactly. Re-running the interrupted operation completes it, and verify is clean 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import random
@@ -28,7 +30,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import (CheckpointNotFound, ConflictError, RunNotFound, StoreError)
 from snapstore.importers import load_trajectory
-from snapstore.stores import LocalStore, MemoryStore
+from snapstore.stores import LocalStore, MemoryStore, open_store
 
 from tests.helpers.fake_clock import Clock
 from tests.helpers.faulty_store import FaultyStore, clone
@@ -130,8 +132,11 @@ MODES = ["crash", "once", "lost"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", ["plain", "caller-id-state-pieces", "max-checkpoints", "level-2-merge"])
-def test_save_with_faults(variant, mode):
+@pytest.mark.parametrize("variant,kind", [("plain", "memory"), ("caller-id-state-pieces", "memory"),
+                                          ("max-checkpoints", "memory"), ("level-2-merge", "memory"),
+                                          ("plain", "sqlite"), ("caller-id-state-pieces", "sqlite"),
+                                          ("level-2-merge", "sqlite")])
+def test_save_with_faults(variant, kind, mode, tmp_path):
     """Every variant's save completes a tier (format 2: it writes a tier pack beside its own pack,
     then deletes what it merged); ``level-2-merge`` is the 16th save: a cascade into a level-2 tier
     pack and the first log segment."""
@@ -139,8 +144,15 @@ def test_save_with_faults(variant, mode):
     n_base = 15 if variant == "level-2-merge" else 3
     base_msgs = [msg("a", i) for i in range(n_base)]
 
+    made = []
+
     def build():
-        store = MemoryStore()
+        if kind == "memory":
+            store = MemoryStore()
+        else:  # a fresh SQLite file per fault position (one file, as a user's repository)
+            from snapstore.stores.sqlite import SqliteStore
+            store = SqliteStore(tmp_path / f"{len(made)}.db", fsync=False)
+            made.append(store)
         fs = FaultyStore(store)
         mgr = CheckpointManager(fs, **mgr_kw)  # a warm writer
         expect = {}
@@ -193,7 +205,11 @@ def test_save_with_faults(variant, mode):
             assert len(live) == 2 or (ctx.get("fired") and len(live) == 3), live
         assert_consistent(ctx["store"], {**expect, ("r", cid): ctx["new"]})
 
-    assert run_with_faults(build, op, rerun, post, mode) >= 3
+    try:
+        assert run_with_faults(build, op, rerun, post, mode) >= 3
+    finally:
+        for st in made:
+            st.close()
 
 
 def test_lost_reply_on_publish_returns_the_same_checkpoint():
@@ -427,8 +443,12 @@ def test_interrupted_delete_does_not_leave_the_checkpoint_readable(what):
 # GC
 
 
-def _gc_base(clock):
-    store = MemoryStore(clock=clock)
+def _gc_base(clock, kind="memory", tmp_path=None):
+    if kind == "memory":
+        store = MemoryStore(clock=clock)
+    else:
+        from snapstore.stores.sqlite import SqliteStore
+        store = SqliteStore(tmp_path / "base.db", fsync=False, clock=clock)
     m = CheckpointManager(store, clock=clock, gc_grace_period=G)
     expect = {}
     msgs = []
@@ -467,8 +487,9 @@ def _to_per_pack_records(store) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("grace", [0.0, G, "splice", "per-pack-records"])
-def test_gc_with_faults(grace, mode, monkeypatch):
+@pytest.mark.parametrize("grace,kind", [(0.0, "memory"), (G, "memory"), ("splice", "memory"),
+                                        ("per-pack-records", "memory"), (0.0, "sqlite"), (G, "sqlite")])
+def test_gc_with_faults(grace, kind, mode, monkeypatch, tmp_path):
     """GC interrupted at every store operation. ``splice``: the GC under faults re-repacks an
     earlier repack's output and deletes it (grace 0), so it also rewrites the forwarding records
     that name it (docs/format.md §21) -- interrupted at each of those writes too.
@@ -477,7 +498,7 @@ def test_gc_with_faults(grace, mode, monkeypatch):
     clock0 = Clock()
     if grace in ("splice", "per-pack-records"):
         use_format1_writes(monkeypatch)  # per-save packs that GC repacks (format-1 writes)
-    base, expect = _gc_base(clock0)
+    base, expect = _gc_base(clock0, kind, tmp_path)
     kw = {}
     if grace in ("splice", "per-pack-records"):
         m = CheckpointManager(base)
@@ -519,9 +540,10 @@ def test_gc_with_faults(grace, mode, monkeypatch):
 
     def post(ctx):
         assert_consistent(ctx["store"], ctx["expect"])
-        assert "gc/lock" not in ctx["store"].raw()
+        keys = {i.key for i in ctx["store"].list("")}
+        assert "gc/lock" not in keys
         # the older layout is gone once a GC completed (its records are in shards now)
-        assert all(len(k) == len("fwd/0") for k in ctx["store"].raw() if k.startswith("fwd/"))
+        assert all(len(k) == len("fwd/0") for k in keys if k.startswith("fwd/"))
 
     run_with_faults(build, op, rerun, post, mode)
 
@@ -568,10 +590,28 @@ def test_interrupted_gc_leaves_nothing_behind(mode):
 
 
 def _manifest_count(repo: Path) -> int:
+    if repo.suffix == ".db":  # a SQLite file: count rows through a read-only connection
+        if not repo.exists():
+            return 0
+        import sqlite3
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{repo}?mode=ro", uri=True, timeout=30)) as c:
+                return c.execute("SELECT count(*) FROM snapstore_objects WHERE key GLOB 'runs/*/m/*'").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0  # not created yet
     return sum(1 for p in repo.glob("runs/*/m/*") if not p.name.startswith("."))
 
 
-def test_sigkill_import_at_random_moments(tmp_path):
+def _has_config(repo: Path) -> bool:
+    if repo.suffix != ".db":
+        return (repo / "config").exists()
+    from snapstore.stores.sqlite import SqliteStore
+    with contextlib.closing(SqliteStore(repo)) as s:
+        return any(i.key == "config" for i in s.list("config"))
+
+
+@pytest.mark.parametrize("kind", ["local", "sqlite"])
+def test_sigkill_import_at_random_moments(tmp_path, kind):
     """Kill a real ``snapstore import`` with SIGKILL at random moments (seeded): once during start-up,
     then at random points of the import (after a random number of checkpoints plus a random few
     milliseconds, so kills land inside saves). After each kill verify has no errors and the run
@@ -581,7 +621,7 @@ def test_sigkill_import_at_random_moments(tmp_path):
         pytest.skip("shared trajectory not found (set SNAPSTORE_SHARED_DATA)")
     _, convs = load_trajectory(traj)
     cps = convs[0].checkpoints
-    repo = tmp_path / "repo"
+    repo = tmp_path / ("repo" if kind == "local" else "repo.db")
     cmd = [sys.executable, "-c", "from snapstore.cli import main; main()", "--repo", str(repo),
            "import", str(traj), "--run", "r", "-q"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -605,9 +645,9 @@ def test_sigkill_import_at_random_moments(tmp_path):
         err = p.stderr.read().decode()
         p.stderr.close()
         assert p.returncode in (0, -signal.SIGKILL), err
-        if not (repo / "config").exists():
+        if not _has_config(repo):
             continue
-        m = CheckpointManager(LocalStore(repo))
+        m = CheckpointManager(open_store(str(repo)))
         rep = m.verify(read_data=True)
         assert not rep.errors, (attempt, [str(e) for e in rep.errors])
         # the run holds a prefix of the file's checkpoints, in order; its head restores exactly
@@ -622,7 +662,7 @@ def test_sigkill_import_at_random_moments(tmp_path):
     # re-run to completion
     done = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()
-    m = CheckpointManager(LocalStore(repo))
+    m = CheckpointManager(open_store(str(repo)))
     assert not m.verify(read_data=True).errors
     assert json.dumps(m.latest("r").messages) == json.dumps(cps[-1])
     live = m.list("r")

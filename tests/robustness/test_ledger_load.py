@@ -31,9 +31,10 @@ import ledger_load  # noqa: E402
 PKG = str(Path(snapstore.__file__).resolve().parent.parent)  # the writers import this snapstore
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_every_acknowledged_save_survives_or_was_removed(tmp_path, seed):
-    res = ledger_load.run_workload(tmp_path / "w", procs=4, runs=2, ops=150, seed=seed, pkg=PKG, timeout=240)
+@pytest.mark.parametrize("seed,store", [(1, "local"), (2, "local"), (1, "sqlite")])
+def test_every_acknowledged_save_survives_or_was_removed(tmp_path, seed, store):
+    res = ledger_load.run_workload(tmp_path / "w", procs=4, runs=2, ops=150, seed=seed, pkg=PKG, timeout=240,
+                                   store=store)
     print(ledger_load.summary(res))
     c = res["counts"]
     # the workload did what it is meant to (else 0 lost proves nothing)

@@ -28,6 +28,9 @@ STORES = {
     "memory": lambda make: make("memory"),
     "local": lambda make: make("local", fsync=True),
     "local-nofsync": lambda make: make("local", fsync=False),
+    "sqlite": lambda make: make("sqlite"),
+    # every object of 8 bytes or more a value file beside the database
+    "sqlite-beside": lambda make: make("sqlite", beside_min=8),
     "s3-inprocess": lambda make: make("s3"),
     "s3-http": lambda make: make("s3-http"),
 }

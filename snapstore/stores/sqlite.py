@@ -1,0 +1,828 @@
+"""Single-file SQLite object store (``sqlite:///path/file.db``, or a path ending in ``.db``).
+
+Every object is one row of the table ``snapstore_objects`` (key, data BLOB, size, etag, mtime) in
+one SQLite file, with Python's standard :mod:`sqlite3`. The file is created on the first write
+(reading a missing file finds no objects, as a missing directory does for the local store).
+
+Durability and atomicity:
+
+* The file is in WAL mode. ``synchronous=FULL`` (the default) makes each write durable when it
+  returns: the commit fsyncs the write-ahead log once. ``synchronous=NORMAL`` (``?synchronous=normal``)
+  fsyncs only at WAL checkpoints: after a power loss (not a process crash) the last commits before
+  it may be lost, but the file is never corrupted and what survives is a prefix of the commits.
+* Each write (``put``, ``put_if_match``, ``delete_many``) is one transaction begun with
+  ``BEGIN IMMEDIATE``: the existence or ETag check and the write see no other writer between them.
+* ETags are content-derived (a BLAKE2b digest of the bytes and their length), so they are stable
+  across processes and reopenings and change whenever the bytes change.
+
+Concurrency: many threads and processes may use one file. SQLite builds 3.7.0 to 3.51.2 (except
+3.44.6 and 3.50.7; this Python links ``sqlite3.sqlite_version``) have the *WAL-reset bug*: when two
+connections write or checkpoint the same WAL file at the same moment, a checkpoint can record a
+wrong WAL position and corrupt the database. This store never lets that happen:
+
+* one writing connection per file per process: a process-wide registry keyed by the file's real
+  path (:func:`os.path.realpath`) shares it among every :class:`SqliteStore` of that file, and a
+  lock serialises its use;
+* between processes, every write transaction (and the automatic checkpoint its commit may run,
+  and every vacuum and explicit checkpoint) holds an exclusive ``flock(2)`` on the database file
+  itself, so no two connections of any process ever write or checkpoint at once;
+* readers use read-only connections (one per thread), which can neither write nor checkpoint,
+  and they are closed before the writer when the store closes.
+
+No ``database is locked`` reaches a caller: writers queue on the ``flock`` (polled up to
+``lock_timeout`` seconds, default 120) and SQLite's ``busy_timeout`` covers readers; a bounded retry
+loop covers what is left, and only after that bound a :class:`~snapstore.errors.StoreError` naming
+the file is raised. Every SQLite failure becomes a typed error naming the file.
+
+Space: the file is created with ``auto_vacuum=INCREMENTAL``; a ``delete_many`` that leaves more than
+a quarter of the file (and at least 1 MiB) free runs ``PRAGMA incremental_vacuum``, and
+:meth:`SqliteStore.compact` (which GC calls) gives every free page back and truncates the WAL.
+
+Large values: an object of at least ``beside_min`` bytes (default :data:`BESIDE_MIN`, 1 MiB) is a
+file beside the database, in the directory ``<file>.values/``, and its row names it: at 1-64 MiB a
+put costs 2.5-4x less that way and a read 3-10x less than a BLOB in the file, which SQLite writes
+twice (WAL, then checkpoint) and reads along a chain of overflow pages
+(``benchmarks/sqlite_store.py --values``). Smaller objects (every pack and manifest of an ordinary
+save) are BLOBs in the file: one fsync per write. A value file is written and fsynced (with its
+directory) before the row naming it commits, and unlinked only after the row's removal commits; a
+crash between the two leaves an unreferenced value file, which :meth:`SqliteStore.leftovers`
+reports and GC removes after its grace period. Readers that lose a race with a delete or replace
+read the row again.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from typing import Callable, Iterable, Iterator
+from urllib.parse import parse_qsl
+
+from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
+from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read, whole_read_limit
+
+TABLE = "snapstore_objects"
+"""The table holding the objects."""
+META = "snapstore_meta"
+"""The table naming the file's layout (``name = 'format'``: :data:`FORMAT`)."""
+FORMAT = "snapstore-sqlite-store 1"
+
+_HEADER = b"SQLite format 3\x00"
+_SYNC = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
+_HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
+_VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
+BESIDE_MIN = 1 << 20
+"""Objects this large (bytes) or larger are files beside the database (see the module docstring)."""
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _etag(data: bytes) -> str:
+    return f'"{hashlib.blake2b(data, digest_size=16).hexdigest()}-{len(data):x}"'
+
+
+def _one(cur: sqlite3.Cursor):
+    """The first row of ``cur`` or None, reading it to its end (a statement left unfinished would
+    keep its read transaction, and its old snapshot, open)."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None
+
+
+def _vacuum(conn: sqlite3.Connection) -> int:
+    """Give every free page of the file back (``PRAGMA incremental_vacuum``) inside the caller's
+    write transaction; return the pages freed. Python's sqlite3 steps a statement without result
+    columns once, and each step of this pragma frees one page: so it is run until none is left."""
+    freed = 0
+    while True:
+        free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+        if not free:
+            return freed
+        for _ in range(free):
+            conn.execute("PRAGMA incremental_vacuum")
+        freed += free
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    return getattr(e, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e)
+
+
+class _Shared:
+    """What every :class:`SqliteStore` of one file shares in one process: the writing connection,
+    the lock around it, the descriptor holding the cross-process ``flock``, and the readers."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.pid = os.getpid()
+        self.synchronous = ""  # the writer's current setting (each store sets its own per write)
+        self.lock = threading.RLock()
+        self.refs = 0
+        self.writer: sqlite3.Connection | None = None
+        self.lock_fd: int | None = None
+        self.tls = threading.local()
+        self.readers: list[sqlite3.Connection] = []
+        self.readers_lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """Close readers, then the writer (under the flock: a closing last connection checkpoints),
+        then the flock descriptor (only after every SQLite descriptor of the file is closed: closing
+        any descriptor of a file drops the process's POSIX locks on it)."""
+        with self.lock:
+            self.closed = True
+            with self.readers_lock:
+                for c in self.readers:
+                    try:
+                        c.close()
+                    except sqlite3.Error:
+                        pass
+                self.readers.clear()
+            if self.writer is not None:
+                try:
+                    if self.lock_fd is not None:
+                        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+                    self.writer.close()
+                except (sqlite3.Error, OSError):
+                    pass
+                self.writer = None
+            if self.lock_fd is not None:
+                os.close(self.lock_fd)
+                self.lock_fd = None
+
+
+_REGISTRY: dict[str, _Shared] = {}
+_REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
+
+
+def _forget_after_fork() -> None:
+    # a child must not use its parent's connections; its stores open their own on next use
+    global _REGISTRY_LOCK
+    _REGISTRY.clear()
+    _REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _acquire(path: str) -> _Shared:
+    with _REGISTRY_LOCK:
+        sh = _REGISTRY.get(path)
+        if sh is None or sh.closed or sh.pid != os.getpid():
+            sh = _REGISTRY[path] = _Shared(path)
+        sh.refs += 1
+        return sh
+
+
+def _release(sh: _Shared) -> None:
+    with _REGISTRY_LOCK:
+        sh.refs -= 1
+        if sh.refs > 0:
+            return
+        if _REGISTRY.get(sh.path) is sh:
+            del _REGISTRY[sh.path]
+    sh.close()
+
+
+def parse_sqlite_url(url: str) -> tuple[str, dict]:
+    """Split ``sqlite:///abs/file.db?opt=v`` or ``sqlite://rel.db`` into ``(path, options)``.
+
+    Options: ``synchronous`` (``full`` or ``normal``), ``lock_timeout`` (seconds, a number).
+    Raises:
+        InvalidInputError: no path, or an unknown or malformed option.
+    """
+    rest = url[len("sqlite://"):]
+    path, _, query = rest.partition("?")
+    if not path:
+        raise InvalidInputError(f"no file in the SQLite URL {url!r} (sqlite:///abs/path.db or sqlite://relative.db)")
+    opts: dict = {}
+    for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)) if query else ():
+        if k == "synchronous":
+            opts[k] = v
+        elif k == "lock_timeout":
+            try:
+                opts[k] = float(v)
+            except ValueError:
+                raise InvalidInputError(f"lock_timeout must be a number of seconds, not {v!r} in {url!r}") from None
+        else:
+            raise InvalidInputError(f"unknown SQLite store option {k!r} in {url!r} (synchronous, lock_timeout)")
+    return path, opts
+
+
+class SqliteStore:
+    """An :class:`~snapstore.stores.base.ObjectStore` in one SQLite file (see the module docstring).
+
+    Args:
+        path: the database file (str or path-like); created with its parent directories on the
+            first write. An existing file must be a SQLite database that is empty or holds this
+            store's tables.
+        synchronous: ``"full"`` (default: each write durable when it returns, one fsync of the WAL
+            per commit) or ``"normal"`` (a power loss may lose the last commits; never corrupts).
+        fsync: False sets ``synchronous=OFF`` (no fsync at all), for tests and CPU benchmarks only.
+        lock_timeout: seconds a write waits for the file's write lock before StoreError (default 120).
+        beside_min: objects of at least this many bytes are files in ``<path>.values/`` (default
+            :data:`BESIDE_MIN`); ``None`` keeps every object in the file.
+        clock: callable returning seconds since the epoch (UTC) for object ``mtime``; default
+            ``time.time``. Tests pass a controllable clock.
+    Raises:
+        StoreError: ``path`` is a directory, a file that is not a SQLite database, a SQLite database
+            holding other tables and not this store's, or unreadable. The message names the path.
+        InvalidInputError: an unknown ``synchronous`` value.
+    """
+
+    def __init__(self, path: str | os.PathLike, synchronous: str = "full", fsync: bool = True,
+                 lock_timeout: float = 120.0, clock: Callable[[], float] | None = None,
+                 beside_min: int | None = BESIDE_MIN):
+        sync = _SYNC.get(str(synchronous).lower())
+        if sync is None or sync == "OFF":
+            raise InvalidInputError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if not fsync:
+            sync = "OFF"
+        self.path = os.path.abspath(os.fspath(path))
+        self.values_dir = self.path + ".values"
+        self.beside_min = beside_min
+        self._fsync = fsync
+        #: where it is: ``sqlite:///abs/path.db`` (``?synchronous=normal`` when chosen)
+        self.url = "sqlite://" + self.path + ("?synchronous=normal" if sync == "NORMAL" else "")
+        self.stats = RequestStats()
+        self._stats_lock = threading.Lock()
+        self._clock = clock or time.time
+        self.lock_timeout = float(lock_timeout)
+        #: Reads run on per-thread connections and release the GIL, so a few are worth overlapping
+        #: (max_concurrency 4); restores read their few packs in the calling thread (inline_reads,
+        #: as the local store); crash leftovers are value files beside the database; GC calls
+        #: :meth:`compact` to give freed pages back.
+        self.capabilities = StoreCapabilities(max_concurrency=4, inline_reads=True, leftovers=True, vacuum=True)
+        self._check_file()
+        self._sh: _Shared | None = _acquire(os.path.realpath(self.path))
+        self._sync = sync
+        self._known = os.path.exists(self.path)
+        if self._known:
+            self._check_schema()
+
+    # --- checks ---------------------------------------------------------------------------------
+    def _check_file(self) -> None:
+        p = self.path
+        if os.path.isdir(p):
+            raise StoreError(f"SQLite store path is a directory, not a file: {p}")
+        if not os.path.exists(p):
+            return
+        try:
+            with open(p, "rb") as f:
+                head = f.read(len(_HEADER))
+        except OSError as e:
+            raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
+        if head and head != _HEADER:
+            raise StoreError(f"not a SQLite database: {p}")
+
+    def _check_schema(self) -> None:
+        conn = self._reader()
+        if conn is None:
+            return
+        try:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not names:
+                return
+            if TABLE not in names or META not in names:
+                raise StoreError(f"SQLite database {self.path} holds no snapstore store "
+                                 f"(no table {TABLE}; it has {', '.join(sorted(names))})")
+            row = _one(conn.execute(f"SELECT value FROM {META} WHERE name = 'format'"))
+        except sqlite3.Error as e:
+            raise self._error(e, "read") from None
+        if row is None or row[0] != FORMAT:
+            raise StoreError(f"SQLite database {self.path}: unknown snapstore store format {row and row[0]!r}")
+
+    def _error(self, e: BaseException, what: str) -> StoreError:
+        name = getattr(e, "sqlite_errorname", "")
+        if name == "SQLITE_NOTADB":
+            return StoreError(f"not a SQLite database: {self.path}")
+        if name.startswith("SQLITE_READONLY") or (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EROFS, errno.EPERM)):
+            return StoreError(f"cannot {what} the SQLite store {self.path}: the file or its directory is read-only")
+        if name.startswith("SQLITE_CORRUPT"):
+            return StoreError(f"the SQLite store {self.path} is damaged: {e}")
+        if name == "SQLITE_FULL":
+            return StoreError(f"cannot {what} the SQLite store {self.path}: disk full")
+        if _is_busy(e):
+            return StoreError(f"the SQLite store {self.path} stayed locked for {self.lock_timeout:g} s ({what})")
+        return StoreError(f"cannot {what} the SQLite store {self.path}: {getattr(e, 'strerror', None) or e}")
+
+    def _shared(self) -> _Shared:
+        sh = self._sh
+        if sh is None:
+            raise StoreError(f"the SQLite store {self.path} is closed")
+        if sh.pid != os.getpid() or sh.closed:  # forked: this process opens its own connections
+            sh = self._sh = _acquire(os.path.realpath(self.path))
+        return sh
+
+    def _count(self, kind: str, up: int = 0, down: int = 0, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats.counts[kind] += n
+            self.stats.bytes_up += up
+            self.stats.bytes_down += down
+
+    # --- connections ------------------------------------------------------------------------------
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's read-only connection, or None while the file does not exist."""
+        sh = self._shared()
+        conn = getattr(sh.tls, "conn", None)
+        if conn is not None:
+            return conn
+        if not self._known:
+            if not os.path.exists(self.path):
+                return None
+            self._known = True
+        uri = "file:" + _quote(self.path) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                                   timeout=self.lock_timeout)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
+        except sqlite3.Error as e:
+            raise self._error(e, "open") from None
+        with sh.readers_lock:
+            if sh.closed:
+                conn.close()
+                raise StoreError(f"the SQLite store {self.path} is closed")
+            sh.readers.append(conn)
+        sh.tls.conn = conn
+        return conn
+
+    def _writer(self, sh: _Shared) -> sqlite3.Connection:
+        """The process's writing connection to the file (caller holds ``sh.lock`` and the flock),
+        creating the file and its tables on first use."""
+        if sh.writer is not None:
+            return sh.writer
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout)
+        except sqlite3.Error as e:
+            raise self._error(e, "open") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
+            if not conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect before the first table
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            if mode.lower() != "wal":
+                raise StoreError(f"cannot put the SQLite store {self.path} in WAL mode (journal mode {mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT NOT NULL UNIQUE, size INTEGER NOT NULL, "
+                         f"etag TEXT NOT NULL, mtime REAL NOT NULL, data BLOB NOT NULL, file TEXT)")
+            conn.execute(f"INSERT OR IGNORE INTO {META} VALUES ('format', ?)", (FORMAT,))
+            conn.execute("COMMIT")
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise self._error(e, "create") from None
+            raise
+        self._known = True
+        sh.writer = conn
+        return conn
+
+    def _flock(self, sh: _Shared, deadline: float) -> None:
+        if sh.lock_fd is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            try:
+                sh.lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise self._error(e, "write") from None
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(sh.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the SQLite store {self.path} stayed locked by another process for "
+                                     f"{self.lock_timeout:g} s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+
+    def _write(self, what: str, fn):
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writing connection, under
+        the process lock and the cross-process flock; retry busy errors until ``lock_timeout``."""
+        sh = self._shared()
+        deadline = time.monotonic() + self.lock_timeout
+        with sh.lock:
+            self._flock(sh, deadline)
+            try:
+                conn = self._writer(sh)
+                if sh.synchronous != self._sync:  # stores of one file may differ: set per write
+                    conn.execute(f"PRAGMA synchronous = {self._sync}")
+                    sh.synchronous = self._sync
+                delay = 0.001
+                while True:
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                        try:
+                            out = fn(conn)
+                            conn.execute("COMMIT")
+                            return out
+                        except BaseException:
+                            if conn.in_transaction:
+                                conn.execute("ROLLBACK")
+                            raise
+                    except sqlite3.Error as e:
+                        if _is_busy(e) and time.monotonic() < deadline:
+                            time.sleep(delay)
+                            delay = min(delay * 2, 0.05)
+                            continue
+                        raise self._error(e, what) from None
+            finally:
+                if sh.lock_fd is not None:
+                    fcntl.flock(sh.lock_fd, fcntl.LOCK_UN)
+
+    def _read(self, what: str, fn, empty):
+        """Run ``fn(conn)`` on this thread's reader (``empty`` while the file does not exist);
+        busy errors are retried until ``lock_timeout``."""
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.001
+        while True:
+            conn = self._reader()
+            if conn is None:
+                return empty
+            try:
+                return fn(conn)
+            except sqlite3.Error as e:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if _is_busy(e) and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                    continue
+                if getattr(e, "sqlite_errorname", "") == "SQLITE_ERROR" and "no such table" in str(e):
+                    return empty  # a database created by another process that has no tables yet
+                raise self._error(e, what) from None
+
+    # --- the protocol ---------------------------------------------------------------------------
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Create ``key`` holding ``data`` (bytes), durably (see ``synchronous``).
+
+        Raises:
+            PreconditionFailed: the key exists (nothing changed).
+            InvalidInputError: a malformed key.
+            StoreError: the write failed (read-only file, disk full, locked past ``lock_timeout``).
+        """
+        return self.put_if_match(key, data, None)
+
+    def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
+        """Replace ``key`` only if its ETag is ``etag`` (``None``: only if absent); the check and the
+        write are one ``BEGIN IMMEDIATE`` transaction.
+
+        Raises:
+            PreconditionFailed: the object is missing, exists, or has another ETag (nothing changed).
+            StoreError: the write failed.
+        """
+        check_key(key)
+        data = bytes(data)
+        tag = _etag(data)
+        self._count("PUT", up=len(data))
+        fname = None
+        if self.beside_min is not None and len(data) >= self.beside_min:
+            if etag is None and self._exists(key):
+                raise PreconditionFailed(key)  # no file written for a put that cannot succeed
+            fname = self._write_value(data)
+        old: list = []
+
+        def tx(conn):
+            mtime = self._clock()
+            body = b"" if fname else data
+            if etag is None:
+                cur = conn.execute(f"INSERT INTO {TABLE} (key, size, etag, mtime, data, file) VALUES (?, ?, ?, ?, ?, ?) "
+                                   f"ON CONFLICT (key) DO NOTHING", (key, len(data), tag, mtime, body, fname))
+            else:
+                row = _one(conn.execute(f"SELECT file FROM {TABLE} WHERE key = ? AND etag = ?", (key, etag)))
+                if row is None:
+                    raise PreconditionFailed(key)
+                old.append(row[0])
+                cur = conn.execute(f"UPDATE {TABLE} SET size = ?, etag = ?, mtime = ?, data = ?, file = ? WHERE key = ?",
+                                   (len(data), tag, mtime, body, fname, key))
+            if cur.rowcount != 1:
+                raise PreconditionFailed(key)
+            return ObjectInfo(key, len(data), tag, mtime)
+        try:
+            info = self._write("write", tx)
+        except BaseException:
+            if fname:
+                self._unlink_values([fname])
+            raise
+        self._unlink_values([f for f in old if f])
+        return info
+
+    # --- values beside the file ----------------------------------------------------------------
+    def _exists(self, key: str) -> bool:
+        return self._read("read", lambda c: _one(c.execute(f"SELECT 1 FROM {TABLE} WHERE key = ?", (key,))), None) is not None
+
+    def _write_value(self, data: bytes) -> str:
+        """Write ``data`` to a new file of the values directory, durably; return its name."""
+        d = self.values_dir
+        try:
+            if not os.path.isdir(d):
+                os.makedirs(d, exist_ok=True)
+                if self._fsync:
+                    _fsync_dir(os.path.dirname(d))
+            name = os.urandom(12).hex()
+            tmp = os.path.join(d, ".tmp-" + name)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, os.path.join(d, name))
+            if self._fsync:
+                _fsync_dir(d)
+            return name
+        except OSError as e:
+            raise self._error(e, "write a value file of") from None
+
+    def _unlink_values(self, names) -> None:
+        for n in names:
+            try:
+                os.unlink(os.path.join(self.values_dir, n))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise self._error(e, "delete a value file of") from None
+
+    def _read_value(self, name: str, byte_range) -> bytes | None:
+        """The bytes (or a range) of value file ``name``; None when it is gone (deleted or replaced
+        since its row was read: the caller reads the row again)."""
+        try:
+            fd = os.open(os.path.join(self.values_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._error(e, "read a value file of") from None
+        try:
+            size = os.fstat(fd).st_size
+            start, end = byte_range if byte_range is not None else (0, None)
+            if start < 0:
+                start = max(0, size + start)
+            end = size if end is None else min(end, size)
+            if end <= start:
+                return b""
+            parts, pos = [], start
+            while pos < end:
+                b = os.pread(fd, end - pos, pos)
+                if not b:
+                    break
+                parts.append(b)
+                pos += len(b)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    def leftovers(self) -> list[Leftover]:
+        """Value files no row names (a crash between writing a value file and committing its row,
+        or between a row's removal and the unlink) and temporary value files: ``name`` is
+        ``<file>.values/NAME`` relative to the database's directory, ``mtime`` the file's."""
+        d = self.values_dir
+        if not os.path.isdir(d):
+            return []
+        try:
+            names = os.listdir(d)
+        except OSError as e:
+            raise self._error(e, "list the value files of") from None
+        used = {r[0] for r in self._read("list", lambda c: c.execute(
+            f"SELECT file FROM {TABLE} WHERE file IS NOT NULL").fetchall(), [])}
+        out = []
+        for n in names:
+            if n in used:
+                continue
+            try:
+                st = os.stat(os.path.join(d, n))
+            except FileNotFoundError:
+                continue
+            out.append(Leftover(os.path.basename(d) + "/" + n, st.st_size, st.st_mtime))
+        return out
+
+    def remove_leftovers(self, items: Iterable[Leftover]) -> int:
+        """Delete the given leftovers (from :meth:`leftovers`) that still no row names; return how
+        many were removed.
+
+        Raises:
+            InvalidInputError: a name that is not a value file of this store.
+            StoreError: a file cannot be removed.
+        """
+        prefix = os.path.basename(self.values_dir) + "/"
+        names = []
+        for it in items:
+            n = it.name[len(prefix):] if it.name.startswith(prefix) else ""
+            if not n or "/" in n or n in (".", ".."):
+                raise InvalidInputError(f"not a value file of this store: {it.name!r}")
+            names.append(n)
+        if not names:
+            return 0
+        # under the write lock: a row naming one of them cannot commit meanwhile
+        def tx(conn):
+            used = {r[0] for r in conn.execute(f"SELECT file FROM {TABLE} WHERE file IS NOT NULL").fetchall()}
+            gone = 0
+            for n in names:
+                if n not in used and os.path.exists(os.path.join(self.values_dir, n)):
+                    self._unlink_values([n])
+                    gone += 1
+            return gone
+        n = self._write("clean", tx)
+        self._count("DELETE", n=1 if n else 0)
+        return n
+
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """Return the object's bytes, or bytes ``[start, end)`` of it (see
+        :func:`~snapstore.stores.base.check_range`; a ranged read reads only those bytes).
+
+        Raises:
+            ObjectNotFound: no such key.
+            ObjectTooLarge: a whole read of an object larger than its kind allows.
+            InvalidInputError: a malformed key or range.
+            StoreError: the read failed.
+        """
+        check_key(key)
+        byte_range = check_range(key, byte_range)
+
+        def whole(conn):
+            limit = whole_read_limit(key)[0]
+            row = _one(conn.execute(f"SELECT size, CASE WHEN size <= ? THEN data END, file FROM {TABLE} WHERE key = ?",
+                               (limit, key)))
+            if row is None:
+                return None
+            check_whole_read(key, row[0])
+            return row[1] if row[2] is None else ("file", row[2])
+
+        def ranged(conn):
+            conn.execute("BEGIN")  # one snapshot for the lookup and the BLOB read
+            try:
+                row = _one(conn.execute(f"SELECT rowid, size, file FROM {TABLE} WHERE key = ?", (key,)))
+                if row is None:
+                    return None
+                rowid, size, fname = row
+                if fname is not None:
+                    return ("file", fname)
+                start, end = byte_range
+                if start < 0:
+                    start = max(0, size + start)
+                end = size if end is None else min(end, size)
+                if end <= start:
+                    return b""
+                with conn.blobopen(TABLE, "data", rowid, readonly=True) as blob:
+                    blob.seek(start)
+                    return blob.read(end - start)
+            finally:
+                conn.execute("COMMIT")
+
+        for _ in range(100):
+            data = self._read("read", whole if byte_range is None else ranged, None)
+            if not isinstance(data, tuple):
+                break
+            data = self._read_value(data[1], byte_range)
+            if data is not None:
+                break
+        else:
+            raise StoreError(f"cannot read {key} in the SQLite store {self.path}: its value file kept changing")
+        if data is None:
+            self._count("GET")
+            raise ObjectNotFound(key)
+        self._count("GET", down=len(data))
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return the object's :class:`ObjectInfo`. Raises ObjectNotFound, StoreError."""
+        check_key(key)
+        self._count("HEAD")
+        row = self._read("read", lambda c: _one(c.execute(f"SELECT size, etag, mtime FROM {TABLE} WHERE key = ?",
+                                                     (key,))), None)
+        if row is None:
+            raise ObjectNotFound(key)
+        return ObjectInfo(key, row[0], row[1], row[2])
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
+        """Yield objects whose key starts with ``prefix`` in key order, after ``start_after``, at
+        most ``limit``; one LIST counted per 1,000 keys. Raises StoreError."""
+        sql = f"SELECT key, size, etag, mtime FROM {TABLE} WHERE key >= ?"
+        args: list = [prefix]
+        if prefix:
+            sql += " AND key < ?"
+            args.append(prefix + _HI)
+        if start_after is not None:
+            sql += " AND key > ?"
+            args.append(start_after)
+        sql += " ORDER BY key"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(max(0, int(limit)))
+        rows = self._read("list", lambda c: c.execute(sql, args).fetchall(), [])
+        self._count("LIST", n=max(1, (len(rows) + 999) // 1000))
+        return iter([ObjectInfo(*r) for r in rows])
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """Yield the distinct next path segments below ``prefix`` (ending in ``/``), sorted: a skip
+        scan of the key index (one seek per segment and per key directly below ``prefix``)."""
+        self._count("LIST")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"  # as the local and S3 stores: "runs" lists what is below "runs/"
+        n = len(prefix)
+        hi = prefix + _HI
+
+        def scan(conn):
+            out = []
+            conn.execute("BEGIN")
+            try:
+                cur_sql = f"SELECT key FROM {TABLE} WHERE key > ? AND key < ? ORDER BY key LIMIT 1"
+                row = _one(conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
+                                   (prefix, hi)))
+                while row is not None:
+                    rest = row[0][n:]
+                    seg, slash, _ = rest.partition("/")
+                    if slash:
+                        out.append(seg)
+                        bound = prefix + seg + "0"  # '0' follows '/': past every key below seg/
+                        row = _one(conn.execute(f"SELECT key FROM {TABLE} WHERE key >= ? AND key < ? ORDER BY key LIMIT 1",
+                                           (bound, hi)))
+                    else:
+                        row = _one(conn.execute(cur_sql, (row[0], hi)))
+            finally:
+                conn.execute("COMMIT")
+            return out
+        return iter(sorted(set(self._read("list", scan, []))))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete the keys (missing ones ignored), in one transaction; one DELETE counted per 1,000
+        keys. When the deletes leave more than a quarter of the file (and at least 1 MiB) free,
+        the free pages are given back (``PRAGMA incremental_vacuum``). Raises StoreError."""
+        keys = [check_key(k) for k in keys]
+        self._count("DELETE", n=(len(keys) + 999) // 1000)
+        if not keys or not os.path.exists(self.path):
+            return
+
+        files: list = []
+
+        def tx(conn):
+            for i in range(0, len(keys), 500):
+                part = keys[i:i + 500]
+                marks = ",".join("?" * len(part))
+                files.extend(r[0] for r in conn.execute(
+                    f"SELECT file FROM {TABLE} WHERE file IS NOT NULL AND key IN ({marks})", part).fetchall())
+                conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({marks})", part)
+            free, total, page = (conn.execute(f"PRAGMA {p}").fetchall()[0][0]
+                                 for p in ("freelist_count", "page_count", "page_size"))
+            if free * page >= _VACUUM_MIN and free * 4 >= total:
+                _vacuum(conn)
+        self._write("delete from", tx)
+        self._unlink_values(files)
+
+    def compact(self) -> dict:
+        """Give every free page back to the file system (``PRAGMA incremental_vacuum``) and
+        checkpoint and truncate the WAL. GC calls it after collecting.
+
+        Returns:
+            ``{"freed_bytes": int, "file_bytes": int}``: bytes the main file shrank by, and its size after.
+        Raises:
+            StoreError: the file cannot be written.
+        """
+        if not os.path.exists(self.path):
+            return {"freed_bytes": 0, "file_bytes": 0}
+        before = os.path.getsize(self.path)
+        self._write("compact", _vacuum)
+        sh = self._shared()
+        with sh.lock:
+            self._flock(sh, time.monotonic() + self.lock_timeout)
+            try:
+                self._writer(sh).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as e:
+                raise self._error(e, "compact") from None
+            finally:
+                fcntl.flock(sh.lock_fd, fcntl.LOCK_UN)
+        after = os.path.getsize(self.path)
+        return {"freed_bytes": max(0, before - after), "file_bytes": after}
+
+    def close(self) -> None:
+        """Release this store's share of the file's connections (the last store of the file in
+        this process closes them). Idempotent."""
+        sh, self._sh = self._sh, None
+        if sh is not None and sh.pid == os.getpid():
+            _release(sh)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _quote(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(path, safe="/")
