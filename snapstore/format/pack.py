@@ -384,6 +384,23 @@ class Pack:
         needs no request for it (always, for a pack read whole)."""
         return True
 
+    def held_block(self, block: int) -> bytes | None:
+        """The uncompressed bytes of block ``block`` (an index) if this pack holds them already
+        (decompressed by :meth:`raw_block` or given to :meth:`hold_blocks`), else None."""
+        return self._raw.get(block)
+
+    def held_blocks(self) -> dict[int, bytes]:
+        """Every uncompressed block this pack holds: block index -> bytes (a copy)."""
+        return dict(self._raw)
+
+    def hold_blocks(self, blocks: dict[int, bytes]) -> None:
+        """Keep uncompressed blocks (block index -> bytes) that whoever built or read the pack
+        already has, so they are not decompressed again. A block index out of range, or bytes
+        whose length is not the header's uncompressed length, is ignored."""
+        for b, raw in blocks.items():
+            if 0 <= b < len(self.blocks) and len(raw) == self.blocks[b].rawlen:
+                self._raw[b] = raw
+
     @classmethod
     def parse(cls, key: str, data: bytes, pack_id: bytes | None = None) -> "Pack":
         """Verify the checksum and parse the header.

@@ -135,7 +135,7 @@ class EntryReader:
         e = pack.entries[(etype, eid)]
         spec = pack.blocks[e.block].dict
         d = None
-        if spec is not None and e.block not in pack._raw:
+        if spec is not None and pack.held_block(e.block) is None:
             d = ctx.dict_for(spec) if ctx is not None else None
             if d is None:
                 d = self.resolve_dict(pack, spec)

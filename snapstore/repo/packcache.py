@@ -135,7 +135,7 @@ class PackCache:
                 if old.whole or not pack.whole:
                     return
                 self.drop(pack.id)  # a whole read replaces a ranged one
-                pack._raw.update(old._raw)
+                pack.hold_blocks(old.held_blocks())
             self._packs[pack.id] = pack
             cost = self._cost[pack.id] = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
             self._bytes += cost
@@ -158,13 +158,11 @@ class PackCache:
             IntegrityError: ``data`` is not a valid pack (a bug: it was just built).
         """
         p = Pack.parse(keys.pack_key(pack_id), data, pack_id)
-        for b, raw in (raw_blocks or {}).items():
-            if b < len(p.blocks) and len(raw) == p.blocks[b].rawlen:
-                p._raw[b] = raw
+        p.hold_blocks(raw_blocks or {})
         with self.lock:
             old = self._packs.get(pack_id)
             if old is not None:
-                old._raw.update(p._raw)
+                old.hold_blocks(p.held_blocks())
                 return old
         self.put(p)
         return p

@@ -128,7 +128,7 @@ class TreeReader:
                 e = p.entries.get(key) if p is not None else None
                 if e is None:
                     continue
-            blk = p._raw.get(e.block)
+            blk = p.held_block(e.block)
             if blk is None:
                 if p.blocks[e.block].dict is not None or not p.block_at_hand(e.block):
                     continue
@@ -385,7 +385,7 @@ class TreeReader:
                     vk = (p.id, e.block)
                     mv = views.get(vk)
                     if mv is None:
-                        blk = p._raw.get(e.block)
+                        blk = p.held_block(e.block)
                         if blk is None and at_hand and not p.block_at_hand(e.block):
                             return None
                         if blk is None and p.blocks[e.block].dict is None:
