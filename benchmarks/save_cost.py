@@ -560,7 +560,7 @@ def main(argv=None) -> int:
     prelude, turns = make_history(n + 60)
     extra_turn = turns[n - 1]  # the next turn after the built run's last checkpoint
     results: dict = {"checkpoints": n, "early_window": [early[0], early[-1]], "late_window": [late[0], late[-1]]}
-    cfg = {k: getattr(RepoConfig, k) for k in RepoConfig._SETTINGS}
+    cfg = {k: getattr(RepoConfig, k) for k in RepoConfig.SETTINGS}
     print("snapstore save-cost benchmark")
     print(f"  snapstore {snapstore.__version__}, commit {_git_commit()}; python {platform.python_version()}; "
           f"zstandard {zstandard.__version__}; {os.cpu_count()} CPUs")

@@ -237,7 +237,7 @@ def run_file(path: Path, workdir: Path, full_check: bool) -> dict:
         saved.append((run_id, cids, conv.checkpoints))
     puts = dict(store.stats.counts)
     bytes_up = store.stats.bytes_up
-    settings = {k: getattr(mgr.repo.config, k) for k in RepoConfig._SETTINGS}
+    settings = {k: getattr(mgr.repo.config, k) for k in RepoConfig.SETTINGS}
     mgr.close()
     # sanity: the cached naive size equals the definition on one checkpoint
     if saved:

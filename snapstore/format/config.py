@@ -104,14 +104,15 @@ class RepoConfig:
     seg_fanout: int = 4
     removals: int = 0
 
-    _SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
+    SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
                  "node_bits", "max_items", "inline_state_max", "seg_fanout", "removals")
+    """The names of the repository's settings (the config's fields a user may choose at ``init``)."""
 
     def to_bytes(self) -> bytes:
         """Encode as an ``SNCF`` envelope around JSON."""
         d = {"format": "snapstore", "version": self.version, "repo_id": self.repo_id, "key": self.key.hex(),
              "created": format_time(self.created)}
-        d.update({k: getattr(self, k) for k in self._SETTINGS})
+        d.update({k: getattr(self, k) for k in self.SETTINGS})
         return seal_envelope(CONFIG_MAGIC, self.version, json.dumps(d, indent=1).encode())
 
     @classmethod
@@ -146,7 +147,7 @@ class RepoConfig:
                       created=parse_time(checked_str(d["created"], "created")), version=v)
         except (KeyError, ValueError, TypeError) as e:
             raise IntegrityError(key, f"malformed config: {e}") from None
-        settings = {k: d[k] for k in cls._SETTINGS if k in d}
+        settings = {k: d[k] for k in cls.SETTINGS if k in d}
         why = check_settings(settings)
         if why is not None:
             raise IntegrityError(key, f"config out of range: {why}")

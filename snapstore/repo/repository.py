@@ -124,9 +124,9 @@ class Repository(LogRecords):
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
         cfg.removals = 1  # this version records every removal of log records (§16)
         for k in settings:
-            if k not in RepoConfig._SETTINGS:
+            if k not in RepoConfig.SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")
-        why = check_settings({k: settings.get(k, getattr(cfg, k)) for k in RepoConfig._SETTINGS})
+        why = check_settings({k: settings.get(k, getattr(cfg, k)) for k in RepoConfig.SETTINGS})
         if why is not None:
             raise InvalidInputError(f"repository {why}")
         for k, v in settings.items():
