@@ -5,7 +5,7 @@ Field names and what they mean, read and written here only:
 * Metadata field (``CheckpointSummary.metadata``): ``"lg"`` the record kind (``"C"`` checkpoint,
   ``"W"`` writes; ``"c"``/``"w"`` of the earlier layout, §7), ``"id"``/``"parent"`` the LangGraph
   checkpoint ids, ``"for"`` the checkpoint a writes record is for, ``"chs"`` channels held,
-  ``"wch"`` channels of carried writes, ``"acc"``/``"cpos"``/``"cfrom"`` positions (§2, §6).
+  ``"wch"`` channels of carried writes (§3), ``"acc"``/``"cpos"``/``"cfrom"`` positions (§4, §6).
 * Session state (format ``"v": 2``): ``"layout"`` ``[channel, kind, start, count]`` rows into the
   record's message list, ``"meta"`` the position of the meta item, ``"hist"`` DeltaChannel history
   sections, ``"w"``/``"e"``/``"eo"`` write descriptors ``[task, path, channel, idx, kind, start,

@@ -1,4 +1,4 @@
-"""Channel and write values as stored items (docs/langgraph-layout.md §3): :class:`ValueCodec`.
+"""Channel and write values as stored items (docs/langgraph-layout.md §2): :class:`ValueCodec`.
 
 A value is stored as a list of *items*, each one chunk of the record's pack: a message as its
 ``message_to_dict`` JSON when that is exact JSON and comes back equal, anything else as one serde
