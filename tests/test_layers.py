@@ -32,6 +32,11 @@ MANAGER = ["callers", "checkpoint", "history", "views", "state", "publish", "rol
            "retention", "save", "read", "runread", "fork", "outcomes", "facade"]
 """``manager/`` bottom to top: each module may import only the ones before it."""
 
+INTEGRATIONS_LANGGRAPH = ["deps", "ids", "values", "layout", "state", "registry", "save", "needs", "writes",
+                          "history", "checkpoints", "reads", "threads", "aio", "saver"]
+"""``integrations/langgraph/`` bottom to top (its ``__init__`` states the order): each module may
+import only the ones before it; ``__init__`` re-exports the public names."""
+
 TOP = {"__init__", "__main__"}
 """Top-level modules besides ``errors``: the public names and ``python -m snapstore``."""
 
@@ -109,6 +114,32 @@ def test_manager_modules_import_only_earlier_ones(name):
     got = {imp[1] for imp in _imports(PKG / "manager" / f"{name}.py") if imp[0] == "manager" and len(imp) > 1}
     bad = got & later
     assert not bad, f"snapstore/manager/{name}.py imports {sorted(bad)}, which sit above it in manager/"
+
+
+def _package_order(folder: tuple[str, ...], order: list[str], name: str) -> set[str]:
+    """The modules of ``snapstore/<folder>/`` that module ``name`` imports and that sit after it
+    in ``order``."""
+    later = set(order[order.index(name) + 1:])
+    n = len(folder)
+    got = {imp[n] for imp in _imports(PKG.joinpath(*folder, f"{name}.py")) if imp[:n] == folder and len(imp) > n}
+    return got & later
+
+
+def test_langgraph_order_names_every_module():
+    folder = PKG / "integrations" / "langgraph"
+    assert {p.stem for p in folder.glob("*.py")} - {"__init__"} == set(INTEGRATIONS_LANGGRAPH)
+
+
+@pytest.mark.parametrize("name", INTEGRATIONS_LANGGRAPH)
+def test_langgraph_modules_import_only_earlier_ones(name):
+    bad = _package_order(("integrations", "langgraph"), INTEGRATIONS_LANGGRAPH, name)
+    assert not bad, f"snapstore/integrations/langgraph/{name}.py imports {sorted(bad)}, which sit above it"
+
+
+def test_the_package_order_check_can_fail():
+    """The saver imports the modules below it: with the order reversed, the check finds them."""
+    assert _package_order(("integrations", "langgraph"), INTEGRATIONS_LANGGRAPH[::-1], "saver") >= {
+        "reads", "threads", "aio", "state", "ids"}
 
 
 def test_the_checker_sees_imports():

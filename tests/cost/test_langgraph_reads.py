@@ -18,6 +18,7 @@ from langgraph.graph.message import add_messages  # noqa: E402
 
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.integrations.langgraph import SnapstoreSaver  # noqa: E402
+from snapstore.integrations.langgraph import history as lg_history  # noqa: E402
 from snapstore.stores.local import LocalStore  # noqa: E402
 
 
@@ -76,7 +77,7 @@ CFG = {"configurable": {"thread_id": "t"}}
 
 
 @pytest.mark.parametrize("delta", [False, True], ids=["add_messages", "DeltaChannel"])
-def test_fresh_get_state_reads_the_newest_record_only(tmp_path, delta):
+def test_fresh_get_state_reads_the_newest_record_only(tmp_path, delta, monkeypatch):
     store = CountingStore(tmp_path / "repo")
     with SnapstoreSaver(CheckpointManager(store)) as saver:
         graph = _graph(saver, delta)
@@ -85,8 +86,8 @@ def test_fresh_get_state_reads_the_newest_record_only(tmp_path, delta):
     store.take()
     fresh = SnapstoreSaver(CheckpointManager(store))
     walked = []
-    fresh._delta_walk = lambda *a, **k: walked.append(a)  # any walk would show here
-    fresh._window = lambda *a, **k: walked.append(a)
+    monkeypatch.setattr(lg_history, "delta_walk", lambda *a, **k: walked.append(a))  # any walk would show here
+    fresh.state.window = lambda *a, **k: walked.append(a)
     st = _graph(fresh, delta).get_state(CFG)
     got = store.take()
     print("fresh get_state requests:", got)

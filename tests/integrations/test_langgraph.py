@@ -367,3 +367,21 @@ def test_bad_configs_and_damaged_records_raise_typed_errors(tmp_path):
                        checkpoint_id="bogus")
     with pytest.raises(IntegrityError, match="bogus"):
         saver.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_with_allowlist_clone_encodes_with_its_serializer_and_shares_the_saver(tmp_path):
+    """``BaseCheckpointSaver.with_allowlist`` makes a shallow clone with another serializer: the
+    clone's values go through that serializer, and the clone sees what the saver holds."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    saver = SnapstoreSaver(str(tmp_path / "repo"), serde=JsonPlusSerializer(allowed_msgpack_modules=[("a", "B")]))
+    clone = saver.with_allowlist([("collections", "OrderedDict")])
+    assert clone is not saver and clone.serde is not saver.serde
+    assert clone.state.codec.serde is clone.serde and saver.state.codec.serde is saver.serde
+    cp = generate_checkpoint()
+    cp["channel_values"] = {"v": {"x": 1}}
+    cfg = clone.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, generate_metadata(), {})
+    assert saver.get_tuple(cfg).checkpoint["channel_values"] == {"v": {"x": 1}}
+    assert clone.state.heads is saver.state.heads  # one saver's state: the clone's put is the saver's newest
+    saver.close()
