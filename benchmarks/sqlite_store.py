@@ -5,7 +5,7 @@ Run (from the repository root)::
 
     python benchmarks/sqlite_store.py --values            # 1-64 MiB values: BLOB in the file vs a file beside it
     python benchmarks/sqlite_store.py --saves             # save p50/p99 on a shared trajectory, sqlite vs local
-    python benchmarks/sqlite_store.py --saves --traj PATH --json out.json
+    python benchmarks/sqlite_store.py --saves --traj PATH [--traj PATH2 ...] --json out.json
 
 ``--values``: for each size (1/16, 1/4, 1, 4, 16, 64 MiB; incompressible bytes, as a pack of compressed
 blocks is) and ``--reps`` repetitions, on one file system (``--dir``, default the temp dir):
@@ -136,7 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--saves", action="store_true", help="save p50/p99 at equal durability: sqlite vs local directory")
     ap.add_argument("--sizes", default="0.0625,0.25,1,4,16,64", help="value sizes in MiB (comma-separated)")
     ap.add_argument("--reps", type=int, default=5, help="values per size")
-    ap.add_argument("--traj", help="trajectory file for --saves (default: the largest shared coding run)")
+    ap.add_argument("--traj", action="append", help="trajectory file for --saves, its first conversation; repeat "
+                    "it to measure several in one run (default: the largest shared coding run)")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores are made (one file system)")
     ap.add_argument("--json", help="write the results to this file")
     a = ap.parse_args(argv)
@@ -152,23 +153,25 @@ def main(argv=None) -> int:
             print(f"{mib:9g} | {b['put_ms']:8.1f} | {b['put_plus_checkpoint_ms']:13.1f} | {f['put_ms']:10.1f} | "
                   f"{b['get_ms']:8.1f} | {f['get_ms']:10.1f} | {b['ranged_64k_ms']:8.3f} | {f['ranged_64k_ms']:10.3f}")
     if a.saves:
+        runs = []
         if a.traj:
             from snapstore.importers import load_trajectory
 
-            fmt, convs = load_trajectory(a.traj)
-            label, cps = f"{Path(a.traj).name} ({fmt})", convs[0].checkpoints
+            for t in a.traj:
+                fmt, convs = load_trajectory(t)
+                runs.append((f"{Path(t).name} ({fmt})", convs[0].checkpoints))
         else:
             found = largest_coding_run()
             if found is None:
                 print("--saves skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
-                cps = None
             else:
-                label, cps = f"{found[0].name} ({found[1]})", found[2]
-        if cps is not None:
-            res["saves"] = {"trajectory": label, "stores": bench_saves(base, cps)}
+                runs.append((f"{found[0].name} ({found[1]})", found[2]))
+        for label, cps in runs:  # one after another in this process: the same machine load for each
+            r = {"trajectory": label, "stores": bench_saves(base, cps)}
+            res.setdefault("saves", []).append(r)
             print(f"saves of {label}: {len(cps)} checkpoints")
-            for name, r in res["saves"]["stores"].items():
-                print(f"  {name:14} p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  disk {r['disk_bytes'] / 1024:8.0f} KiB")
+            for name, m in r["stores"].items():
+                print(f"  {name:14} p50 {m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:6.2f} ms  disk {m['disk_bytes'] / 1024:8.0f} KiB")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     return 0

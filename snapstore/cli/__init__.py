@@ -18,6 +18,7 @@ else ``./.snapstore``). Commands::
     gc        reclaim the space of deleted checkpoints; repack small packs
     stats     repository size, dedup ratio, object counts, requests and cost estimate
     verify    check the repository's integrity
+    copy      copy the repository exactly to another location (directory, .db file, S3), resumable
     serve     the HTTP service and its page (the "server" extra)
 
 Machine-readable output (``--json``, ``export``) goes to stdout and nothing else does; progress,
@@ -31,8 +32,8 @@ warnings never fail it.
 
 Layout: this module holds the ``snapstore`` group (errors to one-line messages and exit codes) and
 :func:`main`; :mod:`.output` what is printed and how, :mod:`.params` the DURATION and SIZE option
-types, :mod:`.state` the repository an invocation opens, :mod:`.data_cmds` and :mod:`.maint_cmds`
-the commands.
+types, :mod:`.state` the repository an invocation opens, :mod:`.data_cmds`, :mod:`.maint_cmds` and
+:mod:`.copy_cmd` the commands.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import click
 from .. import __version__
 from ..errors import InvalidInputError, SnapstoreError
 from ..format.codec import any_int_digits
-from . import data_cmds, maint_cmds
+from . import copy_cmd, data_cmds, maint_cmds
 from .output import Activity, CommandError, Interrupted
 from .params import parse_duration
 from .state import DEFAULT_REPO, State
@@ -102,7 +103,7 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
 
 
 
-for _command in (*data_cmds.COMMANDS, *maint_cmds.COMMANDS):
+for _command in (*data_cmds.COMMANDS, *maint_cmds.COMMANDS, *copy_cmd.COMMANDS):
     cli.add_command(_command)
 
 

@@ -18,7 +18,8 @@ Durability and atomicity:
 Concurrency: many threads and processes may use one file. SQLite builds 3.7.0 to 3.51.2 (except
 3.44.6 and 3.50.7; this Python links ``sqlite3.sqlite_version``) have the *WAL-reset bug*: when two
 connections write or checkpoint the same WAL file at the same moment, a checkpoint can record a
-wrong WAL position and corrupt the database. This store never lets that happen:
+wrong WAL position and corrupt the database. This store never lets that happen (the guard is
+:mod:`snapstore.stores.sqlitelock`):
 
 * one writing connection per file per process: a process-wide registry keyed by the file's real
   path (:func:`os.path.realpath`) shares it among every :class:`SqliteStore` of that file, and a
@@ -47,7 +48,7 @@ save) are BLOBs in the file: one fsync per write. A value file is written and fs
 directory) before the row naming it commits, and unlinked only after the row's removal commits; a
 crash between the two leaves an unreferenced value file, which :meth:`SqliteStore.leftovers`
 reports and GC removes after its grace period. Readers that lose a race with a delete or replace
-read the row again.
+read the row again. The value files are :mod:`snapstore.stores.sqlitevalues`.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ from urllib.parse import parse_qsl
 
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
 from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read, whole_read_limit
+from .sqlitelock import Shared, acquire, is_busy, release, take_flock
+from .sqlitevalues import ValueFiles
 
 TABLE = "snapstore_objects"
 """The table holding the objects."""
@@ -77,14 +80,6 @@ _HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
 _VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
 BESIDE_MIN = 1 << 20
 """Objects this large (bytes) or larger are files beside the database (see the module docstring)."""
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _etag(data: bytes) -> str:
@@ -110,86 +105,6 @@ def _vacuum(conn: sqlite3.Connection) -> int:
         for _ in range(free):
             conn.execute("PRAGMA incremental_vacuum")
         freed += free
-
-
-def _is_busy(e: sqlite3.Error) -> bool:
-    return getattr(e, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e)
-
-
-class _Shared:
-    """What every :class:`SqliteStore` of one file shares in one process: the writing connection,
-    the lock around it, the descriptor holding the cross-process ``flock``, and the readers."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.pid = os.getpid()
-        self.synchronous = ""  # the writer's current setting (each store sets its own per write)
-        self.lock = threading.RLock()
-        self.refs = 0
-        self.writer: sqlite3.Connection | None = None
-        self.lock_fd: int | None = None
-        self.tls = threading.local()
-        self.readers: list[sqlite3.Connection] = []
-        self.readers_lock = threading.Lock()
-        self.closed = False
-
-    def close(self) -> None:
-        """Close readers, then the writer (under the flock: a closing last connection checkpoints),
-        then the flock descriptor (only after every SQLite descriptor of the file is closed: closing
-        any descriptor of a file drops the process's POSIX locks on it)."""
-        with self.lock:
-            self.closed = True
-            with self.readers_lock:
-                for c in self.readers:
-                    try:
-                        c.close()
-                    except sqlite3.Error:
-                        pass
-                self.readers.clear()
-            if self.writer is not None:
-                try:
-                    if self.lock_fd is not None:
-                        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
-                    self.writer.close()
-                except (sqlite3.Error, OSError):
-                    pass
-                self.writer = None
-            if self.lock_fd is not None:
-                os.close(self.lock_fd)
-                self.lock_fd = None
-
-
-_REGISTRY: dict[str, _Shared] = {}
-_REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
-
-
-def _forget_after_fork() -> None:
-    # a child must not use its parent's connections; its stores open their own on next use
-    global _REGISTRY_LOCK
-    _REGISTRY.clear()
-    _REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside _acquire
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _acquire(path: str) -> _Shared:
-    with _REGISTRY_LOCK:
-        sh = _REGISTRY.get(path)
-        if sh is None or sh.closed or sh.pid != os.getpid():
-            sh = _REGISTRY[path] = _Shared(path)
-        sh.refs += 1
-        return sh
-
-
-def _release(sh: _Shared) -> None:
-    with _REGISTRY_LOCK:
-        sh.refs -= 1
-        if sh.refs > 0:
-            return
-        if _REGISTRY.get(sh.path) is sh:
-            del _REGISTRY[sh.path]
-    sh.close()
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict]:
@@ -250,6 +165,7 @@ class SqliteStore:
         self.values_dir = self.path + ".values"
         self.beside_min = beside_min
         self._fsync = fsync
+        self._values = ValueFiles(self.values_dir, fsync, self._error)
         #: where it is: ``sqlite:///abs/path.db`` (``?synchronous=normal`` when chosen)
         self.url = "sqlite://" + self.path + ("?synchronous=normal" if sync == "NORMAL" else "")
         self.stats = RequestStats()
@@ -262,7 +178,7 @@ class SqliteStore:
         #: :meth:`compact` to give freed pages back.
         self.capabilities = StoreCapabilities(max_concurrency=4, inline_reads=True, leftovers=True, vacuum=True)
         self._check_file()
-        self._sh: _Shared | None = _acquire(os.path.realpath(self.path))
+        self._sh: Shared | None = acquire(os.path.realpath(self.path))
         self._sync = sync
         self._known = os.path.exists(self.path)
         if self._known:
@@ -310,16 +226,16 @@ class SqliteStore:
             return StoreError(f"the SQLite store {self.path} is damaged: {e}")
         if name == "SQLITE_FULL":
             return StoreError(f"cannot {what} the SQLite store {self.path}: disk full")
-        if _is_busy(e):
+        if is_busy(e):
             return StoreError(f"the SQLite store {self.path} stayed locked for {self.lock_timeout:g} s ({what})")
         return StoreError(f"cannot {what} the SQLite store {self.path}: {getattr(e, 'strerror', None) or e}")
 
-    def _shared(self) -> _Shared:
+    def _shared(self) -> Shared:
         sh = self._sh
         if sh is None:
             raise StoreError(f"the SQLite store {self.path} is closed")
         if sh.pid != os.getpid() or sh.closed:  # forked: this process opens its own connections
-            sh = self._sh = _acquire(os.path.realpath(self.path))
+            sh = self._sh = acquire(os.path.realpath(self.path))
         return sh
 
     def _count(self, kind: str, up: int = 0, down: int = 0, n: int = 1) -> None:
@@ -354,7 +270,7 @@ class SqliteStore:
         sh.tls.conn = conn
         return conn
 
-    def _writer(self, sh: _Shared) -> sqlite3.Connection:
+    def _writer(self, sh: Shared) -> sqlite3.Connection:
         """The process's writing connection to the file (caller holds ``sh.lock`` and the flock),
         creating the file and its tables on first use."""
         if sh.writer is not None:
@@ -386,32 +302,13 @@ class SqliteStore:
         sh.writer = conn
         return conn
 
-    def _flock(self, sh: _Shared, deadline: float) -> None:
-        if sh.lock_fd is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            try:
-                sh.lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as e:
-                raise self._error(e, "write") from None
-        delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(sh.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise StoreError(f"the SQLite store {self.path} stayed locked by another process for "
-                                     f"{self.lock_timeout:g} s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
-
     def _write(self, what: str, fn):
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writing connection, under
         the process lock and the cross-process flock; retry busy errors until ``lock_timeout``."""
         sh = self._shared()
         deadline = time.monotonic() + self.lock_timeout
         with sh.lock:
-            self._flock(sh, deadline)
+            take_flock(sh, self.path, deadline, self.lock_timeout, self._error)
             try:
                 conn = self._writer(sh)
                 if sh.synchronous != self._sync:  # stores of one file may differ: set per write
@@ -430,7 +327,7 @@ class SqliteStore:
                                 conn.execute("ROLLBACK")
                             raise
                     except sqlite3.Error as e:
-                        if _is_busy(e) and time.monotonic() < deadline:
+                        if is_busy(e) and time.monotonic() < deadline:
                             time.sleep(delay)
                             delay = min(delay * 2, 0.05)
                             continue
@@ -456,7 +353,7 @@ class SqliteStore:
                         conn.execute("ROLLBACK")
                     except sqlite3.Error:
                         pass
-                if _is_busy(e) and time.monotonic() < deadline:
+                if is_busy(e) and time.monotonic() < deadline:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
                     continue
@@ -491,7 +388,7 @@ class SqliteStore:
         if self.beside_min is not None and len(data) >= self.beside_min:
             if etag is None and self._exists(key):
                 raise PreconditionFailed(key)  # no file written for a put that cannot succeed
-            fname = self._write_value(data)
+            fname = self._values.write(data)
         old: list = []
 
         def tx(conn):
@@ -514,101 +411,24 @@ class SqliteStore:
             info = self._write("write", tx)
         except BaseException:
             if fname:
-                self._unlink_values([fname])
+                self._values.unlink([fname])
             raise
-        self._unlink_values([f for f in old if f])
+        self._values.unlink([f for f in old if f])
         return info
 
-    # --- values beside the file ----------------------------------------------------------------
+    # --- values beside the file (stores/sqlitevalues.py) ---------------------------------------
     def _exists(self, key: str) -> bool:
         return self._read("read", lambda c: _one(c.execute(f"SELECT 1 FROM {TABLE} WHERE key = ?", (key,))), None) is not None
 
-    def _write_value(self, data: bytes) -> str:
-        """Write ``data`` to a new file of the values directory, durably; return its name."""
-        d = self.values_dir
-        try:
-            if not os.path.isdir(d):
-                os.makedirs(d, exist_ok=True)
-                if self._fsync:
-                    _fsync_dir(os.path.dirname(d))
-            name = os.urandom(12).hex()
-            tmp = os.path.join(d, ".tmp-" + name)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, os.path.join(d, name))
-            if self._fsync:
-                _fsync_dir(d)
-            return name
-        except OSError as e:
-            raise self._error(e, "write a value file of") from None
-
-    def _unlink_values(self, names) -> None:
-        for n in names:
-            try:
-                os.unlink(os.path.join(self.values_dir, n))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise self._error(e, "delete a value file of") from None
-
-    def _read_value(self, name: str, byte_range) -> bytes | None:
-        """The bytes (or a range) of value file ``name``; None when it is gone (deleted or replaced
-        since its row was read: the caller reads the row again)."""
-        try:
-            fd = os.open(os.path.join(self.values_dir, name), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise self._error(e, "read a value file of") from None
-        try:
-            size = os.fstat(fd).st_size
-            start, end = byte_range if byte_range is not None else (0, None)
-            if start < 0:
-                start = max(0, size + start)
-            end = size if end is None else min(end, size)
-            if end <= start:
-                return b""
-            parts, pos = [], start
-            while pos < end:
-                b = os.pread(fd, end - pos, pos)
-                if not b:
-                    break
-                parts.append(b)
-                pos += len(b)
-            return b"".join(parts)
-        finally:
-            os.close(fd)
+    def _used_files(self) -> set[str]:
+        return {r[0] for r in self._read("list", lambda c: c.execute(
+            f"SELECT file FROM {TABLE} WHERE file IS NOT NULL").fetchall(), [])}
 
     def leftovers(self) -> list[Leftover]:
         """Value files no row names (a crash between writing a value file and committing its row,
         or between a row's removal and the unlink) and temporary value files: ``name`` is
         ``<file>.values/NAME`` relative to the database's directory, ``mtime`` the file's."""
-        d = self.values_dir
-        if not os.path.isdir(d):
-            return []
-        try:
-            names = os.listdir(d)
-        except OSError as e:
-            raise self._error(e, "list the value files of") from None
-        used = {r[0] for r in self._read("list", lambda c: c.execute(
-            f"SELECT file FROM {TABLE} WHERE file IS NOT NULL").fetchall(), [])}
-        out = []
-        for n in names:
-            if n in used:
-                continue
-            try:
-                st = os.stat(os.path.join(d, n))
-            except FileNotFoundError:
-                continue
-            out.append(Leftover(os.path.basename(d) + "/" + n, st.st_size, st.st_mtime))
-        return out
+        return self._values.unreferenced(self._used_files)
 
     def remove_leftovers(self, items: Iterable[Leftover]) -> int:
         """Delete the given leftovers (from :meth:`leftovers`) that still no row names; return how
@@ -618,13 +438,7 @@ class SqliteStore:
             InvalidInputError: a name that is not a value file of this store.
             StoreError: a file cannot be removed.
         """
-        prefix = os.path.basename(self.values_dir) + "/"
-        names = []
-        for it in items:
-            n = it.name[len(prefix):] if it.name.startswith(prefix) else ""
-            if not n or "/" in n or n in (".", ".."):
-                raise InvalidInputError(f"not a value file of this store: {it.name!r}")
-            names.append(n)
+        names = self._values.names_of(items)
         if not names:
             return 0
         # under the write lock: a row naming one of them cannot commit meanwhile
@@ -632,8 +446,8 @@ class SqliteStore:
             used = {r[0] for r in conn.execute(f"SELECT file FROM {TABLE} WHERE file IS NOT NULL").fetchall()}
             gone = 0
             for n in names:
-                if n not in used and os.path.exists(os.path.join(self.values_dir, n)):
-                    self._unlink_values([n])
+                if n not in used and self._values.exists(n):
+                    self._values.unlink([n])
                     gone += 1
             return gone
         n = self._write("clean", tx)
@@ -687,7 +501,7 @@ class SqliteStore:
             data = self._read("read", whole if byte_range is None else ranged, None)
             if not isinstance(data, tuple):
                 break
-            data = self._read_value(data[1], byte_range)
+            data = self._values.read(data[1], byte_range)
             if data is not None:
                 break
         else:
@@ -781,7 +595,7 @@ class SqliteStore:
             if free * page >= _VACUUM_MIN and free * 4 >= total:
                 _vacuum(conn)
         self._write("delete from", tx)
-        self._unlink_values(files)
+        self._values.unlink(files)
 
     def compact(self) -> dict:
         """Give every free page back to the file system (``PRAGMA incremental_vacuum``) and
@@ -798,7 +612,7 @@ class SqliteStore:
         self._write("compact", _vacuum)
         sh = self._shared()
         with sh.lock:
-            self._flock(sh, time.monotonic() + self.lock_timeout)
+            take_flock(sh, self.path, time.monotonic() + self.lock_timeout, self.lock_timeout, self._error)
             try:
                 self._writer(sh).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as e:
@@ -813,7 +627,7 @@ class SqliteStore:
         this process closes them). Idempotent."""
         sh, self._sh = self._sh, None
         if sh is not None and sh.pid == os.getpid():
-            _release(sh)
+            release(sh)
 
     def __del__(self):
         try:

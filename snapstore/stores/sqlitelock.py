@@ -1,0 +1,146 @@
+"""The guard against SQLite's WAL-reset bug: one writing connection per file per process, and a
+cross-process ``flock(2)`` around every write and checkpoint.
+
+SQLite builds 3.7.0 to 3.51.2 (except 3.44.6 and 3.50.7) can corrupt a database when two
+connections write or checkpoint the same WAL file at the same moment. :class:`SqliteStore
+<snapstore.stores.sqlite.SqliteStore>` never lets that happen, with what this module holds:
+
+* a process-wide registry, keyed by the file's real path, of one :class:`Shared` per file: the
+  writing connection every store of the file in this process uses, the re-entrant lock serialising
+  it, the per-thread read-only connections, and the descriptor holding the ``flock``;
+* :func:`take_flock`: the exclusive ``flock`` on the database file itself, polled until a
+  deadline, which every write transaction, vacuum and explicit checkpoint holds.
+
+A forked child forgets its parent's entries (its stores open their own connections on next use).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+import time
+from typing import Callable
+
+from ..errors import StoreError
+
+
+def is_busy(e: sqlite3.Error) -> bool:
+    """Whether ``e`` is SQLite's "busy" or "locked" (worth retrying until a deadline)."""
+    return getattr(e, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e)
+
+
+class Shared:
+    """What every SQLite store of one file shares in one process: the writing connection, the lock
+    around it, the descriptor holding the cross-process ``flock``, and the readers.
+
+    Args:
+        path: the file's real path (:func:`os.path.realpath`), the registry key.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.pid = os.getpid()
+        self.synchronous = ""  # the writer's current setting (each store sets its own per write)
+        self.lock = threading.RLock()
+        self.refs = 0
+        self.writer: sqlite3.Connection | None = None
+        self.lock_fd: int | None = None
+        self.tls = threading.local()
+        self.readers: list[sqlite3.Connection] = []
+        self.readers_lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """Close readers, then the writer (under the flock: a closing last connection checkpoints),
+        then the flock descriptor (only after every SQLite descriptor of the file is closed: closing
+        any descriptor of a file drops the process's POSIX locks on it)."""
+        with self.lock:
+            self.closed = True
+            with self.readers_lock:
+                for c in self.readers:
+                    try:
+                        c.close()
+                    except sqlite3.Error:
+                        pass
+                self.readers.clear()
+            if self.writer is not None:
+                try:
+                    if self.lock_fd is not None:
+                        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+                    self.writer.close()
+                except (sqlite3.Error, OSError):
+                    pass
+                self.writer = None
+            if self.lock_fd is not None:
+                os.close(self.lock_fd)
+                self.lock_fd = None
+
+
+_REGISTRY: dict[str, Shared] = {}
+_REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside acquire
+
+
+def _forget_after_fork() -> None:
+    # a child must not use its parent's connections; its stores open their own on next use
+    global _REGISTRY_LOCK
+    _REGISTRY.clear()
+    _REGISTRY_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside acquire
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def acquire(path: str) -> Shared:
+    """This process's :class:`Shared` of the file at real path ``path`` (a new one when none is
+    open, or the one held is closed or inherited from a parent), with one more reference."""
+    with _REGISTRY_LOCK:
+        sh = _REGISTRY.get(path)
+        if sh is None or sh.closed or sh.pid != os.getpid():
+            sh = _REGISTRY[path] = Shared(path)
+        sh.refs += 1
+        return sh
+
+
+def release(sh: Shared) -> None:
+    """Drop one reference to ``sh``; the last one closes its connections and its flock descriptor."""
+    with _REGISTRY_LOCK:
+        sh.refs -= 1
+        if sh.refs > 0:
+            return
+        if _REGISTRY.get(sh.path) is sh:
+            del _REGISTRY[sh.path]
+    sh.close()
+
+
+def take_flock(sh: Shared, path: str, deadline: float, lock_timeout: float,
+               error: Callable[[BaseException, str], StoreError]) -> None:
+    """Hold the exclusive ``flock`` on the database file ``path`` for ``sh`` (opening its descriptor,
+    and the file's parent directories, on first use), polling until ``deadline``
+    (:func:`time.monotonic` seconds). The caller holds ``sh.lock`` and releases the flock with
+    ``fcntl.flock(sh.lock_fd, fcntl.LOCK_UN)``.
+
+    Args:
+        error: turns an OSError into the store's typed error (``error(e, "write")``).
+    Raises:
+        StoreError: another process held it past the deadline (``lock_timeout`` seconds, named),
+            or the file cannot be opened.
+    """
+    if sh.lock_fd is None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            sh.lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise error(e, "write") from None
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(sh.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StoreError(f"the SQLite store {path} stayed locked by another process for "
+                                 f"{lock_timeout:g} s") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
