@@ -302,7 +302,7 @@ class CheckpointManager:
 
     def get_resume_point(self, run_id: str) -> tuple[object, object, object] | None:
         """Return ``(step, session_state, metrics)`` of the run's latest checkpoint, or None if the
-        run has no checkpoint (the seed's shape; :meth:`resume_point` gives the whole checkpoint).
+        run has no checkpoint (a tuple, for callers that unpack it; :meth:`resume_point` gives the whole checkpoint).
 
         ``step`` is as in :meth:`resume_point` (the saved step, else the log position); the state
         and metrics are what that checkpoint was saved with (None if none).

@@ -7,7 +7,7 @@ Rules:
     keep_last N         the N newest checkpoints.
     keep_within D       checkpoints created within D of the run's newest checkpoint (restic's
                         ``--keep-within``).
-    older_than D        checkpoints created within D of *now* are kept (the seed API's
+    older_than D        checkpoints created within D of *now* are kept (the older API's
                         ``prune(max_age)``: older ones go).
     keep_hourly/daily/weekly/monthly/yearly N
                         for each of the N most recent hours/days/ISO weeks/months/years (UTC) that
