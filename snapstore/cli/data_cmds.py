@@ -6,6 +6,7 @@ Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -332,12 +333,16 @@ def _get(mgr: CheckpointManager, run: str, checkpoint: str | None):
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_context
 def runs_cmd(ctx, as_json):
-    """List the ids of runs that have checkpoints, one per line."""
+    """List the ids of runs that have checkpoints, one per line.
+
+    An id holding a line break or another unprintable character is printed as a JSON string
+    (quoted, escaped), so that every line is one run; ``--json`` prints them all that way."""
     runs = state_of(ctx).manager().runs()
     if as_json:
         emit_json(runs)
     elif runs:
-        write("".join(r + "\n" for r in runs))
+        write("".join((r if r.isprintable() and not r.startswith('"') else json.dumps(r, ensure_ascii=False)) + "\n"
+                      for r in runs))
 
 
 @click.command("list")

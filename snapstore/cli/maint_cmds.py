@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import click
 
-from ..errors import RunNotFound, SnapstoreError
+from ..errors import IntegrityError, RunNotFound, SnapstoreError
 from ..stores.probe import probe_store
 from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
                      prices_text, summary_json, table_text, usd, write)
@@ -150,6 +150,11 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         lines.append(f"note: {_GC_HINT}\n")
     else:
         lines.append(f"nothing to prune: {len(kept)} checkpoint(s) kept (policy: {ptext})\n")
+    needed = [r for _, r in kept if r and all(x.startswith("needed by ") for x in r)]
+    if needed and not quiet:
+        whys = sorted({x[x.find("(") + 1:x.rfind(")")] for r in needed for x in r if "(" in x})
+        lines.append(f"note: {len(needed)} of the kept checkpoint(s) matched no keep rule but are needed by a "
+                     f"kept one to restore ({'; '.join(whys)[:200]}); --dry-run names each\n")
     write("".join(lines))
 
 
@@ -282,8 +287,13 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
                 write(f"snapstore: note: removing the GC lock ({held})\n", err=True)
             except SnapstoreError:
                 pass
-        rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
-            f"gc {phase}: {done}/{total}"), **kwargs)
+        try:
+            rep = mgr.gc(dry_run=dry_run, progress=lambda phase, done, total: progress.update(
+                f"gc {phase}: {done}/{total}"), **kwargs)
+        except IntegrityError as e:
+            # GC deletes nothing while a live checkpoint's data is unreadable: say how to get past it
+            raise CommandError(f"{e} (gc deleted nothing; 'snapstore verify' names the damaged runs: "
+                               "put the object back from a copy, or delete those runs, then run gc again)") from e
     finally:
         progress.clear()
     if as_json:

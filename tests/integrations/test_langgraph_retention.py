@@ -126,6 +126,8 @@ def test_cli_prune_keeps_the_delta_chain_and_says_why(tmp_path):
     r = CliRunner().invoke(cli, ["--repo", repo, "prune", "--keep-last", "1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "deleted" in r.stdout
+    # the plain output says why more was kept than the policy names (not only --dry-run)
+    assert "matched no keep rule but are needed by a kept one" in r.stdout and "DeltaChannel" in r.stdout, r.stdout
     _assert_full(repo, 4, want, 10)
     r = CliRunner().invoke(cli, ["--repo", repo, "prune", "--older-than", "0"], catch_exceptions=False)
     assert r.exit_code == 0, r.output  # nothing kept: nothing needed, the thread goes as asked
