@@ -100,11 +100,31 @@ class _VerifyMarker(Marker):
 
     def __init__(self, repo: Repository, scope: MarkScope, rep: VerifyReport, keep_index: bool):
         super().__init__(repo, scope, keep_index=keep_index)
-        self.rep, self.problems, self.memo = rep, [], {}
+        self.rep, self.memo = rep, {}
+        self._found: dict = {}  # (code, key) -> [message, run ids that need the object]
+        self._run_id = None
+
+    def mark_run(self, run_id: str, checkpoints: list, segs: list, done: int) -> tuple[int, list, list]:
+        """:meth:`Marker.mark_run`, remembering which run is marked (named in its problems)."""
+        self._run_id = run_id
+        return super().mark_run(run_id, checkpoints, segs, done)
 
     def fail(self, code: str, key: str, err: Exception) -> None:
-        """Record the problem (verify goes on)."""
-        self.problems.append(Problem(code, key, str(err)))
+        """Record the problem (verify goes on): one per object, naming the runs that need it."""
+        got = self._found.setdefault((code, key), [str(err), []])
+        if self._run_id is not None and self._run_id not in got[1]:
+            got[1].append(self._run_id)
+
+    @property
+    def problems(self) -> list:
+        """The :class:`Problem` of each unreadable object, with the runs whose live checkpoints need it."""
+        out = []
+        for (code, key), (msg, runs) in self._found.items():
+            if runs:
+                named = ", ".join(repr(r) for r in runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+                msg = f"{msg} (needed by run{'s' if len(runs) > 1 else ''} {named})"
+            out.append(Problem(code, key, msg))
+        return out
 
     def count(self, node: Ref) -> int:
         """EXACT refs below tree node ``node`` (memoised by node id)."""
@@ -228,6 +248,14 @@ class Verifier:
                             "packs": len(reach.packs), "nodes": len(reach.nodes_seen), "messages": len(reach.refs),
                             "objects": len(self.all_infos)}
         return self.rep
+
+    def run_name(self, rk: str) -> str:
+        """How a message names run key ``rk``: ``run '<id>'`` from its log's newest record, else
+        ``run key <rk>`` (a run whose records could not be read)."""
+        log = self.logs.get(rk)
+        if log is not None and log.head is not None:
+            return f"run {log.head.run_id!r}"
+        return f"run key {rk}"
 
     def warn(self, code: str, key: str, message: str) -> None:
         """Add a warning :class:`Problem`."""
@@ -487,8 +515,8 @@ class Verifier:
                 # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
                 # live entries were not found (reported above), which then most likely lived here
                 if pid not in self.fwd and lost:
-                    self.error("missing-pack", k, f"a segment of the newest record of run key {rk}; "
-                               "live entries were not found")
+                    self.error("missing-pack", k, f"a segment of the newest record of {self.run_name(rk)}; "
+                               "live entries were not found, which may have lived here")
                 continue
             if self.reported(k):
                 continue
@@ -498,9 +526,9 @@ class Verifier:
                     _read_entries(self.repo, pack, True)
             except SnapstoreError as e:
                 if pid in self.reach.packs or lost:
-                    self.error("corrupt-pack", k, f"a segment of run key {rk}: {e}")
+                    self.error("corrupt-pack", k, f"a segment of {self.run_name(rk)}: {e}")
                 else:  # readers skip it: every live entry was found in another copy
-                    self.warn("corrupt-unneeded-pack", k, f"a segment of run key {rk}: {e}; every "
+                    self.warn("corrupt-unneeded-pack", k, f"a segment of {self.run_name(rk)}: {e}; every "
                               "live entry is read from another copy; reclaimed by 'snapstore gc'")
 
     def check_touched(self) -> None:

@@ -46,3 +46,9 @@ def test_gc_with_a_damaged_pack_says_what_to_do(tmp_path):
     assert err.startswith("snapstore: error:"), r.stderr
     assert "gc deleted nothing" in err and "snapstore verify" in err, err
     assert sorted(p for p in (repo / "packs").rglob("*") if p.is_file()) == packs  # nothing deleted
+    # verify names the damaged object once, with the runs that need it (by id, not by key)
+    v = CliRunner().invoke(cli, ["--repo", str(repo), "verify"])
+    assert v.exit_code == 1
+    errors = [x for x in v.stdout.splitlines() if x.startswith("error:")]
+    assert len(errors) == len(set(errors)) >= 1, v.stdout
+    assert any("needed by run 'a'" in x or "needed by run 'b'" in x for x in errors), v.stdout
