@@ -42,6 +42,12 @@ def copy_cmd(ctx, dest, no_verify, as_json, quiet):
     try:
         report = copy_repository(src, dst, progress=lambda phase, done, total: progress.update(
             f"copying {phase}: {done}/{total}"))
+    except KeyboardInterrupt:
+        progress.clear()
+        if not quiet:
+            write(f"interrupted: {dst.url} is not a repository yet (its config is copied last); run the same "
+                  "command again to finish: it copies only what is missing\n", err=True)
+        raise
     finally:
         progress.clear()
     out = {"source": src.url, "destination": dst.url, "objects": report.objects, "copied": report.copied,

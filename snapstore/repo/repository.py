@@ -109,6 +109,9 @@ class Repository(LogRecords):
             data = store.get(keys.CONFIG)
         except ObjectNotFound:
             if not create:
+                if next(iter(store.list(keys.PACKS)), None) is not None:  # (one LIST, on this error path only)
+                    raise RepositoryNotFound(f"no snapstore repository at {store.url}: it holds packs but no config "
+                                             "(a copy into it was interrupted? run that copy again)") from None
                 raise RepositoryNotFound(f"no snapstore repository at {store.url} (run 'snapstore init')") from None
             return cls.init(store, exist_ok=True, **settings)
         return cls(store, RepoConfig.from_bytes(keys.CONFIG, data))

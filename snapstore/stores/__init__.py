@@ -38,9 +38,12 @@ def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **opti
         return S3Store.from_url(loc, **options)
     if loc.startswith("memory://"):
         return MemoryStore(**options)
-    if loc.startswith("sqlite://") or (loc.endswith(".db") and "://" not in loc and not os.path.isdir(loc)):
+    plain_db = "://" not in loc and not os.path.isdir(loc) and loc.partition("?")[0].endswith(".db")
+    if loc.startswith("sqlite://") or plain_db:
         from .sqlite import SqliteStore, parse_sqlite_url
 
+        if not loc.startswith("sqlite://") and "?" in loc:
+            loc = "sqlite://" + loc  # a path with options, as the URL form takes them
         path, opts = parse_sqlite_url(loc) if loc.startswith("sqlite://") else (loc, {})
         return SqliteStore(path, **{**opts, **options})
     if loc.startswith("file://"):

@@ -65,7 +65,7 @@ from urllib.parse import parse_qsl
 
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
 from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read, whole_read_limit
-from .sqlitelock import Shared, acquire, is_busy, release, take_flock
+from .sqlitelock import Shared, acquire, is_busy, make_parent, release, take_flock
 from .sqlitevalues import ValueFiles
 
 TABLE = "snapstore_objects"
@@ -275,7 +275,7 @@ class SqliteStore:
         creating the file and its tables on first use."""
         if sh.writer is not None:
             return sh.writer
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        make_parent(self.path)
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout)
         except sqlite3.Error as e:

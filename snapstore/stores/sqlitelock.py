@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import StoreError
+from ..errors import InvalidInputError, StoreError
 
 
 def is_busy(e: sqlite3.Error) -> bool:
@@ -128,7 +128,7 @@ def take_flock(sh: Shared, path: str, deadline: float, lock_timeout: float,
             or the file cannot be opened.
     """
     if sh.lock_fd is None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_parent(path)
         try:
             sh.lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
@@ -144,3 +144,22 @@ def take_flock(sh: Shared, path: str, deadline: float, lock_timeout: float,
                                  f"{lock_timeout:g} s") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
+
+
+def make_parent(path: str) -> None:
+    """Create the directories above the SQLite file ``path`` (as the directory store does).
+
+    Raises:
+        InvalidInputError: a component of the path is a file, not a directory (named).
+        StoreError: the directories cannot be created (permissions, a read-only file system).
+    """
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        probe = parent
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        raise InvalidInputError(f"cannot create the SQLite store {path}: not a directory: {probe or parent}") from None
+    except OSError as e:
+        raise StoreError(f"cannot create the SQLite store {path}: {e.strerror or e}") from None

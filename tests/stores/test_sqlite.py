@@ -391,3 +391,29 @@ def test_manager_path_on_sqlite(tmp_path):
     again = CheckpointManager(f"sqlite://{db}")   # a new process would see the same
     assert again.latest("run-1").id == ids[1]
     again.close()
+
+
+def test_a_plain_db_path_takes_options_and_names_a_file_in_the_way(tmp_path, monkeypatch):
+    """What a new user typed: ``n.db?synchronous=normal`` opens the SQLite file with the option
+    (not a directory of that name), a bad option is refused, and a file where a directory should
+    be is one typed error naming it."""
+    from snapstore.errors import InvalidInputError, RepositoryNotFound
+    from snapstore.stores import open_store
+    from snapstore.stores.sqlite import SqliteStore
+
+    monkeypatch.chdir(tmp_path)
+    st = open_store("n.db?synchronous=normal")
+    assert isinstance(st, SqliteStore) and "synchronous=normal" in st.url
+    st.close()
+    with pytest.raises(InvalidInputError, match="bogus"):
+        open_store("m.db?synchronous=bogus")
+    assert not (tmp_path / "m.db?synchronous=bogus").exists() and not (tmp_path / "n.db?synchronous=normal").exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InvalidInputError, match="not a directory: .*afile"):
+        CheckpointManager(str(tmp_path / "afile" / "x.db")).save("r", [{"role": "user", "content": "x"}])
+    # a location with packs but no config (an interrupted copy) says so
+    half = SqliteStore(tmp_path / "half.db")
+    half.put("packs/00/0000000000000000", b"x")
+    with pytest.raises(RepositoryNotFound, match="interrupted"):
+        CheckpointManager(half).stats()
+    half.close()
