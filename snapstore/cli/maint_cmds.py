@@ -80,7 +80,7 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         raise click.UsageError("give at least one retention rule: --keep-last, --keep-within, --older-than, "
                                "--keep-hourly, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly")
     mgr = state_of(ctx).manager()
-    progress = Progress(not as_json)
+    progress = Progress(not (as_json or quiet))  # -q: the summary line only, no progress lines either
     try:
         runs = [run_id] if run_id is not None else mgr.runs()
         if run_id is not None and mgr.latest(run_id) is None:
