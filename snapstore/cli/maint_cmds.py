@@ -150,9 +150,10 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         lines.append(f"note: {_GC_HINT}\n")
     else:
         lines.append(f"nothing to prune: {len(kept)} checkpoint(s) kept (policy: {ptext})\n")
-    needed = [r for _, r in kept if r and all(x.startswith("needed by ") for x in r)]
+    kept_keys = {(s.run_id, s.id) for s, _ in kept}
+    needed = [d for d in decisions if d.needed_by is not None and (d.checkpoint.run_id, d.checkpoint.id) in kept_keys]
     if needed and not quiet:
-        whys = sorted({x[x.find("(") + 1:x.rfind(")")] for r in needed for x in r if "(" in x})
+        whys = sorted({d.needed_by[1] for d in needed})
         lines.append(f"note: {len(needed)} of the kept checkpoint(s) matched no keep rule but are needed by a "
                      f"kept one to restore ({'; '.join(whys)[:200]}); --dry-run names each\n")
     write("".join(lines))

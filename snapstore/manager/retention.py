@@ -135,7 +135,7 @@ def _keep_needed(decisions: list) -> None:
         if not d.keep:
             by = next(((cid, why) for f, cid, why in active if f <= seq), None)
             if by is not None:
-                d.keep = True
+                d.keep, d.needed_by = True, by
                 d.reasons.append(f"needed by {by[0]} ({by[1]})")
         if d.keep:
             md = getattr(c, "metadata", None)
@@ -183,11 +183,15 @@ class Policy:
 
 @dataclass
 class Decision:
-    """One checkpoint's fate: ``keep`` and the ``reasons`` (rules that keep it, or why it goes)."""
+    """One checkpoint's fate: ``keep`` and the ``reasons`` (rules that keep it, or why it goes).
+
+    ``needed_by``: ``(checkpoint id, why)`` when no keep rule matched and it is kept only because
+    that kept checkpoint needs it (:data:`NEEDS_KEY`); None otherwise."""
 
     checkpoint: object
     keep: bool
     reasons: list = field(default_factory=list)
+    needed_by: tuple | None = None
 
 
 def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list[Decision]:
@@ -275,7 +279,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
             live = [m for _, _, m in history.scan(mgr.repo, rk)]
             decisions = plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
             if needed is not None:
-                needed.extend(d for d in decisions if d.keep and all(r.startswith("needed by ") for r in d.reasons))
+                needed.extend(d for d in decisions if d.keep and d.needed_by is not None)
             doomed = [m for m, d in zip(live, decisions) if not d.keep]
             if not doomed:
                 continue
