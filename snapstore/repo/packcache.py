@@ -162,7 +162,7 @@ class PackCache:
         with self.lock:
             old = self._packs.get(pack_id)
             if old is not None:
-                old.hold_blocks(p.held_blocks())
+                old.hold_blocks(raw_blocks or {})
                 return old
         self.put(p)
         return p
