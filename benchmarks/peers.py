@@ -184,6 +184,36 @@ class SnapstoreLocal(_SnapstoreSaves):
         return {"system": "snapstore", "location": str(self.root), "run": run.run_id}
 
 
+class SnapstoreSqlite(_SnapstoreSaves):
+    name = "snapstore-sqlite"
+    durability = ("the SQLite file's WAL fsynced at every commit before save returns "
+                  "(SqliteStore synchronous=FULL, the default)")
+
+    def setup(self, wdir, workload):
+        from snapstore import CheckpointManager
+        from snapstore.stores.sqlite import SqliteStore
+
+        self.root = wdir / "sqlite"
+        self.root.mkdir()
+        self.path = self.root / "repo.db"
+        self.store = SqliteStore(self.path)
+        self.mgr = CheckpointManager(self.store)
+        self.run_ids: list = []
+
+    def finish(self):
+        self.mgr.close()
+        self.store.close()  # the last connection: SQLite checkpoints the WAL into the file and removes it
+
+    def usage(self):
+        return dir_usage(self.root)
+
+    def requests(self):
+        return {k: v for k, v in self.store.stats.counts.items() if v}
+
+    def restore_spec(self, index, run):
+        return {"system": "snapstore", "location": f"sqlite://{self.path}", "run": run.run_id}
+
+
 class SnapstoreS3(_SnapstoreSaves):
     name = "snapstore-s3"
     durability = "S3 PUT acknowledged (moto's HTTP server on 127.0.0.1: in memory)"
@@ -501,6 +531,24 @@ class SnapstoreSaverS3(SnapstoreSaverLocal):
     def restore_spec(self, index, run):
         return {"system": "snapstore-saver", "location": self.location, "endpoint": self.env.moto_endpoint,
                 "thread": f"t{index}"}
+
+
+class SnapstoreSaverSqlite(SnapstoreSaverLocal):
+    name = "snapstore-saver-sqlite"
+    durability = SnapstoreSqlite.durability
+
+    def make_checkpointer(self, wdir):
+        cls, _ = _snapstore_saver_class()
+        self.root = wdir / "saver-sqlite"
+        self.root.mkdir()
+        self.location = f"sqlite://{self.root / 'repo.db'}"
+        return cls(self.location)
+
+    def finish(self):
+        super().finish()
+        self.saver.close()  # it opened the repository: its store's last connection checkpoints the WAL
+
+
 # ---- end of the snapstore-saver slot ---------------------------------------------------------------
 
 
@@ -600,8 +648,8 @@ class Borg(_BackupTool):
                                                        "BORG_RELOCATED_REPO_ACCESS_IS_OK")}}
 
 
-SYSTEMS = [SnapstoreLocal, SnapstoreS3, SnapstoreSaverLocal, SnapstoreSaverS3, JsonFiles, SqliteRows,
-           LangGraphSqlite, LangGraphDelta, LangGraphObjectStorage, Restic, Borg]
+SYSTEMS = [SnapstoreLocal, SnapstoreSqlite, SnapstoreS3, SnapstoreSaverLocal, SnapstoreSaverSqlite, SnapstoreSaverS3,
+           JsonFiles, SqliteRows, LangGraphSqlite, LangGraphDelta, LangGraphObjectStorage, Restic, Borg]
 """Every system, in report order."""
 
 

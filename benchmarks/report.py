@@ -152,6 +152,45 @@ def targets(records: list) -> list:
                 f"{p} on {sum(1 for _, q, _, _ in miss if q == p)} workload(s)" for p in peers_lost)
         out.append(("restore of the latest checkpoint no slower than any peer's on the local store",
                     "met" if not miss else "MISSED", detail))
+    out.extend(sqlite_targets(wls))
+    return out
+
+
+def sqlite_targets(wls: dict) -> list:
+    """``[(target, verdict, detail)]``: issue 22's targets for the SQLite-file rows
+    (``snapstore-sqlite``, ``snapstore-saver-sqlite``): save p50 and p99 at most DeltaChannel's on
+    every ``traj:`` workload (both fsync every save), and restore at most every local peer's except
+    a single JSON file (``json-files``) on every workload. ``wls`` as :func:`by_workload`."""
+    out = []
+    for system in ("snapstore-sqlite", "snapstore-saver-sqlite"):
+        for figure in ("save_p50_ms", "save_p99_ms"):
+            res = [(w, _find(rows, system), _find(rows, "langgraph-deltachannel")) for w, rows in wls.items()
+                   if w.startswith("traj:")]
+            res = [(w, a[figure], b[figure]) for w, a, b in res if _ok(a) and _ok(b)]
+            label = f"{system}: {figure[:-3].replace('_', ' ')} at most DeltaChannel's on every traj workload"
+            if not res:
+                out.append((label, "not measured", f"{system} or langgraph-deltachannel did not run"))
+                continue
+            miss = [f"{w.split(':', 1)[1]} ({_fmt(figure, a)} vs {_fmt(figure, b)})" for w, a, b in res if a > b]
+            out.append((label, "met" if not miss else "MISSED",
+                        f"{len(res) - len(miss)}/{len(res)} workloads" + (("; missed on " + ", ".join(miss)) if miss else "")))
+        res = []
+        for w, rows in wls.items():
+            me = _find(rows, system)
+            if not _ok(me):
+                continue
+            for p in LOCAL_PEERS:
+                pr = _find(rows, p)
+                if p != "json-files" and _ok(pr):
+                    res.append((w, p, me["restore_ms"], pr["restore_ms"]))
+        label = f"{system}: restore at most every local peer's but a single JSON file's, on every workload"
+        if not res:
+            out.append((label, "not measured", f"{system} or no local peer ran"))
+            continue
+        miss = [f"{p} on {w.split(':', 1)[1]} ({a:.2f} vs {b:.2f} ms)" for w, p, a, b in res if a > b]
+        out.append((label, "met" if not miss else "MISSED",
+                    f"{len(res) - len(miss)}/{len(res)} (workload, peer) pairs"
+                    + (("; slower than " + ", ".join(miss[:6]) + (" and more" if len(miss) > 6 else "")) if miss else "")))
     return out
 
 

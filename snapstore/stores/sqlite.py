@@ -108,7 +108,8 @@ def _vacuum(conn: sqlite3.Connection) -> int:
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict]:
-    """Split ``sqlite:///abs/file.db?opt=v`` or ``sqlite://rel.db`` into ``(path, options)``.
+    """Split ``sqlite:///abs/file.db?opt=v`` or ``sqlite://rel.db`` into ``(path, options)``
+    (SQLAlchemy's four-slash ``sqlite:////abs/file.db`` is the same absolute path).
 
     Options: ``synchronous`` (``full`` or ``normal``), ``lock_timeout`` (seconds, a number).
     Raises:
@@ -116,6 +117,8 @@ def parse_sqlite_url(url: str) -> tuple[str, dict]:
     """
     rest = url[len("sqlite://"):]
     path, _, query = rest.partition("?")
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")  # SQLAlchemy's sqlite:////abs/path.db: the same absolute path
     if not path:
         raise InvalidInputError(f"no file in the SQLite URL {url!r} (sqlite:///abs/path.db or sqlite://relative.db)")
     opts: dict = {}

@@ -37,12 +37,12 @@ def test_harness_writes_every_required_key(tmp_path):
     data = _tiny_data(tmp_path)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "benchmarks", "--quick", "--data", str(data), "--workloads", "traj:",
-           "--systems", "snapstore-local,json-files,snapstore-saver",
+           "--systems", "snapstore-local,json-files,snapstore-saver,snapstore-sqlite",
            "--out", str(out), "--report", str(out / "RESULTS.md")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = json.loads((out / "latest.json").read_text())
-    assert {r["system"] for r in records} == {"snapstore-local", "json-files", "snapstore-saver"}
+    assert {r["system"] for r in records} == {"snapstore-local", "json-files", "snapstore-saver", "snapstore-sqlite"}
     for r in records:
         assert set(harness.RECORD_KEYS) <= set(r), set(harness.RECORD_KEYS) - set(r)
         assert r["workload"] == "traj:tiny-run.json"
@@ -60,9 +60,12 @@ def test_harness_writes_every_required_key(tmp_path):
     # whole history per checkpoint stores more than snapstore on 6 growing checkpoints
     assert by["json-files"]["stored_bytes"] > by["snapstore-local"]["stored_bytes"]
     assert by["json-files"]["requests"] == {"files written": 6}
+    # the SQLite file: one file once the store closed (the WAL checkpointed into it), same restore
+    assert by["snapstore-sqlite"]["objects"] == 1 and by["snapstore-sqlite"]["restore_ok"] is True
     text = (out / "RESULTS.md").read_text()
     assert "python -m benchmarks" in text and "## Targets" in text and "## Where snapstore loses" in text
     assert "traj:tiny-run.json" in text and "$/month" in text
+    assert "snapstore-sqlite: save p50 at most DeltaChannel's" in text  # issue 22's targets: measured or "not measured"
     again = out / "again.md"
     assert harness.main(["--report-only", "--no-plots", "--out", str(out), "--report", str(again)]) == 0
     assert "nothing re-measured" in again.read_text() and "traj:tiny-run.json" in again.read_text()

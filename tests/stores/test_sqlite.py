@@ -52,6 +52,9 @@ def test_urls_open_one_file(tmp_path, monkeypatch):
     assert {p.name for p in tmp_path.iterdir()} == {"abs.db", "rel.db", "plain.db", "plain2.db"}
     with contextlib.closing(open_store(str(tmp_path / "rel.db"))) as s:
         assert s.get("k") == b"sqlite://rel.db"
+    # SQLAlchemy's four slashes name the same absolute file
+    with contextlib.closing(open_store(f"sqlite:///{tmp_path}/abs.db")) as s:
+        assert s.get("k") == f"sqlite://{tmp_path}/abs.db".encode()
     # an existing directory named *.db stays a directory store (a repository made before)
     (tmp_path / "dir.db").mkdir()
     assert isinstance(open_store("dir.db"), LocalStore)
