@@ -191,6 +191,7 @@ class Journal:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._settle_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
         # group commit: threads of this process whose records are appended share one fdatasync
         self._sync_cond = threading.Condition()
         self._appended = 0  # records appended by this process (a count)
@@ -216,6 +217,8 @@ class Journal:
             except FileNotFoundError:
                 return False
             except OSError as e:
+                if not create and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    return False  # a repository this process may only read: read it as it is
                 if e.errno == errno.ELOOP:
                     raise StoreError(f"refusing the journal {self.path}: a symbolic link is there") from None
                 raise StoreError(f"cannot open the journal {self.path}: {e.strerror or e}") from e
@@ -234,12 +237,16 @@ class Journal:
                     os.close(fd)
                     continue
                 self.fd = fd
+                # a store dropped without close() still releases its locks once collected
+                self._finalizer = weakref.finalize(self, os.close, fd)
                 if alone:
                     self.replay()
                     _lock(fd, _F_RDLCK, USERS)  # converted atomically: now one user among others
                 else:
                     self._init_header(fd)
             except BaseException:
+                if self.fd is not None:
+                    self._finalizer.detach()
                 os.close(fd)
                 self.fd = None
                 raise
@@ -271,6 +278,7 @@ class Journal:
                 if hdr is not None and hdr[1] == hdr[2]:
                     os.unlink(self.path)  # while held exclusively: an opener re-checks the inode
         finally:
+            self._finalizer.detach()
             os.close(self.fd)
             self.fd = None
             _OPEN.discard(self)
@@ -297,19 +305,23 @@ class Journal:
         finally:
             os.close(fd)  # releases every lock this write took
         if self._delay is not None and self.durable:
+            self._wake.set()  # before the check below: an idle settler ending now sees it, or we start one
             self._start_settler()
-            self._wake.set()
 
     def _start_settler(self) -> None:
-        if self._thread is None and not self._stop:
-            with self._settle_lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._settler, name="snapstore-settler", daemon=True)
-                    self._thread.start()
+        with self._thread_lock:
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(target=self._settler, name="snapstore-settler", daemon=True)
+                self._thread.start()
 
     def _settler(self) -> None:
         while not self._stop:
-            self._wake.wait()
+            if not self._wake.wait(2.0):
+                with self._thread_lock:  # idle: the thread ends (the next write starts another)
+                    if not self._wake.is_set():
+                        self._thread = None
+                        return
+                continue
             if self._stop:
                 return
             self._wake.clear()
@@ -319,6 +331,32 @@ class Journal:
                 self.settle()
             except Exception:  # noqa: BLE001 - retried at the next write and at close
                 pass
+
+    def sync_upto(self, fd: int, mine: int) -> None:
+        """Return once an fdatasync that began after this process's ``mine``-th record was appended
+        has finished: one thread syncs, threads whose records it covers wait for it (group commit:
+        the parallel writes of one save, such as compacted-log stubs, share fdatasyncs)."""
+        cond = self._sync_cond
+        with cond:
+            while self._synced < mine:
+                if not self._syncing:
+                    self._syncing = True
+                    target = self._appended
+                    break
+                cond.wait()
+            else:
+                return
+        try:
+            os.fdatasync(fd)
+        except BaseException:
+            with cond:
+                self._syncing = False
+                cond.notify_all()
+            raise
+        with cond:
+            self._synced = max(self._synced, target)
+            self._syncing = False
+            cond.notify_all()
 
     # -- settling and replay ----------------------------------------------------------------
     def settle(self) -> int:
@@ -473,36 +511,6 @@ class Journal:
                 os.replace(tmp, path)
         except OSError as e:
             raise StoreError(f"cannot restore {path} from the journal: {e.strerror or e}") from e
-
-
-def _sync_upto(self: Journal, fd: int, mine: int) -> None:
-    """Return once an fdatasync that began after this process's ``mine``-th record was appended
-    has finished: one thread syncs, threads whose records it covers wait for it (group commit:
-    the parallel writes of one save, such as compacted-log stubs, share fdatasyncs)."""
-    cond = self._sync_cond
-    with cond:
-        while self._synced < mine:
-            if not self._syncing:
-                self._syncing = True
-                target = self._appended
-                break
-            cond.wait()
-        else:
-            return
-    try:
-        os.fdatasync(fd)
-    except BaseException:
-        with cond:
-            self._syncing = False
-            cond.notify_all()
-        raise
-    with cond:
-        self._synced = max(self._synced, target)
-        self._syncing = False
-        cond.notify_all()
-
-
-Journal.sync_upto = _sync_upto
 
 
 class _Write:
