@@ -239,6 +239,7 @@ class Journal:
                 self.fd = fd
                 # a store dropped without close() still releases its locks once collected
                 self._finalizer = weakref.finalize(self, os.close, fd)
+                self._finalizer.atexit = False  # at exit _close_all() settles and removes it first
                 if alone:
                     self.replay()
                     _lock(fd, _F_RDLCK, USERS)  # converted atomically: now one user among others

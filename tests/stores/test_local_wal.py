@@ -281,3 +281,17 @@ def test_two_stores_of_one_process_and_a_thread_race_keep_create_only_exact(tmp_
     assert (tmp_path / "r" / NAME).exists()  # b still uses it
     b.close()
     assert not (tmp_path / "r" / NAME).exists()
+
+
+def test_a_process_that_never_closes_its_manager_leaves_no_journal(tmp_path):
+    """The snapstore command and scripts that exit without close(): the journal is settled and
+    removed at interpreter exit (atexit), not left for the next opener to replay."""
+    root = str(tmp_path / "repo")
+    _run_child(r"""
+        import sys
+        from snapstore import CheckpointManager
+        mgr = CheckpointManager(sys.argv[1])
+        for i in range(5):
+            mgr.save("r", [{"role": "user", "content": f"step {i}"}], step=i)
+    """, root)
+    assert sorted(os.listdir(root)) == ["config", "packs", "runmarks", "runs"]
