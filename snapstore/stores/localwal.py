@@ -53,7 +53,8 @@ import zlib
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import StoreError
+from ..errors import InvalidInputError, StoreError
+from .base import check_key
 
 NAME = ".wal"
 """The journal's file name below the repository root (a dot name: never a key)."""
@@ -404,7 +405,18 @@ class Journal:
             _lock(fd, _F_UNLCK, APPEND)
 
     def _keys_of(self, kind: int, key: str, body: bytes) -> list[str]:
-        return body.decode().split("\n") if kind == DELETE and body else ([key] if key else [])
+        """The valid keys a record names (a crafted journal's other names are ignored)."""
+        try:
+            names = body.decode().split("\n") if kind == DELETE and body else ([key] if key else [])
+        except UnicodeDecodeError:
+            return []
+        out = []
+        for k in names:
+            try:
+                out.append(check_key(k))
+            except InvalidInputError:
+                pass
+        return out
 
     def _sync_objects(self, recs: list[tuple[int, str, bytes]]) -> None:
         """fsync each named object's file (when present) and every directory from its own up to

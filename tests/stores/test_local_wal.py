@@ -295,3 +295,18 @@ def test_a_process_that_never_closes_its_manager_leaves_no_journal(tmp_path):
             mgr.save("r", [{"role": "user", "content": f"step {i}"}], step=i)
     """, root)
     assert sorted(os.listdir(root)) == ["config", "packs", "runmarks", "runs"]
+
+
+def test_a_crafted_journal_naming_keys_outside_the_root_is_ignored(tmp_path):
+    from snapstore.stores.localwal import HEADER_SIZE, PUT, _header, encode_record
+
+    root = tmp_path / "repo"
+    first = LocalStore(root)
+    first.put("config", b"{}")
+    first.close()
+    rec = encode_record(1, PUT, "../escaped", b"x") + encode_record(1, PUT, "packs/ab/abcd", b"pack")
+    (root / NAME).write_bytes(_header(1, HEADER_SIZE, HEADER_SIZE + len(rec)) + rec)
+    store = LocalStore(root)
+    assert store.get("packs/ab/abcd") == b"pack"  # replayed before the read
+    assert not (tmp_path / "escaped").exists()
+    store.close()
