@@ -159,8 +159,8 @@ class _SnapstoreSaves(System):
 
 class SnapstoreLocal(_SnapstoreSaves):
     name = "snapstore-local"
-    durability = ("every object file and its directory entry fsynced before save returns "
-                  "(LocalStore fsync=True, the default)")
+    durability = ("every write journaled and the journal fdatasynced before save returns; object files and "
+                  "directories fsynced by the settler (LocalStore fsync=True, the default; docs/format.md §26)")
 
     def setup(self, wdir, workload):
         from snapstore import CheckpointManager

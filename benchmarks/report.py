@@ -30,12 +30,13 @@ WHY = {
     ("stored_bytes", "*"): "whole history per checkpoint: O(n^2) bytes in the run length",
     ("disk_bytes", "*"): "the local store keeps one small file per manifest and index record; each takes at "
                          "least one 4 KiB file-system block, so du counts several times the object bytes",
-    ("save_p50_ms", "langgraph-deltachannel"): "a snapstore save creates 3 files (pack, manifest, index record), "
-                                               "each fsynced with its directory, and every 4th save merges a tier; "
-                                               "SqliteSaver appends to one WAL file and fsyncs it once per commit",
-    ("save_p50_ms", "*"): "a snapstore save creates 3 fsynced files (pack, manifest, index record) and hashes "
-                          "and compresses what is new; a small whole-history write with one fsync costs less "
-                          "while the history is short",
+    ("save_p50_ms", "langgraph-deltachannel"): "a snapstore save creates 2-3 files (pack, manifest, sometimes an "
+                                               "index record), each journaled with one fdatasync (the files are "
+                                               "fsynced later, off the save's path), and every 4th save merges a "
+                                               "tier; SqliteSaver appends to one WAL file and fsyncs it once per commit",
+    ("save_p50_ms", "*"): "a snapstore save creates 2-3 files (pack, manifest, sometimes an index record), each "
+                          "journaled with one fdatasync, and hashes and compresses what is new; a small "
+                          "whole-history write with one fsync costs less while the history is short",
     ("save_p50_ms", "langgraph-objectstorage"): "on S3 a snapstore save sends a pack and a manifest (two PUTs, "
                                                 "in sequence: data before the manifest), plus in part of the saves "
                                                 "a tier pack, an index record or a log segment; the objectstorage "

@@ -21,8 +21,11 @@ Both report put (ms), put + checkpoint (ms), a whole read and a 64 KiB ranged re
 ``--saves``: every checkpoint of one trajectory (default: the largest coding-agent conversation
 of the shared trajectories) saved in order through ``CheckpointManager`` into a local directory
 store with fsync (the default) and a SQLite file with synchronous=FULL (equal durability: each
-save durable when it returns) and NORMAL. Reported: p50 and p99 save time (ms) per store and the
-bytes on disk afterwards (``du``-style: allocated blocks).
+save durable when it returns) and NORMAL. Reported: p50 and p99 save time (ms) per store, the
+fsync/fdatasync calls per save on the save's path (Python's ``os.fsync``/``os.fdatasync`` on
+every thread but the directory store's background settler, median and mean: the directory store;
+SQLite syncs in C, uncounted) and the bytes on disk afterwards (``du``-style: allocated
+blocks).
 """
 
 from __future__ import annotations
@@ -103,8 +106,19 @@ def bench_values(base: Path, sizes_mib: list[float], reps: int) -> dict:
 def bench_saves(base: Path, checkpoints: list) -> dict:
     """Save ``checkpoints`` (message lists) in order into each store; per store the p50/p99 save
     time (ms) and the allocated bytes afterwards."""
+    import threading
+
     from snapstore import CheckpointManager
 
+    calls = [0]
+    real = (os.fsync, os.fdatasync)
+
+    def counting(fn):
+        def call(fd):
+            if threading.current_thread().name != "snapstore-settler":
+                calls[0] += 1
+            return fn(fd)
+        return call
     targets = {"local-fsync": lambda w: str(w / "repo"),
                "sqlite-full": lambda w: f"sqlite://{w}/repo.db",
                "sqlite-normal": lambda w: f"sqlite://{w}/repo.db?synchronous=normal"}
@@ -113,16 +127,23 @@ def bench_saves(base: Path, checkpoints: list) -> dict:
         work = Path(tempfile.mkdtemp(dir=base))
         try:
             mgr = CheckpointManager(loc(work))
-            times = []
-            for i, cp in enumerate(checkpoints):
-                t = time.perf_counter()
-                mgr.save("r", cp, step=i)
-                times.append(time.perf_counter() - t)
+            times, syncs = [], []
+            os.fsync, os.fdatasync = counting(real[0]), counting(real[1])
+            try:
+                for i, cp in enumerate(checkpoints):
+                    before = calls[0]
+                    t = time.perf_counter()
+                    mgr.save("r", cp, step=i)
+                    times.append(time.perf_counter() - t)
+                    syncs.append(calls[0] - before)
+            finally:
+                os.fsync, os.fdatasync = real
             if hasattr(mgr.store, "compact"):
                 mgr.store.compact()  # the WAL into the file, so that the file holds everything
             mgr.close()
             out[name] = {"saves": len(times), "p50_ms": percentile(times, 50) * 1e3,
-                         "p99_ms": percentile(times, 99) * 1e3,
+                         "p99_ms": percentile(times, 99) * 1e3, "fsyncs_p50": median(syncs),
+                         "fsyncs_mean": sum(syncs) / len(syncs),
                          "disk_bytes": _disk_bytes(work / ("repo" if name == "local-fsync" else "repo.db"))}
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -171,7 +192,10 @@ def main(argv=None) -> int:
             res.setdefault("saves", []).append(r)
             print(f"saves of {label}: {len(cps)} checkpoints")
             for name, m in r["stores"].items():
-                print(f"  {name:14} p50 {m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:6.2f} ms  disk {m['disk_bytes'] / 1024:8.0f} KiB")
+                syncs = (f"fsyncs/save p50 {m['fsyncs_p50']:g} mean {m['fsyncs_mean']:.2f}" if name == "local-fsync"
+                         else "fsyncs/save (in SQLite's C code, not counted)")
+                print(f"  {name:14} p50 {m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:6.2f} ms  {syncs}  "
+                      f"disk {m['disk_bytes'] / 1024:8.0f} KiB")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     return 0

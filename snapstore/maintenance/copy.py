@@ -117,7 +117,7 @@ def _foreign_file(dst: ObjectStore) -> str | None:
     with os.scandir(root) as entries:
         names = sorted(e.name for e in entries)
     for n in names:
-        if n not in _LAYOUT_TOPS and not n.startswith(".tmp-") and n != ".locks":
+        if n not in _LAYOUT_TOPS and not n.startswith(".tmp-") and n not in (".locks", ".wal"):
             return n
     return None
 

@@ -2,17 +2,31 @@
 
 Layout: the object with key ``a/b/c`` is the file ``<root>/a/b/c``. Names starting with ``.`` are
 never keys (see :func:`~snapstore.stores.base.check_key`); the store uses them for temporary files
-(``.tmp-*``) and compare-and-swap lock files (``<root>/.locks/``).
+(``.tmp-*``) and its write-ahead journal (``<root>/.wal``, :mod:`snapstore.stores.localwal`), which
+also holds every lock (byte-range locks): no lock file is left behind.
 
-Durability and atomicity:
+Durability and atomicity (``fsync=True``, the default; docs/format.md §26):
 
-* ``put`` (create-only) writes a temporary file in the target directory, fsyncs it, then
-  ``link(2)``s it to the final name, which fails atomically if the name exists, even between
-  processes; then it removes the temp name and fsyncs the directory. A crash leaves either the
-  complete object or none (plus, at worst, a ``.tmp-*`` file, which ``verify`` reports as a warning).
-* ``put_if_match`` holds an exclusive ``flock`` on a per-key lock file, checks the current ETag,
-  and ``rename(2)``s a fsynced temp file over the object.
-* New directories are fsynced into their parents.
+* Every write (``put``, ``put_if_match``, ``delete_many``) journals a checksummed record (the key
+  and the bytes, or the deleted keys) and fdatasyncs the journal once: it is durable when it
+  returns. Only then does the object's file change: ``put`` (create-only) ``link(2)``s a temporary
+  file written beside it (not fsynced) to the final name, which fails atomically if the name
+  exists; ``put_if_match`` ``rename(2)``s one over it; ``delete_many`` unlinks. Files and
+  directories are fsynced later, off the write's path, by a settler (a background thread, and
+  ``close``), which then advances the journal's settled mark. Parallel writes of one process
+  share fdatasyncs (group commit). A save of a pack and a manifest costs two fdatasyncs. After a
+  power cut or a killed process, the next opener of a journal no process holds replays the
+  unsettled records (objects missing or torn are written again from their records, deleted ones
+  removed again) before anything is read. Objects above 1 MiB are fsynced in place (file, then
+  directory) instead of copied into the journal.
+* ``put`` and ``put_if_match`` hold the key's stripe lock (one of 65,536 byte ranges of the
+  journal, Linux open-file-description locks: threads and processes alike) from the existence or
+  ETag check until the file is in place.
+* A crash leaves either the complete object or none (plus, at worst, a ``.tmp-*`` file, which
+  ``verify`` reports as a warning).
+* With ``fsync=False`` nothing is journaled nor synced; the journal file only holds the locks
+  (tests and CPU benchmarks only; such a store must not write a repository a journaling process
+  writes at the same time: a replay could undo its writes).
 
 Links: the store never follows a symbolic link below its root, so a repository cannot make it
 read, write or delete outside the root. Reads open every directory below the root and the file
@@ -26,8 +40,6 @@ reading it reports it. The root itself may be a link (the user chose it).
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import heapq
 import os
 import stat
@@ -35,6 +47,7 @@ import threading
 from typing import Iterable, Iterator
 
 from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
+from . import localwal
 from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -89,28 +102,6 @@ def _check_regular(key: str, st: os.stat_result) -> None:
     raise _not_regular(key, next((what for test, what in _KINDS if test(mode)), f"file type {stat.S_IFMT(mode):o}"))
 
 
-def _open_lock(path: str) -> int:
-    """Open (creating it) the lock file ``path`` of a compare-and-swap: never through a symbolic
-    link (``O_NOFOLLOW``: a link planted in ``.locks/`` would make the store create files outside
-    the root) and never a FIFO or device (``O_NONBLOCK``, then ``fstat``).
-
-    Raises:
-        StoreError: a link or a file that is not regular is at ``path`` (or the open failed).
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, 0o644)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENXIO):
-            raise StoreError(f"refusing the lock file {path}: a symbolic link or a socket is there "
-                             f"(the local store never follows links below its root)") from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise StoreError(f"refusing the lock file {path}: not a regular file (file type {stat.S_IFMT(st.st_mode):o})")
-    return fd
-
-
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -124,13 +115,17 @@ class LocalStore:
 
     Args:
         root: directory path; created (with parents) on the first write if missing.
-        fsync: when True (default) every write is fsynced (file and directory entries) before it
-            returns. Only tests and benchmarks of pure CPU cost should turn it off.
+        fsync: when True (default) every write is durable before it returns (journaled and
+            fdatasynced; see the module docstring). Only tests and benchmarks of pure CPU cost
+            should turn it off.
+        settle_delay: seconds (float) the background settler waits after a write before it
+            fsyncs the files written meanwhile (default 0.05); None: no background settler, files
+            are settled only by ``settle()``, ``close()`` (or the next opener's replay).
     Raises:
         StoreError: ``root`` exists and is not a directory.
     """
 
-    def __init__(self, root: str | os.PathLike, fsync: bool = True):
+    def __init__(self, root: str | os.PathLike, fsync: bool = True, settle_delay: float | None = 0.05):
         self.root = os.path.abspath(os.fspath(root))
         try:  # one stat (following links, as the root may be one): exists and is not a directory?
             is_dir = stat.S_ISDIR(os.stat(self.root).st_mode)
@@ -141,6 +136,10 @@ class LocalStore:
         self.url = self.root
         self.stats = RequestStats()
         self._fsync = fsync
+        self._settle_delay = settle_delay
+        self._wal: localwal.Journal | None = None
+        self._wal_checked = False
+        self._wal_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._known_dirs: set[str] = set()
         #: What this store is (see :class:`~snapstore.stores.base.StoreCapabilities`): 16 reads
@@ -155,6 +154,52 @@ class LocalStore:
                                               leftovers=True, empty_dirs=True)
 
     # ------------------------------------------------------------------------------------------
+    def _journal(self, create: bool = True) -> "localwal.Journal | None":
+        """The open journal (opened, and replayed when no other process holds it, on first use);
+        None for ``create=False`` (a read) when there is none. With ``fsync=False`` the journal
+        only holds the locks (nothing is journaled nor synced).
+
+        Raises:
+            StoreError: the journal cannot be opened or replayed.
+        """
+        j = self._wal
+        if j is not None and j.fd is not None and j.pid == os.getpid():
+            return j
+        if not create and self._wal_checked and j is None:
+            return None
+        with self._wal_lock:
+            j = self._wal
+            if j is not None and j.fd is not None and j.pid == os.getpid():
+                return j
+            if j is not None and j.pid != os.getpid():
+                self._known_dirs.clear()  # a forked child: the parent's journal is not ours
+            if create:
+                self._ensure_dir(self.root)
+            j = localwal.Journal(self, self._settle_delay, durable=self._fsync)
+            try:
+                opened = j.open(create)
+            except OSError as e:
+                raise StoreError(f"cannot open the journal of {self.root}: {e.strerror or e}") from e
+            self._wal_checked = True
+            self._wal = j if opened else None
+            return self._wal
+
+    def _ready(self) -> None:
+        """Before a read: replay an unsettled journal no process holds (once per store)."""
+        if not self._wal_checked:
+            self._journal(create=False)
+
+    def settle(self) -> int:
+        """fsync every journaled write's file and directories now and advance the journal's
+        settled mark (the background settler does it ``settle_delay`` after writes). Returns the
+        number of records settled (0 with ``fsync=False`` or no journal).
+
+        Raises:
+            StoreError: a file could not be synced.
+        """
+        j = self._journal(create=False)
+        return j.settle() if j is not None and j.durable else 0
+
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
@@ -220,8 +265,7 @@ class LocalStore:
                     except FileExistsError:
                         if not os.path.isdir(m):
                             raise StoreError(f"not a directory: {m}") from None
-                    if self._fsync:
-                        _fsync_dir(os.path.dirname(m))
+                    # (not fsynced here: the settler fsyncs every directory up to the root)
                 break
             except FileNotFoundError:
                 # a parent was removed meanwhile (GC prunes empty directories): start again
@@ -229,7 +273,7 @@ class LocalStore:
                     raise
         self._known_dirs.add(d)
 
-    def _write_temp(self, d: str, data: bytes) -> str:
+    def _write_temp(self, d: str, data: bytes, sync: bool = False) -> str:
         self._ensure_dir(d)
         tmp = os.path.join(d, ".tmp-" + os.urandom(8).hex())
         for attempt in range(5):
@@ -247,7 +291,7 @@ class LocalStore:
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
-            if self._fsync:
+            if sync:
                 os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -262,55 +306,74 @@ class LocalStore:
 
     # ------------------------------------------------------------------------------------------
     def put(self, key: str, data: bytes) -> ObjectInfo:
-        """Create ``key`` atomically and durably; raises PreconditionFailed if it exists."""
+        """Create ``key`` atomically and durably (journaled and fdatasynced before the file
+        appears; see the module docstring).
+
+        Raises:
+            PreconditionFailed: the key exists.
+            StoreError: the write failed (or a link is on the key's path).
+        """
         path = self._path(key)
         d = os.path.dirname(path)
         self._count("PUT", up=len(data))
         try:
-            st = None
-            for attempt in range(5):
-                tmp = self._write_temp(d, data)
-                try:
-                    os.link(tmp, path)
-                    # the object's inode, read through our own name for it: the key itself may
-                    # already be deleted by another process (a writer cleaning up run markers)
-                    st = os.stat(tmp)
-                    break
-                except FileExistsError:
-                    raise PreconditionFailed(key) from None
-                except FileNotFoundError:
-                    if attempt == 4:  # directory removed between the temp write and the link
-                        raise
-                    self._known_dirs.discard(d)
-                finally:
-                    try:
-                        os.unlink(tmp)
-                    except FileNotFoundError:
-                        pass
-            if self._fsync:
-                _fsync_dir(d)
-            return self._info(key, st)
+            wal = self._journal()
+            big = wal.durable and len(data) > localwal.INLINE_MAX
+            with wal.mutation(key) as w:
+                self._check_dir(d)
+                if os.path.lexists(path):
+                    raise PreconditionFailed(key)
+                w.append(localwal.LEAVE if big else localwal.PUT, key, b"" if big else data)
+                info = self._link_new(key, path, d, data, lambda: w.append(localwal.LEAVE, key), sync=big)
+                if big:
+                    _fsync_dir(d)
+                return info
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
 
+    def _link_new(self, key: str, path: str, d: str, data: bytes, on_taken, sync: bool = False) -> ObjectInfo:
+        """Write a temp file beside ``path`` and ``link(2)`` it there (create-only); ``on_taken()``
+        runs when another writer's file is there (then PreconditionFailed); ``sync``: fsync the
+        temp file first."""
+        for attempt in range(5):
+            tmp = self._write_temp(d, data, sync=sync)
+            try:
+                os.link(tmp, path)
+                # the object's inode, read through our own name for it: the key itself may
+                # already be deleted by another process (a writer cleaning up run markers)
+                return self._info(key, os.stat(tmp))
+            except FileExistsError:
+                on_taken()  # a writer outside the journal took it: a replay leaves it alone
+                raise PreconditionFailed(key) from None
+            except FileNotFoundError:
+                if attempt == 4:  # directory removed between the temp write and the link
+                    raise
+                self._known_dirs.discard(d)
+            finally:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+        raise AssertionError("unreachable")
+
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
-        """Compare-and-swap ``key`` on ``etag`` (``None``: create-only); raises PreconditionFailed,
-        or StoreError (the write failed, or a link or non-regular file is at the key's lock file
-        in ``.locks/``: lock files are opened with ``O_NOFOLLOW``)."""
+        """Compare-and-swap ``key`` on ``etag`` (``None``: create-only), durably (journaled);
+        the key's stripe lock is held from the ETag check until the new file is in place.
+
+        Raises:
+            PreconditionFailed: the ETag differs (or the key is missing).
+            StoreError: the write failed, or something other than a regular file is at the key
+                (or a link or non-regular file is at the journal ``.wal``).
+        """
         if etag is None:
             return self.put(key, data)
         path = self._path(key)
         d = os.path.dirname(path)
         self._count("PUT", up=len(data))
-        lockdir = os.path.join(self.root, ".locks")
         try:
-            self._ensure_dir(lockdir)
-            # one of 64 striped lock files (not one per key: compacted run logs, docs/format.md §14,
-            # compare-and-swap a manifest per save, which would leave a file per manifest)
-            lockfile = os.path.join(lockdir, f"{hashlib.sha256(key.encode()).digest()[0] & 63:02x}")
-            lfd = _open_lock(lockfile)
-            try:
-                fcntl.flock(lfd, fcntl.LOCK_EX)
+            wal = self._journal()
+            big = wal.durable and len(data) > localwal.INLINE_MAX
+            with wal.mutation(key) as w:
                 self._check_dir(d)
                 try:
                     st = os.lstat(path)
@@ -318,16 +381,19 @@ class LocalStore:
                     raise PreconditionFailed(key) from None
                 if not stat.S_ISREG(st.st_mode):
                     raise StoreError(f"refusing to replace {path}: not a regular file (a link or a directory)")
-                cur = self._info(key, st)
-                if cur.etag != etag:
+                if self._info(key, st).etag != etag:
                     raise PreconditionFailed(key)
-                tmp = self._write_temp(d, data)
-                os.replace(tmp, path)
-                if self._fsync:
+                tmp = self._write_temp(d, data, sync=big)
+                try:
+                    w.append(localwal.LEAVE if big else localwal.PUT, key, b"" if big else data)
+                    os.replace(tmp, path)
+                except BaseException:
+                    if os.path.lexists(tmp):
+                        os.unlink(tmp)
+                    raise
+                if big:
                     _fsync_dir(d)
                 return self._info(key, os.stat(path))
-            finally:
-                os.close(lfd)
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
 
@@ -350,6 +416,7 @@ class LocalStore:
         """
         parts = check_key(key).split("/")
         byte_range = check_range(key, byte_range)
+        self._ready()
         try:
             dfd = self._dir_fd(parts[:-1])
             try:
@@ -401,6 +468,7 @@ class LocalStore:
         """
         path = self._path(key)
         parts = key.split("/")
+        self._ready()
         self._count("HEAD")
         try:
             dfd = self._dir_fd(parts[:-1])
@@ -508,6 +576,7 @@ class LocalStore:
         Raises:
             StoreError: the directory cannot be read (permissions, I/O error).
         """
+        self._ready()
         if limit is not None and start_after is None and 0 < limit < 64 and prefix.endswith("/"):
             try:
                 few = self._smallest_in_dir(prefix, limit)
@@ -536,6 +605,7 @@ class LocalStore:
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
         """Yield the distinct next path segments below ``prefix`` (which ends in ``/``), sorted."""
+        self._ready()
         self._count("LIST")
         top = os.path.join(self.root, *[s for s in prefix.split("/") if s])
         try:
@@ -548,30 +618,41 @@ class LocalStore:
         return iter(names)
 
     def delete_many(self, keys: Iterable[str]) -> None:
-        """Unlink the keys (missing ones ignored); one DELETE counted per 1,000 keys."""
+        """Unlink the keys (missing ones ignored), durably: one journal record names them all
+        (fdatasynced before the first unlink; a replay removes them again); one DELETE counted
+        per 1,000 keys.
+
+        Raises:
+            InvalidInputError: a malformed key. StoreError: an unlink failed.
+        """
         keys = list(keys)
-        dirs = set()
-        for k in keys:
-            p = self._path(k)
-            try:
-                self._check_dir(os.path.dirname(p))  # never delete through a linked directory
-                os.unlink(p)
-                dirs.add(os.path.dirname(p))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                if e.errno != errno.ENOENT:
-                    raise StoreError(f"cannot delete {p}: {e.strerror or e}") from e
-        if self._fsync:
-            for d in dirs:
+        paths = [self._path(k) for k in keys]
+        if not keys:
+            return
+        with self._journal().mutation(None) as w:
+            w.append(localwal.DELETE, "", "\n".join(keys).encode())
+            for p in paths:
                 try:
-                    _fsync_dir(d)
+                    self._check_dir(os.path.dirname(p))  # never delete through a linked directory
+                    os.unlink(p)
                 except FileNotFoundError:
-                    pass  # emptied and removed meanwhile (GC's remove_empty_dirs): nothing to sync
+                    pass
+                except OSError as e:
+                    if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                        raise StoreError(f"cannot delete {p}: {e.strerror or e}") from e
         self._count("DELETE", n=(len(keys) + 999) // 1000)
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Settle and leave the journal (the last user removes it); the store may be used again
+        (it opens the journal again).
+
+        Raises:
+            StoreError: a file could not be synced.
+        """
+        with self._wal_lock:
+            j, self._wal, self._wal_checked = self._wal, None, False
+        if j is not None:
+            j.close()
 
     def temp_files(self) -> list[str]:
         """Return paths of leftover ``.tmp-*`` files (a crash mid-write leaves them)."""
@@ -579,7 +660,7 @@ class LocalStore:
         if not os.path.isdir(self.root):
             return out
         for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = [n for n in dirnames if n != ".locks"]
+            dirnames[:] = [n for n in dirnames if n != ".locks"]  # (an older release's lock files)
             out.extend(os.path.join(dirpath, n) for n in filenames if n.startswith(".tmp-"))
         return out
 
@@ -622,7 +703,18 @@ class LocalStore:
         return n
 
     def remove_empty_dirs(self) -> None:
-        """Remove empty directories below the root (housekeeping after deletes)."""
+        """Remove empty directories below the root (housekeeping after deletes), and the empty
+        compare-and-swap lock files an older release left in ``.locks/`` (this release locks byte
+        ranges of the journal instead)."""
+        legacy = os.path.join(self.root, ".locks")
+        if os.path.isdir(legacy) and not os.path.islink(legacy):
+            for n in os.listdir(legacy):
+                p = os.path.join(legacy, n)
+                try:
+                    if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == 0:
+                        os.unlink(p)
+                except OSError:
+                    pass
         for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
             if dirpath != self.root and not os.listdir(dirpath):
                 try:

@@ -1,4 +1,4 @@
-"""Odd files in a local repository (issue 20): symbolic links in ``.locks/``, FIFOs, sockets and
+"""Odd files in a local repository (issue 20): symbolic links or FIFOs at the journal ``.wal``, FIFOs, sockets and
 sparse files at keys, and packs too large to read whole (read in ranges, checksum streamed).
 
 The crafted-repository cases (``tests/robustness/test_crafted_repos.py``) run the whole library and CLI on
@@ -19,32 +19,30 @@ from snapstore.stores import LocalStore, MemoryStore
 from snapstore.stores import base
 
 
-def test_symlinked_lock_files_are_not_followed(tmp_path):
-    """Every one of the 64 striped lock files is a link out of the root: a compare-and-swap
-    refuses with StoreError and creates nothing outside."""
+def test_symlinked_journal_is_not_followed(tmp_path):
+    """The journal (which also holds every lock) is a link out of the root: a write refuses with
+    StoreError and creates nothing outside; the object is unchanged."""
     root, outside = tmp_path / "repo", tmp_path / "outside"
     outside.mkdir()
+    info = LocalStore(root, fsync=False).put("runs/x/c/k", b"one")
+    (root / ".wal").unlink(missing_ok=True)
+    (root / ".wal").symlink_to(outside / "planted")
     store = LocalStore(root, fsync=False)
-    info = store.put("runs/x/c/k", b"one")
-    (root / ".locks").mkdir()
-    for i in range(64):
-        (root / ".locks" / f"{i:02x}").symlink_to(outside / f"planted-{i:02x}")
-    with pytest.raises(StoreError, match="lock file") as e:
+    with pytest.raises(StoreError, match="journal") as e:
         store.put_if_match("runs/x/c/k", b"two", info.etag)
     assert "symbolic link" in str(e.value)
     assert list(outside.iterdir()) == []
-    assert store.get("runs/x/c/k") == b"one"
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.get("runs/x/c/k")  # a read replays first: it refuses the link as well
 
 
-def test_fifo_lock_file_is_refused_without_blocking(tmp_path):
+def test_fifo_journal_is_refused_without_blocking(tmp_path):
     root = tmp_path / "repo"
-    store = LocalStore(root, fsync=False)
-    info = store.put("runs/x/c/k", b"one")
-    (root / ".locks").mkdir()
-    for i in range(64):
-        os.mkfifo(root / ".locks" / f"{i:02x}")
+    info = LocalStore(root, fsync=False).put("runs/x/c/k", b"one")
+    (root / ".wal").unlink(missing_ok=True)
+    os.mkfifo(root / ".wal")
     with pytest.raises(StoreError, match="not a regular file"):
-        store.put_if_match("runs/x/c/k", b"two", info.etag)
+        LocalStore(root, fsync=False).put_if_match("runs/x/c/k", b"two", info.etag)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "socket"])
