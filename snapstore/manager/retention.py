@@ -315,9 +315,11 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
     old checkpoint the head again), nothing is deleted and the next save or prune decides.
     What the kept checkpoints need (:data:`NEEDS_KEY`) is kept beyond ``max_checkpoints``."""
     try:
+        fresh = v.live is None  # listed just now (one bulk listing, below): no need to list again
         if len(live_list(mgr, rk, v)) <= mgr.max_checkpoints:
             return
-        v.live = None  # another manager may have deleted some: count afresh before deleting
+        if not fresh:
+            v.live = None  # another manager may have deleted some: count afresh before deleting
         live = live_list(mgr, rk, v)
         excess = len(live) - mgr.max_checkpoints
         if excess > 0:
