@@ -34,6 +34,13 @@ request, are outside the timing), and the proxy log between those two instants i
 * ``save (steady)``: one child opens the run (``latest()``, not counted), makes one warm-up save,
   then 20 saves of 2 more messages each; per save: requests, round trips and wall time, medians.
 
+* ``prune`` (``--prune``; ``--prune-only`` measures only these): ``prune(keep_last=100)`` of one run of
+  each size, built through ``CheckpointManager`` in memory and put into moto's backend, its objects aged
+  2 h (older than FREE_AFTER: deleted in DeleteObjects batches; ``--prune-young`` also on fresh ones,
+  voided one PUT each), timed in a fresh child after the repository is opened; plus a projection to
+  1,000,000 checkpoints (linear fit through the two largest sizes; the client's time there is round trips
+  x delay + its CPU, since the measured wall also holds moto's CPU in this process).
+
 Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method + path/query; see
 :func:`classify`), total, **sequential round trips** (the longest chain of requests each of which
 started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
