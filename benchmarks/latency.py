@@ -34,6 +34,13 @@ request, are outside the timing), and the proxy log between those two instants i
 * ``save (steady)``: one child opens the run (``latest()``, not counted), makes one warm-up save,
   then 20 saves of 2 more messages each; per save: requests, round trips and wall time, medians.
 
+* ``prune`` (``--prune``; ``--prune-only`` measures only these): ``prune(keep_last=100)`` of one run of
+  each size, built through ``CheckpointManager`` in memory and put into moto's backend, its objects aged
+  2 h (older than FREE_AFTER: deleted in DeleteObjects batches; ``--prune-young`` also on fresh ones,
+  voided one PUT each), timed in a fresh child after the repository is opened; plus a projection to
+  1,000,000 checkpoints (linear fit through the two largest sizes; the client's time there is round trips
+  x delay + its CPU, since the measured wall also holds moto's CPU in this process).
+
 Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method + path/query; see
 :func:`classify`), total, **sequential round trips** (the longest chain of requests each of which
 started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
@@ -508,6 +515,8 @@ def child_main(spec: dict) -> dict:
                 saves.append([s0, s1])
         got = mgr.latest(spec["run"])
         return {"t0": t0, "t1": clock(), "saves": saves, "count": len(msgs), "ok": got.messages == msgs}
+    if task == "prune":
+        return prune_child(mgr, spec)
     raise ValueError(f"unknown child task {task!r}")
 
 
@@ -548,6 +557,8 @@ def measure(proxy: LatencyProxy, spec: dict, expect_count: int | None = None) ->
         outside = len(proxy.log) - before - len(entries)
     res = summarize(entries)
     res.update(wall_s=out["t1"] - out["t0"], outside_window=outside, count=out.get("count"))
+    if "cpu_s" in out:
+        res["cpu_s"] = out["cpu_s"]
     if expect_count is not None and out.get("count") != expect_count:
         raise AssertionError(f"{spec['task']}: got {out.get('count')}, expected {expect_count}")
     return res
@@ -737,6 +748,126 @@ def print_table(rows: list, local: dict | None, meta: dict) -> None:
         print(_local_read().report(local))
 
 
+# ==================================================================================================
+# prune (--prune): retention decided from the run log's copies (snapstore/manager/summaries.py)
+
+PRUNE_KEEP = 100
+PRUNE_AGE_S = 7200
+"""Seconds the pruned run's objects are aged (moto's LastModified moved back) before the prune: a run
+saved over hours, whose pruned records are older than FREE_AFTER and so are deleted in DeleteObjects
+batches. Younger records are replaced by void records instead (docs/format.md §15), one
+conditional PUT each: ``--prune-young`` measures that case too."""
+
+
+def prune_child(mgr, spec: dict) -> dict:
+    """Child side of a prune row: open the repository (not timed), then time
+    ``prune(keep_last=PRUNE_KEEP, run_id=RUN)``; the count is of checkpoints kept afterwards."""
+    mgr.repo  # opening the repository (config GET, versioning check) is outside the timing
+    c0, t0 = time.process_time(), clock()
+    gone = mgr.prune(keep_last=spec["keep"], run_id=spec["run"])
+    t1, c1 = clock(), time.process_time()
+    left = mgr.list(spec["run"])
+    return {"t0": t0, "t1": t1, "count": len(left), "gone": len(gone), "cpu_s": c1 - c0}
+
+
+def build_run_in_moto(moto_ep: str, n: int, tag: str) -> tuple[str, float]:
+    """A run of ``n`` saves (the benchmark's messages) written through ``CheckpointManager`` into a
+    MemoryStore, its objects then put straight into a new bucket through moto's in-process backend
+    (the ThreadedMotoServer of this process; populating 10,000 saves over HTTP takes far longer).
+    Returns the repository URL and the build time (s)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    from snapstore import CheckpointManager
+    from snapstore.stores import MemoryStore
+
+    mem = MemoryStore()
+    mgr = CheckpointManager(mem, compact_log=False)  # as on S3 (its default there)
+    msgs = prelude()
+    t0 = time.perf_counter()
+    for i in range(n):
+        msgs = msgs + turn(SEED, i)
+        mgr.save(RUN, msgs, step=i)
+    bucket = new_bucket(moto_ep, tag)
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for k, (data, _, _) in list(mem._objects.items()):
+        backend.put_object(bucket, f"{PREFIX}/{k}", data)
+    return f"s3://{bucket}/{PREFIX}", time.perf_counter() - t0
+
+
+def age_bucket(bucket: str, seconds: float) -> None:
+    """Move the LastModified of every object of ``bucket`` ``seconds`` back (moto's backend)."""
+    from datetime import timedelta
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    for key in s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets[bucket].keys.values():
+        key.last_modified -= timedelta(seconds=seconds)
+
+
+def bench_prune(sizes: list, moto_ep: str, proxy: LatencyProxy, young: bool = False) -> list:
+    """``prune(keep_last=100)`` of one run of each size (fresh child process, through the proxy),
+    on records aged PRUNE_AGE_S (and with ``young`` also on fresh ones), and the projection to
+    1,000,000 checkpoints: the linear fit through the two largest sizes (requests, round trips,
+    wall), i.e. a constant plus a cost per checkpoint."""
+    rows = []
+    for n in sizes:
+        for aged in (True, False) if young else (True,):
+            print(f"prune: run of {n:,} saves ({'aged' if aged else 'young'}) ...", flush=True)
+            url, build_s = build_run_in_moto(moto_ep, n, f"p{n}{'a' if aged else 'y'}")
+            if aged:
+                age_bucket(url.split("/")[2], PRUNE_AGE_S)
+            r = measure(proxy, {"task": "prune", "url": url, "endpoint": proxy.endpoint, "run": RUN,
+                                "keep": PRUNE_KEEP}, min(n, PRUNE_KEEP))
+            r.update(op="prune keep_last=100" + ("" if aged else " (young)"), size=n, build_s=build_s,
+                     pruned=max(0, n - PRUNE_KEEP))
+            rows.append(r)
+    aged_rows = [r for r in rows if "young" not in r["op"] and r["size"] > PRUNE_KEEP]
+    if len(aged_rows) >= 2:
+        a, b = aged_rows[-2], aged_rows[-1]
+        target = 1_000_000
+
+        def fit(va, vb):  # the line through (a.size, va) and (b.size, vb) at 1M (never below vb)
+            return max(vb, vb + (vb - va) / (b["size"] - a["size"]) * (target - b["size"]))
+        kinds = [k for k in KINDS if k in b["requests"]]
+        rows.append({"op": "prune keep_last=100 (projected)", "size": target, "projected": True,
+                     "requests": {k: round(fit(a["requests"].get(k, 0), b["requests"][k])) for k in kinds},
+                     "total": round(fit(a["total"], b["total"])),
+                     "round_trips": round(fit(a["round_trips"], b["round_trips"])),
+                     "wall_s": fit(a["wall_s"], b["wall_s"]), "from_sizes": [a["size"], b["size"]]})
+        p = rows[-1]
+        # the client's own time at 1M: the round trips at the delay plus its CPU (from the fit);
+        # the measured wall above also holds moto's CPU (in this process, 2 cores)
+        p["cpu_s"] = fit(a["cpu_s"], b["cpu_s"])
+        p["client_s"] = p["round_trips"] * proxy.delay_s + p["cpu_s"]
+    return rows
+
+
+def print_prune_notes(rows: list) -> None:
+    """Below the table: per prune row the client's CPU time, and how the projection is made."""
+    for r in rows:
+        if r["op"].startswith("prune") and "cpu_s" in r:
+            extra = (f"; client time at 1M = {r['round_trips']:,} RT x delay + CPU = {r['client_s']:.0f} s "
+                     f"(linear fit through sizes {r['from_sizes']}; the measured wall also holds moto's CPU)"
+                     if r.get("projected") else f", {r.get('pruned', 0):,} pruned")
+            print(f"  {r['op']} {r['size']:,}: client CPU {r['cpu_s']:.2f} s{extra}")
+
+
+def prune_targets(rows: list) -> None:
+    """Targets of the prune rows (issue 26): at most 3 requests per 100 checkpoints plus a constant
+    (40) on aged records; the 1M projection under 15 minutes."""
+    for r in rows:
+        if not r["op"].startswith("prune") or "young" in r["op"]:
+            continue
+        if r.get("projected"):
+            r["target"], ok = f"< 900 s (client {r['client_s']:.0f} s)", r["client_s"] < 900
+        else:
+            limit = 3 * r["size"] / 100 + 40
+            r["target"], ok = f"<= {limit:,.0f} req", r["total"] <= limit
+        r["verdict"] = "PASS" if ok else "FAIL"
+
+
 git_commit = _lib.commit_stamp
 
 
@@ -752,6 +883,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: defaults become sizes 20,100, 20 runs, 5 ms delay (< 1 min)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--prune", action="store_true",
+                    help="also prune(keep_last=100) at each size on aged records, and a projection to 1M")
+    ap.add_argument("--prune-only", action="store_true", help="only the prune rows (implies --prune, no --local)")
+    ap.add_argument("--prune-young", action="store_true", help="prune rows on young records too (void PUTs)")
     if _lib.child_entry(argv, child_main):
         return 0
     args = ap.parse_args(argv)
@@ -772,14 +907,19 @@ def main(argv=None) -> int:
     moto_ep = f"http://127.0.0.1:{moto_port}"
     proxy = LatencyProxy(moto_port, args.delay_ms / 1000).start()
     rows = []
+    if args.prune_only:
+        args.prune, args.local = True, False
     try:
-        for n in sizes:
+        if args.prune:
+            rows += bench_prune(sizes, moto_ep, proxy, args.prune_young)
+        for n in ([] if args.prune_only else sizes):
             t0 = time.perf_counter()
             print(f"run of {n:,} saves ...", flush=True)
             rows += bench_size(n, moto_ep, proxy, args.trials, not args.no_save)
             print(f"  done in {time.perf_counter() - t0:.0f} s", flush=True)
-        print(f"runs() on {args.runs} runs ...", flush=True)
-        rows.append(bench_runs(args.runs, moto_ep, proxy, args.trials))
+        if not args.prune_only:
+            print(f"runs() on {args.runs} runs ...", flush=True)
+            rows.append(bench_runs(args.runs, moto_ep, proxy, args.trials))
     finally:
         proxy.stop()
         server.stop()
@@ -788,9 +928,13 @@ def main(argv=None) -> int:
         print("local part ...", flush=True)
         local = bench_local()
     targets(rows, args.runs)
+    if args.prune:
+        prune_targets(rows)
     meta.update(total_s=time.perf_counter() - t_start, proxy_connections=proxy.connections,
                 proxy_max_concurrent=proxy.max_concurrent, proxy_failures=proxy.failures[:20])
     print_table(rows, local, meta)
+    if args.prune:
+        print_prune_notes(rows)
     if proxy.failures:
         print(f"WARNING: {len(proxy.failures)} proxy connection failure(s), e.g. {proxy.failures[0]}")
     print(f"\nproxy: {len(proxy.log):,} requests on {proxy.connections:,} connections "

@@ -35,7 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from . import callers, history, rollback, undeclared_needs, views
+from . import callers, history, rollback, summaries, undeclared_needs, views
 from .checkpoint import CheckpointSummary
 from ..errors import InvalidInputError, SnapstoreError
 
@@ -253,7 +253,8 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
     out = []
     for r in runs:
         rk = mgr.state.run_key(r)
-        out.extend(plan([CheckpointSummary.from_manifest(m) for _, _, m in history.scan(mgr.repo, rk)], pol, now))
+        live = summaries.list_live(mgr.repo, rk).live
+        out.extend(plan([CheckpointSummary.from_manifest(m) for m in live], pol, now))
     return out
 
 
@@ -276,7 +277,8 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
     for r in runs:
         with mgr.state.run_lock(r):
             rk = mgr.state.run_key(r)
-            live = [m for _, _, m in history.scan(mgr.repo, rk)]
+            listed = summaries.list_live(mgr.repo, rk)  # from the log segments' copies
+            live = listed.live
             decisions = plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
             if needed is not None:
                 needed.extend(d for d in decisions if d.keep and d.needed_by is not None)
@@ -286,7 +288,8 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
             if not dry_run:
                 # deleting the head is conditional on the caller's view of the run (if any)
                 check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
-                rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check)
+                rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check,
+                                                 listed)
                 mgr.state.views.pop(r, None)
                 if rec is not None and check is not None:
                     views.saw_record(mgr, r, rk, rec)
@@ -312,9 +315,11 @@ def enforce_max(mgr, run_id: str, rk: str, v: views.RunView) -> None:
     old checkpoint the head again), nothing is deleted and the next save or prune decides.
     What the kept checkpoints need (:data:`NEEDS_KEY`) is kept beyond ``max_checkpoints``."""
     try:
+        fresh = v.live is None  # listed just now (one bulk listing, below): no need to list again
         if len(live_list(mgr, rk, v)) <= mgr.max_checkpoints:
             return
-        v.live = None  # another manager may have deleted some: count afresh before deleting
+        if not fresh:
+            v.live = None  # another manager may have deleted some: count afresh before deleting
         live = live_list(mgr, rk, v)
         excess = len(live) - mgr.max_checkpoints
         if excess > 0:

@@ -144,8 +144,13 @@ def delete_run(mgr, run_id: str, rk: str, newest: Manifest | None = None) -> Man
     return tomb
 
 
-def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> Manifest | None:
+def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, listed=None) -> Manifest | None:
     """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
+
+    ``listed``: the :class:`~snapstore.manager.summaries.Listing` the caller decided from, or None.
+    While the run's newest record is still at ``listed.top`` (nothing published since), its live
+    checkpoints are taken from it instead of being read again; otherwise, and after a lost race,
+    the run is read again (:func:`snapstore.manager.history.scan`).
 
     The record that moves the head is published at exactly the position after the head the
     decision was based on, so a checkpoint saved concurrently is never hidden by it. With
@@ -159,7 +164,11 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None) -> M
     moved = None
     for _ in range(16):
         newest = mgr.repo.head(rk)
-        live = [(s, c) for s, c, _ in history.scan(mgr.repo, rk)]
+        if listed is not None and newest is not None and newest.seq == listed.top:
+            live = listed.pairs()
+        else:
+            live = [(s, c) for s, c, _ in history.scan(mgr.repo, rk)]
+        listed = None  # a retry reads the run again
         if newest is None or not live or live[0][0] not in doomed_seqs:
             break
         if check is not None:

@@ -198,8 +198,9 @@ class LogRecords:
         now = max(self.store_time(), max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
-        if old:
-            self.store.delete_many([keys.manifest_key(run_key, s) for s in sorted(old)])
+        if old:  # DeleteObjects batches of up to 1,000 keys, in parallel (a prune of many)
+            doomed = [keys.manifest_key(run_key, s) for s in sorted(old)]
+            list(self.pool.map(self.store.delete_many, [doomed[i:i + 1000] for i in range(0, len(doomed), 1000)]))
         if young:
             list(self.pool.map(lambda item: self._void(run_key, *item), young))
 
