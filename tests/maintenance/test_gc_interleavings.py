@@ -591,7 +591,9 @@ def test_rollback_gc_fork_share_data(grace):
     for _ in range(3):
         w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§15)
         w.gc()
-    assert sorted(raw(w.store)) == ["config"]
+    # left: the config and the source run's fork pin (an empty object that stays, §10)
+    assert sorted(raw(w.store)) == ["config", f"runs/{W.repo.run_key('r')}/f/forked"]
+    assert raw(w.store)[f"runs/{W.repo.run_key('r')}/f/forked"] == b""
 
 
 @pytest.mark.parametrize("phase", GC_PHASES)
