@@ -40,7 +40,7 @@ def _arrays_flag(mgr, head, src, segs) -> int | None:
     same = (head is not None and head.kind == KIND_CHECKPOINT and head.seq == src.seq
             and head.write_id == src.write_id and src.arrays == 1 and src.exact_tag is not None
             and src.exact_tag == hasher.exact_tag(src.digest, src.exact, src.arrays)
-            and (head.segment_list() or []) == [Seg(s.pack, s.level, s.foreign) for s in segs])
+            and [(s.pack, s.level) for s in head.segment_list() or []] == [(s.pack, s.level) for s in segs])
     return int(bool(same and mgr.repo.saves.WRITE_ARRAYS))
 
 

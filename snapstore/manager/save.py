@@ -375,6 +375,7 @@ class _Attempt:
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
             # delete is left for GC (no newest record lists them). A pinned run (a fork lists its
             # segments) leaves them to GC, which keeps those a fork still lists (docs/format.md §10)
+            mgr.state.hook("before_merged_delete", run_id=self.args.run_id, seq=m.seq, packs=list(p.superseded))
             delete, v.pinned = pins.may_delete_merged(repo.store, rk, v.pinned)
             if delete:
                 try:
