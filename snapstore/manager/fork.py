@@ -70,7 +70,11 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
         raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
     rk = mgr.state.run_key(run_id)
     if mgr.repo.config.seg_fanout:
-        pins.pin(mgr.repo.store, rk)  # durable before the source's head is read (repo/pins.py)
+        src_view = mgr.state.views.get(run_id)
+        if src_view is None or not src_view.pinned:  # pins are never deleted: once seen, no request
+            pins.pin(mgr.repo.store, rk)  # durable before the source's head is read (repo/pins.py)
+            if src_view is not None:
+                src_view.pinned = True
     for _ in range(READ_ATTEMPTS):
         read_at = mgr.state.clock()
         src, head, segs = _read_source(mgr, rk, run_id, checkpoint_id)
