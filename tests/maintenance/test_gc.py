@@ -150,7 +150,10 @@ def test_delete_every_run_leaves_only_config_on_local_store(tmp_path):
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     locks = [f for f in files if f.startswith(".locks/")]  # compare-and-swap lock stripes (stubs, §14)
     assert len(locks) <= 64 and all(os.path.getsize(root / f) == 0 for f in locks)
-    assert [f for f in files if f not in locks] == ["config"], files
+    # and the fork pin of the forked run x (an empty object that stays, docs/format.md §10)
+    pin = keys.pin_key(mgr.repo.run_key("x"))
+    assert os.path.getsize(root / pin) == 0
+    assert [f for f in files if f not in locks] == sorted(["config", pin]), files
 
 
 def test_everything_unreachable_goes_within_two_gcs():

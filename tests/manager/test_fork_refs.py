@@ -53,7 +53,7 @@ def fork_cost(store, mgr, run: str, cid: str, new_run: str):
     return cp, d.bytes_up, d.counts.get("PUT", 0), {k: v for k, v in after.items() if k not in before}
 
 
-@pytest.mark.parametrize("kind,short,long", [("local", 100, 1500), ("s3-http", 40, 300)])
+@pytest.mark.parametrize("kind,short,long", [("local", 100, 1000), ("s3-http", 40, 300)])
 def test_a_fork_costs_the_same_at_any_history_length(store_factory, kind, short, long):
     """A fork of a run of ``long`` saves adds what a fork of ``short`` saves adds: three small
     objects (its record, its run marker, the source's pin), no pack, well under 16 KB, and it reads
