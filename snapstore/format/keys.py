@@ -121,12 +121,22 @@ def index_key(run_key: str, checkpoint_key: str) -> str:
     return f"runs/{run_key}/c/{checkpoint_key}"
 
 
+PIN_NAME = "forked"
+"""The one object name of a run's ``f`` area (:func:`pin_key`)."""
+
+
+def pin_key(run_key: str) -> str:
+    """``runs/<run key>/f/forked``: the run's fork pin, an empty object saying that a fork lists
+    this run's segments, so that its writer keeps the packs it merges (docs/format.md §10)."""
+    return f"runs/{run_key}/f/{PIN_NAME}"
+
+
 def index_prefix(run_key: str) -> str:
     """``runs/<run key>/c/``."""
     return f"runs/{run_key}/c/"
 
 
-RUN_AREAS = {"m": "manifest", "c": "index", "l": "logseg", "x": "removals"}
+RUN_AREAS = {"m": "manifest", "c": "index", "l": "logseg", "x": "removals", "f": "pin"}
 """The areas of a run's folder, ``runs/<run key>/<area>/<name>``, by letter -> the kind
 :func:`parse_key` names them with."""
 
@@ -136,7 +146,7 @@ class KeyParts(NamedTuple):
 
     Attributes:
         kind: ``"config"``, ``"pack"``, ``"fwd"``, ``"gc"``, ``"runmark"``, one of the values of
-            :data:`RUN_AREAS` (``"manifest"``, ``"index"``, ``"logseg"``, ``"removals"``), ``"run"``
+            :data:`RUN_AREAS` (``"manifest"``, ``"index"``, ``"logseg"``, ``"removals"``, ``"pin"``), ``"run"``
             (a run area of another letter) or ``"other"`` (not part of the layout).
         run_key: the run key segment for the run kinds, else None.
         rest: what follows the kind's prefix: the object name in a run area (for ``"run"``:

@@ -301,8 +301,8 @@ class SnapstoreSession:
                             switch: bool = True) -> str:
         """Start branch ``branch`` from the head of ``from_branch`` (default: the current branch).
 
-        The new branch shares the source's items (:meth:`CheckpointManager.fork`: one pack of about
-        the compressed history and one manifest, whatever the number of items); later writes to
+        The new branch shares the source's items (:meth:`CheckpointManager.fork`: one manifest
+        listing the source's packs and two empty objects, whatever the number of items); later writes to
         either branch do not affect the other.
 
         Args:

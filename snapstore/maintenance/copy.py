@@ -37,7 +37,7 @@ _RANGE = 64 << 20  # bytes per ranged read of an object too large to read whole
 # phase of each kind of key, in copy order (config is written alone, last)
 _PHASES = ("packs", "forwarding", "index", "logs", "runmarks", "other")
 _PHASE_OF = {"pack": "packs", "fwd": "forwarding", "gc": "forwarding", "index": "index", "manifest": "logs",
-             "logseg": "logs", "removals": "logs", "runmark": "runmarks"}
+             "logseg": "logs", "removals": "logs", "runmark": "runmarks", "pin": "index"}
 
 
 class CopyConflict(RepositoryError):

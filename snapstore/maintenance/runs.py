@@ -175,6 +175,7 @@ class RunListing:
         index: run key -> ObjectInfo of its checkpoint-id index records.
         logsegs: run key -> ObjectInfo of its log segments (keys that parse as one).
         removals: run key -> ObjectInfo of its removal records (§16).
+        pins: run key -> ObjectInfo of its fork pin (§10: a fork lists the run's segments).
         other: ObjectInfo of every other object listed.
         infos: key -> ObjectInfo of everything listed.
     """
@@ -184,12 +185,13 @@ class RunListing:
     index: dict = field(default_factory=lambda: defaultdict(list))
     logsegs: dict = field(default_factory=lambda: defaultdict(list))
     removals: dict = field(default_factory=lambda: defaultdict(list))
+    pins: dict = field(default_factory=dict)
     other: list = field(default_factory=list)
     infos: dict = field(default_factory=dict)
 
     def add(self, info) -> str | None:
         """File the listed object ``info`` (an ObjectInfo); return the kind it was filed as
-        (``"manifest"``, ``"void"``, ``"index"``, ``"logseg"``, ``"removals"``), or None when it
+        (``"manifest"``, ``"void"``, ``"index"``, ``"logseg"``, ``"removals"``, ``"pin"``), or None when it
         went to :attr:`other`."""
         k = info.key
         self.infos[k] = info
@@ -207,6 +209,9 @@ class RunListing:
         if where.kind == "removals" and is_removals_key(k):
             self.removals[rk].append(info)
             return "removals"
+        if where.kind == "pin" and where.rest == keys.PIN_NAME:
+            self.pins[rk] = info
+            return "pin"
         if where.kind == "logseg" and parse_logseg_key(k) is not None:
             self.logsegs[rk].append(info)
             return "logseg"

@@ -17,7 +17,7 @@ from .runs import read_all_runs, void_record
 from ..stores.base import store_capabilities
 
 _CATEGORY = {"config": "config", "pack": "packs", "manifest": "manifests", "index": "index", "logseg": "log",
-             "fwd": "forward", "gc": "gc", "runmark": "runmarks"}
+             "fwd": "forward", "gc": "gc", "runmark": "runmarks", "pin": "runmarks"}
 """Kind of :func:`snapstore.format.keys.parse_key` -> the category ``stats`` counts it in (others: ``other``)."""
 
 

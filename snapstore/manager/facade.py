@@ -425,9 +425,11 @@ class CheckpointManager:
         """Start run ``new_run_id`` at checkpoint ``checkpoint_id`` of ``run_id``.
 
         The new run's first checkpoint shares the source's message tree; it gets a new checkpoint
-        id and records its origin. Format 2: the entries that checkpoint needs are copied into one
-        pack of the new run (one PUT, about the compressed size of the history), so the fork never
-        depends on the source run's packs, which the source's writer merges and deletes.
+        id and records its origin. Format 2: it stores no data; its record lists the source run's
+        segments (docs/format.md §10), so a fork costs 3 small PUTs (its record, its run marker,
+        the source's pin) whatever the history's length. The pin makes the source's writer leave
+        the packs it merges to GC, which keeps what the fork lists: the fork stays readable after
+        the source is pruned, rolled back or deleted.
 
         Returns:
             The new run's first checkpoint.

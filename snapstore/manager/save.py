@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 
 from . import callers, history, publish, retention, views
 from .callers import Seen
+from ..repo import pins
 from ..repo.log import runmarks
 from ..repo.tiers import plan_save
 from ..errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
@@ -372,11 +373,15 @@ class _Attempt:
         if p.superseded:
             # the packs merged into the tier pack: the new record's segments hold their entries
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
-            # delete is left for GC (no newest record lists them)
-            try:
-                repo.store.delete_many([keys.pack_key(x) for x in p.superseded])
-            except SnapstoreError:
-                pass
+            # delete is left for GC (no newest record lists them). A pinned run (a fork lists its
+            # segments) leaves them to GC, which keeps those a fork still lists (docs/format.md §10)
+            mgr.state.hook("before_merged_delete", run_id=self.args.run_id, seq=m.seq, packs=list(p.superseded))
+            delete, v.pinned = pins.may_delete_merged(repo.store, rk, v.pinned)
+            if delete:
+                try:
+                    repo.store.delete_many([keys.pack_key(x) for x in p.superseded])
+                except SnapstoreError:
+                    pass
         v.confirmed_at = mgr.state.clock()
         views.saw(mgr, self.args.run_id, m.checkpoint_id, m.seq, m.write_id)
         v.list_state = p.prepared.state

@@ -60,6 +60,7 @@ class RunView:
     log_cache: dict | None = None     # seq -> manifest bytes of recent records this manager published
     loaded: bool = False              # head_seq/head are from a read or our own save
     confirmed_at: float = 0.0         # monotonic time the head (our parent) was last seen to exist
+    pinned: bool = False              # the run's fork pin was seen (docs/format.md §10; pins stay)
 
 
 def expect(expect_head) -> tuple | None:

@@ -5,8 +5,9 @@ Layer 3, beside the write path. A save whose segment list completes a tier (see
 segments, oldest first, compressed as whole blocks without a dictionary. Once the record listing
 it is published, the writer deletes the merged packs: the segments of a run's newest record are
 where its entries live, and readers and GC look an entry up there before following the location
-hint in its ref (docs/format.md §10). A fork copies the entries of the checkpoint it starts from
-into one pack of its own (:func:`fork_copy`), so no run depends on another run's segments.
+hint in its ref (docs/format.md §10). A fork lists its source run's segments as *foreign*
+segments, which its own writers never merge or delete; the source run's writer keeps the packs it
+merges once a fork pinned the run (:mod:`snapstore.repo.pins`), leaving them to GC.
 """
 
 from __future__ import annotations
@@ -150,87 +151,3 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None, first=(
     segs[plan.slot] = Seg(pid, plan.level)
     superseded = [s.pack for s in plan.inputs if not s.foreign]
     return segs, (pid, data, raws), superseded
-
-
-FORK_LEVEL = 20
-"""Segment level of a fork's copy of its source checkpoint: above any level the counter reaches,
-so the copy stays the fork's first segment."""
-
-
-def needed_entries(repo: Repository, m) -> list[tuple[int, bytes, bytes]]:
-    """Every entry checkpoint ``m`` needs, as ``(type, id, hinted pack)``, in list order: its
-    state and upper entry, every tree node, every message (chunk or pieces list plus pieces) and
-    its session state (the blob of an earlier version, or the value tree: spine, upper entry,
-    nodes, pieces). Reads what it has to (the caller prefetches the segments).
-
-    Raises:
-        IntegrityError / ObjectNotFound: something the checkpoint needs is unreadable.
-    """
-    from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
-    from ..format.tree import FLAG_PIECES, Ref, decode_pieces
-    out: list = []
-
-    def ref(r):
-        if r.flags & FLAG_PIECES:
-            out.append((T_PIECES, r.id, r.pack))
-            for p in decode_pieces(repo.read_entry(T_PIECES, r.id, r.pack)):
-                out.append((T_CHUNK, p.id, p.pack))
-        else:
-            out.append((T_CHUNK, r.id, r.pack))
-
-    if m.state:
-        sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
-        out.append((T_STATE, sid, spack))
-        spine = repo.read_state(sid, spack)
-        if spine.upper:
-            out.append((T_UPPER, spine.upper[0], spine.upper[1]))
-        nodes: dict = {}
-        refs = repo.expand(spine, nodes)
-        out.extend((T_NODE, nid, pk) for nid, pk in nodes.items())
-        for r in refs:
-            ref(r)
-    if m.session_state_ref:
-        sid, pack, size, flags = m.session_state_ref
-        ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)))
-    if m.session_state_tree is not None:
-        tree = m.session_state_tree
-        out.append((T_VALUE, tree.spine, tree.pack))
-        vnodes: dict = {}
-        vspine, pieces = repo.value_refs(tree, vnodes)
-        if vspine.upper:
-            out.append((T_UPPER, vspine.upper[0], vspine.upper[1]))
-        out.extend((T_NODE, nid, pk) for nid, pk in vnodes.items())
-        out.extend((T_CHUNK, r.id, r.pack) for r in pieces)
-    return out
-
-
-def fork_copy(repo: Repository, m) -> tuple[bytes, bytes, dict]:
-    """Build the pack a fork of checkpoint ``m`` starts with: one copy of every entry ``m``
-    needs (chunks in order, so the copy compresses like the history itself; its messages as array
-    items); nothing is written.
-
-    Returns:
-        ``(pack id, pack bytes, raw blocks)``.
-    Raises:
-        IntegrityError / ObjectNotFound: the source checkpoint is unreadable.
-    """
-    from ..format.tree import FLAG_PIECES
-    pid = os.urandom(PACK_ID_BYTES)
-    pb = PackBuilder(pid, level=tier_zstd_level(FORK_LEVEL))
-    if m.state and repo.saves.WRITE_ARRAYS:
-        # the list's messages as array items, in order (docs/format.md §8), so that the fork's
-        # newest checkpoint reads from arrays as a run that only appended does
-        from .prepare import HOLE_MIN
-        spine = repo.read_state(bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
-        seen: set = set()
-        for r in repo.expand(spine):
-            if r.flags & FLAG_PIECES or (r.id in seen and r.size >= HOLE_MIN):
-                pb.add_hole(r.id)  # its pieces (copied below), or its copy earlier in this array
-            else:
-                pb.add_item([(r.id, repo.read_entry(T_CHUNK, r.id, r.pack))])
-            seen.add(r.id)
-    for etype, eid, hint in needed_entries(repo, m):
-        if (etype, eid) not in pb:
-            pb.add(etype, eid, repo.read_entry(etype, eid, hint))
-    data, _ = pb.build()
-    return pid, data, pb.raw_blocks

@@ -113,7 +113,7 @@ def test_branches_share_items(tmp_path):
     run(s.delete_branch("alt", force=True))
     assert s.current_branch == "main"
     assert [b["branch_id"] for b in run(s.list_branches())] == ["copy", "main"]
-    # the branch shares the source's message tree: the fork copies the history into one pack
+    # the branch shares the source's message tree and data: the fork lists the source's packs
     # and stores no message again
     assert CheckpointManager(LocalStore(tmp_path / "r", fsync=False)).verify(read_data=True).ok
 

@@ -149,7 +149,11 @@ def test_delete_every_run_leaves_only_config_on_local_store(tmp_path):
         mgr.gc(grace_period=0)
     mgr.store.close()  # the last user of the journal (.wal, which holds every lock) removes it
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == ["config"], files  # no lock file, no journal
+    # no lock file, no journal; only the fork pin of the forked run x (an empty object that stays,
+    # docs/format.md §10)
+    pin = keys.pin_key(mgr.repo.run_key("x"))
+    assert os.path.getsize(root / pin) == 0
+    assert files == sorted(["config", pin]), files
 
 
 def test_everything_unreachable_goes_within_two_gcs():

@@ -591,7 +591,9 @@ def test_rollback_gc_fork_share_data(grace):
     for _ in range(3):
         w.clock.advance(max(1.5 * G, FREE_AFTER))  # void records wait FREE_AFTER (§15)
         w.gc()
-    assert sorted(raw(w.store)) == ["config"]
+    # left: the config and the source run's fork pin (an empty object that stays, §10)
+    assert sorted(raw(w.store)) == ["config", f"runs/{W.repo.run_key('r')}/f/forked"]
+    assert raw(w.store)[f"runs/{W.repo.run_key('r')}/f/forked"] == b""
 
 
 @pytest.mark.parametrize("phase", GC_PHASES)
@@ -650,6 +652,115 @@ def test_fork_racing_with_prune_leaves_gc_stuck():
         stuck = e
     w.check()
     assert stuck is None, str(stuck)
+
+
+# ------------------------------------------------------------------------------------------------
+# 5b. forks as references: the fork lists the source's segments; the source's writer keeps merging
+
+
+SOURCE_STEPS = ["after_prepare", "after_pack", "before_publish", "before_merged_delete"]
+
+
+@pytest.mark.parametrize("how", ["prune", "rollback", "delete-run"])
+@pytest.mark.parametrize("step", SOURCE_STEPS)
+def test_fork_inside_a_source_save_then_source_removed_and_collected(step, how):
+    """Another manager forks the source run's head while the source's writer is inside a save that
+    merges segments (at each step, including between its publish and the deletion of the packs it
+    merged); the writer keeps saving (more merges), then the source is pruned, rolled back or
+    deleted, and GC runs until everything unreachable is gone. The fork reads exactly throughout."""
+    w = World()
+    W, msgs, ids = warm_writer(w, n=15)  # 15 saves: the 16th completes a tier (fanout 4)
+    M = w.mgr()
+    forks = []
+
+    def act(**info):
+        W.hooks.clear()
+        cp = M.fork("r", M.latest("r").id, "f")
+        forks.append(cp)
+        w.expect[("f", cp.id)] = copy.deepcopy(cp.messages)
+
+    W.hooks[step] = act
+    msgs = msgs + [msg("a", 15)]
+    ids.append(w.save(W, "r", msgs))
+    assert forks, "the save merged nothing: the hook never ran"
+    for i in range(16, 40):  # more merges on the pinned source, cascading into level-2 tiers
+        msgs = msgs + [msg("a", i)]
+        ids.append(w.save(W, "r", msgs))
+    w.check()
+    if how == "prune":
+        W.prune(keep_last=1, run_id="r")
+        for c in ids[:-1]:
+            w.gone("r", c)
+    elif how == "rollback":
+        W.rollback("r", ids[0])
+        for c in ids[1:]:
+            w.gone("r", c)
+    else:
+        W.delete("r")
+        w.gone("r")
+    for _ in range(3):
+        w.clock.advance(max(1.5 * G, FREE_AFTER))
+        w.gc()
+        w.check()
+    # the fork continues on its own, and a fork of the fork too
+    F = w.mgr()
+    fm = F.latest("f").messages + [msg("f", 1)]
+    w.save(F, "f", fm)
+    ff = F.fork("f", F.latest("f").id, "ff")
+    w.expect[("ff", ff.id)] = copy.deepcopy(fm)
+    F.delete("f")
+    w.gone("f")
+    for _ in range(3):
+        w.clock.advance(max(1.5 * G, FREE_AFTER))
+        w.gc()
+    w.check()
+
+
+def test_unpinned_source_writer_would_break_the_fork(monkeypatch):
+    """The pin is what keeps a fork readable: a source writer that deletes the packs it merges
+    whatever the pin says (as a writer of an earlier release does) leaves the fork listing packs
+    that are gone, and the fork's restore fails (verify reports it)."""
+    from snapstore.repo import pins
+    monkeypatch.setattr(pins, "may_delete_merged", lambda store, rk, known: (True, False))
+    w = World()
+    W, msgs, ids = warm_writer(w, n=15)
+    cp = w.mgr().fork("r", ids[-1], "f")
+    for i in range(15, 40):
+        msgs = msgs + [msg("a", i)]
+        W.save("r", msgs)
+    errors = CheckpointManager(w.store).verify(read_data=True).errors
+    assert errors and all("missing-pack" in str(e) and "run 'f'" in str(e) for e in errors)
+    with pytest.raises(ObjectNotFound):
+        CheckpointManager(w.store).latest("f")  # a new manager (verify's cached packs would serve it)
+    assert cp.messages == msgs[:15]
+
+
+@pytest.mark.parametrize("phase", GC_PHASES)
+def test_fork_inside_gc_then_source_merges_and_is_deleted(phase):
+    """Inside each GC phase another manager forks the source's head; the source's writer then saves
+    (merging segments the fork lists) and deletes its run. That GC and the later ones keep what
+    the fork needs and nothing else of the source."""
+    w = World()
+    W, msgs, ids = warm_writer(w, n=14)
+    w.clock.advance(2 * G)  # every pack is older than the grace period
+    M = w.mgr()
+
+    def act(**info):
+        cp = M.fork("r", ids[-1], "f")
+        w.expect[("f", cp.id)] = copy.deepcopy(msgs)
+
+    w.gc(hooks={phase: act})
+    w.check()
+    more = list(msgs)
+    for i in range(14, 30):
+        more = more + [msg("a", i)]
+        W.save("r", more)
+    W.delete("r")
+    w.gone("r")
+    for _ in range(3):
+        w.clock.advance(max(1.5 * G, FREE_AFTER))
+        w.gc()
+        w.check()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -378,16 +378,16 @@ def test_fork_shares_data(root):
     d = mgr.store.stats.since(st)
     files_after = _files(root)
     new = {k: v for k, v in files_after.items() if k not in files_before}
-    # format 2: one manifest and one pack holding a compressed copy of what the fork's checkpoint
-    # needs (so the fork never depends on the source's packs, which its writer merges and deletes)
-    # and the new run's live marker (an empty object, §13: runs() lists it from the listing)
+    # format 2: one manifest listing the source's segments (no copy of the data), the new run's
+    # live marker (an empty object, §13: runs() lists it from the listing) and the source run's
+    # fork pin (an empty object, §10: the source's writer keeps the packs it merges)
     assert len(new) == 3, new
     man = [k for k in new if "/m/" in k]
-    pack = [k for k in new if k.startswith("packs/")]
-    assert len(man) == 1 and len(pack) == 1, new
+    assert len(man) == 1 and not [k for k in new if k.startswith("packs/")], new
     assert [k for k in new if k.startswith("runmarks/")] == [f"runmarks/{mgr.repo.run_key('dst')}.{'f' * 16}.l"]
+    assert [k for k in new if "/f/" in k] == [f"runs/{mgr.repo.run_key('src')}/f/forked"]
     assert d.counts["PUT"] == 3 and d.bytes_up == sum(new.values())
-    assert new[man[0]] < 1024 and new[pack[0]] < len(json.dumps(big[:3])) / 4, new
+    assert new[man[0]] < 1024, new
     assert {k: v for k, v in files_after.items() if k in files_before} == files_before
 
     assert cp.run_id == "dst" and cp.messages == big[:3] and cp.id not in s

@@ -995,7 +995,13 @@ def test_appends_forks_and_new_runs_say_their_arrays_hold_the_list_and_are_read_
     # a cold writer (a fresh manager) continues it
     _mgr(tmp_path).save(RUN, msgs + [_msg(99)], step=9)
     assert _heads(mgr, RUN)[-1].arrays == 1
-    fork = _mgr(tmp_path).fork(RUN, _heads(mgr, RUN)[4].checkpoint_id, "forked")
+    # a fork lists its source's segments (§10): of the source's head, their arrays hold exactly
+    # its list; of an older checkpoint they hold more (the fork and its appends say 0)
+    old = _mgr(tmp_path).fork(RUN, _heads(mgr, RUN)[4].checkpoint_id, "forked-old")
+    _mgr(tmp_path).save("forked-old", old.messages + [_msg(7000)], step=20)
+    assert [m.arrays for m in _heads(mgr, "forked-old")] == [0, 0]
+    assert _mgr(tmp_path).latest("forked-old").messages == old.messages + [_msg(7000)]
+    fork = _mgr(tmp_path).fork(RUN, _heads(mgr, RUN)[-1].checkpoint_id, "forked")
     f = _mgr(tmp_path)
     f.save("forked", fork.messages + [_msg(7000)], step=20)
     assert [m.arrays for m in _heads(mgr, "forked")] == [1, 1]

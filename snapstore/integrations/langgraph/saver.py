@@ -242,8 +242,8 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
         """Copy every checkpoint and write of a thread (all namespaces) to an empty thread.
 
         Nothing is stored twice: the target's first record is a fork
-        (:meth:`CheckpointManager.fork`, one pack holding what the source's newest checkpoint
-        needs); every record is then saved again in the source's order, each deduplicated
+        (:meth:`CheckpointManager.fork`, a record listing the source's packs: no data
+        copied); every record is then saved again in the source's order, each deduplicated
         against the fork, so it costs a manifest (and a small tree edge). The whole chain is
         copied, so DeltaChannel state rebuilds on the target; the fork's base record is deleted.
 
