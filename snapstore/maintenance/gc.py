@@ -50,9 +50,15 @@ from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .runs import head_segments, list_runs, read_runs_slim, segments_by_run
 from .sweep import FWD_CACHE_KEY, plan_sweep, read_forward_cache
 
-GC_CACHE_BYTES = 24 << 20
-"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs
-(raised to 6x the listed bytes of the largest run's segments, up to the repository's own budget)."""
+GC_CACHE_BYTES = 64 << 20
+"""Pack-cache budget (bytes, as the repository counts them: a pack's compressed and uncompressed
+bytes and its entry table, :func:`snapstore.repo.packcache.pack_cost`) while GC runs (raised to 24x
+the listed bytes of the largest run's segments, up to the repository's own budget)."""
+
+MARK_CACHE_FACTOR = 24
+"""GC's pack-cache budget while marking is at least this many times the listed (compressed) bytes
+of the largest run's segments: twice their cost in the cache (compressed plus uncompressed, JSON
+compressing up to about 10x), up to the repository's own budget."""
 
 MARK_ATTEMPTS = 3
 """Times a GC beside writers lists and marks again when a pack went between its listing and mark's
@@ -315,7 +321,7 @@ class GCPlan:
         # the pack cache must hold the largest run's segments twice over (that run's wave and what
         # its walk reads), or marking it would fetch its packs again
         biggest = max((sum(sizes.get(sg.pack, 0) for sg in segs) for segs in segs_by_run.values()), default=0)
-        repo.cache.limit = max(repo.cache.limit, min(self.cache_limit, 6 * biggest))
+        repo.cache.limit = max(repo.cache.limit, min(self.cache_limit, MARK_CACHE_FACTOR * biggest))
         seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
         self.tier_levels = {sg.pack: sg.level for segs in segs_by_run.values() for sg in segs}
         self.sizes = sizes
