@@ -3,7 +3,8 @@
 
 Layer 4. The operation modules of :mod:`snapstore.manager` take the manager (``mgr``) and reach
 its state only through ``mgr.state``, an instance of :class:`ManagerState`: the repository
-(opened on first use), one lock and one :class:`~snapstore.manager.views.RunView` per run, the
+(opened on first use), one lock per run in use and the :class:`~snapstore.manager.views.RunView` of
+each run used lately (:mod:`snapstore.manager.runcache`: bounded in entries and bytes), the
 monotonic clock of the GC-safety rule, test hooks, and the two memos a manager keeps (the heads
 ``runs()`` already read, whether the grace-period warning was given). Everything a manager holds
 is declared here.
