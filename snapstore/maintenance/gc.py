@@ -40,6 +40,7 @@ from typing import Callable
 from ..errors import InvalidInputError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.manifest import FREE_AFTER, KIND_TOMBSTONE
+from ..repo.packcache import PACK_COST
 from ..repo.repository import Repository
 from ..stores.base import max_concurrency, store_capabilities
 from .forwarding import ForwardMap
@@ -50,9 +51,17 @@ from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .runs import head_segments, list_runs, read_runs_slim, segments_by_run
 from .sweep import FWD_CACHE_KEY, plan_sweep, read_forward_cache
 
-GC_CACHE_BYTES = 24 << 20
-"""Pack-cache budget (bytes, as the repository counts them: about 3x a pack's size) while GC runs
-(raised to 6x the listed bytes of the largest run's segments, up to the repository's own budget)."""
+GC_CACHE_BYTES = 128 << 20
+"""Pack-cache budget (bytes, as the repository counts them: a pack's compressed and uncompressed
+bytes and its entry table, :func:`snapstore.repo.packcache.pack_cost`) while GC runs (raised for the
+largest run's segments, :data:`MARK_CACHE_FACTOR`, up to the repository's own budget)."""
+
+MARK_CACHE_FACTOR = 48
+"""GC's pack-cache budget while marking is at least this many times the listed (compressed) bytes
+of the largest run's segments, plus twice :data:`~snapstore.repo.packcache.PACK_COST` per pack:
+twice what the cache charges for them (:func:`~snapstore.repo.packcache.pack_cost`: compressed
+bytes, uncompressed ones at up to about 10x, an entry table entry per 20 bytes or more of pack),
+up to the repository's own budget."""
 
 MARK_ATTEMPTS = 3
 """Times a GC beside writers lists and marks again when a pack went between its listing and mark's
@@ -314,8 +323,9 @@ class GCPlan:
         segs_by_run = segments_by_run(logs)
         # the pack cache must hold the largest run's segments twice over (that run's wave and what
         # its walk reads), or marking it would fetch its packs again
-        biggest = max((sum(sizes.get(sg.pack, 0) for sg in segs) for segs in segs_by_run.values()), default=0)
-        repo.cache.limit = max(repo.cache.limit, min(self.cache_limit, 6 * biggest))
+        biggest = max((sum(MARK_CACHE_FACTOR * sizes.get(sg.pack, 0) + 2 * PACK_COST for sg in segs)
+                       for segs in segs_by_run.values()), default=0)
+        repo.cache.limit = max(repo.cache.limit, min(self.cache_limit, biggest))
         seg_keep = head_segments(logs)  # format 2: where the runs' entries live; their writers merge them
         self.tier_levels = {sg.pack: sg.level for segs in segs_by_run.values() for sg in segs}
         self.sizes = sizes

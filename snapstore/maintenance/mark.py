@@ -183,7 +183,13 @@ class Reach:
 
 WAVE_BYTES = 24 << 20
 """Most pack bytes (as listed) :func:`mark` fetches in one wave of several runs' segments (and at
-most a sixth of the repository's pack cache, so a wave stays cached until its runs are marked)."""
+most the repository's pack cache budget over :data:`WAVE_SHARE`, so a wave stays cached until its
+runs are marked)."""
+
+WAVE_SHARE = 48
+"""A wave's listed bytes are at most the pack cache's budget over this: the cache charges a pack
+up to about 24x its listed bytes (:func:`snapstore.repo.packcache.pack_cost`: compressed and
+uncompressed bytes, its entry table), so a wave takes at most half the cache."""
 
 
 @dataclass
@@ -416,7 +422,7 @@ class Marker:
         cached."""
         repo, reach, scope = self.repo, self.reach, self.scope
         per_wave = max_concurrency(repo.store)
-        wave_bytes = max(1, min(WAVE_BYTES, repo.cache.limit // 6))
+        wave_bytes = max(1, min(WAVE_BYTES, repo.cache.limit // WAVE_SHARE))
         todo, nbytes, j = [], 0, i
         while j < len(run_ids):
             ps = [sg.pack for sg in scope.segs_by_run.get(run_ids[j]) or ()

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 __all__ = ["Seen", "seen", "set_seen", "own_view"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seen:
     """What one caller last saw of a run.
 

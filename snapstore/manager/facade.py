@@ -36,11 +36,12 @@ from __future__ import annotations
 import os
 import time
 
-from . import fork, outcomes, publish, read, retention, rollback, runread, save
+from . import fork, outcomes, publish, read, retention, rollback, runcache, runread, save
 from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
 from .state import ManagerState
 from ..errors import InvalidInputError
+from ..repo.packcache import DEFAULT_LIMIT as PACK_CACHE_BYTES
 from ..repo.repository import Repository
 from ..stores import open_store
 from ..stores.base import ObjectStore, store_capabilities
@@ -68,10 +69,22 @@ class CheckpointManager:
             before the newest 16. None (default): True on a local directory (a manifest costs a
             4 KiB disk block), False elsewhere (on S3 the 16 extra PUTs per 16 saves cost more than
             the bytes they save). Readers always read stubs, whatever this says.
+        run_cache_entries: most runs whose view (head, writer state, recent records) the
+            manager keeps (default 4096; :mod:`snapstore.manager.runcache`). The least recently
+            used go first; an evicted run costs a re-read of its head at its next operation.
+        run_cache_bytes: budget of those views' estimated sizes in bytes (default 64 MiB).
+        pack_cache_bytes: budget of the parsed-pack cache in bytes (default 256 MiB), counting
+            each pack's compressed bytes, its blocks uncompressed and its entry table.
         **store_options: passed to the store (e.g. ``endpoint_url=`` for S3, ``fsync=`` for local).
     Raises:
         RepositoryError: the location holds no repository and ``create`` is False.
         UnsupportedFormatError: the repository was written by a newer snapstore.
+        InvalidInputError: a cache bound that is not a non-negative integer (entries: positive).
+
+    Memory: a manager holds at most about ``pack_cache_bytes + run_cache_bytes`` plus a few MB
+    however many runs it touches, and ~300 bytes per run for each live calling context that saved
+    or read it (what a caller saw is never forgotten: its conflict checks compare it); see the
+    README ("Memory") and ``benchmarks/manager_memory.py``.
 
     A manager may be shared by threads and asyncio tasks: each calling context has its own view
     of each run (what it last saved or read), so callers sharing a manager get the same
@@ -103,15 +116,20 @@ class CheckpointManager:
 
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None,
-                 compact_log: bool | None = None, **store_options):
+                 compact_log: bool | None = None, run_cache_entries: int = runcache.DEFAULT_ENTRIES,
+                 run_cache_bytes: int = runcache.DEFAULT_BYTES, pack_cache_bytes: int = PACK_CACHE_BYTES,
+                 **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
             raise InvalidInputError(f"gc_grace_period must be a non-negative number of seconds, got {gc_grace_period!r}")
+        if isinstance(pack_cache_bytes, bool) or not isinstance(pack_cache_bytes, int) or pack_cache_bytes < 0:
+            raise InvalidInputError(f"pack_cache_bytes must be a non-negative integer (bytes), got {pack_cache_bytes!r}")
+        views = runcache.RunCache(run_cache_entries, run_cache_bytes)
         self.store = open_store(location, **store_options)
         self.state = ManagerState(store=self.store, create=create,
                                   owns_store=location is None or isinstance(location, (str, os.PathLike)),
-                                  clock=clock or time.monotonic)
+                                  clock=clock or time.monotonic, views=views, pack_cache_bytes=pack_cache_bytes)
         """What the manager holds besides its settings (:class:`~snapstore.manager.state.ManagerState`:
         the repository, per-run locks and views, the clock, test hooks); what its operation modules
         use."""

@@ -253,7 +253,7 @@ def runs_from_heads(mgr, rks: list[str], opened=None) -> list[str]:
             return None if history.resolve(mgr.repo, rk, newest) is None else run_id(rk, newest)
         got = None if newest.kind == KIND_TOMBSTONE else run_id(rk, newest)
         if etag:
-            seen[rk] = (key, etag, got)
+            mgr.state.remember_run_head(rk, (key, etag, got))
         return got
 
     def known_head(value: str | None) -> Future:  # a head answered from ``seen``: a done future

@@ -3,7 +3,8 @@
 
 Layer 4. The operation modules of :mod:`snapstore.manager` take the manager (``mgr``) and reach
 its state only through ``mgr.state``, an instance of :class:`ManagerState`: the repository
-(opened on first use), one lock and one :class:`~snapstore.manager.views.RunView` per run, the
+(opened on first use), one lock per run in use and the :class:`~snapstore.manager.views.RunView` of
+each run used lately (:mod:`snapstore.manager.runcache`: bounded in entries and bytes), the
 monotonic clock of the GC-safety rule, test hooks, and the two memos a manager keeps (the heads
 ``runs()`` already read, whether the grace-period warning was given). Everything a manager holds
 is declared here.
@@ -13,14 +14,15 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import RepositoryNotFound, SnapstoreError
 from ..format.ids import check_run_id
-from ..repo.repository import Repository
+from ..repo.repository import RECENT_RAW_KEEP, Repository
 from ..stores.base import ObjectStore, store_capabilities
-from .views import RunView
+from .runcache import RUNS_SEEN_MAX, RunCache
 
 __all__ = ["ManagerState"]
 
@@ -36,29 +38,36 @@ class ManagerState:
             :meth:`close` closes it.
         clock: monotonic clock in seconds (``time.monotonic`` unless a test gives another).
         views: run id -> :class:`~snapstore.manager.views.RunView`, the newest head this manager
-            knows of each run and its caches (:mod:`snapstore.manager.views`).
+            knows of each run and its caches (:mod:`snapstore.manager.views`), in a
+            :class:`~snapstore.manager.runcache.RunCache` (an LRU bounded in entries and bytes: an
+            evicted run's head is read from the store again).
         hooks: test hooks, name -> ``callable(**info)`` (see :meth:`hook`); the manager's public
             ``hooks`` attribute is this dict.
         versioned: the bucket has versioning enabled (known once the repository is opened).
         warned_grace: the warning that ``gc_grace_period`` is shorter than twice a save was given
             (once per manager; :mod:`snapstore.manager.save`).
+        pack_cache_bytes: the budget of the repository's pack cache (bytes; None: its default).
         runs_seen: run key -> ``(head key, ETag, run id or None)`` of heads ``runs()`` read, so an
             unchanged head (same ETag in the LIST) is not read again
-            (:func:`snapstore.manager.read.live_run_ids`).
+            (:func:`snapstore.manager.read.live_run_ids`); cleared when it holds
+            :data:`~snapstore.manager.runcache.RUNS_SEEN_MAX` heads (:meth:`remember_run_head`).
+
+    The per-run locks (:meth:`run_lock`) are held weakly: a lock no operation holds goes away.
     """
 
     store: ObjectStore
     create: bool
     owns_store: bool
     clock: Callable[[], float]
-    views: dict[str, RunView] = field(default_factory=dict)
+    views: RunCache = field(default_factory=RunCache)
     hooks: dict = field(default_factory=dict)
     versioned: bool = False
     warned_grace: bool = False
     runs_seen: dict[str, tuple] = field(default_factory=dict)
+    pack_cache_bytes: int | None = None
     _repo: Repository | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _run_locks: dict[str, threading.RLock] = field(default_factory=dict, repr=False)
+    _run_locks: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary, repr=False)
 
     @property
     def opened(self) -> Repository | None:
@@ -82,6 +91,8 @@ class ManagerState:
             with self._lock:
                 if self._repo is None:
                     repo = Repository.open(self.store, create=create)
+                    if self.pack_cache_bytes is not None:
+                        repo.cache.limit = self.pack_cache_bytes
                     check = self.store.check_versioning if store_capabilities(self.store).versioning else None
                     if check is not None:
                         try:
@@ -93,6 +104,7 @@ class ManagerState:
                                 f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
                                 "so garbage collection reclaims nothing without a noncurrent-version expiration "
                                 "rule (see infra/aws/README.md)", stacklevel=5)
+                    self.views.raw_keep = RECENT_RAW_KEEP * max(repo.config.dict_bytes, 1)
                     self._repo = repo
         return self._repo
 
@@ -105,7 +117,8 @@ class ManagerState:
             return False
 
     def run_lock(self, run_id: str) -> threading.RLock:
-        """This manager's lock for run ``run_id`` (one per run: operations on a run take it).
+        """This manager's lock for run ``run_id`` (one per run: operations on a run take it; it
+        lives while someone holds a reference to it, so hold the returned lock, not its run id).
 
         Raises:
             InvalidRunIdError: a bad run id.
@@ -116,6 +129,16 @@ class ManagerState:
             if lk is None:
                 lk = self._run_locks[run_id] = threading.RLock()
             return lk
+
+    def remember_run_head(self, run_key: str, value: tuple) -> None:
+        """Remember in :attr:`runs_seen` what ``runs()`` read of run key ``run_key``
+        (``(head key, ETag, run id or None)``); the memo is cleared first when it holds
+        :data:`~snapstore.manager.runcache.RUNS_SEEN_MAX` heads (each forgotten head costs one
+        GET at the next ``runs()``)."""
+        seen = self.runs_seen
+        if run_key not in seen and len(seen) >= RUNS_SEEN_MAX:
+            seen.clear()
+        seen[run_key] = value
 
     def run_key(self, run_id: str) -> str:
         """The key segment of run ``run_id`` in this repository (opens, or with :attr:`create`

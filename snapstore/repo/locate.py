@@ -33,8 +33,10 @@ class SegmentIndex:
         cache: the repository's pack cache (its lock).
     """
 
-    WHERE_MAX = 4_000_000
-    """Most entries the segment index holds (about 150 bytes each); it is cleared when full."""
+    WHERE_MAX = 1_000_000
+    """Most entries the segment index holds (about 150 bytes each once their packs left the
+    cache: at most about 150 MB); it is cleared when full (a read then indexes its run's segments
+    again from the run's newest record). A run of 1,000,000 messages has about that many."""
 
     def __init__(self, cache: PackCache):
         self._cache = cache

@@ -27,13 +27,33 @@ from ..format.rangedpack import parse_in_ranges, parse_tail
 from ..stores.base import ObjectStore
 
 
+DEFAULT_LIMIT = 256 << 20
+"""The pack cache's default byte budget (bytes)."""
+
+ENTRY_COST = 200
+"""Bytes counted per entry of a cached pack: its ``(type, id)`` key, id bytes and Entry tuple."""
+
+PACK_COST = 1024
+"""Bytes counted per cached pack besides its data and entries (the Pack object, its block list)."""
+
+
+def pack_cost(pack: Pack) -> int:
+    """Bytes a cached pack may hold (its budget charge): its compressed bytes (a ranged pack:
+    every block's, as it may fetch them all), every block uncompressed (what
+    :meth:`~snapstore.format.pack.Pack.raw_block` may keep), :data:`ENTRY_COST` per entry and
+    :data:`PACK_COST`. An upper bound, fixed when the pack is cached."""
+    comp = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0)
+    return comp + sum(b.rawlen for b in pack.blocks) + ENTRY_COST * len(pack.entries) + PACK_COST
+
+
 class PackCache:
     """Parsed packs in memory (LRU by bytes), the repository's lock and thread pool.
 
     Thread-safe. Args:
         store: the object store packs are read from.
-        limit: byte budget of the cache (bytes; each pack counts 3x its compressed size, a rough
-            bound on what parsing and decompressing it holds).
+        limit: byte budget of the cache (bytes; each pack counts :func:`pack_cost`: its compressed
+            and uncompressed bytes and its entry table, a bound on what parsing and decompressing
+            it holds).
         max_workers: threads of the pool parallel GETs run on (>= 1; settable until first use).
     """
 
@@ -137,7 +157,7 @@ class PackCache:
                 self.drop(pack.id)  # a whole read replaces a ranged one
                 pack.hold_blocks(old.held_blocks())
             self._packs[pack.id] = pack
-            cost = self._cost[pack.id] = max(pack.nbytes, sum(b.clen for b in pack.blocks) if not pack.whole else 0) * 3
+            cost = self._cost[pack.id] = pack_cost(pack)
             self._bytes += cost
             while self._bytes > self._limit and len(self._packs) > 1:
                 oid, _ = self._packs.popitem(last=False)

@@ -53,7 +53,7 @@ from .entries import EntryReader, ReadContext
 from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
 from .locate import ForwardLookup, Locator, SegmentIndex
 from .log.records import LogRecords
-from .packcache import PackCache
+from .packcache import DEFAULT_LIMIT, PackCache
 from .prepare import SavePreparer
 from .trees import TreeReader
 from .values import ValueReader
@@ -72,7 +72,7 @@ class Repository(LogRecords):
         max_workers: threads for parallel GETs when restoring.
     """
 
-    def __init__(self, store: ObjectStore, config: RepoConfig, cache_bytes: int = 256 << 20, max_workers: int | None = None):
+    def __init__(self, store: ObjectStore, config: RepoConfig, cache_bytes: int = DEFAULT_LIMIT, max_workers: int | None = None):
         self.store = store
         self.config = config
         self.hasher = Hasher(config.key)

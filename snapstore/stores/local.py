@@ -125,6 +125,10 @@ class LocalStore:
         StoreError: ``root`` exists and is not a directory.
     """
 
+    KNOWN_DIRS_MAX = 16384
+    """Most directories the store remembers as existing (about 200 bytes each; a run has a few);
+    the memo is cleared when full, so a store used for any number of runs stays bounded."""
+
     def __init__(self, root: str | os.PathLike, fsync: bool = True, settle_delay: float | None = 0.05):
         self.root = os.path.abspath(os.fspath(root))
         try:  # one stat (following links, as the root may be one): exists and is not a directory?
@@ -141,7 +145,7 @@ class LocalStore:
         self._wal_checked = False
         self._wal_lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        self._known_dirs: set[str] = set()
+        self._known_dirs: set[str] = set()  # directories known to exist (at most KNOWN_DIRS_MAX)
         #: What this store is (see :class:`~snapstore.stores.base.StoreCapabilities`): 16 reads
         #: worth running in parallel (file reads release the GIL; more threads only contend; the
         #: repository's historical default pool size); inline reads (a restore reads its run's
@@ -271,6 +275,8 @@ class LocalStore:
                 # a parent was removed meanwhile (GC prunes empty directories): start again
                 if attempt == 4:
                     raise
+        if len(self._known_dirs) >= self.KNOWN_DIRS_MAX:
+            self._known_dirs.clear()  # a bounded memo (a forgotten directory costs a stat again)
         self._known_dirs.add(d)
 
     def _write_temp(self, d: str, data: bytes, sync: bool = False) -> str:

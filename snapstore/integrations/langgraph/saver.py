@@ -81,6 +81,11 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
     """Times a put or put_writes is built again on the run's new newest record after another
     writer (another saver, process or machine) moved it, before ConflictError is raised."""
 
+    RUN_CACHE = 1024
+    """Threads (runs) whose newest record, encoding cache and recent put ids the saver keeps; the
+    least recently used beyond go (their next call reads the newest record again, 1 LIST + 1 GET
+    and its packs), so a saver serving any number of threads stays bounded."""
+
     HEAD_FRESH_S = 1.0
     """A DeltaChannel history read within this many seconds of reading the run's newest record
     (``get_state`` reads the checkpoint, then its history) uses that record without asking the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -25,7 +26,14 @@ class SaverState:
             and saved to.
         codec: the :class:`~.values.ValueCodec` of the saver's serializer.
         limits: an object with the saver's tunables (``SAVE_ATTEMPTS``, ``EARLY_SETS``,
-            ``PUT_IDS``, ``RECORD_CACHE``, ``HEAD_FRESH_S``: see ``SnapstoreSaver``), read once here.
+            ``PUT_IDS``, ``RECORD_CACHE``, ``HEAD_FRESH_S``, ``RUN_CACHE``: see ``SnapstoreSaver``),
+            read once here.
+
+    Memory: the newest records held (``heads``), their encoding caches (``enc``) and the ids put
+    lately (``put_ids``) are kept for the ``RUN_CACHE`` runs used last (:meth:`rlock` counts a
+    use); an older run's go once nothing holds its lock, as :meth:`forget` drops them, so its
+    next operation reads its newest record again, as a new saver would. The per-run locks live
+    while someone holds them.
     """
 
     def __init__(self, manager, codec: ValueCodec, limits: Any):
@@ -36,8 +44,10 @@ class SaverState:
         self.put_ids_max: int = limits.PUT_IDS
         self.record_cache: int = limits.RECORD_CACHE
         self.head_fresh_s: float = limits.HEAD_FRESH_S
+        self.run_cache: int = getattr(limits, "RUN_CACHE", 1024)
         self.lock = threading.Lock()
-        self._run_locks: dict[str, threading.RLock] = {}
+        self._run_locks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._used: OrderedDict = OrderedDict()  # run -> None, least recently used first
         self.heads: dict[str, Head] = {}
         self.enc: dict[str, dict] = {}          # run -> id(message) -> (message, item, message id)
         self.seen: dict[tuple, set] = {}        # (run, checkpoint id) -> {(task, idx)} written here
@@ -52,12 +62,41 @@ class SaverState:
         return other
 
     def rlock(self, run: str) -> threading.RLock:
-        """The re-entrant lock of ``run`` (one per run, made on first use)."""
+        """The re-entrant lock of ``run`` (one per run while anyone holds it, made on first use);
+        a use of ``run``: past ``run_cache`` runs, the least recently used ones' held records go
+        (:meth:`_evict`)."""
         with self.lock:
             lk = self._run_locks.get(run)
             if lk is None:
                 lk = self._run_locks[run] = threading.RLock()
-            return lk
+            self._used[run] = None
+            self._used.move_to_end(run)
+            over = len(self._used) > self.run_cache
+        if over:
+            self._evict()
+        return lk
+
+    def _evict(self) -> None:
+        """Drop the held records, encoding caches and put ids of the least recently used runs
+        beyond ``run_cache`` (down to three quarters of it), skipping runs whose lock is held."""
+        with self.lock:
+            n = len(self._used) - self.run_cache * 3 // 4
+            victims = []
+            for run in self._used:
+                if len(victims) >= n:
+                    break
+                lk = self._run_locks.get(run)
+                if lk is not None and lk._is_owned():  # this thread is inside an operation on it
+                    continue
+                if lk is None or lk.acquire(blocking=False):
+                    victims.append((run, lk))
+            for run, lk in victims:
+                del self._used[run]
+                self.heads.pop(run, None)
+                self.enc.pop(run, None)
+                self.put_ids.pop(run, None)
+                if lk is not None:
+                    lk.release()
 
     def forget(self, run: str) -> None:
         """Drop what is held of ``run``'s newest record (another writer moved it, or it was deleted)."""
