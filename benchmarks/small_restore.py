@@ -78,6 +78,7 @@ def child_main(spec: dict) -> dict:
     """One fresh-process restore (``spec["side"]``); ``{"wall_s", "cpu_s", "faults", "count"}``."""
     clock, cpu, faults = time.perf_counter, time.process_time, _lib.page_faults
     side = spec["side"]
+    faults()  # (imports what it reads with, before any clock)
     with open(spec["expect"], encoding="utf-8") as f:
         expect = json.load(f)
     if side == "sqlitesaver":
