@@ -5,8 +5,11 @@ Layer 4 (docs/format.md §18, §20). :func:`save` decides what to do on a confli
 or a save that paused past half the GC grace period; :func:`save_once` is one attempt: index
 record, then data, then the manifest (write order), with the GC-safety re-check before
 publishing. A retry of an attempt whose outcome is unknown reuses its write id and pack (the
-view's ``pending``), so a manifest that landed is read back, not written twice. Functions take the
-manager (``mgr``).
+view's ``pending``), so a manifest that landed is read back, not written twice. On a store with
+atomic batches (a SQLite file, ``StoreCapabilities.atomic_batch``) the data is not written ahead:
+the packs, the manifest, the merged packs' deletion and the log segment ending at the record are
+one transaction at publish (:mod:`snapstore.repo.log.onecommit`), with the same conflict outcomes.
+Functions take the manager (``mgr``).
 """
 
 from __future__ import annotations
@@ -243,7 +246,8 @@ class _Attempt:
 
     def write_data(self) -> None:
         """Write the index record, then the run marker (if needed), the pack and the tier pack
-        (beside each other), before the manifest names them."""
+        (beside each other), before the manifest names them; at one commit only the index record
+        (the rest goes into :meth:`publish`'s transaction)."""
         repo, rk, m, prep, tier = self.repo, self.rk, self.pending.manifest, self.pending.prepared, self.pending.tier
         # index record first (a refused duplicate id writes nothing), then data, then the manifest
         self.indexed = repo.write_index(rk, m.checkpoint_id, m.seq, m.write_id)

@@ -79,6 +79,7 @@ _HEADER = b"SQLite format 3\x00"
 _SYNC = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
 _VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
+_RANGED_WHOLE = 256 << 10  # a ranged read of a BLOB up to this size reads it whole and slices it
 BESIDE_MIN = 1 << 20
 """Objects this large (bytes) or larger are files beside the database (see the module docstring)."""
 
@@ -210,6 +211,13 @@ class SqliteStore:
         if conn is None:
             return
         try:
+            try:  # the common case, one statement: this store's file, its format recorded
+                row = _one(conn.execute(f"SELECT value FROM {META} WHERE name = 'format'"))
+                if row is not None and row[0] == FORMAT:
+                    return
+            except sqlite3.OperationalError as e:
+                if "no such table" not in str(e):
+                    raise
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not names:
                 return
@@ -263,9 +271,9 @@ class SqliteStore:
             self._known = True
         uri = "file:" + _quote(self.path) + "?mode=ro"
         try:
+            # (connect's timeout is SQLite's busy_timeout: no PRAGMA needed, one statement less)
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
                                    timeout=self.lock_timeout)
-            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
         except sqlite3.Error as e:
             raise self._error(e, "open") from None
         with sh.readers_lock:
@@ -287,7 +295,6 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise self._error(e, "open") from None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
             if not conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect before the first table
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
@@ -555,6 +562,19 @@ class SqliteStore:
             return row[1] if row[2] is None else ("file", row[2])
 
         def ranged(conn):
+            start, end = byte_range
+            # a small BLOB (every pack of an ordinary save) comes whole in the lookup's own
+            # statement and is sliced here: one statement instead of BEGIN, lookup, blob, COMMIT
+            row = _one(conn.execute(f"SELECT size, file, CASE WHEN size <= {_RANGED_WHOLE} THEN data END "
+                                    f"FROM {TABLE} WHERE key = ?", (key,)))
+            if row is None:
+                return None
+            if row[1] is not None:
+                return ("file", row[1])
+            if row[2] is not None:
+                size = row[0]
+                s0 = max(0, size + start) if start < 0 else start
+                return row[2][s0:size if end is None else end]
             conn.execute("BEGIN")  # one snapshot for the lookup and the BLOB read
             try:
                 row = _one(conn.execute(f"SELECT rowid, size, file FROM {TABLE} WHERE key = ?", (key,)))
