@@ -20,9 +20,10 @@ LOG_CACHE = 256
 """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
 
-def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> None:
+def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done=()) -> None:
     """Remember a record just published and write the log segments that end at it (format 2,
-    docs/format.md §12; best effort, a failure costs listing speed only)."""
+    docs/format.md §12; best effort, a failure costs listing speed only). ``done``: keys of the
+    segments already written in the record's own transaction (a save at one commit)."""
     cache = None
     if v is not None:
         if v.log_cache is None:
@@ -41,7 +42,7 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes) -> N
             except SnapstoreError:
                 started = None
         try:
-            written = write_logsegs(mgr.repo, rk, seq, known)
+            written = write_logsegs(mgr.repo, rk, seq, known, done)
         except SnapstoreError:
             written = []
         if started is not None and written:

@@ -5,8 +5,11 @@ Layer 4 (docs/format.md §18, §20). :func:`save` decides what to do on a confli
 or a save that paused past half the GC grace period; :func:`save_once` is one attempt: index
 record, then data, then the manifest (write order), with the GC-safety re-check before
 publishing. A retry of an attempt whose outcome is unknown reuses its write id and pack (the
-view's ``pending``), so a manifest that landed is read back, not written twice. Functions take the
-manager (``mgr``).
+view's ``pending``), so a manifest that landed is read back, not written twice. On a store with
+atomic batches (a SQLite file, ``StoreCapabilities.atomic_batch``) the data is not written ahead:
+the packs, the manifest, the merged packs' deletion and the log segment ending at the record are
+one transaction at publish (:mod:`snapstore.repo.log.onecommit`), with the same conflict outcomes.
+Functions take the manager (``mgr``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from datetime import datetime, timezone
 from . import callers, history, publish, retention, views
 from .callers import Seen
 from ..repo import pins
-from ..repo.log import runmarks
+from ..repo.log import bulk, onecommit, runmarks
 from ..repo.tiers import plan_save
 from ..errors import (ConflictError, InvalidInputError, ObjectNotFound, PreconditionFailed, RepositoryNotFound,
                      SnapstoreError)
@@ -175,6 +178,10 @@ class _Attempt:
         self.indexed = False    # the index record is ours
         self.wrote_pack = False
         self.packed_at = 0.0    # monotonic s when the pack writes began
+        # a store with atomic batches (a SQLite file): the packs, the manifest and the merged
+        # packs' deletion are one transaction at publish (repo/log/onecommit.py)
+        self.one_commit = onecommit.one_commit(self.repo.store)
+        self.segs_done: list = []  # log segments written in the publish's transaction
 
     def choose_parent(self):
         """The view, the conflict check, and the parent (``self.parent``: the head, or
@@ -240,11 +247,15 @@ class _Attempt:
 
     def write_data(self) -> None:
         """Write the index record, then the run marker (if needed), the pack and the tier pack
-        (beside each other), before the manifest names them."""
+        (beside each other), before the manifest names them; at one commit only the index record
+        (the rest goes into :meth:`publish`'s transaction)."""
         repo, rk, m, prep, tier = self.repo, self.rk, self.pending.manifest, self.pending.prepared, self.pending.tier
         # index record first (a refused duplicate id writes nothing), then data, then the manifest
         self.indexed = repo.write_index(rk, m.checkpoint_id, m.seq, m.write_id)
         self.revives = self.view.head is None
+        if self.one_commit:  # the packs and the marker go into the publish's one transaction
+            self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq, pack_id=prep.pack_id)
+            return
         # the run marker it needs (most saves need none: no pool task for them), beside the pack
         self.mark_put = (repo.pool.submit(runmarks.before_publish, repo.store, rk, m, self.revives)
                          if runmarks.marks_record(m, self.revives) else None)
@@ -273,7 +284,7 @@ class _Attempt:
         junk = [keys.index_key(self.rk, repo.checkpoint_key(p.manifest.checkpoint_id))] if self.indexed else []
         if self.wrote_pack:
             junk.append(keys.pack_key(p.prepared.pack_id))
-        if p.tier is not None:
+        if p.tier is not None and not self.one_commit:
             junk.append(keys.pack_key(p.tier[0]))
         if junk:
             try:
@@ -318,7 +329,8 @@ class _Attempt:
         # With a grace period of 0 the caller asserts that GC never runs beside an active writer,
         # so no pack can turn into a deletion candidate while this save is in flight: the rule
         # below does not apply (with it, every save was "stale": any time elapsed is > 0).
-        if mgr.gc_grace_period > 0 and clock() - self.packed_at > mgr.gc_grace_period / 2:
+        # (at one commit the pack is written with its manifest: never in flight, no pause to check)
+        if not self.one_commit and mgr.gc_grace_period > 0 and clock() - self.packed_at > mgr.gc_grace_period / 2:
             if not late_ok:
                 self.undo()
                 raise _Stale()
@@ -337,8 +349,7 @@ class _Attempt:
         mgr.state.hook("before_publish", run_id=args.run_id, seq=m.seq, manifest=m)
         viewed_at = v.confirmed_at
         try:
-            data = self.repo.publish(self.rk, m, self.revives,
-                                     self.mark_put.result() if self.mark_put is not None else None)
+            data = self._publish(m)
         except PreconditionFailed:
             self.undo()
             if args.parent_id is not None or args.expect is not None or args.seen is None:
@@ -357,6 +368,34 @@ class _Attempt:
                 raise
         return data
 
+    def _publish(self, m: Manifest) -> bytes:
+        """The manifest's create-only write; at one commit with the packs and the merged packs'
+        deletion (a pack id taken by other bytes: _PackIdCollision)."""
+        if not self.one_commit:
+            return self.repo.publish(self.rk, m, self.revives,
+                                     self.mark_put.result() if self.mark_put is not None else None)
+        p = self.pending
+        prep = p.prepared
+        gone = set(p.superseded or ())
+        # a pack the tier merges at once (this save's own, when it completes the tier) is not
+        # written at all: the ordered writes put it and delete it after the manifest
+        packs = ([(prep.pack_id, prep.pack_bytes)] if prep.pack_bytes is not None else []) + \
+            ([(p.tier[0], p.tier[1])] if p.tier is not None else [])
+        packs = [(pid, body) for pid, body in packs if pid not in gone]
+        data = m.to_bytes()
+        # the log segment ending at this record, when the view holds the 15 records before it
+        seg = bulk.first_logseg(self.rk, m.seq, {**(self.view.log_cache or {}), m.seq: data})
+        self.segs_done = [seg[0]] if seg is not None else []
+        try:
+            # the packs the tier merged are NOT deleted in the transaction: a fork may have pinned
+            # the run and listed them; they go after the publish, once the pin is checked (below)
+            return onecommit.publish_with_data(self.repo, self.rk, m, packs, self.revives, (), data,
+                                               [seg] if seg is not None else [])
+        except onecommit.BatchRefused as e:
+            if e.same is False:
+                raise _PackIdCollision(e.key) from None
+            raise
+
     def finish(self, data: bytes) -> str:
         """After publishing: the view's head is the new record; log segments, the merged packs'
         deletion, the caller's view, ``max_checkpoints``. Returns the checkpoint id."""
@@ -369,7 +408,7 @@ class _Attempt:
         v.head_write_id = m.write_id
         v.head_segs = m.segs
         v.head = m
-        publish.after_publish(mgr, rk, v, m.seq, data)
+        publish.after_publish(mgr, rk, v, m.seq, data, self.segs_done)
         if p.superseded:
             # the packs merged into the tier pack: the new record's segments hold their entries
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed

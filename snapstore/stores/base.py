@@ -22,7 +22,8 @@ cheap enough to make one after another on the calling thread, whether writers co
 by default, and which optional methods it has (``leftovers()``/``remove_leftovers(items)``: what
 interrupted writes left outside the keys, local temporary files or incomplete S3 multipart
 uploads, as :class:`Leftover` items, which GC removes once older than its grace period;
-``check_versioning()``; ``remove_empty_dirs()``). Callers read them with
+``check_versioning()``; ``remove_empty_dirs()``; ``write_batch(puts, deletes)``: conditional
+writes decided and applied in one transaction, :mod:`snapstore.stores.batch`). Callers read them with
 :func:`store_capabilities` and never probe a store for attributes.
 """
 
@@ -269,6 +270,10 @@ class StoreCapabilities:
             the directories its deletes emptied).
         vacuum: the store has ``compact() -> dict`` (a SQLite file: GC gives the pages its deletes
             freed back to the file system).
+        atomic_batch: the store has ``write_batch(puts, deletes=()) -> list[ObjectInfo | None]``
+            (:mod:`snapstore.stores.batch`): conditional puts and deletes decided and applied in
+            one transaction, all or none (a SQLite file: one commit, one WAL fsync). A save then
+            writes its pack and its manifest at one commit.
     """
 
     max_concurrency: int | None = None
@@ -278,6 +283,7 @@ class StoreCapabilities:
     versioning: bool = False
     empty_dirs: bool = False
     vacuum: bool = False
+    atomic_batch: bool = False
 
 
 _UNDECLARED = StoreCapabilities()

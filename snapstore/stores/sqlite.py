@@ -65,6 +65,7 @@ from urllib.parse import parse_qsl
 
 from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
 from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read, whole_read_limit
+from .batch import BatchPut, BatchRefused, check_batch
 from .sqlitelock import Shared, acquire, is_busy, make_parent, release, take_flock
 from .sqlitevalues import ValueFiles
 
@@ -78,6 +79,7 @@ _HEADER = b"SQLite format 3\x00"
 _SYNC = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
 _VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
+_RANGED_WHOLE = 256 << 10  # a ranged read of a BLOB up to this size reads it whole and slices it
 BESIDE_MIN = 1 << 20
 """Objects this large (bytes) or larger are files beside the database (see the module docstring)."""
 
@@ -178,8 +180,13 @@ class SqliteStore:
         #: Reads run on per-thread connections and release the GIL, so a few are worth overlapping
         #: (max_concurrency 4); restores read their few packs in the calling thread (inline_reads,
         #: as the local store); crash leftovers are value files beside the database; GC calls
-        #: :meth:`compact` to give freed pages back.
-        self.capabilities = StoreCapabilities(max_concurrency=4, inline_reads=True, leftovers=True, vacuum=True)
+        #: :meth:`compact` to give freed pages back; :meth:`write_batch` writes a save's pack and
+        #: manifest in one transaction (one WAL fsync).
+        self.capabilities = StoreCapabilities(max_concurrency=4, inline_reads=True, leftovers=True, vacuum=True,
+                                              atomic_batch=True)
+        #: write transactions committed by this store object (each one WAL commit, one fsync with
+        #: ``synchronous=FULL``); read it to count a save's commits
+        self.commits = 0
         self._check_file()
         self._sh: Shared | None = acquire(os.path.realpath(self.path))
         self._sync = sync
@@ -207,6 +214,13 @@ class SqliteStore:
         if conn is None:
             return
         try:
+            try:  # the common case, one statement: this store's file, its format recorded
+                row = _one(conn.execute(f"SELECT value FROM {META} WHERE name = 'format'"))
+                if row is not None and row[0] == FORMAT:
+                    return
+            except sqlite3.OperationalError as e:
+                if "no such table" not in str(e):
+                    raise
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not names:
                 return
@@ -260,9 +274,9 @@ class SqliteStore:
             self._known = True
         uri = "file:" + _quote(self.path) + "?mode=ro"
         try:
+            # (connect's timeout is SQLite's busy_timeout: no PRAGMA needed, one statement less)
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
                                    timeout=self.lock_timeout)
-            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
         except sqlite3.Error as e:
             raise self._error(e, "open") from None
         with sh.readers_lock:
@@ -284,7 +298,6 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise self._error(e, "open") from None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
             if not conn.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect before the first table
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
@@ -324,6 +337,7 @@ class SqliteStore:
                         try:
                             out = fn(conn)
                             conn.execute("COMMIT")
+                            self.commits += 1
                             return out
                         except BaseException:
                             if conn.in_transaction:
@@ -419,6 +433,77 @@ class SqliteStore:
         self._values.unlink([f for f in old if f])
         return info
 
+    def write_batch(self, puts: Iterable[BatchPut], deletes: Iterable[str] = ()) -> list[ObjectInfo | None]:
+        """Apply conditional puts and deletes in ONE ``BEGIN IMMEDIATE`` transaction: one commit,
+        one WAL fsync (``synchronous=FULL``); all of them or none (:mod:`snapstore.stores.batch`).
+
+        Args:
+            puts: :class:`~snapstore.stores.batch.BatchPut` items (distinct keys), decided in order.
+            deletes: keys deleted after the puts (missing ones ignored).
+        Returns:
+            Per put, in order: its :class:`ObjectInfo` (for an ``if_exists="same"`` put whose
+            identical object existed, that object's), or None for an ``if_exists="skip"`` put
+            whose key existed.
+        Raises:
+            BatchRefused: a put's condition failed (names it); nothing was written.
+            InvalidInputError: a malformed batch (:func:`~snapstore.stores.batch.check_batch`).
+            StoreError: the write failed; nothing was written.
+        """
+        puts, dels = check_batch(puts, deletes)
+        self._count("PUT", up=sum(len(p.data) for p in puts), n=len(puts))
+        if dels:
+            self._count("DELETE", n=(len(dels) + 999) // 1000)
+        files = [self._values.write(p.data) if self.beside_min is not None and len(p.data) >= self.beside_min
+                 else None for p in puts]
+        old: list = []
+        used: set = set()  # indexes of the puts that wrote their row
+
+        def tx(conn):
+            mtime = self._clock()
+            out: list = []
+            old.clear()
+            used.clear()
+            for p, fname in zip(puts, files):
+                tag, body = _etag(p.data), b"" if fname else p.data
+                row = _one(conn.execute(f"SELECT etag, size, mtime, file FROM {TABLE} WHERE key = ?", (p.key,)))
+                if p.etag is not None:
+                    if row is None or row[0] != p.etag:
+                        raise BatchRefused(p.key)
+                    old.append(row[3])
+                    conn.execute(f"UPDATE {TABLE} SET size = ?, etag = ?, mtime = ?, data = ?, file = ? WHERE key = ?",
+                                 (len(p.data), tag, mtime, body, fname, p.key))
+                    used.add(len(out))
+                elif row is not None:
+                    if p.if_exists == "skip":
+                        out.append(None)
+                        continue
+                    if p.if_exists == "same" and row[0] == tag:  # content-derived ETags: the same bytes
+                        out.append(ObjectInfo(p.key, row[1], row[0], row[2]))
+                        continue
+                    raise BatchRefused(p.key, False if p.if_exists == "same" else None)
+                else:
+                    conn.execute(f"INSERT INTO {TABLE} (key, size, etag, mtime, data, file) VALUES (?, ?, ?, ?, ?, ?)",
+                                 (p.key, len(p.data), tag, mtime, body, fname))
+                    used.add(len(out))
+                out.append(ObjectInfo(p.key, len(p.data), tag, mtime))
+            for i in range(0, len(dels), 500):
+                part = dels[i:i + 500]
+                marks = ",".join("?" * len(part))
+                old.extend(r[0] for r in conn.execute(
+                    f"SELECT file FROM {TABLE} WHERE file IS NOT NULL AND key IN ({marks})", part).fetchall())
+                conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({marks})", part)
+            return out
+        try:
+            out = self._write("write", tx)
+        except BaseException:
+            old.clear()
+            self._values.unlink([f for f in files if f])
+            raise
+        # value files of puts that found their key taken ("same", "skip") no row names
+        self._values.unlink([f for i, f in enumerate(files) if f and i not in used])
+        self._values.unlink([f for f in old if f])
+        return out
+
     # --- values beside the file (stores/sqlitevalues.py) ---------------------------------------
     def _exists(self, key: str) -> bool:
         return self._read("read", lambda c: _one(c.execute(f"SELECT 1 FROM {TABLE} WHERE key = ?", (key,))), None) is not None
@@ -480,6 +565,19 @@ class SqliteStore:
             return row[1] if row[2] is None else ("file", row[2])
 
         def ranged(conn):
+            start, end = byte_range
+            # a small BLOB (every pack of an ordinary save) comes whole in the lookup's own
+            # statement and is sliced here: one statement instead of BEGIN, lookup, blob, COMMIT
+            row = _one(conn.execute(f"SELECT size, file, CASE WHEN size <= {_RANGED_WHOLE} THEN data END "
+                                    f"FROM {TABLE} WHERE key = ?", (key,)))
+            if row is None:
+                return None
+            if row[1] is not None:
+                return ("file", row[1])
+            if row[2] is not None:
+                size = row[0]
+                s0 = max(0, size + start) if start < 0 else start
+                return row[2][s0:size if end is None else end]
             conn.execute("BEGIN")  # one snapshot for the lookup and the BLOB read
             try:
                 row = _one(conn.execute(f"SELECT rowid, size, file FROM {TABLE} WHERE key = ?", (key,)))

@@ -3,7 +3,11 @@
 Fault modes of :class:`FaultyStore` (after ``arm(k, mode)``):
     crash  operation k and every later one fail (the process died at k).
     once   only operation k fails (a transient error).
-    lost   the k-th *write* (put, put_if_match, delete_many) is applied, then raises (lost reply).
+    lost   the k-th *write* (put, put_if_match, delete_many, write_batch) is applied, then raises
+           (lost reply).
+
+The wrapper declares only the inner store's ``atomic_batch`` capability (and then has
+``write_batch``, one operation), so a save on a SQLite file is tested at one commit.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import threading
 
 from snapstore.errors import SnapstoreError, StoreError
 from snapstore.stores import MemoryStore
+from snapstore.stores.base import StoreCapabilities, store_capabilities
 
-WRITES = ("put", "put_if_match", "delete_many")
+WRITES = ("put", "put_if_match", "delete_many", "write_batch")
 """The store operations that write; the ``lost`` mode counts only these."""
 
 
@@ -33,6 +38,7 @@ class FaultyStore:
         self.inner = inner
         self.url = inner.url
         self.stats = inner.stats
+        self.capabilities = StoreCapabilities(atomic_batch=store_capabilities(inner).atomic_batch)
         self._lock = threading.Lock()
         self.count = 0
         self.fail_at = None
@@ -110,6 +116,18 @@ class FaultyStore:
                 self.inner.delete_many(keys)
             self._fail("delete_many", ",".join(keys[:3]))
         return self.inner.delete_many(keys)
+
+    def write_batch(self, puts, deletes=()):
+        puts, deletes = list(puts), list(deletes)
+        where = ",".join(p.key for p in puts[:3])
+        if self._gate("write_batch", where):
+            if self.mode == "lost":
+                try:
+                    self.inner.write_batch(puts, deletes)
+                except SnapstoreError:
+                    pass
+            self._fail("write_batch", where)
+        return self.inner.write_batch(puts, deletes)
 
     def close(self):
         pass

@@ -206,7 +206,9 @@ def test_save_with_faults(variant, kind, mode, tmp_path):
         assert_consistent(ctx["store"], {**expect, ("r", cid): ctx["new"]})
 
     try:
-        assert run_with_faults(build, op, rerun, post, mode) >= 3
+        # a save on a SQLite file is one write_batch (its pack, tier pack, manifest and the merged
+        # packs' deletion at one commit): faults at k = 1 and none at k = 2
+        assert run_with_faults(build, op, rerun, post, mode) >= (2 if kind == "sqlite" else 3)
     finally:
         for st in made:
             st.close()

@@ -205,7 +205,28 @@ def _add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
         pass
 
 
-def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes]) -> list[str]:
+def first_logseg(run_key: str, seq: int, known: dict[int, bytes]) -> tuple[str, bytes] | None:
+    """The level-1 log segment that ends at position ``seq`` built from ``known`` alone
+    (``seq -> manifest object bytes``, the record at ``seq`` included), for a save that writes it
+    in the same transaction as that record (:mod:`snapstore.repo.log.onecommit`).
+
+    Returns:
+        ``(key, bytes)``, or None when no level-1 segment ends at ``seq`` or ``known`` lacks (or
+        cannot open) one of its 16 records (then :func:`write_logsegs` builds it after the publish).
+    """
+    if (seq + 1) % span(1):
+        return None
+    recs: dict[int, tuple[int, bytes]] = {}
+    for s in range(seq - span(1) + 1, seq + 1):
+        if s not in known:
+            return None
+        _add_object(recs, run_key, s, known[s])
+    if len(recs) < span(1):
+        return None
+    return logseg_key(run_key, seq, 1), encode_logseg([(s, v, b) for s, (v, b) in sorted(recs.items())], 1)
+
+
+def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], done=()) -> list[str]:
     """After publishing position ``seq``, write the log segments that end there (create-only).
 
     Records come from ``known`` (``seq -> manifest object bytes`` the writer holds), then from the
@@ -214,14 +235,18 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
     effort: a failure leaves the range to be read manifest by manifest (log segments are copies),
     and a record whose object does not open (corrupt) is left out of the segment.
 
+    Args:
+        done: keys of segments already written with the record (not written again, returned).
     Returns:
-        The keys written.
+        The keys written (and ``done``).
     """
-    written = []
+    written = list(done)
     for level in range(1, MAX_LEVEL + 1):
         if (seq + 1) % span(level):
             break
         lo = seq - span(level) + 1
+        if logseg_key(run_key, seq, level) in written:
+            continue
         recs: dict[int, tuple[int, bytes]] = {}
         for s in range(lo, seq + 1):
             if s in known:
