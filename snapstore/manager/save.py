@@ -387,10 +387,13 @@ class _Attempt:
         seg = bulk.first_logseg(self.rk, m.seq, {**(self.view.log_cache or {}), m.seq: data})
         self.segs_done = [seg[0]] if seg is not None else []
         try:
-            # the packs the tier merged are NOT deleted in the transaction: a fork may have pinned
-            # the run and listed them; they go after the publish, once the pin is checked (below)
-            return onecommit.publish_with_data(self.repo, self.rk, m, packs, self.revives, (), data,
-                                               [seg] if seg is not None else [])
+            # the packs the tier merged go in the same transaction unless the run is pinned, which
+            # is checked inside it (a fork may list them, docs/format.md §10); a pinned run known
+            # to this writer leaves them to GC without asking
+            gone_keys = [] if self.view.pinned else [keys.pack_key(x) for x in sorted(gone)]
+            return onecommit.publish_with_data(self.repo, self.rk, m, packs, self.revives, gone_keys, data,
+                                               [seg] if seg is not None else [],
+                                               deletes_unless=keys.pin_key(self.rk))
         except onecommit.BatchRefused as e:
             if e.same is False:
                 raise _PackIdCollision(e.key) from None
@@ -409,7 +412,7 @@ class _Attempt:
         v.head_segs = m.segs
         v.head = m
         publish.after_publish(mgr, rk, v, m.seq, data, self.segs_done)
-        if p.superseded:
+        if p.superseded and not self.one_commit:  # (at one commit: in the publish's transaction, unless pinned)
             # the packs merged into the tier pack: the new record's segments hold their entries
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
             # delete is left for GC (no newest record lists them). A pinned run (a fork lists its

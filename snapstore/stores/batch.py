@@ -1,7 +1,7 @@
 """Atomic batches of conditional writes: the optional ``write_batch`` method of a store.
 
 A store that declares ``StoreCapabilities(atomic_batch=True)`` has
-``write_batch(puts, deletes=()) -> list[ObjectInfo | None]``: every put's condition is decided
+``write_batch(puts, deletes=(), deletes_unless=None) -> list[ObjectInfo | None]``: every put's condition is decided
 and every write applied in one transaction, so either all of them are durable when it returns or
 none of them happened (a SQLite file: one ``BEGIN IMMEDIATE`` ... ``COMMIT``, one WAL fsync).
 The save path uses it to write a checkpoint's pack and its manifest at one commit
@@ -20,7 +20,9 @@ A put's condition (:class:`BatchPut`):
 
 A refused batch raises :class:`BatchRefused` (a :class:`~snapstore.errors.PreconditionFailed`)
 naming the first put whose condition failed, and changes nothing. Deletes (keys that do not exist
-are ignored) are applied after the puts, in the same transaction.
+are ignored) are applied after the puts, in the same transaction, unless the key
+``deletes_unless`` names exists then (decided inside the transaction: a save's merged packs are
+deleted only while no fork pin exists, docs/format.md §10).
 """
 
 from __future__ import annotations

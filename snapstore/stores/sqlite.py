@@ -433,13 +433,16 @@ class SqliteStore:
         self._values.unlink([f for f in old if f])
         return info
 
-    def write_batch(self, puts: Iterable[BatchPut], deletes: Iterable[str] = ()) -> list[ObjectInfo | None]:
+    def write_batch(self, puts: Iterable[BatchPut], deletes: Iterable[str] = (),
+                    deletes_unless: str | None = None) -> list[ObjectInfo | None]:
         """Apply conditional puts and deletes in ONE ``BEGIN IMMEDIATE`` transaction: one commit,
         one WAL fsync (``synchronous=FULL``); all of them or none (:mod:`snapstore.stores.batch`).
 
         Args:
             puts: :class:`~snapstore.stores.batch.BatchPut` items (distinct keys), decided in order.
             deletes: keys deleted after the puts (missing ones ignored).
+            deletes_unless: a key whose existence, checked inside the transaction, skips the
+                deletes (the batch's puts still land): a fork's pin (docs/format.md §10).
         Returns:
             Per put, in order: its :class:`ObjectInfo` (for an ``if_exists="same"`` put whose
             identical object existed, that object's), or None for an ``if_exists="skip"`` put
@@ -486,6 +489,9 @@ class SqliteStore:
                                  (p.key, len(p.data), tag, mtime, body, fname))
                     used.add(len(out))
                 out.append(ObjectInfo(p.key, len(p.data), tag, mtime))
+            if dels and deletes_unless is not None and _one(conn.execute(
+                    f"SELECT 1 FROM {TABLE} WHERE key = ?", (deletes_unless,))) is not None:
+                return out  # the key exists: the deletes are skipped (left to GC)
             for i in range(0, len(dels), 500):
                 part = dels[i:i + 500]
                 marks = ",".join("?" * len(part))

@@ -117,17 +117,17 @@ class FaultyStore:
             self._fail("delete_many", ",".join(keys[:3]))
         return self.inner.delete_many(keys)
 
-    def write_batch(self, puts, deletes=()):
+    def write_batch(self, puts, deletes=(), deletes_unless=None):
         puts, deletes = list(puts), list(deletes)
         where = ",".join(p.key for p in puts[:3])
         if self._gate("write_batch", where):
             if self.mode == "lost":
                 try:
-                    self.inner.write_batch(puts, deletes)
+                    self.inner.write_batch(puts, deletes, deletes_unless)
                 except SnapstoreError:
                     pass
             self._fail("write_batch", where)
-        return self.inner.write_batch(puts, deletes)
+        return self.inner.write_batch(puts, deletes, deletes_unless)
 
     def close(self):
         pass

@@ -80,7 +80,7 @@ def test_a_fork_costs_the_same_at_any_history_length(store_factory, kind, short,
     assert CheckpointManager(store).verify(read_data=True).ok
 
 
-@pytest.mark.parametrize("kind", ["local", "s3-http"])
+@pytest.mark.parametrize("kind", ["local", "sqlite", "s3-http"])  # sqlite: saves at one commit (§18)
 @pytest.mark.parametrize("how", ["prune", "rollback", "delete"])
 def test_the_source_removed_and_collected_leaves_the_fork_readable(store_factory, kind, how):
     """The source keeps saving after the fork (its writer merges segments the fork lists: pinned, it

@@ -88,6 +88,21 @@ def test_conditions(store):
         store.write_batch([BatchPut("a", b"3", etag=a.etag)])  # the ETag it had is gone
 
 
+def test_deletes_unless_a_key_exists(store):
+    """``deletes_unless``: the deletes are skipped when that key exists inside the transaction
+    (a fork's pin, docs/format.md §10); the puts land either way, at one commit."""
+    store.put("packs/aa/m1", b"merged")
+    c0 = store.commits
+    store.write_batch([BatchPut("runs/r/m/1", b"one")], ["packs/aa/m1"], deletes_unless="runs/r/f/forked")
+    with pytest.raises(ObjectNotFound):
+        store.get("packs/aa/m1")  # no pin: deleted in the batch
+    store.put("packs/aa/m2", b"merged")
+    store.put("runs/r/f/forked", b"")
+    store.write_batch([BatchPut("runs/r/m/2", b"two")], ["packs/aa/m2"], deletes_unless="runs/r/f/forked")
+    assert store.get("packs/aa/m2") == b"merged" and store.get("runs/r/m/2") == b"two"  # pinned: kept
+    assert store.commits - c0 == 4  # two batches and two puts: one commit each
+
+
 @pytest.mark.parametrize("bad", [
     [BatchPut("a", b"1"), BatchPut("a", b"2")],
     [BatchPut("../x", b"1")],

@@ -2,13 +2,13 @@
 
 Layer 3, beside :meth:`snapstore.repo.log.records.LogRecords.publish`. On a store declaring
 ``StoreCapabilities(atomic_batch=True)`` (a SQLite file) a save's pack, its tier pack, the run
-marker of a run's first checkpoint, its manifest and its level-1 log segment are one
-``write_batch`` (:mod:`snapstore.stores.batch`): one transaction, one fsync. The
+marker of a run's first checkpoint, its manifest, its level-1 log segment and the deletion of
+the packs its tier merged are one ``write_batch`` (:mod:`snapstore.stores.batch`): one transaction, one fsync. The
 manifest's create-only write at its log position is decided inside that transaction, so the
 conflict contract is the one of the ordered writes (docs/format.md §18, §20) and a manifest is
 never visible without its pack: both land or neither does. The packs a tier merged are deleted
-after it, by the caller, only once the run is found unpinned (a fork may list them: §10, §23);
-``deletes`` is for callers with nothing such to check.
+in the same transaction only while the run has no pin (``deletes_unless``: the pin's key,
+checked inside the transaction; a fork may list them: §10, §23).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def one_commit(store) -> bool:
 
 
 def publish_with_data(repo, run_key: str, m: Manifest, packs: list[tuple[bytes, bytes]], revives: bool = False,
-                      deletes=(), data: bytes | None = None, copies=()) -> bytes:
+                      deletes=(), data: bytes | None = None, copies=(), deletes_unless: str | None = None) -> bytes:
     """Write ``packs``, manifest ``m`` (create-only at its sequence number) and the run marker it
     needs in one atomic batch, deleting ``deletes`` in it too; return the manifest's bytes.
 
@@ -45,6 +45,8 @@ def publish_with_data(repo, run_key: str, m: Manifest, packs: list[tuple[bytes, 
         packs: ``[(pack id, pack bytes)]`` the record names (its own pack, a tier pack).
         revives: ``m``'s log predecessor leaves the run with no live checkpoint (or there is none).
         deletes: keys removed in the same transaction (the packs a tier merged).
+        deletes_unless: a key whose existence (checked in the transaction) skips ``deletes``:
+            the run's fork pin (:func:`~snapstore.format.keys.pin_key`).
         data: ``m.to_bytes()`` when the caller already encoded it.
         copies: ``[(key, bytes)]`` written in the batch unless their key exists: copies of log
             records (the level-1 log segment that ends at ``m``, :func:`~snapstore.repo.log.bulk.first_logseg`).
@@ -71,7 +73,8 @@ def publish_with_data(repo, run_key: str, m: Manifest, packs: list[tuple[bytes, 
     puts.append(BatchPut(key, data))
     etag = None
     try:
-        etag = store.write_batch(puts, list(deletes))[-1].etag
+        etag = (store.write_batch(puts, list(deletes), deletes_unless) if deletes_unless is not None
+                else store.write_batch(puts, list(deletes)))[-1].etag
     except BatchRefused as e:
         if e.key != key:
             runmarks.abandon(store, pending)
