@@ -517,6 +517,8 @@ def child_main(spec: dict) -> dict:
         return {"t0": t0, "t1": clock(), "saves": saves, "count": len(msgs), "ok": got.messages == msgs}
     if task == "prune":
         return prune_child(mgr, spec)
+    if task in ("list_limit", "rollback"):  # the bounded-cost block (issue 26 items 1 and 5)
+        return bounded_child(mgr, spec)
     raise ValueError(f"unknown child task {task!r}")
 
 
@@ -674,6 +676,109 @@ def bench_local() -> dict | None:
     if res is None:
         print("local part skipped: shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
     return res
+
+
+# ==================================================================================================
+# Bounded costs on long runs: list(limit=10), rollback 5 back, latest() at several delays
+
+
+def bounded_child(mgr, spec: dict) -> dict:
+    """Child side of :func:`bench_bounded`: ``list(run, limit=10)`` or ``rollback(run, target)``
+    (``spec["target"]``, a checkpoint id the parent found), timed around the call only."""
+    if spec["task"] == "list_limit":
+        t0 = clock()
+        got = mgr.list(spec["run"], limit=10)
+        t1 = clock()
+        return {"t0": t0, "t1": t1, "count": len(got)}
+    t0 = clock()
+    cp = mgr.rollback(spec["run"], spec["target"])
+    t1 = clock()
+    return {"t0": t0, "t1": t1, "count": 1 if cp.id == spec["target"] else 0}
+
+
+def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials: int) -> list:
+    """``latest()``, ``list(limit=10)`` and a rollback 5 checkpoints back on a run of ``n`` saves,
+    each in fresh child processes behind a proxy of each delay in ``delays_ms``, beside one GET of
+    the final history (zstd JSON). The run is populated once; every latest/list/baseline trial of
+    every delay runs before the first rollback (a rollback changes the head record latest reads).
+    Each rollback trial goes 5 back from the head the previous one left (the parent lists the
+    target with its own manager, straight to moto). Returns rows (``op``, ``size``, ``delay_ms``,
+    the :func:`summarize` fields, ``wall_s``, ``baseline_wall_s``)."""
+    import zstandard
+    from snapstore import CheckpointManager
+
+    bucket = new_bucket(moto_ep, f"b{n}")
+    url = f"s3://{bucket}/{PREFIX}"
+    msgs, _ = populate(moto_ep, url, n, f"size {n:,}")
+    base_key = f"baseline/final-{n}.json.zst"
+    blob = zstandard.ZstdCompressor(level=3).compress(json.dumps(msgs).encode())
+    s3_client(moto_ep).put_object(Bucket=bucket, Key=base_key, Body=blob)
+    proxies = {d: LatencyProxy(moto_port, d / 1000).start() for d in delays_ms}
+    rows, base = [], {}
+    try:
+        for d, px in proxies.items():
+            ep = px.endpoint
+            base[d] = median_of([measure(px, {"task": "baseline", "endpoint": ep, "bucket": bucket,
+                                              "key": base_key}, len(msgs)) for _ in range(trials)])
+            for op, task, count in (("latest", "latest", len(msgs)), ("list(limit=10)", "list_limit", 10)):
+                r = median_of([measure(px, {"task": task, "url": url, "endpoint": ep, "run": RUN}, count)
+                               for _ in range(trials)])
+                r.update(op=op, size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
+                rows.append(r)
+        mgr = CheckpointManager(url, endpoint_url=moto_ep)
+        try:
+            for d, px in proxies.items():
+                got = []
+                for _ in range(trials):
+                    target = mgr.list(RUN, limit=6)[5].id
+                    got.append(measure(px, {"task": "rollback", "url": url, "endpoint": px.endpoint,
+                                            "run": RUN, "target": target}, 1))
+                r = median_of(got)
+                r.update(op="rollback 5 back", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
+                rows.append(r)
+        finally:
+            mgr.close()
+    finally:
+        for px in proxies.values():
+            px.stop()
+    return rows
+
+
+def bounded_targets(rows: list) -> None:
+    """Targets of the bounded block: round trips of list(limit=10) and of the rollback the same at
+    the largest size as at the smallest (per delay), latest() at most 3 round trips."""
+    sizes = sorted({r["size"] for r in rows})
+    for r in rows:
+        t, ok = None, None
+        if r["op"] == "latest":
+            t, ok = "<= 3 RT", r["round_trips"] <= 3
+        elif r["size"] == sizes[-1] and len(sizes) > 1:
+            small = next(x for x in rows if x["op"] == r["op"] and x["delay_ms"] == r["delay_ms"]
+                         and x["size"] == sizes[0])
+            t, ok = f"RT = at {sizes[0]:,}", r["round_trips"] <= small["round_trips"]
+        r["target"], r["verdict"] = t, (None if ok is None else ("PASS" if ok else "FAIL"))
+
+
+def print_bounded(rows: list, meta: dict) -> None:
+    print()
+    print(f"bounded costs on S3 (moto behind a proxy of each delay; commit {meta['commit']}"
+          f"{' + uncommitted changes' if meta['dirty'] else ''}; fresh process each, median of {meta['trials']})")
+    head = ["operation", "saves", "delay", "requests by kind", "total", "seq RT", "wall s", "1 GET s", "target", ""]
+    table = []
+    for r in sorted(rows, key=lambda r: (r["op"], r["delay_ms"], r["size"])):
+        kinds = ", ".join(f"{k} {_num(v)}" for k, v in r["requests"].items())
+        rt = _num(r["round_trips"])
+        if r["round_trips_range"][0] != r["round_trips_range"][1]:
+            rt += f" ({r['round_trips_range'][0]}-{r['round_trips_range'][1]})"
+        table.append([r["op"], f"{r['size']:,}", f"{r['delay_ms']:g} ms", kinds, _num(r["total"]), rt,
+                      f"{r['wall_s']:.3f}", f"{r['baseline_wall_s']:.3f} ({r['wall_s'] / r['baseline_wall_s']:.1f}x)",
+                      r["target"] or "", r["verdict"] or ""])
+    widths = [max(len(x) for x in col) for col in zip(head, *table)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for line in table:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    print("1 GET s: one GET of the final message list as zstd JSON (read, decompressed, json.loads), same proxy.")
 
 
 # ==================================================================================================
@@ -887,6 +992,10 @@ def main(argv=None) -> int:
                     help="also prune(keep_last=100) at each size on aged records, and a projection to 1M")
     ap.add_argument("--prune-only", action="store_true", help="only the prune rows (implies --prune, no --local)")
     ap.add_argument("--prune-young", action="store_true", help="prune rows on young records too (void PUTs)")
+    ap.add_argument("--bounded", action="store_true",
+                    help="only the bounded-cost block: list(limit=10), rollback 5 back and latest() per size "
+                         "at each --bounded-delays")
+    ap.add_argument("--bounded-delays", default="20,80", help="delays (ms) of the bounded block (default 20,80)")
     if _lib.child_entry(argv, child_main):
         return 0
     args = ap.parse_args(argv)
@@ -905,6 +1014,20 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     server, moto_port = start_moto()
     moto_ep = f"http://127.0.0.1:{moto_port}"
+    if args.bounded:
+        try:
+            rows = []
+            for n in sizes:
+                print(f"bounded block, run of {n:,} saves ...", flush=True)
+                rows += bench_bounded(n, moto_ep, moto_port, [float(d) for d in args.bounded_delays.split(",")],
+                                      args.trials)
+        finally:
+            server.stop()
+        bounded_targets(rows)
+        print_bounded(rows, meta)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        return 0
     proxy = LatencyProxy(moto_port, args.delay_ms / 1000).start()
     rows = []
     if args.prune_only:

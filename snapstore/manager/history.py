@@ -11,8 +11,9 @@ from __future__ import annotations
 from ..errors import ObjectNotFound
 from ..format import keys
 from ..format.liveness import LIVE, TOMBSTONE, LogWalk
-from ..format.manifest import KIND_CHECKPOINT, KIND_TOMBSTONE, Manifest
+from ..format.manifest import KIND_CHECKPOINT, KIND_TOMBSTONE, Manifest, is_void
 from ..repo.log.bulk import list_logsegs, list_positions, read_records, read_stubs
+from ..repo.log.pages import PAGE, log_infos
 
 
 def live_records(seqs, got: dict, walk: LogWalk):
@@ -63,21 +64,36 @@ def resolve(repo, rk: str, newest: Manifest | None) -> Manifest | None:
     return None
 
 
-def scan(repo, rk: str, below: int | None = None):
+def scan(repo, rk: str, below: int | None = None, want: int | None = None, first: list | None = None):
     """Yield ``(seq, checkpoint id, Manifest)`` of live checkpoints, newest first.
 
-    Skips positions hidden by rollback records and stops at a tombstone. GETs manifests in
-    parallel batches as it goes, so the first k results cost about k reads.
+    Skips positions hidden by rollback records and stops at a tombstone. The log is listed page
+    by page as the walk goes (:func:`snapstore.repo.log.pages.log_infos`: the positions below
+    ``below`` only, never the whole run up front) and manifests are read in parallel batches,
+    the first of ``want + 2`` (a rollback record or two among them cost no second round trip),
+    then doubling up to 64; so the first k results cost one LIST and about k GETs in two round
+    trips, whatever the run's length.
+
+    Args:
+        repo: the repository. rk: the run's key segment.
+        below: only positions strictly below this (a listing's cursor); None: from the newest.
+        want: how many results the caller expects to take (None: unknown, maybe all).
+        first: the run's first LIST page, listed already with limit :func:`first_page_limit`
+            ``(want)`` (:mod:`snapstore.manager.firstread`); only without ``below``.
     """
-    seqs = repo.manifest_seqs(rk)
-    if below is not None:
-        seqs = [s for s in seqs if s < below]
+    limit = first_page_limit(want)
+    infos = log_infos(repo.store, rk, below=below, first_limit=limit, first=first if below is None else None)
     walk = LogWalk()  # positions in (target, rollback) are hidden
-    i = 0
-    batch = 4
-    while i < len(seqs):
-        chunk = [s for s in seqs[i:i + batch]]
-        i += len(chunk)
+    batch = 4 if want is None else want + 2
+    while True:
+        chunk = []
+        for info in infos:
+            if not is_void(info.size):
+                chunk.append(keys.seq_from_manifest_key(info.key))
+                if len(chunk) >= batch:
+                    break
+        if not chunk:
+            return
         batch = min(batch * 2, 64)
         todo = [s for s in chunk if not walk.hides(s)]
         got = read_many(repo, rk, todo)
@@ -87,19 +103,53 @@ def scan(repo, rk: str, below: int | None = None):
             yield s, m.checkpoint_id, m
 
 
-def scan_bulk(repo, rk: str):
-    """Like :func:`scan`, for the whole log at once: the positions are listed (LIST pages in
-    parallel) beside the run's log segments, then everything is read in one parallel wave
-    (docs/format.md §12), so a run of n checkpoints costs O(n / 1000 + log n) requests in a
-    few round trips instead of n GETs."""
+def first_page_limit(want: int | None) -> int:
+    """Keys the first LIST of :func:`scan` asks for: ``2 * want + 32`` (room for void records
+    and rollback records among the newest), or a full page without ``want``."""
+    return PAGE if want is None else min(PAGE, 2 * max(0, want) + 32)
+
+
+def scan_bulk(repo, rk: str, below: int | None = None, want: int | None = None):
+    """Like :func:`scan`, reading records through the run's log segments: the positions are
+    listed beside the run's log segments, then read in one parallel wave (docs/format.md §12),
+    so a run of n checkpoints costs O(n / 1000 + log n) requests in a few round trips instead
+    of n GETs.
+
+    Args:
+        below: only positions strictly below this (a cursor): listed from there, page by page.
+        want: how many results the caller will take at most (None: all): positions are then
+            listed and read in chunks of ``want + 2`` (growing), so a page of a long run costs
+            what the page holds.
+    """
     pool = repo.pool
     f_segs = pool.submit(list_logsegs, repo, rk)
-    seqs = list_positions(repo, rk)
-    got = read_records(repo, rk, seqs, f_segs.result())
-    for s, m, end in live_records(seqs, got, LogWalk()):
-        if end:
+    if below is None and want is None:
+        seqs = list_positions(repo, rk)
+        got = read_records(repo, rk, seqs, f_segs.result())
+        for s, m, end in live_records(seqs, got, LogWalk()):
+            if end:
+                return
+            yield s, m.checkpoint_id, m
+        return
+    infos = log_infos(repo.store, rk, below=below, first_limit=PAGE if want is None else min(PAGE, want + 34))
+    walk = LogWalk()
+    batch = None if want is None else want + 2
+    while True:
+        chunk = []
+        for info in infos:
+            if not is_void(info.size):
+                chunk.append(keys.seq_from_manifest_key(info.key))
+                if batch is not None and len(chunk) >= batch:
+                    break
+        if not chunk:
             return
-        yield s, m.checkpoint_id, m
+        if batch is not None:
+            batch = min(batch * 2, 4 * PAGE)
+        got = read_records(repo, rk, [x for x in chunk if not walk.hides(x)], f_segs.result())
+        for s, m, end in live_records(chunk, got, walk):
+            if end:
+                return
+            yield s, m.checkpoint_id, m
 
 
 def read_many(repo, rk: str, seqs: list[int]) -> dict[int, Manifest]:

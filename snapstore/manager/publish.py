@@ -13,8 +13,11 @@ from ..errors import ConflictError, PreconditionFailed, SnapstoreError
 from ..format.manifest import Manifest
 from ..repo.log.stubs import prefetch, write_stubs
 from ..repo.log.bulk import write_logsegs
+from ..repo.log.records import _UNSET
 from .views import RunView
 
+
+_NOT_READ = object()  # append_record: no newest record given (read it)
 
 LOG_CACHE = 256
 """Recent log records (their bytes) a manager keeps per run to write log segments."""
@@ -52,14 +55,18 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done
                 f.cancel() or f.exception()
 
 
-def append_record(mgr, run_id: str, rk: str, make) -> Manifest:
-    """Publish a rollback/tombstone record at the next free position (fresh head; retries)."""
-    for _ in range(16):
-        newest = mgr.repo.head(rk)
+def append_record(mgr, run_id: str, rk: str, make, first=_NOT_READ, pending=_UNSET) -> Manifest:
+    """Publish a rollback/tombstone record at the next free position (fresh head; retries).
+
+    ``first``: the run's newest record (or None), read by the caller just now: the first attempt
+    goes after it without reading the head again; ``pending``: the run marker written already
+    for the position after ``first`` (:meth:`~snapstore.repo.log.records.LogRecords.publish`)."""
+    for attempt in range(16):
+        newest = first if attempt == 0 and first is not _NOT_READ else mgr.repo.head(rk)
         seq = 0 if newest is None else newest.seq + 1
         m = make(seq, newest)
         try:
-            data = mgr.repo.publish(rk, m)
+            data = mgr.repo.publish(rk, m, pending=pending if attempt == 0 and first is not _NOT_READ else _UNSET)
             after_publish(mgr, rk, mgr.state.views.get(m.run_id), seq, data)
             return m
         except PreconditionFailed:
@@ -67,11 +74,13 @@ def append_record(mgr, run_id: str, rk: str, make) -> Manifest:
     raise ConflictError(f"run {run_id!r} is changing too fast; gave up publishing a log record")
 
 
-def publish_record(mgr, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str) -> Manifest:
+def publish_record(mgr, run_id: str, rk: str, newest: Manifest | None, m: Manifest, what: str,
+                   pending=_UNSET) -> Manifest:
     """Publish a rollback/tombstone record ``m`` at exactly the position after ``newest`` (the
-    head a conditional operation checked). Raises ConflictError if the run moved meanwhile."""
+    head a conditional operation checked). Raises ConflictError if the run moved meanwhile.
+    ``pending``: the run marker written already for ``m``'s position (default: written here)."""
     try:
-        data = mgr.repo.publish(rk, m)
+        data = mgr.repo.publish(rk, m, pending=pending)
     except PreconditionFailed:
         raise ConflictError(f"run {run_id!r} changed while checking it for {what} (another writer saved, "
                             "rolled back or deleted); read the head again and retry") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from . import callers, history, views
+from . import callers, firstread, history, views
 from ..repo.log import runmarks
 from .callers import Seen
 from .checkpoint import Checkpoint, CheckpointSummary, make_checkpoint
@@ -26,12 +26,13 @@ def latest(mgr, run_id: str) -> Checkpoint | None:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.latest` (arguments, return value and
     errors as documented there)."""
     with mgr.state.run_lock(run_id):
+        early = firstread.early_listing(mgr, run_id, 1)  # beside the config GET of a fresh manager
         if not mgr.state.exists():
             # nothing there yet: remember that this manager saw the run empty
             mgr.state.views[run_id] = views.RunView(head_seq=None, head=None, loaded=True, confirmed_at=mgr.state.clock())
             views.saw(mgr, run_id, None, None, None)
             return None
-        v = views.load_view(mgr, run_id)
+        v = views.load_view(mgr, run_id, firstread.listed(early, mgr.state.run_key(run_id)))
         if v.head is None:
             views.saw_view(mgr, run_id, v)
             return None
@@ -131,13 +132,18 @@ def list_checkpoints(mgr, run_id: str, limit: int | None = None, *, metadata: di
         raise InvalidInputError(f"before_seq must be a non-negative integer, got {before_seq!r}")
     out = []
     check_run_id(run_id)
-    if limit == 0 or not mgr.state.exists():
+    if limit == 0:
+        return out
+    small = limit is not None and limit <= mgr.BULK_LIST_MIN
+    early = firstread.early_listing(mgr, run_id, history.first_page_limit(limit)) \
+        if small and before_seq is None else None  # beside the config GET of a fresh manager
+    if not mgr.state.exists():
         return out
     rk = mgr.state.run_key(run_id)
-    if limit is not None and limit <= mgr.BULK_LIST_MIN:
-        scan = history.scan(mgr.repo, rk, below=before_seq)
+    if small:
+        scan = history.scan(mgr.repo, rk, below=before_seq, want=limit, first=firstread.listed(early, rk))
     else:
-        scan = (x for x in history.scan_bulk(mgr.repo, rk) if before_seq is None or x[0] < before_seq)
+        scan = history.scan_bulk(mgr.repo, rk, below=before_seq, want=limit)
     for s, cid, m in scan:
         if metadata:
             md = m.fields.get("metadata")

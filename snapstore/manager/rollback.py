@@ -13,51 +13,122 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from . import callers, history, publish, views
+from . import callers, firstread, history, publish, views
 from .checkpoint import Checkpoint, make_checkpoint
 from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed, RunNotFound
 from ..format import keys
-from ..format.ids import check_checkpoint_id, new_write_id
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..format.ids import check_checkpoint_id, new_write_id, seq_hint
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, is_void, record_positions
+from ..repo.log import runmarks
+from ..repo.log.pages import range_infos
+from ..repo.log.records import _UNSET
+
+
+ROLLBACK_PAGE = 64
+"""Keys of the run's newest positions a rollback lists first: its head and, for a rollback up to
+about that far back, the whole range it hides (ETags and ages for the removal, without a
+second LIST)."""
 
 
 def rollback(mgr, run_id: str, checkpoint_id: str, *, expect_head=None) -> Checkpoint:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.rollback` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there).
+
+    Requests, in about five round trips whatever the run's length: (1) one LIST of the run's
+    newest positions (beside the config GET and versioning check of a fresh manager,
+    :mod:`snapstore.manager.firstread`); (2) the head's GET, the target's GET, the GETs of the
+    records the rollback hides (their ids name index records to delete) and the ``r`` run marker
+    at the position after the listed head, together; (3) the rollback record's create-only PUT,
+    while the target's segment packs are fetched beside; (4)-(5) the removal of the hidden range
+    (:meth:`~snapstore.repo.log.records.LogRecords.remove_records`).
+    """
     check_checkpoint_id(checkpoint_id)
     exp = views.expect(expect_head)
     with mgr.state.run_lock(run_id):
+        known_at = mgr.state.clock()
+        early = firstread.early_listing(mgr, run_id, ROLLBACK_PAGE)
         if not mgr.state.exists():
             raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}")
+        repo = mgr.repo
         rk = mgr.state.run_key(run_id)
         check = views.head_check(mgr, run_id, rk, exp, callers.seen(mgr, run_id), "rollback")
-        newest = mgr.repo.head(rk)
-        if check is not None:
-            check(newest)
+        listed = firstread.listed(early, rk)
+        if listed is None:
+            known_at = mgr.state.clock()
+            listed = list(repo.store.list(keys.manifests_prefix(rk), limit=ROLLBACK_PAGE))
+        positions = record_positions(listed)
+        top = positions[0] if positions else None
+        hint = seq_hint(checkpoint_id)
+        pool = repo.pool
+        f_head = pool.submit(repo.head, rk, listed)
+        f_target = pool.submit(repo.find_checkpoint, rk, checkpoint_id)
+        hidden = [x for x in positions if hint is not None and hint < x < top]  # (the head: f_head)
+        f_hidden = pool.submit(history.read_many, repo, rk, hidden) if hidden else None
+        # the r marker of the record at top + 1 (a marker left by a rollback that does not happen
+        # is harmless: runs() reads that run's head, docs/format.md §13)
+        f_mark = pool.submit(runmarks.before_publish, repo.store, rk, _probe_rollback(run_id, top + 1), False) \
+            if top is not None and top != hint else None
         try:
-            target = mgr.repo.find_checkpoint(rk, checkpoint_id)
-        except CheckpointNotFound:
+            newest = f_head.result()
             if check is not None:
-                check(mgr.repo.head(rk))  # gone because the run moved: that is the conflict
-            raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+                check(newest)
+            try:
+                target = f_target.result()
+            except CheckpointNotFound:
+                if check is not None:
+                    check(repo.head(rk))  # gone because the run moved: that is the conflict
+                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+        except BaseException:
+            for f in (f_hidden, f_mark):
+                if f is not None:
+                    f.exception()
+            raise
+        segs = history.carried_segs(newest)
+        f_load = pool.submit(repo.load_with_state, target, segs or None)  # the packs, beside the publish
 
         def make(seq, _n):
             return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id=new_write_id(),
                             created=datetime.now(timezone.utc), target={"seq": target.seq, "id": checkpoint_id},
                             segs=history.carried_segs(_n))
         rec = newest
-        if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
-            if check is not None:
-                rec = publish.publish_record(mgr, run_id, rk, newest, make(newest.seq + 1, newest), "rollback")
-            else:
-                rec = publish.append_record(mgr, run_id, rk, make)
-            remove_range(mgr, rk, target.seq, rec.seq)
-        v = views.load_view(mgr, run_id)
-        msgs, ls = mgr.repo.load_with_state(target, v.head_segs)
-        v.list_state = ls
+        try:
+            if not (newest is not None and newest.kind == KIND_CHECKPOINT and newest.seq == target.seq):
+                pending = _UNSET
+                if f_mark is not None:
+                    pend = f_mark.result()  # raises if the marker could not be written: nothing published
+                    if newest is not None and newest.seq == top:
+                        pending = pend
+                if check is not None:
+                    rec = publish.publish_record(mgr, run_id, rk, newest, make(newest.seq + 1, newest), "rollback",
+                                                 pending=pending)
+                else:
+                    rec = publish.append_record(mgr, run_id, rk, make, first=newest, pending=pending)
+                got = None
+                if rec.seq == top + 1 and newest.seq == top:
+                    got = dict(f_hidden.result()) if f_hidden is not None else {}
+                    got[top] = newest
+                remove_range(mgr, rk, target.seq, rec.seq, listed if got is not None else None, got)
+            msgs, ls = f_load.result()
+        except BaseException:
+            for f in (f_hidden, f_mark, f_load):
+                if f is not None:
+                    f.exception()
+            raise
+        v = mgr.state.views.get(run_id) or views.RunView()
+        v.head_seq, v.head_write_id = rec.seq, rec.write_id
+        v.head_segs = rec.segment_list() if rec.kind != KIND_TOMBSTONE else []
+        v.head, v.list_state, v.live = target, ls, None
+        v.confirmed_at, v.loaded = known_at, True
+        mgr.state.views[run_id] = v
         views.saw(mgr, run_id, checkpoint_id, rec.seq, rec.write_id)
-        v.live = None
-        return make_checkpoint(mgr.repo, target, msgs)
+        return make_checkpoint(repo, target, msgs)
+
+
+def _probe_rollback(run_id: str, seq: int) -> Manifest:
+    """A stand-in rollback record at ``seq``: what :func:`snapstore.repo.log.runmarks.before_publish`
+    needs to name its ``r`` marker (kind and position)."""
+    return Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=seq, write_id="0" * 16,
+                    created=datetime.now(timezone.utc), target={"seq": 0, "id": "x"})
 
 
 def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
@@ -119,13 +190,27 @@ def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[s
         return [c for _, c in doomed]
 
 
-def remove_range(mgr, rk: str, low: int, high: int) -> list:
+def remove_range(mgr, rk: str, low: int, high: int, listed: list | None = None, got: dict | None = None) -> list:
     """Remove every record with low < seq < high (and index records; young records become void
-    records, :meth:`~snapstore.repo.log.records.LogRecords.remove_records`). Returns removed (seq, id)."""
-    seqs = [s for s in mgr.repo.manifest_seqs(rk) if low < s < high]
-    got = history.read_many(mgr.repo, rk, seqs)
-    entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in got.items()]
-    mgr.repo.remove_records(rk, entries)
+    records, :meth:`~snapstore.repo.log.records.LogRecords.remove_records`). Returns removed (seq, id).
+
+    The positions come from LIST pages starting right below ``high``
+    (:func:`snapstore.repo.log.pages.range_infos`), so the cost is that of the range, not of the
+    run. ``listed``: ObjectInfos of the run's newest positions listed after the newest record
+    below ``high`` was read (used when they reach down to ``low``); ``got``: ``{seq: Manifest}``
+    of those records read already."""
+    infos = None
+    if listed is not None:
+        seqs = [keys.seq_from_manifest_key(i.key) for i in listed]
+        if seqs and (min(seqs) <= low + 1 or len(listed) < ROLLBACK_PAGE):
+            infos = {s: i for s, i in zip(seqs, listed) if low < s < high}
+    if infos is None:
+        infos = range_infos(mgr.repo.store, rk, low, high)
+    seqs = [s for s, i in infos.items() if not is_void(i.size)]
+    have = {s: got[s] for s in seqs if got is not None and s in got}
+    have.update(history.read_many(mgr.repo, rk, [s for s in seqs if s not in have]))
+    entries = [(s, m.checkpoint_id if (m and m.kind == KIND_CHECKPOINT) else None) for s, m in have.items()]
+    mgr.repo.remove_records(rk, entries, infos)
     return entries
 
 
@@ -167,7 +252,11 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
         if listed is not None and newest is not None and newest.seq == listed.top:
             live = listed.pairs()
         else:
-            live = [(s, c) for s, c, _ in history.scan(mgr.repo, rk)]
+            live = []  # the live checkpoints down to the newest one not doomed (not the whole run)
+            for s, c, _m in history.scan(mgr.repo, rk, want=len(doomed_seqs) + 1):
+                live.append((s, c))
+                if s not in doomed_seqs:
+                    break
         listed = None  # a retry reads the run again
         if newest is None or not live or live[0][0] not in doomed_seqs:
             break

@@ -27,6 +27,24 @@ from .runcache import RUNS_SEEN_MAX, RunCache
 __all__ = ["ManagerState"]
 
 
+def _beside(check: Callable[[], bool]):
+    """Run ``check()`` in a thread of its own; a future of its result (False when it raised a
+    SnapstoreError: an unknown versioning state is treated as unversioned, as before)."""
+    from concurrent.futures import Future
+
+    fut: Future = Future()
+
+    def run():
+        try:
+            fut.set_result(bool(check()))
+        except SnapstoreError:
+            fut.set_result(False)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+            fut.set_exception(e)
+    threading.Thread(target=run, name="snapstore-versioning", daemon=True).start()
+    return fut
+
+
 @dataclass(eq=False)
 class ManagerState:
     """A manager's state, shared by its callers (threads and asyncio tasks) and its operations.
@@ -90,15 +108,19 @@ class ManagerState:
         if self._repo is None:
             with self._lock:
                 if self._repo is None:
-                    repo = Repository.open(self.store, create=create)
+                    check = self.store.check_versioning if store_capabilities(self.store).versioning else None
+                    # the versioning check goes beside the config GET (one round trip for both)
+                    got = _beside(check) if check is not None else None
+                    try:
+                        repo = Repository.open(self.store, create=create)
+                    except BaseException:
+                        if got is not None:
+                            got.exception()  # wait for it; the open's error is the one to raise
+                        raise
                     if self.pack_cache_bytes is not None:
                         repo.cache.limit = self.pack_cache_bytes
-                    check = self.store.check_versioning if store_capabilities(self.store).versioning else None
-                    if check is not None:
-                        try:
-                            self.versioned = bool(check())
-                        except SnapstoreError:
-                            self.versioned = False
+                    if got is not None:
+                        self.versioned = got.result()
                         if self.versioned:
                             warnings.warn(
                                 f"bucket versioning is enabled for {self.store.url}: deletes only add delete markers, "
@@ -107,6 +129,12 @@ class ManagerState:
                     self.views.raw_keep = RECENT_RAW_KEEP * max(repo.config.dict_bytes, 1)
                     self._repo = repo
         return self._repo
+
+    def opening(self) -> bool:
+        """True while the repository is not open yet: the next operation's first request is the
+        config GET, beside which a caller may send a read that needs no config
+        (:mod:`snapstore.manager.firstread`)."""
+        return self._repo is None
 
     def exists(self) -> bool:
         """True if the location holds a repository (opens it; never creates one)."""

@@ -81,12 +81,14 @@ def expect(expect_head) -> tuple | None:
     return (expect_head,)
 
 
-def load_view(mgr, run_id: str) -> RunView:
+def load_view(mgr, run_id: str, listed: list | None = None) -> RunView:
     """Read the run's newest record (LIST limit 1 + GET) into a fresh view (kept in
     ``mgr.state.views``); its writer state and live list are dropped if the head changed.
 
     Args:
         mgr: the :class:`~snapstore.manager.facade.CheckpointManager`. run_id: the run.
+        listed: the first page of the run's manifest keys, listed already (no LIST then;
+            :mod:`snapstore.manager.firstread`), or None.
     Returns:
         The run's :class:`RunView`, loaded.
 
@@ -94,7 +96,7 @@ def load_view(mgr, run_id: str) -> RunView:
         InvalidRunIdError: a bad run id; StoreError / IntegrityError: as the reads.
     """
     rk = mgr.state.run_key(run_id)
-    newest = mgr.repo.head(rk)
+    newest = mgr.repo.head(rk, listed)
     v = mgr.state.views.get(run_id) or RunView()
     v.head_seq = newest.seq if newest else None
     v.head_write_id = newest.write_id if newest else None

@@ -108,18 +108,29 @@ class LogRecords:
                 why = f"log segment {lk} holds no copy of position {seq}"
         raise CompactedRecordError(key, f"compacted record without a copy: {why}")
 
-    def head(self, run_key: str) -> Manifest | None:
+    def head(self, run_key: str, listed: list | None = None) -> Manifest | None:
         """Return the newest record of the run (one LIST with limit 1, one GET), or None.
 
         Void records (docs/format.md §15) are not records: writers never leave one newest, so
         only a damaged log makes this list further.
 
+        Args:
+            run_key: the run's key segment.
+            listed: the first page of the run's manifest keys (ObjectInfos, newest first), listed
+                already by the caller (then no LIST is sent unless its newest record is gone).
         Raises:
             IntegrityError: the newest record is corrupt; StoreError: a request failed.
         """
         prefix = keys.manifests_prefix(run_key)
-        for _ in range(8):
-            info = next(iter(self.store.list(prefix, limit=1)), None)
+        for attempt in range(8):
+            if attempt == 0 and listed is not None:
+                info = next((i for i in listed if not is_void(i.size)), None)
+                if info is None and not listed:
+                    return None
+                if info is None:  # only void records in the page: list on, as below
+                    info = listed[0]
+            else:
+                info = next(iter(self.store.list(prefix, limit=1)), None)
             if info is not None and is_void(info.size):
                 info = next((i for i in self.store.list(prefix) if not is_void(i.size)), None)
             if info is None:
@@ -168,7 +179,7 @@ class LogRecords:
                 out[s] = info
         return out
 
-    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
+    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], infos: dict | None = None) -> None:
         """Remove the run's log records at ``[(seq, checkpoint id or None)]`` (and the index
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
@@ -180,29 +191,63 @@ class LogRecords:
         the run's newest fails its create-only write there instead of publishing a checkpoint
         nobody sees (docs/format.md §15). Positions with no object are skipped.
 
+        Requests: the index records' DeleteObjects, the removal record's PUT and the store-clock
+        probe's PUT go out together; then the deletions, the void records and the probe's DELETE
+        together: two round trips (three when the positions' ObjectInfos must be read first).
+
         Args:
             run_key: the run's key segment.
             entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
                 tombstones) names the index record to delete.
+            infos: ``{seq: ObjectInfo}`` of those positions' objects (size, ETag, mtime), listed
+                by the caller after the record that hides them was decided on; None: read here
+                (:meth:`manifest_infos`).
         Raises:
             StoreError: a request failed (what was removed stays removed; the rest is left).
         """
         idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
-        if idx:
-            self.store.delete_many(idx)
-        infos = self.manifest_infos(run_key, {s for s, _ in entries})
+        want = {s for s, _ in entries}
+        if infos is None:
+            infos = self.manifest_infos(run_key, want)
+        else:
+            infos = {s: i for s, i in infos.items() if s in want}
         if not infos:
+            if idx:
+                self.store.delete_many(idx)
             return
-        self.record_removals(run_key, infos)
+        pool = self.pool
+        f_idx = pool.submit(self.store.delete_many, idx) if idx else None
+        f_probe = pool.submit(self._clock_probe)
+        try:
+            self.record_removals(run_key, infos)
+        except BaseException:
+            if f_idx is not None:
+                f_idx.exception()
+            if f_probe.exception() is None:
+                try:
+                    self.store.delete_many([f_probe.result()[0]])
+                except SnapstoreError:
+                    pass  # an empty probe object left under gc/ (as a failed DELETE of store_time leaves)
+            raise
+        if f_idx is not None:
+            f_idx.result()  # index records go before any manifest (raises if they could not)
+        probe_key, probe_time = f_probe.result()
         # ages on the store's clock (never below the newest timestamp just listed)
-        now = max(self.store_time(), max(i.mtime for i in infos.values()))
+        now = max(probe_time, max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
+        futs = [pool.submit(self.store.delete_many, [probe_key])]
         if old:  # DeleteObjects batches of up to 1,000 keys, in parallel (a prune of many)
             doomed = [keys.manifest_key(run_key, s) for s in sorted(old)]
-            list(self.pool.map(self.store.delete_many, [doomed[i:i + 1000] for i in range(0, len(doomed), 1000)]))
-        if young:
-            list(self.pool.map(lambda item: self._void(run_key, *item), young))
+            futs += [pool.submit(self.store.delete_many, doomed[i:i + 1000]) for i in range(0, len(doomed), 1000)]
+        futs += [pool.submit(self._void, run_key, s, i) for s, i in young]
+        for f in futs:
+            f.result()
+
+    def _clock_probe(self) -> tuple[str, float]:
+        """Write a probe object: ``(its key, its mtime on the store's clock)``; the caller deletes it."""
+        key = f"gc/clock-{os.urandom(8).hex()}"
+        return key, self.store.put(key, b"").mtime
 
     def record_removals(self, run_key: str, positions=(), ranges=None, dry_run: bool = False) -> list[int]:
         """Write removal records (docs/format.md §16) naming ``positions`` of the run (or the
