@@ -168,13 +168,15 @@ class SavePreparer:
         """
         parent, messages, n_old = b.parent, b.messages, b.n_old
         hasher = self.repo.hasher
-        if parent.objs is not None and parent.ids is not None and n_old <= b.n:
-            # warm writer: the caller's objects from the last save, by identity ...
-            same = list(map(operator.is_, messages[:n_old], parent.objs))
+        if parent.objs is not None and parent.ids is not None and len(parent.objs) == n_old:
+            # warm writer: the caller's objects from the last save, by identity (a shorter list
+            # too: it may keep a long prefix, see _rewind) ...
+            m = min(n_old, b.n)
+            same = list(map(operator.is_, messages[:m], parent.objs[:m]))
             try:
                 b.prefix = same.index(False)
             except ValueError:
-                b.prefix = n_old
+                b.prefix = m
             # ... and the most recent ones by value: they are the ones callers tend to mutate
             for i in range(max(0, b.prefix - 4), b.prefix):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
