@@ -19,6 +19,30 @@ RECENT_RAW_KEEP = 4
 
 
 
+MARKS_KEEP = 256
+"""Positions a writer keeps a :class:`ListMark` of (the newest ones): enough for the tails of the
+last saves of a caller whose list keeps a long prefix and rewrites a short end each save (the
+LangGraph saver's records: messages, then a few items that change)."""
+
+
+@dataclass
+class ListMark:
+    """The state of a list's save at one position ``p``, as the writer built it: enough to build the
+    tree and digest of any list whose first ``p`` messages are the same, without them.
+
+    Attributes:
+        levels: the spine's open runs after the first ``p`` refs (copies; :class:`Spine` levels).
+        nodes: how many entries of the writer's ``ListState.nodes`` (insertion order: the order
+            the nodes were sealed) the tree of the first ``p`` refs references.
+        digest: the list digest after the first ``p`` messages (``[`` and their JSON joined by
+            ``,``), a blake3 state to copy.
+    """
+
+    levels: list
+    nodes: int
+    digest: object = None
+
+
 @dataclass
 class ValueKnown:
     """What a writer knows about one stored session-state value tree (docs/format.md §7): the
@@ -66,6 +90,11 @@ class ListState:
             it true (the manifest's ``messages.a``, docs/format.md §19). An empty list starts true.
             None when unknown (a parent record written before ``messages.a``): an append keeps it
             unknown (``a`` absent, read hash first), anything else makes it False.
+        marks: position -> :class:`ListMark`, the tree's spine and the list digest as they were
+            before that position, for recent positions this writer itself saved (the tails of its
+            last saves, at most :data:`MARKS_KEEP`): a save that keeps the first ``p`` messages and
+            changes what follows restarts from the nearest mark at or before ``p`` instead of
+            rebuilding the tree and the digest from the first message (docs/format.md §18).
     """
 
     spine: Spine
@@ -85,6 +114,7 @@ class ListState:
     exact: int | None = 0
     refs_pending: bool = False
     arrays_exact: bool | None = True
+    marks: dict = field(default_factory=dict)
 
     def digest_hex(self) -> str:
         """The list digest stored in manifests: keyed blake3-128 of the list's compact JSON."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+from itertools import islice
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -23,7 +24,7 @@ from ..format.manifest import KIND_CHECKPOINT, Manifest
 from ..format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
 from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
 from ..format.valuetree import ValueTree, split_value
-from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave, ValueKnown, json_digest
+from .liststate import MARKS_KEEP, RECENT_RAW_KEEP, ListMark, ListState, PreparedSave, ValueKnown, json_digest
 
 
 def _fastcdc():
@@ -39,6 +40,11 @@ HOLE_MIN = 4096
 in the array blocks instead of a copy (docs/format.md §8): a reader fetches it where it is stored;
 a shorter one costs less as a copy than as a lookup."""
 
+REWIND_MAX = 4096
+"""Messages a save that keeps the parent's first ``p`` messages and changes what follows re-appends
+at most to the tree from the parent's nearest :class:`ListMark` at or before ``p``; further back, the
+tree is rebuilt from the first message."""
+
 
 @dataclass
 class _SaveBuild:
@@ -50,7 +56,9 @@ class _SaveBuild:
     after them (None: computed at the end); ``append``: the new list extends the parent's; ``pb``:
     the pack being built; ``known``/``known_pieces``: what dedup may reuse; ``tail_refs``/
     ``all_refs``: refs of positions ``prefix`` on / of the whole list (None: not loaded);
-    ``arrays``: the appended messages go into array blocks; ``new_chunks``/``new_bytes``: stored.
+    ``arrays``: the appended messages go into array blocks; ``new_chunks``/``new_bytes``: stored;
+    ``rewind``: the parent's mark the tree and digest restart from (a list that keeps the parent's
+    first ``prefix`` messages, then differs), or None; ``marks``: this save's new marks.
     """
 
     parent: ListState
@@ -71,6 +79,8 @@ class _SaveBuild:
     arrays: bool = False
     new_chunks: int = 0
     new_bytes: int = 0
+    rewind: int | None = None
+    marks: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.n_old = self.parent.count
@@ -158,13 +168,15 @@ class SavePreparer:
         """
         parent, messages, n_old = b.parent, b.messages, b.n_old
         hasher = self.repo.hasher
-        if parent.objs is not None and parent.ids is not None and n_old <= b.n:
-            # warm writer: the caller's objects from the last save, by identity ...
-            same = list(map(operator.is_, messages[:n_old], parent.objs))
+        if parent.objs is not None and parent.ids is not None and len(parent.objs) == n_old:
+            # warm writer: the caller's objects from the last save, by identity (a shorter list
+            # too: it may keep a long prefix, see _rewind) ...
+            m = min(n_old, b.n)
+            same = list(map(operator.is_, messages[:m], parent.objs[:m]))
             try:
                 b.prefix = same.index(False)
             except ValueError:
-                b.prefix = n_old
+                b.prefix = m
             # ... and the most recent ones by value: they are the ones callers tend to mutate
             for i in range(max(0, b.prefix - 4), b.prefix):
                 raw, exact = self._encode_message(messages[i], f"messages[{i}]")
@@ -182,7 +194,9 @@ class SavePreparer:
                     b.prefix = n_old
                     b.digest = d
                     self._window(b)
-        if b.prefix < n_old:
+        if b.prefix < n_old and self._rewind(b):
+            pass
+        elif b.prefix < n_old:
             # the list was rewritten (or could not be compared cheaply): compare message by message
             if parent.ids is None or parent.refs is None or not all(parent.ids[:n_old]):
                 parent = b.parent = self._reload_full(parent)
@@ -199,7 +213,52 @@ class SavePreparer:
             if not b.ids[i]:
                 self._encode_at(b, i)
         if parent.ids is not None and b.append:
-            b.ids[:b.prefix] = [x if x else y for x, y in zip(b.ids[:b.prefix], parent.ids[:b.prefix])]
+            # the parent's ids, but those this save computed (only its last positions: the ones
+            # compared by value, or a cold writer's window) where the parent has none
+            new = parent.ids[:b.prefix]
+            i = b.prefix - 1
+            while i >= 0 and b.ids[i]:
+                if not new[i]:
+                    new[i] = b.ids[i]
+                i -= 1
+            b.ids[:b.prefix] = new
+
+    def _rewind(self, b: "_SaveBuild") -> bool:
+        """A warm save whose list keeps the parent's first ``b.prefix`` messages (the same objects)
+        and differs after them: encode only the positions from ``b.prefix`` on, and set
+        ``b.rewind`` to the parent's nearest mark at or before the kept prefix, from which the tree
+        and the digest are continued (docs/format.md §18). Returns False (nothing changed) when the
+        parent has no such mark within :data:`REWIND_MAX` or does not hold every id and ref.
+
+        Raises:
+            InvalidMessageError: a message from ``b.prefix`` on is not an exact JSON value.
+        """
+        parent, p = b.parent, b.prefix
+        if (not parent.marks or parent.ids is None or parent.refs is None or len(parent.ids) != b.n_old
+                or len(parent.refs) != b.n_old):
+            return False
+        q = max((k for k in parent.marks if k <= p), default=None)
+        if q is None or p - q > REWIND_MAX or parent.marks[q].digest is None or not all(parent.ids[q:p]):
+            return False
+        b.ids[:p] = parent.ids[:p]
+        for i in range(p, b.n):
+            self._encode_at(b, i)
+        lim = min(b.n_old, b.n)
+        i = p
+        while i < lim and b.ids[i] == parent.ids[i]:
+            i += 1
+        b.prefix = i
+        if i == b.n_old:  # the rest equal by value: an append after all
+            b.digest = parent.digest.copy() if parent.digest is not None else None
+            return True
+        praws = parent.raws if parent.raws is not None and len(parent.raws) == b.n_old else None
+        for j in range(q, i):  # the JSON the digest is continued with, from the mark on
+            if b.raws[j] is None:
+                raw = praws[j] if praws is not None else None
+                b.raws[j] = raw if raw is not None else encode_json(b.messages[j])[0]
+        b.rewind = q
+        b.digest = parent.marks[q].digest.copy()
+        return True
 
     def _prefix_digest(self, messages: list, n_old: int):
         """A cold writer's check of the prefix: the JSON digest (without closing bracket) of
@@ -274,7 +333,13 @@ class SavePreparer:
         Sets ``b.all_refs``; returns ``(spine, nodes)`` (nodes: node id -> pack id of every sealed
         node the new tree references; a node is reused only if the parent's tree has it)."""
         parent, pb, hasher = b.parent, b.pb, self.repo.hasher
-        new_nodes: dict[bytes, bytes] = dict(parent.nodes) if b.append else {}
+        if b.append:
+            new_nodes: dict[bytes, bytes] = dict(parent.nodes)
+        elif b.rewind is not None:
+            # the nodes the tree of the first ``rewind`` refs references: the first ones sealed
+            new_nodes = dict(islice(parent.nodes.items(), parent.marks[b.rewind].nodes))
+        else:
+            new_nodes = {}
 
         def seal(nid: bytes, data: bytes) -> bytes:
             # reuse a node only if the parent's tree has it (data the parent keeps alive)
@@ -288,12 +353,19 @@ class SavePreparer:
         if b.append:
             spine = parent.spine.copy()
             b.all_refs = None if parent.refs is None else parent.refs + b.tail_refs
+        elif b.rewind is not None:
+            spine = Spine(self.repo.params, parent.marks[b.rewind].levels, upper=parent.spine.upper)
+            b.all_refs = parent.refs[:b.prefix] + b.tail_refs
+            for r in parent.refs[b.rewind:b.prefix]:
+                spine.append(r, seal, hasher.content_id)
         else:
             spine = Spine(self.repo.params, upper=parent.spine.upper)
             b.all_refs = parent.refs[:b.prefix] + b.tail_refs
             for r in parent.refs[:b.prefix]:
                 spine.append(r, seal, hasher.content_id)
-        for r in b.tail_refs:
+        marks = b.marks
+        for i, r in enumerate(b.tail_refs, b.prefix):
+            marks[i] = ListMark([list(x) for x in spine.levels], len(new_nodes))
             spine.append(r, seal, hasher.content_id)
         return spine, new_nodes
 
@@ -322,7 +394,13 @@ class SavePreparer:
         :class:`ListState` (digest, recent JSON kept for dictionaries, what dedup may reuse)."""
         parent, pb, hasher, n, n_old, prefix = b.parent, b.pb, self.repo.hasher, b.n, b.n_old, b.prefix
         raws, tail_refs, all_refs = b.raws, b.tail_refs, b.all_refs
-        size = parent.size + sum(r.size for r in tail_refs) if b.append else sum(r.size for r in all_refs)
+        dropped = parent.refs[prefix:n_old] if b.rewind is not None else ()
+        if b.append:
+            size = parent.size + sum(r.size for r in tail_refs)
+        elif b.rewind is not None:
+            size = parent.size - sum(r.size for r in dropped) + sum(r.size for r in tail_refs)
+        else:
+            size = sum(r.size for r in all_refs)
         if n == 0:
             state = None
         elif b.append and not tail_refs and parent.state is not None:
@@ -336,14 +414,32 @@ class SavePreparer:
             pb.add(T_STATE, sid, sbytes)
             state = (sid, pb.pack_id)
         digest = b.digest
-        if digest is not None:
-            for i in range(prefix, n):
-                if i > 0:
-                    digest.update(b",")
-                digest.update(raws[i])
-        else:
+        start = b.rewind if b.rewind is not None else prefix
+        if digest is None:
             digest = json_digest(hasher, (raws[i] if raws[i] is not None else encode_json(b.messages[i])[0]
-                                          for i in range(n)))
+                                          for i in range(prefix)))
+            start = prefix
+        marks = b.marks
+        for i in range(start, n):
+            mk = marks.get(i) if i >= prefix else None
+            if mk is not None:
+                mk.digest = digest.copy()
+            if i > 0:
+                digest.update(b",")
+            digest.update(raws[i])
+        # the marks the next save may restart from: the parent's at or before the kept prefix
+        # (only when this save's nodes keep the parent's order: an append or a rewind), and this
+        # save's, the newest MARKS_KEEP
+        if b.append:
+            kept = dict(parent.marks)
+        elif b.rewind is not None:
+            kept = {k: v for k, v in parent.marks.items() if k <= prefix}
+        else:
+            kept = {}
+        kept.update(marks)
+        if len(kept) > MARKS_KEEP:
+            for k in sorted(kept)[:len(kept) - MARKS_KEEP]:
+                del kept[k]
         # keep the most recent raw JSON (a few dictionaries' worth) for the next save's dictionary
         old_raws = parent.raws if (parent.raws is not None and len(parent.raws) == n_old) else [None] * n_old
         new_raws = old_raws[:prefix] + raws[prefix:]
@@ -359,6 +455,16 @@ class SavePreparer:
         if b.append:
             new_exact = exact_count(tail_refs)
             exact = None if parent.exact is None and n_old else (parent.exact or 0) + new_exact
+        elif b.rewind is not None:
+            # dedup only against what the new list references (GC safety): the parent's known
+            # refs without those only the dropped end held (one also in the kept prefix may go too)
+            tail_ids = {r.id for r in tail_refs}
+            for r in dropped:
+                if r.id not in tail_ids:
+                    known.pop(r.id, None)
+            known_pieces = {k: r for k, r in known_pieces.items() if r.pack == pb.pack_id}
+            exact = (parent.exact - exact_count(dropped) + exact_count(tail_refs) if parent.exact is not None
+                     else exact_count(all_refs))
         else:
             # dedup only ever against data the new checkpoint itself keeps alive (GC safety): drop
             # what the rewritten list no longer references
@@ -367,7 +473,7 @@ class SavePreparer:
             exact = exact_count(all_refs)
         return ListState(spine=spine, count=n, size=size, digest=digest, state=state,
                          ids=b.ids, refs=all_refs, objs=b.messages, raws=new_raws, known=known,
-                         known_pieces=known_pieces, nodes=nodes, value=value, exact=exact,
+                         known_pieces=known_pieces, nodes=nodes, value=value, exact=exact, marks=kept,
                          arrays_exact=parent.arrays_exact if b.append and (b.arrays or n == n_old) else False)
 
     def _store_value(self, pb: PackBuilder, value, raw: bytes, exact: bool, known: ValueKnown | None) -> ValueKnown:
