@@ -21,17 +21,18 @@ records whose writers finished (every write holds the *barrier* lock shared from
 record until its file is in place; a settler takes it exclusively once before it reads the
 journal's end).
 
-Locks are Linux open-file-description byte-range locks (``F_OFD_SETLKW``) on the journal file
-itself; each write opens its own descriptor, so threads, processes and several stores of one
-process exclude each other alike, and no lock file exists besides the journal:
+Locks (:mod:`snapstore.stores.walocks`): the users lock is flock(2) on the journal file; the
+append lock, the barrier (shared by each write from its record to its file, exclusive to a
+settler) and the 65,536 key stripes (a key's stripe is held exclusively by a create-only ``put``
+or a compare-and-swap ``put_if_match`` from its existence or ETag check until its file is in
+place) are Linux open-file-description byte ranges on the journal (byte 0, byte 2, bytes
+``2**30 + n``), or, where fcntl has no ``F_OFD_SETLKW`` (macOS, BSDs, Linux < 3.15), flock(2) on
+lock files in ``<root>/.wal-locks/`` (which stay). Each write opens its own descriptors, so
+threads, processes and several stores of one process exclude each other alike. The header's byte
+36 says which way the journal's users lock; a joiner without OFD locks refuses an OFD journal.
 
-* byte 0: the append lock (exclusive while a record and the header are written);
-* byte 1: the users lock (shared by every open store; exclusive to replay, and to remove the
-  journal at close);
-* byte 2: the barrier (shared by each write from its record to its file, exclusive to a settler);
-* bytes ``2**30 + n`` for ``n < 65536``: the key stripes (a key's stripe is held exclusively by a
-  create-only ``put`` or a compare-and-swap ``put_if_match`` from its existence or ETag check
-  until its file is in place).
+A batch (:meth:`Journal.mutation` with a list of keys, :meth:`_Write.append_batch`) is one ``B``
+record whose body holds its sub-records: one fdatasync, replayed whole or not at all.
 
 Objects larger than :data:`INLINE_MAX` are not copied into the journal: their file is fsynced,
 and a ``N`` record (the key's state is whatever is on disk) is journaled, so that a replay of an
