@@ -23,10 +23,13 @@ LOG_CACHE = 256
 """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
 
-def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done=()) -> None:
+def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done=(), deletes=()) -> bool:
     """Remember a record just published and write the log segments that end at it (format 2,
     docs/format.md §12; best effort, a failure costs listing speed only). ``done``: keys of the
-    segments already written in the record's own transaction (a save at one commit)."""
+    segments already written in the record's own transaction (a save at one commit).
+    ``deletes``: keys to delete (the packs a save's tier merged) in the log stubs' atomic batch
+    when one is written (a store with ``write_batch``). Returns True when ``deletes`` were
+    deleted (else the caller deletes them)."""
     cache = None
     if v is not None:
         if v.log_cache is None:
@@ -49,10 +52,12 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done
         except SnapstoreError:
             written = []
         if started is not None and written:
-            write_stubs(mgr.repo, rk, seq, known, started)
+            write_stubs(mgr.repo, rk, seq, known, started, deletes)
+            return True
         elif started is not None:
             for f in started:  # the segment was not written (by us): leave the range full
                 f.cancel() or f.exception()
+    return False
 
 
 def append_record(mgr, run_id: str, rk: str, make, first=_NOT_READ, pending=_UNSET) -> Manifest:

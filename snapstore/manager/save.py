@@ -412,6 +412,7 @@ class _Attempt:
         v.head_segs = m.segs
         v.head = m
         publish.after_publish(mgr, rk, v, m.seq, data, self.segs_done)
+        merged: list[str] = []
         if p.superseded and not self.one_commit:  # (at one commit: in the publish's transaction, unless pinned)
             # the packs merged into the tier pack: the new record's segments hold their entries
             # (a reader or GC that meets a ref hinting at one finds the entry there); a failed
@@ -420,10 +421,12 @@ class _Attempt:
             mgr.state.hook("before_merged_delete", run_id=self.args.run_id, seq=m.seq, packs=list(p.superseded))
             delete, v.pinned = pins.may_delete_merged(repo.store, rk, v.pinned)
             if delete:
-                try:
-                    repo.store.delete_many([keys.pack_key(x) for x in p.superseded])
-                except SnapstoreError:
-                    pass
+                merged = [keys.pack_key(x) for x in p.superseded]
+        if merged:
+            try:
+                repo.store.delete_many(merged)
+            except SnapstoreError:
+                pass
         v.confirmed_at = mgr.state.clock()
         views.saw(mgr, self.args.run_id, m.checkpoint_id, m.seq, m.write_id)
         v.list_state = p.prepared.state

@@ -48,6 +48,7 @@ from typing import Iterable, Iterator
 
 from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, PreconditionFailed, StoreError
 from . import localwal
+from .batch import BatchPut, BatchRefused, check_batch
 from .base import Leftover, ObjectInfo, RequestStats, StoreCapabilities, check_key, check_range, check_whole_read
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -153,9 +154,10 @@ class LocalStore:
         #: cache is a memory copy, and starting the pool's threads cost a fresh process about 2 ms
         #: of a 12 ms cold ``latest()``, ``benchmarks/local_read.py``); compacted run logs (a
         #: manifest file costs a 4 KiB disk block); leftovers (``.tmp-*`` files) and empty
-        #: directories to remove.
+        #: directories to remove; atomic batches (:meth:`write_batch`: one journal record, one
+        #: fdatasync; a save's packs and manifest at one commit).
         self.capabilities = StoreCapabilities(max_concurrency=16, inline_reads=True, compact_log=True,
-                                              leftovers=True, empty_dirs=True)
+                                              leftovers=True, empty_dirs=True, atomic_batch=True)
 
     # ------------------------------------------------------------------------------------------
     def _journal(self, create: bool = True) -> "localwal.Journal | None":
@@ -402,6 +404,154 @@ class LocalStore:
                 return self._info(key, os.stat(path))
         except OSError as e:
             raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+
+    def write_batch(self, puts: Iterable[BatchPut], deletes: Iterable[str] = (),
+                    deletes_unless: str | None = None) -> list[ObjectInfo | None]:
+        """Apply conditional puts and deletes as ONE journal record (one fdatasync): every
+        condition is decided while the stripes of all the put keys are held, then the record
+        is journaled, then the files change in batch order (puts, then deletes) without fsync
+        (:mod:`snapstore.stores.batch`; docs/format.md §26). Durable all or none: a replay
+        applies the whole record or, torn, none of it. Readers see the files appear in batch
+        order (a manifest put last is never visible before its packs), as after ordered writes.
+        Objects above 1 MiB are fsynced in place before the record (an ``N`` sub-record).
+
+        Args:
+            puts: :class:`~snapstore.stores.batch.BatchPut` items (distinct keys), decided in order.
+            deletes: keys unlinked after the puts (missing ones ignored).
+            deletes_unless: a key whose existence skips the deletes (the puts still land),
+                checked while its stripe is held through the batch, so a create-only ``put`` of
+                it (a fork's pin, docs/format.md §10) lands before the check or after the batch.
+        Returns:
+            Per put, in order: its :class:`ObjectInfo` (for an ``if_exists="same"`` put whose
+            identical object existed, that object's), or None for an ``if_exists="skip"`` put
+            whose key existed.
+        Raises:
+            BatchRefused: a put's condition failed (names it); nothing was written. (The one
+                exception: a file created at a create-only key by something outside snapstore's
+                locks between the check and the link leaves the puts before it in place.)
+            InvalidInputError: a malformed batch (:func:`~snapstore.stores.batch.check_batch`).
+            StoreError: the write failed (or a link or non-regular file is on a key's path).
+        """
+        puts, dels = check_batch(puts, deletes)
+        if not puts and not dels:
+            return []
+        self._count("PUT", up=sum(len(p.data) for p in puts), n=len(puts))
+        if dels:
+            self._count("DELETE", n=(len(dels) + 999) // 1000)
+        wal = self._journal()
+        temps: list[str] = []
+        try:
+            guard = [deletes_unless] if dels and deletes_unless is not None else []
+            if guard:
+                check_key(deletes_unless)
+            with wal.mutation([p.key for p in puts] + guard) as w:
+                if guard and os.path.lexists(self._path(deletes_unless)):
+                    dels = []  # pinned: the deletes are skipped (left to GC)
+                plan: list = []  # per put: None (skip), ("same", info), ("new"|"swap", path, d, big)
+                for p in puts:
+                    path = self._path(p.key)
+                    d = os.path.dirname(path)
+                    self._check_dir(d)
+                    big = wal.durable and len(p.data) > localwal.INLINE_MAX
+                    if p.etag is None:
+                        try:
+                            st = os.lstat(path)
+                        except (FileNotFoundError, NotADirectoryError):
+                            plan.append(("new", path, d, big))
+                            continue
+                        if p.if_exists == "skip":
+                            plan.append(None)
+                            continue
+                        if p.if_exists == "same" and stat.S_ISREG(st.st_mode) and st.st_size == len(p.data):
+                            try:
+                                if self._read_plain(p.key) == p.data:
+                                    plan.append(("same", self._info(p.key, st)))
+                                    continue
+                            except ObjectNotFound:
+                                pass
+                        raise BatchRefused(p.key, False if p.if_exists == "same" else None)
+                    try:
+                        st = os.lstat(path)
+                    except (FileNotFoundError, NotADirectoryError):
+                        raise BatchRefused(p.key) from None
+                    if not stat.S_ISREG(st.st_mode):
+                        raise StoreError(f"refusing to replace {path}: not a regular file (a link or a directory)")
+                    if self._info(p.key, st).etag != p.etag:
+                        raise BatchRefused(p.key)
+                    plan.append(("swap", path, d, big))
+                subs = []
+                for p, act in zip(puts, plan):
+                    if act is None or act[0] == "same":
+                        continue
+                    big = act[3]
+                    temps.append(self._write_temp(act[2], p.data, sync=big))
+                    subs.append((localwal.LEAVE, p.key, b"") if big else (localwal.PUT, p.key, p.data))
+                if dels:
+                    subs.append((localwal.DELETE, "", "\n".join(dels).encode()))
+                w.append_batch(subs)
+                out: list[ObjectInfo | None] = []
+                it = iter(temps)
+                big_dirs = set()
+                for p, act in zip(puts, plan):
+                    if act is None or act[0] == "same":
+                        out.append(None if act is None else act[1])
+                        continue
+                    tmp, (how, path, d, big) = next(it), act
+                    if big:
+                        big_dirs.add(d)
+                    if how == "swap":
+                        os.replace(tmp, path)
+                        out.append(self._info(p.key, os.stat(path)))
+                        continue
+                    try:
+                        os.link(tmp, path)
+                    except FileExistsError:
+                        w.append(localwal.LEAVE, p.key)  # a writer outside the journal took it
+                        raise BatchRefused(p.key) from None
+                    out.append(self._info(p.key, os.stat(tmp)))
+                    os.unlink(tmp)
+                for k in dels:
+                    path = self._path(k)
+                    try:
+                        self._check_dir(os.path.dirname(path))  # never delete through a linked directory
+                        os.unlink(path)
+                    except (FileNotFoundError, NotADirectoryError):
+                        pass
+                for d in big_dirs:
+                    _fsync_dir(d)
+                return out
+        except OSError as e:
+            raise StoreError(f"cannot write a batch in {self.root}: {e.strerror or e}") from e
+        finally:
+            for t in temps:
+                try:
+                    os.unlink(t)
+                except FileNotFoundError:
+                    pass
+
+    def _read_plain(self, key: str) -> bytes:
+        """The bytes of the regular file at ``key`` (no request counted: a batch's ``same``
+        check), read without following links.
+
+        Raises:
+            ObjectNotFound: nothing readable there. OSError: the read failed.
+        """
+        parts = key.split("/")
+        try:
+            dfd = self._dir_fd(parts[:-1])
+            try:
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(key) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ObjectNotFound(key)
+            return _read_to_end(fd, st.st_size, key)
+        finally:
+            os.close(fd)
 
     def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
         """Return the object's bytes, or a range of them (``pread`` of just those bytes; see

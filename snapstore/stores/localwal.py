@@ -21,17 +21,18 @@ records whose writers finished (every write holds the *barrier* lock shared from
 record until its file is in place; a settler takes it exclusively once before it reads the
 journal's end).
 
-Locks are Linux open-file-description byte-range locks (``F_OFD_SETLKW``) on the journal file
-itself; each write opens its own descriptor, so threads, processes and several stores of one
-process exclude each other alike, and no lock file exists besides the journal:
+Locks (:mod:`snapstore.stores.walocks`): the users lock is flock(2) on the journal file; the
+append lock, the barrier (shared by each write from its record to its file, exclusive to a
+settler) and the 65,536 key stripes (a key's stripe is held exclusively by a create-only ``put``
+or a compare-and-swap ``put_if_match`` from its existence or ETag check until its file is in
+place) are Linux open-file-description byte ranges on the journal (byte 0, byte 2, bytes
+``2**30 + n``), or, where fcntl has no ``F_OFD_SETLKW`` (macOS, BSDs, Linux < 3.15), flock(2) on
+lock files in ``<root>/.wal-locks/`` (which stay). Each write opens its own descriptors, so
+threads, processes and several stores of one process exclude each other alike. The header's byte
+36 says which way the journal's users lock; a joiner without OFD locks refuses an OFD journal.
 
-* byte 0: the append lock (exclusive while a record and the header are written);
-* byte 1: the users lock (shared by every open store; exclusive to replay, and to remove the
-  journal at close);
-* byte 2: the barrier (shared by each write from its record to its file, exclusive to a settler);
-* bytes ``2**30 + n`` for ``n < 65536``: the key stripes (a key's stripe is held exclusively by a
-  create-only ``put`` or a compare-and-swap ``put_if_match`` from its existence or ETag check
-  until its file is in place).
+A batch (:meth:`Journal.mutation` with a list of keys, :meth:`_Write.append_batch`) is one ``B``
+record whose body holds its sub-records: one fdatasync, replayed whole or not at all.
 
 Objects larger than :data:`INLINE_MAX` are not copied into the journal: their file is fsynced,
 and a ``N`` record (the key's state is whatever is on disk) is journaled, so that a replay of an
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import fcntl
 import hashlib
 import os
 import stat
@@ -54,6 +54,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..errors import InvalidInputError, StoreError
+from . import walocks
 from .base import check_key
 
 NAME = ".wal"
@@ -70,33 +71,14 @@ _REC = struct.Struct("<IIQIBH")  # magic, crc32 of the rest, generation, body le
 _REC_MAGIC = 0x5357_4C52
 PUT, DELETE, LEAVE = ord("P"), ord("D"), ord("N")
 
-APPEND, USERS, BARRIER = 0, 1, 2
-STRIPES_AT, STRIPES = 1 << 30, 1 << 16
+APPEND, BARRIER = walocks.APPEND, walocks.BARRIER
+STRIPES_AT, STRIPES = walocks.STRIPES_AT, 1 << 16
+BATCH = ord("B")
+_SUB = struct.Struct("<BHI")  # a batch record's sub-record: kind, key length, body length
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_F_RDLCK, _F_WRLCK, _F_UNLCK = fcntl.F_RDLCK, fcntl.F_WRLCK, fcntl.F_UNLCK
-_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
-_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
-
-
-def _lock(fd: int, kind: int, start: int, wait: bool = True) -> bool:
-    """Take (or, ``kind=F_UNLCK``, release) an OFD byte-range lock on the one byte ``start`` of
-    ``fd``; ``wait=False`` returns False instead of waiting for a conflicting holder.
-
-    Raises:
-        StoreError: the platform has no OFD locks (the durable directory store needs Linux 3.15+).
-    """
-    if _SETLKW is None:
-        raise StoreError("the directory store's journal needs open-file-description locks (Linux 3.15 or later); "
-                         "use fsync=False or a SQLite file on this platform")
-    arg = struct.pack("hhqqixxxx", kind, os.SEEK_SET, start, 1, 0)
-    try:
-        fcntl.fcntl(fd, _SETLKW if wait else _SETLK, arg)
-        return True
-    except OSError as e:
-        if not wait and e.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
+SHARED, EXCLUSIVE, UNLOCK = walocks.SHARED, walocks.EXCLUSIVE, walocks.UNLOCK
+_WAY_AT = _HDR.size + 4  # the header byte naming how the journal's users lock (walocks: "O" or "F")
 
 
 def stripe(key: str) -> int:
@@ -104,9 +86,16 @@ def stripe(key: str) -> int:
     return STRIPES_AT + int.from_bytes(hashlib.sha256(key.encode()).digest()[:2], "big")
 
 
-def _header(gen: int, settled: int, end: int) -> bytes:
+def _header(gen: int, settled: int, end: int, way: int = walocks.OFD) -> bytes:
     body = _HDR.pack(_MAGIC, gen, settled, end)
-    return (body + struct.pack("<I", zlib.crc32(body))).ljust(HEADER_SIZE, b"\0")
+    return (body + struct.pack("<IB", zlib.crc32(body), way)).ljust(HEADER_SIZE, b"\0")
+
+
+def _read_way(fd: int) -> int:
+    """How the journal on ``fd`` is locked (:data:`walocks.OFD` or :data:`walocks.FLOCK`; a
+    header of an earlier release, byte 0, is OFD)."""
+    raw = os.pread(fd, 1, _WAY_AT)
+    return walocks.FLOCK if raw == bytes([walocks.FLOCK]) else walocks.OFD
 
 
 def _read_header(fd: int) -> tuple[int, int, int] | None:
@@ -143,7 +132,7 @@ def iter_records(fd: int, gen: int, start: int, end: int | None) -> Iterator[tup
             return
         magic, crc, g, blen, kind, klen = _REC.unpack(head)
         nxt = off + _REC.size + klen + blen
-        if magic != _REC_MAGIC or g != gen or nxt > limit or kind not in (PUT, DELETE, LEAVE):
+        if magic != _REC_MAGIC or g != gen or nxt > limit or kind not in (PUT, DELETE, LEAVE, BATCH):
             return
         tail = os.pread(fd, klen + blen, off + _REC.size)
         if len(tail) != klen + blen or zlib.crc32(head[8:] + tail) != crc:
@@ -187,6 +176,7 @@ class Journal:
         self.path = os.path.join(store.root, NAME)
         self.pid = os.getpid()
         self.fd: int | None = None
+        self.way = walocks.preferred()  # how this journal's users lock (the header says; see open)
         self._delay = settle_delay
         self._wake = threading.Event()
         self._stop = False
@@ -227,14 +217,10 @@ class Journal:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise StoreError(f"refusing the journal {self.path}: not a regular file")
-                alone = _lock(fd, _F_WRLCK, USERS, wait=False)
+                alone = walocks.users(fd, EXCLUSIVE, wait=False)
                 if not alone:
-                    _lock(fd, _F_RDLCK, USERS)
-                try:  # the last user may have removed the file between our open and our lock
-                    same = os.stat(self.path, follow_symlinks=False).st_ino == st.st_ino
-                except FileNotFoundError:
-                    same = False
-                if not same:
+                    walocks.users(fd, SHARED)
+                if not self._same_file(st):  # the last user removed the file between our open and our lock
                     os.close(fd)
                     continue
                 self.fd = fd
@@ -242,10 +228,22 @@ class Journal:
                 self._finalizer = weakref.finalize(self, os.close, fd)
                 self._finalizer.atexit = False  # at exit _close_all() settles and removes it first
                 if alone:
+                    self.way = walocks.preferred()
                     self.replay()
-                    _lock(fd, _F_RDLCK, USERS)  # converted atomically: now one user among others
-                else:
-                    self._init_header(fd)
+                    # flock(2) converts by releasing first: another opener may replay (a settled
+                    # journal: nothing) or, as the last user, remove the file meanwhile
+                    walocks.users(fd, SHARED)
+                    if not self._same_file(st):
+                        self._finalizer.detach()
+                        self.fd = None
+                        os.close(fd)
+                        continue
+                self._init_header(fd)
+                self.way = _read_way(fd)
+                if self.way == walocks.OFD and not walocks.ofd_available():
+                    raise StoreError(f"the journal {self.path} is locked with open-file-description locks by a "
+                                     "process of this repository, which this platform does not have: close it "
+                                     "first (the next opener locks with lock files)")
             except BaseException:
                 if self.fd is not None:
                     self._finalizer.detach()
@@ -255,13 +253,34 @@ class Journal:
             _OPEN.add(self)
             return True
 
-    def _init_header(self, fd: int) -> None:
-        _lock(fd, _F_WRLCK, APPEND)
+    def _same_file(self, st: os.stat_result) -> bool:
         try:
+            return os.stat(self.path, follow_symlinks=False).st_ino == st.st_ino
+        except FileNotFoundError:
+            return False
+
+    def _init_header(self, fd: int) -> None:
+        """Write a first header (this process's lock way) when the file has none (a replayer
+        always leaves one; a file cut short by hand has none)."""
+        if _read_header(fd) is not None or os.fstat(fd).st_size >= HEADER_SIZE:
+            return
+        h = self._holder(os.dup(fd), walocks.preferred())
+        try:
+            h.lock(EXCLUSIVE, APPEND)
             if _read_header(fd) is None and os.fstat(fd).st_size < HEADER_SIZE:
-                os.pwrite(fd, _header(1, HEADER_SIZE, HEADER_SIZE), 0)
+                os.pwrite(fd, _header(1, HEADER_SIZE, HEADER_SIZE, h.way), 0)
         finally:
-            _lock(fd, _F_UNLCK, APPEND)
+            h.close()
+
+    def _holder(self, fd: int | None = None, way: int | None = None) -> walocks.Holder:
+        """A lock holder on its own open file description of the journal (``fd``: one opened
+        already, which the holder then owns)."""
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | _CLOEXEC)
+            except OSError as e:
+                raise StoreError(f"cannot open the journal {self.path}: {e.strerror or e}") from e
+        return walocks.Holder(self.store.root, fd, self.way if way is None else way)
 
     def close(self) -> None:
         """Stop the settler, settle, and leave the journal; the last user removes the (settled)
@@ -275,7 +294,7 @@ class Journal:
         self._thread = None
         try:
             self.settle()
-            if _lock(self.fd, _F_WRLCK, USERS, wait=False):
+            if walocks.users(self.fd, EXCLUSIVE, wait=False):
                 hdr = _read_header(self.fd)
                 if hdr is not None and hdr[1] == hdr[2]:
                     os.unlink(self.path)  # while held exclusively: an opener re-checks the inode
@@ -287,25 +306,29 @@ class Journal:
 
     # -- writing ----------------------------------------------------------------------------
     @contextmanager
-    def mutation(self, key: str | None):
-        """Hold what a write needs from its check until its file is in place: ``key``'s stripe
-        (None: no stripe, a delete), then the barrier shared. Yields a :class:`_Write` whose
-        ``append(kind, key, body)`` journals a record (fdatasynced) on its own descriptor.
+    def mutation(self, key: "str | list[str] | None"):
+        """Hold what a write needs from its check until its file is in place: the stripe of
+        ``key`` (a list: of each key, in stripe order, each lock once; None: no stripe, a
+        delete), then the barrier shared. Yields a :class:`_Write` whose ``append(kind, key,
+        body)`` journals a record (fdatasynced) on its own descriptor.
 
         Raises:
             StoreError: the journal cannot be opened or written.
         """
+        h = self._holder()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | _CLOEXEC)
-        except OSError as e:
-            raise StoreError(f"cannot open the journal {self.path}: {e.strerror or e}") from e
-        try:
-            if key is not None:
-                _lock(fd, _F_WRLCK, stripe(key))
-            _lock(fd, _F_RDLCK, BARRIER)
-            yield _Write(self, fd)
+            try:
+                taken: list[int] = []
+                for s in sorted({stripe(k) for k in ([key] if isinstance(key, str) else key or ())}):
+                    if not (taken and h.same_lock(taken[-1], s)):
+                        h.lock(EXCLUSIVE, s)
+                        taken.append(s)
+                h.lock(SHARED, BARRIER)
+            except OSError as e:
+                raise StoreError(f"cannot lock the journal {self.path}: {e.strerror or e}") from e
+            yield _Write(self, h)
         finally:
-            os.close(fd)  # releases every lock this write took
+            h.close()  # releases every lock this write took
         if self._delay is not None and self.durable:
             self._wake.set()  # before the check below: an idle settler ending now sees it, or we start one
             self._start_settler()
@@ -372,37 +395,39 @@ class Journal:
         if self.fd is None or not self.durable:
             return 0
         with self._settle_lock:
-            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | _CLOEXEC)
+            h = self._holder()
+            fd = h.fd
             try:
-                _lock(fd, _F_WRLCK, BARRIER)  # every write that journaled before now has finished
-                _lock(fd, _F_WRLCK, APPEND)
+                h.lock(EXCLUSIVE, BARRIER)  # every write that journaled before now has finished
+                h.lock(EXCLUSIVE, APPEND)
                 hdr = _read_header(fd)
-                _lock(fd, _F_UNLCK, APPEND)
-                _lock(fd, _F_UNLCK, BARRIER)
+                h.lock(UNLOCK, APPEND)
+                h.lock(UNLOCK, BARRIER)
                 if hdr is None or hdr[1] == hdr[2]:
                     return 0
                 gen, settled, end = hdr
                 recs = list(iter_records(fd, gen, settled, end))
-                self._sync_objects([(kind, key, body) for _, kind, key, body in recs])
+                self._sync_objects(flat((kind, key, body) for _, kind, key, body in recs))
                 upto = recs[-1][0] if recs else end
-                self._advance(fd, gen, upto)
+                self._advance(h, gen, upto)
                 return len(recs)
             finally:
-                os.close(fd)
+                h.close()
 
-    def _advance(self, fd: int, gen: int, upto: int) -> None:
-        _lock(fd, _F_WRLCK, APPEND)
+    def _advance(self, h: walocks.Holder, gen: int, upto: int) -> None:
+        fd = h.fd
+        h.lock(EXCLUSIVE, APPEND)
         try:
             hdr = _read_header(fd)
             if hdr is None or hdr[0] != gen or hdr[1] >= upto:
                 return
             if upto >= hdr[2]:  # all settled: start again at the header (a new generation)
-                os.pwrite(fd, _header(gen + 1, HEADER_SIZE, HEADER_SIZE), 0)
+                os.pwrite(fd, _header(gen + 1, HEADER_SIZE, HEADER_SIZE, self.way), 0)
                 os.ftruncate(fd, HEADER_SIZE)
             else:
-                os.pwrite(fd, _header(gen, upto, hdr[2]), 0)
+                os.pwrite(fd, _header(gen, upto, hdr[2], self.way), 0)
         finally:
-            _lock(fd, _F_UNLCK, APPEND)
+            h.lock(UNLOCK, APPEND)
 
     def _keys_of(self, kind: int, key: str, body: bytes) -> list[str]:
         """The valid keys a record names (a crafted journal's other names are ignored)."""
@@ -471,7 +496,7 @@ class Journal:
         hdr = _read_header(fd)
         if hdr is None:
             if os.fstat(fd).st_size <= HEADER_SIZE:
-                os.pwrite(fd, _header(1, HEADER_SIZE, HEADER_SIZE), 0)
+                os.pwrite(fd, _header(1, HEADER_SIZE, HEADER_SIZE, self.way), 0)
                 return 0
             # a damaged header: replay every valid record of the first record's generation
             head = os.pread(fd, _REC.size, HEADER_SIZE)
@@ -479,7 +504,7 @@ class Journal:
             start, end = HEADER_SIZE, None
         else:
             gen, start, end = hdr
-        recs = [(kind, key, body) for _, kind, key, body in iter_records(fd, gen, start, end)]
+        recs = flat((kind, key, body) for _, kind, key, body in iter_records(fd, gen, start, end))
         final: dict[str, tuple[int, bytes]] = {}
         for kind, key, body in recs:
             for k in self._keys_of(kind, key, body):
@@ -487,7 +512,7 @@ class Journal:
         for k, (kind, body) in final.items():
             self._restore(k, kind, body)
         self._sync_objects(recs)
-        os.pwrite(fd, _header(gen + 1, HEADER_SIZE, HEADER_SIZE), 0)
+        os.pwrite(fd, _header(gen + 1, HEADER_SIZE, HEADER_SIZE, self.way), 0)
         os.ftruncate(fd, HEADER_SIZE)
         os.fdatasync(fd)
         return len(recs)
@@ -527,11 +552,12 @@ class Journal:
 
 
 class _Write:
-    """One write's journal descriptor (see :meth:`Journal.mutation`)."""
+    """One write's journal descriptor and locks (see :meth:`Journal.mutation`)."""
 
-    def __init__(self, journal: Journal, fd: int):
+    def __init__(self, journal: Journal, holder: walocks.Holder):
         self.journal = journal
-        self.fd = fd
+        self.holder = holder
+        self.fd = holder.fd
 
     def append(self, kind: int, key: str, body: bytes = b"") -> None:
         """Append one record (``kind`` ``PUT``/``DELETE``/``LEAVE``) and fdatasync the journal:
@@ -540,11 +566,27 @@ class _Write:
         Raises:
             StoreError: the journal is damaged or cannot be written.
         """
-        fd = self.fd
+        self._append(kind, key, body)
+
+    def append_batch(self, subs: list[tuple[int, str, bytes]]) -> None:
+        """Append ONE ``B`` record holding ``subs`` (``(kind, key, body)``, each ``PUT``,
+        ``DELETE`` or ``LEAVE``, in the order a replay applies them) and fdatasync the journal
+        once: all of them durable when this returns, or (a torn record) none of them.
+
+        Raises:
+            StoreError: the journal is damaged or cannot be written.
+        """
+        if len(subs) == 1:
+            self._append(*subs[0])
+        elif subs:
+            self._append(BATCH, "", encode_batch(subs))
+
+    def _append(self, kind: int, key: str, body: bytes) -> None:
+        fd, h = self.fd, self.holder
         if not self.journal.durable:
             return
         try:
-            _lock(fd, _F_WRLCK, APPEND)
+            h.lock(EXCLUSIVE, APPEND)
             try:
                 hdr = _read_header(fd)
                 if hdr is None:
@@ -556,22 +598,56 @@ class _Write:
                 while view:
                     n = os.pwrite(fd, view, off)
                     view, off = view[n:], off + n
-                os.pwrite(fd, _header(gen, settled, off), 0)
+                os.pwrite(fd, _header(gen, settled, off, self.journal.way), 0)
                 with self.journal._sync_cond:
                     self.journal._appended += 1
                     mine = self.journal._appended
             finally:
-                _lock(fd, _F_UNLCK, APPEND)
+                h.lock(UNLOCK, APPEND)
             self.journal.sync_upto(fd, mine)
         except OSError as e:
             raise StoreError(f"cannot write the journal {self.journal.path}: {e.strerror or e}") from e
 
 
+def encode_batch(subs: list[tuple[int, str, bytes]]) -> bytes:
+    """The body of a ``B`` record: per sub-record u8 kind, u16 key length, u32 body length, the
+    key (UTF-8), the body."""
+    out = []
+    for kind, key, body in subs:
+        k = key.encode()
+        out += [_SUB.pack(kind, len(k), len(body)), k, body]
+    return b"".join(out)
+
+
+def flat(recs) -> list[tuple[int, str, bytes]]:
+    """``(kind, key, body)`` records with each ``B`` record replaced by its sub-records in order
+    (a malformed batch body ends where it stops parsing: its CRC held, so only a crafted journal
+    has one)."""
+    out = []
+    for kind, key, body in recs:
+        if kind != BATCH:
+            out.append((kind, key, body))
+            continue
+        off, n = 0, len(body)
+        while off + _SUB.size <= n:
+            sk, klen, blen = _SUB.unpack_from(body, off)
+            nxt = off + _SUB.size + klen + blen
+            if nxt > n or sk not in (PUT, DELETE, LEAVE):
+                break
+            try:
+                skey = body[off + _SUB.size:off + _SUB.size + klen].decode()
+            except UnicodeDecodeError:
+                break
+            out.append((sk, skey, body[off + _SUB.size + klen:nxt]))
+            off = nxt
+    return out
+
+
 def unsettled(root: str | os.PathLike) -> list[tuple[str, str]]:
     """The unsettled records of the journal below ``root`` as ``(kind, key)`` pairs in journal
-    order (``kind`` ``"P"``, ``"D"`` or ``"N"``; a delete yields one pair per key): the writes a
-    power cut could lose from the file system (tests simulate that with it). ``[]`` without a
-    journal."""
+    order (``kind`` ``"P"``, ``"D"`` or ``"N"``; a delete yields one pair per key, a batch its
+    sub-records): the writes a power cut could lose from the file system (tests simulate that
+    with it). ``[]`` without a journal."""
     try:
         fd = os.open(os.path.join(os.fspath(root), NAME), os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC)
     except FileNotFoundError:
@@ -581,7 +657,7 @@ def unsettled(root: str | os.PathLike) -> list[tuple[str, str]]:
         if hdr is None:
             return []
         out = []
-        for _, kind, key, body in iter_records(fd, hdr[0], hdr[1], hdr[2]):
+        for kind, key, body in flat((k, key, b) for _, k, key, b in iter_records(fd, hdr[0], hdr[1], hdr[2])):
             keys = body.decode().split("\n") if kind == DELETE and body else [key]
             out.extend((chr(kind), k) for k in keys)
         return out

@@ -61,7 +61,7 @@ def find_foreign_content(store: ObjectStore) -> str | None:
 
     A directory (or S3 prefix, or any other store) counts as foreign when it holds anything and no
     repository ``config``. snapstore's own leftovers of an interrupted init (``.tmp-*`` files and
-    the journal ``.wal`` or an older release's ``.locks`` in a local directory) do not count. Costs one directory scan locally, one LIST of
+    the journal ``.wal``, its lock files ``.wal-locks`` or an older release's ``.locks`` in a local directory) do not count. Costs one directory scan locally, one LIST of
     one key (plus one HEAD when that key is not ``config``) elsewhere.
 
     Args:
@@ -76,7 +76,7 @@ def find_foreign_content(store: ObjectStore) -> str | None:
         if not os.path.isdir(store.root):
             return None
         with os.scandir(store.root) as entries:  # a crashed init's own leftovers do not count
-            names = sorted(e.name for e in entries if not (e.name.startswith(".tmp-") or e.name in (".locks", ".wal")))
+            names = sorted(e.name for e in entries if not (e.name.startswith(".tmp-") or e.name in (".locks", ".wal", ".wal-locks")))
         return names[0] if names and keys.CONFIG not in names else None
     first = next(iter(store.list("", limit=1)), None)
     if first is None or first.key == keys.CONFIG:

@@ -22,12 +22,15 @@ from snapstore.errors import InvalidInputError, ObjectNotFound, PreconditionFail
 from snapstore.stores import LocalStore, MemoryStore
 from snapstore.stores.base import ObjectInfo, ObjectStore, check_key
 from snapstore.stores.s3 import S3Store
+from tests.helpers.lockway import force_flock
 from tests.helpers.s3_fixtures import seed_objects
 
 STORES = {
     "memory": lambda make: make("memory"),
     "local": lambda make: make("local", fsync=True),
     "local-nofsync": lambda make: make("local", fsync=False),
+    # the journal's flock(2) lock files, as on macOS (the OFD constants removed from fcntl)
+    "local-flock": lambda make: make("local", fsync=True),
     "sqlite": lambda make: make("sqlite"),
     # every object of 8 bytes or more a value file beside the database
     "sqlite-beside": lambda make: make("sqlite", beside_min=8),
@@ -40,6 +43,8 @@ STORES = {
 @pytest.fixture(params=list(STORES))
 def store(request, store_factory):
     """A fresh, empty store of each kind in :data:`STORES`."""
+    if request.param == "local-flock":
+        force_flock(request.getfixturevalue("monkeypatch"))
     return STORES[request.param](store_factory)
 
 

@@ -12,8 +12,10 @@ state.
 
 Each stub is a compare-and-swap (``put_if_match``) on the ETag the manifest has in a LIST made
 just before, so a stub never creates a key (a manifest pruned, rolled back or deleted meanwhile
-stays gone) and never replaces anything but the record whose copy was checked. Best effort: any
-failure leaves full manifests, which are always valid.
+stays gone) and never replaces anything but the record whose copy was checked. On a store with
+atomic batches (``StoreCapabilities.atomic_batch``: a SQLite file, a local directory) the range's
+stubs are one ``write_batch`` (one commit or fdatasync, not up to 16). Best effort: any failure
+leaves full manifests, which are always valid.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ...format.logseg import MAX_LEVEL, decode_logseg, logseg_key, span
 from ...format.manifest import Manifest, is_void
 from ..repository import Repository
 from ...stores.base import store_capabilities
+from ...stores.batch import BatchPut, BatchRefused
 
 KEEP = 16
 """Positions after a stubbed range that always stay full manifests (plus the unfinished range)."""
@@ -77,7 +80,8 @@ def prefetch(repo: Repository, run_key: str, seq: int):
     return pool.submit(listing), pool.submit(segment)
 
 
-def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started=None) -> list[int]:
+def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started=None,
+                deletes=()) -> list[int]:
     """Replace the manifests of :func:`stub_range` ``(seq)`` with 0-byte stubs where their copy in
     the covering log segment is valid and equal to the record.
 
@@ -87,10 +91,25 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
         seq: the position whose level-1 log segment was just written.
         known: ``seq -> manifest object bytes`` the writer holds (saves GETs of those manifests).
         started: what :func:`prefetch` returned for ``seq`` (None: start it here).
+        deletes: keys deleted with the stubs (the packs a save's tier merged): in the stubs'
+            batch on a store with ``write_batch``, else by one ``delete_many`` (best effort, as
+            the stubs: a failure leaves them for GC).
     Returns:
         The positions stubbed. Never raises :class:`~snapstore.errors.SnapstoreError`: stubbing is
         an optimisation, and a failure leaves full manifests.
     """
+    deletes = list(deletes)
+    done = _stubs(repo, run_key, seq, known, started, deletes)
+    if deletes:  # not written in a batch with stubs
+        try:
+            repo.store.delete_many(deletes)
+        except SnapstoreError:
+            pass
+    return done
+
+
+def _stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started, deletes: list) -> list[int]:
+    """:func:`write_stubs` itself; ``deletes`` is emptied when the stubs' batch deleted them."""
     try:
         started = started or prefetch(repo, run_key, seq)
         if started is None:
@@ -121,6 +140,8 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
     if not todo:
         return []
 
+    batch = store_capabilities(repo.store).atomic_batch
+
     def one(item):
         s, key, info, copy = item
         try:
@@ -129,10 +150,34 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
                 data = repo.store.get(key)
             if Manifest.from_bytes(key, data) != copy:
                 return None
+            if batch:
+                return item  # written below, all stubs in one batch
             repo.store.put_if_match(key, b"", info.etag)
             return s
         except (PreconditionFailed, ObjectNotFound):
             return None  # changed or deleted since the LIST: never recreate or replace it
         except SnapstoreError:
             return None
-    return sorted(s for s in repo.pool.map(one, todo) if s is not None)
+    done = [r for r in repo.pool.map(one, todo) if r is not None]
+    if not batch:
+        return sorted(done)
+    return _stub_batch(repo, done, deletes)
+
+
+def _stub_batch(repo: Repository, items: list, deletes: list) -> list[int]:
+    """Write the stubs ``items`` (``(seq, key, info, copy)`` checked against their copy) and
+    delete ``deletes`` as ONE atomic batch of compare-and-swap puts (a store with
+    ``write_batch``: one commit, one fdatasync); a stub whose manifest changed since the LIST
+    refuses the batch and is dropped, and the rest is tried again. Returns the positions
+    stubbed; ``deletes`` is emptied once the batch deleted them."""
+    items = list(items)
+    while items:
+        try:
+            repo.store.write_batch([BatchPut(key, b"", etag=info.etag) for _, key, info, _ in items], deletes)
+            deletes.clear()
+            return sorted(s for s, _, _, _ in items)
+        except BatchRefused as e:
+            items = [it for it in items if it[1] != e.key]
+        except SnapstoreError:
+            return []
+    return []
