@@ -38,6 +38,12 @@ def open_store(location: "str | os.PathLike | ObjectStore | None" = None, **opti
         return S3Store.from_url(loc, **options)
     if loc.startswith("memory://"):
         return MemoryStore(**options)
+    scheme = loc.partition(":")[0].lower()
+    if "://" not in loc and scheme in ("sqlite", "s3", "memory", "file") and not os.path.exists(loc):
+        # 'sqlite:/x.db' or 's3:bucket' is a mistyped URL, not a directory to create
+        raise InvalidInputError(f"{loc!r} looks like a {scheme} URL without '//': write {scheme}://... "
+                                + ("(sqlite:///abs/path.db or sqlite://relative.db)" if scheme == "sqlite" else
+                                   "(s3://BUCKET/PREFIX)" if scheme == "s3" else ""))
     plain_db = "://" not in loc and not os.path.isdir(loc) and loc.partition("?")[0].endswith(".db")
     if loc.startswith("sqlite://") or plain_db:
         from .sqlite import SqliteStore, parse_sqlite_url

@@ -548,8 +548,11 @@ def test_import_request_cost_only_for_s3(repo, s3_inprocess_store):
 # gc
 
 def _files(repo) -> dict:
-    """Every file of a local repository with its size and mtime."""
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in Path(repo).rglob("*") if p.is_file()}
+    """Every object file of a local repository with its size and mtime (not the store's own
+    write-ahead journal ``.wal`` and its lock files: bookkeeping, not objects, docs/format.md §26)."""
+    root = Path(repo)
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file() and not p.relative_to(root).parts[0].startswith(".wal")}
 
 
 def _stored(repo) -> int:

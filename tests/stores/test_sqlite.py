@@ -52,6 +52,11 @@ def test_urls_open_one_file(tmp_path, monkeypatch):
     assert {p.name for p in tmp_path.iterdir()} == {"abs.db", "rel.db", "plain.db", "plain2.db"}
     with contextlib.closing(open_store(str(tmp_path / "rel.db"))) as s:
         assert s.get("k") == b"sqlite://rel.db"
+    # a mistyped URL is refused, not made a directory named 'sqlite:'
+    for bad in ("sqlite:/x.db", "sqlite:x.db", "s3:bucket/p"):
+        with pytest.raises(InvalidInputError, match="without '//'"):
+            open_store(bad)
+    assert not (tmp_path / "sqlite:").exists()
     # SQLAlchemy's four slashes name the same absolute file
     with contextlib.closing(open_store(f"sqlite:///{tmp_path}/abs.db")) as s:
         assert s.get("k") == f"sqlite://{tmp_path}/abs.db".encode()
