@@ -41,6 +41,16 @@ request, are outside the timing), and the proxy log between those two instants i
   1,000,000 checkpoints (linear fit through the two largest sizes; the client's time there is round trips
   x delay + its CPU, since the measured wall also holds moto's CPU in this process).
 
+* ``--bounded`` (only this block): per size, ``latest()``, ``list(limit=10)``, a rollback 5 back and a
+  ``fork`` of the head into a new run at each ``--bounded-delays`` (default 20 and 80 ms), fresh
+  process each, beside one GET of the history (:func:`bench_bounded`); a fork row also gives the
+  payload bytes of its PUTs and the objects and bytes it added to the bucket (target: at most 16 KB).
+* ``--objects``: per size, the run is populated through a zero-delay counting proxy; then the bucket's
+  objects by kind (manifests ``runs/*/m/``, log segments ``runs/*/l/``, packs, other) with their bytes,
+  the payload bytes PUT while populating and their ratio to the bytes stored (write amplification;
+  target at 10,000 saves: at most 3x). With ``--bounded`` it counts the bounded block's runs; alone,
+  it only populates (no child processes): ``python benchmarks/latency.py --objects --sizes 100,1000``.
+
 Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method + path/query; see
 :func:`classify`), total, **sequential round trips** (the longest chain of requests each of which
 started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
@@ -162,6 +172,7 @@ def summarize(entries: list) -> dict:
     return {"requests": {k: v for k, v in by_kind.items() if v}, "total": len(entries),
             "ranged_gets": sum(1 for e in entries if e["kind"] == "GET" and e.get("ranged")),
             "bytes_down": sum(e.get("bytes", 0) for e in entries if e["kind"] == "GET"),
+            "bytes_up": sum(e.get("bytes_up", 0) for e in entries if e["kind"] == "PUT"),
             "round_trips": sequential_round_trips((e["start"], e["end"]) for e in entries),
             "proxy_span_s": span, "by_key_group": dict(sorted(groups.items())),
             "errors": sum(1 for e in entries if e["status"] >= 500)}
@@ -228,6 +239,14 @@ def _read_body(rf, headers: dict, *, to_eof: bool = False) -> bytes:
             raise ConnectionError("connection closed inside a body")
         return data
     return rf.read() if to_eof else b""
+
+
+def _body_size(headers: dict, body: bytes) -> int:
+    """Bytes of payload a request carries: ``x-amz-decoded-content-length`` when the client sent
+    one (aws-chunked uploads frame the payload with chunk headers and checksum trailers), else the
+    raw body's length."""
+    decoded = headers.get("x-amz-decoded-content-length", "")
+    return int(decoded) if decoded.isdigit() else len(body)
 
 
 def _drop_header(head: bytes, name: bytes) -> bytes:
@@ -332,7 +351,8 @@ class LatencyProxy:
                 if "100-continue" in headers.get("expect", "").lower():
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                     head = _drop_header(head, b"expect:")
-                request = head + _read_body(rf, headers)
+                body = _read_body(rf, headers)
+                request = head + body
                 client_close = (headers.get("connection", "").lower() == "close"
                                 or (version and version[0] == "HTTP/1.0"
                                     and headers.get("connection", "").lower() != "keep-alive"))
@@ -375,7 +395,8 @@ class LatencyProxy:
                     self.log.append({"method": method, "target": target, "kind": classify(method, target),
                                      "status": status, "start": start, "end": end,
                                      "ranged": "range" in headers,
-                                     "bytes": len(response[-1]) if not no_body else 0})
+                                     "bytes": len(response[-1]) if not no_body else 0,
+                                     "bytes_up": _body_size(headers, body)})
                     self._in_flight -= 1
                     counted = False
                 if upstream_close:
@@ -519,6 +540,8 @@ def child_main(spec: dict) -> dict:
         return prune_child(mgr, spec)
     if task in ("list_limit", "rollback"):  # the bounded-cost block (issue 26 items 1 and 5)
         return bounded_child(mgr, spec)
+    if task == "fork":  # the bounded-cost block's fork row (issue 26 item 3)
+        return fork_child(mgr, spec)
     raise ValueError(f"unknown child task {task!r}")
 
 
@@ -696,20 +719,29 @@ def bounded_child(mgr, spec: dict) -> dict:
     return {"t0": t0, "t1": t1, "count": 1 if cp.id == spec["target"] else 0}
 
 
-def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials: int) -> list:
-    """``latest()``, ``list(limit=10)`` and a rollback 5 checkpoints back on a run of ``n`` saves,
-    each in fresh child processes behind a proxy of each delay in ``delays_ms``, beside one GET of
-    the final history (zstd JSON). The run is populated once; every latest/list/baseline trial of
-    every delay runs before the first rollback (a rollback changes the head record latest reads).
-    Each rollback trial goes 5 back from the head the previous one left (the parent lists the
-    target with its own manager, straight to moto). Returns rows (``op``, ``size``, ``delay_ms``,
-    the :func:`summarize` fields, ``wall_s``, ``baseline_wall_s``)."""
+def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials: int,
+                  objects_rows: list | None = None) -> list:
+    """``latest()``, ``list(limit=10)``, a rollback 5 checkpoints back and a ``fork`` of the head
+    on a run of ``n`` saves, each in fresh child processes behind a proxy of each delay in
+    ``delays_ms``, beside one GET of the final history (zstd JSON). The run is populated once;
+    every latest/list/baseline trial of every delay runs before the first rollback (a rollback
+    changes the head record latest reads). Each rollback trial goes 5 back from the head the
+    previous one left (the parent lists the target with its own manager, straight to moto). The
+    forks run after every rollback (a fork pins its source, docs/format.md §10): each trial forks
+    the source's head into a new run (:func:`bench_fork`). With ``objects_rows`` (a list) the
+    population goes through a zero-delay counting proxy and its :func:`objects_row` is appended
+    there. Returns rows (``op``, ``size``, ``delay_ms``, the :func:`summarize` fields, ``wall_s``,
+    ``baseline_wall_s``; fork rows also ``stored_objects_added``, ``stored_bytes_added``)."""
     import zstandard
     from snapstore import CheckpointManager
 
     bucket = new_bucket(moto_ep, f"b{n}")
     url = f"s3://{bucket}/{PREFIX}"
-    msgs, _ = populate(moto_ep, url, n, f"size {n:,}")
+    if objects_rows is None:
+        msgs, _ = populate(moto_ep, url, n, f"size {n:,}")
+    else:
+        msgs, obj = populate_counted(moto_ep, moto_port, bucket, n)
+        objects_rows.append(obj)
     base_key = f"baseline/final-{n}.json.zst"
     blob = zstandard.ZstdCompressor(level=3).compress(json.dumps(msgs).encode())
     s3_client(moto_ep).put_object(Bucket=bucket, Key=base_key, Body=blob)
@@ -736,6 +768,10 @@ def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials:
                 r = median_of(got)
                 r.update(op="rollback 5 back", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
                 rows.append(r)
+            for d, px in proxies.items():
+                r = bench_fork(mgr, moto_ep, bucket, url, px, trials, f"fork-{d:g}ms")
+                r.update(op="fork", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
+                rows.append(r)
         finally:
             mgr.close()
     finally:
@@ -752,6 +788,9 @@ def bounded_targets(rows: list) -> None:
         t, ok = None, None
         if r["op"] == "latest":
             t, ok = "<= 3 RT", r["round_trips"] <= 3
+        elif r["op"] == "fork":
+            t = f"<= {FORK_LIMIT // 1024} KB PUT and stored"
+            ok = r["bytes_up"] <= FORK_LIMIT and r["stored_bytes_added"] <= FORK_LIMIT
         elif r["size"] == sizes[-1] and len(sizes) > 1:
             small = next(x for x in rows if x["op"] == r["op"] and x["delay_ms"] == r["delay_ms"]
                          and x["size"] == sizes[0])
@@ -779,6 +818,154 @@ def print_bounded(rows: list, meta: dict) -> None:
     for line in table:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
     print("1 GET s: one GET of the final message list as zstd JSON (read, decompressed, json.loads), same proxy.")
+    forks = sorted((r for r in rows if r["op"] == "fork"), key=lambda r: (r["delay_ms"], r["size"]))
+    if forks:
+        print("fork: mgr.fork(run, head id, new run) in a fresh process (it returns the new run's checkpoint, messages")
+        print("read); bytes PUT: payload of its PUTs (median trial); stored: the bucket's objects and bytes after minus before.")
+    for r in forks:
+        print(f"  fork {r['size']:,} at {r['delay_ms']:g} ms: {r['requests'].get('PUT', 0)} PUTs, "
+              f"{r['bytes_up']:,} bytes PUT; stored +{r['stored_objects_added']} objects, "
+              f"+{r['stored_bytes_added']:,} bytes; {r['bytes_down']:,} bytes in GET responses")
+
+
+# ==================================================================================================
+# fork rows (in --bounded) and the objects block (--objects): what a run leaves in the bucket
+
+
+FORK_LIMIT = 16 * 1024
+"""Bytes a fork may add (issue 26): at most 16 KB PUT and 16 KB stored, whatever the history's length."""
+OBJECT_KINDS = ("manifests", "log segments", "packs", "other")
+WRITE_AMP_LIMIT = 3.0
+"""Bytes PUT while populating over bytes stored afterwards, at 10,000 saves and more (issue 26 item 4)."""
+
+
+def fork_child(mgr, spec: dict) -> dict:
+    """Child side of a fork row: ``mgr.fork(spec["run"], spec["target"], spec["new_run"])`` timed
+    around the call only (opening the repository included); the count is of the messages of the
+    checkpoint it returns."""
+    t0 = clock()
+    cp = mgr.fork(spec["run"], spec["target"], spec["new_run"])
+    t1 = clock()
+    return {"t0": t0, "t1": t1, "count": len(cp.messages)}
+
+
+def object_kind(key: str) -> str:
+    """The kind of an object from its key below the repository prefix: ``manifests`` (``runs/*/m/``),
+    ``log segments`` (``runs/*/l/``), ``packs`` (``packs/``) or ``other`` (config, run markers, pins,
+    a run's other records...)."""
+    segs = key.split("/")
+    if segs[0] == "packs":
+        return "packs"
+    if segs[0] == "runs" and len(segs) >= 4 and segs[2] in ("m", "l"):
+        return "manifests" if segs[2] == "m" else "log segments"
+    return "other"
+
+
+def bucket_objects(endpoint: str, bucket: str) -> dict:
+    """Objects and bytes under the repository prefix of ``bucket`` (LIST pages straight to
+    ``endpoint``): ``{"objects": int, "bytes": int, "kinds": {kind: {"objects", "bytes"}}}``, kinds
+    as :func:`object_kind`. The baseline object, outside the prefix, is not counted."""
+    kinds = {k: {"objects": 0, "bytes": 0} for k in OBJECT_KINDS}
+    pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=PREFIX + "/")
+    for page in pages:
+        for o in page.get("Contents", []):
+            k = kinds[object_kind(o["Key"][len(PREFIX) + 1:])]
+            k["objects"] += 1
+            k["bytes"] += o["Size"]
+    return {"objects": sum(k["objects"] for k in kinds.values()),
+            "bytes": sum(k["bytes"] for k in kinds.values()), "kinds": kinds}
+
+
+def populate_counted(moto_ep: str, moto_port: int, bucket: str, n: int) -> tuple[list, dict]:
+    """:func:`populate` a run of ``n`` saves into ``bucket`` through a zero-delay
+    :class:`LatencyProxy` that counts its requests and the payload bytes of its PUTs; then what the
+    bucket holds (:func:`bucket_objects`). Returns (final message list, objects row: ``op``,
+    ``size``, ``requests``, ``total``, ``bytes_put``, ``stored`` (:func:`bucket_objects`),
+    ``write_amp`` (bytes PUT / bytes stored), ``baseline_bytes`` (the final history as one zstd
+    level-3 JSON object), ``build_s``)."""
+    import zstandard
+
+    px = LatencyProxy(moto_port, 0.0).start()
+    try:
+        msgs, build_s = populate(px.endpoint, f"s3://{bucket}/{PREFIX}", n, f"size {n:,} (counted)")
+        px.settle()
+        with px.lock:
+            log = list(px.log)
+    finally:
+        px.stop()
+    if px.failures:
+        raise AssertionError(f"counting proxy failures: {px.failures[:3]}")
+    s = summarize(log)
+    stored = bucket_objects(moto_ep, bucket)
+    blob = zstandard.ZstdCompressor(level=3).compress(json.dumps(msgs).encode())
+    return msgs, {"op": "objects", "size": n, "requests": s["requests"], "total": s["total"],
+                  "bytes_put": s["bytes_up"], "stored": stored,
+                  "write_amp": s["bytes_up"] / stored["bytes"] if stored["bytes"] else None,
+                  "baseline_bytes": len(blob), "build_s": build_s}
+
+
+def bench_fork(mgr, moto_ep: str, bucket: str, url: str, px: LatencyProxy, trials: int, tag: str) -> dict:
+    """``trials`` forks of the run's head (each into a new run ``{tag}-{k}``, each in a fresh child
+    behind ``px``); ``mgr`` (straight to moto) finds the head, and the bucket is listed before and
+    after each fork. Returns the median trial (:func:`median_of`) with ``stored_objects_added`` and
+    ``stored_bytes_added``; the fork's message count is checked against the head's."""
+    got = []
+    for k in range(trials):
+        head = mgr.list(RUN, limit=1)[0]
+        before = bucket_objects(moto_ep, bucket)
+        r = measure(px, {"task": "fork", "url": url, "endpoint": px.endpoint, "run": RUN, "target": head.id,
+                         "new_run": f"{tag}-{k}"}, head.message_count)
+        after = bucket_objects(moto_ep, bucket)
+        r.update(stored_objects_added=after["objects"] - before["objects"],
+                 stored_bytes_added=after["bytes"] - before["bytes"])
+        got.append(r)
+    return median_of(got)
+
+
+def bench_objects(sizes: list, moto_ep: str, moto_port: int) -> list:
+    """The objects block alone: per size a fresh bucket populated by :func:`populate_counted`."""
+    rows = []
+    for n in sizes:
+        print(f"objects block, run of {n:,} saves ...", flush=True)
+        rows.append(populate_counted(moto_ep, moto_port, new_bucket(moto_ep, f"o{n}"), n)[1])
+    return rows
+
+
+def objects_targets(rows: list) -> None:
+    """Target of the objects block (issue 26 item 4): bytes PUT at most 3x bytes stored at 10,000
+    saves and more; no target below."""
+    for r in rows:
+        if r["size"] >= 10_000:
+            r["target"] = f"PUT/stored <= {WRITE_AMP_LIMIT:g}x"
+            r["verdict"] = "PASS" if r["write_amp"] is not None and r["write_amp"] <= WRITE_AMP_LIMIT else "FAIL"
+        else:
+            r["target"] = r["verdict"] = None
+
+
+def print_objects(rows: list, meta: dict) -> None:
+    """The objects block's table: per size the bucket's objects by kind (count / bytes), bytes PUT
+    while populating, bytes stored, their ratio, and the final history as one zstd JSON object."""
+    print()
+    print(f"objects in the bucket after populating one run (straight to moto through a zero-delay counting proxy, "
+          f"no gc; commit {meta['commit']}{' + uncommitted changes' if meta['dirty'] else ''})")
+    head = ["saves", "objects", *OBJECT_KINDS, "bytes PUT", "bytes stored", "PUT/stored", "1 zstd JSON",
+            "requests", "target", ""]
+    table = []
+    for r in sorted(rows, key=lambda r: r["size"]):
+        st = r["stored"]
+        kinds = [f"{st['kinds'][k]['objects']:,} / {st['kinds'][k]['bytes']:,}" for k in OBJECT_KINDS]
+        amp = f"{r['write_amp']:.2f}x" if r["write_amp"] is not None else "-"
+        reqs = ", ".join(f"{k} {_num(v)}" for k, v in r["requests"].items())
+        table.append([f"{r['size']:,}", f"{st['objects']:,}", *kinds, f"{r['bytes_put']:,}", f"{st['bytes']:,}",
+                      amp, f"{r['baseline_bytes']:,}", reqs, r.get("target") or "", r.get("verdict") or ""])
+    widths = [max(len(x) for x in col) for col in zip(head, *table)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for line in table:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    print("kinds: objects / bytes; manifests runs/*/m/, log segments runs/*/l/, packs packs/, other: config, run")
+    print("markers, pins, other run records. bytes PUT: payload of every PUT while populating (objects later")
+    print("replaced or deleted included); 1 zstd JSON: the final message list as one zstd level-3 JSON object.")
 
 
 # ==================================================================================================
@@ -996,6 +1183,9 @@ def main(argv=None) -> int:
                     help="only the bounded-cost block: list(limit=10), rollback 5 back and latest() per size "
                          "at each --bounded-delays")
     ap.add_argument("--bounded-delays", default="20,80", help="delays (ms) of the bounded block (default 20,80)")
+    ap.add_argument("--objects", action="store_true",
+                    help="the objects block: per size the bucket's objects by kind and bytes PUT / bytes stored "
+                         "while populating (with --bounded: of the bounded block's runs; alone: only this block)")
     if _lib.child_entry(argv, child_main):
         return 0
     args = ap.parse_args(argv)
@@ -1014,19 +1204,28 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     server, moto_port = start_moto()
     moto_ep = f"http://127.0.0.1:{moto_port}"
-    if args.bounded:
+    if args.bounded or args.objects:
+        objects = [] if args.objects else None
         try:
             rows = []
-            for n in sizes:
+            for n in sizes if args.bounded else []:
                 print(f"bounded block, run of {n:,} saves ...", flush=True)
                 rows += bench_bounded(n, moto_ep, moto_port, [float(d) for d in args.bounded_delays.split(",")],
-                                      args.trials)
+                                      args.trials, objects)
+            if not args.bounded:
+                objects = bench_objects(sizes, moto_ep, moto_port)
         finally:
             server.stop()
-        bounded_targets(rows)
-        print_bounded(rows, meta)
+        if args.bounded:
+            bounded_targets(rows)
+            print_bounded(rows, meta)
+        out = {"meta": meta, "rows": rows}
+        if objects is not None:
+            objects_targets(objects)
+            print_objects(objects, meta)
+            out["objects"] = objects
         if args.json:
-            Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+            Path(args.json).write_text(json.dumps(out, indent=2))
         return 0
     proxy = LatencyProxy(moto_port, args.delay_ms / 1000).start()
     rows = []
