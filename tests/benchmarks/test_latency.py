@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import http.server
 import importlib.util
 import threading
@@ -164,3 +165,69 @@ def test_bodies_and_upstream_close_keep_the_client_connection(proxy):
     assert proxy.connections == 1 and not proxy.failures
     s = bench.summarize(_log(proxy))
     assert s["requests"] == {"PUT": 3, "GET": 1, "DELETE": 1} and s["round_trips"] == 5
+
+
+def test_proxy_logs_request_payload_bytes(proxy):
+    c = _conn(proxy)
+    c.request("PUT", "/bkt/a", body=b"x" * 1234)
+    assert c.getresponse().read() == b"1234"
+    # an aws-chunked upload: the framed body is longer than the payload the header declares
+    framed = b"4;chunk-signature=0\r\nabcd\r\n0;chunk-signature=0\r\n\r\n"
+    c.request("PUT", "/bkt/b", body=framed, headers={"x-amz-decoded-content-length": "4"})
+    assert c.getresponse().read() == str(len(framed)).encode()
+    c.request("GET", "/bkt/a")
+    assert c.getresponse().read() == b"hello"
+    c.close()
+    assert [e["bytes_up"] for e in _log(proxy)] == [1234, 4, 0]
+    assert bench.summarize(_log(proxy))["bytes_up"] == 1238  # PUTs only
+
+
+def test_object_kind():
+    k = bench.object_kind
+    assert k("runs/boi/m/ffffffffffffffff") == "manifests"
+    assert k("runs/boi/l/0000000000000000.ffff") == "log segments"
+    assert k("packs/1f/1f2e3d") == "packs"
+    assert [k(x) for x in ("config", "runmarks/boi.ffff.l", "runs/boi/f", "runs/m")] == ["other"] * 4
+
+
+@pytest.fixture
+def bench_env(monkeypatch):
+    """main() sets the benchmark's dummy AWS environment in this process: undone after the test."""
+    for k, v in bench.DUMMY_ENV.items():
+        monkeypatch.setenv(k, v)
+    for k in bench.UNSET_ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_bounded_fork_row_and_objects_block(tmp_path, bench_env):
+    """The new rows end to end on a tiny run: moto's HTTP server, the proxy, fresh child processes."""
+    out = tmp_path / "out.json"
+    assert bench.main(["--bounded", "--objects", "--sizes", "12", "--trials", "1", "--bounded-delays", "1",
+                       "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    fork = next(r for r in res["rows"] if r["op"] == "fork")
+    assert fork["size"] == 12 and fork["verdict"] == "PASS"
+    assert fork["requests"]["PUT"] >= 1 and 0 < fork["bytes_up"] <= bench.FORK_LIMIT
+    assert fork["stored_objects_added"] >= 1 and 0 < fork["stored_bytes_added"] <= bench.FORK_LIMIT
+    assert {r["op"] for r in res["rows"]} == {"latest", "list(limit=10)", "rollback 5 back", "fork"}
+    (obj,) = res["objects"]
+    st = obj["stored"]
+    assert obj["size"] == 12 and st["objects"] == sum(v["objects"] for v in st["kinds"].values())
+    assert st["bytes"] == sum(v["bytes"] for v in st["kinds"].values())
+    assert st["kinds"]["manifests"]["objects"] >= 1 and st["kinds"]["packs"]["objects"] >= 1
+    assert obj["requests"]["PUT"] >= 12  # at least one PUT per save
+    assert obj["bytes_put"] >= st["bytes"] > 0  # every stored byte was PUT once at least
+    assert obj["write_amp"] == obj["bytes_put"] / st["bytes"]
+    assert obj["verdict"] is None  # the 3x target applies at 10,000 saves and more
+
+
+def test_objects_block_alone(tmp_path, bench_env):
+    """--objects without --bounded: populations only, no child processes; larger runs hold more."""
+    out = tmp_path / "out.json"
+    assert bench.main(["--objects", "--sizes", "3,20", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rows"] == []
+    small, big = res["objects"]
+    assert (small["size"], big["size"]) == (3, 20)
+    assert big["bytes_put"] > small["bytes_put"] and big["stored"]["bytes"] > small["stored"]["bytes"]
+    assert big["baseline_bytes"] > small["baseline_bytes"]
