@@ -10,6 +10,8 @@ run through log segments) is :mod:`snapstore.repo.log.bulk`.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 from ...errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
@@ -144,6 +146,23 @@ class LogRecords:
         self.store.delete_many([key])
         return info.mtime
 
+    def store_clock(self):
+        """A callable giving the store's current time (seconds since the epoch, UTC) for many
+        removals: the first call probes the store once (:meth:`store_time`), later calls add the
+        local monotonic time elapsed since that probe's reply. It never runs ahead of the store's
+        clock (the probe's mtime was taken before its reply arrived), so a record is never taken
+        for older than it is; thread-safe."""
+        lock, base = threading.Lock(), []
+
+        def now() -> float:
+            with lock:
+                if not base:
+                    t = self.store_time()
+                    base.append((t, time.monotonic()))
+                t, m = base[0]
+            return t + (time.monotonic() - m)
+        return now
+
     def manifest_infos(self, run_key: str, seqs) -> dict:
         """``{seq: ObjectInfo}`` of the run's manifest objects at positions ``seqs`` that exist
         (void records included): a HEAD each for a few, else one LIST over their range."""
@@ -168,7 +187,8 @@ class LogRecords:
                 out[s] = info
         return out
 
-    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]]) -> None:
+    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], listed: dict | None = None,
+                       store_now=None) -> None:
         """Remove the run's log records at ``[(seq, checkpoint id or None)]`` (and the index
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
@@ -184,18 +204,29 @@ class LogRecords:
             run_key: the run's key segment.
             entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
                 tombstones) names the index record to delete.
+            listed: ``{seq: ObjectInfo}`` of the run's manifest objects from a listing the caller
+                just made (:func:`snapstore.repo.log.bulk.list_infos`), or None: the range is
+                listed again (:meth:`manifest_infos`). A record rewritten since that listing is
+                still handled right: a void write is conditional on the ETag (re-read on a
+                change), a delete of a gone key is a no-op.
+            store_now: a callable giving the store's current time (seconds, as
+                :meth:`store_time`; e.g. :meth:`store_clock`'s), or None: one probe here.
         Raises:
             StoreError: a request failed (what was removed stays removed; the rest is left).
         """
         idx = [keys.index_key(run_key, self.checkpoint_key(c)) for s, c in entries if c and seq_hint(c) != s]
         if idx:
             self.store.delete_many(idx)
-        infos = self.manifest_infos(run_key, {s for s, _ in entries})
+        want = {s for s, _ in entries}
+        if listed is not None:
+            infos = {s: listed[s] for s in sorted(want) if s in listed}
+        else:
+            infos = self.manifest_infos(run_key, want)
         if not infos:
             return
         self.record_removals(run_key, infos)
         # ages on the store's clock (never below the newest timestamp just listed)
-        now = max(self.store_time(), max(i.mtime for i in infos.values()))
+        now = max((store_now or self.store_time)(), max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
         if old:  # DeleteObjects batches of up to 1,000 keys, in parallel (a prune of many)
