@@ -1,10 +1,15 @@
-"""Per-run work over many runs at once: a bounded thread pool, each task in a copy of the
-caller's context, outcomes in the runs' order.
+"""Per-run work over many runs at once: on the repository's thread pool, a bounded share of
+it, each task in a copy of the caller's context, outcomes in the runs' order.
 
-Layer 4 helper (standard library and :mod:`snapstore.stores.base` only). A repository-wide
-operation (``prune`` with no run) costs a handful of round trips per run, nearly all of them
-one request after another; run one after another, 10,000 runs cost 10,000 times that. Here up to
-:func:`width` runs are in flight at once.
+Layer 4 helper (standard library only). A repository-wide operation (``prune`` with no run)
+costs a handful of round trips per run, nearly all of them one request after another; run one
+after another, 10,000 runs cost 10,000 times that. Here up to :func:`width` runs are in flight
+at once. They run on the repository's own pool (``repo.pool``, sized by the store's
+``max_concurrency``), so every request of theirs, and of the parallel reads they hand to that
+pool, is made on one of its threads: no more requests are in flight than the store's connection
+pool holds (S3: no "connection pool is full" churn). The run tasks, which wait for those reads,
+hold at most a :data:`RUN_SHARE` part of the pool's threads (shared by every :func:`each_run`
+of the repository at once), so the reads always find a thread.
 
 Each task runs in its own :func:`contextvars.copy_context` of the calling context, so it acts
 as the caller: what the caller last saw of each run (:mod:`snapstore.manager.callers`) is what
@@ -16,24 +21,36 @@ outcomes; the caller applies them in its own context).
 from __future__ import annotations
 
 import contextvars
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+import threading
+import weakref
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass
 from typing import Any, Callable
-
-from ..stores.base import max_concurrency
 
 __all__ = ["RUN_SHARE", "Outcome", "each_run", "width"]
 
 RUN_SHARE = 4
-"""A run's task makes one request at a time but its bulk reads go through the repository's pool
-(up to ``max_concurrency`` threads), so runs in flight are ``max_concurrency / RUN_SHARE``: on S3
-(128 connections) 32 runs, on a directory or in memory (16) 4, on SQLite (4) one."""
+"""Run tasks hold at most 1/RUN_SHARE of the repository pool's threads (``max_concurrency`` of
+the store by default): on S3 (128 connections) 32 runs at once, on a directory or in memory (16)
+4, on SQLite (4) one (then the runs go one after another in the calling thread)."""
+
+_SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SLOTS_LOCK = threading.Lock()
 
 
-def width(store: object, n_runs: int) -> int:
-    """How many runs to work on at once on ``store`` (a count >= 1, at most ``n_runs``):
-    :func:`snapstore.stores.base.max_concurrency` over :data:`RUN_SHARE`."""
-    return max(1, min(n_runs, max_concurrency(store) // RUN_SHARE))
+def width(repo, n_runs: int) -> int:
+    """How many runs to work on at once on repository ``repo`` (a count >= 1, at most
+    ``n_runs``): its pool's threads (``repo.cache.max_workers``) over :data:`RUN_SHARE`."""
+    return max(1, min(n_runs, repo.cache.max_workers // RUN_SHARE))
+
+
+def _slots(repo) -> threading.BoundedSemaphore:
+    """The repository's run-task slots (one semaphore per repository, shared by every call)."""
+    with _SLOTS_LOCK:
+        sem = _SLOTS.get(repo)
+        if sem is None:
+            sem = _SLOTS[repo] = threading.BoundedSemaphore(width(repo, 1 << 30))
+        return sem
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +68,16 @@ class Outcome:
     error: BaseException | None = None
 
 
-def each_run(store: object, runs: list[str], work: Callable[[str], Any],
+def each_run(repo, runs: list[str], work: Callable[[str], Any],
              on_done: Callable[[int, int], None] | None = None) -> list[Outcome]:
     """Call ``work(run_id)`` for every run of ``runs``, :func:`width` of them at once, each in a
-    copy of the calling context.
+    copy of the calling context, on ``repo.pool``.
 
-    Once a run's work raises, no more runs are started; those in flight finish.
+    Once a run's work raises, no more runs are started; those in flight finish. ``work`` may hand
+    reads to ``repo.pool`` and wait for them; it must not start another :func:`each_run`.
 
     Args:
-        store: the repository's store (its ``max_concurrency`` sizes the pool).
+        repo: the :class:`~snapstore.repo.repository.Repository` (its pool runs the tasks).
         runs: run ids, in the order the outcomes are wanted.
         work: called with one run id, on a pool thread (in the calling thread when there is one run).
         on_done: called in the calling thread as runs finish, with (runs finished, runs in all);
@@ -75,7 +93,8 @@ def each_run(store: object, runs: list[str], work: Callable[[str], Any],
     total = len(runs)
     if total == 0:
         return []
-    if width(store, total) == 1 or total == 1:
+    n = width(repo, total)
+    if n == 1:
         out = []
         for i, r in enumerate(runs):
             try:
@@ -88,16 +107,29 @@ def each_run(store: object, runs: list[str], work: Callable[[str], Any],
                     on_done(i + 1, total)
         return out
     got: dict[int, Outcome] = {}
-    n = width(store, total)
-    pool = ThreadPoolExecutor(n, thread_name_prefix="snapstore-each-run")
+    pool, slots = repo.pool, _slots(repo)
+
+    def task(ctx, r):
+        try:
+            return ctx.run(work, r)
+        finally:
+            slots.release()
+    pending: dict = {}
+    nxt, failed, done = 0, False, 0
     try:
-        pending: dict = {}
-        nxt, failed, done = 0, False, 0
         while pending or (nxt < total and not failed):
             while nxt < total and not failed and len(pending) < n:
+                if not slots.acquire(timeout=0.05 if pending else None):
+                    break  # the repository's share is taken (another each_run): wait for ours
                 ctx = contextvars.copy_context()  # one per task: a context is entered by one thread at a time
-                pending[pool.submit(ctx.run, work, runs[nxt])] = nxt
+                try:
+                    pending[pool.submit(task, ctx, runs[nxt])] = nxt
+                except BaseException:
+                    slots.release()
+                    raise
                 nxt += 1
+            if not pending:
+                continue
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
                 i = pending.pop(f)
@@ -108,5 +140,6 @@ def each_run(store: object, runs: list[str], work: Callable[[str], Any],
                 if on_done is not None:
                     on_done(done, total)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for f in pending:  # interrupted (KeyboardInterrupt): let the runs in flight finish
+            f.exception()
     return [got[i] for i in sorted(got)]  # runs start in order and every one started finished

@@ -256,7 +256,7 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
         live = summaries.list_live(mgr.repo, mgr.state.run_key(r)).live
         return plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
     out = []
-    for o in fanout.each_run(mgr.store, runs, one):
+    for o in fanout.each_run(mgr.repo, runs, one):
         if o.error is not None:
             raise o.error
         out.extend(o.value)
@@ -323,7 +323,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
     store_now = mgr.repo.store_clock()  # one clock probe for every run's removals
-    outcomes = fanout.each_run(mgr.store, runs,
+    outcomes = fanout.each_run(mgr.repo, runs,
                                lambda r: _prune_run(mgr, r, pol, now, dry_run, store_now), progress)
     gone: list[CheckpointSummary] = []
     error = None
