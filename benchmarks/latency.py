@@ -41,6 +41,13 @@ request, are outside the timing), and the proxy log between those two instants i
   1,000,000 checkpoints (linear fit through the two largest sizes; the client's time there is round trips
   x delay + its CPU, since the measured wall also holds moto's CPU in this process).
 
+* ``prune ... all runs`` (``--prune-wide RUNSxSAVES``, default 1000x100): ``prune(keep_last=10)`` with no
+  run over a repository of RUNS runs of SAVES saves (one short message each), built in memory and put
+  into moto's backend, aged as above, timed in a fresh child after the repository is opened (the
+  ``runs()`` listing inside the timing); plus the projection to 1,000,000 checkpoints in runs of the
+  same length (requests, round trips, client CPU scaled by the number of runs; client time = round
+  trips x delay + CPU). ``--prune-only --sizes '' --prune-wide`` measures only this row.
+
 Per measurement: requests by kind (GET / PUT / LIST / HEAD / DELETE, from method + path/query; see
 :func:`classify`), total, **sequential round trips** (the longest chain of requests each of which
 started after the previous one in the chain ended: :func:`sequential_round_trips`), wall time.
