@@ -86,7 +86,7 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         if run_id is not None and mgr.latest(run_id) is None:
             raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
         decisions: list = []
-        progress.update("prune: listing runs", force=True)
+        progress.update("prune: listing runs")
         # one listing per run: the plan shown is the one the deletion used (runs several at once)
         deleted = retention.prune(mgr, run_id=run_id, dry_run=dry_run, decisions=decisions,
                                   progress=lambda done, total: progress.update(f"prune: {done:,}/{total:,} runs"),
