@@ -12,6 +12,7 @@ from datetime import timedelta
 import click
 
 from ..errors import IntegrityError, RunNotFound, SnapstoreError
+from ..manager import retention
 from ..stores.probe import probe_store
 from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
                      prices_text, summary_json, table_text, usd, write)
@@ -82,21 +83,14 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
     mgr = state_of(ctx).manager()
     progress = Progress(not (as_json or quiet))  # -q: the summary line only, no progress lines either
     try:
-        runs = [run_id] if run_id is not None else mgr.runs()
         if run_id is not None and mgr.latest(run_id) is None:
             raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
-        decisions, doomed_runs = [], []
-        for i, r in enumerate(runs):
-            progress.update(f"prune: planning run {i + 1}/{len(runs)}")
-            plan = mgr.retention_plan(r, **policy)
-            decisions.extend(plan)
-            if any(not d.keep for d in plan):
-                doomed_runs.append(r)
-        deleted = []
-        if not dry_run:
-            for i, r in enumerate(doomed_runs):
-                progress.update(f"prune: deleting from run {i + 1}/{len(doomed_runs)}")
-                deleted.extend(mgr.prune(run_id=r, dry_run=False, **policy))
+        decisions: list = []
+        progress.update("prune: listing runs")
+        # one listing per run: the plan shown is the one the deletion used (runs several at once)
+        deleted = retention.prune(mgr, run_id=run_id, dry_run=dry_run, decisions=decisions,
+                                  progress=lambda done, total: progress.update(f"prune: {done:,}/{total:,} runs"),
+                                  **policy)
     finally:
         progress.clear()
     by_key = {(d.checkpoint.run_id, d.checkpoint.id): d for d in decisions}
@@ -107,8 +101,6 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
         gone, gone_keys = [], set()
         for s in deleted:
             d = by_key.get((s.run_id, s.id))
-            # the plan was made a moment earlier: a checkpoint that aged past --older-than meanwhile
-            # is deleted although the plan kept it
             gone.append((s, list(d.reasons) if d is not None and not d.keep else ["matched no keep rule"]))
             gone_keys.add((s.run_id, s.id))
         kept = [(d.checkpoint, list(d.reasons)) for d in decisions

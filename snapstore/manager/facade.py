@@ -426,8 +426,11 @@ class CheckpointManager:
             dry_run: report what would go, delete nothing.
         Moving a run's head (when the policy deletes its newest checkpoint) is conditional like a
         save: if the calling context saved or read that run, the head must still be what it last
-        saw, else ConflictError (runs handled before stay pruned). Deleting older checkpoints
-        does not move the head and needs no view.
+        saw, else ConflictError: the first such run's, in run order (runs before it, and those
+        pruned beside it, stay pruned). Deleting older checkpoints does not move the head and
+        needs no view. With no ``run_id`` the runs are pruned several at once (a quarter of the
+        store's ``max_concurrency``: 32 on S3, 4 on a directory), each listed once, acting as
+        the calling context; the result is in run order, as if one after another.
 
         Returns:
             Summaries of the deleted (with ``dry_run``: deletable) checkpoints.

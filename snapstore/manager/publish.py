@@ -13,6 +13,8 @@ from ..errors import ConflictError, PreconditionFailed, SnapstoreError
 from ..format.manifest import Manifest
 from ..repo.log.stubs import prefetch, write_stubs
 from ..repo.log.bulk import write_logsegs
+from ..repo.log.segbatch import write_at_one_commit
+from ..stores.base import store_capabilities
 from ..repo.log.records import _UNSET
 from .views import RunView
 
@@ -28,8 +30,10 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done
     docs/format.md §12; best effort, a failure costs listing speed only). ``done``: keys of the
     segments already written in the record's own transaction (a save at one commit).
     ``deletes``: keys to delete (the packs a save's tier merged) in the log stubs' atomic batch
-    when one is written (a store with ``write_batch``). Returns True when ``deletes`` were
-    deleted (else the caller deletes them)."""
+    when one is written (a store with ``write_batch``). On a store with ``write_batch`` the
+    segments, the lower-level segments a level-2/3 one makes redundant and the stubs are one
+    batch (:func:`~snapstore.repo.log.segbatch.write_at_one_commit`). Returns True when
+    ``deletes`` were deleted (else the caller deletes them)."""
     cache = None
     if v is not None:
         if v.log_cache is None:
@@ -47,6 +51,10 @@ def after_publish(mgr, rk: str, v: "RunView | None", seq: int, data: bytes, done
                 started = prefetch(mgr.repo, rk, seq)
             except SnapstoreError:
                 started = None
+        if store_capabilities(mgr.repo.store).atomic_batch:
+            # segments, lower-level deletions and stubs in one batch: one commit (segbatch)
+            _, _, deleted = write_at_one_commit(mgr.repo, rk, seq, known, done, started, deletes)
+            return deleted
         try:
             written = write_logsegs(mgr.repo, rk, seq, known, done)
         except SnapstoreError:

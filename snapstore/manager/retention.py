@@ -35,7 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from . import callers, history, rollback, summaries, undeclared_needs, views
+from . import callers, fanout, history, rollback, summaries, undeclared_needs, views
 from .checkpoint import CheckpointSummary
 from ..errors import InvalidInputError, SnapstoreError
 
@@ -244,27 +244,76 @@ def plan(checkpoints: list, policy: Policy, now: datetime | None = None) -> list
 
 def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.retention_plan` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there). Every run is listed once; runs are listed several at once
+    (:mod:`snapstore.manager.fanout`)."""
     pol = Policy.make(**policy)
     now = datetime.now(timezone.utc)
     if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
+
+    def one(r):
+        live = summaries.list_live(mgr.repo, mgr.state.run_key(r)).live
+        return plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
     out = []
-    for r in runs:
-        rk = mgr.state.run_key(r)
-        live = summaries.list_live(mgr.repo, rk).live
-        out.extend(plan([CheckpointSummary.from_manifest(m) for m in live], pol, now))
+    for o in fanout.each_run(mgr.repo, runs, one):
+        if o.error is not None:
+            raise o.error
+        out.extend(o.value)
     return out
+
+
+@dataclass
+class _Pruned:
+    """What pruning one run gave (:func:`_prune_run`): its ``decisions`` (newest first), the
+    ``doomed`` summaries, and ``saw`` = ``(checkpoint id, seq, write id)`` of the head record the
+    prune published, for the caller's view (None: the head did not move, or no view to update)."""
+
+    decisions: list
+    doomed: list
+    saw: tuple | None = None
+
+
+def _prune_run(mgr, r: str, pol: Policy, now: datetime, dry_run: bool, store_now) -> _Pruned:
+    """Decide and apply ``pol`` on run ``r`` (one listing of its log; the head move conditional
+    on the calling context's view of it). Raises ConflictError, StoreError, IntegrityError."""
+    with mgr.state.run_lock(r):
+        rk = mgr.state.run_key(r)
+        listed = summaries.list_live(mgr.repo, rk)  # from the log segments' copies
+        live = listed.live
+        decisions = plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
+        doomed = [m for m, d in zip(live, decisions) if not d.keep]
+        saw = None
+        if doomed and not dry_run:
+            # deleting the head is conditional on the caller's view of the run (if any)
+            check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
+            rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check,
+                                             listed, store_now)
+            mgr.state.views.pop(r, None)
+            if rec is not None and check is not None:
+                head = history.resolve(mgr.repo, rk, rec)
+                saw = (head.checkpoint_id if head else None, rec.seq, rec.write_id)
+        return _Pruned(decisions, [CheckpointSummary.from_manifest(m) for m in doomed], saw)
 
 
 def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None = None, *,
           keep_within=None, keep_hourly: int | None = None, keep_daily: int | None = None,
           keep_weekly: int | None = None, keep_monthly: int | None = None, keep_yearly: int | None = None,
-          dry_run: bool = False, needed: list | None = None) -> list[CheckpointSummary]:
+          dry_run: bool = False, needed: list | None = None, decisions: list | None = None,
+          progress=None) -> list[CheckpointSummary]:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.prune` (arguments, return value and
     errors as documented there). ``needed``: if a list, the :class:`Decision` of every
-    checkpoint no rule kept but a kept one needs (:data:`NEEDS_KEY`) is appended to it."""
+    checkpoint no rule kept but a kept one needs (:data:`NEEDS_KEY`) is appended to it.
+    ``decisions``: if a list, every :class:`Decision` made (per run newest first, runs in
+    order: what :func:`retention_plan` returns, from the same listing the deletion used).
+    ``progress``: called in the calling thread as runs finish, with (runs done, runs in all).
+
+    Runs are pruned several at once (:mod:`snapstore.manager.fanout`: ``max_concurrency / 4``
+    of them), each in a copy of the calling context; what a head move makes the caller see is
+    recorded in the caller's context when its run is done. The outcome is that of pruning the
+    runs in order: the deleted checkpoints in run order; on an error, the first failed run's
+    error is raised once the runs in flight are done (runs before it, and those in flight
+    beside it, stay pruned; no later run is started)."""
     policy = dict(older_than=older_than, keep_last=keep_last, keep_within=keep_within, keep_hourly=keep_hourly,
                   keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
                   keep_yearly=keep_yearly)
@@ -273,27 +322,26 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
     if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
+    store_now = mgr.repo.store_clock()  # one clock probe for every run's removals
+    outcomes = fanout.each_run(mgr.repo, runs,
+                               lambda r: _prune_run(mgr, r, pol, now, dry_run, store_now), progress)
     gone: list[CheckpointSummary] = []
-    for r in runs:
-        with mgr.state.run_lock(r):
-            rk = mgr.state.run_key(r)
-            listed = summaries.list_live(mgr.repo, rk)  # from the log segments' copies
-            live = listed.live
-            decisions = plan([CheckpointSummary.from_manifest(m) for m in live], pol, now)
-            if needed is not None:
-                needed.extend(d for d in decisions if d.keep and d.needed_by is not None)
-            doomed = [m for m, d in zip(live, decisions) if not d.keep]
-            if not doomed:
-                continue
-            if not dry_run:
-                # deleting the head is conditional on the caller's view of the run (if any)
-                check = views.head_check(mgr, r, rk, None, callers.seen(mgr, r), "prune")
-                rec = rollback.delete_checkpoints(mgr, r, rk, [(m.seq, m.checkpoint_id) for m in doomed], check,
-                                                 listed)
-                mgr.state.views.pop(r, None)
-                if rec is not None and check is not None:
-                    views.saw_record(mgr, r, rk, rec)
-            gone.extend(CheckpointSummary.from_manifest(m) for m in doomed)
+    error = None
+    for o in outcomes:
+        if o.error is not None:
+            error = error or o.error
+            continue
+        if o.value.saw is not None:
+            views.saw(mgr, o.run_id, *o.value.saw)  # in the caller's context
+        if error is not None:
+            continue
+        if needed is not None:
+            needed.extend(d for d in o.value.decisions if d.keep and d.needed_by is not None)
+        if decisions is not None:
+            decisions.extend(o.value.decisions)
+        gone.extend(o.value.doomed)
+    if error is not None:
+        raise error
     return gone
 
 

@@ -229,13 +229,29 @@ def delete_run(mgr, run_id: str, rk: str, newest: Manifest | None = None) -> Man
     return tomb
 
 
-def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, listed=None) -> Manifest | None:
+def _newest(mgr, rk: str, listed) -> Manifest | None:
+    """The run's newest record: with a listing (:class:`~snapstore.manager.summaries.Listing`)
+    whose newest object is still the newest (same key and ETag in a LIST of one key), the record
+    the listing read (no GET); otherwise :meth:`~snapstore.repo.log.records.LogRecords.head`."""
+    top = listed.infos.get(listed.top) if listed is not None and listed.top is not None else None
+    if top is not None and listed.top_record is not None and top.etag:
+        info = next(iter(mgr.repo.store.list(keys.manifests_prefix(rk), limit=1)), None)
+        if info is not None and (info.key, info.etag) == (top.key, top.etag):
+            return listed.top_record
+    return mgr.repo.head(rk)
+
+
+def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, listed=None,
+                       store_now=None) -> Manifest | None:
     """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
 
     ``listed``: the :class:`~snapstore.manager.summaries.Listing` the caller decided from, or None.
-    While the run's newest record is still at ``listed.top`` (nothing published since), its live
-    checkpoints are taken from it instead of being read again; otherwise, and after a lost race,
-    the run is read again (:func:`snapstore.manager.history.scan`).
+    While the run's newest record is still the one listed at ``listed.top`` (a LIST of one key
+    shows the same object: nothing published since), its live checkpoints, its newest record
+    and, when the head does not move, the listed objects' ages are taken from it instead of
+    being read again; otherwise, and after a lost race, the run is read again
+    (:func:`snapstore.manager.history.scan`). ``store_now``: the store's clock for the removals
+    (:meth:`~snapstore.repo.log.records.LogRecords.store_clock`), or None: one probe.
 
     The record that moves the head is published at exactly the position after the head the
     decision was based on, so a checkpoint saved concurrently is never hidden by it. With
@@ -247,11 +263,14 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
     """
     doomed_seqs = {s for s, _ in doomed}
     moved = None
+    infos = None
     for _ in range(16):
-        newest = mgr.repo.head(rk)
+        newest = _newest(mgr, rk, listed)
         if listed is not None and newest is not None and newest.seq == listed.top:
             live = listed.pairs()
+            infos = listed.infos
         else:
+            infos = None
             live = []  # the live checkpoints down to the newest one not doomed (not the whole run)
             for s, c, _m in history.scan(mgr.repo, rk, want=len(doomed_seqs) + 1):
                 live.append((s, c))
@@ -282,6 +301,7 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
             continue  # the run moved on: decide again
         publish.after_publish(mgr, rk, None, rec.seq, data)
         moved = rec
+        infos = None  # the range below the new record is listed again (remove_range)
         # everything between the new head and the record is now hidden: remove it (incl. doomed)
         done = {s for s, _ in remove_range(mgr, rk, ts, rec.seq)}
         if not survivors:
@@ -290,5 +310,5 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
         break
     else:
         raise ConflictError(f"run {run_id!r} is changing too fast; gave up deleting")
-    mgr.repo.remove_records(rk, doomed)
+    mgr.repo.remove_records(rk, doomed, infos, store_now)
     return moved

@@ -391,6 +391,8 @@ class _Attempt:
             # is checked inside it (a fork may list them, docs/format.md §10); a pinned run known
             # to this writer leaves them to GC without asking
             gone_keys = [] if self.view.pinned else [keys.pack_key(x) for x in sorted(gone)]
+            if gone:  # the moment a fork may pin the run and list them (tests land one here)
+                self.mgr.state.hook("before_merged_delete", run_id=self.args.run_id, seq=m.seq, packs=sorted(gone))
             return onecommit.publish_with_data(self.repo, self.rk, m, packs, self.revives, gone_keys, data,
                                                [seg] if seg is not None else [],
                                                deletes_unless=keys.pin_key(self.rk))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..format.liveness import LogWalk
-from ..repo.log.bulk import list_logsegs, list_positions, read_records
+from ..format.manifest import record_positions
+from ..repo.log.bulk import list_infos, list_logsegs, read_records
 from .history import live_records
 
 
@@ -31,10 +32,15 @@ class Listing:
         live: the live checkpoints' :class:`~snapstore.format.manifest.Manifest` (copies from
             log segments, or the manifests themselves), newest first; hidden positions and
             everything below a tombstone left out, as :func:`snapstore.manager.history.scan` does.
+        infos: ``{seq: ObjectInfo}`` of every manifest object listed (void records included),
+            newest first: what removing them needs (age, ETag) without listing again.
+        top_record: the record at :attr:`top` as read (a Manifest), or None.
     """
 
     top: int | None
     live: list = field(default_factory=list)
+    infos: dict = field(default_factory=dict)
+    top_record: object = None
 
     def pairs(self) -> list[tuple[int, str]]:
         """``[(seq, checkpoint id)]`` of :attr:`live`, newest first."""
@@ -54,14 +60,15 @@ def list_live(repo, rk: str) -> Listing:
         StoreError: a request failed.
     """
     f_segs = repo.pool.submit(list_logsegs, repo, rk)
-    seqs = list_positions(repo, rk)
+    infos = list_infos(repo, rk)
+    seqs = record_positions(infos.values())
     segs = f_segs.result()
     if not seqs:
-        return Listing(None, [])
+        return Listing(None, [], infos)
     got = read_records(repo, rk, seqs, segs)
     live = []
     for _s, m, end in live_records(seqs, got, LogWalk()):
         if end:
             break
         live.append(m)
-    return Listing(seqs[0], live)
+    return Listing(seqs[0], live, infos, got.get(seqs[0]))

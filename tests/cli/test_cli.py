@@ -841,7 +841,7 @@ def test_prune_shows_progress_on_a_terminal(repo, monkeypatch):
     monkeypatch.setattr(cli_output.Progress, "__init__", tty_init)
     r = run(repo, "prune", "--keep-last", "3")
     # the first update is drawn at once, later ones at most every 0.1 s; the line is cleared at the end
-    assert r.stderr.startswith("\r\x1b[Kprune: planning run 1/2") and r.stderr.endswith("\r\x1b[K")
+    assert r.stderr.startswith("\r\x1b[Kprune: listing runs") and r.stderr.endswith("\r\x1b[K")
     assert "deleted 14 checkpoint(s) from 2 run(s)" in r.stdout
     assert len(ids(repo, "demo-run")) == 3 and len(ids(repo, "second")) == 3
 
@@ -892,7 +892,7 @@ def test_prune_progress_in_a_real_terminal(tmp_path):
             os.close(follower)
         os.close(leader)
     assert p.returncode == 0 and b"deleted 8 checkpoint(s)" in p.stdout
-    assert b"prune: planning run 1/1" in seen and seen.endswith(b"\r\x1b[K")
+    assert b"prune: listing runs" in seen and seen.endswith(b"\r\x1b[K")
 
 
 def test_python_api_read_operations_refuse_a_missing_repository(tmp_path):

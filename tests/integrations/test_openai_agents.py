@@ -185,13 +185,28 @@ def test_two_machines_race_add_and_pop(repo, kind):
 
 
 class _LostReplies:
-    """Wraps a store's put: the next ``n`` manifest PUTs fail with StoreError; with ``land``, the
-    first of them is written before it fails (a lost reply), the others are not sent."""
+    """Wraps a store's put and write_batch (a save at one commit, docs/format.md §18): the next
+    ``n`` manifest writes fail with StoreError; with ``land``, the first of them is written before
+    it fails (a lost reply), the others are not sent."""
 
     def __init__(self, store):
         self.store, self.n, self.land, self.puts = store, 0, False, 0
         self._put = store.put
         store.put = self.put
+        self._batch = getattr(store, "write_batch", None)
+        if self._batch is not None:
+            store.write_batch = self.write_batch
+
+    def write_batch(self, puts, deletes=(), deletes_unless=None):
+        puts = list(puts)
+        self.puts += 1
+        if self.n and any("/m/" in p.key for p in puts):
+            self.n -= 1
+            if self.land:
+                self.land = False
+                self._batch(puts, deletes, deletes_unless)
+            raise StoreError(f"simulated lost reply for {puts[-1].key}")
+        return self._batch(puts, deletes, deletes_unless)
 
     def fail(self, n, land=True):
         self.n, self.land = n, land

@@ -34,22 +34,34 @@ def list_positions(repo: Repository, run_key: str) -> list[int]:
     Raises:
         StoreError: the store failed.
     """
+    return record_positions(list_infos(repo, run_key).values())
+
+
+def list_infos(repo: Repository, run_key: str) -> dict:
+    """The run's manifest objects as :func:`list_positions` lists them (same requests):
+    ``{seq: ObjectInfo}``, newest first, void records included (their size tells them apart:
+    :func:`~snapstore.format.manifest.is_void`). What a deleter needs of each (its age, its ETag)
+    is here, so removing listed records lists nothing again.
+
+    Raises:
+        StoreError: the store failed.
+    """
     prefix = keys.manifests_prefix(run_key)
     infos = list(repo.store.list(prefix, limit=PAGE))
-    first = record_positions(infos)
+    out = {keys.seq_from_manifest_key(i.key): i for i in infos}
     if len(infos) < PAGE:
-        return first
+        return out
     low = keys.seq_from_manifest_key(infos[-1].key)
     starts = list(range(low - 1, -1, -PAGE))  # each page lists positions <= start
 
-    def page(start: int) -> list[int]:
+    def page(start: int) -> list:
         after = keys.manifest_key(run_key, start + 1)
-        return record_positions(repo.store.list(prefix, start_after=after, limit=PAGE))
+        return list(repo.store.list(prefix, start_after=after, limit=PAGE))
 
-    got = set(first)
-    for seqs in repo.pool.map(page, starts):
-        got.update(seqs)
-    return sorted(got, reverse=True)
+    for part in repo.pool.map(page, starts):
+        for i in part:
+            out.setdefault(keys.seq_from_manifest_key(i.key), i)
+    return dict(sorted(out.items(), reverse=True))
 
 
 def list_logsegs(repo: Repository, run_key: str) -> dict[tuple[int, int], str]:

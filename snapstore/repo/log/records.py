@@ -10,6 +10,8 @@ run through log segments) is :mod:`snapstore.repo.log.bulk`.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 from ...errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
@@ -155,6 +157,23 @@ class LogRecords:
         self.store.delete_many([key])
         return info.mtime
 
+    def store_clock(self):
+        """A callable giving the store's current time (seconds since the epoch, UTC) for many
+        removals: the first call probes the store once (:meth:`store_time`), later calls add the
+        local monotonic time elapsed since that probe's reply. It never runs ahead of the store's
+        clock (the probe's mtime was taken before its reply arrived), so a record is never taken
+        for older than it is; thread-safe."""
+        lock, base = threading.Lock(), []
+
+        def now() -> float:
+            with lock:
+                if not base:
+                    t = self.store_time()
+                    base.append((t, time.monotonic()))
+                t, m = base[0]
+            return t + (time.monotonic() - m)
+        return now
+
     def manifest_infos(self, run_key: str, seqs) -> dict:
         """``{seq: ObjectInfo}`` of the run's manifest objects at positions ``seqs`` that exist
         (void records included): a HEAD each for a few, else one LIST over their range."""
@@ -179,7 +198,8 @@ class LogRecords:
                 out[s] = info
         return out
 
-    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], infos: dict | None = None) -> None:
+    def remove_records(self, run_key: str, entries: list[tuple[int, str | None]], infos: dict | None = None,
+                       store_now=None) -> None:
         """Remove the run's log records at ``[(seq, checkpoint id or None)]`` (and the index
         records of caller-supplied ids) without freeing a position a stale writer may aim at.
 
@@ -199,9 +219,15 @@ class LogRecords:
             run_key: the run's key segment.
             entries: ``(seq, checkpoint id)`` pairs; the id (None for rollback records and
                 tombstones) names the index record to delete.
-            infos: ``{seq: ObjectInfo}`` of those positions' objects (size, ETag, mtime), listed
-                by the caller after the record that hides them was decided on; None: read here
-                (:meth:`manifest_infos`).
+            infos: ``{seq: ObjectInfo}`` of the run's manifest objects (size, ETag, mtime) from a
+                listing the caller made after the record that hides them was decided on (e.g.
+                :func:`snapstore.repo.log.bulk.list_infos`), or None: the range is listed here
+                (:meth:`manifest_infos`). A record rewritten since that listing is still handled
+                right: a void write is conditional on the ETag (re-read on a change), a delete of
+                a gone key is a no-op.
+            store_now: a callable giving the store's current time (seconds, as
+                :meth:`store_time`; e.g. :meth:`store_clock`'s), or None: one probe here (in
+                parallel with the removal record).
         Raises:
             StoreError: a request failed (what was removed stays removed; the rest is left).
         """
@@ -210,20 +236,20 @@ class LogRecords:
         if infos is None:
             infos = self.manifest_infos(run_key, want)
         else:
-            infos = {s: i for s, i in infos.items() if s in want}
+            infos = {s: infos[s] for s in sorted(want) if s in infos}
         if not infos:
             if idx:
                 self.store.delete_many(idx)
             return
         pool = self.pool
         f_idx = pool.submit(self.store.delete_many, idx) if idx else None
-        f_probe = pool.submit(self._clock_probe)
+        f_probe = pool.submit(self._clock_probe) if store_now is None else None
         try:
             self.record_removals(run_key, infos)
         except BaseException:
             if f_idx is not None:
                 f_idx.exception()
-            if f_probe.exception() is None:
+            if f_probe is not None and f_probe.exception() is None:
                 try:
                     self.store.delete_many([f_probe.result()[0]])
                 except SnapstoreError:
@@ -231,12 +257,12 @@ class LogRecords:
             raise
         if f_idx is not None:
             f_idx.result()  # index records go before any manifest (raises if they could not)
-        probe_key, probe_time = f_probe.result()
+        probe_key, probe_time = f_probe.result() if f_probe is not None else (None, store_now())
         # ages on the store's clock (never below the newest timestamp just listed)
         now = max(probe_time, max(i.mtime for i in infos.values()))
         old = [s for s, i in infos.items() if now - i.mtime >= FREE_AFTER]
         young = [(s, i) for s, i in infos.items() if now - i.mtime < FREE_AFTER and not is_void(i.size)]
-        futs = [pool.submit(self.store.delete_many, [probe_key])]
+        futs = [pool.submit(self.store.delete_many, [probe_key])] if probe_key is not None else []
         if old:  # DeleteObjects batches of up to 1,000 keys, in parallel (a prune of many)
             doomed = [keys.manifest_key(run_key, s) for s in sorted(old)]
             futs += [pool.submit(self.store.delete_many, doomed[i:i + 1000]) for i in range(0, len(doomed), 1000)]

@@ -110,18 +110,45 @@ def write_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes
 
 def _stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started, deletes: list) -> list[int]:
     """:func:`write_stubs` itself; ``deletes`` is emptied when the stubs' batch deleted them."""
+    batch = store_capabilities(repo.store).atomic_batch
+    _, done = _checked(repo, run_key, seq, known, started, put_each=not batch)
+    if not batch:
+        return sorted(done)
+    return _stub_batch(repo, done, deletes)
+
+
+def checked_stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started=None) -> tuple[str | None, list]:
+    """The stubs :func:`write_stubs` would write after position ``seq``, checked but not written,
+    for a caller that writes them in its own atomic batch (:mod:`snapstore.repo.log.segbatch`).
+
+    Args:
+        repo, run_key, seq, known, started: as :func:`write_stubs`.
+    Returns:
+        ``(segment key, items)``: the key of the log segment whose copies were checked (None when
+        no segment covers the range), and ``[(seq, manifest key, listed ObjectInfo, copy)]`` for each
+        position whose copy in that segment is a valid manifest equal to the record; each stub is to
+        be written as ``BatchPut(key, b"", etag=info.etag)``. Never raises
+        :class:`~snapstore.errors.SnapstoreError` (a failure: no items).
+    """
+    return _checked(repo, run_key, seq, known, started, put_each=False)
+
+
+def _checked(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], started, put_each: bool):
+    """``(segment key, items)`` of :func:`checked_stubs`; with ``put_each``, each checked stub is
+    also written at once (``put_if_match``, in the pool's wave) and the items are the positions
+    stubbed."""
     try:
         started = started or prefetch(repo, run_key, seq)
         if started is None:
-            return []
+            return None, []
         f_list, f_seg = started
         listed = f_list.result()
         seg_key, copies = f_seg.result()
     except SnapstoreError:
-        return []
+        return None, []
     lo, hi = stub_range(seq)
     if seg_key is None:
-        return []
+        return None, []
     by_seq = {c.seq: c for c in copies}
     todo = []
     for s in range(lo, hi + 1):
@@ -138,9 +165,7 @@ def _stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], st
             continue
         todo.append((s, key, info, copy))
     if not todo:
-        return []
-
-    batch = store_capabilities(repo.store).atomic_batch
+        return seg_key, []
 
     def one(item):
         s, key, info, copy = item
@@ -150,18 +175,15 @@ def _stubs(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], st
                 data = repo.store.get(key)
             if Manifest.from_bytes(key, data) != copy:
                 return None
-            if batch:
-                return item  # written below, all stubs in one batch
+            if not put_each:
+                return item  # written by the caller, all stubs in one batch
             repo.store.put_if_match(key, b"", info.etag)
             return s
         except (PreconditionFailed, ObjectNotFound):
             return None  # changed or deleted since the LIST: never recreate or replace it
         except SnapstoreError:
             return None
-    done = [r for r in repo.pool.map(one, todo) if r is not None]
-    if not batch:
-        return sorted(done)
-    return _stub_batch(repo, done, deletes)
+    return seg_key, [r for r in repo.pool.map(one, todo) if r is not None]
 
 
 def _stub_batch(repo: Repository, items: list, deletes: list) -> list[int]:
