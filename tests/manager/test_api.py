@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from snapstore.stores.base import store_capabilities
 from snapstore import Checkpoint, CheckpointManager, CheckpointNotFound, CheckpointSummary, ConflictError
 from snapstore.errors import InvalidInputError, InvalidRunIdError, RunNotFound
 from snapstore.stores import LocalStore, MemoryStore
@@ -124,7 +125,9 @@ def test_save_costs_at_most_three_puts(root):
         if mgr.compact_log and (seq + 1) % 16 == 0 and seq >= 31:
             extra += 16  # the 16 stubs of the range before the last (docs/format.md §14)
         got = mgr.store.stats.since(s).counts["PUT"]
-        assert got == 2 + extra, (n, got, extra)
+        # at one commit (docs/format.md §18) a save whose tier merges its own pack writes no pack
+        one_commit_merge = merged and store_capabilities(mgr.store).atomic_batch
+        assert got == 2 + extra or (one_commit_merge and got == 1 + extra), (n, got, extra)
         puts.append(got)
     assert sorted(puts)[len(puts) // 2] == 2 and puts.count(2) >= len(puts) * (fanout - 2) / fanout
     s = mgr.store.stats.snapshot()
