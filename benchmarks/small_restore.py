@@ -20,7 +20,9 @@ and a LangGraph ``SqliteSaver`` database through the real replay graph of ``benc
 Measured, per trial and workload, one fresh child process per side (``python
 benchmarks/small_restore.py --child SPEC``), in an order rotated every trial. Each child imports
 everything its side needs first (snapstore with its SQLite store module, which ``open_store``
-otherwise imports on first use; or langgraph, langchain-core and sqlite3) and then times, with
+otherwise imports on first use; or langgraph, langchain-core and sqlite3), collects the imports'
+garbage (``gc.collect()``: see :func:`settle`; without it a full collection of LangGraph's import
+heap fell inside ``get_tuple`` on 4 of 6 runs, 100-200 ms) and then times, with
 ``time.perf_counter``, only the following (a module imported inside the timed part stops the run):
 
 * ``snapstore-dir`` / ``snapstore-sqlite``: ``CheckpointManager(location).latest(run)``: opening
@@ -55,6 +57,7 @@ machine; compare the medians of interleaved trials.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -97,6 +100,7 @@ def child_main(spec: dict) -> dict:
         if side == "sqlitesaver-read":  # the connection, the saver and its setup() before the clock
             saver = SqliteSaver(sqlite3.connect(spec["path"], check_same_thread=False))
             saver.setup()
+        settle()
         f0, c0, t0 = faults(), cpu(), clock()
         if side == "sqlitesaver":
             saver = SqliteSaver(sqlite3.connect(spec["path"], check_same_thread=False))
@@ -115,6 +119,7 @@ def child_main(spec: dict) -> dict:
             import pstats
 
             prof = cProfile.Profile()
+            settle()
             prof.enable()
             cp = CheckpointManager(spec["location"]).latest(RUN)
             prof.disable()
@@ -123,6 +128,7 @@ def child_main(spec: dict) -> dict:
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(22)
             return {"profile": out.getvalue()}
         mods = set(sys.modules)
+        settle()
         f0, c0, t0 = faults(), cpu(), clock()
         cp = CheckpointManager(spec["location"]).latest(RUN)
         t1, c1, f1 = clock(), cpu(), faults()
@@ -134,6 +140,17 @@ def child_main(spec: dict) -> dict:
     return {"wall_s": t1 - t0, "cpu_s": c1 - c0, "faults": f1 - f0, "count": len(got), "imported": late}
 
 
+def settle() -> None:
+    """Collect the garbage of the imports before the clock (every side, every child).
+
+    LangGraph, LangChain and pydantic leave ~10^5 container objects: without this, the collector's
+    first full (generation 2) pass over them fell inside ``get_tuple`` on 4 of the 6 small runs
+    (which ones depends on how many objects the child made before: the run's expected history)
+    and cost 60-200 ms of the 100-200 ms then measured. That is the cost of the imports, not of
+    the read. After ``gc.collect()`` the import heap is old and the next full pass is far off."""
+    gc.collect()
+
+
 def steps_child(spec: dict, expect: list) -> dict:
     """The steps of a fresh ``latest()`` timed one after another (``--profile``), in ms."""
     from snapstore import CheckpointManager
@@ -141,6 +158,7 @@ def steps_child(spec: dict, expect: list) -> dict:
     from snapstore.manager.checkpoint import Checkpoint  # noqa: F401  (imported before the clock)
 
     clock = time.perf_counter
+    settle()
     t = [clock()]
     mgr = CheckpointManager(spec["location"])
     t.append(clock())
