@@ -37,20 +37,23 @@ def test_save_losing_a_revival_race_gets_conflict_not_store_error(tmp_path, monk
     a.save(RUN, [{"role": "user", "content": "first"}])
     a.delete(RUN)
     assert a.latest(RUN) is None and b.latest(RUN) is None  # both views: the run is deleted
-    real = local._fsync_dir
+    store_a = a.store
+    real = store_a.put
     state = {"won": None}
 
-    def fsync_dir(path):
-        real(path)
-        if path.endswith("runmarks") and state["won"] is None:
-            # A's intent marker is linked; its put has not returned: B saves now (real files)
+    def put(key, data):
+        info = real(key, data)
+        if key.startswith("runmarks/") and state["won"] is None:
+            # A's intent marker is in place; its put has not returned: B saves now (real files)
             state["won"] = "pending"
             state["won"] = b.save(RUN, [{"role": "user", "content": "B"}])
+        return info
 
-    monkeypatch.setattr(local, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(store_a, "put", put)
     with pytest.raises(ConflictError):
         a.save(RUN, [{"role": "user", "content": "A"}])
-    monkeypatch.setattr(local, "_fsync_dir", real)
+    monkeypatch.setattr(store_a, "put", real)
+    assert state["won"] not in (None, "pending")
     assert CheckpointManager(LocalStore(root, fsync=True)).latest(RUN).id == state["won"]
 
 

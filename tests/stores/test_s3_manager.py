@@ -420,12 +420,15 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
         supersedes = merges  # ... and deletes the packs it merged
         want = (3 if i % 4 == 3 else 2) + (1 if merges else 0) + (1 if (i + 1) % 16 == 0 else 0)  # log segment
         assert d.counts["PUT"] == want, (i, d)
-        assert d.counts["GET"] == d.counts["HEAD"] == d.counts["LIST"] == 0, (i, d)
+        # a save that merged checks the run's fork pin (one HEAD) before deleting what it merged
+        # (docs/format.md §10); no other read
+        assert d.counts["GET"] == d.counts["LIST"] == 0 and d.counts["HEAD"] == (1 if supersedes else 0), (i, d)
         assert d.counts["DELETE"] == (1 if supersedes else 0), (i, d)
         assert d.bytes_down == 0 and 0 < d.bytes_up, (i, d)
         if not merges:
             assert d.bytes_up < 4096, (i, d)
-        assert sorted(wire) == sorted(["PutObject"] * d.counts["PUT"] + ["DeleteObjects"] * d.counts["DELETE"]), (i, wire)
+        assert sorted(wire) == sorted(["PutObject"] * d.counts["PUT"] + ["DeleteObjects"] * d.counts["DELETE"]
+                                      + ["HeadObject"] * d.counts["HEAD"]), (i, wire)
 
     # a manager in another process resumes with latest(); from then on its saves cost the same
     other = CheckpointManager(same_place(store))
@@ -439,7 +442,8 @@ def test_steady_state_save_costs_at_most_3_puts_and_no_reads(store):
         d = other.store.stats.since(before)
         merges = (i + 1) % fanout == 0
         assert d.counts["PUT"] == 2 + merges + ((i + 1) % 16 == 0) and d.counts["GET"] == d.counts["LIST"] == 0, (i, d, ops)
-        assert d.total() == d.counts["PUT"] + d.counts["DELETE"] and d.counts["DELETE"] == merges, (i, d, ops)
+        assert d.total() == d.counts["PUT"] + d.counts["DELETE"] + d.counts["HEAD"] and d.counts["DELETE"] == merges, (i, d, ops)
+        assert d.counts["HEAD"] == merges, (i, d, ops)  # the fork pin check of a merging save
     assert CheckpointManager(same_place(store)).latest("r").messages == msgs
 
 
