@@ -17,9 +17,10 @@ object's inode through its own temporary name before removing it.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-import snapstore.stores.local as local
 from snapstore import CheckpointManager
 from snapstore.errors import ConflictError
 from snapstore.stores.local import LocalStore
@@ -63,12 +64,17 @@ def test_local_put_of_an_object_deleted_at_once_by_another_writer_succeeds(tmp_p
     a failed write."""
     store = LocalStore(tmp_path / "s", fsync=True)
     store.put("runmarks/x", b"")  # the directory exists
-    real = local._fsync_dir
+    real = os.link
+    fired = []
 
-    def fsync_dir(path):
-        real(path)
-        if path.endswith("runmarks"):
-            store.delete_many(["runmarks/y"])  # another writer's cleanup, between link and stat
+    def link(src, dst, *a, **k):
+        real(src, dst, *a, **k)
+        if dst.endswith(os.path.join("runmarks", "y")) and not fired:
+            fired.append(dst)
+            # another writer's cleanup (its own store object), between the link and the stat
+            LocalStore(tmp_path / "s", fsync=True).delete_many(["runmarks/y"])
 
-    monkeypatch.setattr(local, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(os, "link", link)
     store.put("runmarks/y", b"")
+    monkeypatch.setattr(os, "link", real)
+    assert fired  # the delete did land between them
