@@ -208,13 +208,72 @@ def read_stubs(repo: Repository, run_key: str, seqs) -> dict[int, Manifest]:
     return got
 
 
-def _add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
+def add_object(recs: dict, run_key: str, seq: int, data: bytes) -> None:
     """Add the manifest object ``data`` at ``seq`` to ``recs`` as ``(envelope version, body)``;
     a corrupt object is left out (the segment is a copy; readers read that manifest)."""
     try:
         recs[seq] = open_manifest(keys.manifest_key(run_key, seq), data)
     except IntegrityError:
         pass
+
+
+def add_from_segments(repo: Repository, recs: dict, subs: list[str], lo: int, hi: int, built=None) -> None:
+    """Add to ``recs`` (``seq -> (envelope version, body)``) the records of positions ``lo..hi``
+    it lacks, from the lower-level log segments ``subs``: those in ``built`` (``key -> records``,
+    segments built in memory and not yet stored) from there, the others GET (a missing or corrupt
+    segment gives none; a copy that does not decode is left out).
+
+    Raises:
+        StoreError: a GET failed otherwise.
+    """
+    built = built or {}
+
+    def get_sub(k):
+        if k in built:
+            return k, None
+        try:
+            return k, decode_logseg(k, repo.store.get(k))
+        except (ObjectNotFound, IntegrityError):
+            return k, []
+    for k, part in repo.pool.map(get_sub, subs):
+        if part is None:
+            for s, r in built[k].items():
+                recs.setdefault(s, r)
+            continue
+        for c in part:
+            if lo <= c.seq <= hi and c.seq not in recs:
+                try:
+                    recs[c.seq] = c.record(k)
+                except IntegrityError:
+                    continue
+
+
+def add_listed_manifests(repo: Repository, recs: dict, run_key: str, lo: int, hi: int, level: int) -> tuple[list, set]:
+    """Add to ``recs`` the records of positions ``lo..hi`` it still lacks from GETs of the
+    manifests one LIST of the range shows (a manifest gone meanwhile, or corrupt, is left out).
+
+    Returns:
+        ``(missing, listed)``: the positions that lacked a record before, and the listed ones
+        among the range's (empty when nothing was missing).
+    Raises:
+        StoreError: the LIST or a GET failed.
+    """
+    missing = [s for s in range(lo, hi + 1) if s not in recs]
+    listed: set = set()
+    if missing:
+        listed = set(record_positions(repo.store.list(
+            keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, hi + 1)
+            if hi + 1 < keys.SEQ_MAX else None, limit=span(level))))
+
+        def get_one(s):
+            try:
+                return s, repo.store.get(keys.manifest_key(run_key, s))
+            except ObjectNotFound:
+                return s, None
+        for s, data in repo.pool.map(get_one, [s for s in missing if s in listed]):
+            if data is not None:
+                add_object(recs, run_key, s, data)
+    return missing, listed
 
 
 def first_logseg(run_key: str, seq: int, known: dict[int, bytes]) -> tuple[str, bytes] | None:
@@ -232,7 +291,7 @@ def first_logseg(run_key: str, seq: int, known: dict[int, bytes]) -> tuple[str, 
     for s in range(seq - span(1) + 1, seq + 1):
         if s not in known:
             return None
-        _add_object(recs, run_key, s, known[s])
+        add_object(recs, run_key, s, known[s])
     if len(recs) < span(1):
         return None
     return logseg_key(run_key, seq, 1), encode_logseg([(s, v, b) for s, (v, b) in sorted(recs.items())], 1)
@@ -262,39 +321,13 @@ def write_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byt
         recs: dict[int, tuple[int, bytes]] = {}
         for s in range(lo, seq + 1):
             if s in known:
-                _add_object(recs, run_key, s, known[s])
+                add_object(recs, run_key, s, known[s])
         try:
             if len(recs) < span(level) and level > 1:
                 sub = span(level - 1)
                 subs = [logseg_key(run_key, hi, level - 1) for hi in range(lo + sub - 1, seq + 1, sub)]
-
-                def get_sub(k):
-                    try:
-                        return k, decode_logseg(k, repo.store.get(k))
-                    except (ObjectNotFound, IntegrityError):
-                        return k, []
-                for k, part in repo.pool.map(get_sub, subs):
-                    for c in part:
-                        if lo <= c.seq <= seq and c.seq not in recs:
-                            try:
-                                recs[c.seq] = c.record(k)
-                            except IntegrityError:
-                                continue
-            missing = [s for s in range(lo, seq + 1) if s not in recs]
-            listed: set = set()
-            if missing:
-                listed = set(record_positions(repo.store.list(
-                    keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
-                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level))))
-
-                def get_one(s):
-                    try:
-                        return s, repo.store.get(keys.manifest_key(run_key, s))
-                    except ObjectNotFound:
-                        return s, None
-                for s, data in repo.pool.map(get_one, [s for s in missing if s in listed]):
-                    if data is not None:
-                        _add_object(recs, run_key, s, data)
+                add_from_segments(repo, recs, subs, lo, seq)
+            missing, listed = add_listed_manifests(repo, recs, run_key, lo, seq, level)
             if not recs:
                 continue
             # a listed position without a record here is one whose manifest did not open: a stub

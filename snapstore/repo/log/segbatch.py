@@ -32,10 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import IntegrityError, ObjectNotFound, SnapstoreError
-from ...format import keys
-from ...format.logseg import MAX_LEVEL, decode_logseg, encode_logseg, logseg_key, span
-from ...format.manifest import record_positions
+from ...errors import SnapstoreError
+from ...format.logseg import MAX_LEVEL, encode_logseg, logseg_key, span
 from ...stores.batch import BatchPut, BatchRefused
 from ..repository import Repository
 from . import bulk, stubs
@@ -93,29 +91,15 @@ def plan_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byte
         recs: dict[int, tuple[int, bytes]] = {}
         for s in range(lo, seq + 1):
             if s in known:
-                bulk._add_object(recs, run_key, s, known[s])
+                bulk.add_object(recs, run_key, s, known[s])
         subs: list[str] = []
         try:
             if level > 1:
                 sub = span(level - 1)
                 subs = [logseg_key(run_key, hi, level - 1) for hi in range(lo + sub - 1, seq + 1, sub)]
             if len(recs) < span(level) and subs:
-                _from_subs(repo, recs, subs, built, lo, seq)
-            missing = [s for s in range(lo, seq + 1) if s not in recs]
-            listed: set = set()
-            if missing:
-                listed = set(record_positions(repo.store.list(
-                    keys.manifests_prefix(run_key), start_after=keys.manifest_key(run_key, seq + 1)
-                    if seq + 1 < keys.SEQ_MAX else None, limit=span(level))))
-
-                def get_one(s):
-                    try:
-                        return s, repo.store.get(keys.manifest_key(run_key, s))
-                    except ObjectNotFound:
-                        return s, None
-                for s, data in repo.pool.map(get_one, [s for s in missing if s in listed]):
-                    if data is not None:
-                        bulk._add_object(recs, run_key, s, data)
+                bulk.add_from_segments(repo, recs, subs, lo, seq, built)
+            missing, listed = bulk.add_listed_manifests(repo, recs, run_key, lo, seq, level)
         except SnapstoreError:
             continue  # the store failed: no segment at this level (a copy costs listing speed only)
         if not recs:
@@ -131,29 +115,6 @@ def plan_logsegs(repo: Repository, run_key: str, seq: int, known: dict[int, byte
                 if plan.puts.pop(k, None) is None:
                     plan.deletes.append(k)
     return plan
-
-
-def _from_subs(repo: Repository, recs: dict, subs: list[str], built: dict, lo: int, hi: int) -> None:
-    """Add to ``recs`` the records of positions ``lo..hi`` it lacks, from the lower-level
-    segments ``subs``: those of ``built`` from memory, the others GET (missing or corrupt: none)."""
-    def get_sub(k):
-        if k in built:
-            return k, None
-        try:
-            return k, decode_logseg(k, repo.store.get(k))
-        except (ObjectNotFound, IntegrityError):
-            return k, []
-    for k, part in repo.pool.map(get_sub, subs):
-        if part is None:
-            for s, r in built[k].items():
-                recs.setdefault(s, r)
-            continue
-        for c in part:
-            if lo <= c.seq <= hi and c.seq not in recs:
-                try:
-                    recs[c.seq] = c.record(k)
-                except IntegrityError:
-                    continue
 
 
 def write_at_one_commit(repo: Repository, run_key: str, seq: int, known: dict[int, bytes], done=(),
