@@ -16,6 +16,8 @@ import os
 import statistics
 import subprocess
 import sys
+import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -312,3 +314,25 @@ def save_run(repo: str, run: str, checkpoints: list) -> None:
             mgr.save(run, cp, step=i)
     finally:
         mgr.close()
+
+
+@contextlib.contextmanager
+def counting_syncs():
+    """Count every ``os.fsync`` and ``os.fdatasync`` call made while the block runs, except those
+    of the directory store's settler thread (``snapstore-settler``: its syncs are off the save's
+    path, docs/format.md §26). Yields a one-element list holding the count so far; the real
+    functions are put back on exit."""
+    calls = [0]
+    real = (os.fsync, os.fdatasync)
+
+    def counting(fn):
+        def call(fd):
+            if threading.current_thread().name != "snapstore-settler":
+                calls[0] += 1
+            return fn(fd)
+        return call
+    os.fsync, os.fdatasync = counting(real[0]), counting(real[1])
+    try:
+        yield calls
+    finally:
+        os.fsync, os.fdatasync = real

@@ -31,12 +31,11 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._lib import percentile  # noqa: E402
+from benchmarks._lib import counting_syncs, percentile  # noqa: E402
 
 
 def _turn(i: int) -> list[dict]:
@@ -49,28 +48,18 @@ def run_local(root: str, saves: int) -> list[int]:
     """Save ``saves`` checkpoints into a directory store at ``root``; return the fsyncs of each."""
     from snapstore import CheckpointManager
 
-    calls = [0]
-    real = (os.fsync, os.fdatasync)
-
-    def counting(fn):
-        def call(fd):
-            if threading.current_thread().name != "snapstore-settler":
-                calls[0] += 1
-            return fn(fd)
-        return call
     mgr = CheckpointManager(root)
     mgr.save("warm", [{"role": "user", "content": "warm"}])  # config and journal exist
     messages = [{"role": "user", "content": "Fix the failing test."}]
     out = []
-    os.fsync, os.fdatasync = counting(real[0]), counting(real[1])
     try:
-        for i in range(saves):
-            messages = messages + _turn(i)
-            before = calls[0]
-            mgr.save("r", messages, step=i)
-            out.append(calls[0] - before)
+        with counting_syncs() as calls:
+            for i in range(saves):
+                messages = messages + _turn(i)
+                before = calls[0]
+                mgr.save("r", messages, step=i)
+                out.append(calls[0] - before)
     finally:
-        os.fsync, os.fdatasync = real
         mgr.close()
     return out
 

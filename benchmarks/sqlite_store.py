@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._lib import largest_coding_run, median, percentile  # noqa: E402
+from benchmarks._lib import counting_syncs, largest_coding_run, median, percentile  # noqa: E402
 
 MiB = 1 << 20
 
@@ -106,19 +106,8 @@ def bench_values(base: Path, sizes_mib: list[float], reps: int) -> dict:
 def bench_saves(base: Path, checkpoints: list) -> dict:
     """Save ``checkpoints`` (message lists) in order into each store; per store the p50/p99 save
     time (ms) and the allocated bytes afterwards."""
-    import threading
-
     from snapstore import CheckpointManager
 
-    calls = [0]
-    real = (os.fsync, os.fdatasync)
-
-    def counting(fn):
-        def call(fd):
-            if threading.current_thread().name != "snapstore-settler":
-                calls[0] += 1
-            return fn(fd)
-        return call
     targets = {"local-fsync": lambda w: str(w / "repo"),
                "sqlite-full": lambda w: f"sqlite://{w}/repo.db",
                "sqlite-normal": lambda w: f"sqlite://{w}/repo.db?synchronous=normal"}
@@ -128,16 +117,13 @@ def bench_saves(base: Path, checkpoints: list) -> dict:
         try:
             mgr = CheckpointManager(loc(work))
             times, syncs = [], []
-            os.fsync, os.fdatasync = counting(real[0]), counting(real[1])
-            try:
+            with counting_syncs() as calls:
                 for i, cp in enumerate(checkpoints):
                     before = calls[0]
                     t = time.perf_counter()
                     mgr.save("r", cp, step=i)
                     times.append(time.perf_counter() - t)
                     syncs.append(calls[0] - before)
-            finally:
-                os.fsync, os.fdatasync = real
             if hasattr(mgr.store, "compact"):
                 mgr.store.compact()  # the WAL into the file, so that the file holds everything
             mgr.close()
