@@ -124,26 +124,14 @@ def targets(records: list) -> list:
                                    "workload", lambda me, dc: me <= dc / 2),
                                   ("save_p50_ms", "save p50 no slower than DeltaChannel's at equal durability "
                                    "(both fsync every save)", lambda me, dc: me <= dc)):
-        res = []
-        for w, rows in traj.items():
-            me, dc = _find(rows, ME), _find(rows, "langgraph-deltachannel")
-            if _ok(me) and _ok(dc):
-                res.append((w, me[figure], dc[figure], better(me[figure], dc[figure])))
+        res = [(w, a, b, better(a, b)) for w, a, b in _figure_pairs(traj, ME, "langgraph-deltachannel", figure)]
         if res:
             miss = [f"{w.split(':', 1)[1]} ({_fmt(figure, a)} vs {_fmt(figure, b)})" for w, a, b, ok in res if not ok]
             out.append((label, "met" if not miss else "MISSED",
                         f"{len(res) - len(miss)}/{len(res)} workloads" + (("; missed on " + ", ".join(miss)) if miss else "")))
         else:
             out.append((label, "not measured", "langgraph-deltachannel did not run"))
-    res = []
-    for w, rows in wls.items():
-        me = _find(rows, ME)
-        if not _ok(me):
-            continue
-        for p in LOCAL_PEERS:
-            pr = _find(rows, p)
-            if _ok(pr):
-                res.append((w, p, me["restore_ms"], pr["restore_ms"]))
+    res = _restore_pairs(wls, ME, LOCAL_PEERS)
     if res:
         miss = [(w, p, a, b) for w, p, a, b in res if a > b]
         peers_lost = sorted({p for _, p, _, _ in miss})
@@ -157,6 +145,31 @@ def targets(records: list) -> list:
     return out
 
 
+def _figure_pairs(wls: dict, system: str, peer: str, figure: str) -> list:
+    """``[(workload, system's figure, peer's figure)]`` over the workloads of ``wls`` where both ran."""
+    out = []
+    for w, rows in wls.items():
+        me, pr = _find(rows, system), _find(rows, peer)
+        if _ok(me) and _ok(pr):
+            out.append((w, me[figure], pr[figure]))
+    return out
+
+
+def _restore_pairs(wls: dict, system: str, peers) -> list:
+    """``[(workload, peer, system's restore ms, peer's restore ms)]`` for every workload of ``wls``
+    where ``system`` ran and each of ``peers`` that ran there."""
+    out = []
+    for w, rows in wls.items():
+        me = _find(rows, system)
+        if not _ok(me):
+            continue
+        for p in peers:
+            pr = _find(rows, p)
+            if _ok(pr):
+                out.append((w, p, me["restore_ms"], pr["restore_ms"]))
+    return out
+
+
 def sqlite_targets(wls: dict) -> list:
     """``[(target, verdict, detail)]``: issue 22's targets for the SQLite-file rows
     (``snapstore-sqlite``, ``snapstore-saver-sqlite``): save p50 and p99 at most DeltaChannel's on
@@ -165,9 +178,8 @@ def sqlite_targets(wls: dict) -> list:
     out = []
     for system in ("snapstore-sqlite", "snapstore-saver-sqlite"):
         for figure in ("save_p50_ms", "save_p99_ms"):
-            res = [(w, _find(rows, system), _find(rows, "langgraph-deltachannel")) for w, rows in wls.items()
-                   if w.startswith("traj:")]
-            res = [(w, a[figure], b[figure]) for w, a, b in res if _ok(a) and _ok(b)]
+            res = _figure_pairs({w: rows for w, rows in wls.items() if w.startswith("traj:")}, system,
+                                "langgraph-deltachannel", figure)
             label = f"{system}: {figure[:-3].replace('_', ' ')} at most DeltaChannel's on every traj workload"
             if not res:
                 out.append((label, "not measured", f"{system} or langgraph-deltachannel did not run"))
@@ -175,15 +187,7 @@ def sqlite_targets(wls: dict) -> list:
             miss = [f"{w.split(':', 1)[1]} ({_fmt(figure, a)} vs {_fmt(figure, b)})" for w, a, b in res if a > b]
             out.append((label, "met" if not miss else "MISSED",
                         f"{len(res) - len(miss)}/{len(res)} workloads" + (("; missed on " + ", ".join(miss)) if miss else "")))
-        res = []
-        for w, rows in wls.items():
-            me = _find(rows, system)
-            if not _ok(me):
-                continue
-            for p in LOCAL_PEERS:
-                pr = _find(rows, p)
-                if p != "json-files" and _ok(pr):
-                    res.append((w, p, me["restore_ms"], pr["restore_ms"]))
+        res = _restore_pairs(wls, system, [p for p in LOCAL_PEERS if p != "json-files"])
         label = f"{system}: restore at most every local peer's but a single JSON file's, on every workload"
         if not res:
             out.append((label, "not measured", f"{system} or no local peer ran"))
