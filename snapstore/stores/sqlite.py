@@ -492,12 +492,7 @@ class SqliteStore:
             if dels and deletes_unless is not None and _one(conn.execute(
                     f"SELECT 1 FROM {TABLE} WHERE key = ?", (deletes_unless,))) is not None:
                 return out  # the key exists: the deletes are skipped (left to GC)
-            for i in range(0, len(dels), 500):
-                part = dels[i:i + 500]
-                marks = ",".join("?" * len(part))
-                old.extend(r[0] for r in conn.execute(
-                    f"SELECT file FROM {TABLE} WHERE file IS NOT NULL AND key IN ({marks})", part).fetchall())
-                conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({marks})", part)
+            old.extend(_delete_rows(conn, dels))
             return out
         try:
             out = self._write("write", tx)
@@ -691,12 +686,7 @@ class SqliteStore:
         files: list = []
 
         def tx(conn):
-            for i in range(0, len(keys), 500):
-                part = keys[i:i + 500]
-                marks = ",".join("?" * len(part))
-                files.extend(r[0] for r in conn.execute(
-                    f"SELECT file FROM {TABLE} WHERE file IS NOT NULL AND key IN ({marks})", part).fetchall())
-                conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({marks})", part)
+            files.extend(_delete_rows(conn, keys))
             free, total, page = (conn.execute(f"PRAGMA {p}").fetchall()[0][0]
                                  for p in ("freelist_count", "page_count", "page_size"))
             if free * page >= _VACUUM_MIN and free * 4 >= total:
@@ -741,6 +731,20 @@ class SqliteStore:
             self.close()
         except Exception:
             pass
+
+
+def _delete_rows(conn: sqlite3.Connection, keys: list[str]) -> list[str]:
+    """Delete the rows of ``keys`` (500 to a statement, under SQLite's variable limit) inside the
+    caller's transaction; return the names of the value files beside the database they named (the
+    caller removes them after the commit)."""
+    files: list[str] = []
+    for i in range(0, len(keys), 500):
+        part = keys[i:i + 500]
+        marks = ",".join("?" * len(part))
+        files.extend(r[0] for r in conn.execute(
+            f"SELECT file FROM {TABLE} WHERE file IS NOT NULL AND key IN ({marks})", part).fetchall())
+        conn.execute(f"DELETE FROM {TABLE} WHERE key IN ({marks})", part)
+    return files
 
 
 def _quote(path: str) -> str:
