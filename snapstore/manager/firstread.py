@@ -21,13 +21,12 @@ file the thread also opens a read connection of its own).
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import Future
 
-from ..errors import SnapstoreError
 from ..format import keys
 from ..format.ids import check_run_id, name_key
 from ..stores.base import store_capabilities
+from .state import beside
 
 
 class _NoHasher:
@@ -75,17 +74,8 @@ def early_listing(mgr, run_id: str, limit: int) -> Future | None:
     rk = inline_run_key(run_id)
     if rk is None:
         return None
-    fut: Future = Future()
-
-    def run():
-        try:
-            fut.set_result((rk, list(store.list(keys.manifests_prefix(rk), limit=max(1, int(limit))))))
-        except SnapstoreError:
-            fut.set_result(None)
-        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
-            fut.set_exception(e)
-    threading.Thread(target=run, name="snapstore-first-list", daemon=True).start()
-    return fut
+    return beside(lambda: (rk, list(store.list(keys.manifests_prefix(rk), limit=max(1, int(limit))))),
+                  "snapstore-first-list")
 
 
 def listed(fut: Future | None, rk: str) -> list | None:

@@ -27,21 +27,22 @@ from .runcache import RUNS_SEEN_MAX, RunCache
 __all__ = ["ManagerState"]
 
 
-def _beside(check: Callable[[], bool]):
-    """Run ``check()`` in a thread of its own; a future of its result (False when it raised a
-    SnapstoreError: an unknown versioning state is treated as unversioned, as before)."""
+def beside(fn: Callable[[], object], name: str, failed=None):
+    """Run ``fn()`` in a daemon thread named ``name`` (a request sent beside another one); return
+    a future of its result: ``failed`` when it raised a SnapstoreError, any other exception handed
+    to the caller that waits on the future."""
     from concurrent.futures import Future
 
     fut: Future = Future()
 
     def run():
         try:
-            fut.set_result(bool(check()))
+            fut.set_result(fn())
         except SnapstoreError:
-            fut.set_result(False)
+            fut.set_result(failed)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
             fut.set_exception(e)
-    threading.Thread(target=run, name="snapstore-versioning", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return fut
 
 
@@ -110,7 +111,8 @@ class ManagerState:
                 if self._repo is None:
                     check = self.store.check_versioning if store_capabilities(self.store).versioning else None
                     # the versioning check goes beside the config GET (one round trip for both)
-                    got = _beside(check) if check is not None else None
+                    # (an unknown versioning state is treated as unversioned, as before)
+                    got = beside(lambda: bool(check()), "snapstore-versioning", False) if check is not None else None
                     try:
                         repo = Repository.open(self.store, create=create)
                     except BaseException:
