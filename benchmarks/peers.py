@@ -184,7 +184,10 @@ class SnapstoreLocal(_SnapstoreSaves):
         return {"system": "snapstore", "location": str(self.root), "run": run.run_id}
 
 
-class SnapstoreSqlite(_SnapstoreSaves):
+class SnapstoreSqlite(SnapstoreLocal):
+    """snapstore-local's saves, usage and request counts, on one SQLite file (in a directory of
+    its own, so that ``usage`` counts the file and anything beside it)."""
+
     name = "snapstore-sqlite"
     durability = ("the SQLite file's WAL fsynced at every commit before save returns "
                   "(SqliteStore synchronous=FULL, the default)")
@@ -201,14 +204,8 @@ class SnapstoreSqlite(_SnapstoreSaves):
         self.run_ids: list = []
 
     def finish(self):
-        self.mgr.close()
+        super().finish()
         self.store.close()  # the last connection: SQLite checkpoints the WAL into the file and removes it
-
-    def usage(self):
-        return dir_usage(self.root)
-
-    def requests(self):
-        return {k: v for k, v in self.store.stats.counts.items() if v}
 
     def restore_spec(self, index, run):
         return {"system": "snapstore", "location": f"sqlite://{self.path}", "run": run.run_id}
