@@ -314,8 +314,15 @@ class Verifier:
             if log.head is not None and log.head.kind == KIND_ROLLBACK:
                 t = int(log.head.target["seq"])
                 if t not in log.manifests:
-                    self.error("missing-checkpoint", keys.manifest_key(rk, t),
-                               f"head of run {log.head.run_id!r} rolls back to a checkpoint that is gone")
+                    # a delete or prune that decided before a rollback to this checkpoint published
+                    # removed it after: both acknowledged, the head resolves to the newest live
+                    # checkpoint below it (docs/format.md §11), nothing is lost
+                    below = next((m for m in log.live if m.seq < t), None)
+                    now = f"checkpoint {below.checkpoint_id!r}" if below is not None else "no checkpoint"
+                    self.warn("rollback-target-gone", keys.manifest_key(rk, t),
+                              f"head of run {log.head.run_id!r} rolls back to a checkpoint that a delete or "
+                              f"prune beside the rollback removed; the head is the newest live one below it "
+                              f"({now})")
             self.live.extend(log.live)
             live_seqs = {m.seq: m for m in log.live}
             for info in rk_index.get(rk, []):
