@@ -54,7 +54,8 @@ manager:
 * **unlisted survivor** (must be 0): ``list()`` must be exactly the acknowledged saves minus the
   removed ones;
 * **head** (must be 0 mismatches): ``latest()`` is what the last successful head-moving operation
-  left (a save: its id; a rollback: its target; a run delete: nothing; a head delete: one of the
+  left (a save: its id; a rollback: its target, or, when a prune or middle delete beside it removed
+  the target, the newest listed checkpoint below it or nothing; a run delete: nothing; a head delete: one of the
   checkpoints listed under the deleted head). "Last" is the operation that published last; since
   that is not observable, any operation that ended after every other one started qualifies;
 * ``verify(read_data=True)`` reports 0 errors; no untyped exception in any writer or GC.
@@ -261,6 +262,7 @@ def check(root: str, entries: list[dict], runs: list, *, pkg: str | None = None)
         sys.path.insert(0, pkg)
     from snapstore import CheckpointManager
     from snapstore.errors import CheckpointNotFound, SnapstoreError
+    from snapstore.format.ids import seq_hint
     from snapstore.stores import open_store
 
     store = open_store(root)  # a directory: LocalStore with fsync; a path ending in .db: one SQLite file (FULL)
@@ -342,7 +344,14 @@ def check(root: str, entries: list[dict], runs: list, *, pkg: str | None = None)
         moves = [dict(e, after={e["id"]}) for e in rs]
         for r in rem:
             if r["op"] == "rollback":
-                moves.append(dict(r, after={r["target"]}))
+                after = {r["target"]}
+                if r["target"] in exact_removed:
+                    # a delete or prune beside the rollback removed its target after it published:
+                    # the head resolves to the newest live checkpoint below it, or none (format.md §11)
+                    ts = seq_hint(r["target"])
+                    below = [c for c in listed_ids if ts is not None and seq_of[c] < ts]
+                    after.add(below[0] if below else None)
+                moves.append(dict(r, after=after))
             elif r["op"] == "delete_run":
                 moves.append(dict(r, after={None}))
             elif r["op"] == "delete_head":
@@ -485,6 +494,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mix", help="operation weights as JSON, e.g. '{\"save\": 0.5, \"rollback\": 0.2}'")
     ap.add_argument("--dir", help="working directory (default: a new temp dir, removed unless --keep)")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--store", choices=("local", "sqlite"), default="local",
+                    help="the repository: a directory (default) or one SQLite file")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--code", default="head", help="the snapstore to test: 'head' (committed, default), a git "
                                                    "revision, or 'worktree'")
@@ -502,7 +513,7 @@ def main(argv=None) -> int:
     print(f"snapstore {desc}; python {sys.version.split()[0]}; {os.cpu_count()} CPUs; {platform.platform()}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     res = run_workload(work, procs=args.procs, runs=args.runs, ops=args.ops, seed=args.seed, pkg=str(pkg),
-                       mix=mix, p_own=args.p_own, p_reread=args.p_reread)
+                       mix=mix, p_own=args.p_own, p_reread=args.p_reread, store=args.store)
     res["code"] = desc
     res["load_average_after"] = os.getloadavg()
     print(summary(res))
