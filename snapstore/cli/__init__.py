@@ -80,7 +80,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--repo", metavar="PATH_OR_URL", envvar="SNAPSTORE_URL", default=None,
-              help="Repository: a directory, file:///path, s3://BUCKET/PREFIX or memory://. "
+              help="Repository: a directory, a .db file, file:///path, sqlite:///path.db, s3://BUCKET/PREFIX or memory://. "
                    "[default: $SNAPSTORE_URL, else ./.snapstore]")
 @click.option("--compact-log/--no-compact-log", default=None,
               help="Writers replace manifests covered by a log segment with 0-byte stubs (docs/format.md "
@@ -94,7 +94,7 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
     bad input, 130 interrupted; see 'snapstore verify --help' for verify's codes.
     """
     if repo is not None and not repo.strip():
-        raise CommandError("--repo is empty: give a directory, file:///path, s3://BUCKET/PREFIX or memory://", 2)
+        raise CommandError("--repo is empty: give a directory, a .db file, file:///path, sqlite:///path.db, s3://BUCKET/PREFIX or memory://", 2)
     ctx.obj = State(repo if repo is not None else DEFAULT_REPO, compact_log)
     ctx.with_resource(any_int_digits())  # integers of any size, in files read and JSON printed
     if ctx.invoked_subcommand is not None:

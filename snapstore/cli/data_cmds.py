@@ -508,7 +508,7 @@ def rollback_cmd(ctx, run, checkpoint):
 @click.argument("new_run")
 @click.pass_context
 def fork_cmd(ctx, run, checkpoint, new_run):
-    """Start NEW_RUN at CHECKPOINT of RUN (one pack copying what that checkpoint needs, compressed)."""
+    """Start NEW_RUN at CHECKPOINT of RUN: a reference to its data, no copy (format 2: a few small writes whatever the history's length)."""
     cp = state_of(ctx).manager().fork(run, checkpoint, new_run)
     write(f"forked {run}@{checkpoint} as {new_run} (checkpoint {cp.id}, {cp.message_count} messages)\n")
 
