@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError
@@ -67,7 +66,7 @@ class SealedStore:
         self.inner, self.passphrase, self.scrypt_n = inner, passphrase, scrypt_n
         self.url = inner.url
         self.stats = inner.stats
-        self.capabilities = replace(store_capabilities(inner), atomic_batch=False)
+        self.capabilities = store_capabilities(inner)
         self._lock = threading.Lock()
         self._trailers: OrderedDict[str, bytes] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
@@ -252,6 +251,49 @@ class SealedStore:
         body = data[first * sealed.CSEG - off:len(data) - sealed.TRAILER]
         plain = self._open(key, trailer, first, body)
         return plain[-n:] if n < len(plain) else plain
+
+    def write_batch(self, puts, deletes: Iterable[str] = (), deletes_unless: str | None = None) -> list:
+        """The inner store's atomic batch (:mod:`snapstore.stores.batch`) with every put sealed.
+
+        An ``if_exists="same"`` put compares plaintexts (two sealings of one plaintext differ):
+        the existing object is read first; holding ``data`` it counts as written (its info is
+        returned), holding other bytes the batch is refused (``BatchRefused``, ``same=False``).
+        Only on a store whose capabilities declare ``atomic_batch``.
+
+        Returns:
+            Per put, its ObjectInfo (plaintext size) or None for a skipped put.
+        Raises:
+            BatchRefused: as the inner store; IntegrityError: an existing object does not open.
+        """
+        from ..errors import ObjectNotFound
+        from .batch import BatchPut, BatchRefused, check_batch
+
+        puts, deletes = check_batch(puts, deletes)
+        inner_puts, known = [], {}
+        for p in puts:
+            if p.key == CONFIG:
+                inner_puts.append(p)
+                continue
+            if p.if_exists == "same":
+                try:
+                    have = self.get(p.key)
+                except ObjectNotFound:
+                    have = None
+                if have is not None:
+                    if have != p.data:
+                        raise BatchRefused(p.key, same=False)
+                    known[p.key] = self.head(p.key)
+                    inner_puts.append(BatchPut(p.key, self._seal(p.key, p.data), None, "skip"))
+                    continue
+                p = BatchPut(p.key, p.data, None, "fail")
+            self._forget(p.key)
+            inner_puts.append(BatchPut(p.key, self._seal(p.key, p.data), p.etag, p.if_exists))
+        for k in deletes:
+            self._forget(k)
+        got = self.inner.write_batch(inner_puts, deletes, deletes_unless)
+        return [known.get(p.key) if p.key in known else
+                (None if info is None else _info(info, len(p.data) if p.key != CONFIG else info.size))
+                for p, info in zip(puts, got)]
 
     def head(self, key: str) -> ObjectInfo:
         """The object's info with its plaintext size. Raises ObjectNotFound."""

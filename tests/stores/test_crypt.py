@@ -149,3 +149,23 @@ def test_wrong_passphrase_and_plain_repository():
         SealedStore(MemoryStore(), "pw").get("runs/x/m/0")
     with pytest.raises(EncryptionError):
         SealedStore(MemoryStore(), "")
+
+
+def test_atomic_batch_sealed_and_same_compares_plaintext(tmp_path):
+    from snapstore.stores.batch import BatchPut, BatchRefused
+    from snapstore.stores.sqlite import SqliteStore
+
+    for inner in (LocalStore(tmp_path / "d", fsync=False), SqliteStore(str(tmp_path / "s.db"))):
+        store = sealed_repo(inner)
+        assert store.capabilities.atomic_batch
+        k, m = "packs/ee/eeeeeeeeeeeeeeee", "runs/bx/m/fffffffffffffffe"
+        got = store.write_batch([BatchPut(k, b"pack", if_exists="same"), BatchPut(m, b"")])
+        assert [i.size for i in got] == [4, 0]
+        assert store.get(k) == b"pack" and store.get(m) == b"" and b"pack" not in inner.get(k)
+        again = store.write_batch([BatchPut(k, b"pack", if_exists="same")])  # a retry: counts as written
+        assert again[0].size == 4
+        with pytest.raises(BatchRefused):
+            store.write_batch([BatchPut(k, b"other", if_exists="same")])
+        with pytest.raises(BatchRefused):
+            store.write_batch([BatchPut(m, b"x")])
+        inner.close()
