@@ -7,7 +7,7 @@ Run (from the repository root)::
     python benchmarks/encryption.py --fsync            # directory writes fsynced (the real default)
 
 What it does, per shared trajectory file (``snapstore.importers.load_trajectory``; every
-conversation a run, one ``save`` per turn, one warm manager per file), for two sides in fresh
+conversation with at least one turn a run, one ``save`` per turn, one warm manager per file), for two sides in fresh
 directory repositories (``LocalStore``, fsync off unless ``--fsync``: CPU cost, not the disk's),
 the sides interleaved file by file:
 
@@ -108,6 +108,7 @@ def measure(limit: int | None, trials: int, fsync: bool) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="snapstore-enc-bench-") as tmp:
         for n, f in enumerate(files):
             _fmt, convs = load_trajectory(f)
+            convs = [c for c in convs if c.checkpoints]  # (a conversation without turns saves nothing)
             row = {"checkpoints": sum(len(c.checkpoints) for c in convs)}
             for side in (("plain", "encrypted") if n % 2 == 0 else ("encrypted", "plain")):
                 path = Path(tmp) / f"{side}-{n}"
