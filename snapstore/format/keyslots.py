@@ -54,6 +54,20 @@ def object_key(master: bytes, salt: bytes) -> bytes:
     return blake3.blake3(salt, key=master).digest(32)
 
 
+def config_mac(data_key: bytes, cfg) -> str:
+    """The MAC (64 hex digits) binding an encrypted repository's config ``cfg`` (a
+    :class:`~snapstore.format.config.RepoConfig`) to its data key: keyed blake3 of the canonical
+    JSON of its format version, repository id, creation time, settings and key id. Key slots are
+    left out (each authenticates itself), so adding or removing one keeps the MAC."""
+    import json
+
+    from .times import format_time
+    body = {"version": cfg.version, "repo_id": cfg.repo_id, "created": format_time(cfg.created),
+            "key_id": cfg.encryption["key_id"], **{k: getattr(cfg, k) for k in cfg.SETTINGS}}
+    mac_key = blake3.blake3(b"snapstore config mac", key=data_key).digest(32)
+    return blake3.blake3(json.dumps(body, sort_keys=True, separators=(",", ":")).encode(), key=mac_key).hexdigest()
+
+
 def make_slot(data_key: bytes, passphrase: str, repo_id: str, key_id: str, n: int = SCRYPT_N) -> dict:
     """A new key slot: ``data_key`` (32 bytes) wrapped under ``passphrase`` (a non-empty str).
 
@@ -100,6 +114,8 @@ def check_section(d) -> dict:
         bad("unknown version, cipher or segment size")
     if not isinstance(d.get("key_id"), str) or not _HEX8.match(d["key_id"]):
         bad("key_id is not 8 hex digits")
+    if not isinstance(d.get("mac"), str) or not re.match(r"^[0-9a-f]{64}$", d["mac"]):
+        bad("mac is not 64 hex digits")
     slots = d.get("slots")
     if not isinstance(slots, list) or not 1 <= len(slots) <= MAX_SLOTS:
         bad(f"slots is not a list of 1-{MAX_SLOTS}")

@@ -80,6 +80,10 @@ class SealedStore:
             raise EncryptionError(f"the repository at {self.url} is not encrypted, but a passphrase was given "
                                   "(open it without one; an encrypted repository is chosen at init)")
         data_key = keyslots.unlock(cfg.encryption, self.passphrase, cfg.repo_id)
+        import hmac
+        if not hmac.compare_digest(keyslots.config_mac(data_key, cfg), cfg.encryption["mac"]):
+            raise IntegrityError(CONFIG, "the config's settings do not match its MAC: changed outside snapstore "
+                                 f"(encrypted repository, key {cfg.encryption['key_id']})")
         self._set_keys(cfg.repo_id, cfg.encryption, data_key)
 
     def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
@@ -116,6 +120,7 @@ class SealedStore:
         section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
         cfg.encryption = section
         cfg.key = keyslots.content_key(data_key)
+        section["mac"] = keyslots.config_mac(data_key, cfg)
         with self._lock:
             self._set_keys(cfg.repo_id, section, data_key)
 

@@ -169,3 +169,21 @@ def test_atomic_batch_sealed_and_same_compares_plaintext(tmp_path):
         with pytest.raises(BatchRefused):
             store.write_batch([BatchPut(m, b"x")])
         inner.close()
+
+
+@pytest.mark.parametrize("setting", ["removals", "level", "repo_id"])
+def test_config_settings_changed_outside_are_refused(setting):
+    from snapstore.format.config import RepoConfig
+
+    inner = MemoryStore()
+    sealed_repo(inner)
+    cfg = RepoConfig.from_bytes("config", inner.get("config"))
+    if setting == "repo_id":
+        cfg.repo_id = "0" * 16
+    else:
+        setattr(cfg, setting, 0 if setting == "removals" else 19)  # e.g. gaps no longer reported by verify
+    inner.put_if_match("config", cfg.to_bytes(), inner.head("config").etag)
+    # (a changed repository id already breaks every slot's authenticated data: no slot opens)
+    with pytest.raises(WrongPassphrase if setting == "repo_id" else IntegrityError,
+                       match="no key slot" if setting == "repo_id" else "config"):
+        Repository.open(SealedStore(inner, "pw"), create=False)
