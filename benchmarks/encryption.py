@@ -17,8 +17,9 @@ the sides interleaved file by file:
 
 Measured (``time.perf_counter``): every save's time (p50 and p95 pooled over all saves of all
 files); restore: a fresh manager (new store object, nothing cached) reading the latest checkpoint
-of every conversation of a file, median over ``--trials`` (the encrypted side's store is unlocked
-before the clock starts; the unlock, one scrypt, is reported on its own); stored bytes: the sum of
+of every conversation of a file, median over ``--trials`` (the two sides' trials alternate; the
+encrypted side's store is unlocked before the clock starts; the unlock, one scrypt, is reported
+on its own); stored bytes: the sum of
 the sizes of every file in the repository directory (the journal and lock files left out).
 Every restore is compared with the saved history; a difference stops the run (exit 1).
 Targets (issue 24): save p50 and restore within 1.1x, stored bytes within 1.02x.
@@ -59,14 +60,9 @@ def stored_bytes(path: Path) -> int:
     return total
 
 
-def run_side(side: str, path: Path, convs: list, trials: int, fsync: bool) -> dict:
-    """Save ``convs`` (conversations) into a fresh repository at ``path`` as ``side`` and time it.
-
-    Returns:
-        ``{"save_s": [seconds per save], "restore_s": median seconds, "unlock_s", "bytes"}``.
-    Raises:
-        AssertionError: a restored history differs from the saved one.
-    """
+def save_side(side: str, path: Path, convs: list, fsync: bool) -> list[float]:
+    """Save ``convs`` (conversations) into a fresh repository at ``path`` as ``side``; returns
+    the seconds each save took."""
     from snapstore import CheckpointManager
 
     mgr = CheckpointManager(_store(side, path, fsync))
@@ -77,22 +73,31 @@ def run_side(side: str, path: Path, convs: list, trials: int, fsync: bool) -> di
             mgr.save(f"run-{i}", cp, step=step)
             saves.append(time.perf_counter() - t)
     mgr.close()
-    restores, unlocks = [], []
-    for _ in range(trials):
-        store = _store(side, path, fsync)
-        if side == "encrypted":
-            t = time.perf_counter()
-            store.content_key  # unlock: one scrypt
-            unlocks.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        fresh = CheckpointManager(store)
-        got = [fresh.latest(f"run-{i}").messages for i in range(len(convs))]
-        restores.append(time.perf_counter() - t)
-        fresh.close()
-        for conv, messages in zip(convs, got):
-            assert messages == conv.checkpoints[-1], f"{side}: a restored history differs"
-    return {"save_s": saves, "restore_s": _lib.median(restores), "unlock_s": _lib.median(unlocks),
-            "bytes": stored_bytes(path)}
+    return saves
+
+
+def restore_side(side: str, path: Path, convs: list, fsync: bool) -> tuple[float, float]:
+    """One restore trial: ``(seconds to read every conversation's latest checkpoint with a fresh
+    manager, seconds the unlock took before that)``.
+
+    Raises:
+        AssertionError: a restored history differs from the saved one.
+    """
+    from snapstore import CheckpointManager
+
+    store = _store(side, path, fsync)
+    t = time.perf_counter()
+    if side == "encrypted":
+        store.content_key  # unlock: one scrypt
+    unlock = time.perf_counter() - t
+    t = time.perf_counter()
+    fresh = CheckpointManager(store)
+    got = [fresh.latest(f"run-{i}").messages for i in range(len(convs))]
+    took = time.perf_counter() - t
+    fresh.close()
+    for conv, messages in zip(convs, got):
+        assert messages == conv.checkpoints[-1], f"{side}: a restored history differs"
+    return took, unlock
 
 
 def measure(limit: int | None, trials: int, fsync: bool) -> dict | None:
@@ -110,13 +115,20 @@ def measure(limit: int | None, trials: int, fsync: bool) -> dict | None:
             _fmt, convs = load_trajectory(f)
             convs = [c for c in convs if c.checkpoints]  # (a conversation without turns saves nothing)
             row = {"checkpoints": sum(len(c.checkpoints) for c in convs)}
-            for side in (("plain", "encrypted") if n % 2 == 0 else ("encrypted", "plain")):
-                path = Path(tmp) / f"{side}-{n}"
-                r = run_side(side, path, convs, trials, fsync)
-                shutil.rmtree(path)
-                pooled[side] += r["save_s"]
-                row[side] = {"save_p50_ms": 1e3 * _lib.median(r["save_s"]), "restore_ms": 1e3 * r["restore_s"],
-                             "unlock_ms": 1e3 * r["unlock_s"] if side == "encrypted" else None, "bytes": r["bytes"]}
+            order = ("plain", "encrypted") if n % 2 == 0 else ("encrypted", "plain")
+            paths = {side: Path(tmp) / f"{side}-{n}" for side in order}
+            saves = {side: save_side(side, paths[side], convs, fsync) for side in order}
+            trials_of = {side: [] for side in order}
+            for _ in range(trials):  # the sides alternate, so that load beside hits both alike
+                for side in order:
+                    trials_of[side].append(restore_side(side, paths[side], convs, fsync))
+            for side in order:
+                pooled[side] += saves[side]
+                row[side] = {"save_p50_ms": 1e3 * _lib.median(saves[side]),
+                             "restore_ms": 1e3 * _lib.median(t for t, _ in trials_of[side]),
+                             "unlock_ms": 1e3 * _lib.median(u for _, u in trials_of[side]) if side == "encrypted" else None,
+                             "bytes": stored_bytes(paths[side])}
+                shutil.rmtree(paths[side])
             row["ratios"] = {k: _lib.ratio(row["encrypted"][m], row["plain"][m])
                              for k, m in (("save_p50", "save_p50_ms"), ("restore", "restore_ms"), ("bytes", "bytes"))}
             out["files"][f.name] = row
