@@ -33,6 +33,18 @@ TRAILER_CACHE = 4096
 the same object costs one request."""
 
 
+_aesgcm_class = None
+
+
+def _AESGCM():
+    """``cryptography``'s AESGCM class, imported on first use."""
+    global _aesgcm_class
+    if _aesgcm_class is None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        _aesgcm_class = AESGCM
+    return _aesgcm_class
+
+
 def _info(info: ObjectInfo, size: int) -> ObjectInfo:
     return ObjectInfo(info.key, size, info.etag, info.mtime)
 
@@ -71,10 +83,13 @@ class SealedStore:
         self._trailers: OrderedDict[str, bytes] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
+        self._unlocked_from: bytes | None = None  # the config the keys came from
 
     # -- keys ------------------------------------------------------------------------------------
     def _unlock_from(self, data: bytes) -> None:
         from ..format.config import RepoConfig
+        if self._keys is not None and data == self._unlocked_from:
+            return  # the same config as before: no second scrypt
         cfg = RepoConfig.from_bytes(CONFIG, data)
         if cfg.encryption is None:
             raise EncryptionError(f"the repository at {self.url} is not encrypted, but a passphrase was given "
@@ -85,6 +100,7 @@ class SealedStore:
             raise IntegrityError(CONFIG, "the config's settings do not match its MAC: changed outside snapstore "
                                  f"(encrypted repository, key {cfg.encryption['key_id']})")
         self._set_keys(cfg.repo_id, cfg.encryption, data_key)
+        self._unlocked_from = data
 
     def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
         self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), keyslots.object_master(data_key),
@@ -130,8 +146,7 @@ class SealedStore:
 
     # -- sealing ---------------------------------------------------------------------------------
     def _aead(self, salt: bytes):
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-        return AESGCM(keyslots.object_key(self._ensure()[2], salt))
+        return _AESGCM()(keyslots.object_key(self._ensure()[2], salt))
 
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
@@ -199,9 +214,7 @@ class SealedStore:
                 data, self._config_bytes = self._config_bytes, None
             if data is None:
                 data = self.inner.get(key)
-                with self._lock:
-                    self._keys = None
-                self._unlock_from(data)
+                self._unlock_from(data)  # (the config may have changed: a slot added or removed)
             return data
         self._ensure()
         rng = check_range(key, byte_range)

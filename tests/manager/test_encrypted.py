@@ -173,7 +173,12 @@ def test_cli_init_encrypt_key_add_remove(tmp_path):
     assert out.exit_code == 1 and "last one" in out.output
     out = run.invoke(cli, ["--repo", repo, "verify", "--read-data"], env={"SNAPSTORE_PASSPHRASE": "second"})
     assert out.exit_code == 0, out.output
-    for root, _dirs, files in os.walk(repo):
+    copy = str(tmp_path / "copy")  # copied as stored (ciphertext), then verified with the passphrase
+    out = run.invoke(cli, ["--repo", repo, "copy", copy], env={"SNAPSTORE_PASSPHRASE": "second"})
+    assert out.exit_code == 0 and "verify: OK" in out.output, out.output
+    out = run.invoke(cli, ["--repo", copy, "export", "demo"], env={"SNAPSTORE_PASSPHRASE": "second"})
+    assert out.exit_code == 0 and MARKER in out.stdout
+    for root, _dirs, files in [*os.walk(repo), *os.walk(copy)]:
         for f in files:
             assert MARKER.encode() not in open(os.path.join(root, f), "rb").read(), f
 
