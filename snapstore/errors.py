@@ -193,3 +193,13 @@ class MissingDependencyError(SnapstoreError, ImportError):
 class CompactedRecordError(IntegrityError):
     """A compacted record (a manifest object of 0 bytes, docs/format.md §14) has no valid copy in
     any log segment covering its position. ``key`` names the manifest."""
+
+
+class EncryptionError(SnapstoreError):
+    """Client-side encryption cannot be used as asked (docs/format.md §27): the repository is
+    encrypted and no passphrase was given, a passphrase was given for a repository that is not
+    encrypted, or a key slot cannot be added or removed."""
+
+
+class WrongPassphrase(EncryptionError):
+    """No key slot of the encrypted repository opens with the passphrase given."""

@@ -33,7 +33,7 @@ def copy_cmd(ctx, dest, no_verify, as_json, quiet):
         raise CommandError("DEST is empty: give a directory, a .db file, sqlite:///path.db or s3://BUCKET/PREFIX", 2)
     from ..stores import open_store
 
-    src = st.open_store()
+    src = st.open_store(from_env=False)  # an encrypted repository is copied as it is stored (format.md §27)
     ctx.call_on_close(src.close)
     probe_store(dest)
     dst = open_store(dest)

@@ -58,22 +58,26 @@ def _refuse_foreign_content(store, allow: bool) -> None:
               "[default: 4K].")
 @click.option("--allow-nonempty", is_flag=True, help="Create the repository even if the directory (or S3 "
               "prefix) already holds other files.")
+@click.option("--encrypt", is_flag=True, help="Encrypt every object client-side (docs/format.md §27); the "
+              "passphrase comes from $SNAPSTORE_PASSPHRASE, else a prompt.")
 @click.pass_context
-def init_cmd(ctx, allow_nonempty, **settings):
+def init_cmd(ctx, allow_nonempty, encrypt, **settings):
     """Create a repository at --repo (fails if one exists).
 
     Settings are fixed at creation; options not given keep their defaults. A directory (or S3
     prefix) that holds other files is refused unless --allow-nonempty.
     """
     from ..repo.repository import Repository
+    from .key_cmds import passphrase_from_env_or_prompt
 
     settings = {k: v for k, v in settings.items() if v is not None}
-    store = state_of(ctx).open_store()
+    store = state_of(ctx).open_store(passphrase_from_env_or_prompt(confirm=True) if encrypt else None, from_env=False)
     try:
         _refuse_foreign_content(store, allow_nonempty)
         repo = Repository.init(store, **settings)
         cfg = repo.config
-        write(f"initialized snapstore repository at {store.url} (id {cfg.repo_id})\n")
+        write(f"initialized {'encrypted ' if cfg.encryption else ''}snapstore repository at {store.url} "
+              f"(id {cfg.repo_id})\n")
         if settings:
             write("".join(f"  {k} = {getattr(cfg, k)}\n" for k in settings))
     finally:

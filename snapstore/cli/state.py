@@ -28,9 +28,10 @@ class State:
         self.compact_log = compact_log
         self._mgr: CheckpointManager | None = None
 
-    def open_store(self):
+    def open_store(self, passphrase: str | None = None, from_env: bool = True):
         """The store at ``--repo`` (an S3 endpoint is probed first, see :func:`probe_store`); the
-        caller closes it.
+        caller closes it. With ``passphrase`` (or, if ``from_env``, ``$SNAPSTORE_PASSPHRASE``) it
+        is wrapped in a :class:`~snapstore.stores.crypt.SealedStore` (docs/format.md §27).
 
         Raises:
             StoreError: the S3 endpoint cannot be reached (or another store error of the probe).
@@ -38,8 +39,15 @@ class State:
         """
         from ..stores import open_store
 
+        import os
+
+        from ..stores.crypt import SealedStore
+
         probe_store(self.location)
-        return open_store(self.location)
+        store = open_store(self.location)
+        if passphrase is None and from_env:
+            passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
+        return SealedStore(store, passphrase) if passphrase is not None else store
 
     def manager(self, create: bool = False) -> CheckpointManager:
         """The checkpoint manager, opened once per invocation and closed when it ends.

@@ -103,6 +103,10 @@ class RepoConfig:
     inline_state_max: int = 4096
     seg_fanout: int = 4
     removals: int = 0
+    encryption: dict | None = None
+    """The ``encryption`` section (:mod:`snapstore.format.keyslots`, docs/format.md §27) of an
+    encrypted repository, else None. Its config stores no ``key``: ``key`` is then derived from
+    the data key a slot opens, and is empty until the repository is unlocked."""
 
     SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
                  "node_bits", "max_items", "inline_state_max", "seg_fanout", "removals")
@@ -112,7 +116,11 @@ class RepoConfig:
         """Encode as an ``SNCF`` envelope around JSON."""
         d = {"format": "snapstore", "version": self.version, "repo_id": self.repo_id, "key": self.key.hex(),
              "created": format_time(self.created)}
+        if self.encryption is not None:  # the content key stays secret (§27)
+            del d["key"]
         d.update({k: getattr(self, k) for k in self.SETTINGS})
+        if self.encryption is not None:
+            d["encryption"] = self.encryption
         return seal_envelope(CONFIG_MAGIC, self.version, json.dumps(d, indent=1).encode())
 
     @classmethod
@@ -128,7 +136,7 @@ class RepoConfig:
             raise RepositoryError(f"not a snapstore repository: {key} is a foreign file (no snapstore magic)")
         version, body = open_envelope(key, CONFIG_MAGIC, data)
         try:
-            d = loads_exact_fast(body, 1)
+            d = loads_exact_fast(body, 4 if b'"encryption"' in body else 1)
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             v = max(version, checked_int(d.get("version", version), "version", 256))
@@ -139,6 +147,13 @@ class RepoConfig:
         if v > FORMAT_VERSION:
             raise UnsupportedFormatError(
                 f"repository format version {v} is newer than this snapstore supports ({FORMAT_VERSION}); upgrade snapstore")
+        enc = d.get("encryption")
+        if enc is not None:
+            from .keyslots import check_section
+            check_section(enc)
+            if "key" in d:
+                raise IntegrityError(key, "an encrypted repository's config holds a content key in the clear")
+            d = dict(d, key="00" * 32)  # the real one comes from the data key (§27)
         try:
             k32 = d["key"]
             if not isinstance(k32, str) or len(k32) != 64:
@@ -153,4 +168,5 @@ class RepoConfig:
             raise IntegrityError(key, f"config out of range: {why}")
         for k, x in settings.items():
             setattr(cfg, k, x)
+        cfg.encryption = enc
         return cfg

@@ -44,6 +44,7 @@ from ..errors import InvalidInputError
 from ..repo.packcache import DEFAULT_LIMIT as PACK_CACHE_BYTES
 from ..repo.repository import Repository
 from ..stores import open_store
+from ..stores import crypt
 from ..stores.base import ObjectStore, store_capabilities
 
 __all__ = ["EMPTY_RUN", "Checkpoint", "CheckpointManager", "CheckpointSummary"]
@@ -75,6 +76,12 @@ class CheckpointManager:
         run_cache_bytes: budget of those views' estimated sizes in bytes (default 64 MiB).
         pack_cache_bytes: budget of the parsed-pack cache in bytes (default 256 MiB), counting
             each pack's compressed bytes, its blocks uncompressed and its entry table.
+        passphrase: client-side encryption (docs/format.md §27): the passphrase that opens a key
+            slot of an encrypted repository, or creates one when the location is empty (a
+            non-empty str). None (default): ``$SNAPSTORE_PASSPHRASE`` if set, else no encryption.
+            A passphrase for an unencrypted repository, or none for an encrypted one, raises
+            :class:`~snapstore.errors.EncryptionError` at first use; a wrong one
+            :class:`~snapstore.errors.WrongPassphrase`.
         **store_options: passed to the store (e.g. ``endpoint_url=`` for S3, ``fsync=`` for local).
     Raises:
         RepositoryError: the location holds no repository and ``create`` is False.
@@ -118,7 +125,7 @@ class CheckpointManager:
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None,
                  compact_log: bool | None = None, run_cache_entries: int = runcache.DEFAULT_ENTRIES,
                  run_cache_bytes: int = runcache.DEFAULT_BYTES, pack_cache_bytes: int = PACK_CACHE_BYTES,
-                 **store_options):
+                 passphrase: str | None = None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
@@ -127,6 +134,10 @@ class CheckpointManager:
             raise InvalidInputError(f"pack_cache_bytes must be a non-negative integer (bytes), got {pack_cache_bytes!r}")
         views = runcache.RunCache(run_cache_entries, run_cache_bytes)
         self.store = open_store(location, **store_options)
+        if passphrase is None:
+            passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
+        if passphrase is not None and not crypt.is_sealed(self.store):
+            self.store = crypt.SealedStore(self.store, passphrase)  # client-side encryption (format.md §27)
         self.state = ManagerState(store=self.store, create=create,
                                   owns_store=location is None or isinstance(location, (str, os.PathLike)),
                                   clock=clock or time.monotonic, views=views, pack_cache_bytes=pack_cache_bytes)

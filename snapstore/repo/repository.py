@@ -48,6 +48,7 @@ from ..format.pack import T_STATE, Pack
 from ..format.tree import Ref, Spine, TreeParams
 from ..format.valuetree import ValueTree
 from ..stores.base import ObjectStore, max_concurrency
+from ..stores import crypt
 from .arrays import ArrayReader
 from .entries import EntryReader, ReadContext
 from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
@@ -57,6 +58,18 @@ from .packcache import DEFAULT_LIMIT, PackCache
 from .prepare import SavePreparer
 from .trees import TreeReader
 from .values import ValueReader
+
+
+def _unlocked(store: ObjectStore, cfg: RepoConfig) -> RepoConfig:
+    """``cfg`` with its content key, for an encrypted repository the one its store unlocked.
+
+    Raises:
+        EncryptionError: the repository is encrypted and ``store`` cannot decrypt it.
+    """
+    crypt.raise_if_locked(store, cfg)
+    if cfg.encryption is not None:
+        cfg.key = store.content_key
+    return cfg
 
 
 class Repository(LogRecords):
@@ -114,7 +127,7 @@ class Repository(LogRecords):
                                              "(a copy into it was interrupted? run that copy again)") from None
                 raise RepositoryNotFound(f"no snapstore repository at {store.url} (run 'snapstore init')") from None
             return cls.init(store, exist_ok=True, **settings)
-        return cls(store, RepoConfig.from_bytes(keys.CONFIG, data))
+        return cls(store, _unlocked(store, RepoConfig.from_bytes(keys.CONFIG, data)))
 
     @classmethod
     def init(cls, store: ObjectStore, exist_ok: bool = False, **settings) -> "Repository":
@@ -134,12 +147,14 @@ class Repository(LogRecords):
             raise InvalidInputError(f"repository {why}")
         for k, v in settings.items():
             setattr(cfg, k, v)
+        if crypt.is_sealed(store):
+            store.seal_config(cfg)  # encrypted: a data key in a slot, the content key from it (§27)
         try:
             store.put(keys.CONFIG, cfg.to_bytes())
         except PreconditionFailed:
             if not exist_ok:
                 raise RepositoryError(f"a repository already exists at {store.url}") from None
-            return cls(store, RepoConfig.from_bytes(keys.CONFIG, store.get(keys.CONFIG)))
+            return cls(store, _unlocked(store, RepoConfig.from_bytes(keys.CONFIG, store.get(keys.CONFIG))))
         return cls(store, cfg)
 
     def close(self, close_store: bool = True) -> None:

@@ -1,0 +1,67 @@
+"""``snapstore key list|add|remove``: the key slots of an encrypted repository (docs/format.md §27).
+
+The current passphrase comes from ``$SNAPSTORE_PASSPHRASE`` (else a prompt), a new one from
+``$SNAPSTORE_NEW_PASSPHRASE`` (else a prompt, asked twice).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..maintenance import keyslots
+from .output import write
+from .state import state_of
+
+__all__ = ["COMMANDS", "passphrase_from_env_or_prompt"]
+
+
+def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bool = False,
+                                  what: str = "Passphrase") -> str:
+    """The passphrase in ``$env`` (a variable name), else one read from the terminal without echo
+    (``confirm``: asked twice)."""
+    got = os.environ.get(env)
+    if got:
+        return got
+    return click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+
+
+def _store(ctx):
+    store = state_of(ctx).open_store(passphrase_from_env_or_prompt())
+    ctx.call_on_close(store.close)
+    return store
+
+
+@click.group("key")
+def key_group():
+    """Manage the key slots of an encrypted repository."""
+
+
+@key_group.command("list")
+@click.pass_context
+def key_list(ctx):
+    """List the key slots (id, KDF, cost)."""
+    for s in keyslots.list_slots(_store(ctx)):
+        write(f"{s['id']}  {s['kdf']} n={s['n']}\n")
+
+
+@key_group.command("add")
+@click.pass_context
+def key_add(ctx):
+    """Add a slot for a new passphrase ($SNAPSTORE_NEW_PASSPHRASE, else a prompt)."""
+    store = _store(ctx)
+    new = passphrase_from_env_or_prompt("SNAPSTORE_NEW_PASSPHRASE", confirm=True, what="New passphrase")
+    write(f"added key slot {keyslots.add_slot(store, new)}\n")
+
+
+@key_group.command("remove")
+@click.argument("slot_id")
+@click.pass_context
+def key_remove(ctx, slot_id):
+    """Remove key slot SLOT_ID (revokes that passphrase; see docs/format.md §27 for what it does not do)."""
+    keyslots.remove_slot(_store(ctx), slot_id)
+    write(f"removed key slot {slot_id}\n")
+
+
+COMMANDS = (key_group,)

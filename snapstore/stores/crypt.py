@@ -1,0 +1,364 @@
+"""SealedStore: client-side encryption as a layer between the repository and any ObjectStore
+(docs/format.md §27).
+
+Every object except ``config`` is stored sealed (:mod:`snapstore.format.sealed`: AES-256-GCM in
+64 KiB segments, bound to the repository id, the object's key and the data key's id); what the
+layers above read and write is the plaintext, so they work unchanged. LIST, HEAD and PUT report
+plaintext sizes (0-byte stubs and 1-byte void records keep their meaning, §14, §15); an object
+whose stored size no sealed object has is reported with :data:`UNSEALED_SIZE` added, so that no
+reader takes it for a stub or void, and every read of it fails. Conditional writes (create-only,
+ETag compare-and-swap) pass through: the ETag is the stored object's.
+
+The store unlocks itself from the repository's config (one slot opened with the passphrase) on
+first use; creating a repository goes through :meth:`SealedStore.seal_config`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import Iterable, Iterator
+
+from ..errors import EncryptionError, IntegrityError
+from ..format import keyslots, sealed
+from .base import ObjectInfo, check_range, store_capabilities
+
+CONFIG = "config"
+UNSEALED_SIZE = 1 << 48
+"""Added to the listed size of an object that cannot be a sealed object (a plaintext object put
+beside sealed ones): large enough that no reader takes it for a 0-byte stub or 1-byte void."""
+TRAILER_CACHE = 4096
+"""Trailers (33 bytes each) remembered per store, so that a ranged read after a suffix read of
+the same object costs one request."""
+
+
+_aesgcm_class = None
+
+
+def _AESGCM():
+    """``cryptography``'s AESGCM class, imported on first use."""
+    global _aesgcm_class
+    if _aesgcm_class is None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        _aesgcm_class = AESGCM
+    return _aesgcm_class
+
+
+def _info(info: ObjectInfo, size: int) -> ObjectInfo:
+    return ObjectInfo(info.key, size, info.etag, info.mtime)
+
+
+def plain_listed_size(key: str, stored: int) -> int:
+    """The size LIST and HEAD report for an object of ``stored`` bytes under ``key``."""
+    if key == CONFIG:
+        return stored
+    p = sealed.plain_size(stored)
+    return UNSEALED_SIZE + stored if p is None else p
+
+
+class SealedStore:
+    """An :class:`~snapstore.stores.base.ObjectStore` that encrypts every object of ``inner``.
+
+    Args:
+        inner: the store holding the sealed bytes (any ObjectStore; closed with this one).
+        passphrase: opens a key slot of the repository's config, or the first slot of a
+            repository created through this store (a non-empty str).
+        scrypt_n: the scrypt cost of slots made through this store (a power of two; default
+            :data:`~snapstore.format.keyslots.SCRYPT_N`).
+    Raises (on first use, from any method):
+        EncryptionError: the location holds an unencrypted repository.
+        WrongPassphrase: no slot opens with ``passphrase``.
+        IntegrityError: a sealed object does not authenticate (names the key and the key id).
+    """
+
+    def __init__(self, inner, passphrase: str, scrypt_n: int = keyslots.SCRYPT_N):
+        if not isinstance(passphrase, str) or not passphrase:
+            raise EncryptionError("the passphrase must be a non-empty string")
+        self.inner, self.passphrase, self.scrypt_n = inner, passphrase, scrypt_n
+        self.url = inner.url
+        self.stats = inner.stats
+        self.capabilities = store_capabilities(inner)
+        self._lock = threading.Lock()
+        self._trailers: OrderedDict[str, bytes] = OrderedDict()
+        self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
+        self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
+        self._unlocked_from: bytes | None = None  # the config the keys came from
+
+    # -- keys ------------------------------------------------------------------------------------
+    def _unlock_from(self, data: bytes) -> None:
+        from ..format.config import RepoConfig
+        if self._keys is not None and data == self._unlocked_from:
+            return  # the same config as before: no second scrypt
+        cfg = RepoConfig.from_bytes(CONFIG, data)
+        if cfg.encryption is None:
+            raise EncryptionError(f"the repository at {self.url} is not encrypted, but a passphrase was given "
+                                  "(open it without one; an encrypted repository is chosen at init)")
+        data_key = keyslots.unlock(cfg.encryption, self.passphrase, cfg.repo_id)
+        import hmac
+        if not hmac.compare_digest(keyslots.config_mac(data_key, cfg), cfg.encryption["mac"]):
+            raise IntegrityError(CONFIG, "the config's settings do not match its MAC: changed outside snapstore "
+                                 f"(encrypted repository, key {cfg.encryption['key_id']})")
+        self._set_keys(cfg.repo_id, cfg.encryption, data_key)
+        self._unlocked_from = data
+
+    def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
+        self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), keyslots.object_master(data_key),
+                      keyslots.content_key(data_key), data_key, section)
+
+    def _ensure(self):
+        if self._keys is None:
+            with self._lock:
+                if self._keys is None:
+                    data = self.inner.get(CONFIG)  # ObjectNotFound: no repository yet
+                    self._unlock_from(data)
+                    self._config_bytes = data
+        return self._keys
+
+    @property
+    def content_key(self) -> bytes:
+        """The repository's content-id key (32 bytes), derived from the data key."""
+        return self._ensure()[3]
+
+    @property
+    def key_id(self) -> str:
+        """The data key's id (8 hex digits), as errors name it."""
+        return self._ensure()[1].hex()
+
+    def seal_config(self, cfg) -> None:
+        """Make ``cfg`` (a new :class:`~snapstore.format.config.RepoConfig`, not yet written) the
+        config of an encrypted repository: a fresh data key in one slot for this store's
+        passphrase, ``cfg.key`` the content key derived from it; this store then uses that key.
+
+        Raises:
+            EncryptionError: the passphrase or cost is unusable.
+        """
+        section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
+        cfg.encryption = section
+        cfg.key = keyslots.content_key(data_key)
+        section["mac"] = keyslots.config_mac(data_key, cfg)
+        with self._lock:
+            self._set_keys(cfg.repo_id, section, data_key)
+
+    def data_key(self) -> bytes:
+        """The data key (32 bytes) this store unlocked (for adding a key slot)."""
+        return self._ensure()[4]
+
+    # -- sealing ---------------------------------------------------------------------------------
+    def _aead(self, salt: bytes):
+        return _AESGCM()(keyslots.object_key(self._ensure()[2], salt))
+
+    def _seal(self, key: str, data: bytes) -> bytes:
+        repo_id, key_id, _, _, _, _ = self._ensure()
+        salt = os.urandom(16)
+        return sealed.seal(self._aead(salt), key_id, salt, repo_id, key, bytes(data))
+
+    def _fail(self, key: str, why: str) -> IntegrityError:
+        return IntegrityError(key, f"{why} (encrypted repository, key {self._ensure()[1].hex()}: the object "
+                              "was not sealed by this repository under this key, or was moved, swapped or altered)")
+
+    def _trailer(self, key: str, data: bytes) -> tuple[bytes, int]:
+        t = data[-sealed.TRAILER:]
+        parsed = sealed.parse_trailer(t)
+        if parsed is None:
+            raise self._fail(key, "not a sealed object (plaintext, or foreign)")
+        key_id, _, plain_len = parsed
+        if key_id != self._ensure()[1]:
+            raise self._fail(key, f"sealed under key {key_id.hex()}, which this repository does not have")
+        return t, plain_len
+
+    def _open(self, key: str, trailer: bytes, first: int, data: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+        salt = trailer[9:25]
+        try:
+            return sealed.open_segments(self._aead(salt), trailer, self._ensure()[0], key, first, data)
+        except (InvalidTag, ValueError) as e:
+            raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
+
+    def _remember(self, key: str, trailer: bytes) -> None:
+        with self._lock:
+            self._trailers[key] = trailer
+            self._trailers.move_to_end(key)
+            while len(self._trailers) > TRAILER_CACHE:
+                self._trailers.popitem(last=False)
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._trailers.pop(key, None)
+
+    # -- the ObjectStore protocol ----------------------------------------------------------------
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Create ``key`` holding ``data`` sealed (``config``: as is). Raises as the inner store."""
+        if key == CONFIG:
+            return self.inner.put(key, data)
+        self._forget(key)
+        return _info(self.inner.put(key, self._seal(key, data)), len(data))
+
+    def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
+        """Compare-and-swap ``key`` on the stored object's ETag, ``data`` sealed. Raises as the inner store."""
+        if key == CONFIG:
+            return self.inner.put_if_match(key, data, etag)
+        self._forget(key)
+        return _info(self.inner.put_if_match(key, self._seal(key, data), etag), len(data))
+
+    def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """The plaintext of ``key``, or of a byte range of it (see ObjectStore.get); a ranged read
+        fetches the whole segments it covers (and the trailer, unless remembered).
+
+        Raises:
+            ObjectNotFound: no such key. IntegrityError: it is not a sealed object of this
+                repository under this key (plaintext, moved, swapped, altered, truncated).
+        """
+        if key == CONFIG:
+            with self._lock:
+                data, self._config_bytes = self._config_bytes, None
+            if data is None:
+                data = self.inner.get(key)
+                self._unlock_from(data)  # (the config may have changed: a slot added or removed)
+            return data
+        self._ensure()
+        rng = check_range(key, byte_range)
+        if rng is None:
+            data = self.inner.get(key)
+            trailer, plain_len = self._trailer(key, data)
+            if sealed.sealed_size(plain_len) != len(data):
+                raise self._fail(key, f"{len(data)} stored bytes for {plain_len} plaintext bytes")
+            return self._open(key, trailer, 0, data[:-sealed.TRAILER])
+        start, end = rng
+        if start < 0:
+            return self._suffix(key, -start)
+        with self._lock:
+            trailer = self._trailers.get(key)
+        if trailer is None:
+            trailer = self._read_trailer(key)
+        try:
+            return self._range(key, trailer, start, end)
+        except IntegrityError:
+            fresh = self._read_trailer(key)  # a remembered trailer of a replaced object: read it again
+            if fresh == trailer:
+                raise
+            return self._range(key, fresh, start, end)
+
+    def _read_trailer(self, key: str) -> bytes:
+        tail = self.inner.get(key, (-sealed.TRAILER, None))
+        trailer, _ = self._trailer(key, tail)
+        self._remember(key, trailer)
+        return trailer
+
+    def _range(self, key: str, trailer: bytes, start: int, end: int | None) -> bytes:
+        plain_len = sealed.parse_trailer(trailer)[2]
+        end = plain_len if end is None else min(end, plain_len)
+        start = min(start, end)
+        first, last = sealed.segments_for(plain_len, start, end)
+        last_len = min(sealed.SEGMENT, plain_len - last * sealed.SEGMENT) + sealed.TAG
+        data = self.inner.get(key, (first * sealed.CSEG, last * sealed.CSEG + last_len))
+        plain = self._open(key, trailer, first, data)
+        base = first * sealed.SEGMENT
+        return plain[start - base:end - base]
+
+    def _suffix(self, key: str, n: int) -> bytes:
+        want = sealed.TRAILER + (-(-n // sealed.SEGMENT) + 1) * sealed.CSEG
+        data = self.inner.get(key, (-want, None))
+        trailer, plain_len = self._trailer(key, data)
+        total = sealed.sealed_size(plain_len)
+        if len(data) > total or (len(data) < want and len(data) != total):
+            raise self._fail(key, f"{len(data)} stored bytes read, the trailer says {total}")
+        self._remember(key, trailer)
+        off = total - len(data)  # stored offset of data[0]
+        first = -(-off // sealed.CSEG)
+        body = data[first * sealed.CSEG - off:len(data) - sealed.TRAILER]
+        plain = self._open(key, trailer, first, body)
+        return plain[-n:] if n < len(plain) else plain
+
+    def write_batch(self, puts, deletes: Iterable[str] = (), deletes_unless: str | None = None) -> list:
+        """The inner store's atomic batch (:mod:`snapstore.stores.batch`) with every put sealed.
+
+        An ``if_exists="same"`` put compares plaintexts (two sealings of one plaintext differ):
+        the existing object is read first; holding ``data`` it counts as written (its info is
+        returned), holding other bytes the batch is refused (``BatchRefused``, ``same=False``).
+        Only on a store whose capabilities declare ``atomic_batch``.
+
+        Returns:
+            Per put, its ObjectInfo (plaintext size) or None for a skipped put.
+        Raises:
+            BatchRefused: as the inner store; IntegrityError: an existing object does not open.
+        """
+        from ..errors import ObjectNotFound
+        from .batch import BatchPut, BatchRefused, check_batch
+
+        puts, deletes = check_batch(puts, deletes)
+        inner_puts, known = [], {}
+        for p in puts:
+            if p.key == CONFIG:
+                inner_puts.append(p)
+                continue
+            if p.if_exists == "same":
+                try:
+                    have = self.get(p.key)
+                except ObjectNotFound:
+                    have = None
+                if have is not None:
+                    if have != p.data:
+                        raise BatchRefused(p.key, same=False)
+                    known[p.key] = self.head(p.key)
+                    inner_puts.append(BatchPut(p.key, self._seal(p.key, p.data), None, "skip"))
+                    continue
+                p = BatchPut(p.key, p.data, None, "fail")
+            self._forget(p.key)
+            inner_puts.append(BatchPut(p.key, self._seal(p.key, p.data), p.etag, p.if_exists))
+        for k in deletes:
+            self._forget(k)
+        got = self.inner.write_batch(inner_puts, deletes, deletes_unless)
+        return [known.get(p.key) if p.key in known else
+                (None if info is None else _info(info, len(p.data) if p.key != CONFIG else info.size))
+                for p, info in zip(puts, got)]
+
+    def head(self, key: str) -> ObjectInfo:
+        """The object's info with its plaintext size. Raises ObjectNotFound."""
+        info = self.inner.head(key)
+        return _info(info, plain_listed_size(key, info.size))
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
+        """The inner store's listing with plaintext sizes (:func:`plain_listed_size`)."""
+        for info in self.inner.list(prefix, start_after, limit):
+            yield _info(info, plain_listed_size(info.key, info.size))
+
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """As the inner store (names only)."""
+        return self.inner.list_dirs(prefix)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """As the inner store."""
+        keys = list(keys)
+        for k in keys:
+            self._forget(k)
+        self.inner.delete_many(keys)
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()
+
+    def __getattr__(self, name):
+        # the optional methods the inner store's capabilities declare (leftovers, versioning, ...)
+        if name in ("leftovers", "remove_leftovers", "check_versioning", "remove_empty_dirs", "compact"):
+            return getattr(self.inner, name)
+        raise AttributeError(name)
+
+
+def is_sealed(store) -> bool:
+    """True if ``store`` is a :class:`SealedStore`."""
+    return isinstance(store, SealedStore)
+
+
+def raise_if_locked(store, cfg) -> None:
+    """Refuse an encrypted repository's config ``cfg`` read through a store that cannot decrypt.
+
+    Raises:
+        EncryptionError: ``cfg`` says encryption is on and ``store`` is not a :class:`SealedStore`.
+    """
+    if cfg.encryption is not None and not is_sealed(store):
+        raise EncryptionError(f"the repository at {store.url} is encrypted: give its passphrase "
+                              "(passphrase=... or SNAPSTORE_PASSPHRASE)")
+
+
+__all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked"]

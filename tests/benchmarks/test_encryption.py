@@ -1,0 +1,30 @@
+"""benchmarks/encryption.py runs end to end on one shared file (skipped without the shared data):
+both sides saved and restored exactly, the ratios computed from the figures reported, and the
+encrypted side stores more bytes than the plain one (49 bytes an object) but not twice as many."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.helpers import paths
+from tests.helpers.shared_data import shared_data_dir
+
+sys.path.insert(0, str(paths.ROOT / "benchmarks"))
+import encryption  # noqa: E402
+
+
+@pytest.mark.skipif(shared_data_dir() is None, reason="shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
+def test_one_file_one_trial(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert encryption.main(["--limit", "1", "--trials", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    (name, f), = r["files"].items()
+    p, e = f["plain"], f["encrypted"]
+    assert p["bytes"] < e["bytes"] < 2 * p["bytes"]
+    assert f["ratios"]["bytes"] == pytest.approx(e["bytes"] / p["bytes"])
+    assert e["unlock_ms"] > 0 and p["unlock_ms"] is None and e["restore_ms"] > 0
+    assert r["pooled"]["plain"]["saves"] == r["pooled"]["encrypted"]["saves"] == f["checkpoints"]
+    assert name[:40] in capsys.readouterr().out
