@@ -111,6 +111,9 @@ class ForwardLookup:
         self._hints: dict | None = None  # retired pack -> targets, from gc/fwd-cache (advisory)
         self._hints_at = 0.0
         self._hints_lock = threading.Lock()
+        self.archived = None
+        """Optional ``archived(pack id) -> bundle ids or None``: the archive bundles replacing a hot
+        pack the forwarding map does not name (docs/format.md §27)."""
 
     def known(self, pack_id: bytes) -> list[bytes] | None:
         """What memory says of ``pack_id`` (no GET): its targets, or None (not retired, or not
@@ -199,6 +202,8 @@ class ForwardLookup:
                 to = decode_forward(key, self.store.get(key))
             except ObjectNotFound:
                 to = None
+        if to is None and self.archived is not None:
+            to = self.archived(pack_id)
         with self._cache.lock:
             for p, (t, _) in shard.items():
                 self._fwd[p] = t

@@ -51,6 +51,7 @@ from ..stores.base import ObjectStore, max_concurrency
 from .arrays import ArrayReader
 from .entries import EntryReader, ReadContext
 from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
+from .bundles import BundleCatalogue
 from .locate import ForwardLookup, Locator, SegmentIndex
 from .log.records import LogRecords
 from .packcache import DEFAULT_LIMIT, PackCache
@@ -83,6 +84,9 @@ class Repository(LogRecords):
         self.segments = SegmentIndex(self.cache)
         self.forwarding = ForwardLookup(store, self.cache)
         self.locator = Locator(store, self.cache, self.segments, self.forwarding)
+        self.bundles = BundleCatalogue(store)  # archive bundles (docs/format.md §27)
+        self.cache.key_of = self.bundles.key
+        self.forwarding.archived = self.bundles.forward
         self.entries = EntryReader(self)
         self.trees = TreeReader(self)
         self.arrays = ArrayReader(self)
