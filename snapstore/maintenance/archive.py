@@ -6,7 +6,8 @@ per large run (small runs grouped), and then, in this order:
 
 1. writes the bundle create-only under ``archive/data/<retention class>/<month>/<id>`` (on S3 with
    ``StorageClass=``; other stores record the class in the index only);
-2. reads it back whole and checks its checksum and every entry against what was copied;
+2. reads it back whole and checks its checksum and every entry against what was copied (a
+   ``GLACIER``/``DEEP_ARCHIVE`` bundle: the bytes sent are checked, and its stored size and ETag);
 3. writes the bundle's hot index record ``archive/index/<id>``: the switch. From then on GC marks
    the runs it serves by the bundle and their hot packs become garbage (candidates, then deleted
    a grace period later); readers reach the bundle when a hot pack is gone.
@@ -17,6 +18,7 @@ as it was; after it, the hot packs are still there until GC. Nothing is lost at 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -26,7 +28,7 @@ import blake3
 
 from ..errors import IntegrityError, InvalidInputError, RunNotFound
 from ..format import keys
-from ..format.bundle import (BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
+from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
                              index_key)
 from ..format.ids import PACK_ID_BYTES
 from ..format.pack import Pack, PackBuilder
@@ -235,8 +237,16 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     else:
         store.put(key, data)
     _hook(hooks, "after_bundle_put", bundle=bid, key=key)
-    # read back whole and check every byte before anything names the bundle
-    back = store.get(key)
+    # read back whole and check every byte before anything names the bundle; a class that
+    # cannot be read in place is checked from the bytes sent, and its stored size and ETag
+    if storage_class in COLD_CLASSES:
+        info = store.head(key)
+        etag = (info.etag or "").strip('"')
+        if info.size != len(data) or ("-" not in etag and etag and etag != hashlib.md5(data).hexdigest()):
+            raise IntegrityError(key, "stored bundle's size or ETag differs from what was written; nothing switched")
+        back = data
+    else:
+        back = store.get(key)
     if blake3.blake3(back).digest(16) != checksum:
         raise IntegrityError(key, "bundle read back differs from what was written; nothing switched")
     pack = Pack.parse(key, back, bid)

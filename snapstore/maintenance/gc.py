@@ -341,7 +341,14 @@ class GCPlan:
         self.rewrites = SegmentRewrites(repo, self.seg_writer, seg_keep, packs, self.fwd, self.tier_levels,
                                         self.opts.max_unused)
         live = [m for log in logs.values() for m in log.live]
-        marker = GCMarker(repo, MarkScope(self.fwd, set(packs) | set(self.bundles), segs_by_run, sizes), self.rewrites)
+        # a pack gone from a run that continued after its archive: its bundles stand in for it
+        # (as forwarding targets, for this mark only; the forwarding map is not changed)
+        fwd = dict(self.fwd)
+        for bid, ix in self.bundles.items():
+            for p in ix.replaces:
+                if p not in packs and p not in self.fwd:
+                    fwd.setdefault(p, []).append(bid)
+        marker = GCMarker(repo, MarkScope(fwd, set(packs) | set(self.bundles), segs_by_run, sizes), self.rewrites)
         self.reach = reach = marker.run(live)
         for p in reach.fresh_segs | reach.seg_standins:
             seg_keep.setdefault(p, "")

@@ -469,7 +469,12 @@ class Verifier:
             self.progress("manifests", len(self.live), len(self.live))
         self.load_bundles()
         logs = {rk: log for rk, log in self.logs.items() if rk not in self.archived}
-        scope = MarkScope(self.fwd, set(self.packs_present) | set(self.bundles), segments_by_run(logs))
+        fwd = dict(self.fwd)  # gone packs of runs that continued after their archive: their bundles
+        for bid, ix in self.bundles.items():
+            for p in ix.replaces:
+                if p not in self.packs_present and p not in self.fwd:
+                    fwd.setdefault(p, []).append(bid)
+        scope = MarkScope(fwd, set(self.packs_present) | set(self.bundles), segments_by_run(logs))
         marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
         self.reach = reach = marker.run([m for log in logs.values() for m in log.live])
         self.rep.errors.extend(marker.problems)
@@ -568,7 +573,8 @@ class Verifier:
                            keys.pack_key(r.pack), str(e))
             if self.progress and (i % 500 == 0 or i + 1 == len(refs)):
                 self.progress("data", i + 1, len(refs))
-        for tree in dict.fromkeys(m.session_state_tree for m in self.live if m.session_state_tree is not None):
+        live = [m for m in self.live if self.repo.run_key(m.run_id) not in self.archived]  # archived: check_bundles
+        for tree in dict.fromkeys(m.session_state_tree for m in live if m.session_state_tree is not None):
             try:
                 self.repo.read_value(tree)
             except SnapstoreError as e:

@@ -87,7 +87,7 @@ class BundleCatalogue:
         head = getattr(self.store, "restore_state", None)
         if head is None:
             return True  # stores without storage classes: the class is only recorded
-        return head(ix.key) == "restored"
+        return head(ix.key) in ("restored", "readable")
 
 
 def served_positions(bundles: dict) -> dict[str, set]:
