@@ -66,6 +66,12 @@ class BundleCatalogue:
                 hit = self._replaced.get(pack_id)
         return list(hit) if hit else None
 
+    def known(self, pack_id: bytes) -> list[bytes] | None:
+        """The bundles replacing ``pack_id`` as far as the catalogue already loaded says (no request)."""
+        with self._lock:
+            hit = self._replaced.get(pack_id)
+        return list(hit) if hit else None
+
     def key(self, pack_id: bytes) -> str | None:
         """The key of bundle ``pack_id`` if it is a known bundle, else None (a hot pack).
 

@@ -112,6 +112,8 @@ class ForwardLookup:
         self._hints_at = 0.0
         self._hints_lock = threading.Lock()
         self.archived = None
+        self.known_archived = None
+        """Optional ``known_archived(pack id)``: as ``archived`` from what is loaded, no request."""
         """Optional ``archived(pack id) -> bundle ids or None``: the archive bundles replacing a hot
         pack the forwarding map does not name (docs/format.md §27)."""
 
@@ -189,6 +191,12 @@ class ForwardLookup:
             hint = self.hints().get(pack_id)
             if hint is not None:
                 return hint
+        if self.known_archived is not None:
+            to = self.known_archived(pack_id)  # an archived pack, once the catalogue is loaded: no GET
+            if to is not None:
+                with self._cache.lock:
+                    self._fwd[pack_id] = to
+                return to
         key = keys.fwd_shard_key(pack_id)
         try:
             shard = decode_forward_shard(key, self.store.get(key), keys.fwd_shard(pack_id))

@@ -87,6 +87,7 @@ class Repository(LogRecords):
         self.bundles = BundleCatalogue(store)  # archive bundles (docs/format.md §27)
         self.cache.key_of = self.bundles.key
         self.forwarding.archived = self.bundles.forward
+        self.forwarding.known_archived = self.bundles.known
         self.entries = EntryReader(self)
         self.trees = TreeReader(self)
         self.arrays = ArrayReader(self)
