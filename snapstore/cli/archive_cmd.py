@@ -1,5 +1,6 @@
 """``snapstore archive RUN...``: runs rewritten into hard-compressed bundles in a storage class
-(:mod:`snapstore.maintenance.archive`, docs/format.md §27)."""
+(:mod:`snapstore.maintenance.archive`, docs/format.md §27); ``snapstore restore RUN...``: their cold
+bundles restored (:mod:`snapstore.maintenance.restore`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..format.bundle import STORAGE_CLASSES
 from .output import CommandError, emit_json, human_size, kv_text, plural, write
 from .state import state_of
 
-__all__ = ["COMMANDS", "archive_cmd"]
+__all__ = ["COMMANDS", "archive_cmd", "restore_cmd"]
 
 
 @click.command("archive")
@@ -61,5 +62,33 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
     write(kv_text(lines))
 
 
-COMMANDS = (archive_cmd,)
+@click.command("restore")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--tier", type=click.Choice(("bulk", "standard", "expedited")), default="standard", show_default=True,
+              help="Retrieval tier (price and delay: bulk cheapest and slowest).")
+@click.option("--days", type=click.IntRange(1, 36500), default=7, show_default=True,
+              help="Days the restored copy stays readable.")
+@click.option("--wait", is_flag=True, help="Wait until every bundle is readable (polls once a minute).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def restore_cmd(ctx, runs, tier, days, wait, as_json):
+    """Restore archived runs whose bundles are in GLACIER or DEEP_ARCHIVE, so that they can be read.
+
+    Issues the restore requests and reports each bundle's state: requested, restoring, restored, or
+    readable (a class read in place). Exit 0 when all are readable, 3 while some are still restoring.
+    """
+    mgr = state_of(ctx).manager()
+    rep = mgr.restore(list(runs), tier, days, wait=wait)
+    if as_json:
+        emit_json({"runs": rep.runs, "bundles": rep.bundles, "done": rep.done})
+    else:
+        write(kv_text([(state, key) for key, state in sorted(rep.bundles.items())] or [("bundles", "none")]))
+        if not rep.done:
+            write("snapstore: restores take minutes to hours; run the same command again (or with --wait) "
+                  "to see their state\n", err=True)
+    if not rep.done:
+        ctx.exit(3)
+
+
+COMMANDS = (archive_cmd, restore_cmd)
 """This module's commands."""

@@ -523,8 +523,10 @@ class Verifier:
                 continue
             if not self.read_data:
                 continue
-            if ix.storage_class in COLD_CLASSES:
-                self.warn("bundle-not-read", ix.key, f"in {ix.storage_class}: not read (restore it to check its data)")
+            state = getattr(self.repo.store, "restore_state", None)
+            if ix.storage_class in COLD_CLASSES and state is not None and state(ix.key) != "restored":
+                self.warn("bundle-not-read", ix.key, f"in {ix.storage_class} and not restored: not read "
+                          "('snapstore restore' it to check its data)")
                 continue
             try:
                 data = self.repo.store.get(ix.key)

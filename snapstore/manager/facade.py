@@ -580,6 +580,27 @@ class CheckpointManager:
         return archive(self.state.repository(False), run_ids, finished_before, storage_class,
                        retention_class, expire_after_days, hooks, progress)
 
+    def restore(self, run_ids, tier: str = "standard", days: int = 7, *, wait: bool = False,
+                poll_s: float = 60.0, timeout_s: float | None = None):
+        """Make archived runs in ``GLACIER``/``DEEP_ARCHIVE`` readable: issue S3 restore requests
+        for their bundles and report each bundle's state (docs/format.md §27).
+
+        Args:
+            run_ids: run ids (a list; one string is one id).
+            tier: ``bulk``, ``standard`` or ``expedited``.
+            days: days the restored copies stay readable.
+            wait / poll_s / timeout_s: poll every ``poll_s`` seconds until all are readable.
+        Returns:
+            :class:`snapstore.maintenance.restore.RestoreReport` (``bundles``: key -> state, ``done``).
+        Raises:
+            InvalidInputError: a bad tier or day count. RunNotFound: a run is not archived.
+        """
+        from ..maintenance.restore import restore
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        rep = restore(self.state.repository(False), list(run_ids), tier, days, wait, poll_s, timeout_s)
+        return rep
+
     def stats(self, prices: dict | None = None) -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an

@@ -33,6 +33,7 @@ class BundleCatalogue:
         self._loaded_at: float | None = None
         self.bundles: dict[bytes, BundleIndex] = {}
         self._replaced: dict[bytes, list[bytes]] = {}
+        self._readable: set = set()  # cold bundles seen restored
 
     def load(self) -> dict[bytes, BundleIndex]:
         """List and read every index record now; return bundle id -> index.
@@ -90,10 +91,15 @@ class BundleCatalogue:
         return ix.key
 
     def _restored(self, ix: BundleIndex) -> bool:
+        """One HEAD the first time (a restored bundle is remembered; an unrestored one asked again)."""
+        if ix.bundle in self._readable:
+            return True
         head = getattr(self.store, "restore_state", None)
-        if head is None:
-            return True  # stores without storage classes: the class is only recorded
-        return head(ix.key) in ("restored", "readable")
+        if head is None or head(ix.key) in ("restored", "readable"):  # no head: the class is only recorded
+            with self._lock:
+                self._readable.add(ix.bundle)
+            return True
+        return False
 
 
 def served_positions(bundles: dict) -> dict[str, set]:

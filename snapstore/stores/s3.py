@@ -413,6 +413,29 @@ class S3Store:
         mtime = resp["LastModified"].timestamp() if resp.get("LastModified") else server_time(resp)
         return ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""), mtime)
 
+    def request_restore(self, key: str, days: int, tier: str = "Standard") -> str:
+        """Ask S3 to restore ``key`` (a ``GLACIER``/``DEEP_ARCHIVE`` object) for ``days`` days at
+        retrieval tier ``tier`` (``Bulk``, ``Standard``, ``Expedited``); RestoreObject.
+
+        Returns:
+            ``"requested"`` (202), ``"restored"`` (200: already restored; its expiry extended) or
+            ``"restoring"`` (409 RestoreAlreadyInProgress).
+        Raises:
+            ObjectNotFound, StoreError: the request failed.
+        """
+        from botocore.exceptions import ClientError
+
+        check_key(key)
+        self._requests.count("PUT")
+        try:
+            resp = self._client.restore_object(Bucket=self.bucket, Key=self._requests.full(key),
+                                               RestoreRequest={"Days": days, "GlacierJobParameters": {"Tier": tier}})
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "RestoreAlreadyInProgress":
+                return "restoring"
+            raise self._requests.error(e, "RestoreObject", key) from e
+        return "restored" if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200 else "requested"
+
     def restore_state(self, key: str) -> str:
         """Whether ``key`` can be read in place (one HEAD): ``"readable"`` (a class read in place),
         ``"restored"`` (a ``GLACIER``/``DEEP_ARCHIVE`` object with a finished restore),

@@ -198,6 +198,8 @@ def test_deep_archive_listing_gc_verify_never_read_the_bundle(store_factory):
     assert sorted(f.runs()) == sorted(before)
     assert [(s.id, s.step, s.status) for s in f.list("long")] == before["long"][0]
     assert not f.verify().errors
+    vr = f.verify(read_data=True)  # the unrestored bundle is not read: a warning, no GET
+    assert not vr.errors and "bundle-not-read" in {w.code for w in vr.warnings}
     gone = f.prune(keep_last=2, run_id="small-0")  # retention decides from hot objects
     assert [s.id for s in gone] == [s[0] for s in before["small-0"][0][2:]]
     assert [s.id for s in f.list("small-0")] == [s[0] for s in before["small-0"][0][:2]]
@@ -232,3 +234,30 @@ def test_finished_before_and_bad_input(tmp_path):
     data[-1] ^= 1
     with pytest.raises(IntegrityError, match=ik):
         decode_index(ik, bytes(data))
+
+
+def test_restore_flow_on_moto_http(store_factory):
+    """DEEP_ARCHIVE on moto's HTTP server: a read raises ColdObjectError naming the command; restore
+    issues RestoreObject and reports the state; a second restore is idempotent; then every
+    checkpoint reads exactly as before and verify --read-data checks the bundle."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    rep = m.archive(storage_class="DEEP_ARCHIVE")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    with pytest.raises(ColdObjectError, match="snapstore restore"):
+        CheckpointManager(store).get("small-1", before["small-1"][1])
+    with pytest.raises(InvalidInputError):
+        m.restore(["long"], tier="fast")
+    with pytest.raises(RunNotFound):
+        m.restore(["no-such-run"])
+    r = m.restore(["long", "small-1"], tier="bulk", days=2)
+    assert set(r.bundles) == set(rep.bundles) and set(r.bundles.values()) <= {"requested", "restored"}
+    again = m.restore(["long"], days=2, wait=True, poll_s=0.1, timeout_s=10)
+    assert again.done, again.bundles
+    fresh = CheckpointManager(store)
+    assert snapshot(fresh) == before
+    v = fresh.verify(read_data=True)
+    assert not v.errors and "bundle-not-read" not in {w.code for w in v.warnings}  # restored: read
