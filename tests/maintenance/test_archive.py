@@ -66,7 +66,7 @@ def bundles(store) -> list:
     return [i.key for i in store.list(DATA)]
 
 
-@pytest.mark.parametrize("kind", ["local", "s3-http"])
+@pytest.mark.parametrize("kind", ["local", "sqlite", "s3-http"])
 def test_archive_then_gc_reads_exactly_the_same(kind, store_factory):
     """Archive every run (GLACIER_IR), GC with grace 0 twice: no hot pack is left, the bundle
     stays (written in its class on S3), and a fresh manager's runs/list/latest/get return exactly
