@@ -93,6 +93,9 @@ def test_archive_then_gc_reads_exactly_the_same(kind, store_factory):
     v = fresh.verify(read_data=True)
     assert v.ok and not v.errors, v.errors
     assert not [w for w in v.warnings if w.code != "unreferenced-pack"], v.warnings
+    objs = fresh.stats()["objects"]
+    assert objs["bundles"] == {"count": 1, "bytes": rep.bytes_after} and objs["bundle index"]["count"] == 1
+    assert objs.get("packs", {}).get("count", 0) == 0, objs
     again = fresh.archive()  # nothing left to archive
     assert again.runs == [] and set(again.skipped.values()) == {"already archived"}
 
