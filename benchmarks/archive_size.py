@@ -10,7 +10,7 @@ conversation is saved checkpoint by checkpoint into a fresh local repository (on
 * **LB**: the lower bound, zstd -19 of each conversation's final history (distinct messages if a
   conversation rewrote its history; ``benchmarks/storage.py``'s ``conversation_lb``);
 * objects per run after archiving, the time to archive, and a cold ``latest()`` of the largest run
-  from the bundle (fresh manager; GETs and bytes down).
+  (fresh manager; GETs and bytes down) hot before archiving and from the bundle after GC.
 
 Every archived checkpoint is read back and compared with what was saved (exit 1 on a mismatch).
 
@@ -39,6 +39,15 @@ def _objects(store) -> list:
     return [i for i in store.list("") if i.key != "config"]
 
 
+def _cold_latest(root: Path, run: str) -> tuple:
+    """A fresh manager's ``latest(run)``: (checkpoint, seconds, GETs, bytes down)."""
+    store = LocalStore(root, fsync=False)
+    fresh = CheckpointManager(store)
+    t0 = time.perf_counter()
+    cp = fresh.latest(run)
+    return cp, time.perf_counter() - t0, store.stats.counts.get("GET", 0), store.stats.bytes_down
+
+
 def run_file(path: Path, workdir: Path) -> dict:
     _fmt, convs = load_trajectory(path)
     enc = _Enc()
@@ -54,6 +63,8 @@ def run_file(path: Path, workdir: Path) -> dict:
         ckpts += len(conv.checkpoints)
         lb += conversation_lb(conv.checkpoints, enc)[0]
     hot = _objects(mgr.store)
+    big = max(saved, key=lambda r: len(saved[r]))
+    hot_read = _cold_latest(root, big)
     t0 = time.perf_counter()
     rep = mgr.archive()
     t_archive = time.perf_counter() - t0
@@ -63,13 +74,7 @@ def run_file(path: Path, workdir: Path) -> dict:
     bundle = sum(i.size for i in after if i.key.startswith("archive/data/"))
     left = sum(i.size for i in after if not i.key.startswith("archive/data/"))
     # a cold read of the largest run's latest checkpoint, from the bundle
-    big = max(saved, key=lambda r: len(saved[r]))
-    store = LocalStore(root, fsync=False)
-    fresh = CheckpointManager(store)
-    t0 = time.perf_counter()
-    cp = fresh.latest(big)
-    t_read = time.perf_counter() - t0
-    gets, down = store.stats.counts.get("GET", 0), store.stats.bytes_down
+    cp, t_read, gets, down = _cold_latest(root, big)
     ok = cp.messages == saved[big][-1][1]
     check = CheckpointManager(LocalStore(root, fsync=False))
     for run, pairs in saved.items():
@@ -81,18 +86,20 @@ def run_file(path: Path, workdir: Path) -> dict:
             "hot": sum(i.size for i in hot), "hot_objects_per_run": len(hot) / runs,
             "bundle": bundle, "bundles": len(rep.bundles), "hot_left": left,
             "hot_left_per_ckpt": left / ckpts, "objects_per_run": len(after) / runs,
-            "archive_s": t_archive, "read_s": t_read, "read_gets": gets, "read_bytes": down, "exact": ok}
+            "archive_s": t_archive, "read_s": t_read, "read_gets": gets, "read_bytes": down,
+            "hot_read_s": hot_read[1], "hot_read_gets": hot_read[2], "hot_read_bytes": hot_read[3], "exact": ok}
 
 
 def report(rows: list) -> str:
     out = ["archive size (shared trajectories): bytes hot vs archived vs LB (zstd -19 of each final history)",
            f"{'file':<44} {'runs':>4} {'ckpts':>5} {'hot':>9} {'bundle':>8} {'LB':>8} {'hot/LB':>6} "
-           f"{'bun/LB':>6} {'left/ck':>7} {'obj/run':>8} {'arch s':>6} {'read':>13}"]
+           f"{'bun/LB':>6} {'left/ck':>7} {'obj/run':>8} {'arch s':>6} {'cold latest: hot -> archived':>30}"]
     for r in rows:
         out.append(f"{r['file'][:44]:<44} {r['runs']:>4} {r['checkpoints']:>5} {r['hot']:>9} {r['bundle']:>8} "
                    f"{r['lb']:>8} {r['hot'] / r['lb']:>6.2f} {r['bundle'] / r['lb']:>6.2f} "
                    f"{r['hot_left_per_ckpt']:>7.0f} {r['hot_objects_per_run']:>4.0f}->{r['objects_per_run']:<3.0f} "
-                   f"{r['archive_s']:>6.2f} {r['read_gets']:>2} GET {r['read_s'] * 1000:>4.0f}ms"
+                   f"{r['archive_s']:>6.2f} {r['hot_read_gets']:>3} GET {r['hot_read_bytes'] / 1024:>4.0f}K -> "
+                   f"{r['read_gets']:>3} GET {r['read_bytes'] / 1024:>4.0f}K {r['read_s'] * 1000:>4.0f}ms"
                    + ("" if r["exact"] else "  MISMATCH"))
     tot = {k: sum(r[k] for r in rows) for k in ("hot", "bundle", "lb", "hot_left", "checkpoints")}
     out.append(f"total: hot {tot['hot']} B = {tot['hot'] / tot['lb']:.2f}x LB; bundles {tot['bundle']} B = "

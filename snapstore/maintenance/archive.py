@@ -153,9 +153,6 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         by_run_need[rk] = (need, touched)
     _hook(hooks, "after_mark", runs=list(chosen))
     # group: a large run alone, small runs together
-    sizes = {}
-    for rk, (need, _) in by_run_need.items():
-        sizes[rk] = sum(len(v) for v in need.values())  # refined below from the entries' lengths
     groups: list[list[str]] = []
     small: list[str] = []
     small_raw = 0
@@ -179,7 +176,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         if pid is not None:
             listed_sizes[pid] = info.size
     for gi, group in enumerate(groups):
-        ix, raw_entries = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
+        ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
                                         now, hooks)
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
