@@ -264,3 +264,56 @@ def test_restore_flow_on_moto_http(store_factory):
     assert snapshot(fresh) == before
     v = fresh.verify(read_data=True)
     assert not v.errors and "bundle-not-read" not in {w.code for w in v.warnings}  # restored: read
+
+
+def test_saves_on_top_of_an_archived_run_merge_tiers_and_lose_nothing(tmp_path):
+    """After archive and GC took the hot packs, 40 saves on top of the run (its writer merges tiers
+    whose older segments are gone) then GC: every checkpoint, archived or new, reads back exactly and
+    verify passes; archiving again serves the new checkpoints too and GC reclaims their packs."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    w = CheckpointManager(LocalStore(root))
+    msgs = w.latest("long").messages
+    for i in range(40):
+        msgs = msgs + [{"role": "user", "content": f"more {i} " * 30}]
+        w.save("long", msgs, step=100 + i, session_state={"more": i})
+    expect = snapshot(w)
+    w.gc(grace_period=0)
+    w.gc(grace_period=0)
+    assert snapshot(CheckpointManager(LocalStore(root))) == expect
+    assert CheckpointManager(LocalStore(root)).verify(read_data=True).ok
+    rep = w.archive()
+    assert rep.runs == ["long"]
+    w.gc(grace_period=0)
+    w.gc(grace_period=0)
+    last = CheckpointManager(LocalStore(root))
+    assert snapshot(last) == expect and packs(last.store) == []
+    assert last.verify(read_data=True).ok
+
+
+def test_fork_of_an_archived_run_after_gc(tmp_path):
+    """A fork of an archived checkpoint whose hot packs GC took: the fork reads its source's data
+    from the bundle, saves on top, survives GC, and the source stays archived and readable."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    before = snapshot(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    f = CheckpointManager(LocalStore(root))
+    src = before["long"][0][5][0]
+    fk = f.fork("long", src, "long-retry")
+    base = f.get("long", src).messages
+    assert fk.messages == base
+    f.save("long-retry", base + [{"role": "user", "content": "retry"}], step=1)
+    f.gc(grace_period=0)
+    f.gc(grace_period=0)
+    g = CheckpointManager(LocalStore(root))
+    assert g.latest("long-retry").messages == base + [{"role": "user", "content": "retry"}]
+    assert {k: v for k, v in snapshot(g).items() if k != "long-retry"} == before
+    assert g.verify(read_data=True).ok
