@@ -114,6 +114,16 @@ class ObjectNotFound(NotFoundError):
         self.key = key
 
 
+class ColdObjectError(SnapstoreError):
+    """An archived bundle is in a storage class that must be restored before it can be read
+    (``GLACIER``, ``DEEP_ARCHIVE``). ``key`` names it; the message names the ``snapstore restore``
+    command to run (docs/format.md §28)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
 class ConflictError(SnapstoreError):
     """Another writer changed the run first; this write was refused and nothing was overwritten.
 

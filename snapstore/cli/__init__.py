@@ -45,7 +45,7 @@ import click
 from .. import __version__
 from ..errors import InvalidInputError, SnapstoreError
 from ..format.codec import any_int_digits
-from . import copy_cmd, data_cmds, key_cmds, maint_cmds
+from . import archive_cmd, copy_cmd, data_cmds, key_cmds, maint_cmds
 from .output import Activity, CommandError, Interrupted
 from .params import parse_duration
 from .state import DEFAULT_REPO, State
@@ -103,7 +103,8 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
 
 
 
-for _command in (*data_cmds.COMMANDS, *maint_cmds.COMMANDS, *copy_cmd.COMMANDS, *key_cmds.COMMANDS):
+for _command in (*data_cmds.COMMANDS, *maint_cmds.COMMANDS, *archive_cmd.COMMANDS, *copy_cmd.COMMANDS,
+                 *key_cmds.COMMANDS):
     cli.add_command(_command)
 
 

@@ -41,6 +41,7 @@ from ..errors import InvalidInputError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.manifest import FREE_AFTER, KIND_TOMBSTONE
 from ..repo.packcache import PACK_COST
+from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
 from ..stores.base import max_concurrency, store_capabilities
 from .forwarding import ForwardMap
@@ -294,6 +295,10 @@ class GCPlan:
                     self.cands[k] = info
                 elif k.startswith(keys.GC_CLOCK) and info.mtime <= self.now - self.opts.lock_timeout:
                     self.probes.append(info)  # left by an interrupted GC
+        # archive bundles (docs/format.md §28): runs every live checkpoint of which a bundle
+        # serves are marked by their bundles, never walked (no bundle is read)
+        self.bundles = repo.bundles.load()
+        self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
         self.opts.hook("after_list", packs=set(self.packs))
         self.rep.live_checkpoints = sum(len(log.live) for log in self.logs.values())
         self.fwd_cached = read_forward_cache(repo, self.infos.get(FWD_CACHE_KEY))
@@ -320,6 +325,7 @@ class GCPlan:
         """
         repo, logs, packs = self.repo, self.logs, self.packs
         sizes = {p: i.size for p, i in packs.items()}
+        logs = {rk: log for rk, log in logs.items() if rk not in self.archived}  # marked by their bundles
         segs_by_run = segments_by_run(logs)
         # the pack cache must hold the largest run's segments twice over (that run's wave and what
         # its walk reads), or marking it would fetch its packs again
@@ -335,7 +341,14 @@ class GCPlan:
         self.rewrites = SegmentRewrites(repo, self.seg_writer, seg_keep, packs, self.fwd, self.tier_levels,
                                         self.opts.max_unused)
         live = [m for log in logs.values() for m in log.live]
-        marker = GCMarker(repo, MarkScope(self.fwd, set(packs), segs_by_run, sizes), self.rewrites)
+        # a pack gone from a run that continued after its archive: its bundles stand in for it
+        # (as forwarding targets, for this mark only; the forwarding map is not changed)
+        fwd = dict(self.fwd)
+        for bid, ix in self.bundles.items():
+            for p in ix.replaces:
+                if p not in packs and p not in self.fwd:
+                    fwd.setdefault(p, []).append(bid)
+        marker = GCMarker(repo, MarkScope(fwd, set(packs) | set(self.bundles), segs_by_run, sizes), self.rewrites)
         self.reach = reach = marker.run(live)
         for p in reach.fresh_segs | reach.seg_standins:
             seg_keep.setdefault(p, "")
@@ -346,7 +359,7 @@ class GCPlan:
             raise ObjectNotFound(keys.fwd_key(pid),
                                  f"live entry {eid.hex()} of retired pack {pid.hex()} not found; GC stopped")
         for pid in reach.packs:
-            if pid not in packs and pid not in seg_keep:
+            if pid not in packs and pid not in seg_keep and pid not in self.bundles:
                 self._unlisted_live(pid)
         self.rep.live_packs = len(reach.packs)
         # damaged packs met while marking: readers (and this mark) took their entries from other
@@ -380,6 +393,8 @@ class GCPlan:
         reach, packs, fwd, max_unused = self.reach, self.packs, self.fwd, self.opts.max_unused
         select = []
         for pid, needed in reach.packs.items():
+            if pid in self.bundles:
+                continue  # an archive bundle: immutable, never repacked here
             if pid in self.seg_keep:
                 # a segment: its writer merges it (tiered compaction) and GC never merges it with
                 # other packs; a mostly dead tier pack (checkpoints pruned) is rewritten on its own,

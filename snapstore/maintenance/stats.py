@@ -12,6 +12,7 @@ from ..format import keys
 from ..format.codec import encode_json
 from ..format.logseg import parse_logseg_key
 from ..format.manifest import Manifest
+from ..format import bundle
 from ..repo.repository import Repository
 from .runs import read_all_runs, void_record
 from ..stores.base import store_capabilities
@@ -79,6 +80,8 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         k = info.key
         where = keys.parse_key(k)
         c = _CATEGORY.get(where.kind, "packs" if k.startswith(keys.PACKS) else "other")
+        if c == "other" and k.startswith(bundle.ARCHIVE):  # §28: bundles and their hot index records
+            c = "bundles" if k.startswith(bundle.DATA) else "bundle index"
         if c == "manifests":
             if void_record(info):
                 cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§15): no record

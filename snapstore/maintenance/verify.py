@@ -14,14 +14,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
+import blake3
+
 from ..errors import CompactedRecordError, IntegrityError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.logseg import decode_logseg
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK
 from ..format.index import decode_index
-from ..format.pack import T_CHUNK
+from ..format.bundle import ARCHIVE, COLD_CLASSES, bundle_id_from_index_key
+from ..format.bundle import DATA as BUNDLE_DATA
+from ..format.bundle import decode_index as decode_bundle_index
+from ..format.pack import T_CHUNK, Pack
 from ..format.removals import decode_removals, merge_ranges
 from ..format.tree import Ref, exact_count
+from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
 from . import outcomes
 from .forwarding import ForwardMap
@@ -217,7 +223,7 @@ class Verifier:
         accept_missing: put manifests deleted outside snapstore on record as removed (§16).
     """
 
-    STEPS = ("list_objects", "check_logs", "check_outcomes", "check_logsegs", "check_gaps", "mark", "check_needed", "check_data",
+    STEPS = ("list_objects", "check_logs", "check_outcomes", "check_logsegs", "check_gaps", "mark", "check_bundles", "check_needed", "check_data",
              "check_segments", "check_touched", "report_unreferenced", "report_leftovers")
 
     def __init__(self, repo: Repository, read_data: bool = False,
@@ -236,6 +242,9 @@ class Verifier:
         self.reach = None
         self.segs: dict = {}
         self.damaged: set = set()
+        self.archive_infos: dict = {}  # key -> ObjectInfo under archive/ (§28)
+        self.archived: set = set()  # run keys marked by their bundles
+        self.bundles: dict = {}
 
     def run(self) -> VerifyReport:
         """Run every step; return the report."""
@@ -278,6 +287,9 @@ class Verifier:
             k = info.key
             where = keys.parse_key(k)
             if where.kind in ("config", "fwd", "gc"):
+                continue
+            if k.startswith(ARCHIVE):  # bundles and their index records (§28): check_bundles
+                self.archive_infos[k] = info
                 continue
             if where.kind == "runmark":
                 if runmark.parse(k) is None:  # run markers (§13): advisory, only their shape is checked
@@ -455,9 +467,16 @@ class Verifier:
         """Mark every live checkpoint (unreadable parts are errors; ``messages.x`` is checked)."""
         if self.progress:
             self.progress("manifests", len(self.live), len(self.live))
-        scope = MarkScope(self.fwd, set(self.packs_present), segments_by_run(self.logs))
+        self.load_bundles()
+        logs = {rk: log for rk, log in self.logs.items() if rk not in self.archived}
+        fwd = dict(self.fwd)  # gone packs of runs that continued after their archive: their bundles
+        for bid, ix in self.bundles.items():
+            for p in ix.replaces:
+                if p not in self.packs_present and p not in self.fwd:
+                    fwd.setdefault(p, []).append(bid)
+        scope = MarkScope(fwd, set(self.packs_present) | set(self.bundles), segments_by_run(logs))
         marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
-        self.reach = reach = marker.run(self.live)
+        self.reach = reach = marker.run([m for log in logs.values() for m in log.live])
         self.rep.errors.extend(marker.problems)
         for pid, etype, eid in reach.unresolved:
             self.error("missing-entry", keys.fwd_shard_key(pid),
@@ -468,10 +487,63 @@ class Verifier:
                 self.warn("unreferenced-forward", keys.fwd_shard_key(pid),
                           f"no live hint names retired pack {pid.hex()}; its record is dropped by GC")
 
+    def load_bundles(self) -> None:
+        """Read the bundle index records listed (hot, §28); a corrupt one is an error. The runs
+        bundles serve whole are checked through their bundles (:meth:`check_bundles`), not walked."""
+        for k in sorted(self.archive_infos):
+            if bundle_id_from_index_key(k) is None:
+                continue
+            try:
+                ix = decode_bundle_index(k, self.repo.store.get(k))
+            except ObjectNotFound:
+                continue
+            except SnapstoreError as e:
+                self.error("corrupt-bundle-index", k, str(e))
+                continue
+            self.bundles[ix.bundle] = ix
+        self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
+
+    def check_bundles(self) -> None:
+        """Every indexed bundle exists with its recorded size; with ``read_data`` (and a class
+        readable in place) its bytes match the recorded checksum and parse as a pack holding the
+        entries its runs need. A bundle no index names is a warning (an interrupted archive)."""
+        indexed = {ix.key for ix in self.bundles.values()}
+        for k, info in self.archive_infos.items():
+            if k.startswith(BUNDLE_DATA) and k not in indexed:
+                self.warn("unindexed-bundle", k, "no index record names this bundle (an archive was "
+                          "interrupted before its switch); nothing reads it")
+        for bid, ix in self.bundles.items():
+            info = self.archive_infos.get(ix.key)
+            if info is None:
+                self.error("missing-bundle", ix.key, f"bundle of {', '.join(sorted(v['run'] for v in ix.runs.values()))} "
+                           "is missing")
+                continue
+            if info.size != ix.size:
+                self.error("corrupt-bundle", ix.key, f"{info.size} bytes, its index records {ix.size}")
+                continue
+            if not self.read_data:
+                continue
+            state = getattr(self.repo.store, "restore_state", None)
+            if ix.storage_class in COLD_CLASSES and state is not None and state(ix.key) != "restored":
+                self.warn("bundle-not-read", ix.key, f"in {ix.storage_class} and not restored: not read "
+                          "('snapstore restore' it to check its data)")
+                continue
+            try:
+                data = self.repo.store.get(ix.key)
+                if blake3.blake3(data).digest(16) != ix.checksum:
+                    raise IntegrityError(ix.key, "checksum differs from its index record")
+                pack = Pack.parse(ix.key, data, bid)
+                for e in pack.entries.values():
+                    pack.entry_bytes(e)
+            except SnapstoreError as e:
+                self.error("corrupt-bundle", ix.key, str(e))
+
     def check_needed(self) -> None:
         """Every needed entry must be in its pack."""
         repo, reach = self.repo, self.reach
         for i, (pid, needed) in enumerate(reach.packs.items()):
+            if pid in self.bundles:
+                continue  # checked by check_bundles
             pk = keys.pack_key(pid)
             if pid not in self.packs_present:
                 if not self.reported(pk):
@@ -503,7 +575,8 @@ class Verifier:
                            keys.pack_key(r.pack), str(e))
             if self.progress and (i % 500 == 0 or i + 1 == len(refs)):
                 self.progress("data", i + 1, len(refs))
-        for tree in dict.fromkeys(m.session_state_tree for m in self.live if m.session_state_tree is not None):
+        live = [m for m in self.live if self.repo.run_key(m.run_id) not in self.archived]  # archived: check_bundles
+        for tree in dict.fromkeys(m.session_state_tree for m in live if m.session_state_tree is not None):
             try:
                 self.repo.read_value(tree)
             except SnapstoreError as e:

@@ -560,6 +560,58 @@ class CheckpointManager:
             self.state.views.clear()
         return rep
 
+    def archive(self, run_ids=None, finished_before=None, storage_class: str = "GLACIER_IR", *,
+                retention_class: str = "default", expire_after_days: int | None = None, hooks: dict | None = None,
+                progress=None):
+        """Archive runs into immutable, hard-compressed bundles (docs/format.md §28).
+
+        Copies every entry the runs' live checkpoints need into one bundle per large run (small
+        runs grouped), reads it back, then publishes its hot index record; the hot packs become
+        garbage for :meth:`gc` (after its grace period). Listing, summaries and retention keep
+        working from hot objects; ``get``/``latest`` read the bundle (byte ranges) once GC has
+        reclaimed the hot copy.
+
+        Args:
+            run_ids: run ids to archive (a list; one string is taken as one id); None: every run.
+            finished_before: only runs whose newest checkpoint was created before this datetime.
+            storage_class: ``STANDARD_IA``, ``GLACIER_IR`` (default), ``GLACIER``, ``DEEP_ARCHIVE``,
+                ``INTELLIGENT_TIERING`` or ``STANDARD`` (S3: the object's class; elsewhere recorded).
+            retention_class / expire_after_days: the key grouping ``archive/data/<class>/<YYYY-MM>/``.
+            hooks / progress: see :func:`snapstore.maintenance.archive.archive`.
+        Returns:
+            :class:`snapstore.maintenance.archive.ArchiveReport` (runs, bundles, bytes before/after).
+        Raises:
+            InvalidInputError: a bad storage class, retention class or day count.
+            RunNotFound: a named run has no checkpoint.
+            RepositoryNotFound: the location holds no repository.
+        """
+        from ..maintenance.archive import archive
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        return archive(self.state.repository(False), run_ids, finished_before, storage_class,
+                       retention_class, expire_after_days, hooks, progress)
+
+    def restore(self, run_ids, tier: str = "standard", days: int = 7, *, wait: bool = False,
+                poll_s: float = 60.0, timeout_s: float | None = None):
+        """Make archived runs in ``GLACIER``/``DEEP_ARCHIVE`` readable: issue S3 restore requests
+        for their bundles and report each bundle's state (docs/format.md §28).
+
+        Args:
+            run_ids: run ids (a list; one string is one id).
+            tier: ``bulk``, ``standard`` or ``expedited``.
+            days: days the restored copies stay readable.
+            wait / poll_s / timeout_s: poll every ``poll_s`` seconds until all are readable.
+        Returns:
+            :class:`snapstore.maintenance.restore.RestoreReport` (``bundles``: key -> state, ``done``).
+        Raises:
+            InvalidInputError: a bad tier or day count. RunNotFound: a run is not archived.
+        """
+        from ..maintenance.restore import restore
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        rep = restore(self.state.repository(False), list(run_ids), tier, days, wait, poll_s, timeout_s)
+        return rep
+
     def stats(self, prices: dict | None = None) -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an

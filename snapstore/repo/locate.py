@@ -111,6 +111,11 @@ class ForwardLookup:
         self._hints: dict | None = None  # retired pack -> targets, from gc/fwd-cache (advisory)
         self._hints_at = 0.0
         self._hints_lock = threading.Lock()
+        self.archived = None
+        self.known_archived = None
+        """Optional ``known_archived(pack id)``: as ``archived`` from what is loaded, no request."""
+        """Optional ``archived(pack id) -> bundle ids or None``: the archive bundles replacing a hot
+        pack the forwarding map does not name (docs/format.md §28)."""
 
     def known(self, pack_id: bytes) -> list[bytes] | None:
         """What memory says of ``pack_id`` (no GET): its targets, or None (not retired, or not
@@ -186,6 +191,12 @@ class ForwardLookup:
             hint = self.hints().get(pack_id)
             if hint is not None:
                 return hint
+        if self.known_archived is not None:
+            to = self.known_archived(pack_id)  # an archived pack, once the catalogue is loaded: no GET
+            if to is not None:
+                with self._cache.lock:
+                    self._fwd[pack_id] = to
+                return to
         key = keys.fwd_shard_key(pack_id)
         try:
             shard = decode_forward_shard(key, self.store.get(key), keys.fwd_shard(pack_id))
@@ -199,6 +210,8 @@ class ForwardLookup:
                 to = decode_forward(key, self.store.get(key))
             except ObjectNotFound:
                 to = None
+        if to is None and self.archived is not None:
+            to = self.archived(pack_id)
         with self._cache.lock:
             for p, (t, _) in shard.items():
                 self._fwd[p] = t

@@ -83,6 +83,9 @@ class PackCache:
         self._corrupt: dict = {}  # pack -> IntegrityError: found corrupt (read twice); readers use other copies
         self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
         self._whole_only = 0  # > 0 inside whole_packs(): no ranged pack reads
+        self.key_of = None
+        """Optional ``key_of(pack id) -> key or None``: where a pack that is not under ``packs/``
+        lives (an archive bundle, docs/format.md §28; :class:`~snapstore.repo.bundles.BundleCatalogue`)."""
 
     # ------------------------------------------------------------------------------------------
     # the LRU
@@ -267,7 +270,7 @@ class PackCache:
             ObjectNotFound: the pack is missing (message names the key).
             IntegrityError: the pack is corrupt (message names the key).
         """
-        key = keys.pack_key(pack_id)
+        key = (self.key_of(pack_id) if self.key_of is not None else None) or keys.pack_key(pack_id)
         with self.lock:
             p = self._packs.get(pack_id)
             ranged = ranged and not self._whole_only

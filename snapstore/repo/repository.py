@@ -52,6 +52,7 @@ from ..stores import crypt
 from .arrays import ArrayReader
 from .entries import EntryReader, ReadContext
 from .liststate import RECENT_RAW_KEEP, ListState, PreparedSave
+from .bundles import BundleCatalogue
 from .locate import ForwardLookup, Locator, SegmentIndex
 from .log.records import LogRecords
 from .packcache import DEFAULT_LIMIT, PackCache
@@ -96,6 +97,10 @@ class Repository(LogRecords):
         self.segments = SegmentIndex(self.cache)
         self.forwarding = ForwardLookup(store, self.cache)
         self.locator = Locator(store, self.cache, self.segments, self.forwarding)
+        self.bundles = BundleCatalogue(store)  # archive bundles (docs/format.md §28)
+        self.cache.key_of = self.bundles.key
+        self.forwarding.archived = self.bundles.forward
+        self.forwarding.known_archived = self.bundles.known
         self.entries = EntryReader(self)
         self.trees = TreeReader(self)
         self.arrays = ArrayReader(self)

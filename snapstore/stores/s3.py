@@ -270,6 +270,11 @@ class S3Store:
         """
         return self._writes.write(key, data, None)
 
+    def put_with_storage_class(self, key: str, data: bytes, storage_class: str) -> ObjectInfo:
+        """:meth:`put` (create-only) with the new object in S3 storage class ``storage_class``
+        (e.g. ``GLACIER_IR``; an archive bundle, docs/format.md §28). Raises as :meth:`put`."""
+        return self._writes.write(key, data, None, storage_class)
+
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
         """Replace ``key`` only if its current ETag is ``etag`` (``None``: only if absent).
 
@@ -407,6 +412,48 @@ class S3Store:
                                    Key=self._requests.full(key))
         mtime = resp["LastModified"].timestamp() if resp.get("LastModified") else server_time(resp)
         return ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""), mtime)
+
+    def request_restore(self, key: str, days: int, tier: str = "Standard") -> str:
+        """Ask S3 to restore ``key`` (a ``GLACIER``/``DEEP_ARCHIVE`` object) for ``days`` days at
+        retrieval tier ``tier`` (``Bulk``, ``Standard``, ``Expedited``); RestoreObject.
+
+        Returns:
+            ``"requested"`` (202), ``"restored"`` (200: already restored; its expiry extended) or
+            ``"restoring"`` (409 RestoreAlreadyInProgress).
+        Raises:
+            ObjectNotFound, StoreError: the request failed.
+        """
+        from botocore.exceptions import ClientError
+
+        check_key(key)
+        self._requests.count("PUT")
+        try:
+            resp = self._client.restore_object(Bucket=self.bucket, Key=self._requests.full(key),
+                                               RestoreRequest={"Days": days, "GlacierJobParameters": {"Tier": tier}})
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "RestoreAlreadyInProgress":
+                return "restoring"
+            raise self._requests.error(e, "RestoreObject", key) from e
+        return "restored" if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200 else "requested"
+
+    def restore_state(self, key: str) -> str:
+        """Whether ``key`` can be read in place (one HEAD): ``"readable"`` (a class read in place),
+        ``"restored"`` (a ``GLACIER``/``DEEP_ARCHIVE`` object with a finished restore),
+        ``"restoring"`` (a restore in progress) or ``"archived"`` (not restored).
+
+        Raises:
+            ObjectNotFound, StoreError: as :meth:`head`.
+        """
+        check_key(key)
+        self._requests.count("HEAD")
+        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
+                                   Key=self._requests.full(key))
+        if resp.get("StorageClass") not in ("GLACIER", "DEEP_ARCHIVE"):
+            return "readable"
+        restore = resp.get("Restore") or ""
+        if 'ongoing-request="false"' in restore:
+            return "restored"
+        return "restoring" if 'ongoing-request="true"' in restore else "archived"
 
     def list(self, prefix: str = "", start_after: str | None = None,
              limit: int | None = None) -> Iterator[ObjectInfo]:

@@ -50,23 +50,25 @@ class S3Writes:
                 out["SSEKMSKeyId"] = self._store.sse_kms_key_id
         return out
 
-    def write(self, key: str, data: bytes, etag: str | None) -> ObjectInfo:
+    def write(self, key: str, data: bytes, etag: str | None, storage_class: str | None = None) -> ObjectInfo:
         """Write ``data`` at ``key``: create-only when ``etag`` is None, else only over the
         object whose ETag is ``etag`` (the semantics of :meth:`S3Store.put
         <snapstore.stores.s3.S3Store.put>` and ``put_if_match``, whose errors it raises).
+        ``storage_class``: the new object's S3 storage class (None: the bucket's default).
         """
         check_key(key)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidInputError(f"data for {key} must be bytes, not {type(data).__name__}")
         data = bytes(data)
         cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+        sse = dict(self._sse_params, **({"StorageClass": storage_class} if storage_class else {}))
         if len(data) > self._store.multipart_threshold:
-            return self._write_multipart(key, data, cond)
+            return self._write_multipart(key, data, cond, sse)
         from botocore.exceptions import ClientError
 
         write_id = uuid.uuid4().hex
         params = dict(Bucket=self._requests.bucket, Key=self._requests.full(key), Body=data,
-                      Metadata={WRITE_ID_METADATA: write_id}, **cond, **self._sse_params)
+                      Metadata={WRITE_ID_METADATA: write_id}, **cond, **sse)
         ambiguous = False
         for attempt in range(self._store.conflict_retries + 1):
             self._requests.count("PUT", up=len(data))
@@ -151,7 +153,7 @@ class S3Writes:
         except ObjectNotFound:
             return None
 
-    def _write_multipart(self, key: str, data: bytes, cond: dict) -> ObjectInfo:
+    def _write_multipart(self, key: str, data: bytes, cond: dict, sse: dict | None = None) -> ObjectInfo:
         """Multipart upload of ``data`` with the precondition ``cond`` on CompleteMultipartUpload."""
         from botocore.exceptions import ClientError
 
@@ -162,7 +164,8 @@ class S3Writes:
             write_ids.add(write_id)
             upload_id = self._requests.call("CreateMultipartUpload", key, self._requests.client.create_multipart_upload,
                                             Bucket=self._requests.bucket, Key=self._requests.full(key),
-                                            Metadata={WRITE_ID_METADATA: write_id}, **self._sse_params)["UploadId"]
+                                            Metadata={WRITE_ID_METADATA: write_id},
+                                            **(self._sse_params if sse is None else sse))["UploadId"]
             self._requests.count("PUT")
             completed = False
             try:

@@ -1,0 +1,257 @@
+"""Archive: rewrite finished runs into immutable, hard-compressed bundles (docs/format.md §28).
+
+Layer 3. :func:`archive` selects runs, marks what their live checkpoints need (the same
+:class:`~snapstore.maintenance.mark.Marker` GC uses), copies every needed entry into one bundle
+per large run (small runs grouped), and then, in this order:
+
+1. writes the bundle create-only under ``archive/data/<retention class>/<month>/<id>`` (on S3 with
+   ``StorageClass=``; other stores record the class in the index only);
+2. reads it back whole and checks its checksum and every entry against what was copied (a
+   ``GLACIER``/``DEEP_ARCHIVE`` bundle: the bytes sent are checked, and its stored size and ETag);
+3. writes the bundle's hot index record ``archive/index/<id>``: the switch. From then on GC marks
+   the runs it serves by the bundle and their hot packs become garbage (candidates, then deleted
+   a grace period later); readers reach the bundle when a hot pack is gone.
+
+A crash before step 3 leaves an unindexed bundle (``verify`` warns, nothing reads it) and the run
+as it was; after it, the hot packs are still there until GC. Nothing is lost at any point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+import blake3
+
+from ..errors import IntegrityError, InvalidInputError, RunNotFound
+from ..format import keys
+from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
+                             index_key)
+from ..format.ids import PACK_ID_BYTES
+from ..format.pack import Pack, PackBuilder
+from ..format.times import format_time
+from ..repo.bundles import archived_runs
+from ..repo.repository import Repository
+from .forwarding import read_forward_map
+from .mark import Marker, MarkScope
+from .runs import list_runs, read_all_runs, segments_by_run
+
+BUNDLE_MIN = 16 << 20
+"""A run needing at least this many raw bytes gets a bundle of its own; smaller runs are grouped."""
+BUNDLE_MAX_RAW = 512 << 20
+"""A group of small runs is closed once it holds this many raw bytes (about 16-128 MiB compressed)."""
+BUNDLE_LEVEL = 19
+"""zstd level of bundle blocks."""
+BUNDLE_BLOCK = 4 << 20
+"""Largest raw data block of a bundle (bytes): what a ranged read of one entry fetches at most."""
+
+
+@dataclass
+class ArchiveReport:
+    """What :func:`archive` did.
+
+    Attributes:
+        runs: ids of the runs archived by this call.
+        skipped: run id -> why it was not archived (already archived, no live checkpoint, ...).
+        bundles: keys of the bundles written.
+        checkpoints: live checkpoints the bundles serve.
+        bytes_before: listed bytes of the hot packs the bundles replace.
+        bytes_after: bytes of the bundles.
+        index_bytes: bytes of the hot index records written.
+        storage_class: the class the bundles were written with.
+    """
+
+    runs: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)
+    bundles: list = field(default_factory=list)
+    checkpoints: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    index_bytes: int = 0
+    storage_class: str = ""
+
+
+def _hook(hooks, name, **kw):
+    if hooks and name in hooks:
+        hooks[name](**kw)
+
+
+def archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
+            storage_class: str = "GLACIER_IR", retention_class: str = "default",
+            expire_after_days: int | None = None, hooks: dict | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> ArchiveReport:
+    """Archive runs into bundles (module docstring; docs/format.md §28).
+
+    Args:
+        repo: the repository.
+        run_ids: the runs to archive (ids); None: every run.
+        finished_before: only runs whose newest checkpoint was created before this time (an aware
+            datetime, or naive as UTC); None: no time condition.
+        storage_class: one of :data:`~snapstore.format.bundle.STORAGE_CLASSES`.
+        retention_class: key segment grouping bundles by retention (``[a-z0-9._-]``).
+        expire_after_days: days after which the bundles' data may expire (names the expiry month in
+            the key, for lifecycle rules); None: ``never``.
+        hooks: test hooks called after each step: ``after_mark``, ``after_bundle_put``,
+            ``after_readback``, ``after_index`` (keyword arguments describe the state).
+        progress: optional ``progress(phase, done, total)``.
+    Returns:
+        An :class:`ArchiveReport`.
+    Raises:
+        InvalidInputError: a bad storage class, retention class or day count.
+        RunNotFound: a run named in ``run_ids`` has no record.
+        IntegrityError / ObjectNotFound: a live checkpoint is unreadable, or the bundle read back
+            differs from what was written (nothing is switched then).
+        StoreError: the store failed.
+    """
+    check_storage_class(storage_class)
+    check_retention_class(retention_class)
+    if expire_after_days is not None and (not isinstance(expire_after_days, int) or expire_after_days < 0):
+        raise InvalidInputError("expire_after_days must be a non-negative integer or None")
+    if finished_before is not None and finished_before.tzinfo is None:
+        finished_before = finished_before.replace(tzinfo=timezone.utc)
+    rep = ArchiveReport(storage_class=storage_class)
+    store = repo.store
+    listing = list_runs(repo)
+    wanted = None
+    if run_ids is not None:
+        wanted = {repo.run_key(r): r for r in run_ids}
+        for rk, r in wanted.items():
+            if rk not in listing.manifests:
+                raise RunNotFound(f"run {r!r} has no checkpoint")
+    keys_by_run = {rk: ks for rk, ks in listing.manifests.items() if wanted is None or rk in wanted}
+    logs = read_all_runs(repo, keys_by_run, logsegs_by_run={k: v for k, v in listing.logseg_positions().items()
+                                                            if k in keys_by_run})
+    bundles = repo.bundles.load()
+    done = archived_runs(bundles, {rk: [m.seq for m in log.live] for rk, log in logs.items()})
+    chosen = {}
+    for rk, log in logs.items():
+        name = log.head.run_id if log.head is not None else rk
+        if log.corrupt:
+            raise log.corrupt[0][1]
+        if not log.live:
+            rep.skipped[name] = "no live checkpoint"
+        elif rk in done:
+            rep.skipped[name] = "already archived"
+        elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
+            rep.skipped[name] = "has a checkpoint created on or after finished_before"
+        else:
+            chosen[rk] = log
+    if not chosen:
+        return rep
+    # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
+    fmap = read_forward_map(repo)
+    segs = segments_by_run(chosen)
+    by_run_need: dict = {}
+    for rk, log in chosen.items():
+        marker = Marker(repo, MarkScope(dict(fmap.to), None, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
+        reach = marker.run(log.live)
+        need = {pid: set(v) for pid, v in reach.packs.items()}
+        touched = set(need) | set(reach.hinted) | set(reach.fwd_used) | {sg.pack for sg in segs.get(log.live[0].run_id, [])}
+        by_run_need[rk] = (need, touched)
+    _hook(hooks, "after_mark", runs=list(chosen))
+    # group: a large run alone, small runs together
+    groups: list[list[str]] = []
+    small: list[str] = []
+    small_raw = 0
+    for rk in sorted(chosen, key=lambda r: chosen[r].live[0].run_id):
+        raw = _raw_size(repo, by_run_need[rk][0])
+        if raw >= BUNDLE_MIN:
+            groups.append([rk])
+            continue
+        small.append(rk)
+        small_raw += raw
+        if small_raw >= BUNDLE_MAX_RAW:
+            groups.append(small)
+            small, small_raw = [], 0
+    if small:
+        groups.append(small)
+    now = datetime.now(timezone.utc)
+    month = "never" if expire_after_days is None else (now + timedelta(days=expire_after_days)).strftime("%Y-%m")
+    listed_sizes = {}
+    for info in store.list(keys.PACKS):
+        pid = keys.pack_id_from_key(info.key)
+        if pid is not None:
+            listed_sizes[pid] = info.size
+    for gi, group in enumerate(groups):
+        ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
+                                        now, hooks)
+        data = encode_index(ix)
+        store.put(index_key(ix.bundle), data)  # the switch
+        _hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
+        rep.bundles.append(ix.key)
+        rep.runs.extend(chosen[rk].live[0].run_id for rk in group)
+        rep.checkpoints += sum(len(chosen[rk].live) for rk in group)
+        rep.bytes_before += sum(listed_sizes.get(p, 0) for p in ix.replaces)
+        rep.bytes_after += ix.size
+        rep.index_bytes += len(data)
+        if progress:
+            progress("archive", gi + 1, len(groups))
+    repo.bundles.load()
+    return rep
+
+
+def _raw_size(repo: Repository, need: dict) -> int:
+    total = 0
+    for pid, entries in need.items():
+        try:
+            pack = repo.cache.get_pack(pid)
+        except Exception:  # noqa: BLE001 - sized when copied; an unreadable pack fails there
+            continue
+        total += sum(pack.entries[k].length for k in entries if k in pack.entries)
+    return total
+
+
+def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict, storage_class: str,
+                  retention: str, month: str, now: datetime, hooks) -> tuple[BundleIndex, dict]:
+    """Build, write, read back and check one bundle; return its (unpublished) index record."""
+    store = repo.store
+    bid = os.urandom(PACK_ID_BYTES)
+    builder = PackBuilder(bid, level=BUNDLE_LEVEL)
+    copied: dict = {}
+    replaces: set = set()
+    for rk in group:
+        need, touched = by_run_need[rk]
+        replaces |= touched
+        for pid, entries in need.items():
+            pack = repo.cache.get_pack(pid)
+            order = sorted((k for k in entries if k in pack.entries), key=lambda k: (pack.entries[k].block,
+                                                                                       pack.entries[k].offset))
+            for etype, eid in order:
+                if (etype, eid) in copied:
+                    continue  # content shared by the bundle's runs is stored once
+                raw = repo.read_entry(etype, eid, pid)
+                copied[(etype, eid)] = raw
+                builder.add(etype, eid, raw)
+    data, _ = builder.build(data_block_max=BUNDLE_BLOCK)
+    key = bundle_key(retention, month, bid)
+    checksum = blake3.blake3(data).digest(16)
+    put_class = getattr(store, "put_with_storage_class", None)
+    if put_class is not None:
+        put_class(key, data, storage_class)
+    else:
+        store.put(key, data)
+    _hook(hooks, "after_bundle_put", bundle=bid, key=key)
+    # read back whole and check every byte before anything names the bundle; a class that
+    # cannot be read in place is checked from the bytes sent, and its stored size and ETag
+    if storage_class in COLD_CLASSES:
+        info = store.head(key)
+        etag = (info.etag or "").strip('"')
+        if info.size != len(data) or ("-" not in etag and etag and etag != hashlib.md5(data).hexdigest()):
+            raise IntegrityError(key, "stored bundle's size or ETag differs from what was written; nothing switched")
+        back = data
+    else:
+        back = store.get(key)
+    if blake3.blake3(back).digest(16) != checksum:
+        raise IntegrityError(key, "bundle read back differs from what was written; nothing switched")
+    pack = Pack.parse(key, back, bid)
+    for (etype, eid), raw in copied.items():
+        e = pack.entries.get((etype, eid))
+        if e is None or pack.entry_bytes(e) != raw:
+            raise IntegrityError(key, f"bundle read back lacks entry {eid.hex()}; nothing switched")
+    _hook(hooks, "after_readback", bundle=bid, key=key)
+    runs = {rk: {"run": chosen[rk].live[0].run_id, "seqs": [m.seq for m in chosen[rk].live]} for rk in group}
+    ix = BundleIndex(bid, key, storage_class, len(data), checksum, format_time(now), runs, sorted(replaces - {bid}))
+    return ix, copied

@@ -1,0 +1,319 @@
+"""Archive (docs/format.md §28): runs rewritten into bundles, read back, switched by a hot index
+record; GC reclaims the hot packs and keeps the bundle; reads, verify and GC on local directories
+and on moto's HTTP server; a kill (a real SIGKILL, or a failure) after each step loses nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from snapstore import CheckpointManager
+from snapstore.errors import ColdObjectError, IntegrityError, InvalidInputError, RunNotFound
+from snapstore.format.bundle import DATA, INDEX, decode_index
+from snapstore.stores.local import LocalStore
+
+STEPS = ("after_mark", "after_bundle_put", "after_readback", "after_index")
+SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 200}  # shared by the runs
+
+
+def fill(m: CheckpointManager) -> None:
+    """Runs of several shapes: a long run with a large message and a large session state, small
+    runs sharing a system prompt, a rolled-back run and one with a deleted checkpoint."""
+    msgs = [SYSTEM, {"role": "user", "content": "Fix the failing test in parser.py"}]
+    for i in range(30):
+        msgs = msgs + [{"role": "assistant", "content": f"step {i}: reading file {i} " * 20},
+                       {"role": "tool", "content": ("line of output %d\n" % i) * (400 if i == 7 else 10)}]
+        m.save("long", msgs, step=i, token_usage={"input_tokens": 1000 + i}, metrics={"s": 0.5},
+               session_state={"cwd": "/repo", "i": i, "notes": [f"note {k} " * 30 for k in range(i)]},
+               metadata={"task": "fix"})
+    for r in range(3):
+        small = [SYSTEM]
+        for i in range(4):
+            small = small + [{"role": "user", "content": f"run {r} question {i}"}]
+            m.save(f"small-{r}", small, step=i)
+    back = [SYSTEM]
+    for i in range(5):
+        back = back + [{"role": "user", "content": f"try {i}"}]
+        cid = m.save("rolled", back, step=i)
+        if i == 1:
+            keep = cid
+    m.rollback("rolled", keep)
+    ids = [m.save("pruned", [SYSTEM, {"role": "user", "content": f"q{i}"}], step=i) for i in range(4)]
+    m.delete("pruned", ids[1])
+
+
+def snapshot(m: CheckpointManager) -> dict:
+    """Everything a reader sees: runs, each run's list, latest, and every checkpoint read by id."""
+    out = {}
+    for run in sorted(m.runs()):
+        summaries = m.list(run)
+        cps = [m.get(run, s.id) for s in summaries]
+        out[run] = ([(s.id, s.step, s.status) for s in summaries], m.latest(run).id,
+                    [(c.id, c.messages, c.session_state, c.token_usage, c.metrics, c.metadata, c.step) for c in cps])
+    return out
+
+
+def packs(store) -> list:
+    return [i.key for i in store.list("packs/")]
+
+
+def bundles(store) -> list:
+    return [i.key for i in store.list(DATA)]
+
+
+@pytest.mark.parametrize("kind", ["local", "sqlite", "s3-http"])
+def test_archive_then_gc_reads_exactly_the_same(kind, store_factory):
+    """Archive every run (GLACIER_IR), GC with grace 0 twice: no hot pack is left, the bundle
+    stays (written in its class on S3), and a fresh manager's runs/list/latest/get return exactly
+    what they returned before; verify --read-data passes."""
+    store = store_factory(kind)
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    hot_before = packs(store)
+    rep = m.archive()
+    assert sorted(rep.runs) == sorted(before) and len(rep.bundles) == 1, rep
+    assert rep.checkpoints == sum(len(v[0]) for v in before.values())
+    assert 0 < rep.bytes_after < rep.bytes_before, rep
+    assert packs(store) == hot_before  # nothing deleted by the archive itself
+    assert snapshot(CheckpointManager(store)) == before  # switched, hot packs still there
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(store) == [] and bundles(store) == rep.bundles
+    if kind == "s3-http":
+        head = store._client.head_object(Bucket=store.bucket, Key=store._requests.full(rep.bundles[0]))
+        assert head["StorageClass"] == "GLACIER_IR"
+    fresh = CheckpointManager(store)
+    assert snapshot(fresh) == before
+    v = fresh.verify(read_data=True)
+    assert v.ok and not v.errors, v.errors
+    assert not [w for w in v.warnings if w.code != "unreferenced-pack"], v.warnings
+    objs = fresh.stats()["objects"]
+    assert objs["bundles"] == {"count": 1, "bytes": rep.bytes_after} and objs["bundle index"]["count"] == 1
+    assert objs.get("packs", {}).get("count", 0) == 0, objs
+    again = fresh.archive()  # nothing left to archive
+    assert again.runs == [] and set(again.skipped.values()) == {"already archived"}
+
+
+def test_gc_keeps_the_bundle_and_reclaims_only_archived_runs(tmp_path):
+    """Archiving one run leaves the others' packs to GC as before; a save on top of an archived run
+    after GC reads its parent from the bundle, and GC then marks that run through the bundle."""
+    m = CheckpointManager(LocalStore(tmp_path / "r"))
+    fill(m)
+    before = snapshot(m)
+    rep = m.archive(["long"])
+    assert rep.runs == ["long"] and rep.skipped == {}
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    f = CheckpointManager(LocalStore(tmp_path / "r"))
+    assert snapshot(f) == before
+    ix = decode_index(INDEX + rep.bundles[0].rsplit("/", 1)[1], f.store.get(INDEX + rep.bundles[0].rsplit("/", 1)[1]))
+    assert [v["run"] for v in ix.runs.values()] == ["long"]
+    cp = f.latest("long")
+    f.save("long", cp.messages + [{"role": "user", "content": "one more"}], step=99)
+    f.gc(grace_period=0)
+    g = CheckpointManager(LocalStore(tmp_path / "r"))
+    assert g.latest("long").messages == cp.messages + [{"role": "user", "content": "one more"}]
+    assert [c.id for c in g.list("long")][1:] == [c[0] for c in before["long"][0]]
+    assert g.verify(read_data=True).ok
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from snapstore import CheckpointManager
+    from snapstore.stores.local import LocalStore
+    step = sys.argv[2]
+    m = CheckpointManager(LocalStore(sys.argv[1]))
+    m.archive(hooks={step: lambda **kw: os.kill(os.getpid(), signal.SIGKILL)})
+    print("not killed")
+""")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_sigkill_after_each_step_loses_nothing(step, tmp_path):
+    """A real process SIGKILLed after each step of archive: every checkpoint reads back the same,
+    verify has no error; GC then (grace 0), archiving again and GC again lose nothing either."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    before = snapshot(m)
+    p = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(root), step], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == -9, (p.returncode, p.stdout, p.stderr)
+    fresh = CheckpointManager(LocalStore(root))
+    assert snapshot(fresh) == before
+    v = fresh.verify(read_data=True)
+    assert not v.errors, v.errors
+    if step in ("after_bundle_put", "after_readback"):
+        assert "unindexed-bundle" in {w.code for w in v.warnings}
+    fresh.gc(grace_period=0)
+    fresh.gc(grace_period=0)
+    assert snapshot(CheckpointManager(LocalStore(root))) == before
+    rep = fresh.archive()
+    assert sorted(rep.runs + list(rep.skipped)) == sorted(before)
+    fresh.gc(grace_period=0)
+    fresh.gc(grace_period=0)
+    last = CheckpointManager(LocalStore(root))
+    assert snapshot(last) == before and packs(last.store) == []
+    assert not last.verify(read_data=True).errors
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_failure_after_each_step_on_s3_loses_nothing(step, store_factory):
+    """On moto's HTTP server: archive failing after each step, with a GC (grace 0) run beside it at
+    that moment, loses nothing; the next archive and GC finish the job."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+
+    def stop(**kw):
+        CheckpointManager(store).gc(grace_period=0)  # GC beside the archive, at this step
+        raise RuntimeError(f"stopped {step}")
+    with pytest.raises(RuntimeError, match="stopped"):
+        m.archive(hooks={step: stop})
+    assert snapshot(CheckpointManager(store)) == before
+    assert not CheckpointManager(store).verify(read_data=True).errors
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert snapshot(CheckpointManager(store)) == before and packs(store) == []
+
+
+def test_deep_archive_listing_gc_verify_never_read_the_bundle(store_factory):
+    """Bundles in DEEP_ARCHIVE on moto's HTTP server (which refuses GETs of such objects until
+    restored): runs, list, summaries, prune, GC and verify work from hot objects; reading a
+    checkpoint's data raises ColdObjectError naming the restore command."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    m.archive(storage_class="DEEP_ARCHIVE")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(store) == []
+    f = CheckpointManager(store)
+    assert sorted(f.runs()) == sorted(before)
+    assert [(s.id, s.step, s.status) for s in f.list("long")] == before["long"][0]
+    assert not f.verify().errors
+    vr = f.verify(read_data=True)  # the unrestored bundle is not read: a warning, no GET
+    assert not vr.errors and "bundle-not-read" in {w.code for w in vr.warnings}
+    gone = f.prune(keep_last=2, run_id="small-0")  # retention decides from hot objects
+    assert [s.id for s in gone] == [s[0] for s in before["small-0"][0][2:]]
+    assert [s.id for s in f.list("small-0")] == [s[0] for s in before["small-0"][0][:2]]
+    f.gc(grace_period=0)  # the pruned run stays archived: GC still never reads the bundle
+    assert not f.verify().errors
+    with pytest.raises(ColdObjectError, match="snapstore restore"):
+        CheckpointManager(store).latest("long")
+
+
+def test_finished_before_and_bad_input(tmp_path):
+    """finished_before selects runs by their newest checkpoint; bad classes, names and days are
+    typed errors that write nothing; a corrupt index record is an IntegrityError naming its key."""
+    m = CheckpointManager(LocalStore(tmp_path / "r"))
+    fill(m)
+    past = datetime.now(timezone.utc) - timedelta(days=1)
+    rep = m.archive(finished_before=past)
+    assert rep.runs == [] and len(rep.skipped) == len(m.runs())
+    with pytest.raises(InvalidInputError):
+        m.archive(storage_class="COLD")
+    with pytest.raises(InvalidInputError):
+        m.archive(retention_class="Not/OK")
+    with pytest.raises(InvalidInputError):
+        m.archive(expire_after_days=-1)
+    with pytest.raises(RunNotFound):
+        m.archive(["no-such-run"])
+    assert list(m.store.list("archive/")) == []
+    rep = m.archive(["small-0"], expire_after_days=40, retention_class="tickets")
+    month = (datetime.now(timezone.utc) + timedelta(days=40)).strftime("%Y-%m")
+    assert rep.bundles[0].startswith(f"archive/data/tickets/{month}/")
+    ik = INDEX + rep.bundles[0].rsplit("/", 1)[1]
+    data = bytearray(m.store.get(ik))
+    data[-1] ^= 1
+    with pytest.raises(IntegrityError, match=ik):
+        decode_index(ik, bytes(data))
+
+
+def test_restore_flow_on_moto_http(store_factory):
+    """DEEP_ARCHIVE on moto's HTTP server: a read raises ColdObjectError naming the command; restore
+    issues RestoreObject and reports the state; a second restore is idempotent; then every
+    checkpoint reads exactly as before and verify --read-data checks the bundle."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    rep = m.archive(storage_class="DEEP_ARCHIVE")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    with pytest.raises(ColdObjectError, match="snapstore restore"):
+        CheckpointManager(store).get("small-1", before["small-1"][1])
+    with pytest.raises(InvalidInputError):
+        m.restore(["long"], tier="fast")
+    with pytest.raises(RunNotFound):
+        m.restore(["no-such-run"])
+    r = m.restore(["long", "small-1"], tier="bulk", days=2)
+    assert set(r.bundles) == set(rep.bundles) and set(r.bundles.values()) <= {"requested", "restored"}
+    again = m.restore(["long"], days=2, wait=True, poll_s=0.1, timeout_s=10)
+    assert again.done, again.bundles
+    fresh = CheckpointManager(store)
+    assert snapshot(fresh) == before
+    v = fresh.verify(read_data=True)
+    assert not v.errors and "bundle-not-read" not in {w.code for w in v.warnings}  # restored: read
+
+
+def test_saves_on_top_of_an_archived_run_merge_tiers_and_lose_nothing(tmp_path):
+    """After archive and GC took the hot packs, 40 saves on top of the run (its writer merges tiers
+    whose older segments are gone) then GC: every checkpoint, archived or new, reads back exactly and
+    verify passes; archiving again serves the new checkpoints too and GC reclaims their packs."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    w = CheckpointManager(LocalStore(root))
+    msgs = w.latest("long").messages
+    for i in range(40):
+        msgs = msgs + [{"role": "user", "content": f"more {i} " * 30}]
+        w.save("long", msgs, step=100 + i, session_state={"more": i})
+    expect = snapshot(w)
+    w.gc(grace_period=0)
+    w.gc(grace_period=0)
+    assert snapshot(CheckpointManager(LocalStore(root))) == expect
+    assert CheckpointManager(LocalStore(root)).verify(read_data=True).ok
+    rep = w.archive()
+    assert rep.runs == ["long"]
+    w.gc(grace_period=0)
+    w.gc(grace_period=0)
+    last = CheckpointManager(LocalStore(root))
+    assert snapshot(last) == expect and packs(last.store) == []
+    assert last.verify(read_data=True).ok
+
+
+def test_fork_of_an_archived_run_after_gc(tmp_path):
+    """A fork of an archived checkpoint whose hot packs GC took: the fork reads its source's data
+    from the bundle, saves on top, survives GC, and the source stays archived and readable."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    before = snapshot(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    f = CheckpointManager(LocalStore(root))
+    src = before["long"][0][5][0]
+    fk = f.fork("long", src, "long-retry")
+    base = f.get("long", src).messages
+    assert fk.messages == base
+    f.save("long-retry", base + [{"role": "user", "content": "retry"}], step=1)
+    f.gc(grace_period=0)
+    f.gc(grace_period=0)
+    g = CheckpointManager(LocalStore(root))
+    assert g.latest("long-retry").messages == base + [{"role": "user", "content": "retry"}]
+    assert {k: v for k, v in snapshot(g).items() if k != "long-retry"} == before
+    assert g.verify(read_data=True).ok
