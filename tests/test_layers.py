@@ -33,7 +33,7 @@ MANAGER = ["callers", "checkpoint", "history", "summaries", "views", "runcache",
            "retention", "save", "read", "runread", "fork", "outcomes", "facade"]
 """``manager/`` bottom to top: each module may import only the ones before it."""
 
-INTEGRATIONS_LANGGRAPH = ["deps", "ids", "values", "layout", "state", "registry", "save", "needs", "writes",
+INTEGRATIONS_LANGGRAPH = ["deps", "gcpause", "ids", "values", "layout", "state", "registry", "save", "needs", "writes",
                           "history", "checkpoints", "reads", "threads", "aio", "saver"]
 """``integrations/langgraph/`` bottom to top (its ``__init__`` states the order): each module may
 import only the ones before it; ``__init__`` re-exports the public names."""

@@ -26,21 +26,22 @@ Mapping (docs: README "LangGraph"; the persisted record layout, normative, is
 Modules, bottom to top (each imports only the ones before it; ``tests/test_layers.py`` checks):
 
 1. ``deps``: the LangGraph/LangChain names, imported once (MissingDependencyError without them).
-2. ``ids``: run ids of threads and registries, and configs.
-3. ``values``: channel and write values as stored items (``ValueCodec``).
-4. ``layout``: the record layout: kinds and fields, ``Rec``/``RunIndex``, write descriptors,
+2. ``gcpause``: reading a large record with the cyclic garbage collector paused.
+3. ``ids``: run ids of threads and registries, and configs.
+4. ``values``: channel and write values as stored items (``ValueCodec``).
+5. ``layout``: the record layout: kinds and fields, ``Rec``/``RunIndex``, write descriptors,
    what the newest record carries (``covers``), decoding a checkpoint.
-5. ``state``: ``SaverState``, what a saver holds of each run, and reading a run's records.
-6. ``registry``: a thread's namespace registry, and the saver's runs.
-7. ``save``: saving a record as a compare-and-swap on the run's newest one.
-8. ``needs``: what retention must keep with a record (``snapstore.needs``).
-9. ``writes``: pending writes, read and put.
-10. ``history``: DeltaChannel history sections and the history walk.
-11. ``checkpoints``: encoding a checkpoint record, and ``put``.
-12. ``reads``: ``get_tuple`` and ``list``.
-13. ``threads``: delete, copy, prune.
-14. ``aio``: the async methods.
-15. ``saver``: ``SnapstoreSaver``, thin, delegating to the above.
+6. ``state``: ``SaverState``, what a saver holds of each run, and reading a run's records.
+7. ``registry``: a thread's namespace registry, and the saver's runs.
+8. ``save``: saving a record as a compare-and-swap on the run's newest one.
+9. ``needs``: what retention must keep with a record (``snapstore.needs``).
+10. ``writes``: pending writes, read and put.
+11. ``history``: DeltaChannel history sections and the history walk.
+12. ``checkpoints``: encoding a checkpoint record, and ``put``.
+13. ``reads``: ``get_tuple`` and ``list``.
+14. ``threads``: delete, copy, prune.
+15. ``aio``: the async methods.
+16. ``saver``: ``SnapstoreSaver``, thin, delegating to the above.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 from ...errors import CheckpointNotFound, IntegrityError, SnapstoreError
 from .deps import CheckpointTuple
+from .gcpause import paused_gc
 from .ids import config_for
 from .layout import Head, Rec, RunIndex, decode_checkpoint, head_view
 from .state import SaverState
@@ -67,7 +68,7 @@ def get_tuple(s: SaverState, run: str, thread_id: str, ns: str, cid: str | None)
     """Checkpoint ``cid`` (None: the latest) of ``run`` with its pending writes, or None: from
     the newest record when it carries it, else from the newest records listed down to it (the
     whole run when its record may miss writes stored before it)."""
-    with s.rlock(run):
+    with s.rlock(run), paused_gc():  # a long run's latest: many small objects, no cycles
         h = s.fresh_head(run)
         if h.id is None:
             return None

@@ -1,0 +1,38 @@
+"""benchmarks/langgraph_saver_bytes.py run small: 6 turns of the chat graph on a real SQLite file
+and a real directory, the saver's bytes split by object, record and item kind beside the core
+API's."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("langgraph.graph")
+
+from benchmarks import langgraph_saver_bytes as lsb  # noqa: E402
+
+
+def test_chunk_kinds_are_told_from_the_items_json():
+    assert lsb.chunk_kind(b'{"type": "ai", "data": {}}') == "message"
+    assert lsb.chunk_kind(b'{"lgmeta": {"cp": {}}}') == "meta"
+    assert lsb.chunk_kind(b'{"serde": "msgpack", "b64": ""}') == "serde"
+    assert lsb.chunk_kind(b'{"lgw": ["t", "m", 1]}') == "write-marker"
+    assert lsb.chunk_kind(b'{"lgs": ["s", 2]}') == "seed-marker"
+    assert lsb.chunk_kind(b'[1, 2]') == "other"
+    assert lsb.record_kind({"lg": "C", "md": {"source": "loop"}}) == "C-loop"
+    assert lsb.record_kind({"lg": "W", "for": "x"}) == "W" and lsb.record_kind(None) == "core"
+
+
+@pytest.mark.parametrize("store", ["sqlite", "dir"])
+def test_breakdown_of_a_small_run_adds_up(store, capsys):
+    got = lsb.main(["--turns", "6", "--store", store])
+    saver, core = got["saver"], got["core"]
+    for b in (saver, core):
+        assert sum(b["objects"].values()) == b["total"] > 0
+    # one invoke of the graph: an input checkpoint, two loop checkpoints, two writes records
+    assert {k: n for k, (n, _) in saver["records"].items()} == {"C-input": 6, "C-loop": 12, "W": 12, "registry": 1}
+    assert {k: n for k, (n, _) in core["records"].items()} == {"core": 6}
+    # each message is stored once by both (12 messages), whatever else the saver stores
+    assert saver["entries"]["chunk:message"][0] == core["entries"]["chunk:message"][0] == 12
+    assert saver["total"] > core["total"]
+    out = capsys.readouterr().out
+    assert "saver / core:" in out and "| W |" in out
