@@ -58,6 +58,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from typing import Callable, Iterable, Iterator
@@ -76,6 +77,7 @@ META = "snapstore_meta"
 FORMAT = "snapstore-sqlite-store 1"
 
 _HEADER = b"SQLite format 3\x00"
+_SMALL_FILE = 4096  # bytes: a shorter file's header is checked by reading it (see _check_file)
 _SYNC = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
 _VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
@@ -196,18 +198,28 @@ class SqliteStore:
 
     # --- checks ---------------------------------------------------------------------------------
     def _check_file(self) -> None:
+        """A directory in the way is refused here (one ``stat``). A file of at least one page
+        (:data:`_SMALL_FILE` bytes) that is not a SQLite database is refused by the first statement
+        on it (:meth:`_check_schema`, which runs for every existing file: SQLite answers
+        ``SQLITE_NOTADB``, :meth:`_error` names the path), so its header is not read a second time
+        here; a shorter file's header is read here."""
         p = self.path
-        if os.path.isdir(p):
-            raise StoreError(f"SQLite store path is a directory, not a file: {p}")
-        if not os.path.exists(p):
-            return
         try:
-            with open(p, "rb") as f:
-                head = f.read(len(_HEADER))
+            st = os.stat(p)
+        except FileNotFoundError:
+            return
         except OSError as e:
             raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
-        if head and head != _HEADER:
-            raise StoreError(f"not a SQLite database: {p}")
+        if stat.S_ISDIR(st.st_mode):
+            raise StoreError(f"SQLite store path is a directory, not a file: {p}")
+        if 0 < st.st_size < _SMALL_FILE:  # SQLite reads a 1-byte file as an empty database
+            try:
+                with open(p, "rb") as f:
+                    head = f.read(len(_HEADER))
+            except OSError as e:
+                raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
+            if head != _HEADER:
+                raise StoreError(f"not a SQLite database: {p}")
 
     def _check_schema(self) -> None:
         conn = self._reader()
