@@ -35,6 +35,11 @@ No ``database is locked`` reaches a caller: writers queue on the ``flock`` (poll
 loop covers what is left, and only after that bound a :class:`~snapstore.errors.StoreError` naming
 the file is raised. Every SQLite failure becomes a typed error naming the file.
 
+Reads: each is one statement on this thread's read-only connection; :meth:`SqliteStore.get_batch`
+reads several small objects in one (a fresh restore's segment packs: one ``SELECT ... key IN
+(...)`` instead of one per pack). Opening an existing file costs one ``stat`` and the schema
+check's one statement, which also refuses a file that is not a SQLite database.
+
 Space: the file is created with ``auto_vacuum=INCREMENTAL``; a ``delete_many`` that leaves more than
 a quarter of the file (and at least 1 MiB) free runs ``PRAGMA incremental_vacuum``, and
 :meth:`SqliteStore.compact` (which GC calls) gives every free page back and truncates the WAL.
