@@ -211,10 +211,8 @@ class SqliteStore:
         p = self.path
         try:
             st = os.stat(p)
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
+        except (OSError, ValueError):
+            return  # not there (as os.path.exists says): the first write creates it or names why not
         if stat.S_ISDIR(st.st_mode):
             raise StoreError(f"SQLite store path is a directory, not a file: {p}")
         if 0 < st.st_size < _SMALL_FILE:  # SQLite reads a 1-byte file as an empty database
