@@ -450,6 +450,8 @@ class Locator:
                     claimed.add(t)
                 one(t, depth + 1)
         if len(todo) <= 1 or (inline_ok and store_capabilities(self.store).inline_reads):
+            # a store that reads several objects in one go (SQLite: one statement) reads them so
+            self.cache.prime([p for p in todo if not hints.get(p)], tail)
             for p in todo:
                 one(p)
             return

@@ -297,6 +297,35 @@ class PackCache:
         self.put(p)
         return p
 
+    def prime(self, pack_ids, tail: int | None = None) -> None:
+        """Read the packs ``pack_ids`` (ids, bytes) that are not cached together, in one batched
+        store read, when the store has one (``get_batch``: the SQLite store, one statement for a
+        restore's few packs instead of one each), and cache each one whole, checksum-verified
+        (:meth:`Pack.parse`). Only packs shorter than the suffix :meth:`get_pack` would ask for
+        (``tail`` bytes; default :attr:`RANGE_TAIL`) are read so: for those its suffix read returns
+        the whole pack too. Packs not returned, or that fail to parse, are left to
+        :meth:`get_pack`, which reads them itself (and reads a damaged one twice before it calls
+        it corrupt); so are packs known missing or corrupt. Nothing is raised for a pack; a failed
+        batch read is left to the reads that follow (which raise their own errors)."""
+        batch = getattr(self.store, "get_batch", None)
+        if batch is None:
+            return
+        with self.lock:
+            todo = {keys.pack_key(p): p for p in dict.fromkeys(pack_ids)
+                    if p not in self._packs and p not in self._gone and p not in self._corrupt}
+        if len(todo) < 2:
+            return
+        try:
+            got = batch(list(todo), max(1 << 10, tail or self.RANGE_TAIL))
+        except SnapstoreError:
+            return
+        for key, data in got.items():
+            try:
+                p = Pack.parse(key, data, todo[key])
+            except IntegrityError:
+                continue
+            self.put(p)
+
     def _read(self, pack_id: bytes, key: str, ranged: bool, tail: int) -> Pack:
         """One read and parse of pack ``pack_id`` (see :meth:`get_pack`). Raises ObjectNotFound
         (and remembers the pack as gone) or IntegrityError."""

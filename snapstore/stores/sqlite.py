@@ -35,6 +35,11 @@ No ``database is locked`` reaches a caller: writers queue on the ``flock`` (poll
 loop covers what is left, and only after that bound a :class:`~snapstore.errors.StoreError` naming
 the file is raised. Every SQLite failure becomes a typed error naming the file.
 
+Reads: each is one statement on this thread's read-only connection; :meth:`SqliteStore.get_batch`
+reads several small objects in one (a fresh restore's segment packs: one ``SELECT ... key IN
+(...)`` instead of one per pack). Opening an existing file costs one ``stat`` and the schema
+check's one statement, which also refuses a file that is not a SQLite database.
+
 Space: the file is created with ``auto_vacuum=INCREMENTAL``; a ``delete_many`` that leaves more than
 a quarter of the file (and at least 1 MiB) free runs ``PRAGMA incremental_vacuum``, and
 :meth:`SqliteStore.compact` (which GC calls) gives every free page back and truncates the WAL.
@@ -58,6 +63,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from typing import Callable, Iterable, Iterator
@@ -76,6 +82,7 @@ META = "snapstore_meta"
 FORMAT = "snapstore-sqlite-store 1"
 
 _HEADER = b"SQLite format 3\x00"
+_SMALL_FILE = 4096  # bytes: a shorter file's header is checked by reading it (see _check_file)
 _SYNC = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _HI = "\x7f"  # sorts after every key character ([a-z0-9._-/])
 _VACUUM_MIN = 1 << 20  # free bytes before a delete_many gives space back
@@ -196,18 +203,26 @@ class SqliteStore:
 
     # --- checks ---------------------------------------------------------------------------------
     def _check_file(self) -> None:
+        """A directory in the way is refused here (one ``stat``). A file of at least one page
+        (:data:`_SMALL_FILE` bytes) that is not a SQLite database is refused by the first statement
+        on it (:meth:`_check_schema`, which runs for every existing file: SQLite answers
+        ``SQLITE_NOTADB``, :meth:`_error` names the path), so its header is not read a second time
+        here; a shorter file's header is read here."""
         p = self.path
-        if os.path.isdir(p):
-            raise StoreError(f"SQLite store path is a directory, not a file: {p}")
-        if not os.path.exists(p):
-            return
         try:
-            with open(p, "rb") as f:
-                head = f.read(len(_HEADER))
-        except OSError as e:
-            raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
-        if head and head != _HEADER:
-            raise StoreError(f"not a SQLite database: {p}")
+            st = os.stat(p)
+        except (OSError, ValueError):
+            return  # not there (as os.path.exists says): the first write creates it or names why not
+        if stat.S_ISDIR(st.st_mode):
+            raise StoreError(f"SQLite store path is a directory, not a file: {p}")
+        if 0 < st.st_size < _SMALL_FILE:  # SQLite reads a 1-byte file as an empty database
+            try:
+                with open(p, "rb") as f:
+                    head = f.read(len(_HEADER))
+            except OSError as e:
+                raise StoreError(f"cannot read the SQLite store file {p}: {e.strerror or e}") from None
+            if head != _HEADER:
+                raise StoreError(f"not a SQLite database: {p}")
 
     def _check_schema(self) -> None:
         conn = self._reader()
@@ -613,6 +628,42 @@ class SqliteStore:
             raise ObjectNotFound(key)
         self._count("GET", down=len(data))
         return data
+
+    def get_batch(self, keys: Iterable[str], max_size: int) -> dict[str, bytes]:
+        """Whole objects of ``keys`` read together, in one ``SELECT ... WHERE key IN (...)`` per
+        500 keys (a restore's few packs: one statement instead of one per pack). Only objects
+        that exist, are BLOBs in the file (not value files beside it) and are shorter than
+        ``max_size`` bytes are returned; the caller reads any other key with :meth:`get`, which
+        raises its errors. Each object returned counts as one GET in :attr:`stats`.
+
+        Args:
+            keys: the keys (duplicates read once).
+            max_size: objects of this many bytes or more are left out (bytes).
+        Returns:
+            ``{key: bytes}`` for the keys found within ``max_size``.
+        Raises:
+            InvalidInputError: a malformed key.
+            StoreError: the read failed.
+        """
+        unique = list(dict.fromkeys(keys))
+        for k in unique:
+            check_key(k)
+        limit = int(max_size)
+
+        def rows(conn):
+            out = {}
+            for i in range(0, len(unique), 500):
+                part = unique[i:i + 500]
+                marks = ",".join("?" * len(part))
+                for k, data in conn.execute(f"SELECT key, data FROM {TABLE} WHERE key IN ({marks}) "
+                                            f"AND file IS NULL AND size < ?", (*part, limit)).fetchall():
+                    out[k] = data
+            return out
+
+        got = self._read("read", rows, {}) if unique else {}
+        if got:
+            self._count("GET", down=sum(len(v) for v in got.values()), n=len(got))
+        return got
 
     def head(self, key: str) -> ObjectInfo:
         """Return the object's :class:`ObjectInfo`. Raises ObjectNotFound, StoreError."""

@@ -125,6 +125,25 @@ def test_bad_files_are_typed_errors_naming_the_path(tmp_path):
             CheckpointManager(f"sqlite://{path}").save("r", [{"role": "user", "content": "x"}])
 
 
+def test_short_junk_is_refused_and_an_empty_file_is_an_empty_store(tmp_path):
+    # the header is checked by SQLite's first statement (SQLITE_NOTADB), not read twice
+    for n in (1, 15, 16, 99, 100, 4096):
+        junk = tmp_path / f"junk{n}.db"
+        junk.write_bytes((b"x" * n))
+        with pytest.raises(StoreError) as ei:
+            SqliteStore(junk)
+        assert f"not a SQLite database: {junk}" == str(ei.value)
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    st = SqliteStore(empty)
+    try:
+        assert list(st.list("")) == []
+        st.put("k", b"v")
+        assert st.get("k") == b"v"
+    finally:
+        st.close()
+
+
 def _make_read_only(path: Path) -> "callable":
     """Make ``path`` unwritable for this process and return the undo: chmod for a user, the
     immutable attribute for root (which ignores file modes); skips when neither is possible."""
