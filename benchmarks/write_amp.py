@@ -5,6 +5,7 @@ Run (from the repository root)::
     python benchmarks/write_amp.py                              # 1,000 and 10,000 saves, S3 (moto HTTP) and a directory
     python benchmarks/write_amp.py --sizes 1000 --stores dir    # one size, one store
     python benchmarks/write_amp.py --compare eea7f20            # the same, also for commit eea7f20, side by side
+    python benchmarks/write_amp.py --stores dir --fanout 8      # repositories created with seg_fanout 8
 
 Per store and size, one run of that many saves is written by one ``CheckpointManager`` into a fresh
 repository: the message list of ``benchmarks/latency.py`` (a system prompt and a user task, then per
@@ -21,7 +22,8 @@ own pack), ``tier L1``..``tier L9`` (tier packs: the merges of §10, told apart 
 pack ids :func:`snapstore.repo.tiers.build_tier` returns and their level), ``manifest`` (a log record
 of more than 1 byte), ``stub`` (0-byte manifests, §14), ``void`` (1 byte, §15), ``logseg L1..L3``
 (§12), ``marker`` (run markers, §13), ``other`` (config, index and removal records, pins). The
-write amplification is bytes PUT / bytes stored; target at 10,000 saves: at most 3x.
+write amplification is bytes PUT / bytes stored; target at 10,000 saves: at most 3x. Also printed:
+how many segments the run's newest record lists (what a fresh ``latest()`` fetches, §10).
 
 ``--compare REV``: the same measurement also for the snapstore package of git revision ``REV`` of
 this checkout (``git archive`` into a temporary directory, run in a child process of this
@@ -94,9 +96,9 @@ def counting(store, log: list):
     return store
 
 
-def measure(store_kind: str, n: int, endpoint: str | None) -> dict:
+def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = None) -> dict:
     """One run of ``n`` saves into a fresh repository of ``store_kind`` (``s3``, ``dir``,
-    ``sqlite``); returns ``{"put": {kind: [writes, bytes]}, "stored": {kind: [objects, bytes]},
+    ``sqlite``), created with ``seg_fanout=fanout`` (None: the default); returns ``{"put": {kind: [writes, bytes]}, "stored": {kind: [objects, bytes]},
     "put_bytes", "stored_bytes", "amp", "seconds"}``."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.latency import prelude, turn
@@ -126,6 +128,9 @@ def measure(store_kind: str, n: int, endpoint: str | None) -> dict:
             store = open_store(os.path.join(tmp, "repo.db"))
         log: list = []
         counting(store, log)
+        if fanout is not None:
+            from snapstore.repo.repository import Repository
+            Repository.init(store, seg_fanout=fanout)
         mgr = CheckpointManager(store)
         msgs = prelude()
         t0 = time.perf_counter()
@@ -146,18 +151,19 @@ def measure(store_kind: str, n: int, endpoint: str | None) -> dict:
             k[0] += 1
             k[1] += o.size
         assert mgr.latest("bench-run").messages == msgs
+        segs = len(mgr.repo.head(mgr.repo.run_key("bench-run")).segment_list())
         mgr.close()
         store.close()
         pb = sum(v[1] for v in put.values())
         sb = sum(v[1] for v in stored.values())
-        return {"put": put, "stored": stored, "put_bytes": pb, "stored_bytes": sb,
+        return {"put": put, "stored": stored, "put_bytes": pb, "stored_bytes": sb, "segments": segs,
                 "objects": sum(v[0] for v in stored.values()), "amp": pb / sb, "seconds": secs}
     finally:
         tiers_mod.build_tier = orig_build
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_all(stores: list, sizes: list) -> list:
+def run_all(stores: list, sizes: list, fanout: int | None = None) -> list:
     """Every (store, size) of the arguments, in this process; moto's server started when needed."""
     server = endpoint = None
     if "s3" in stores:
@@ -175,7 +181,7 @@ def run_all(stores: list, sizes: list) -> list:
         for s in stores:
             for n in sizes:
                 print(f"  {s}, {n:,} saves ...", file=sys.stderr, flush=True)
-                rows.append({"store": s, "size": n, **measure(s, n, endpoint)})
+                rows.append({"store": s, "size": n, "fanout": fanout, **measure(s, n, endpoint, fanout)})
         return rows
     finally:
         if server is not None:
@@ -206,7 +212,8 @@ def show(rows: list, title: str) -> None:
     for r in rows:
         verdict = "" if r["size"] < 10_000 else ("  PASS" if r["amp"] <= LIMIT else "  FAIL") + f" (<= {LIMIT:g}x)"
         print(f"  {r['store']}, {r['size']:,} saves: {r['put_bytes']:,} bytes PUT / {r['stored_bytes']:,} "
-              f"stored = {r['amp']:.2f}x{verdict}; {r['objects']:,} objects; {r['seconds']:.0f} s")
+              f"stored = {r['amp']:.2f}x{verdict}; {r['objects']:,} objects; "
+              f"{r.get('segments', '?')} segments in the head's list; {r['seconds']:.0f} s")
         print(f"    {'kind':<10} {'writes':>7} {'bytes PUT':>12} {'objects':>8} {'bytes stored':>13}")
         for k in KINDS:
             p, s = r["put"][k], r["stored"][k]
@@ -219,6 +226,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1000,10000", help="run lengths in saves, comma-separated")
     ap.add_argument("--stores", default="s3,dir", help="comma-separated: s3, dir, sqlite")
     ap.add_argument("--compare", metavar="REV", help="also measure git revision REV's snapstore")
+    ap.add_argument("--fanout", type=int, help="create the repositories with this seg_fanout (default: 4)")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",") if x]
@@ -226,7 +234,7 @@ def main(argv=None) -> int:
     out = {}
     if a.compare:
         out["before"] = compare_rows(a.compare, stores, sizes)
-    out["after"] = run_all(stores, sizes)
+    out["after"] = run_all(stores, sizes, a.fanout)
     if a.compare:
         show(out["before"], f"revision {a.compare}:")
         print()
