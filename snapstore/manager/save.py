@@ -273,7 +273,9 @@ class _Attempt:
         finally:
             if tier_put is not None:
                 tier_put.result()
-        self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq, pack_id=prep.pack_id)
+        # the hook names the pack written: the tier pack when it took the place of the own pack
+        self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq,
+                            pack_id=tier[0] if merged_at_once else prep.pack_id)
 
     def undo(self) -> None:
         """A definite conflict: nothing references this attempt's index record or packs; remove
