@@ -260,8 +260,7 @@ class StoreCapabilities:
             a few reads are made one after another on the calling thread rather than through a
             thread pool.
         compact_log: True when writers compact run logs into stubs by default (a local directory:
-            each manifest is a file costing a 4 KiB disk block; a SQLite file: a row of ~300
-            bytes, its stubs written in the log segment's batch; see
+            each manifest is a file costing a 4 KiB disk block; see
             :func:`snapstore.repo.log.stubs.default_compact_log`).
         leftovers: the store has ``leftovers() -> list[Leftover]`` and
             ``remove_leftovers(items) -> int`` (crash leftovers outside the keys).

@@ -181,10 +181,9 @@ class SqliteStore:
         #: (max_concurrency 4); restores read their few packs in the calling thread (inline_reads,
         #: as the local store); crash leftovers are value files beside the database; GC calls
         #: :meth:`compact` to give freed pages back; :meth:`write_batch` writes a save's pack and
-        #: manifest in one transaction (one WAL fsync). Writers compact run logs (compact_log): the
-        #: stubs ride in the log segment's own batch (no commit more), and each saves a row's bytes.
+        #: manifest in one transaction (one WAL fsync).
         self.capabilities = StoreCapabilities(max_concurrency=4, inline_reads=True, leftovers=True, vacuum=True,
-                                              atomic_batch=True, compact_log=True)
+                                              atomic_batch=True)
         #: write transactions committed by this store object (each one WAL commit, one fsync with
         #: ``synchronous=FULL``); read it to count a save's commits
         self.commits = 0

@@ -66,42 +66,6 @@ def test_local_default_stubs_and_readers_equal_uncompacted(tmp_path):
     assert fresh.verify(read_data=True).ok
 
 
-def test_sqlite_default_stubs_and_readers_equal_uncompacted(tmp_path):
-    """A SQLite file compacts by default (its capability): the stubs land with the log segment's
-    batch; readers of the file, a stale writer at a stubbed position and verify see what an
-    uncompacted file gives."""
-    from snapstore.stores.sqlite import SqliteStore
-
-    a = CheckpointManager(f"sqlite:///{tmp_path}/a.db")
-    b = CheckpointManager(f"sqlite:///{tmp_path}/b.db", compact_log=False)
-    assert isinstance(a.store, SqliteStore) and a.compact_log is True and b.compact_log is False
-    commits = a.store.commits
-    ia = run(a, 1)
-    stale = CheckpointManager(f"sqlite:///{tmp_path}/a.db")
-    assert stale.latest("r").step == 0  # its view: position 0, stubbed below
-    ia += run(a, 49, start=1)
-    ib = run(b, 50)
-    assert a.store.commits - commits <= 50 + 3  # one commit a save, one more per log segment written
-    rk = a.repo.run_key("r")
-    sa = sizes(a.store, rk)
-    assert [s for s in range(50) if sa[s] == 0] == list(range(32))
-    assert all(v > 0 for v in sizes(b.store, rk).values())
-    a.close()
-    b.close()
-    assert sa[1] == 0
-    fa, fb = CheckpointManager(f"sqlite:///{tmp_path}/a.db"), CheckpointManager(f"sqlite:///{tmp_path}/b.db")
-    assert [(c.step, c.metadata) for c in fa.list("r")] == [(c.step, c.metadata) for c in fb.list("r")]
-    for i in (0, 15, 31, 32, 49):
-        ga, gb = fa.get("r", ia[i]), fb.get("r", ib[i])
-        assert json.dumps(ga.messages) == json.dumps(gb.messages) and ga.step == gb.step == i
-    with pytest.raises(ConflictError):  # it aims at position 1: a stub's key, the slot stays
-        stale.save("r", msgs(2), step=1)
-    assert sizes(fa.store, rk) == sa and fa.latest("r").id == ia[49]
-    assert fa.verify(read_data=True).ok
-    for m in (fa, fb, stale):
-        m.close()
-
-
 def test_stale_writer_40_positions_old_gets_conflict():
     store = MemoryStore()
     a = CheckpointManager(store, compact_log=True)

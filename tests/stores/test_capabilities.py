@@ -29,9 +29,9 @@ def test_stores_declare_their_capabilities(tmp_path):
     assert local.capabilities.inline_reads and local.capabilities.compact_log
     assert not memory.capabilities.inline_reads and not memory.capabilities.compact_log
     assert not s3.capabilities.inline_reads and not s3.capabilities.compact_log
-    assert sqlite.capabilities.inline_reads and sqlite.capabilities.vacuum and sqlite.capabilities.compact_log
+    assert sqlite.capabilities.inline_reads and sqlite.capabilities.vacuum and not sqlite.capabilities.compact_log
     assert [max_concurrency(s) for s in (local, memory, s3, sqlite)] == [16, 16, 7, 4]
-    assert [default_compact_log(s) for s in (local, memory, s3, sqlite)] == [True, False, False, True]
+    assert [default_compact_log(s) for s in (local, memory, s3, sqlite)] == [True, False, False, False]
     sqlite.close()
     s3.close()
 

@@ -34,9 +34,7 @@ KEEP = 16
 
 def default_compact_log(store) -> bool:
     """Whether a writer on ``store`` compacts its run logs by default: True on a local directory
-    (each manifest is a file costing a 4 KiB disk block; a stub costs none) and on a SQLite file (a
-    manifest is a row of ~300 bytes; the stubs go in the log segment's batch, no commit more), False
-    elsewhere (on S3
+    (each manifest is a file costing a 4 KiB disk block; a stub costs none), False elsewhere (on S3
     a stub is one more PUT, $0.005 per 1,000, against the ~300 bytes, $0.023 per GB-month, it
     saves: break-even after about 60 years)."""
     return store_capabilities(store).compact_log
