@@ -260,16 +260,22 @@ class _Attempt:
         self.mark_put = (repo.pool.submit(runmarks.before_publish, repo.store, rk, m, self.revives)
                          if runmarks.marks_record(m, self.revives) else None)
         self.packed_at = self.mgr.state.clock()
-        # the tier pack (if this save completes a tier) is written beside the save's own pack
+        # the tier pack (if this save completes a tier) is written beside the save's own pack; a
+        # pack the tier merges at once (this save's own, when it completes the tier) is not written
+        # at all, as at one commit: the tier pack holds its entries, and no record names it as a
+        # segment (docs/format.md §18)
         tier_put = repo.pool.submit(put_pack, repo, tier[0], tier[1]) if tier is not None else None
+        merged_at_once = tier is not None and prep.pack_id in set(self.pending.superseded or ())
         try:
-            if prep.pack_bytes is not None:
+            if prep.pack_bytes is not None and not merged_at_once:
                 put_pack(repo, prep.pack_id, prep.pack_bytes)
                 self.wrote_pack = True
         finally:
             if tier_put is not None:
                 tier_put.result()
-        self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq, pack_id=prep.pack_id)
+        # the hook names the pack written: the tier pack when it took the place of the own pack
+        self.mgr.state.hook("after_pack", run_id=self.args.run_id, seq=m.seq,
+                            pack_id=tier[0] if merged_at_once else prep.pack_id)
 
     def undo(self) -> None:
         """A definite conflict: nothing references this attempt's index record or packs; remove

@@ -313,7 +313,11 @@ def test_in_flight_pack_survives_gc(hook, advance):
 
     def paused(**info):
         W.hooks.clear()
-        pid = seen.setdefault("pack", info.get("pack_id") or info["manifest"].state[1])
+        # the pack in flight: the one written (a merging save writes its tier pack instead of its
+        # own, docs/format.md §18), the record's newest segment
+        m = info.get("manifest")
+        pid = seen.setdefault("pack", info.get("pack_id") or (m.segment_list()[-1].pack if m.segment_list()
+                                                             else m.state[1]))
         pid = pid if isinstance(pid, bytes) else bytes.fromhex(pid)
         cands = []
         w.gc(hooks={"before_sweep": lambda **kw: cands.append(kw["candidates"])})

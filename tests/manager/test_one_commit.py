@@ -69,12 +69,13 @@ def test_every_save_of_a_real_run_is_one_commit(traj, tmp_path):
 
 def test_the_ordered_writes_took_two_or_more(tmp_path):
     """The same run on a store that declares no atomic batch (the fallback path) commits each
-    write on its own: at least 2 per save, more on tier and log-segment saves."""
+    write on its own: at least 2 per save, more on tier and log-segment saves (a tier save writes its tier pack in
+    place of its own pack, docs/format.md §18)."""
     cps = checkpoints(TRAJS[0])
     store = SqliteStore(tmp_path / "r.db")
     store.capabilities = dataclasses.replace(store.capabilities, atomic_batch=False)
     own, traced = commits_per_save(store, cps)
-    assert min(own) >= 2 and max(own) >= 4 and traced == own
+    assert min(own) >= 2 and max(own) >= 3 and traced == own
     store.close()
 
 
