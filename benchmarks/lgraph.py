@@ -33,7 +33,10 @@ import threading
 import time
 from typing import Annotated, Any, TypedDict
 
-from fsspec import AbstractFileSystem
+try:
+    from fsspec import AbstractFileSystem
+except ImportError:  # only BotoFS (the objectstorage peer, bench extra, which brings fsspec) needs it
+    AbstractFileSystem = object
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, RemoveMessage, SystemMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph

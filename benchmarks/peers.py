@@ -395,6 +395,16 @@ class LangGraphSqlite(_LangGraphBase):
     durability = "SqliteSaver's WAL with synchronous=FULL set on its connection: the WAL fsynced at every commit"
     quadratic = True
 
+    def unavailable(self):
+        why = super().unavailable()
+        if why:
+            return why
+        try:
+            import langgraph.checkpoint.sqlite  # noqa: F401
+        except ImportError as e:
+            return f"langgraph-checkpoint-sqlite not importable ({e}); pip install '.[bench]'"
+        return None
+
     def make_checkpointer(self, wdir):
         from langgraph.checkpoint.sqlite import SqliteSaver
 
