@@ -14,7 +14,7 @@ import time
 
 import click
 
-from ..errors import RepositoryError, RunNotFound
+from ..errors import ColdObjectError, RepositoryError, RunNotFound
 from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
@@ -374,9 +374,20 @@ def list_cmd(ctx, run, limit, as_json):
 @click.pass_context
 def show_cmd(ctx, run, checkpoint, as_json):
     """Show a checkpoint's summary (default: the run's latest), not its messages."""
-    cp = _get(state_of(ctx).manager(), run, checkpoint)
+    mgr = state_of(ctx).manager()
+    cold = None
+    try:
+        cp = _get(mgr, run, checkpoint)
+    except ColdObjectError as e:  # archived in a class read only after a restore: the hot summary
+        cold = e
+        cp = mgr.head(run) if checkpoint is None else mgr.summary(run, checkpoint)
+        if cp is None:
+            raise RunNotFound(f"run {run!r} not found") from None
     d = summary_json(cp)
-    d["has_session_state"] = cp.session_state is not None
+    if cold is None:
+        d["has_session_state"] = cp.session_state is not None
+    else:
+        d["archived"] = {"bundle": cold.key, "readable": False}
     if as_json:
         emit_json(d)
         return
@@ -388,7 +399,10 @@ def show_cmd(ctx, run, checkpoint, as_json):
                          ("metadata", cp.metadata)):
         if value is not None:
             pairs.append((label, short(value)))
-    if cp.session_state is not None:
+    if cold is not None:
+        pairs.append(("archived", f"{cold.key}: in a cold storage class, not restored (messages and session "
+                                  f"state are read after 'snapstore restore {run}')"))
+    elif cp.session_state is not None:
         pairs.append(("session state", human_size(len(json_bytes(cp.session_state)))))
     write(kv_text(pairs))
 

@@ -83,7 +83,7 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
     mgr = state_of(ctx).manager()
     progress = Progress(not (as_json or quiet))  # -q: the summary line only, no progress lines either
     try:
-        if run_id is not None and mgr.latest(run_id) is None:
+        if run_id is not None and mgr.head(run_id) is None:
             raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
         decisions: list = []
         progress.update("prune: listing runs")

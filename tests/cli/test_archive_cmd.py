@@ -43,6 +43,12 @@ def test_deep_archive_read_error_then_restore(tmp_path, moto_server):
     run(url, "gc", "--grace-period", "0")
     run(url, "gc", "--grace-period", "0")
     assert "demo" in run(url, "runs").stdout  # listing reads no cold object
+    # show and prune --run answer from the hot summaries, and show says the data is cold
+    shown = run(url, "show", "demo").stdout
+    assert "archived" in shown and "snapstore restore demo" in shown and "messages" in shown, shown
+    d = json.loads(run(url, "show", "demo", "--json").stdout)
+    assert d["archived"]["readable"] is False and d["message_count"] > 0
+    assert run(url, "prune", "--keep-last", "100", "--run", "demo", "-n").exit_code == 0
     one_line_error(run(url, "export", "demo", "-o", str(tmp_path / "x.json"), ok=False),
                    contains="snapstore restore demo")
     r = json.loads(run(url, "restore", "demo", "--tier", "bulk", "--days", "1", "--json", ok=False).stdout)
