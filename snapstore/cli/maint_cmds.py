@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import click
 
-from ..errors import IntegrityError, RunNotFound, SnapstoreError
+from ..errors import IntegrityError, RepositoryError, RunNotFound, SnapstoreError
 from ..manager import retention
 from ..stores.probe import probe_store
 from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
@@ -475,6 +475,10 @@ def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_
     settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
     location = state_of(ctx).location
     probe_store(location)  # an unreachable S3 endpoint: one clear error and exit 1, before listening
+    try:  # an encrypted repository without its passphrase (or with a wrong one): refused before listening
+        state_of(ctx).manager()
+    except RepositoryError:
+        pass  # no repository yet: the first save creates it
     write(f"snapstore: serving {location} on http://{host}:{port}/ "
            f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
     serve(location, host=host, port=port, settings=settings, log_level=log_level)

@@ -419,3 +419,21 @@ def test_expect_head_holds_against_another_writer_of_the_repository(tmp_path):
         assert r.status_code == 200
         assert CheckpointManager(repo).latest("shared").id == first
         other.close()
+
+
+def test_cli_serve_refuses_an_encrypted_repository_without_its_passphrase(tmp_path):
+    """An encrypted repository served with no passphrase, or a wrong one, is refused before the
+    server listens (it used to start and answer 500 on every route)."""
+    from snapstore import CheckpointManager
+    repo = tmp_path / "enc"
+    m = CheckpointManager(str(repo), passphrase="right horse battery")
+    m.save("r", [{"role": "user", "content": "secret"}])
+    m.close()
+    e = {k: v for k, v in os.environ.items() if k != "SNAPSTORE_PASSPHRASE"}
+    for pw, needle in [(None, "encrypted"), ("wrong one", "wrong passphrase")]:
+        env = dict(e, SNAPSTORE_TOKEN=TOKEN)
+        if pw is not None:
+            env["SNAPSTORE_PASSPHRASE"] = pw
+        p = subprocess.run([sys.executable, "-m", "snapstore", "--repo", str(repo), "serve", "--port", "9"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert p.returncode == 1 and needle in p.stderr and "serving" not in p.stderr, (pw, p.returncode, p.stderr)
