@@ -18,7 +18,6 @@ as it was; after it, the hot packs are still there until GC. Nothing is lost at 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -230,16 +229,18 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     checksum = blake3.blake3(data).digest(16)
     put_class = getattr(store, "put_with_storage_class", None)
     if put_class is not None:
-        put_class(key, data, storage_class)
+        written = put_class(key, data, storage_class)
     else:
-        store.put(key, data)
+        written = store.put(key, data)
     _hook(hooks, "after_bundle_put", bundle=bid, key=key)
     # read back whole and check every byte before anything names the bundle; a class that
     # cannot be read in place is checked from the bytes sent, and its stored size and ETag
     if storage_class in COLD_CLASSES:
+        # (the ETag is compared with the one the PUT returned, not with an MD5: a directory's or
+        # SQLite file's ETags are not MD5s, nor are S3's under SSE-KMS or multipart uploads)
         info = store.head(key)
-        etag = (info.etag or "").strip('"')
-        if info.size != len(data) or ("-" not in etag and etag and etag != hashlib.md5(data).hexdigest()):
+        sent = getattr(written, "etag", None)
+        if info.size != len(data) or (sent and info.etag and info.etag != sent):
             raise IntegrityError(key, "stored bundle's size or ETag differs from what was written; nothing switched")
         back = data
     else:
