@@ -19,6 +19,7 @@ import time
 
 from ..errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from ..format import keys
+from ..format.bundle import DATA as BUNDLE_DATA
 from ..format.forward import decode_forward, decode_forward_cache, decode_forward_shard
 from ..format.pack import Pack
 from ..stores.base import ObjectStore, store_capabilities
@@ -541,6 +542,13 @@ class Locator:
                 # the entry should have been in a segment that could not be read: name that one
                 bad = [e for e in seg_errors if isinstance(e, IntegrityError)] or seg_errors
                 raise bad[0] from None
+            if _seen is None:
+                # an archived run's entries are in its bundles (docs/format.md §28): a bundle found
+                # corrupt is the object to name, not the hot pack it replaced
+                bad = [e for e in self.cache.corrupt_packs().values()
+                       if str(getattr(e, "key", "")).startswith(BUNDLE_DATA)]
+                if bad:
+                    raise bad[0] from None
             raise
         if (etype, eid) not in pack.entries:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")

@@ -336,3 +336,25 @@ def test_cold_classes_on_a_local_store_are_recorded_and_read(kind, storage_class
     fresh = CheckpointManager(url)
     assert snapshot(fresh) == before
     assert fresh.verify(read_data=True).ok
+
+
+def test_a_corrupt_bundle_is_named_by_the_reader(tmp_path):
+    """A flipped byte in a bundle: reading the archived run raises IntegrityError naming the
+    bundle (it used to say a hot pack the bundle replaced was missing), and verify names it too."""
+    url = str(tmp_path / "repo")
+    m = CheckpointManager(url)
+    msgs = []
+    for i in range(20):
+        msgs = msgs + [{"role": "user", "content": f"question {i} " * 50}]
+        m.save("r", msgs, session_state={"i": i})
+    rep = m.archive(["r"], storage_class="GLACIER_IR")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    f = tmp_path / "repo" / rep.bundles[0]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 1
+    f.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError) as e:
+        CheckpointManager(url).latest("r")
+    assert e.value.key == rep.bundles[0], e.value
+    assert any(p.key == rep.bundles[0] for p in CheckpointManager(url).verify(read_data=True).errors)
