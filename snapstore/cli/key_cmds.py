@@ -7,11 +7,12 @@ The current passphrase comes from ``$SNAPSTORE_PASSPHRASE`` (else a prompt), a n
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from ..maintenance import keyslots
-from .output import write
+from .output import CommandError, write
 from .state import state_of
 
 __all__ = ["COMMANDS", "passphrase_from_env_or_prompt"]
@@ -24,6 +25,13 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
     got = os.environ.get(env)
     if got:
         return got
+    if got is not None:  # set but empty: a mistake to say, not a prompt that a closed stdin turns into "interrupted"
+        raise CommandError(f"${env} is set but empty: give a non-empty passphrase (or unset it to be asked)", 2)
+    if not sys.stdin.isatty():
+        try:
+            return click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+        except click.Abort:
+            raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal and gave none)", 2) from None
     return click.prompt(what, hide_input=True, confirmation_prompt=confirm)
 
 

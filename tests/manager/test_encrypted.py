@@ -196,3 +196,17 @@ def test_a_real_agent_run_encrypted_on_s3(store_factory):
     probe = next(m["content"] for m in lists[-1] if isinstance(m.get("content"), str) and len(m["content"]) > 200)
     needle = probe[40:100].encode()
     assert not [k for k, v in raw_objects(inner).items() if needle in v]
+
+
+def test_cli_an_empty_or_missing_passphrase_is_one_line(tmp_path):
+    """An empty $SNAPSTORE_PASSPHRASE is an error saying so (it used to prompt and exit 130 with no
+    line when stdin was not a terminal); so is no passphrase on a closed stdin. Nothing is created."""
+    import subprocess
+    import sys
+    repo = tmp_path / "repo"
+    base = {k: v for k, v in os.environ.items() if k not in ("SNAPSTORE_PASSPHRASE", "SNAPSTORE_NEW_PASSPHRASE")}
+    for extra, needle in [({"SNAPSTORE_PASSPHRASE": ""}, "set but empty"), ({}, "no passphrase")]:
+        p = subprocess.run([sys.executable, "-m", "snapstore", "--repo", str(repo), "init", "--encrypt"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env={**base, **extra})
+        assert p.returncode == 2 and needle in p.stderr, (extra, p.returncode, p.stderr)
+        assert not (repo / "config").exists()
