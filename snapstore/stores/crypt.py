@@ -338,10 +338,20 @@ class SealedStore:
         """Close the inner store."""
         self.inner.close()
 
+    def _put_with_storage_class(self, key: str, data: bytes, storage_class: str) -> ObjectInfo:
+        """The inner store's ``put_with_storage_class`` (an archive bundle in an S3 storage class,
+        §28) of ``data`` sealed. Raises as the inner store."""
+        self._forget(key)
+        return _info(self.inner.put_with_storage_class(key, self._seal(key, data), storage_class), len(data))
+
     def __getattr__(self, name):
-        # the optional methods the inner store's capabilities declare (leftovers, versioning, ...)
-        if name in ("leftovers", "remove_leftovers", "check_versioning", "remove_empty_dirs", "compact"):
+        # the optional methods the inner store's capabilities declare (leftovers, versioning, ...),
+        # and an S3 store's storage-class methods (§28): restores carry no data; a put is sealed
+        if name in ("leftovers", "remove_leftovers", "check_versioning", "remove_empty_dirs", "compact",
+                    "restore_state", "request_restore"):
             return getattr(self.inner, name)
+        if name == "put_with_storage_class" and hasattr(self.inner, name):
+            return self._put_with_storage_class
         raise AttributeError(name)
 
 
