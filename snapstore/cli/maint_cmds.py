@@ -411,7 +411,9 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
     operations, and after a gc with a grace period the packs it repacked (retired-pack).
     """
-    mgr = state_of(ctx).manager()
+    # not opened here: verify opens it (never creating one), or, for an encrypted repository
+    # without $SNAPSTORE_PASSPHRASE, checks its structure from the stored bytes (format.md §27)
+    mgr = state_of(ctx).manager(create=True)
     progress = Progress(not as_json)
     kwargs = {}
     if progress.tty:
