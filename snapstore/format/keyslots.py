@@ -109,9 +109,12 @@ def check_section(d) -> dict:
     """
     def bad(why):
         raise IntegrityError("config", f"malformed encryption section: {why}")
-    if not isinstance(d, dict) or d.get("version") != SECTION_VERSION or d.get("cipher") != CIPHER \
-            or d.get("segment") != 65536:
+    from . import keyring
+    if not isinstance(d, dict) or d.get("version") not in (SECTION_VERSION, keyring.ROTATED_VERSION) \
+            or d.get("cipher") != CIPHER or d.get("segment") != 65536:
         bad("unknown version, cipher or segment size")
+    if d["version"] == keyring.ROTATED_VERSION:
+        keyring.check(d)  # a rotated key: the retired keys and the content key (format.md §27 "Rotation")
     if not isinstance(d.get("key_id"), str) or not _HEX8.match(d["key_id"]):
         bad("key_id is not 8 hex digits")
     if not isinstance(d.get("mac"), str) or not re.match(r"^[0-9a-f]{64}$", d["mac"]):

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError
-from ..format import keyslots, sealed
+from ..format import keyring, keyslots, sealed
 from .base import ObjectInfo, check_range, store_capabilities
 
 CONFIG = "config"
@@ -82,6 +82,7 @@ class SealedStore:
         self._lock = threading.Lock()
         self._trailers: OrderedDict[str, bytes] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
+        self._masters: dict[bytes, bytes] = {}  # key id -> object master: the current key and retired ones
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
         self._unlocked_from: bytes | None = None  # the config the keys came from
 
@@ -103,8 +104,13 @@ class SealedStore:
         self._unlocked_from = data
 
     def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
-        self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), keyslots.object_master(data_key),
-                      keyslots.content_key(data_key), data_key, section)
+        content = keyring.content_key_of(section, data_key, repo_id, keyslots.content_key)
+        masters = {bytes.fromhex(i): keyslots.object_master(k)
+                   for i, k in keyring.retired_keys(section, data_key, repo_id).items()}
+        master = keyslots.object_master(data_key)
+        masters[bytes.fromhex(section["key_id"])] = master
+        self._masters = masters
+        self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), master, content, data_key, section)
 
     def _ensure(self):
         if self._keys is None:
@@ -140,13 +146,27 @@ class SealedStore:
         with self._lock:
             self._set_keys(cfg.repo_id, section, data_key)
 
+    def rekeyed(self, cfg, data_key: bytes, config_bytes: bytes) -> None:
+        """Use the keys of ``cfg`` (a config this store just wrote, ``config_bytes`` as stored,
+        whose current data key is ``data_key``): after a rotation or a retired key dropped."""
+        with self._lock:
+            self._set_keys(cfg.repo_id, cfg.encryption, data_key)
+            self._unlocked_from = config_bytes
+            self._trailers.clear()
+
+    def sealed_key_id(self, trailer: bytes) -> str | None:
+        """The key id (8 hex digits) a stored object's last 33 bytes name, or None if they are not
+        a sealed trailer."""
+        parsed = sealed.parse_trailer(trailer)
+        return None if parsed is None else parsed[0].hex()
+
     def data_key(self) -> bytes:
         """The data key (32 bytes) this store unlocked (for adding a key slot)."""
         return self._ensure()[4]
 
     # -- sealing ---------------------------------------------------------------------------------
-    def _aead(self, salt: bytes):
-        return _AESGCM()(keyslots.object_key(self._ensure()[2], salt))
+    def _aead(self, salt: bytes, master: bytes | None = None):
+        return _AESGCM()(keyslots.object_key(self._ensure()[2] if master is None else master, salt))
 
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
@@ -163,15 +183,19 @@ class SealedStore:
         if parsed is None:
             raise self._fail(key, "not a sealed object (plaintext, or foreign)")
         key_id, _, plain_len = parsed
-        if key_id != self._ensure()[1]:
+        self._ensure()
+        if key_id not in self._masters:
             raise self._fail(key, f"sealed under key {key_id.hex()}, which this repository does not have")
         return t, plain_len
 
     def _open(self, key: str, trailer: bytes, first: int, data: bytes) -> bytes:
         from cryptography.exceptions import InvalidTag
         salt = trailer[9:25]
+        master = self._masters.get(trailer[5:9])
+        if master is None:  # (a remembered trailer of a key dropped since)
+            raise self._fail(key, f"sealed under key {trailer[5:9].hex()}, which this repository does not have")
         try:
-            return sealed.open_segments(self._aead(salt), trailer, self._ensure()[0], key, first, data)
+            return sealed.open_segments(self._aead(salt, master), trailer, self._ensure()[0], key, first, data)
         except (InvalidTag, ValueError) as e:
             raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
 
