@@ -43,7 +43,7 @@ def key_group():
 def key_list(ctx):
     """List the key slots (id, KDF, cost)."""
     for s in keyslots.list_slots(_store(ctx)):
-        write(f"{s['id']}  {s['kdf']} n={s['n']}\n")
+        write(f"{s['id']}  {s['kdf']} " + (f"n={s['n']}" if "n" in s else f"key={s['key']}") + "\n")
 
 
 @key_group.command("add")

@@ -122,7 +122,12 @@ def check_section(d) -> dict:
     slots = d.get("slots")
     if not isinstance(slots, list) or not 1 <= len(slots) <= MAX_SLOTS:
         bad(f"slots is not a list of 1-{MAX_SLOTS}")
+    from . import kmsslots
     for s in slots:
+        if kmsslots.is_kms(s):
+            if not kmsslots.shape_ok(s):
+                bad(f"a KMS slot is not the documented shape: {str(s)[:80]!r}")
+            continue
         try:
             ok = (isinstance(s, dict) and s.get("kdf") == "scrypt" and _HEX8.match(s["id"])
                   and all(type(s[k]) is int for k in ("n", "r", "p"))
@@ -143,6 +148,8 @@ def unlock(section: dict, passphrase: str, repo_id: str) -> bytes:
     """
     from cryptography.exceptions import InvalidTag
     for s in section["slots"]:
+        if s.get("kdf") != "scrypt":
+            continue  # a KMS slot (format/kmsslots.py) opens with a KMS key, not a passphrase
         kek = _kek(passphrase, bytes.fromhex(s["salt"]), s["n"], s["r"], s["p"])
         try:
             return _aesgcm()(kek).decrypt(bytes(12), bytes.fromhex(s["wrapped"]),
@@ -151,6 +158,34 @@ def unlock(section: dict, passphrase: str, repo_id: str) -> bytes:
             continue
     raise WrongPassphrase(f"wrong passphrase: no key slot of repository {repo_id} opens with it "
                           f"({len(section['slots'])} slot(s))")
+
+
+def unlock_kms(section: dict, kms, repo_id: str) -> bytes:
+    """The data key (32 bytes) a KMS slot of ``section`` for ``kms`` (a
+    :class:`~snapstore.stores.kms.KmsKey`, or anything with its ``key`` and ``unwrap``) opens.
+
+    Raises:
+        WrongPassphrase: no KMS slot names that key, or KMS does not open it.
+        StoreError / CredentialsError: KMS refused or cannot be reached.
+    """
+    from . import kmsslots
+    mine = [s for s in section["slots"] if kmsslots.is_kms(s) and s["key"] == kms.key]
+    if not mine:
+        raise WrongPassphrase(f"no KMS key slot of repository {repo_id} names KMS key {kms.key}")
+    last = None
+    for s in mine:
+        try:
+            return kms.unwrap(bytes.fromhex(s["wrapped"]), repo_id, section["key_id"], s["id"])
+        except WrongPassphrase as e:
+            last = e
+    raise last
+
+
+def new_kms_slot(data_key: bytes, kms, repo_id: str, key_id: str) -> dict:
+    """A new KMS slot: ``data_key`` wrapped by ``kms`` (a KmsKey) with the slot's context."""
+    from . import kmsslots
+    slot_id = os.urandom(4).hex()
+    return kmsslots.make(slot_id, kms.key, kms.wrap(data_key, repo_id, key_id, slot_id))
 
 
 def with_slot(section: dict, data_key: bytes, passphrase: str, repo_id: str, n: int = SCRYPT_N) -> tuple[dict, str]:

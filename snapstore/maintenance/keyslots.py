@@ -41,12 +41,14 @@ def list_slots(store: SealedStore) -> list[dict]:
     """The key slots of the repository ``store`` (a :class:`SealedStore`) opens.
 
     Returns:
-        ``[{"id": 8 hex digits, "kdf": "scrypt", "n": cost}, ...]`` in slot order.
+        ``[{"id": 8 hex digits, "kdf": "scrypt", "n": cost}, ...]`` in slot order (a KMS slot:
+        ``{"id", "kdf": "kms", "key": the KMS key}``).
     Raises:
         EncryptionError / WrongPassphrase: the store cannot open the repository.
     """
     cfg, _ = _config(store)
-    return [{"id": s["id"], "kdf": s["kdf"], "n": s["n"]} for s in cfg.encryption["slots"]]
+    return [{"id": s["id"], "kdf": s["kdf"], "n": s["n"]} if s["kdf"] == "scrypt" else
+            {"id": s["id"], "kdf": s["kdf"], "key": s["key"]} for s in cfg.encryption["slots"]]
 
 
 def add_slot(store: SealedStore, new_passphrase: str, scrypt_n: int = keyslots.SCRYPT_N) -> str:
@@ -63,6 +65,25 @@ def add_slot(store: SealedStore, new_passphrase: str, scrypt_n: int = keyslots.S
                                                  scrypt_n)
     _write(store, cfg, etag)
     return slot_id
+
+
+def add_kms_slot(store: SealedStore, kms) -> str:
+    """Add a key slot that ``kms`` (a :class:`~snapstore.stores.kms.KmsKey`) opens: the data key
+    wrapped by KMS Encrypt, bound to the repository, key id and slot id by its encryption context.
+
+    Returns:
+        The new slot's id (8 hex digits).
+    Raises:
+        EncryptionError: 16 slots already; WrongPassphrase: ``store`` opens no slot;
+        StoreError / CredentialsError: KMS refused; PreconditionFailed: the config changed meanwhile.
+    """
+    cfg, etag = _config(store)
+    if len(cfg.encryption["slots"]) >= keyslots.MAX_SLOTS:
+        raise EncryptionError(f"the repository has {keyslots.MAX_SLOTS} key slots already; remove one first")
+    slot = keyslots.new_kms_slot(store.data_key(), kms, cfg.repo_id, cfg.encryption["key_id"])
+    cfg.encryption = dict(cfg.encryption, slots=cfg.encryption["slots"] + [slot])
+    _write(store, cfg, etag)
+    return slot["id"]
 
 
 def remove_slot(store: SealedStore, slot_id: str) -> None:
@@ -92,7 +113,8 @@ def rotate_key(store: SealedStore, scrypt_n: int = keyslots.SCRYPT_N) -> str:
     old_key = store.data_key()
     section, new_key = keyring.rotated(
         cfg.encryption, old_key, cfg.repo_id, store.content_key,
-        lambda k, kid: keyslots.make_slot(k, store.passphrase, cfg.repo_id, kid, scrypt_n))
+        lambda k, kid: (keyslots.make_slot(k, store.passphrase, cfg.repo_id, kid, scrypt_n)
+                        if store.passphrase is not None else store.new_slot(k, cfg.repo_id, kid)))
     cfg.encryption = section
     section["mac"] = keyslots.config_mac(new_key, cfg)
     store.rekeyed(cfg, new_key, _write(store, cfg, etag))

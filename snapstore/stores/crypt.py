@@ -63,19 +63,21 @@ class SealedStore:
     Args:
         inner: the store holding the sealed bytes (any ObjectStore; closed with this one).
         passphrase: opens a key slot of the repository's config, or the first slot of a
-            repository created through this store (a non-empty str).
+            repository created through this store (a non-empty str; or None with ``kms``).
         scrypt_n: the scrypt cost of slots made through this store (a power of two; default
             :data:`~snapstore.format.keyslots.SCRYPT_N`).
+        kms: a :class:`~snapstore.stores.kms.KmsKey` that opens a KMS slot (tried before the
+            passphrase), or makes the first slot of a repository created without a passphrase.
     Raises (on first use, from any method):
         EncryptionError: the location holds an unencrypted repository.
         WrongPassphrase: no slot opens with ``passphrase``.
         IntegrityError: a sealed object does not authenticate (names the key and the key id).
     """
 
-    def __init__(self, inner, passphrase: str, scrypt_n: int = keyslots.SCRYPT_N):
-        if not isinstance(passphrase, str) or not passphrase:
+    def __init__(self, inner, passphrase: str | None = None, scrypt_n: int = keyslots.SCRYPT_N, *, kms=None):
+        if not (passphrase is None and kms is not None) and (not isinstance(passphrase, str) or not passphrase):
             raise EncryptionError("the passphrase must be a non-empty string")
-        self.inner, self.passphrase, self.scrypt_n = inner, passphrase, scrypt_n
+        self.inner, self.passphrase, self.scrypt_n, self.kms = inner, passphrase, scrypt_n, kms
         self.url = inner.url
         self.stats = inner.stats
         self.capabilities = store_capabilities(inner)
@@ -95,13 +97,29 @@ class SealedStore:
         if cfg.encryption is None:
             raise EncryptionError(f"the repository at {self.url} is not encrypted, but a passphrase was given "
                                   "(open it without one; an encrypted repository is chosen at init)")
-        data_key = keyslots.unlock(cfg.encryption, self.passphrase, cfg.repo_id)
+        data_key = self._unwrap(cfg.encryption, cfg.repo_id)
         import hmac
         if not hmac.compare_digest(keyslots.config_mac(data_key, cfg), cfg.encryption["mac"]):
             raise IntegrityError(CONFIG, "the config's settings do not match its MAC: changed outside snapstore "
                                  f"(encrypted repository, key {cfg.encryption['key_id']})")
         self._set_keys(cfg.repo_id, cfg.encryption, data_key)
         self._unlocked_from = data
+
+    def _unwrap(self, section: dict, repo_id: str) -> bytes:
+        from ..errors import WrongPassphrase
+        if self.kms is not None:
+            try:
+                return keyslots.unlock_kms(section, self.kms, repo_id)
+            except WrongPassphrase:
+                if self.passphrase is None:
+                    raise
+        return keyslots.unlock(section, self.passphrase, repo_id)
+
+    def new_slot(self, data_key: bytes, repo_id: str, key_id: str) -> dict:
+        """A slot wrapping ``data_key`` for this store's way in: its passphrase, else its KMS key."""
+        if self.passphrase is not None:
+            return keyslots.make_slot(data_key, self.passphrase, repo_id, key_id, self.scrypt_n)
+        return keyslots.new_kms_slot(data_key, self.kms, repo_id, key_id)
 
     def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
         content = keyring.content_key_of(section, data_key, repo_id, keyslots.content_key)
@@ -139,7 +157,12 @@ class SealedStore:
         Raises:
             EncryptionError: the passphrase or cost is unusable.
         """
-        section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
+        if self.passphrase is not None:
+            section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
+        else:  # a repository a KMS key opens, no passphrase
+            data_key, key_id = os.urandom(32), os.urandom(4).hex()
+            section = {"version": keyslots.SECTION_VERSION, "cipher": keyslots.CIPHER, "segment": sealed.SEGMENT,
+                       "key_id": key_id, "slots": [self.new_slot(data_key, cfg.repo_id, key_id)]}
         cfg.encryption = section
         cfg.key = keyslots.content_key(data_key)
         section["mac"] = keyslots.config_mac(data_key, cfg)
