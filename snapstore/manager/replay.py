@@ -40,14 +40,14 @@ def check_newest(mgr, run_id: str, rk: str, newest) -> None:
     Raises:
         HeadReplayed: ``newest`` sits at a lower position than the record the caller saw, or at the
             same one with another write id, and was created before the caller saw the run. A run
-            without records passes (a deleted run collected by GC is told from an attacker's
-            deletion of every record by nobody).
+            without records passes, and so does anything after the caller saw the run without a
+            live checkpoint (deleted: GC may collect its whole log, and positions restart at 0).
     """
     if newest is None or not crypt.is_sealed(mgr.store):
         return
     seen = callers.seen(mgr, run_id)
-    if seen is None or not seen.known or seen.seq is None:
-        return
+    if seen is None or not seen.known or seen.seq is None or seen.checkpoint_id is None:
+        return  # (a run seen without a live checkpoint may be collected whole by GC and saved again)
     if newest.seq > seen.seq or (newest.seq == seen.seq and newest.write_id == seen.write_id):
         return
     if newest.created.timestamp() > seen.wall + CLOCK_MARGIN:
