@@ -1,8 +1,9 @@
 """The config's ``encryption`` section: the data key wrapped in key slots (docs/format.md §27).
 
-Pure functions; no I/O. A repository's data key (32 random bytes) never leaves the client in
-the clear: each slot holds it encrypted (AES-256-GCM) under a key derived from a passphrase with
-scrypt. From the data key come, by keyed blake3 with distinct contexts, the content-id key (the
+Pure functions; no I/O of their own (a KMS slot's wrap and unwrap go through the KMS key object
+passed in, :class:`snapstore.stores.kms.KmsKey`). A repository's data key (32 random bytes) never
+leaves the client in the clear: each slot holds it encrypted (AES-256-GCM) under a key derived
+from a passphrase with scrypt, or wrapped by AWS KMS (:mod:`snapstore.format.kmsslots`). From the data key come, by keyed blake3 with distinct contexts, the content-id key (the
 config's ``key`` of an unencrypted repository, §2) and the master key of the per-object keys
 (:mod:`snapstore.format.sealed`).
 """
