@@ -164,6 +164,22 @@ class ObjectTooLarge(IntegrityError):
         self.limit = limit
 
 
+class HeadReplayed(IntegrityError):
+    """An encrypted repository's run went back below what this caller saw (docs/format.md §27
+    "Replays"): its newest log record is older than the one the caller last saw (deleted newest
+    records, or an older sealed record put back under the same key). ``key`` names the newest
+    record's manifest key.
+
+    Attributes:
+        run_id: the run. seen_seq: the newest log position the caller saw. found_seq: the one
+            found now (an int).
+    """
+
+    def __init__(self, key: str, run_id: str, seen_seq: int, found_seq: int, message: str):
+        super().__init__(key, message)
+        self.run_id, self.seen_seq, self.found_seq = run_id, seen_seq, found_seq
+
+
 class UnsupportedFormatError(SnapstoreError):
     """The repository uses a format version this snapstore cannot read or write."""
 

@@ -28,7 +28,7 @@ LAYERS = [
 ]
 """Bottom to top: a module may import from its own layer and the ones below, never above."""
 
-MANAGER = ["callers", "checkpoint", "history", "summaries", "views", "runcache", "state", "firstread", "publish",
+MANAGER = ["callers", "replay", "checkpoint", "history", "summaries", "views", "runcache", "state", "firstread", "publish",
            "rollback", "undeclared_needs",
            "retention", "save", "read", "runread", "fork", "outcomes", "facade"]
 """``manager/`` bottom to top: each module may import only the ones before it."""

@@ -1,4 +1,4 @@
-"""``snapstore key list|add|remove``: the key slots of an encrypted repository (docs/format.md §27).
+"""``snapstore key list|add|remove|rotate|rekey``: key slots and data keys of an encrypted repository (docs/format.md §27).
 
 The current passphrase comes from ``$SNAPSTORE_PASSPHRASE`` (else a prompt), a new one from
 ``$SNAPSTORE_NEW_PASSPHRASE`` (else a prompt, asked twice).
@@ -43,7 +43,7 @@ def _store(ctx):
 
 @click.group("key")
 def key_group():
-    """Manage the key slots of an encrypted repository."""
+    """Manage the key slots and data keys of an encrypted repository."""
 
 
 @key_group.command("list")
@@ -51,7 +51,7 @@ def key_group():
 def key_list(ctx):
     """List the key slots (id, KDF, cost)."""
     for s in keyslots.list_slots(_store(ctx)):
-        write(f"{s['id']}  {s['kdf']} n={s['n']}\n")
+        write(f"{s['id']}  {s['kdf']} " + (f"n={s['n']}" if "n" in s else f"key={s['key']}") + "\n")
 
 
 @key_group.command("add")
@@ -70,6 +70,30 @@ def key_remove(ctx, slot_id):
     """Remove key slot SLOT_ID (revokes that passphrase; see docs/format.md §27 for what it does not do)."""
     keyslots.remove_slot(_store(ctx), slot_id)
     write(f"removed key slot {slot_id}\n")
+
+
+@key_group.command("rotate")
+@click.pass_context
+def key_rotate(ctx):
+    """Make a new data key for new objects; only this passphrase's slot is kept (add others again).
+
+    Older objects stay readable under the old key, kept in the config until 'snapstore key rekey'.
+    """
+    write(f"new data key {keyslots.rotate_key(_store(ctx))}: new objects are sealed under it; "
+          "other passphrases' slots were dropped (snapstore key add); run 'snapstore key rekey' "
+          "to rewrite older objects\n")
+
+
+@key_group.command("rekey")
+@click.pass_context
+def key_rekey(ctx):
+    """Rewrite every object sealed under an older data key, then drop those keys from the config.
+
+    Stop writers that opened the repository before 'key rotate' first. Safe to interrupt and run again.
+    """
+    got = keyslots.rekey(_store(ctx))
+    dropped = ", ".join(got["dropped"]) or "none"
+    write(f"rewrote {got['rewritten']} object(s) under key {got['key_id']}; dropped retired key(s): {dropped}\n")
 
 
 COMMANDS = (key_group,)

@@ -11,8 +11,9 @@ from datetime import timedelta
 
 import click
 
-from ..errors import IntegrityError, RepositoryError, RunNotFound, SnapstoreError
+from ..errors import IntegrityError, RunNotFound, SnapstoreError
 from ..manager import retention
+from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
 from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
                      prices_text, summary_json, table_text, usd, write)
@@ -410,7 +411,9 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
     operations, and after a gc with a grace period the packs it repacked (retired-pack).
     """
-    mgr = state_of(ctx).manager()
+    # not opened here: verify opens it (never creating one), or, for an encrypted repository
+    # without $SNAPSTORE_PASSPHRASE, checks its structure from the stored bytes (format.md §27)
+    mgr = state_of(ctx).manager(create=True)
     progress = Progress(not as_json)
     kwargs = {}
     if progress.tty:
@@ -475,13 +478,26 @@ def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_
     settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
     location = state_of(ctx).location
     probe_store(location)  # an unreachable S3 endpoint: one clear error and exit 1, before listening
-    try:  # an encrypted repository without its passphrase (or with a wrong one): refused before listening
-        state_of(ctx).manager()
-    except RepositoryError:
-        pass  # no repository yet: the first save creates it
+    _check_keys(location)
     write(f"snapstore: serving {location} on http://{host}:{port}/ "
            f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
     serve(location, host=host, port=port, settings=settings, log_level=log_level)
+
+
+def _check_keys(location: str) -> None:
+    """Open the repository at ``location`` (if there is one) as the service will, so that a
+    wrong or missing passphrase ($SNAPSTORE_PASSPHRASE, docs/format.md §27) is one line and exit 1
+    before listening, not a 500 on every request.
+
+    Raises:
+        WrongPassphrase / EncryptionError: the repository's keys do not fit the passphrase given.
+    """
+    from ..errors import RepositoryNotFound
+    try:
+        with CheckpointManager(location, create=False) as mgr:
+            mgr.repo
+    except RepositoryNotFound:
+        pass  # an empty location: the first save creates the repository
 
 
 COMMANDS = (prune_cmd, gc_cmd, stats_cmd, verify_cmd, serve_cmd)

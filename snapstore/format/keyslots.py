@@ -1,8 +1,9 @@
 """The config's ``encryption`` section: the data key wrapped in key slots (docs/format.md §27).
 
-Pure functions; no I/O. A repository's data key (32 random bytes) never leaves the client in
-the clear: each slot holds it encrypted (AES-256-GCM) under a key derived from a passphrase with
-scrypt. From the data key come, by keyed blake3 with distinct contexts, the content-id key (the
+Pure functions; no I/O of their own (a KMS slot's wrap and unwrap go through the KMS key object
+passed in, :class:`snapstore.stores.kms.KmsKey`). A repository's data key (32 random bytes) never
+leaves the client in the clear: each slot holds it encrypted (AES-256-GCM) under a key derived
+from a passphrase with scrypt, or wrapped by AWS KMS (:mod:`snapstore.format.kmsslots`). From the data key come, by keyed blake3 with distinct contexts, the content-id key (the
 config's ``key`` of an unencrypted repository, §2) and the master key of the per-object keys
 (:mod:`snapstore.format.sealed`).
 """
@@ -109,9 +110,12 @@ def check_section(d) -> dict:
     """
     def bad(why):
         raise IntegrityError("config", f"malformed encryption section: {why}")
-    if not isinstance(d, dict) or d.get("version") != SECTION_VERSION or d.get("cipher") != CIPHER \
-            or d.get("segment") != 65536:
+    from . import keyring
+    if not isinstance(d, dict) or d.get("version") not in (SECTION_VERSION, keyring.ROTATED_VERSION) \
+            or d.get("cipher") != CIPHER or d.get("segment") != 65536:
         bad("unknown version, cipher or segment size")
+    if d["version"] == keyring.ROTATED_VERSION:
+        keyring.check(d)  # a rotated key: the retired keys and the content key (format.md §27 "Rotation")
     if not isinstance(d.get("key_id"), str) or not _HEX8.match(d["key_id"]):
         bad("key_id is not 8 hex digits")
     if not isinstance(d.get("mac"), str) or not re.match(r"^[0-9a-f]{64}$", d["mac"]):
@@ -119,7 +123,12 @@ def check_section(d) -> dict:
     slots = d.get("slots")
     if not isinstance(slots, list) or not 1 <= len(slots) <= MAX_SLOTS:
         bad(f"slots is not a list of 1-{MAX_SLOTS}")
+    from . import kmsslots
     for s in slots:
+        if kmsslots.is_kms(s):
+            if not kmsslots.shape_ok(s):
+                bad(f"a KMS slot is not the documented shape: {str(s)[:80]!r}")
+            continue
         try:
             ok = (isinstance(s, dict) and s.get("kdf") == "scrypt" and _HEX8.match(s["id"])
                   and all(type(s[k]) is int for k in ("n", "r", "p"))
@@ -140,6 +149,8 @@ def unlock(section: dict, passphrase: str, repo_id: str) -> bytes:
     """
     from cryptography.exceptions import InvalidTag
     for s in section["slots"]:
+        if s.get("kdf") != "scrypt":
+            continue  # a KMS slot (format/kmsslots.py) opens with a KMS key, not a passphrase
         kek = _kek(passphrase, bytes.fromhex(s["salt"]), s["n"], s["r"], s["p"])
         try:
             return _aesgcm()(kek).decrypt(bytes(12), bytes.fromhex(s["wrapped"]),
@@ -148,6 +159,34 @@ def unlock(section: dict, passphrase: str, repo_id: str) -> bytes:
             continue
     raise WrongPassphrase(f"wrong passphrase: no key slot of repository {repo_id} opens with it "
                           f"({len(section['slots'])} slot(s))")
+
+
+def unlock_kms(section: dict, kms, repo_id: str) -> bytes:
+    """The data key (32 bytes) a KMS slot of ``section`` for ``kms`` (a
+    :class:`~snapstore.stores.kms.KmsKey`, or anything with its ``key`` and ``unwrap``) opens.
+
+    Raises:
+        WrongPassphrase: no KMS slot names that key, or KMS does not open it.
+        StoreError / CredentialsError: KMS refused or cannot be reached.
+    """
+    from . import kmsslots
+    mine = [s for s in section["slots"] if kmsslots.is_kms(s) and s["key"] == kms.key]
+    if not mine:
+        raise WrongPassphrase(f"no KMS key slot of repository {repo_id} names KMS key {kms.key}")
+    last = None
+    for s in mine:
+        try:
+            return kms.unwrap(bytes.fromhex(s["wrapped"]), repo_id, section["key_id"], s["id"])
+        except WrongPassphrase as e:
+            last = e
+    raise last
+
+
+def new_kms_slot(data_key: bytes, kms, repo_id: str, key_id: str) -> dict:
+    """A new KMS slot: ``data_key`` wrapped by ``kms`` (a KmsKey) with the slot's context."""
+    from . import kmsslots
+    slot_id = os.urandom(4).hex()
+    return kmsslots.make(slot_id, kms.key, kms.wrap(data_key, repo_id, key_id, slot_id))
 
 
 def with_slot(section: dict, data_key: bytes, passphrase: str, repo_id: str, n: int = SCRYPT_N) -> tuple[dict, str]:

@@ -36,8 +36,9 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
+import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["Seen", "seen", "set_seen", "own_view"]
 
@@ -56,6 +57,9 @@ class Seen:
         known: ``seq``/``write_id`` are a head record the caller saw (False: it only read an older
             checkpoint by id and never saw the head; operations that move the head then act on
             the head they read, as for a caller without a view).
+        wall: the caller's wall-clock time (``time.time()``, seconds) when it recorded this view;
+            an older record put back in place of the one it saw was created before it
+            (:mod:`snapstore.manager.replay`).
     """
 
     checkpoint_id: str | None
@@ -63,6 +67,7 @@ class Seen:
     write_id: str | None
     at_head: bool = True
     known: bool = True
+    wall: float = field(default_factory=time.time, compare=False)
 
     def matches(self, checkpoint_id: str | None, seq: int | None, write_id: str | None) -> bool:
         """True if a save may continue: the run's head (checkpoint id, newest log position, its

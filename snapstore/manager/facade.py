@@ -40,7 +40,7 @@ from . import fork, outcomes, publish, read, retention, rollback, runcache, runr
 from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
 from .state import ManagerState
-from ..errors import InvalidInputError
+from ..errors import EncryptionError, InvalidInputError
 from ..repo.packcache import DEFAULT_LIMIT as PACK_CACHE_BYTES
 from ..repo.repository import Repository
 from ..stores import open_store
@@ -525,10 +525,24 @@ class CheckpointManager:
             accept_missing: manifests deleted outside snapstore (``missing-manifest`` errors below
                 a run's newest record, docs/format.md §16) are put on record as removed: their
                 checkpoints are lost, and they are reported as ``accepted-missing`` warnings.
+        An encrypted repository opened without its passphrase is checked for its structure only
+        (:func:`snapstore.maintenance.sealedcheck.verify_structure`: sizes, trailers, key names,
+        log positions; a ``not-decrypted`` warning says what was not checked; ``read_data`` and
+        ``accept_missing`` need the key).
+
         Raises:
             RepositoryNotFound: the location holds no repository (a read never creates one).
+            EncryptionError: ``accept_missing`` on an encrypted repository without its passphrase.
         """
+        from ..maintenance import sealedcheck
         from ..maintenance.verify import verify
+        if not crypt.is_sealed(self.store):
+            cfg = sealedcheck.encrypted_config(self.store)
+            if cfg is not None:
+                if accept_missing:
+                    raise EncryptionError("verify --accept-missing writes a removal record: give the repository's "
+                                          "passphrase (SNAPSTORE_PASSPHRASE)")
+                return sealedcheck.verify_structure(self.store, cfg, progress)
         return verify(self.state.repository(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 
     def gc(self, grace_period: float | None = None, dry_run: bool = False, progress=None, *,

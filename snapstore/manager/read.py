@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from . import callers, firstread, history, views
+from . import callers, firstread, history, replay, views
 from ..repo.log import runmarks
 from .callers import Seen
 from .checkpoint import Checkpoint, CheckpointSummary, make_checkpoint
@@ -94,7 +94,8 @@ def get(mgr, run_id: str, checkpoint_id: str) -> Checkpoint:
             prev = callers.seen(mgr, run_id)
             callers.set_seen(mgr, run_id, Seen(m.checkpoint_id, prev.seq if prev else None,
                                                prev.write_id if prev else None, at_head=False,
-                                               known=prev is not None and prev.known))
+                                               known=prev is not None and prev.known,
+                                               **({"wall": prev.wall} if prev else {})))
         return make_checkpoint(mgr.repo, m, msgs)
 
 
@@ -105,7 +106,9 @@ def head(mgr, run_id: str) -> CheckpointSummary | None:
     if not mgr.state.exists():
         return None
     rk = mgr.state.run_key(run_id)
-    m = history.resolve(mgr.repo, rk, mgr.repo.head(rk))
+    newest = mgr.repo.head(rk)
+    replay.check_newest(mgr, run_id, rk, newest)
+    m = history.resolve(mgr.repo, rk, newest)
     return None if m is None else CheckpointSummary.from_manifest(m)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import callers, history
+from . import callers, history, replay
 from .callers import Seen
 from .checkpoint import EMPTY_RUN
 from ..errors import ConflictError, InvalidInputError
@@ -93,10 +93,12 @@ def load_view(mgr, run_id: str, listed: list | None = None) -> RunView:
         The run's :class:`RunView`, loaded.
 
     Raises:
-        InvalidRunIdError: a bad run id; StoreError / IntegrityError: as the reads.
+        InvalidRunIdError: a bad run id; StoreError / IntegrityError: as the reads;
+        HeadReplayed: encrypted, and the run went back below what the calling context saw.
     """
     rk = mgr.state.run_key(run_id)
     newest = mgr.repo.head(rk, listed)
+    replay.check_newest(mgr, run_id, rk, newest)  # encrypted: an older head put back is refused (§27)
     v = mgr.state.views.get(run_id) or RunView()
     v.head_seq = newest.seq if newest else None
     v.head_write_id = newest.write_id if newest else None

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError
-from ..format import keyslots, sealed
+from ..format import keyring, keyslots, sealed
 from .base import ObjectInfo, check_range, store_capabilities
 
 CONFIG = "config"
@@ -63,25 +63,28 @@ class SealedStore:
     Args:
         inner: the store holding the sealed bytes (any ObjectStore; closed with this one).
         passphrase: opens a key slot of the repository's config, or the first slot of a
-            repository created through this store (a non-empty str).
+            repository created through this store (a non-empty str; or None with ``kms``).
         scrypt_n: the scrypt cost of slots made through this store (a power of two; default
             :data:`~snapstore.format.keyslots.SCRYPT_N`).
+        kms: a :class:`~snapstore.stores.kms.KmsKey` that opens a KMS slot (tried before the
+            passphrase), or makes the first slot of a repository created without a passphrase.
     Raises (on first use, from any method):
         EncryptionError: the location holds an unencrypted repository.
         WrongPassphrase: no slot opens with ``passphrase``.
         IntegrityError: a sealed object does not authenticate (names the key and the key id).
     """
 
-    def __init__(self, inner, passphrase: str, scrypt_n: int = keyslots.SCRYPT_N):
-        if not isinstance(passphrase, str) or not passphrase:
+    def __init__(self, inner, passphrase: str | None = None, scrypt_n: int = keyslots.SCRYPT_N, *, kms=None):
+        if not (passphrase is None and kms is not None) and (not isinstance(passphrase, str) or not passphrase):
             raise EncryptionError("the passphrase must be a non-empty string")
-        self.inner, self.passphrase, self.scrypt_n = inner, passphrase, scrypt_n
+        self.inner, self.passphrase, self.scrypt_n, self.kms = inner, passphrase, scrypt_n, kms
         self.url = inner.url
         self.stats = inner.stats
         self.capabilities = store_capabilities(inner)
         self._lock = threading.Lock()
         self._trailers: OrderedDict[str, bytes] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
+        self._masters: dict[bytes, bytes] = {}  # key id -> object master: the current key and retired ones
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
         self._unlocked_from: bytes | None = None  # the config the keys came from
 
@@ -94,7 +97,7 @@ class SealedStore:
         if cfg.encryption is None:
             raise EncryptionError(f"the repository at {self.url} is not encrypted, but a passphrase was given "
                                   "(open it without one; an encrypted repository is chosen at init)")
-        data_key = keyslots.unlock(cfg.encryption, self.passphrase, cfg.repo_id)
+        data_key = self._unwrap(cfg.encryption, cfg.repo_id)
         import hmac
         if not hmac.compare_digest(keyslots.config_mac(data_key, cfg), cfg.encryption["mac"]):
             raise IntegrityError(CONFIG, "the config's settings do not match its MAC: changed outside snapstore "
@@ -102,9 +105,30 @@ class SealedStore:
         self._set_keys(cfg.repo_id, cfg.encryption, data_key)
         self._unlocked_from = data
 
+    def _unwrap(self, section: dict, repo_id: str) -> bytes:
+        from ..errors import WrongPassphrase
+        if self.kms is not None:
+            try:
+                return keyslots.unlock_kms(section, self.kms, repo_id)
+            except WrongPassphrase:
+                if self.passphrase is None:
+                    raise
+        return keyslots.unlock(section, self.passphrase, repo_id)
+
+    def new_slot(self, data_key: bytes, repo_id: str, key_id: str) -> dict:
+        """A slot wrapping ``data_key`` for this store's way in: its passphrase, else its KMS key."""
+        if self.passphrase is not None:
+            return keyslots.make_slot(data_key, self.passphrase, repo_id, key_id, self.scrypt_n)
+        return keyslots.new_kms_slot(data_key, self.kms, repo_id, key_id)
+
     def _set_keys(self, repo_id: str, section: dict, data_key: bytes) -> None:
-        self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), keyslots.object_master(data_key),
-                      keyslots.content_key(data_key), data_key, section)
+        content = keyring.content_key_of(section, data_key, repo_id, keyslots.content_key)
+        masters = {bytes.fromhex(i): keyslots.object_master(k)
+                   for i, k in keyring.retired_keys(section, data_key, repo_id).items()}
+        master = keyslots.object_master(data_key)
+        masters[bytes.fromhex(section["key_id"])] = master
+        self._masters = masters
+        self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), master, content, data_key, section)
 
     def _ensure(self):
         if self._keys is None:
@@ -133,20 +157,39 @@ class SealedStore:
         Raises:
             EncryptionError: the passphrase or cost is unusable.
         """
-        section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
+        if self.passphrase is not None:
+            section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
+        else:  # a repository a KMS key opens, no passphrase
+            data_key, key_id = os.urandom(32), os.urandom(4).hex()
+            section = {"version": keyslots.SECTION_VERSION, "cipher": keyslots.CIPHER, "segment": sealed.SEGMENT,
+                       "key_id": key_id, "slots": [self.new_slot(data_key, cfg.repo_id, key_id)]}
         cfg.encryption = section
         cfg.key = keyslots.content_key(data_key)
         section["mac"] = keyslots.config_mac(data_key, cfg)
         with self._lock:
             self._set_keys(cfg.repo_id, section, data_key)
 
+    def rekeyed(self, cfg, data_key: bytes, config_bytes: bytes) -> None:
+        """Use the keys of ``cfg`` (a config this store just wrote, ``config_bytes`` as stored,
+        whose current data key is ``data_key``): after a rotation or a retired key dropped."""
+        with self._lock:
+            self._set_keys(cfg.repo_id, cfg.encryption, data_key)
+            self._unlocked_from = config_bytes
+            self._trailers.clear()
+
+    def sealed_key_id(self, trailer: bytes) -> str | None:
+        """The key id (8 hex digits) a stored object's last 33 bytes name, or None if they are not
+        a sealed trailer."""
+        parsed = sealed.parse_trailer(trailer)
+        return None if parsed is None else parsed[0].hex()
+
     def data_key(self) -> bytes:
         """The data key (32 bytes) this store unlocked (for adding a key slot)."""
         return self._ensure()[4]
 
     # -- sealing ---------------------------------------------------------------------------------
-    def _aead(self, salt: bytes):
-        return _AESGCM()(keyslots.object_key(self._ensure()[2], salt))
+    def _aead(self, salt: bytes, master: bytes | None = None):
+        return _AESGCM()(keyslots.object_key(self._ensure()[2] if master is None else master, salt))
 
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
@@ -163,15 +206,19 @@ class SealedStore:
         if parsed is None:
             raise self._fail(key, "not a sealed object (plaintext, or foreign)")
         key_id, _, plain_len = parsed
-        if key_id != self._ensure()[1]:
+        self._ensure()
+        if key_id not in self._masters:
             raise self._fail(key, f"sealed under key {key_id.hex()}, which this repository does not have")
         return t, plain_len
 
     def _open(self, key: str, trailer: bytes, first: int, data: bytes) -> bytes:
         from cryptography.exceptions import InvalidTag
         salt = trailer[9:25]
+        master = self._masters.get(trailer[5:9])
+        if master is None:  # (a remembered trailer of a key dropped since)
+            raise self._fail(key, f"sealed under key {trailer[5:9].hex()}, which this repository does not have")
         try:
-            return sealed.open_segments(self._aead(salt), trailer, self._ensure()[0], key, first, data)
+            return sealed.open_segments(self._aead(salt, master), trailer, self._ensure()[0], key, first, data)
         except (InvalidTag, ValueError) as e:
             raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
 
@@ -338,10 +385,20 @@ class SealedStore:
         """Close the inner store."""
         self.inner.close()
 
+    def _put_with_storage_class(self, key: str, data: bytes, storage_class: str) -> ObjectInfo:
+        """The inner store's ``put_with_storage_class`` (an archive bundle in an S3 storage class,
+        §28) of ``data`` sealed. Raises as the inner store."""
+        self._forget(key)
+        return _info(self.inner.put_with_storage_class(key, self._seal(key, data), storage_class), len(data))
+
     def __getattr__(self, name):
-        # the optional methods the inner store's capabilities declare (leftovers, versioning, ...)
-        if name in ("leftovers", "remove_leftovers", "check_versioning", "remove_empty_dirs", "compact"):
+        # the optional methods the inner store's capabilities declare (leftovers, versioning, ...),
+        # and an S3 store's storage-class methods (§28): restores carry no data; a put is sealed
+        if name in ("leftovers", "remove_leftovers", "check_versioning", "remove_empty_dirs", "compact",
+                    "restore_state", "request_restore"):
             return getattr(self.inner, name)
+        if name == "put_with_storage_class" and hasattr(self.inner, name):
+            return self._put_with_storage_class
         raise AttributeError(name)
 
 
