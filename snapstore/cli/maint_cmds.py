@@ -155,7 +155,8 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
 # repository-wide
 
 _GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index record"),
-                  ("forward", "forwarding-map object"), ("gc", "gc record"))
+                  ("forward", "forwarding-map object"), ("gc", "gc record"), ("bundles", "archive bundle"),
+                  ("bundle index", "bundle index record"))
 
 
 def gc_lines(rep) -> list[tuple[str, str]]:
@@ -231,7 +232,34 @@ def gc_lines(rep) -> list[tuple[str, str]]:
     if rep.leftovers_pending:
         rows.append(("leftovers", f"{plural(rep.leftovers_pending, 'temporary file or upload')} younger than the "
                                   "grace period left in place (a write may still be running)"))
+    rows += bundle_lines(rep)
     rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
+    return rows
+
+
+def usd(x: float) -> str:
+    """Dollars: cents from $0.01 up, three significant digits below (a fee on a small bundle)."""
+    return f"${x:.2f}" if x >= 0.01 else f"${x:.3g}"
+
+
+def bundle_lines(rep) -> list[tuple[str, str]]:
+    """Rows of a GCReport about archive bundles (docs/format.md §28): waiting, held for their
+    class's minimum duration (with the fee), deleted early (``--force``), kept partly dead."""
+    rows = []
+    if rep.pending_bundles:
+        rows.append(("bundles", f"{plural(rep.pending_bundles, 'archive bundle')} serving no live checkpoint "
+                                f"wait for the grace period ({human_duration(rep.grace_period)})"))
+    if rep.held_bundles:
+        days = min(h["days_left"] for h in rep.held_bundles)
+        rows.append(("held", f"{plural(len(rep.held_bundles), 'dead archive bundle')} kept for the storage "
+                             f"class's minimum duration ({days:.1f} days left at least); deleting "
+                             f"{'them' if len(rep.held_bundles) != 1 else 'it'} now would cost {usd(rep.held_fee)} "
+                             "in early-deletion fees ('snapstore gc --force')"))
+    if rep.early_deletion_fee:
+        rows.append(("fee", f"{usd(rep.early_deletion_fee)} early-deletion fee for the bundles --force deleted"))
+    if rep.partly_dead_bundles:
+        rows.append(("kept", f"{plural(len(rep.partly_dead_bundles), 'archive bundle')} partly dead, kept whole "
+                             "(a bundle is never rewritten: that would cost a retrieval and an early deletion)"))
     return rows
 
 
@@ -248,8 +276,11 @@ def gc_lines(rep) -> list[tuple[str, str]]:
               help="First remove the GC lock, whoever holds it: for a gc killed on another machine (its "
                    "lock goes stale 5 minutes after its last refresh; one killed on this machine is taken "
                    "over at once). Only when no gc is running.")
+@click.option("--force", is_flag=True,
+              help="Also delete dead archive bundles still within their storage class's minimum duration "
+                   "(S3 bills the rest of it; without --force they are kept and the fee is reported).")
 @click.pass_context
-def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force):
     """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
 
     Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
@@ -270,6 +301,8 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
                    f"gc_grace_period={kwargs['grace_period']:g} or less\n", err=True)
     if max_unused is not None:
         kwargs["max_unused"] = max_unused
+    if force:
+        kwargs["force"] = True
     progress = Progress(True)
     try:
         if break_lock:

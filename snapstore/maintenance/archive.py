@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import blake3
 
-from ..errors import IntegrityError, InvalidInputError, RunNotFound
+from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFound
 from ..format import keys
 from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
                              index_key)
@@ -35,6 +36,7 @@ from ..format.pack import Pack, PackBuilder
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
+from .bundlegc import switch_deadline
 from .forwarding import read_forward_map
 from .mark import Marker, MarkScope
 from .runs import list_runs, read_all_runs, segments_by_run
@@ -82,7 +84,7 @@ def _hook(hooks, name, **kw):
 def archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
             storage_class: str = "GLACIER_IR", retention_class: str = "default",
             expire_after_days: int | None = None, hooks: dict | None = None,
-            progress: Callable[[str, int, int], None] | None = None) -> ArchiveReport:
+            progress: Callable[[str, int, int], None] | None = None, grace_period: float = 3600.0) -> ArchiveReport:
     """Archive runs into bundles (module docstring; docs/format.md §28).
 
     Args:
@@ -97,6 +99,10 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         hooks: test hooks called after each step: ``after_mark``, ``after_bundle_put``,
             ``after_readback``, ``after_index`` (keyword arguments describe the state).
         progress: optional ``progress(phase, done, total)``.
+        grace_period: the grace period (seconds) of the GCs that may run beside: each bundle's
+            index record is written within half of it from the start of the bundle's upload, or
+            the bundle is deleted and nothing switched (GC collects an unindexed bundle older than
+            half of it, docs/format.md §28). 0: no GC runs meanwhile (no deadline).
     Returns:
         An :class:`ArchiveReport`.
     Raises:
@@ -104,9 +110,13 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         RunNotFound: a run named in ``run_ids`` has no record.
         IntegrityError / ObjectNotFound: a live checkpoint is unreadable, or the bundle read back
             differs from what was written (nothing is switched then).
+        ConflictError: a bundle's upload and check took longer than half ``grace_period`` (it
+            was deleted; nothing switched for its runs: archive again).
         StoreError: the store failed.
     """
     check_storage_class(storage_class)
+    if not isinstance(grace_period, (int, float)) or grace_period < 0:
+        raise InvalidInputError("grace_period must be a non-negative number of seconds")
     check_retention_class(retention_class)
     if expire_after_days is not None and (not isinstance(expire_after_days, int) or expire_after_days < 0):
         raise InvalidInputError("expire_after_days must be a non-negative integer or None")
@@ -177,7 +187,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             listed_sizes[pid] = info.size
     for gi, group in enumerate(groups):
         ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
-                                        now, hooks)
+                                        now, hooks, switch_deadline(grace_period))
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
         _hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
@@ -205,8 +215,11 @@ def _raw_size(repo: Repository, need: dict) -> int:
 
 
 def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict, storage_class: str,
-                  retention: str, month: str, now: datetime, hooks) -> tuple[BundleIndex, dict]:
-    """Build, write, read back and check one bundle; return its (unpublished) index record."""
+                  retention: str, month: str, now: datetime, hooks,
+                  deadline: float | None = None) -> tuple[BundleIndex, dict]:
+    """Build, write, read back and check one bundle; return its (unpublished) index record.
+    ``deadline``: seconds from the start of the upload within which the check must be over (else
+    the bundle is deleted and ConflictError raised), None for none."""
     store = repo.store
     bid = os.urandom(PACK_ID_BYTES)
     builder = PackBuilder(bid, level=BUNDLE_LEVEL)
@@ -229,6 +242,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     key = bundle_key(retention, month, bid)
     checksum = blake3.blake3(data).digest(16)
     put_class = getattr(store, "put_with_storage_class", None)
+    started = time.monotonic()
     if put_class is not None:
         put_class(key, data, storage_class)
     else:
@@ -252,6 +266,11 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
         if e is None or pack.entry_bytes(e) != raw:
             raise IntegrityError(key, f"bundle read back lacks entry {eid.hex()}; nothing switched")
     _hook(hooks, "after_readback", bundle=bid, key=key)
+    if deadline is not None and time.monotonic() - started > deadline:
+        # a GC beside may have found it unindexed and older than half its grace period: never switch it
+        store.delete_many([key])
+        raise ConflictError(f"bundle {key} took {time.monotonic() - started:.0f} s to write and check, more than "
+                            f"half the GC grace period ({deadline:.0f} s); deleted, nothing switched: archive again")
     runs = {rk: {"run": chosen[rk].live[0].run_id, "seqs": [m.seq for m in chosen[rk].live]} for rk in group}
     ix = BundleIndex(bid, key, storage_class, len(data), checksum, format_time(now), runs, sorted(replaces - {bid}))
     return ix, copied

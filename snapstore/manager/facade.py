@@ -589,7 +589,7 @@ class CheckpointManager:
         if isinstance(run_ids, str):
             run_ids = [run_ids]
         return archive(self.state.repository(False), run_ids, finished_before, storage_class,
-                       retention_class, expire_after_days, hooks, progress)
+                       retention_class, expire_after_days, hooks, progress, grace_period=self.gc_grace_period)
 
     def restore(self, run_ids, tier: str = "standard", days: int = 7, *, wait: bool = False,
                 poll_s: float = 60.0, timeout_s: float | None = None):
