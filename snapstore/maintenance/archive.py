@@ -64,6 +64,8 @@ class ArchiveReport:
         bytes_after: bytes of the bundles.
         index_bytes: bytes of the hot index records written.
         storage_class: the class the bundles were written with.
+        pruned: ids of the checkpoints a ``keep`` policy pruned before archiving
+            (:meth:`CheckpointManager.archive`).
     """
 
     runs: list = field(default_factory=list)
@@ -74,6 +76,7 @@ class ArchiveReport:
     bytes_after: int = 0
     index_bytes: int = 0
     storage_class: str = ""
+    pruned: list = field(default_factory=list)
 
 
 def _hook(hooks, name, **kw):
@@ -124,31 +127,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         finished_before = finished_before.replace(tzinfo=timezone.utc)
     rep = ArchiveReport(storage_class=storage_class)
     store = repo.store
-    listing = list_runs(repo)
-    wanted = None
-    if run_ids is not None:
-        wanted = {repo.run_key(r): r for r in run_ids}
-        for rk, r in wanted.items():
-            if rk not in listing.manifests:
-                raise RunNotFound(f"run {r!r} has no checkpoint")
-    keys_by_run = {rk: ks for rk, ks in listing.manifests.items() if wanted is None or rk in wanted}
-    logs = read_all_runs(repo, keys_by_run, logsegs_by_run={k: v for k, v in listing.logseg_positions().items()
-                                                            if k in keys_by_run})
-    bundles = repo.bundles.load()
-    done = archived_runs(bundles, {rk: [m.seq for m in log.live] for rk, log in logs.items()})
-    chosen = {}
-    for rk, log in logs.items():
-        name = log.head.run_id if log.head is not None else rk
-        if log.corrupt:
-            raise log.corrupt[0][1]
-        if not log.live:
-            rep.skipped[name] = "no live checkpoint"
-        elif rk in done:
-            rep.skipped[name] = "already archived"
-        elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
-            rep.skipped[name] = "has a checkpoint created on or after finished_before"
-        else:
-            chosen[rk] = log
+    chosen, rep.skipped = _select(repo, run_ids, finished_before)
     if not chosen:
         return rep
     # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
@@ -201,6 +180,54 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             progress("archive", gi + 1, len(groups))
     repo.bundles.load()
     return rep
+
+
+def select_runs(repo: Repository, run_ids: list | None = None,
+                finished_before: datetime | None = None) -> tuple[list, dict]:
+    """The runs :func:`archive` would archive now, without writing anything.
+
+    Args:
+        repo: the repository.
+        run_ids / finished_before: as :func:`archive`.
+    Returns:
+        ``(run ids chosen, {run id: why skipped})``.
+    Raises:
+        RunNotFound: a run named in ``run_ids`` has no record. IntegrityError: a log is corrupt.
+    """
+    if finished_before is not None and finished_before.tzinfo is None:
+        finished_before = finished_before.replace(tzinfo=timezone.utc)
+    chosen, skipped = _select(repo, run_ids, finished_before)
+    return [log.live[0].run_id for log in chosen.values()], skipped
+
+
+def _select(repo: Repository, run_ids, finished_before) -> tuple[dict, dict]:
+    """run key -> RunLog of the runs to archive, and run id -> why others are skipped."""
+    listing = list_runs(repo)
+    wanted = None
+    if run_ids is not None:
+        wanted = {repo.run_key(r): r for r in run_ids}
+        for rk, r in wanted.items():
+            if rk not in listing.manifests:
+                raise RunNotFound(f"run {r!r} has no checkpoint")
+    keys_by_run = {rk: ks for rk, ks in listing.manifests.items() if wanted is None or rk in wanted}
+    logs = read_all_runs(repo, keys_by_run, logsegs_by_run={k: v for k, v in listing.logseg_positions().items()
+                                                            if k in keys_by_run})
+    bundles = repo.bundles.load()
+    done = archived_runs(bundles, {rk: [m.seq for m in log.live] for rk, log in logs.items()})
+    chosen, skipped = {}, {}
+    for rk, log in logs.items():
+        name = log.head.run_id if log.head is not None else rk
+        if log.corrupt:
+            raise log.corrupt[0][1]
+        if not log.live:
+            skipped[name] = "no live checkpoint"
+        elif rk in done:
+            skipped[name] = "already archived"
+        elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
+            skipped[name] = "has a checkpoint created on or after finished_before"
+        else:
+            chosen[rk] = log
+    return chosen, skipped
 
 
 def _raw_size(repo: Repository, need: dict) -> int:
