@@ -237,11 +237,6 @@ def gc_lines(rep) -> list[tuple[str, str]]:
     return rows
 
 
-def usd(x: float) -> str:
-    """Dollars: cents from $0.01 up, three significant digits below (a fee on a small bundle)."""
-    return f"${x:.2f}" if x >= 0.01 else f"${x:.3g}"
-
-
 def bundle_lines(rep) -> list[tuple[str, str]]:
     """Rows of a GCReport about archive bundles (docs/format.md §28): waiting, held for their
     class's minimum duration (with the fee), deleted early (``--force``), kept partly dead."""
