@@ -6,6 +6,7 @@ Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 
@@ -334,9 +335,17 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force):
               help="Price per 1,000 PUT and LIST requests. [default: S3 Standard, 0.005]")
 @click.option("--price-get", type=click.FloatRange(min=0), metavar="USD",
               help="Price per 1,000 GET and HEAD requests. [default: S3 Standard, 0.0004]")
+@click.option("--cost", is_flag=True,
+              help="Also the bill per storage class (archive bundles in theirs): $/month with S3's per-object "
+                   "rules, the early-deletion charge still owed, the transition and a restore of every bundle.")
+@click.option("--tier", type=click.Choice(("bulk", "standard", "expedited")), default="bulk", show_default=True,
+              help="Restore tier of the --cost restore estimate.")
+@click.option("--prices", "prices_file", type=click.File("r"), metavar="FILE.json",
+              help="Price overrides for --cost: {\"gb_month\": {\"DEEP_ARCHIVE\": 0.0018}, ...} "
+                   "(tables gb_month, put_per_1000, get_per_1000, retrieval_per_gb, restore_per_1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.pass_context
-def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
+def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, prices_file):
     """Repository size, deduplication ratio, object counts, this command's store requests and an
     estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
     mgr = state_of(ctx).manager()
@@ -347,7 +356,17 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
         prices["PUT"] = prices["LIST"] = price_put / 1000
     if price_get is not None:
         prices["GET"] = prices["HEAD"] = price_get / 1000
-    st = mgr.stats(prices=prices) if prices else mgr.stats()
+    kw = {}
+    if cost:
+        kw = {"cost": True, "tier": tier}
+        if prices_file is not None:
+            try:
+                kw["class_prices"] = json.load(prices_file)
+            except ValueError as e:
+                raise CommandError(f"--prices: not JSON ({e})", 2) from e
+    elif prices_file is not None:
+        raise CommandError("--prices goes with --cost", 2)
+    st = mgr.stats(prices=prices, **kw) if prices else mgr.stats(**kw)
     if as_json:
         emit_json(st)
         return
@@ -402,7 +421,25 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
             tail.append(("prices", f"{prices_text(cost['prices'])} ({source})"))
     if tail:
         out += kv_text(tail, width)
+    if isinstance(st.get("bill"), dict):
+        out += bill_text(st["bill"])
     write(out)
+
+
+def bill_text(b: dict) -> str:
+    """The ``stats --cost`` section: a row per storage class, then the totals."""
+    rows = [[f"  {cls}", str(r["objects"]), human_size(r["bytes"]), human_size(r["billed_bytes"]),
+             usd(r["per_month"]), usd(r["early_deletion_owed"])] for cls, r in sorted(b["classes"].items())]
+    out = table_text(["bill:", "OBJECTS", "SIZE", "BILLED", "$/MONTH", "EARLY DELETION OWED"], rows,
+                     right={1, 2, 3, 4, 5})
+    t, r = b["transition"], b["restore_once"]
+    return out + kv_text([
+        ("per month", f"{usd(b['per_month'])} (S3 public prices, us-east-1; per-object minimums and overheads "
+                      "counted)"),
+        ("early deletion", f"{usd(b['early_deletion_owed'])} owed if everything were deleted now (minimum durations)"),
+        ("transition", f"{usd(t['usd'])} for the {plural(t['requests'], 'PUT')} that wrote the bundles in their class"),
+        ("restore once", f"{usd(r['usd'])} to read every bundle once ({plural(r['requests'], 'restore request')} "
+                         f"at the {r['tier']} tier, {r['gb']:.4f} GB retrieved)")])
 
 
 _VERIFY_CODES = (("corrupt", 1), ("missing", 2))

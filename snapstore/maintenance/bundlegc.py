@@ -43,8 +43,12 @@ Intelligent-Tiering at its frequent-access tier)."""
 MIN_BILLED_BYTES = {"STANDARD_IA": 128 << 10, "GLACIER_IR": 128 << 10}
 """Classes that bill a smaller object as this many bytes."""
 
-OVERHEAD_BYTES = {"GLACIER": 40 << 10, "DEEP_ARCHIVE": 40 << 10}
-"""Classes that bill this many bytes more per object (its index and metadata)."""
+OVERHEAD_BYTES = {"GLACIER": 32 << 10, "DEEP_ARCHIVE": 32 << 10}
+"""Classes that bill this many bytes more per object at the class's price (its index)..."""
+
+STANDARD_OVERHEAD_BYTES = {"GLACIER": 8 << 10, "DEEP_ARCHIVE": 8 << 10}
+"""... and this many more at STANDARD's price (its name and metadata): 40 KiB in all, as S3 bills
+them; only the class part has the minimum duration."""
 
 KEEP_PARTLY_DEAD = True
 """A bundle that still serves a live checkpoint is kept whole, never rewritten: GC does not read
@@ -52,16 +56,25 @@ bundles, rewriting one means a retrieval (for GLACIER/DEEP_ARCHIVE a restore, ho
 early-deletion fee of the old one, and its dead part is cheap to keep in the classes bundles go to."""
 
 
-def billed_bytes(storage_class: str, size: int) -> int:
-    """Bytes S3 bills for one object of ``size`` bytes in ``storage_class`` (minimum size, overhead)."""
+def class_billed_bytes(storage_class: str, size: int) -> int:
+    """Bytes S3 bills at ``storage_class``'s price for one object of ``size`` bytes (its minimum
+    size, and the class part of its overhead)."""
     return max(size, MIN_BILLED_BYTES.get(storage_class, 0)) + OVERHEAD_BYTES.get(storage_class, 0)
 
 
-def early_deletion_fee(storage_class: str, size: int, age_days: float) -> float:
+def billed_bytes(storage_class: str, size: int) -> int:
+    """All the bytes S3 bills for one object of ``size`` bytes in ``storage_class`` (the class part
+    and the part at STANDARD's price)."""
+    return class_billed_bytes(storage_class, size) + STANDARD_OVERHEAD_BYTES.get(storage_class, 0)
+
+
+def early_deletion_fee(storage_class: str, size: int, age_days: float, price_gb_month: float | None = None) -> float:
     """USD S3 charges for deleting an object of ``size`` bytes in ``storage_class`` at ``age_days``
-    days old: the rest of the class's minimum duration at its price (0 once it has passed)."""
+    days old: the rest of the class's minimum duration for its class-billed bytes at its price
+    (``price_gb_month``, default :data:`PRICE_GB_MONTH`); 0 once the minimum has passed."""
     left = max(0.0, MIN_STORAGE_DAYS.get(storage_class, 0) - age_days)
-    return billed_bytes(storage_class, size) / 2 ** 30 * PRICE_GB_MONTH.get(storage_class, 0.0) * left / 30.0
+    price = PRICE_GB_MONTH.get(storage_class, 0.0) if price_gb_month is None else price_gb_month
+    return class_billed_bytes(storage_class, size) / 2 ** 30 * price * left / 30.0
 
 
 def switch_deadline(grace_period: float) -> float | None:

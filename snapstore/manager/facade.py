@@ -644,13 +644,18 @@ class CheckpointManager:
         rep = restore(self.state.repository(False), list(run_ids), tier, days, wait, poll_s, timeout_s)
         return rep
 
-    def stats(self, prices: dict | None = None) -> dict:
+    def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
+              tier: str = "bulk") -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
-        estimated cost at S3 Standard list prices (override with ``prices``).
+        estimated cost at S3 Standard list prices (override with ``prices``). With ``cost``, also
+        ``bill``: storage per class (bundles in theirs), $/month, the early-deletion charge still
+        owed, transition and restore estimates (:func:`snapstore.maintenance.bill.bill`; prices
+        overridden by ``class_prices``, restores at ``tier``).
 
         Raises:
-            RepositoryNotFound: the location holds no repository (a read never creates one)."""
+            RepositoryNotFound: the location holds no repository (a read never creates one).
+            InvalidInputError: a bad tier or price override."""
         from ..maintenance.stats import stats
-        return stats(self.state.repository(False), prices)
+        return stats(self.state.repository(False), prices, cost, class_prices, tier)
 

@@ -202,7 +202,7 @@ def test_minimum_duration_holds_until_forced_and_a_reused_run_id_is_not_archived
     h = g.held_bundles[0]
     assert h["key"] == bkey and h["class"] == "DEEP_ARCHIVE" and 179.9 < h["days_left"] <= 180
     assert g.held_fee == pytest.approx(early_deletion_fee("DEEP_ARCHIVE", size, 0.0), rel=1e-3)
-    assert g.held_fee == pytest.approx((size + 40 * 1024) / 2 ** 30 * 0.00099 * 6, rel=1e-3)
+    assert g.held_fee == pytest.approx((size + 32 * 1024) / 2 ** 30 * 0.00099 * 6, rel=1e-3)
     again = [SYSTEM, {"role": "user", "content": "a new run under an old id"}]
     CheckpointManager(store).save("s-0", again, step=0)  # a new manager: it knows nothing of the run
     m.gc(grace_period=0)
