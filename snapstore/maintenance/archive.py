@@ -47,6 +47,11 @@ BUNDLE_MAX_RAW = 512 << 20
 """A group of small runs is closed once it holds this many raw bytes (about 16-128 MiB compressed)."""
 BUNDLE_LEVEL = 19
 """zstd level of bundle blocks."""
+BUNDLE_ZSTD_PARAMS: dict | None = None
+"""More zstd parameters for bundle blocks (:class:`~snapstore.format.pack.PackBuilder`'s
+``zstd_params``, e.g. long-range matching); None: level 19's own. Measured on the shared
+trajectories (``benchmarks/archive_size.py --level/--ldm``), neither a higher level nor long-range
+matching pays inside 4 MiB blocks (docs/format.md §28)."""
 BUNDLE_BLOCK = 4 << 20
 """Largest raw data block of a bundle (bytes): what a ranged read of one entry fetches at most."""
 
@@ -249,7 +254,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     the bundle is deleted and ConflictError raised), None for none."""
     store = repo.store
     bid = os.urandom(PACK_ID_BYTES)
-    builder = PackBuilder(bid, level=BUNDLE_LEVEL)
+    builder = PackBuilder(bid, level=BUNDLE_LEVEL, zstd_params=BUNDLE_ZSTD_PARAMS)
     copied: dict = {}
     replaces: set = set()
     for rk in group:
