@@ -282,7 +282,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     _hook(hooks, "after_bundle_put", bundle=bid, key=key)
     # read back whole and check every byte before anything names the bundle; a class that
     # cannot be read in place is checked from the bytes sent, and its stored size and ETag
-    if storage_class in COLD_CLASSES:
+    if storage_class in COLD_CLASSES and put_class is not None:  # elsewhere the class is only recorded
         info = store.head(key)
         etag = (info.etag or "").strip('"')
         if info.size != len(data) or ("-" not in etag and etag and etag != hashlib.md5(data).hexdigest()):

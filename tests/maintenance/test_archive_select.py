@@ -84,3 +84,23 @@ def test_cli_archive_keep_last_and_idle(tmp_path):
     out = cli(repo, "archive", "long", "--keep-last", "1").stdout
     assert "pruned first:        29 checkpoints the policy does not keep" in out, out
     assert len(CheckpointManager(LocalStore(tmp_path / "repo")).list("long")) == 1
+
+
+@pytest.mark.parametrize("kind", ["local", "sqlite"])
+def test_cold_class_on_a_store_that_only_records_it(kind, store_factory):
+    """DEEP_ARCHIVE on a directory or SQLite file (the class is only recorded): the bundle is read
+    back and checked like any other (it was refused: a local ETag is no MD5), and a policy
+    archive round-trips."""
+    store = store_factory(kind)
+    m = CheckpointManager(store)
+    fill(m)
+    expect = {s.id for s in m.prune(keep_last=2, dry_run=True)}
+    before = snapshot(m)
+    rep = m.archive(storage_class="DEEP_ARCHIVE", keep={"keep_last": 2})
+    assert set(rep.pruned) == expect and len(rep.bundles) == 1
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    kept = {run: ([c for c in v[0] if c[0] not in expect], v[1], [c for c in v[2] if c[0] not in expect])
+            for run, v in before.items()}
+    f = CheckpointManager(store)
+    assert snapshot(f) == kept and packs(store) == [] and f.verify(read_data=True).ok
