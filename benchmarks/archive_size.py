@@ -14,7 +14,7 @@ conversation is saved checkpoint by checkpoint into a fresh local repository (on
 
 Every archived checkpoint is read back and compared with what was saved (exit 1 on a mismatch).
 
-    python benchmarks/archive_size.py [--data DIR] [--json OUT]
+    python benchmarks/archive_size.py [--data DIR] [--json OUT] [--level N] [--ldm] [--window-log N]
 """
 
 from __future__ import annotations
@@ -112,7 +112,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="trajectories directory")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument("--level", type=int, default=None, help="zstd level of bundle blocks (default: archive's, 19)")
+    ap.add_argument("--ldm", action="store_true", help="long-range matching in bundle blocks (enable_ldm)")
+    ap.add_argument("--window-log", type=int, default=None, help="zstd window_log of bundle blocks")
     a = ap.parse_args(argv)
+    from snapstore.maintenance import archive as archive_mod
+    if a.level is not None:
+        archive_mod.BUNDLE_LEVEL = a.level
+    params = {**({"enable_ldm": 1} if a.ldm else {}), **({"window_log": a.window_log} if a.window_log else {})}
+    archive_mod.BUNDLE_ZSTD_PARAMS = params or None
     data = a.data or _lib.shared_dir()
     if data is None:
         print("no shared trajectories found (../shared/data/trajectories or $SNAPSTORE_SHARED_DATA)")

@@ -9,6 +9,7 @@ from datetime import datetime
 import click
 
 from ..format.bundle import STORAGE_CLASSES
+from .params import DURATION
 from .output import CommandError, emit_json, human_size, kv_text, plural, write
 from .state import state_of
 
@@ -26,9 +27,21 @@ __all__ = ["COMMANDS", "archive_cmd", "restore_cmd"]
               help="Key segment grouping bundles: archive/data/NAME/<month>/ (for lifecycle rules).")
 @click.option("--expire-after", type=click.IntRange(min=0), metavar="DAYS",
               help="Days after which the bundles may expire (names the month in their key). [default: never]")
+@click.option("--idle", type=DURATION, metavar="DURATION",
+              help="Only runs whose newest checkpoint is older than DURATION (30d, 12h, ...).")
+@click.option("--keep-last", type=click.IntRange(min=0), metavar="N",
+              help="Archive only what a retention policy keeps: the N newest checkpoints of each run "
+                   "(with any --keep-* rule the selected runs are first pruned, as 'snapstore prune' does).")
+@click.option("--keep-within", type=DURATION, metavar="DURATION",
+              help="Policy rule: keep checkpoints within DURATION of their run's newest.")
+@click.option("--keep-hourly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
+@click.option("--keep-daily", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
+@click.option("--keep-weekly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
+@click.option("--keep-monthly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
+@click.option("--keep-yearly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expire_after, as_json):
+def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expire_after, as_json, idle, **rules):
     """Archive runs (all runs without RUN) into bundles: one per large run, small runs grouped.
 
     Each bundle is written, read back and checked, then switched in by a small hot index record;
@@ -43,10 +56,13 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
             when = datetime.fromisoformat(finished_before)  # naive: UTC
         except ValueError as e:
             raise CommandError(f"--finished-before: not an ISO-8601 UTC time: {finished_before!r} ({e})", 2) from e
+    keep = {k: v for k, v in rules.items() if v is not None} or None
     rep = mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
-                      expire_after_days=expire_after)
+                      expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
+                      keep=keep)
     if as_json:
         emit_json({"runs": rep.runs, "skipped": rep.skipped, "bundles": rep.bundles, "checkpoints": rep.checkpoints,
+                   "pruned": rep.pruned,
                    "bytes_before": rep.bytes_before, "bytes_after": rep.bytes_after, "index_bytes": rep.index_bytes,
                    "storage_class": rep.storage_class})
         return
@@ -55,6 +71,8 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
              ("hot packs replaced", human_size(rep.bytes_before)),
              ("bundle bytes", human_size(rep.bytes_after)),
              ("hot index bytes", human_size(rep.index_bytes))]
+    if keep:
+        lines.insert(1, ("pruned first", plural(len(rep.pruned), "checkpoint") + " the policy does not keep"))
     for run, why in sorted(rep.skipped.items()):
         lines.append(("skipped", f"{run}: {why}"))
     if rep.runs:

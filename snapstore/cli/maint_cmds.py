@@ -6,6 +6,7 @@ Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 
@@ -156,7 +157,8 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
 # repository-wide
 
 _GC_CATEGORIES = (("packs", "pack"), ("manifests", "manifest"), ("index", "index record"),
-                  ("forward", "forwarding-map object"), ("gc", "gc record"))
+                  ("forward", "forwarding-map object"), ("gc", "gc record"), ("bundles", "archive bundle"),
+                  ("bundle index", "bundle index record"))
 
 
 def gc_lines(rep) -> list[tuple[str, str]]:
@@ -232,7 +234,29 @@ def gc_lines(rep) -> list[tuple[str, str]]:
     if rep.leftovers_pending:
         rows.append(("leftovers", f"{plural(rep.leftovers_pending, 'temporary file or upload')} younger than the "
                                   "grace period left in place (a write may still be running)"))
+    rows += bundle_lines(rep)
     rows.append(("elapsed", f"{rep.elapsed:.2f} s"))
+    return rows
+
+
+def bundle_lines(rep) -> list[tuple[str, str]]:
+    """Rows of a GCReport about archive bundles (docs/format.md §28): waiting, held for their
+    class's minimum duration (with the fee), deleted early (``--force``), kept partly dead."""
+    rows = []
+    if rep.pending_bundles:
+        rows.append(("bundles", f"{plural(rep.pending_bundles, 'archive bundle')} serving no live checkpoint "
+                                f"wait for the grace period ({human_duration(rep.grace_period)})"))
+    if rep.held_bundles:
+        days = min(h["days_left"] for h in rep.held_bundles)
+        rows.append(("held", f"{plural(len(rep.held_bundles), 'dead archive bundle')} kept for the storage "
+                             f"class's minimum duration ({days:.1f} days left at least); deleting "
+                             f"{'them' if len(rep.held_bundles) != 1 else 'it'} now would cost {usd(rep.held_fee)} "
+                             "in early-deletion fees ('snapstore gc --force')"))
+    if rep.early_deletion_fee:
+        rows.append(("fee", f"{usd(rep.early_deletion_fee)} early-deletion fee for the bundles --force deleted"))
+    if rep.partly_dead_bundles:
+        rows.append(("kept", f"{plural(len(rep.partly_dead_bundles), 'archive bundle')} partly dead, kept whole "
+                             "(a bundle is never rewritten: that would cost a retrieval and an early deletion)"))
     return rows
 
 
@@ -249,8 +273,11 @@ def gc_lines(rep) -> list[tuple[str, str]]:
               help="First remove the GC lock, whoever holds it: for a gc killed on another machine (its "
                    "lock goes stale 5 minutes after its last refresh; one killed on this machine is taken "
                    "over at once). Only when no gc is running.")
+@click.option("--force", is_flag=True,
+              help="Also delete dead archive bundles still within their storage class's minimum duration "
+                   "(S3 bills the rest of it; without --force they are kept and the fee is reported).")
 @click.pass_context
-def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force):
     """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
 
     Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
@@ -271,6 +298,8 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
                    f"gc_grace_period={kwargs['grace_period']:g} or less\n", err=True)
     if max_unused is not None:
         kwargs["max_unused"] = max_unused
+    if force:
+        kwargs["force"] = True
     progress = Progress(True)
     try:
         if break_lock:
@@ -307,9 +336,17 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock):
               help="Price per 1,000 PUT and LIST requests. [default: S3 Standard, 0.005]")
 @click.option("--price-get", type=click.FloatRange(min=0), metavar="USD",
               help="Price per 1,000 GET and HEAD requests. [default: S3 Standard, 0.0004]")
+@click.option("--cost", is_flag=True,
+              help="Also the bill per storage class (archive bundles in theirs): $/month with S3's per-object "
+                   "rules, the early-deletion charge still owed, the transition and a restore of every bundle.")
+@click.option("--tier", type=click.Choice(("bulk", "standard", "expedited")), default="bulk", show_default=True,
+              help="Restore tier of the --cost restore estimate.")
+@click.option("--prices", "prices_file", type=click.File("r"), metavar="FILE.json",
+              help="Price overrides for --cost: {\"gb_month\": {\"DEEP_ARCHIVE\": 0.0018}, ...} "
+                   "(tables gb_month, put_per_1000, get_per_1000, retrieval_per_gb, restore_per_1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.pass_context
-def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
+def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, prices_file):
     """Repository size, deduplication ratio, object counts, this command's store requests and an
     estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
     mgr = state_of(ctx).manager()
@@ -320,7 +357,17 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
         prices["PUT"] = prices["LIST"] = price_put / 1000
     if price_get is not None:
         prices["GET"] = prices["HEAD"] = price_get / 1000
-    st = mgr.stats(prices=prices) if prices else mgr.stats()
+    kw = {}
+    if cost:
+        kw = {"cost": True, "tier": tier}
+        if prices_file is not None:
+            try:
+                kw["class_prices"] = json.load(prices_file)
+            except ValueError as e:
+                raise CommandError(f"--prices: not JSON ({e})", 2) from e
+    elif prices_file is not None:
+        raise CommandError("--prices goes with --cost", 2)
+    st = mgr.stats(prices=prices, **kw) if prices else mgr.stats(**kw)
     if as_json:
         emit_json(st)
         return
@@ -375,7 +422,25 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json):
             tail.append(("prices", f"{prices_text(cost['prices'])} ({source})"))
     if tail:
         out += kv_text(tail, width)
+    if isinstance(st.get("bill"), dict):
+        out += bill_text(st["bill"])
     write(out)
+
+
+def bill_text(b: dict) -> str:
+    """The ``stats --cost`` section: a row per storage class, then the totals."""
+    rows = [[f"  {cls}", str(r["objects"]), human_size(r["bytes"]), human_size(r["billed_bytes"]),
+             usd(r["per_month"]), usd(r["early_deletion_owed"])] for cls, r in sorted(b["classes"].items())]
+    out = table_text(["bill:", "OBJECTS", "SIZE", "BILLED", "$/MONTH", "EARLY DELETION OWED"], rows,
+                     right={1, 2, 3, 4, 5})
+    t, r = b["transition"], b["restore_once"]
+    return out + kv_text([
+        ("per month", f"{usd(b['per_month'])} (S3 public prices, us-east-1; per-object minimums and overheads "
+                      "counted)"),
+        ("early deletion", f"{usd(b['early_deletion_owed'])} owed if everything were deleted now (minimum durations)"),
+        ("transition", f"{usd(t['usd'])} for the {plural(t['requests'], 'PUT')} that wrote the bundles in their class"),
+        ("restore once", f"{usd(r['usd'])} to read every bundle once ({plural(r['requests'], 'restore request')} "
+                         f"at the {r['tier']} tier, {r['gb']:.4f} GB retrieved)")])
 
 
 _VERIFY_CODES = (("corrupt", 1), ("missing", 2))

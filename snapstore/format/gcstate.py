@@ -3,7 +3,8 @@ packs and forwarding records one GC found unreferenced. The record's store times
 later GC deletes what it names once that is older than the grace period and still unreferenced.
 
 The body is an envelope (magic ``SNGC``, :func:`snapstore.format.codec.seal_envelope`) around the
-JSON object ``{"packs": [16 hex, ...], "fwd": [16 hex, ...]}``.
+JSON object ``{"packs": [16 hex, ...], "fwd": [16 hex, ...]}``, plus ``"bundles": [16 hex, ...]`` when
+it names archive bundles (docs/format.md §28; readers of earlier releases ignore the member).
 """
 
 from __future__ import annotations
@@ -31,16 +32,38 @@ def candidates_key(store_time: float, suffix: str) -> str:
     return f"{GC_CANDIDATES}{int(store_time * 1000):013x}-{suffix}"
 
 
-def encode_candidates(packs: list[str], fwd: list[str]) -> bytes:
+def encode_candidates(packs: list[str], fwd: list[str], bundles: list[str] = ()) -> bytes:
     """A candidate record's bytes.
 
     Args:
         packs: hex ids (16 lowercase hex digits) of unreferenced packs.
         fwd: hex ids of the retired packs whose forwarding records are unreferenced.
+        bundles: hex ids of archive bundles that serve no live checkpoint, or that no index record
+            names (§28); the member is written only when there are some.
     Returns:
         The sealed envelope.
     """
-    return seal_envelope(CANDIDATES_MAGIC, FORMAT_VERSION, json.dumps({"packs": packs, "fwd": fwd}).encode())
+    body = {"packs": packs, "fwd": fwd}
+    if bundles:
+        body["bundles"] = list(bundles)
+    return seal_envelope(CANDIDATES_MAGIC, FORMAT_VERSION, json.dumps(body).encode())
+
+
+def decode_candidate_bundles(key: str, data: bytes) -> set:
+    """The bundle hex ids a candidate record read from ``key`` names (empty for a record without
+    the member).
+
+    Raises:
+        IntegrityError: not a candidate record, or an id is not 16 lowercase hex digits.
+    """
+    decode_candidates(key, data)
+    try:
+        out = set(loads_exact(open_envelope(key, CANDIDATES_MAGIC, data)[1], 2).get("bundles", []))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise IntegrityError(key, f"malformed candidate record: {e}") from None
+    if not all(isinstance(h, str) and is_pack_hex(h) for h in out):
+        raise IntegrityError(key, "malformed candidate record: a bundle id is not 16 lowercase hex digits")
+    return out
 
 
 def decode_candidates(key: str, data: bytes) -> tuple[set, set]:

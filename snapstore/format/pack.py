@@ -51,7 +51,7 @@ import blake3
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError
-from .codec import get_varint, put_varint, zstd_decompress
+from .codec import MAX_WINDOW, get_varint, put_varint, zstd_decompress
 from .ids import ID_BYTES, PACK_ID_BYTES
 
 MAGIC = b"SNPK"
@@ -144,11 +144,19 @@ class PackBuilder:
     Args:
         pack_id: the pack's 8-byte id (random, chosen by the writer before building).
         level: zstd compression level.
+        zstd_params: more zstd parameters for blocks compressed without a dictionary
+            (``ZstdCompressionParameters.from_level`` keywords, e.g. ``{"enable_ldm": 1,
+            "window_log": 23}``); None: the level's defaults. A window above what readers accept
+            (:data:`~snapstore.format.codec.MAX_WINDOW`) raises InvalidInputError.
     """
 
-    def __init__(self, pack_id: bytes, level: int = 3):
+    def __init__(self, pack_id: bytes, level: int = 3, zstd_params: dict | None = None):
         self.pack_id = pack_id
         self.level = level
+        if zstd_params and (1 << int(zstd_params.get("window_log", 0) or 0)) > MAX_WINDOW:
+            raise InvalidInputError(f"window_log {zstd_params['window_log']} exceeds what readers accept "
+                                    f"({MAX_WINDOW.bit_length() - 1})")
+        self.zstd_params = dict(zstd_params) if zstd_params else None
         self._meta: list[tuple[int, bytes, bytes]] = []
         self._data: list[tuple[int, bytes, bytes]] = []
         self._ids: set[tuple[int, bytes]] = set()
@@ -306,6 +314,9 @@ class PackBuilder:
                 zd = zstandard.ZstdCompressionDict(self.dict_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
                 cctx = zstandard.ZstdCompressor(level=self.level, dict_data=zd, write_checksum=False,
                                                 write_dict_id=False, write_content_size=True)
+            elif self.zstd_params:
+                cctx = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters.from_level(
+                    self.level, write_checksum=0, write_content_size=1, **self.zstd_params))
             else:
                 cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=True)
             comp = cctx.compress(self.raw_blocks[bi]) if raw else b""

@@ -19,13 +19,14 @@ as it was; after it, the hot packs are still there until GC. Nothing is lost at 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import blake3
 
-from ..errors import IntegrityError, InvalidInputError, RunNotFound
+from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFound
 from ..format import keys
 from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
                              index_key)
@@ -34,6 +35,7 @@ from ..format.pack import Pack, PackBuilder
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
+from .bundlegc import switch_deadline
 from .forwarding import read_forward_map
 from .mark import Marker, MarkScope
 from .runs import list_runs, read_all_runs, segments_by_run
@@ -44,6 +46,11 @@ BUNDLE_MAX_RAW = 512 << 20
 """A group of small runs is closed once it holds this many raw bytes (about 16-128 MiB compressed)."""
 BUNDLE_LEVEL = 19
 """zstd level of bundle blocks."""
+BUNDLE_ZSTD_PARAMS: dict | None = None
+"""More zstd parameters for bundle blocks (:class:`~snapstore.format.pack.PackBuilder`'s
+``zstd_params``, e.g. long-range matching); None: level 19's own. Measured on the shared
+trajectories (``benchmarks/archive_size.py --level/--ldm``), neither a higher level nor long-range
+matching pays inside 4 MiB blocks (docs/format.md §28)."""
 BUNDLE_BLOCK = 4 << 20
 """Largest raw data block of a bundle (bytes): what a ranged read of one entry fetches at most."""
 
@@ -61,6 +68,8 @@ class ArchiveReport:
         bytes_after: bytes of the bundles.
         index_bytes: bytes of the hot index records written.
         storage_class: the class the bundles were written with.
+        pruned: ids of the checkpoints a ``keep`` policy pruned before archiving
+            (:meth:`CheckpointManager.archive`).
     """
 
     runs: list = field(default_factory=list)
@@ -71,6 +80,7 @@ class ArchiveReport:
     bytes_after: int = 0
     index_bytes: int = 0
     storage_class: str = ""
+    pruned: list = field(default_factory=list)
 
 
 def _hook(hooks, name, **kw):
@@ -81,7 +91,7 @@ def _hook(hooks, name, **kw):
 def archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
             storage_class: str = "GLACIER_IR", retention_class: str = "default",
             expire_after_days: int | None = None, hooks: dict | None = None,
-            progress: Callable[[str, int, int], None] | None = None) -> ArchiveReport:
+            progress: Callable[[str, int, int], None] | None = None, grace_period: float = 3600.0) -> ArchiveReport:
     """Archive runs into bundles (module docstring; docs/format.md §28).
 
     Args:
@@ -96,6 +106,10 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         hooks: test hooks called after each step: ``after_mark``, ``after_bundle_put``,
             ``after_readback``, ``after_index`` (keyword arguments describe the state).
         progress: optional ``progress(phase, done, total)``.
+        grace_period: the grace period (seconds) of the GCs that may run beside: each bundle's
+            index record is written within half of it from the start of the bundle's upload, or
+            the bundle is deleted and nothing switched (GC collects an unindexed bundle older than
+            half of it, docs/format.md §28). 0: no GC runs meanwhile (no deadline).
     Returns:
         An :class:`ArchiveReport`.
     Raises:
@@ -103,9 +117,13 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         RunNotFound: a run named in ``run_ids`` has no record.
         IntegrityError / ObjectNotFound: a live checkpoint is unreadable, or the bundle read back
             differs from what was written (nothing is switched then).
+        ConflictError: a bundle's upload and check took longer than half ``grace_period`` (it
+            was deleted; nothing switched for its runs: archive again).
         StoreError: the store failed.
     """
     check_storage_class(storage_class)
+    if not isinstance(grace_period, (int, float)) or grace_period < 0:
+        raise InvalidInputError("grace_period must be a non-negative number of seconds")
     check_retention_class(retention_class)
     if expire_after_days is not None and (not isinstance(expire_after_days, int) or expire_after_days < 0):
         raise InvalidInputError("expire_after_days must be a non-negative integer or None")
@@ -113,31 +131,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         finished_before = finished_before.replace(tzinfo=timezone.utc)
     rep = ArchiveReport(storage_class=storage_class)
     store = repo.store
-    listing = list_runs(repo)
-    wanted = None
-    if run_ids is not None:
-        wanted = {repo.run_key(r): r for r in run_ids}
-        for rk, r in wanted.items():
-            if rk not in listing.manifests:
-                raise RunNotFound(f"run {r!r} has no checkpoint")
-    keys_by_run = {rk: ks for rk, ks in listing.manifests.items() if wanted is None or rk in wanted}
-    logs = read_all_runs(repo, keys_by_run, logsegs_by_run={k: v for k, v in listing.logseg_positions().items()
-                                                            if k in keys_by_run})
-    bundles = repo.bundles.load()
-    done = archived_runs(bundles, {rk: [m.seq for m in log.live] for rk, log in logs.items()})
-    chosen = {}
-    for rk, log in logs.items():
-        name = log.head.run_id if log.head is not None else rk
-        if log.corrupt:
-            raise log.corrupt[0][1]
-        if not log.live:
-            rep.skipped[name] = "no live checkpoint"
-        elif rk in done:
-            rep.skipped[name] = "already archived"
-        elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
-            rep.skipped[name] = "has a checkpoint created on or after finished_before"
-        else:
-            chosen[rk] = log
+    chosen, rep.skipped = _select(repo, run_ids, finished_before)
     if not chosen:
         return rep
     # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
@@ -176,7 +170,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             listed_sizes[pid] = info.size
     for gi, group in enumerate(groups):
         ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
-                                        now, hooks)
+                                        now, hooks, switch_deadline(grace_period))
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
         _hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
@@ -192,6 +186,54 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
     return rep
 
 
+def select_runs(repo: Repository, run_ids: list | None = None,
+                finished_before: datetime | None = None) -> tuple[list, dict]:
+    """The runs :func:`archive` would archive now, without writing anything.
+
+    Args:
+        repo: the repository.
+        run_ids / finished_before: as :func:`archive`.
+    Returns:
+        ``(run ids chosen, {run id: why skipped})``.
+    Raises:
+        RunNotFound: a run named in ``run_ids`` has no record. IntegrityError: a log is corrupt.
+    """
+    if finished_before is not None and finished_before.tzinfo is None:
+        finished_before = finished_before.replace(tzinfo=timezone.utc)
+    chosen, skipped = _select(repo, run_ids, finished_before)
+    return [log.live[0].run_id for log in chosen.values()], skipped
+
+
+def _select(repo: Repository, run_ids, finished_before) -> tuple[dict, dict]:
+    """run key -> RunLog of the runs to archive, and run id -> why others are skipped."""
+    listing = list_runs(repo)
+    wanted = None
+    if run_ids is not None:
+        wanted = {repo.run_key(r): r for r in run_ids}
+        for rk, r in wanted.items():
+            if rk not in listing.manifests:
+                raise RunNotFound(f"run {r!r} has no checkpoint")
+    keys_by_run = {rk: ks for rk, ks in listing.manifests.items() if wanted is None or rk in wanted}
+    logs = read_all_runs(repo, keys_by_run, logsegs_by_run={k: v for k, v in listing.logseg_positions().items()
+                                                            if k in keys_by_run})
+    bundles = repo.bundles.load()
+    done = archived_runs(bundles, {rk: [m.seq for m in log.live] for rk, log in logs.items()})
+    chosen, skipped = {}, {}
+    for rk, log in logs.items():
+        name = log.head.run_id if log.head is not None else rk
+        if log.corrupt:
+            raise log.corrupt[0][1]
+        if not log.live:
+            skipped[name] = "no live checkpoint"
+        elif rk in done:
+            skipped[name] = "already archived"
+        elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
+            skipped[name] = "has a checkpoint created on or after finished_before"
+        else:
+            chosen[rk] = log
+    return chosen, skipped
+
+
 def _raw_size(repo: Repository, need: dict) -> int:
     total = 0
     for pid, entries in need.items():
@@ -204,11 +246,14 @@ def _raw_size(repo: Repository, need: dict) -> int:
 
 
 def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict, storage_class: str,
-                  retention: str, month: str, now: datetime, hooks) -> tuple[BundleIndex, dict]:
-    """Build, write, read back and check one bundle; return its (unpublished) index record."""
+                  retention: str, month: str, now: datetime, hooks,
+                  deadline: float | None = None) -> tuple[BundleIndex, dict]:
+    """Build, write, read back and check one bundle; return its (unpublished) index record.
+    ``deadline``: seconds from the start of the upload within which the check must be over (else
+    the bundle is deleted and ConflictError raised), None for none."""
     store = repo.store
     bid = os.urandom(PACK_ID_BYTES)
-    builder = PackBuilder(bid, level=BUNDLE_LEVEL)
+    builder = PackBuilder(bid, level=BUNDLE_LEVEL, zstd_params=BUNDLE_ZSTD_PARAMS)
     copied: dict = {}
     replaces: set = set()
     for rk in group:
@@ -228,6 +273,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     key = bundle_key(retention, month, bid)
     checksum = blake3.blake3(data).digest(16)
     put_class = getattr(store, "put_with_storage_class", None)
+    started = time.monotonic()
     if put_class is not None:
         written = put_class(key, data, storage_class)
     else:
@@ -235,9 +281,9 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     _hook(hooks, "after_bundle_put", bundle=bid, key=key)
     # read back whole and check every byte before anything names the bundle; a class that
     # cannot be read in place is checked from the bytes sent, and its stored size and ETag
-    if storage_class in COLD_CLASSES:
-        # (the ETag is compared with the one the PUT returned, not with an MD5: a directory's or
-        # SQLite file's ETags are not MD5s, nor are S3's under SSE-KMS or multipart uploads)
+    if storage_class in COLD_CLASSES and put_class is not None:  # elsewhere the class is only recorded
+        # (the ETag is compared with the one the PUT returned, not with an MD5: S3's ETags are not
+        # MD5s under SSE-KMS or multipart uploads, nor a sealed object's, §27)
         info = store.head(key)
         sent = getattr(written, "etag", None)
         if info.size != len(data) or (sent and info.etag and info.etag != sent):
@@ -253,6 +299,11 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
         if e is None or pack.entry_bytes(e) != raw:
             raise IntegrityError(key, f"bundle read back lacks entry {eid.hex()}; nothing switched")
     _hook(hooks, "after_readback", bundle=bid, key=key)
+    if deadline is not None and time.monotonic() - started > deadline:
+        # a GC beside may have found it unindexed and older than half its grace period: never switch it
+        store.delete_many([key])
+        raise ConflictError(f"bundle {key} took {time.monotonic() - started:.0f} s to write and check, more than "
+                            f"half the GC grace period ({deadline:.0f} s); deleted, nothing switched: archive again")
     runs = {rk: {"run": chosen[rk].live[0].run_id, "seqs": [m.seq for m in chosen[rk].live]} for rk in group}
     ix = BundleIndex(bid, key, storage_class, len(data), checksum, format_time(now), runs, sorted(replaces - {bid}))
     return ix, copied

@@ -44,6 +44,7 @@ from ..repo.packcache import PACK_COST
 from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
 from ..stores.base import max_concurrency, store_capabilities
+from .bundlegc import list_bundle_objects
 from .forwarding import ForwardMap
 from .gcreport import GCOptions, GCReport, account_flush
 from .lock import LOCK_KEY, LOCK_TIMEOUT, LockKeeper, acquire, break_lock, release
@@ -81,7 +82,7 @@ __all__ = ["GCReport", "GCPlan", "GCMarker", "gc", "plan_gc", "break_lock", "LOC
 def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
        small_pack_bytes: int = 1 << 20, target_pack_bytes: int = 8 << 20, repack_level: int = 9,
        lock_timeout: float = LOCK_TIMEOUT, progress: Callable[[str, int, int], None] | None = None,
-       hooks: dict | None = None) -> GCReport:
+       hooks: dict | None = None, force: bool = False) -> GCReport:
     """Collect garbage: delete what no live checkpoint needs, repack what is mostly dead or small.
 
     Args:
@@ -99,7 +100,11 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
             whose process is gone on this machine is taken over at once.
         progress: optional ``progress(phase, done, total)``.
         hooks: test hooks called between phases: ``after_list``, ``after_mark``, ``after_repack``,
-            ``before_sweep``, ``after_sweep`` (keyword arguments describe the state).
+            ``before_sweep``, ``after_bundle_index_deleted``, ``after_sweep`` (keyword arguments
+            describe the state).
+        force: also delete dead archive bundles whose storage class's minimum duration has not
+            passed (S3 bills the rest of it: ``GCReport.early_deletion_fee``, USD); without it they
+            are kept and reported in ``GCReport.held_bundles`` (docs/format.md §28).
     Returns:
         A :class:`GCReport`.
     Raises:
@@ -110,7 +115,7 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
     if grace_period < 0 or not 0 <= max_unused <= 1:
         raise InvalidInputError("grace_period must be >= 0 and max_unused within [0, 1]")
     opts = GCOptions(grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes, repack_level,
-                     lock_timeout, progress, hooks)
+                     lock_timeout, progress, hooks, force)
     t0 = time.monotonic()
     store = repo.store
     now = repo.store_time()
@@ -296,7 +301,9 @@ class GCPlan:
                 elif k.startswith(keys.GC_CLOCK) and info.mtime <= self.now - self.opts.lock_timeout:
                     self.probes.append(info)  # left by an interrupted GC
         # archive bundles (docs/format.md §28): runs every live checkpoint of which a bundle
-        # serves are marked by their bundles, never walked (no bundle is read)
+        # serves are marked by their bundles, never walked (no bundle is read); the bundles are
+        # listed before their index records are read, so a bundle switched meanwhile is indexed
+        self.bundle_objs, self.bundle_index_infos = list_bundle_objects(store)
         self.bundles = repo.bundles.load()
         self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
         self.opts.hook("after_list", packs=set(self.packs))

@@ -24,7 +24,8 @@ class GCOptions:
         lock_timeout: seconds (store time).
         progress: ``progress(phase, done, total)`` or None.
         hooks: test hooks by phase name (``after_list``, ``after_mark``, ``after_repack``,
-            ``before_sweep``, ``after_sweep``), or None.
+            ``before_sweep``, ``after_bundle_index_deleted``, ``after_sweep``), or None.
+        force: delete dead archive bundles before their class's minimum storage duration.
     """
 
     grace_period: float = 3600.0
@@ -36,6 +37,7 @@ class GCOptions:
     lock_timeout: float = 300.0
     progress: Callable[[str, int, int], None] | None = None
     hooks: dict | None = None
+    force: bool = False
 
     def hook(self, name: str, **info) -> None:
         """Call the test hook ``name`` (if any) with ``info``."""
@@ -90,6 +92,14 @@ class GCReport:
             would be removed): temporary files a killed process left in a local store, incomplete
             S3 multipart uploads; only those older than the grace period (store time).
         leftovers_pending: younger leftovers, left for a later GC (a write may still be running).
+        pending_bundles: dead archive bundles (serving no live checkpoint, or unindexed) waiting
+            for the grace period (docs/format.md §28).
+        held_bundles: dead bundles kept for their class's minimum storage duration (dicts: key,
+            class, bytes, days_left, fee_usd: what deleting now would cost).
+        held_fee: the sum of their fees (USD).
+        early_deletion_fee: the fee (USD) of the bundles deleted early by ``force``.
+        partly_dead_bundles: keys of live bundles some of whose served checkpoints are gone:
+            kept whole (never rewritten, §28).
         elapsed: seconds.
     """
 
@@ -121,6 +131,11 @@ class GCReport:
     leftovers_removed: int = 0
     leftover_bytes_removed: int = 0
     leftovers_pending: int = 0
+    pending_bundles: int = 0
+    held_bundles: list = field(default_factory=list)
+    held_fee: float = 0.0
+    early_deletion_fee: float = 0.0
+    partly_dead_bundles: list = field(default_factory=list)
     elapsed: float = 0.0
 
     @property
@@ -149,6 +164,9 @@ class GCReport:
                 "removed_forward": self.removed_forward, "forward_writes": self.forward_writes,
                 "corrupt_packs": list(self.corrupt_packs), "leftovers_removed": self.leftovers_removed,
                 "leftover_bytes_removed": self.leftover_bytes_removed, "leftovers_pending": self.leftovers_pending,
+                "pending_bundles": self.pending_bundles, "held_bundles": list(self.held_bundles),
+                "held_fee": self.held_fee, "early_deletion_fee": self.early_deletion_fee,
+                "partly_dead_bundles": list(self.partly_dead_bundles),
                 "elapsed": round(self.elapsed, 3)}
 
 

@@ -5,6 +5,7 @@ Layer 4's whole-repository walks (uses :mod:`snapstore.maintenance.runs`).
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from ..errors import SnapstoreError
@@ -14,6 +15,7 @@ from ..format.logseg import parse_logseg_key
 from ..format.manifest import Manifest
 from ..format import bundle
 from ..repo.repository import Repository
+from .bill import bill
 from .runs import read_all_runs, void_record
 from ..stores.base import store_capabilities
 
@@ -55,7 +57,8 @@ def session_state_bytes(m: Manifest) -> int:
     return 0
 
 
-def stats(repo: Repository, prices: dict | None = None) -> dict:
+def stats(repo: Repository, prices: dict | None = None, cost: bool = False, class_prices: dict | None = None,
+          tier: str = "bulk") -> dict:
     """Repository statistics.
 
     Args:
@@ -71,17 +74,25 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
         outside the objects (temporary files of killed processes, incomplete S3 multipart uploads;
         not in ``stored_bytes``), which ``gc`` removes once older than its grace period.
+        With ``cost``, also ``bill``: :func:`snapstore.maintenance.bill.bill` per storage class
+        (bundles in the class their index records name, ages by the local clock), at S3's public
+        prices overridden by ``class_prices``, the restore estimate at ``tier``.
+    Raises:
+        InvalidInputError: a bad tier or price override (``cost``).
     """
     cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
     keys_by_run: dict[str, list[str]] = defaultdict(list)
     logsegs_by_run: dict[str, dict] = defaultdict(dict)
     total = 0
+    bundle_infos = []
     for info in repo.store.list(""):
         k = info.key
         where = keys.parse_key(k)
         c = _CATEGORY.get(where.kind, "packs" if k.startswith(keys.PACKS) else "other")
         if c == "other" and k.startswith(bundle.ARCHIVE):  # §28: bundles and their hot index records
             c = "bundles" if k.startswith(bundle.DATA) else "bundle index"
+            if c == "bundles":
+                bundle_infos.append(info)
         if c == "manifests":
             if void_record(info):
                 cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§15): no record
@@ -107,9 +118,16 @@ def stats(repo: Repository, prices: dict | None = None) -> dict:
         left = find() if find is not None else []
     except SnapstoreError:
         left = []  # e.g. not allowed to list multipart uploads
-    return {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
+    out = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
             "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
             "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
             "objects": dict(cats), "requests": repo.store.stats.as_dict(),
             "cost": estimate_cost(total, repo.store.stats.counts, prices),
             "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}
+    if cost:
+        cls = {ix.key: ix.storage_class for ix in repo.bundles.load().values()}
+        hot = (sum(v["count"] for k, v in cats.items() if k != "bundles"),
+               sum(v["bytes"] for k, v in cats.items() if k != "bundles"))
+        out["bill"] = bill(hot, [(cls.get(i.key, "STANDARD"), i.size, i.mtime) for i in bundle_infos], time.time(),
+                           class_prices, tier)
+    return out

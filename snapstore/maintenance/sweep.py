@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ObjectNotFound, SnapstoreError
 from ..format import keys
-from ..format.gcstate import candidates_key, decode_candidates, encode_candidates
+from ..format.gcstate import candidates_key, decode_candidate_bundles, decode_candidates, encode_candidates
 from ..format.logseg import parse_logseg_key, span
 from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE
 from ..format.forward import decode_forward_cache, encode_forward_cache
@@ -29,6 +29,7 @@ from ..format.index import decode_index
 from ..format.removals import decode_removals, merge_ranges
 from ..repo.log import runmarks
 from ..repo.repository import Repository
+from .bundlegc import BundleSweep, execute_bundles, plan_bundles
 from .gcreport import GCReport, account_flush
 from . import outcomes
 from ..stores.base import store_capabilities
@@ -111,6 +112,7 @@ class SweepPlan:
         new_cand_p / new_cand_f: hex ids of the packs / forwarding records that become candidates
             (one new candidate record names them).
         removals: the removal records written and dropped (:class:`_RemovalPlan`).
+        bundles: what happens to archive bundles (:class:`~snapstore.maintenance.bundlegc.BundleSweep`).
     """
 
     gc: object
@@ -121,6 +123,9 @@ class SweepPlan:
     new_cand_p: list = field(default_factory=list)
     new_cand_f: list = field(default_factory=list)
     removals: _RemovalPlan = field(default_factory=_RemovalPlan)
+    bundles: BundleSweep = field(default_factory=BundleSweep)
+    matured_bundles: set = field(default_factory=set)
+    pending_bundles: set = field(default_factory=set)
     apply: bool = False  # set by execute(): False while a dry run counts the plan
 
     def count(self) -> None:
@@ -134,9 +139,10 @@ class SweepPlan:
             rep.deleted[cat] += 1
             rep.deleted_bytes += size
         self._count_matured()
-        if self.new_cand_p or self.new_cand_f:
+        if self.new_cand_p or self.new_cand_f or self.bundles.new_candidates:
             rep.written_objects += 1
-            rep.written_bytes += len(encode_candidates(self.new_cand_p, self.new_cand_f))
+            rep.written_bytes += len(encode_candidates(self.new_cand_p, self.new_cand_f, self.bundles.new_candidates))
+        execute_bundles(self.gc, self.bundles, False)
         self._write_removals()
         self._drop_removals()
         self._write_forward_cache()
@@ -152,8 +158,8 @@ class SweepPlan:
         g, rep, store = self.gc, self.gc.rep, self.gc.repo.store
         self.apply = True
         # the candidate record first, so nothing unreferenced is forgotten
-        if self.new_cand_p or self.new_cand_f:
-            body = encode_candidates(self.new_cand_p, self.new_cand_f)
+        if self.new_cand_p or self.new_cand_f or self.bundles.new_candidates:
+            body = encode_candidates(self.new_cand_p, self.new_cand_f, self.bundles.new_candidates)
             store.put(candidates_key(g.now, os.urandom(4).hex()), body)
             rep.written_objects += 1
             rep.written_bytes += len(body)
@@ -164,6 +170,7 @@ class SweepPlan:
             if g.opts.progress:
                 g.opts.progress("sweep", min(i + 1000, len(doomed)), len(doomed))
         self._count_packs()
+        execute_bundles(g, self.bundles, True)  # dead bundles: index record, then the bundle (§28)
         self._drop_forwards()
         self._write_removals()  # the positions go on record first (§16)
         if self.del_keys:
@@ -333,6 +340,7 @@ def plan_sweep(g) -> SweepPlan:
     """
     plan = SweepPlan(g)
     _plan_packs(g, plan)
+    plan.bundles = plan_bundles(g, plan.matured_bundles, plan.pending_bundles, g.opts.force)
     _plan_log(g, plan)
     _plan_logsegs(g, plan)
     return plan
@@ -355,17 +363,21 @@ def _plan_packs(g, plan: SweepPlan) -> None:
     pending_p, pending_f = set(), set()
     for k, info in g.cands.items():
         try:
-            ps, fs = decode_candidates(k, g.repo.store.get(k))
+            data = g.repo.store.get(k)
+            ps, fs = decode_candidates(k, data)
+            bs = decode_candidate_bundles(k, data)
         except (ObjectNotFound, SnapstoreError, ValueError):
             plan.matured_keys.append(k)
             continue
         if info.mtime <= mature:
             matured_p |= ps
             matured_f |= fs
+            plan.matured_bundles |= bs
             plan.matured_keys.append(k)
         else:
             pending_p |= ps
             pending_f |= fs
+            plan.pending_bundles |= bs
     if grace == 0:
         del_packs = {p for p in unref_packs if p in packs or p in g.retired_now}
         del_fwd = set(unref_fwd)
@@ -425,6 +437,9 @@ def _plan_log(g, plan: SweepPlan) -> None:
     for _, size in o_held:
         _held(rep, size, "outcomes")
     voids_left |= o_keeping  # a run's lone tombstone outlives its outcomes (its generation)
+    # ... and every bundle index record naming the run: records name log positions, which must not
+    # restart at 0 while one is left (docs/format.md §28, "GC")
+    voids_left |= {rk for ix in g.bundles.values() for rk in ix.runs}
     for rk, vinfos in listing.voids.items():
         for info in vinfos:
             if grace == 0 or info.mtime <= log_mature:

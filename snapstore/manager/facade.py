@@ -576,7 +576,7 @@ class CheckpointManager:
 
     def archive(self, run_ids=None, finished_before=None, storage_class: str = "GLACIER_IR", *,
                 retention_class: str = "default", expire_after_days: int | None = None, hooks: dict | None = None,
-                progress=None):
+                progress=None, idle=None, keep: dict | None = None):
         """Archive runs into immutable, hard-compressed bundles (docs/format.md §28).
 
         Copies every entry the runs' live checkpoints need into one bundle per large run (small
@@ -592,18 +592,50 @@ class CheckpointManager:
                 ``INTELLIGENT_TIERING`` or ``STANDARD`` (S3: the object's class; elsewhere recorded).
             retention_class / expire_after_days: the key grouping ``archive/data/<class>/<YYYY-MM>/``.
             hooks / progress: see :func:`snapstore.maintenance.archive.archive`.
+            idle: only runs whose newest checkpoint is older than this (seconds, ``timedelta`` or
+                text such as ``"30d"``; by checkpoints' ``created`` times, as retention): the same
+                as ``finished_before=now - idle`` (the earlier of the two when both are given).
+            keep: a retention policy (keyword arguments of :meth:`prune`, e.g.
+                ``{"keep_last": 5, "keep_daily": 7}``): the runs selected are first pruned to the
+                checkpoints it keeps (the others are deleted, as ``prune`` deletes them, and
+                listed in the report's ``pruned``), then archived; None: every live checkpoint.
         Returns:
             :class:`snapstore.maintenance.archive.ArchiveReport` (runs, bundles, bytes before/after).
         Raises:
-            InvalidInputError: a bad storage class, retention class or day count.
+            InvalidInputError: a bad storage class, retention class, day count, idle time or policy.
+            ConflictError: pruning moved a head this caller saw move meanwhile (see :meth:`prune`).
             RunNotFound: a named run has no checkpoint.
             RepositoryNotFound: the location holds no repository.
         """
-        from ..maintenance.archive import archive
+        from datetime import datetime, timedelta, timezone
+
+        from ..maintenance.archive import ArchiveReport, archive, select_runs
+        from .retention import Policy
         if isinstance(run_ids, str):
             run_ids = [run_ids]
-        return archive(self.state.repository(False), run_ids, finished_before, storage_class,
-                       retention_class, expire_after_days, hooks, progress)
+        if finished_before is not None and finished_before.tzinfo is None:
+            finished_before = finished_before.replace(tzinfo=timezone.utc)
+        if idle is not None:
+            secs = Policy.make(older_than=idle).older_than.total_seconds()
+            cutoff = datetime.now(timezone.utc) - timedelta(seconds=secs)
+            finished_before = cutoff if finished_before is None else min(finished_before, cutoff)
+        pruned, skipped = [], {}
+        if keep is not None:
+            if not isinstance(keep, dict) or not keep:
+                raise InvalidInputError("keep must be a non-empty dict of retention rules (keep_last=..., ...)")
+            Policy.make(**keep)  # a bad rule fails before anything is deleted
+            repo = self.state.repository(False)
+            chosen, skipped = select_runs(repo, run_ids, finished_before)
+            if not chosen:
+                return ArchiveReport(skipped=skipped, storage_class=storage_class)
+            for r in chosen:
+                pruned += [s.id for s in self.prune(run_id=r, **keep)]
+            run_ids = chosen
+        rep = archive(self.state.repository(False), run_ids, finished_before, storage_class,
+                      retention_class, expire_after_days, hooks, progress, grace_period=self.gc_grace_period)
+        rep.pruned = pruned
+        rep.skipped.update(skipped)  # runs the selection left out (before the prune)
+        return rep
 
     def restore(self, run_ids, tier: str = "standard", days: int = 7, *, wait: bool = False,
                 poll_s: float = 60.0, timeout_s: float | None = None):
@@ -626,13 +658,18 @@ class CheckpointManager:
         rep = restore(self.state.repository(False), list(run_ids), tier, days, wait, poll_s, timeout_s)
         return rep
 
-    def stats(self, prices: dict | None = None) -> dict:
+    def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
+              tier: str = "bulk") -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
-        estimated cost at S3 Standard list prices (override with ``prices``).
+        estimated cost at S3 Standard list prices (override with ``prices``). With ``cost``, also
+        ``bill``: storage per class (bundles in theirs), $/month, the early-deletion charge still
+        owed, transition and restore estimates (:func:`snapstore.maintenance.bill.bill`; prices
+        overridden by ``class_prices``, restores at ``tier``).
 
         Raises:
-            RepositoryNotFound: the location holds no repository (a read never creates one)."""
+            RepositoryNotFound: the location holds no repository (a read never creates one).
+            InvalidInputError: a bad tier or price override."""
         from ..maintenance.stats import stats
-        return stats(self.state.repository(False), prices)
+        return stats(self.state.repository(False), prices, cost, class_prices, tier)
 

@@ -436,6 +436,18 @@ class S3Store:
             raise self._requests.error(e, "RestoreObject", key) from e
         return "restored" if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200 else "requested"
 
+    def storage_class_of(self, key: str) -> str:
+        """The storage class S3 holds ``key`` in (one HEAD; S3 leaves the header out for STANDARD).
+
+        Raises:
+            ObjectNotFound, StoreError: as :meth:`head`.
+        """
+        check_key(key)
+        self._requests.count("HEAD")
+        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
+                                   Key=self._requests.full(key))
+        return resp.get("StorageClass") or "STANDARD"
+
     def restore_state(self, key: str) -> str:
         """Whether ``key`` can be read in place (one HEAD): ``"readable"`` (a class read in place),
         ``"restored"`` (a ``GLACIER``/``DEEP_ARCHIVE`` object with a finished restore),

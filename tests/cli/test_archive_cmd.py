@@ -58,3 +58,28 @@ def test_deep_archive_read_error_then_restore(tmp_path, moto_server):
     after = tmp_path / "after.json"
     run(url, "export", "demo", "-o", str(after))
     assert before.read_bytes() == after.read_bytes()
+
+
+def test_gc_holds_a_dead_deep_archive_bundle_until_forced(tmp_path, moto_server):
+    """A user deletes an archived run whose bundle is in DEEP_ARCHIVE: gc keeps the bundle for
+    the class's 180 days and says what deleting it now would cost; gc --force deletes it and says
+    what it cost."""
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    url = f"s3://{bucket}/r?endpoint_url={moto_server}&addressing_style=path&region=us-east-1"
+    run(url, "import", str(EXAMPLE), "--run", "demo")
+    run(url, "archive", "demo", "--storage-class", "DEEP_ARCHIVE")
+    run(url, "gc", "--grace-period", "0")
+    run(url, "delete", "demo", "--yes")
+    out = run(url, "gc", "--grace-period", "0").stdout
+    print(out)
+    assert "1 dead archive bundle kept for the storage class's minimum duration (180.0 days left" in out
+    assert "would cost $" in out and "snapstore gc --force" in out
+    r = json.loads(run(url, "gc", "--grace-period", "0", "--json").stdout)
+    assert len(r["held_bundles"]) == 1 and r["held_bundles"][0]["class"] == "DEEP_ARCHIVE" and r["held_fee"] > 0
+    out = run(url, "gc", "--grace-period", "0", "--force").stdout
+    print(out)
+    assert "early-deletion fee for the bundles --force deleted" in out and "1 archive bundle" in out
+    r = json.loads(run(url, "gc", "--grace-period", "0", "--json").stdout)
+    assert r["held_bundles"] == [] and r["deleted"].get("bundles", 0) == 0
+    assert run(url, "verify").exit_code == 0
