@@ -27,12 +27,12 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
         return got
     if got is not None:  # set but empty: a mistake to say, not a prompt that a closed stdin turns into "interrupted"
         raise CommandError(f"${env} is set but empty: give a non-empty passphrase (or unset it to be asked)", 2)
-    if not sys.stdin.isatty():
-        try:
-            return click.prompt(what, hide_input=True, confirmation_prompt=confirm)
-        except click.Abort:
-            raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal and gave none)", 2) from None
-    return click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+    if not sys.stdin.isatty():  # no prompt (getpass would read /dev/tty or a pipe): say what to set
+        raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal, so none is asked for)", 2)
+    got = click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+    if not got:
+        raise CommandError("the passphrase must not be empty", 2)
+    return got
 
 
 def _store(ctx):
