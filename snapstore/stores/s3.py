@@ -398,6 +398,13 @@ class S3Store:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def _head_object(self, key: str) -> dict:
+        """One counted HeadObject of ``key``: botocore's response dict. Raises as :meth:`head`."""
+        check_key(key)
+        self._requests.count("HEAD")
+        return self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
+                                   Key=self._requests.full(key))
+
     def head(self, key: str) -> ObjectInfo:
         """Return the object's :class:`ObjectInfo` (size in bytes, ETag, server mtime in epoch seconds).
 
@@ -406,10 +413,7 @@ class S3Store:
                 use :meth:`check_bucket` to tell them apart.)
             AccessDenied, CredentialsError, StoreError: the request failed.
         """
-        check_key(key)
-        self._requests.count("HEAD")
-        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
-                                   Key=self._requests.full(key))
+        resp = self._head_object(key)
         mtime = resp["LastModified"].timestamp() if resp.get("LastModified") else server_time(resp)
         return ObjectInfo(key, int(resp.get("ContentLength", 0)), resp.get("ETag", ""), mtime)
 
@@ -442,10 +446,7 @@ class S3Store:
         Raises:
             ObjectNotFound, StoreError: as :meth:`head`.
         """
-        check_key(key)
-        self._requests.count("HEAD")
-        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
-                                   Key=self._requests.full(key))
+        resp = self._head_object(key)
         return resp.get("StorageClass") or "STANDARD"
 
     def restore_state(self, key: str) -> str:
@@ -456,10 +457,7 @@ class S3Store:
         Raises:
             ObjectNotFound, StoreError: as :meth:`head`.
         """
-        check_key(key)
-        self._requests.count("HEAD")
-        resp = self._requests.call("HeadObject", key, self._client.head_object, Bucket=self.bucket,
-                                   Key=self._requests.full(key))
+        resp = self._head_object(key)
         if resp.get("StorageClass") not in ("GLACIER", "DEEP_ARCHIVE"):
             return "readable"
         restore = resp.get("Restore") or ""
