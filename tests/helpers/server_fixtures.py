@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 
-__all__ = ["running_server", "TOKEN", "auth"]
+__all__ = ["running_server", "wait_healthy", "TOKEN", "auth"]
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -18,6 +18,22 @@ TOKEN = "test-token-0123456789abcdef"
 def auth(token: str = TOKEN) -> dict:
     """The Authorization header for ``token``."""
     return {"Authorization": f"Bearer {token}"}
+
+
+def wait_healthy(proc, url: str, timeout: float) -> None:
+    """Wait until the ``snapstore serve`` process ``proc`` (a Popen with stderr piped) answers
+    ``GET url/healthz`` with 200; fail the test with its stderr if it exits or ``timeout`` seconds pass."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

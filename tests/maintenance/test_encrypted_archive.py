@@ -12,13 +12,13 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.errors import IntegrityError, ObjectNotFound
-from snapstore.stores.crypt import SealedStore
+from tests.helpers.sealed_fixtures import put_raw, sealed_store
 
 MARKER = "TAPIR-CANARY-9313"
 
 
 def sealed(inner):
-    return SealedStore(inner, "archive passphrase", scrypt_n=1024)
+    return sealed_store(inner, "archive passphrase")
 
 
 def fill(m):
@@ -33,11 +33,6 @@ def fill(m):
 def snapshot(m):
     return {run: [(c.id, c.messages, c.session_state) for c in (m.get(run, s.id) for s in m.list(run))]
             for run in sorted(m.runs())}
-
-
-def put_raw(inner, key, data):
-    inner.delete_many([key])
-    inner.put(key, data)
 
 
 @pytest.mark.parametrize("kind", ["local", "s3-http"])

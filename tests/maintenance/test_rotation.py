@@ -14,13 +14,13 @@ from snapstore.cli import cli
 from snapstore.errors import IntegrityError, WrongPassphrase
 from snapstore.format import sealed as sealed_fmt
 from snapstore.maintenance import keyslots
-from snapstore.stores.crypt import SealedStore
+from tests.helpers.sealed_fixtures import sealed_store
 
 KINDS = ["local", "s3-http"]
 
 
 def sealed(inner, pw="first"):
-    return SealedStore(inner, pw, scrypt_n=1024)
+    return sealed_store(inner, pw)
 
 
 def msgs(n, tag):

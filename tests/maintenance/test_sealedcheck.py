@@ -13,13 +13,13 @@ from click.testing import CliRunner
 from snapstore import CheckpointManager
 from snapstore.cli import cli
 from snapstore.errors import EncryptionError
-from snapstore.stores.crypt import SealedStore
+from tests.helpers.sealed_fixtures import manifest_keys, put_raw, sealed_store
 
 KINDS = ["local", "s3-http"]
 
 
 def sealed(inner, pw="structure passphrase"):
-    return SealedStore(inner, pw, scrypt_n=1024)
+    return sealed_store(inner, pw)
 
 
 def fill(m):
@@ -39,15 +39,6 @@ def fill(m):
 
 def codes(problems):
     return sorted({p.code for p in problems})
-
-
-def manifests(inner, run_prefix="runs/"):
-    return sorted(i.key for i in inner.list(run_prefix) if "/m/" in i.key)
-
-
-def put_raw(inner, key, data):
-    inner.delete_many([key])
-    inner.put(key, data)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -74,7 +65,7 @@ def test_structure_without_the_key(kind, store_factory):
     inner.put(ok_, other.get(ok_))                      # sealed by another repository (another key id)
     victim = next(i for i in inner.list("packs/") if i.key not in (pk, ok_))
     put_raw(inner, victim.key, inner.get(victim.key)[:-1])  # truncated by one byte
-    middle = manifests(inner, f"runs/{rk}/")[1]         # r's record at 22: above the removal record's 19
+    middle = manifest_keys(inner, f"runs/{rk}/")[1]         # r's record at 22: above the removal record's 19
     inner.delete_many([middle])
     inner.put("stray/object", b"x" * 100)               # a key outside the layout
     v = CheckpointManager(inner).verify()

@@ -9,19 +9,14 @@ import pytest
 
 from snapstore import CheckpointManager
 from snapstore.errors import EncryptionError, IntegrityError
-from snapstore.stores.crypt import SealedStore
+from tests.helpers.sealed_fixtures import put_raw, sealed_store
 
 KINDS = ["local", "s3-http"]
 SECRET = [{"role": "user", "content": "WOMBAT-CANARY-2210 the secret"}]
 
 
 def sealed(inner):
-    return SealedStore(inner, "swap passphrase", scrypt_n=1024)
-
-
-def put_raw(inner, key, data):
-    inner.delete_many([key])
-    inner.put(key, data)
+    return sealed_store(inner, "swap passphrase")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -17,8 +17,8 @@ from snapstore.cli import cli
 from snapstore.format.codec import open_envelope
 from snapstore.errors import EncryptionError, IntegrityError, WrongPassphrase
 from snapstore.importers import load_trajectory
-from snapstore.stores.crypt import SealedStore
 from tests.helpers.shared_data import SHARED
+from tests.helpers.sealed_fixtures import sealed_store
 
 MARKER = "ZEBRA-CANARY-7731"
 KINDS = ["local", "s3-http"]
@@ -26,7 +26,7 @@ TRAJ = SHARED / "minisweagent-astroid1333-chat.traj.json"
 
 
 def sealed(inner, pw="correct horse"):
-    return SealedStore(inner, pw, scrypt_n=1024)
+    return sealed_store(inner, pw)
 
 
 def history(n, run="r"):

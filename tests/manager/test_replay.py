@@ -14,26 +14,17 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import HeadReplayed, IntegrityError
 from snapstore.manager import callers
-from snapstore.stores.crypt import SealedStore
+from tests.helpers.sealed_fixtures import manifest_keys, put_raw, sealed_store
 
 KINDS = ["local", "s3-http"]
 
 
 def sealed(inner):
-    return SealedStore(inner, "correct horse", scrypt_n=1024)
+    return sealed_store(inner, "correct horse")
 
 
 def msgs(n, tag="a"):
     return [{"role": "user", "content": f"{tag} turn {i}"} for i in range(n)]
-
-
-def manifest_keys(inner, run="r"):
-    return sorted(i.key for i in inner.list("runs/") if "/m/" in i.key)  # newest first (§4)
-
-
-def put_raw(inner, key, data):
-    inner.delete_many([key])
-    inner.put(key, data)
 
 
 @pytest.mark.parametrize("kind", KINDS)

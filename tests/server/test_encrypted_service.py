@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ httpx = pytest.importorskip("httpx")
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.stores import LocalStore  # noqa: E402
 from tests.helpers import paths  # noqa: E402
-from tests.helpers.server_fixtures import TOKEN, auth  # noqa: E402
+from tests.helpers.server_fixtures import TOKEN, auth, wait_healthy  # noqa: E402
 
 MARKER = "IBEX-CANARY-0442"
 PW = "service passphrase"
@@ -50,15 +49,7 @@ def test_serve_an_encrypted_repository(tmp_path):
     msgs = [{"role": "user", "content": f"{MARKER} question"}, {"role": "assistant", "content": f"{MARKER} answer"}]
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
-            time.sleep(0.1)
+        wait_healthy(proc, url, 60)
         r = httpx.post(url + "/runs/secret/checkpoints", headers=auth(), json={"messages": msgs}, timeout=30)
         assert r.status_code == 201, r.text
         cid = r.json()["id"]

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from urllib.parse import quote
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from tests.helpers.server_fixtures import TOKEN, auth, running_server  # noqa: E402
+from tests.helpers.server_fixtures import TOKEN, auth, wait_healthy, running_server  # noqa: E402
 
 from snapstore import CheckpointManager  # noqa: E402
 from snapstore.server import ServerSettings, create_app  # noqa: E402
@@ -326,15 +325,7 @@ def test_cli_serve_runs_uvicorn_with_a_token_file(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
-            time.sleep(0.1)
+        wait_healthy(proc, url, 30)
         assert httpx.get(url + "/runs").status_code == 401
         r = httpx.post(url + "/runs/x/checkpoints", headers=auth(), json={"messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 201
