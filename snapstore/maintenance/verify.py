@@ -88,6 +88,14 @@ def _unaccounted(removed: list, starts: list, lo: int, hi: int):
         cur = end + 1
 
 
+def _needed_by(runs: list) -> str:
+    """`` (needed by run 'a', 'b' ...)`` naming up to five runs, or '' for none."""
+    if not runs:
+        return ""
+    named = ", ".join(repr(r) for r in runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+    return f" (needed by run{'s' if len(runs) > 1 else ''} {named})"
+
+
 class _VerifyMarker(Marker):
     """Mark for ``verify``: unreadable parts become :class:`Problem` items (not exceptions), and
     every live manifest's ``messages.x`` (version 5, docs/format.md §11) is checked against its
@@ -107,7 +115,8 @@ class _VerifyMarker(Marker):
     def __init__(self, repo: Repository, scope: MarkScope, rep: VerifyReport, keep_index: bool):
         super().__init__(repo, scope, keep_index=keep_index)
         self.rep, self.memo = rep, {}
-        self._found: dict = {}  # (code, key) -> [message, run ids that need the object]
+        self._found: dict = {}  # (code, key) -> [message, run ids that need the object, corrupt cause key]
+        self.folded: set = set()  # keys of packs reported under the corrupt object holding their entries
         self._run_id = None
 
     def mark_run(self, run_id: str, checkpoints: list, segs: list, done: int) -> tuple[int, list, list]:
@@ -117,19 +126,48 @@ class _VerifyMarker(Marker):
 
     def fail(self, code: str, key: str, err: Exception) -> None:
         """Record the problem (verify goes on): one per object, naming the runs that need it."""
-        got = self._found.setdefault((code, key), [str(err), []])
+        cause = getattr(err, "key", None) if isinstance(err, IntegrityError) else None
+        got = self._found.setdefault((code, key), [str(err), [], cause])
+        if got[2] is None:
+            got[2] = cause
         if self._run_id is not None and self._run_id not in got[1]:
             got[1].append(self._run_id)
 
     @property
+    def needed_by(self) -> dict:
+        """Key of each object found unreadable -> ids of the runs whose live checkpoints need it."""
+        out: dict = {}
+        for (_, key), (_, runs, _) in self._found.items():
+            out.setdefault(key, []).extend(r for r in runs if r not in out.get(key, ()))
+        return out
+
+    @property
     def problems(self) -> list:
-        """The :class:`Problem` of each unreadable object, with the runs whose live checkpoints need it."""
+        """The :class:`Problem` of each unreadable object, with the runs whose live checkpoints need it.
+
+        Problems are grouped by cause: when the objects a checkpoint names could not be read
+        because another object is corrupt (the entries of packs merged into a segment pack are
+        read from that segment, docs/format.md §18), the one corrupt object is reported once,
+        naming how many of the packs it replaced live checkpoints need, and those packs are not
+        reported again as missing."""
+        causes: dict = {}  # corrupt object key -> [message, keys reached through it, runs]
+        for (code, key), (msg, runs, cause) in self._found.items():
+            if cause is not None and cause != key:
+                got = causes.setdefault(cause, [msg, [], []])
+                got[1].append(key)
+                got[2].extend(r for r in runs if r not in got[2])
+        folded = {k for _, ks, _ in causes.values() for k in ks}
+        self.folded = folded
         out = []
-        for (code, key), (msg, runs) in self._found.items():
-            if runs:
-                named = ", ".join(repr(r) for r in runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
-                msg = f"{msg} (needed by run{'s' if len(runs) > 1 else ''} {named})"
-            out.append(Problem(code, key, msg))
+        for cause, (msg, reached, runs) in causes.items():
+            shown = ", ".join(reached[:3]) + (f" and {len(reached) - 3} more" if len(reached) > 3 else "")
+            out.append(Problem("corrupt-object", cause, f"{msg}; it holds the entries of {len(reached)} "
+                               f"pack{'s' if len(reached) > 1 else ''} merged into it ({shown})"
+                               + _needed_by(runs)))
+        for (code, key), (msg, runs, cause) in self._found.items():
+            if key in folded or key in causes:
+                continue
+            out.append(Problem(code, key, msg + _needed_by(runs)))
         return out
 
     def count(self, node: Ref) -> int:
@@ -242,6 +280,8 @@ class Verifier:
         self.reach = None
         self.segs: dict = {}
         self.damaged: set = set()
+        self.folded: set = set()  # merged-away packs whose entries sit in a corrupt pack (reported there)
+        self.needed_by: dict = {}  # unreadable object key -> ids of the runs that need it (from mark)
         self.archive_infos: dict = {}  # key -> ObjectInfo under archive/ (§28)
         self.archived: set = set()  # run keys marked by their bundles
         self.bundles: dict = {}
@@ -478,6 +518,7 @@ class Verifier:
         marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
         self.reach = reach = marker.run([m for log in logs.values() for m in log.live])
         self.rep.errors.extend(marker.problems)
+        self.folded, self.needed_by = marker.folded, marker.needed_by
         for pid, etype, eid in reach.unresolved:
             self.error("missing-entry", keys.fwd_shard_key(pid),
                        f"entry {chr(etype)} {eid.hex()} of retired pack {pid.hex()} is in none of "
@@ -545,6 +586,8 @@ class Verifier:
             if pid in self.bundles:
                 continue  # checked by check_bundles
             pk = keys.pack_key(pid)
+            if pk in self.folded:
+                continue  # its entries sit in a corrupt pack, reported once under that pack
             if pid not in self.packs_present:
                 if not self.reported(pk):
                     self.error("missing-pack", pk, "referenced by a live checkpoint")
@@ -571,8 +614,11 @@ class Verifier:
             try:
                 self.repo.message_raw(r)
             except SnapstoreError as e:
-                self.error("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack",
-                           keys.pack_key(r.pack), str(e))
+                pk = keys.pack_key(r.pack)
+                cause = (getattr(e, "key", None) if isinstance(e, IntegrityError) else None) or pk
+                if pk in self.folded or self.reported(cause) or self.reported(pk):
+                    continue  # one problem per cause: already reported (by mark, or for another message)
+                self.error("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack", cause, str(e))
             if self.progress and (i % 500 == 0 or i + 1 == len(refs)):
                 self.progress("data", i + 1, len(refs))
         live = [m for m in self.live if self.repo.run_key(m.run_id) not in self.archived]  # archived: check_bundles
@@ -595,8 +641,7 @@ class Verifier:
                 # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
                 # live entries were not found (reported above), which then most likely lived here
                 if pid not in self.fwd and lost:
-                    self.error("missing-pack", k, f"a segment of the newest record of {self.run_name(rk)}; "
-                               "live entries were not found, which may have lived here")
+                    self.missing_segment(k, rk)
                 continue
             if self.reported(k):
                 continue
@@ -610,6 +655,24 @@ class Verifier:
                 else:  # readers skip it: every live entry was found in another copy
                     self.warn("corrupt-unneeded-pack", k, f"a segment of {self.run_name(rk)}: {e}; every "
                               "live entry is read from another copy; reclaimed by 'snapstore gc'")
+
+    def missing_segment(self, k: str, rk: str) -> None:
+        """Report segment ``k`` of run key ``rk``, gone while live entries were not found: one
+        error, folding in the missing packs that run needs (most likely merged into the segment,
+        docs/format.md §18), which are then not reported one by one."""
+        log = self.logs.get(rk)
+        run_id = log.head.run_id if log is not None and log.head is not None else None
+        gone = [p.key for p in self.rep.errors if p.code == "missing-pack" and p.key != k
+                and run_id in self.needed_by.get(p.key, ())]
+        msg = f"a segment of the newest record of {self.run_name(rk)}; live entries were not found, which may have lived here"
+        if gone:
+            drop = set(gone)
+            self.rep.errors = [p for p in self.rep.errors if not (p.code == "missing-pack" and p.key in drop)]
+            shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+            msg = (f"a segment of the newest record of {self.run_name(rk)}; {len(gone)} pack"
+                   f"{'s' if len(gone) > 1 else ''} its live checkpoints need are missing too, most likely "
+                   f"merged into it ({shown})")
+        self.error("missing-pack", k, msg)
 
     def check_touched(self) -> None:
         """The other packs a reader may still touch: packs live hints name (a retired one is read
