@@ -20,7 +20,9 @@ files); restore: a fresh manager (new store object, nothing cached) reading the 
 of every conversation of a file, median over ``--trials`` (the two sides' trials alternate; the
 encrypted side's store is unlocked before the clock starts; the unlock, one scrypt, is reported
 on its own); stored bytes: the sum of
-the sizes of every file in the repository directory (the journal and lock files left out).
+the sizes of every file in the repository directory (the journal and lock files left out), with
+the plain side's object count and its 0-byte objects, which say where the encrypted side's extra
+bytes go (a fixed overhead per object) and what one 16-byte AEAD tag per object alone would cost.
 Every restore is compared with the saved history; a difference stops the run (exit 1).
 Targets (issue 24): save p50 and restore within 1.1x, stored bytes within 1.02x.
 """
@@ -53,11 +55,21 @@ def _store(side: str, path: Path, fsync: bool):
 
 def stored_bytes(path: Path) -> int:
     """Bytes of every object file under ``path`` (dot-named journal and lock files left out)."""
-    total = 0
+    return object_sizes(path)["bytes"]
+
+
+def object_sizes(path: Path) -> dict:
+    """``{"bytes", "objects", "empty"}`` of the object files under ``path`` (dot-named journal and
+    lock files left out): total bytes, how many objects, how many of them 0 bytes (stubs, run
+    markers, pins): where a per-object sealing overhead goes."""
+    total = n = empty = 0
     for root, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if not f.startswith("."))
-    return total
+        for f in files:
+            if not f.startswith("."):
+                size = os.path.getsize(os.path.join(root, f))
+                total, n, empty = total + size, n + 1, empty + (size == 0)
+    return {"bytes": total, "objects": n, "empty": empty}
 
 
 def save_side(side: str, path: Path, convs: list, fsync: bool) -> list[float]:
@@ -127,7 +139,7 @@ def measure(limit: int | None, trials: int, fsync: bool) -> dict | None:
                 row[side] = {"save_p50_ms": 1e3 * _lib.median(saves[side]),
                              "restore_ms": 1e3 * _lib.median(t for t, _ in trials_of[side]),
                              "unlock_ms": 1e3 * _lib.median(u for _, u in trials_of[side]) if side == "encrypted" else None,
-                             "bytes": stored_bytes(paths[side])}
+                             **object_sizes(paths[side])}
                 shutil.rmtree(paths[side])
             row["ratios"] = {k: _lib.ratio(row["encrypted"][m], row["plain"][m])
                              for k, m in (("save_p50", "save_p50_ms"), ("restore", "restore_ms"), ("bytes", "bytes"))}
@@ -136,7 +148,8 @@ def measure(limit: int | None, trials: int, fsync: bool) -> dict | None:
                             "saves": len(xs)} for side, xs in pooled.items()}
     tot = {side: sum(r[side]["bytes"] for r in out["files"].values()) for side in pooled}
     rest = {side: sum(r[side]["restore_ms"] for r in out["files"].values()) for side in pooled}
-    out["totals"] = {"bytes": tot, "restore_ms": rest,
+    objs = {k: sum(r["plain"][k] for r in out["files"].values()) for k in ("objects", "empty")}
+    out["totals"] = {"bytes": tot, "restore_ms": rest, "plain_objects": objs,
                      "ratios": {"save_p50": _lib.ratio(out["pooled"]["encrypted"]["save_p50_ms"],
                                                        out["pooled"]["plain"]["save_p50_ms"]),
                                 "restore": _lib.ratio(rest["encrypted"], rest["plain"]),
@@ -158,6 +171,11 @@ def report(r: dict) -> str:
                  f"({po['plain']['saves']} saves each; fsync {'on' if r['fsync'] else 'off'})")
     lines.append(f"ratios encrypted/plain: save p50 {t['ratios']['save_p50']:.3f} (target <= 1.1), restore "
                  f"{t['ratios']['restore']:.3f} (<= 1.1), stored bytes {t['ratios']['bytes']:.4f} (<= 1.02)")
+    o, pb = t["plain_objects"], t["bytes"]["plain"]
+    lines.append(f"where the bytes go: {o['objects']} objects ({o['empty']} of 0 bytes), {pb / max(1, o['objects']):.0f} B "
+                 f"an object on average; extra {t['bytes']['encrypted'] - pb} B = "
+                 f"{(t['bytes']['encrypted'] - pb) / max(1, o['objects']):.1f} B an object; one 16-byte AEAD tag "
+                 f"an object alone would be x{1 + 16 * o['objects'] / max(1, pb):.4f}")
     return "\n".join(lines)
 
 
