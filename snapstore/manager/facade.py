@@ -82,6 +82,12 @@ class CheckpointManager:
             A passphrase for an unencrypted repository, or none for an encrypted one, raises
             :class:`~snapstore.errors.EncryptionError` at first use; a wrong one
             :class:`~snapstore.errors.WrongPassphrase`.
+        kms_key_id: client-side encryption with the data key wrapped by AWS KMS (§27 "KMS
+            slots"): a KMS key id, ARN or alias (str; credentials, region and endpoint from the
+            environment as boto3 finds them, e.g. ``AWS_ENDPOINT_URL_KMS``), or a
+            :class:`~snapstore.stores.kms.KmsKey`. It opens the repository's KMS slot for that
+            key (no passphrase needed), or makes one when the location is empty; with a
+            passphrase too, KMS is tried first. None (default): ``$SNAPSTORE_KMS_KEY`` if set.
         **store_options: passed to the store (e.g. ``endpoint_url=`` for S3, ``fsync=`` for local).
     Raises:
         RepositoryError: the location holds no repository and ``create`` is False.
@@ -125,7 +131,7 @@ class CheckpointManager:
                  create: bool = True, gc_grace_period: float = 3600.0, clock=None,
                  compact_log: bool | None = None, run_cache_entries: int = runcache.DEFAULT_ENTRIES,
                  run_cache_bytes: int = runcache.DEFAULT_BYTES, pack_cache_bytes: int = PACK_CACHE_BYTES,
-                 passphrase: str | None = None, **store_options):
+                 passphrase: str | None = None, kms_key_id=None, **store_options):
         if max_checkpoints is not None and (not isinstance(max_checkpoints, int) or max_checkpoints < 1):
             raise InvalidInputError(f"max_checkpoints must be a positive integer, got {max_checkpoints!r}")
         if not isinstance(gc_grace_period, (int, float)) or gc_grace_period < 0:
@@ -136,8 +142,14 @@ class CheckpointManager:
         self.store = open_store(location, **store_options)
         if passphrase is None:
             passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
-        if passphrase is not None and not crypt.is_sealed(self.store):
-            self.store = crypt.SealedStore(self.store, passphrase)  # client-side encryption (format.md §27)
+        if kms_key_id is None:
+            kms_key_id = os.environ.get("SNAPSTORE_KMS_KEY") or None
+        if (passphrase is not None or kms_key_id is not None) and not crypt.is_sealed(self.store):
+            kms = None
+            if kms_key_id is not None:
+                from ..stores.kms import KmsKey
+                kms = kms_key_id if isinstance(kms_key_id, KmsKey) else KmsKey(kms_key_id)
+            self.store = crypt.SealedStore(self.store, passphrase, kms=kms)  # client-side encryption (format.md §27)
         self.state = ManagerState(store=self.store, create=create,
                                   owns_store=location is None or isinstance(location, (str, os.PathLike)),
                                   clock=clock or time.monotonic, views=views, pack_cache_bytes=pack_cache_bytes)

@@ -74,3 +74,21 @@ def test_kms_slot_beside_a_passphrase_and_moved(kms_keys, store_factory):
     other.put("config", cfg.to_bytes())
     with pytest.raises(WrongPassphrase, match="does not open"):
         CheckpointManager(SealedStore(other, kms=key(endpoint, arn1))).latest("r")
+
+
+def test_manager_takes_a_kms_key_id(kms_keys, store_factory, monkeypatch):
+    """CheckpointManager(kms_key_id=...) and $SNAPSTORE_KMS_KEY: a repository created and opened
+    with a KMS key alone, credentials and endpoint from the environment; another key refused."""
+    endpoint, arn1, arn2 = kms_keys
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("SNAPSTORE_PASSPHRASE", raising=False)
+    inner = store_factory("local")
+    CheckpointManager(inner, kms_key_id=arn1).save("r", MSGS)
+    assert [s["kdf"] for s in section(inner)["slots"]] == ["kms"] and section(inner)["slots"][0]["key"] == arn1
+    assert not [i.key for i in inner.list("") if b"KIWI-CANARY" in inner.get(i.key)]
+    assert CheckpointManager(inner, kms_key_id=arn1).latest("r").messages == MSGS
+    monkeypatch.setenv("SNAPSTORE_KMS_KEY", arn1)
+    assert CheckpointManager(inner).latest("r").messages == MSGS
+    with pytest.raises(WrongPassphrase, match="KMS key"):
+        CheckpointManager(inner, kms_key_id=arn2).latest("r")
