@@ -60,8 +60,10 @@ def _refuse_foreign_content(store, allow: bool) -> None:
               "prefix) already holds other files.")
 @click.option("--encrypt", is_flag=True, help="Encrypt every object client-side (docs/format.md §27); the "
               "passphrase comes from $SNAPSTORE_PASSPHRASE, else a prompt.")
+@click.option("--kms-key", metavar="ARN", help="With --encrypt: wrap the data key with this AWS KMS key (id, ARN "
+              "or alias; credentials from the environment) instead of a passphrase.")
 @click.pass_context
-def init_cmd(ctx, allow_nonempty, encrypt, **settings):
+def init_cmd(ctx, allow_nonempty, encrypt, kms_key, **settings):
     """Create a repository at --repo (fails if one exists).
 
     Settings are fixed at creation; options not given keep their defaults. A directory (or S3
@@ -71,7 +73,13 @@ def init_cmd(ctx, allow_nonempty, encrypt, **settings):
     from .key_cmds import passphrase_from_env_or_prompt
 
     settings = {k: v for k, v in settings.items() if v is not None}
-    store = state_of(ctx).open_store(passphrase_from_env_or_prompt(confirm=True) if encrypt else None, from_env=False)
+    if kms_key is not None and not encrypt:
+        raise CommandError("--kms-key needs --encrypt", 2)
+    if kms_key is not None:
+        store = state_of(ctx).open_store(None, from_env=False, kms_key=kms_key)
+    else:
+        store = state_of(ctx).open_store(passphrase_from_env_or_prompt(confirm=True) if encrypt else None,
+                                         from_env=False)
     try:
         _refuse_foreign_content(store, allow_nonempty)
         repo = Repository.init(store, **settings)

@@ -36,7 +36,11 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
 
 
 def _store(ctx):
-    store = state_of(ctx).open_store(passphrase_from_env_or_prompt())
+    import os
+    if os.environ.get("SNAPSTORE_KMS_KEY") and not os.environ.get("SNAPSTORE_PASSPHRASE"):
+        store = state_of(ctx).open_store()  # opened through its KMS slot, no passphrase (§27 "KMS slots")
+    else:
+        store = state_of(ctx).open_store(passphrase_from_env_or_prompt())
     ctx.call_on_close(store.close)
     return store
 
@@ -55,10 +59,17 @@ def key_list(ctx):
 
 
 @key_group.command("add")
+@click.option("--kms-key", metavar="ARN", help="Add a slot that this AWS KMS key (id, ARN or alias) opens, "
+              "instead of a passphrase slot.")
 @click.pass_context
-def key_add(ctx):
-    """Add a slot for a new passphrase ($SNAPSTORE_NEW_PASSPHRASE, else a prompt)."""
+def key_add(ctx, kms_key):
+    """Add a slot for a new passphrase ($SNAPSTORE_NEW_PASSPHRASE, else a prompt), or with
+    --kms-key one that an AWS KMS key opens (credentials from the environment)."""
     store = _store(ctx)
+    if kms_key is not None:
+        from ..stores.kms import KmsKey
+        write(f"added KMS key slot {keyslots.add_kms_slot(store, KmsKey(kms_key))}\n")
+        return
     new = passphrase_from_env_or_prompt("SNAPSTORE_NEW_PASSPHRASE", confirm=True, what="New passphrase")
     write(f"added key slot {keyslots.add_slot(store, new)}\n")
 

@@ -28,10 +28,12 @@ class State:
         self.compact_log = compact_log
         self._mgr: CheckpointManager | None = None
 
-    def open_store(self, passphrase: str | None = None, from_env: bool = True):
+    def open_store(self, passphrase: str | None = None, from_env: bool = True, kms_key: str | None = None):
         """The store at ``--repo`` (an S3 endpoint is probed first, see :func:`probe_store`); the
-        caller closes it. With ``passphrase`` (or, if ``from_env``, ``$SNAPSTORE_PASSPHRASE``) it
-        is wrapped in a :class:`~snapstore.stores.crypt.SealedStore` (docs/format.md §27).
+        caller closes it. With ``passphrase`` (or, if ``from_env``, ``$SNAPSTORE_PASSPHRASE``)
+        and/or ``kms_key`` (a KMS key id, ARN or alias; or, if ``from_env``, ``$SNAPSTORE_KMS_KEY``;
+        AWS credentials, region and endpoint from the environment) it is wrapped in a
+        :class:`~snapstore.stores.crypt.SealedStore` (docs/format.md §27).
 
         Raises:
             StoreError: the S3 endpoint cannot be reached (or another store error of the probe).
@@ -47,6 +49,11 @@ class State:
         store = open_store(self.location)
         if passphrase is None and from_env:
             passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
+        if kms_key is None and from_env:
+            kms_key = os.environ.get("SNAPSTORE_KMS_KEY") or None
+        if kms_key is not None:
+            from ..stores.kms import KmsKey
+            return SealedStore(store, passphrase, kms=KmsKey(kms_key))
         return SealedStore(store, passphrase) if passphrase is not None else store
 
     def manager(self, create: bool = False) -> CheckpointManager:

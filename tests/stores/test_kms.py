@@ -92,3 +92,38 @@ def test_manager_takes_a_kms_key_id(kms_keys, store_factory, monkeypatch):
     assert CheckpointManager(inner).latest("r").messages == MSGS
     with pytest.raises(WrongPassphrase, match="KMS key"):
         CheckpointManager(inner, kms_key_id=arn2).latest("r")
+
+
+def test_cli_init_and_key_add_with_a_kms_key(kms_keys, tmp_path, monkeypatch):
+    """`snapstore init --encrypt --kms-key ARN`, then every command opened through
+    $SNAPSTORE_KMS_KEY without a passphrase, `key add --kms-key` a second KMS key, which opens it
+    alone; `--kms-key` without `--encrypt` is a usage error."""
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+    endpoint, arn1, arn2 = kms_keys
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for v in ("SNAPSTORE_PASSPHRASE", "SNAPSTORE_KMS_KEY"):
+        monkeypatch.delenv(v, raising=False)
+    repo = str(tmp_path / "repo")
+
+    def run(*args, env=None, code=0):
+        r = CliRunner().invoke(cli, ["--repo", repo, *args], env=env, catch_exceptions=False)
+        assert r.exit_code == code, (r.exit_code, r.stdout, r.stderr)
+        return r
+
+    assert "--encrypt" in run("init", "--kms-key", arn1, code=2).stderr
+    assert "initialized encrypted" in run("init", "--encrypt", "--kms-key", arn1).stdout
+    from snapstore.stores.local import LocalStore
+    inner = LocalStore(repo)
+    assert [s["kdf"] for s in section(inner)["slots"]] == ["kms"]
+    CheckpointManager(repo, kms_key_id=arn1).save("r", MSGS)
+    one = {"SNAPSTORE_KMS_KEY": arn1}
+    assert "kms" in run("key", "list", env=one).stdout
+    assert "added KMS key slot" in run("key", "add", "--kms-key", arn2, env=one).stdout
+    assert [s["key"] for s in section(inner)["slots"]] == [arn1, arn2]
+    assert CheckpointManager(repo, kms_key_id=arn2).latest("r").messages == MSGS
+    assert run("runs", env={"SNAPSTORE_KMS_KEY": arn2}).stdout.split() == ["r"]
+    assert "KIWI-CANARY-8080" in run("export", "r", env={"SNAPSTORE_KMS_KEY": arn2}).stdout
+    assert run("export", "r", code=1).exit_code == 1  # neither a passphrase nor a KMS key: refused
