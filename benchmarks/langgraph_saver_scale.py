@@ -23,6 +23,10 @@ the step p50 of the 100-turn run.
     python benchmarks/langgraph_saver_scale.py                               # 100,1000,3000 turns
     python benchmarks/langgraph_saver_scale.py --turns 100,1000 --savers snapstore-sqlite,sqlite
     python benchmarks/langgraph_saver_scale.py --durability exit --json out.json
+    python benchmarks/langgraph_saver_scale.py --turns 1000 --savers snapstore-sqlite --profile 25
+
+``--profile N`` also prints cProfile's N costliest functions (cumulative) over the ``put`` and
+``put_writes`` calls of the last 100 turns of each run (where the per-step time goes).
 
 Needs ``pip install '.[langgraph,bench]' langgraph-checkpoint-sqlite``.
 """
@@ -103,7 +107,7 @@ def core_bytes(kind: str, work: str, messages: list) -> int:
     return _size(path)
 
 
-def run(kind: str, turns: int, delta: bool, durability: str, work: str, trials: int) -> dict:
+def run(kind: str, turns: int, delta: bool, durability: str, work: str, trials: int, profile: int = 0) -> dict:
     from langchain_core.messages import HumanMessage
     import random
 
@@ -112,14 +116,23 @@ def run(kind: str, turns: int, delta: bool, durability: str, work: str, trials: 
     saver = open_saver(spec)
     steps: list = []  # (turn, seconds) of each put / put_writes
     turn = [0]
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
     for name in ("put", "put_writes"):
         f = getattr(saver, name)
 
         def timed(*a, _f=f, **k):
+            on = prof is not None and turn[0] >= turns - WINDOW
             t = time.perf_counter()
+            if on:
+                prof.enable()
             try:
                 return _f(*a, **k)
             finally:
+                if on:
+                    prof.disable()
                 steps.append((turn[0], time.perf_counter() - t))
         setattr(saver, name, timed)
     graph = build_chat_graph(saver, delta)
@@ -131,6 +144,13 @@ def run(kind: str, turns: int, delta: bool, durability: str, work: str, trials: 
         t = time.perf_counter()
         graph.invoke({"messages": [HumanMessage(content=chat_text(rng))]}, cfg, durability=durability)
         invokes.append(time.perf_counter() - t)
+    if prof is not None:
+        import io
+        import pstats
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(profile)
+        print(f"# profile: {kind}, {turns} turns, put + put_writes of the last {WINDOW} turns", file=sys.stderr)
+        print(out.getvalue(), file=sys.stderr, flush=True)
     messages = graph.get_state(cfg).values["messages"]
     assert len(messages) == 2 * turns, (kind, len(messages))
     if kind == "sqlite":
@@ -187,6 +207,8 @@ def main() -> None:
     ap.add_argument("--durability", choices=("async", "exit", "sync"), default="async")
     ap.add_argument("--trials", type=int, default=3, help="fresh processes per read timing (median)")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="print cProfile's N costliest functions over the last 100 turns' put/put_writes")
     a = ap.parse_args()
     savers = [s for s in a.savers.split(",") if s]
     if set(savers) - set(SAVERS):
@@ -195,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         for turns in (int(t) for t in a.turns.split(",")):
             for kind in savers:
-                row = run(kind, turns, a.channel == "delta", a.durability, work, a.trials)
+                row = run(kind, turns, a.channel == "delta", a.durability, work, a.trials, a.profile)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(table(rows))
