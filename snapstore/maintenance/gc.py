@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Callable
 
 from ..errors import InvalidInputError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
 from ..format.manifest import FREE_AFTER, KIND_TOMBSTONE
+from ..format.shared import effective_mtime
 from ..repo.packcache import PACK_COST
 from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
@@ -293,7 +295,10 @@ class GCPlan:
                 self.infos[k] = info
                 pid = keys.pack_id_from_key(k)
                 if pid is not None:
-                    self.packs[pid] = info
+                    # a shared pack is aged from the end of its epoch: writers reuse it until then
+                    # (docs/format.md §29); every other pack from its store time
+                    eff = effective_mtime(pid, info.mtime, self.now)
+                    self.packs[pid] = info if eff == info.mtime else replace(info, mtime=eff)
                 elif k.startswith(keys.FWD):
                     fwd_listing.append(info)
                 elif k.startswith(keys.GC_CANDIDATES):

@@ -30,6 +30,7 @@ from ..format.codec import any_int_digits, validate
 from ..format.fields import validate_fields
 from ..format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
 from ..format.manifest import KIND_CHECKPOINT, VIEW_TTL, Manifest, check_record_size
+from ..format.segs import Seg
 from ..repo.repository import Repository
 
 
@@ -217,6 +218,9 @@ class _Attempt:
         """Prepare the save on the parent (or take the pending one a retry repeats), fill in its
         manifest, and record it as the view's pending save."""
         args, repo, v, pm = self.args, self.repo, self.view, self.parent
+        # a shared pack confirmed within this long is reused without asking again (§29): as long
+        # as this writer trusts its view of a run (no caching with a grace period of 0)
+        repo.shared.trust = min(self.mgr.gc_grace_period / 2, VIEW_TTL)
         prep = repo.prepare_save(list_state, args.messages, args.session_state, args.session_state is not None,
                                  pm.session_state_tree if pm else None)
         ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
@@ -238,7 +242,8 @@ class _Attempt:
                          created=datetime.now(timezone.utc), checkpoint_id=args.checkpoint_id or new_checkpoint_id(seq),
                          parent_id=pm.checkpoint_id if pm else None, fields=args.fields)
             # format 2: the run's segment list, merging a tier when this save completes one
-            m.segs, tier, superseded = plan_save(repo, v.head_segs or [], prep.pack_id, prep.state.ids or ())
+            m.segs, tier, superseded = plan_save(repo, _with_shared(v.head_segs or [], prep.shared), prep.pack_id,
+                                                 prep.state.ids or ())
             if tier is not None:
                 repo.remember_pack(*tier)
         _describe(repo, m, prep, pm, v)
@@ -336,6 +341,12 @@ class _Attempt:
         # so no pack can turn into a deletion candidate while this save is in flight: the rule
         # below does not apply (with it, every save was "stale": any time elapsed is > 0).
         # (at one commit the pack is written with its manifest: never in flight, no pause to check)
+        # a save referencing shared packs (docs/format.md §29) publishes before their epoch's end
+        # plus a quarter of the grace period, else it is built again (in the new epoch)
+        if self.pending.prepared.shared and self.repo.shared.expired(self.pending.prepared.shared,
+                                                                     mgr.gc_grace_period):
+            self.undo()
+            raise _Stale()
         if not self.one_commit and mgr.gc_grace_period > 0 and clock() - self.packed_at > mgr.gc_grace_period / 2:
             if not late_ok:
                 self.undo()
@@ -494,6 +505,16 @@ def newer_than_ours(mgr, rk: str, m: Manifest) -> None:
 def seq_of(v) -> int:
     """The log position a save on view ``v`` takes."""
     return 0 if v.head_seq is None else v.head_seq + 1
+
+
+def _with_shared(segs: list, shared: list) -> list:
+    """``segs`` (the run's newest segment list) with the shared packs ``shared`` (ids) a save
+    references put first as foreign segments of level 0 (docs/format.md §29): found in the
+    restore's segment wave, never merged or deleted by the run's writers."""
+    if not shared:
+        return segs
+    have = {s.pack for s in segs}
+    return [Seg(p, 0, True) for p in shared if p not in have] + list(segs)
 
 
 def put_pack(repo: Repository, pack_id: bytes, data: bytes) -> None:

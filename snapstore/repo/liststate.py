@@ -165,6 +165,8 @@ class PreparedSave:
         new_chunks / new_bytes: chunks the pack adds and their JSON bytes.
         raw_blocks: block index -> uncompressed bytes of the pack's blocks (cache warm-up).
         session_state_tree: the session state's value tree, when stored as one.
+        shared: ids of the shared packs (docs/format.md §29) the save references instead of
+            storing their messages, in list order (a run's first save only).
     """
 
     pack_id: bytes | None
@@ -178,6 +180,7 @@ class PreparedSave:
     new_bytes: int
     raw_blocks: dict = field(default_factory=dict)
     session_state_tree: ValueTree | None = None
+    shared: list = field(default_factory=list)
 
 def arrays_exact(m: Manifest) -> bool | None:
     """What record ``m`` says of its run's arrays (``messages.a``, :attr:`ListState.arrays_exact`):

@@ -58,7 +58,8 @@ class _SaveBuild:
     ``all_refs``: refs of positions ``prefix`` on / of the whole list (None: not loaded);
     ``arrays``: the appended messages go into array blocks; ``new_chunks``/``new_bytes``: stored;
     ``rewind``: the parent's mark the tree and digest restart from (a list that keeps the parent's
-    first ``prefix`` messages, then differs), or None; ``marks``: this save's new marks.
+    first ``prefix`` messages, then differs), or None; ``marks``: this save's new marks;
+    ``shared``: the shared packs referenced instead of storing their messages (§29).
     """
 
     parent: ListState
@@ -81,6 +82,7 @@ class _SaveBuild:
     new_bytes: int = 0
     rewind: int | None = None
     marks: dict = field(default_factory=dict)
+    shared: list = field(default_factory=list)
 
     def __post_init__(self):
         self.n_old = self.parent.count
@@ -152,10 +154,10 @@ class SavePreparer:
         pb = b.pb
         if pb.empty:
             return PreparedSave(None, None, {"data": 0, "meta": 0}, ls, None, ss_inline, has_session_state, 0, 0,
-                                session_state_tree=ss_tree)
+                                session_state_tree=ss_tree, shared=b.shared)
         data, sizes = pb.build()
         return PreparedSave(pack_id, data, sizes, ls, None, ss_inline, has_session_state, b.new_chunks, b.new_bytes,
-                            pb.raw_blocks, ss_tree)
+                            pb.raw_blocks, ss_tree, b.shared)
 
     def _compare_prefix(self, b: "_SaveBuild") -> None:
         """Set ``b.prefix`` (how many of the parent's messages the new list keeps as they are),
@@ -305,10 +307,22 @@ class SavePreparer:
         # order (a message stored before is stored again there), so that a reader of the run's
         # newest checkpoint parses the segments' arrays without the tree (docs/format.md §8, §19)
         arrays = b.arrays = self.WRITE_ARRAYS and cfg.seg_fanout > 0 and b.append
+        # cross-run dedup (docs/format.md §29): only a run's first save, and only with segments
+        # (the shared pack is listed as a foreign segment, found in the segment wave)
+        shared = self.repo.shared
+        share = b.n_old == 0 and cfg.seg_fanout > 0
         for i in range(b.prefix, b.n):
             mid = ids[i]
             r = known.get(mid)
             parts = [] if arrays else None
+            if r is None and share and shared.candidate(raws[i]):
+                # a large message of a run's first save (a system prompt, a tool schema): stored
+                # once for every run of the epoch in a shared pack, listed as a foreign segment
+                sp = shared.ensure(mid, raws[i])
+                if sp is not None:
+                    r = known[mid] = Ref(mid, len(raws[i]), 1, b.flags[i], sp)
+                    if sp not in b.shared:
+                        b.shared.append(sp)
             if r is None:
                 raw = raws[i]
                 r = self._store_blob(pb, mid, raw, b.flags[i], b.known_pieces, parts)

@@ -14,6 +14,7 @@ nothing about checkpoint-manager policy (conflict rules, retention); see :mod:`s
 * ``arrays`` (:mod:`snapstore.repo.arrays`): the one-pass read of a list from array blocks;
 * ``values`` (:mod:`snapstore.repo.values`): session-state value trees;
 * ``saves`` (:mod:`snapstore.repo.prepare`): building a save in memory (dedup, pack);
+* ``shared`` (:mod:`snapstore.repo.shared`): shared objects, a large message stored once across runs;
 * and, as a mixin without state of its own, :class:`~snapstore.repo.log.records.LogRecords`:
   manifests and index records one at a time, publishing, finding a checkpoint.
 
@@ -57,6 +58,7 @@ from .locate import ForwardLookup, Locator, SegmentIndex
 from .log.records import LogRecords
 from .packcache import DEFAULT_LIMIT, PackCache
 from .prepare import SavePreparer
+from .shared import SharedObjects
 from .trees import TreeReader
 from .values import ValueReader
 
@@ -106,6 +108,7 @@ class Repository(LogRecords):
         self.arrays = ArrayReader(self)
         self.values = ValueReader(self)
         self.saves = SavePreparer(self)
+        self.shared = SharedObjects(self)  # shared objects: cross-run dedup (docs/format.md §29)
 
     # ------------------------------------------------------------------------------------------
     # opening
