@@ -25,6 +25,13 @@ MAX_CHUNK = 64 << 20
 """Largest chunk (bytes) a writer may store (``cdc_max``, ``cdc_threshold``): bounds what a reader
 decompresses for one entry."""
 
+NEW_SEG_FANOUT = 16
+"""``seg_fanout`` of a repository this version creates (earlier releases: 4). Each level of the
+counter rewrites every byte once (docs/format.md §10): fanout 16 has about half the levels of
+fanout 4 (log_16 n against log_4 n), so about half the tier bytes PUT, for up to 15 segments per
+level instead of 3 (one parallel wave of GETs for a fresh reader either way);
+``python benchmarks/write_amp.py`` measures it."""
+
 SETTING_RANGES = {
     "level": (1, 22),                    # zstd levels
     "dict_bytes": (0, 8 << 20),          # 0: no dictionaries
@@ -102,6 +109,8 @@ class RepoConfig:
     max_items: int = 64
     inline_state_max: int = 4096
     seg_fanout: int = 4
+    """4 when a config does not say (format 1, and the default of earlier releases);
+    :data:`NEW_SEG_FANOUT` in repositories this version creates."""
     removals: int = 0
     encryption: dict | None = None
     """The ``encryption`` section (:mod:`snapstore.format.keyslots`, docs/format.md §27) of an

@@ -24,9 +24,10 @@ MAX_SEGS = 512
 """Most segments a record may list (a reader refuses more: bounded memory for hostile input)."""
 
 MAX_LEVEL = 35
-MAX_OPEN_SEGS = 48
+MAX_OPEN_SEGS = 96
 """A writer whose segment list would grow beyond this (foreign segments do not merge) merges the
-whole list into one segment."""
+whole list into one segment. 96: fanout 16 (the default of new repositories) lists up to 15
+segments per level, 90 at 16 million saves (fanout 4: at most 3 per level)."""
 _LEVELS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
