@@ -13,7 +13,8 @@ from snapstore import CheckpointManager
 from snapstore.format import keys
 from snapstore.format.codec import seal_envelope
 from snapstore.format.config import CONFIG_MAGIC, NEW_SEG_FANOUT, RepoConfig
-from snapstore.format.segs import MAX_OPEN_SEGS, Seg, plan_append
+from snapstore.errors import InvalidInputError
+from snapstore.format.segs import MAX_OPEN_SEGS, Seg, plan_append, plan_append_bounded
 from snapstore.repo.repository import Repository
 from snapstore.stores.local import LocalStore
 from snapstore.stores.memory import MemoryStore
@@ -113,3 +114,59 @@ def test_fanout_16_puts_fewer_pack_bytes_than_fanout_4():
     # at 16 and 256 (2): its packs PUT (per-save and tier packs) must be clearly fewer bytes
     four, sixteen = _tier_bytes(4, 512), _tier_bytes(16, 512)
     assert sixteen < 0.8 * four, (sixteen, four)  # measured: 0.75 (per-save packs included)
+
+
+def _bounded(n: int, limit: int, segs=None):
+    """``n`` appends by :func:`plan_append_bounded`; yields the list after each, with per
+    segment the most times any of its entries was rewritten."""
+    segs = list(segs or [])
+    rewrites = {s.pack: 0 for s in segs}
+    for i in range(1, n + 1):
+        p = i.to_bytes(8, "big")
+        plan = plan_append_bounded(segs, p, limit)
+        rewrites[p] = 0
+        segs = list(plan.segs)
+        if plan.inputs:
+            merged = (10 ** 9 + i).to_bytes(8, "big")
+            rewrites[merged] = 1 + max(rewrites[s.pack] for s in plan.inputs)
+            segs[plan.slot] = Seg(merged, plan.level)
+        yield segs, rewrites
+
+
+def test_bounded_lists_keep_the_limit_and_rewrite_each_entry_at_most_level_times():
+    last = None
+    for segs, rewrites in _bounded(10_000, 46):
+        assert len(segs) <= 46
+        levels = [s.level for s in segs]
+        assert levels == sorted(levels, reverse=True)
+        assert all(rewrites[s.pack] <= s.level for s in segs)
+        last = segs
+    # 10,000 saves in at most 46 segments with each entry rewritten at most twice (the counter of
+    # fanout 16 rewrites entries up to 3 times by then, fanout 4 up to 6)
+    assert max(s.level for s in last) == 2
+
+
+def test_bounded_lists_never_merge_foreign_segments_below_the_cap():
+    foreign = [Seg((7000 + i).to_bytes(8, "big"), 3, True) for i in range(40)]
+    for segs, _ in _bounded(500, 8, foreign):
+        assert segs[:40] == foreign and len(segs) <= 48
+    plan = plan_append_bounded([Seg(i.to_bytes(8, "big"), 1, True) for i in range(MAX_OPEN_SEGS)], b"n" * 8, 8)
+    assert plan.segs == [Seg(b"", 2)] and len(plan.inputs) == MAX_OPEN_SEGS + 1  # past the cap: one own copy
+    with pytest.raises(InvalidInputError):
+        plan_append_bounded([], b"n" * 8, 3)
+
+
+def test_seg_limit_is_a_checked_setting_and_a_run_under_it_restores(tmp_path):
+    for bad in (1, 3, 97, -1):
+        with pytest.raises(InvalidInputError):
+            Repository.init(MemoryStore(), seg_limit=bad)
+    store = LocalStore(str(tmp_path / "repo"), fsync=False)
+    Repository.init(store, seg_limit=6)
+    m = CheckpointManager(store)
+    msgs, expect = [], {}
+    for i in range(60):
+        msgs = msgs + [grown_msg("b", i, 200)]
+        expect[("r", m.save("r", msgs, step=i))] = list(msgs)
+    assert len(m.repo.head(m.repo.run_key("r")).segment_list()) <= 6
+    assert_clean(store, expect)
+    assert CheckpointManager(MemoryStore()).repo.config.seg_limit == 0  # the counter by default
