@@ -25,6 +25,13 @@ MAX_CHUNK = 64 << 20
 """Largest chunk (bytes) a writer may store (``cdc_max``, ``cdc_threshold``): bounds what a reader
 decompresses for one entry."""
 
+NEW_SEG_FANOUT = 16
+"""``seg_fanout`` of a repository this version creates (earlier releases: 4). Each level of the
+counter rewrites every byte once (docs/format.md §10): fanout 16 has about half the levels of
+fanout 4 (log_16 n against log_4 n), so about half the tier bytes PUT, for up to 15 segments per
+level instead of 3 (one parallel wave of GETs for a fresh reader either way);
+``python benchmarks/write_amp.py`` measures it."""
+
 SETTING_RANGES = {
     "level": (1, 22),                    # zstd levels
     "dict_bytes": (0, 8 << 20),          # 0: no dictionaries
@@ -37,6 +44,7 @@ SETTING_RANGES = {
     "max_items": (2, 4096),
     "inline_state_max": (0, 1 << 20),
     "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
+    "seg_limit": (0, 96),                # 0: the counter; else at most this many own segments (>= 4)
     "removals": (0, 1),                  # 1: every removal of log records is recorded (§16)
 }
 """Allowed range (inclusive) of every repository setting, checked when a repository is created
@@ -58,6 +66,8 @@ def check_settings(values: dict) -> str | None:
         return f"chunk sizes must satisfy cdc_min <= cdc_avg <= cdc_max, got {mn}, {avg}, {mx}"
     if values.get("seg_fanout") == 1:
         return "setting seg_fanout must be 0 (no segments) or 2-64, got 1"
+    if values.get("seg_limit", 0) in (1, 2, 3):
+        return f"setting seg_limit must be 0 (the counter) or 4-96, got {values['seg_limit']}"
     return None
 
 
@@ -80,6 +90,10 @@ class RepoConfig:
             level (2-64; a format-1 config has none and gets the default). 0 turns segments off:
             records carry no segment list and every save's pack stays where its hints name it
             (format-1 writes; for tests of format-1 behaviour and comparisons).
+        seg_limit: format 2: 0 (absent: every config before this setting) merges segments by the
+            counter of ``seg_fanout``; 4-96 keeps at most that many own segments per record,
+            merging a suffix only when the list is full (docs/format.md §10, *Bounded lists*).
+            Writers that do not know the setting use the counter on the same lists.
         removals: 1 if every writer of this repository records the log positions it removes
             (removal records, docs/format.md §16): set when a repository is created by this
             version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
@@ -102,6 +116,9 @@ class RepoConfig:
     max_items: int = 64
     inline_state_max: int = 4096
     seg_fanout: int = 4
+    """4 when a config does not say (format 1, and the default of earlier releases);
+    :data:`NEW_SEG_FANOUT` in repositories this version creates."""
+    seg_limit: int = 0
     removals: int = 0
     encryption: dict | None = None
     """The ``encryption`` section (:mod:`snapstore.format.keyslots`, docs/format.md §27) of an
@@ -109,7 +126,7 @@ class RepoConfig:
     the data key a slot opens, and is empty until the repository is unlocked."""
 
     SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
-                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "removals")
+                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "seg_limit", "removals")
     """The names of the repository's settings (the config's fields a user may choose at ``init``)."""
 
     def to_bytes(self) -> bytes:

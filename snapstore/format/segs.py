@@ -24,9 +24,10 @@ MAX_SEGS = 512
 """Most segments a record may list (a reader refuses more: bounded memory for hostile input)."""
 
 MAX_LEVEL = 35
-MAX_OPEN_SEGS = 48
+MAX_OPEN_SEGS = 96
 """A writer whose segment list would grow beyond this (foreign segments do not merge) merges the
-whole list into one segment."""
+whole list into one segment. 96: fanout 16 (the default of new repositories) lists up to 15
+segments per level, 90 at 16 million saves (fanout 4: at most 3 per level)."""
 _LEVELS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -154,3 +155,43 @@ def plan_append(segs: list[Seg], new_pack: bytes | None, fanout: int) -> MergePl
     if not merged:
         return MergePlan(out, [], 0, -1)
     return MergePlan(out, inputs, level, len(out) - 1)
+
+
+def plan_append_bounded(segs: list[Seg], new_pack: bytes | None, limit: int) -> MergePlan:
+    """Append the per-save pack ``new_pack`` (None: the save wrote no pack) to ``segs`` keeping at
+    most ``limit`` own segments (docs/format.md §10, *Bounded lists*; a fork's foreign segments
+    come on top, and the whole list is merged past :data:`MAX_OPEN_SEGS`, as by the counter).
+
+    While the list has room nothing is merged. Once appending makes more than ``limit`` own
+    segments, one suffix of own segments is merged into one pack: the shortest (of at least 2 segments) whose
+    merged level (its highest level + 1) is at most the level of the segment before it, else
+    every own segment. A segment's level is then how many times its entries were rewritten, at
+    most, and levels never increase along the list.
+
+    Raises:
+        InvalidInputError: ``limit`` below 4.
+    """
+    if limit < 4:
+        raise InvalidInputError(f"segment limit must be at least 4, got {limit}")
+    out = list(segs)
+    if new_pack is None:
+        return MergePlan(out, [], 0, -1)
+    out.append(Seg(new_pack, 0))
+    if len(out) > MAX_OPEN_SEGS:  # a long chain of forks piles up foreign prefixes
+        return _merge_all(out)
+    first_own = max((i + 1 for i, s in enumerate(out) if s.foreign), default=0)
+    if len(out) - first_own <= limit:
+        return MergePlan(out, [], 0, -1)
+    j = len(out) - 2
+    while j > first_own:
+        if max(s.level for s in out[j:]) + 1 <= out[j - 1].level:
+            break
+        j -= 1
+    level = min(MAX_LEVEL, max(s.level for s in out[j:]) + 1)
+    return MergePlan(out[:j] + [Seg(b"", level)], out[j:], level, j)
+
+
+def _merge_all(out: list[Seg]) -> MergePlan:
+    """Every segment (foreign ones included) copied into one own segment."""
+    level = min(MAX_LEVEL, max(s.level for s in out) + 1)
+    return MergePlan([Seg(b"", level)], list(out), level, 0)

@@ -44,7 +44,7 @@ from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, Repo
 from ..format import keys
 from ..format.ids import Hasher, name_key
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
-from ..format.config import RepoConfig, check_settings
+from ..format.config import NEW_SEG_FANOUT, RepoConfig, check_settings
 from ..format.pack import T_STATE, Pack
 from ..format.tree import Ref, Spine, TreeParams
 from ..format.valuetree import ValueTree
@@ -147,6 +147,7 @@ class Repository(LogRecords):
         """
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
         cfg.removals = 1  # this version records every removal of log records (§16)
+        cfg.seg_fanout = NEW_SEG_FANOUT  # fewer tier rewrites than the earlier default 4 (§10)
         for k in settings:
             if k not in RepoConfig.SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")

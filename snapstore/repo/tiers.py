@@ -17,7 +17,7 @@ import os
 from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ..format.ids import PACK_ID_BYTES
 from ..format.pack import T_CHUNK, T_HOLE, PackBuilder
-from ..format.segs import MergePlan, Seg, plan_append
+from ..format.segs import MergePlan, Seg, plan_append, plan_append_bounded
 from .repository import Repository
 
 TIER_LEVELS = {1: 3, 2: 6, 3: 6}
@@ -143,7 +143,10 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None, first=(
     """
     if repo.config.seg_fanout == 0:  # segments off: format-1 writes (every record without a list)
         return None, None, []
-    plan: MergePlan = plan_append(list(base), new_pack, repo.config.seg_fanout)
+    if repo.config.seg_limit:
+        plan: MergePlan = plan_append_bounded(list(base), new_pack, repo.config.seg_limit)
+    else:
+        plan = plan_append(list(base), new_pack, repo.config.seg_fanout)
     if not plan.inputs:
         return plan.segs, None, []
     pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level, first)
