@@ -97,3 +97,58 @@ def test_dask_local_cluster_on_moto_http_gives_the_local_executors_result(tmp_pa
         rep = P.partitioned_mark(url, str(tmp_path / "jd"), 3, executor="dask", scheduler=client, store_options=opts)
     assert rep["live"] == local["live"] == live
     assert rep["candidate_ids"] == local["candidate_ids"]
+
+
+def test_cli_gc_plan_reports_and_refuses_to_delete_without_dry_run(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+    root = str(tmp_path / "r")
+    _fill(CheckpointManager(LocalStore(root)), runs=6)
+    live, listed = _one_process_live(Repository.open(LocalStore(root), create=False))
+    job = str(tmp_path / "job")
+    r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2"])
+    assert r.exit_code != 0 and "--dry-run" in r.output
+    before = sorted(os.listdir(os.path.join(root, "packs")))
+    r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2", "-n", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["partitions_done"] == 2 and d["live_packs"] == len(live) and d["candidates"] == len(listed - live)
+    assert sorted(os.listdir(os.path.join(root, "packs"))) == before
+
+
+def test_a_driver_killed_mid_job_is_resumed_by_a_rerun_and_loses_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, job = str(tmp_path / "r"), str(tmp_path / "job")
+    _fill(CheckpointManager(LocalStore(root)), runs=8)
+    live, listed = _one_process_live(Repository.open(LocalStore(root), create=False))
+    packs_before = sorted(os.listdir(os.path.join(root, "packs")))
+    code = ("import sys, time\n"
+            "from snapstore.maintenance import partitions as P\n"
+            "real = P.mark_partition\n"
+            "def slow(plan, i):\n"
+            "    s = real(plan, i); time.sleep(30); return s\n"
+            "P.mark_partition = slow\n"
+            f"P.partitioned_mark({root!r}, {job!r}, 4, workers=1)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not (os.path.isdir(job) and any(f.endswith(".parquet") for f in os.listdir(job))):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = [f for f in os.listdir(job) if f.endswith(".parquet")]
+    assert 1 <= len(done) < 4
+    rep = P.partitioned_mark(root, job, 4)
+    assert sum(s["resumed"] for s in rep["summaries"]) == len(done)
+    assert rep["live"] == live and rep["candidate_ids"] == listed - live
+    assert sorted(os.listdir(os.path.join(root, "packs"))) == packs_before
