@@ -146,7 +146,8 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
         index: the partition's index.
     Returns:
         A summary dict: ``index``, ``runs``, ``live_checkpoints``, ``live_packs``, ``listed_packs``,
-        ``requests`` (kind -> count), ``seconds``, ``resumed`` (bool).
+        ``requests`` (kind -> count), ``seconds``, ``resumed`` (bool), ``peak_rss_kb`` (the worker
+        process's peak resident set so far, KiB).
     Raises:
         IntegrityError / ObjectNotFound: a live checkpoint of the partition is unreadable.
     """
@@ -163,8 +164,8 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     t0 = time.monotonic()
     repo = _open(plan)
     g = GCPlan(repo, GCOptions(dry_run=True), repo.store_time(), repo.cache.limit)
+    g.run_range = (part.first, part.last)
     g.list_repository()
-    g.logs = {rk: log for rk, log in g.logs.items() if part.first <= rk <= part.last}
     try:
         g.mark()
     finally:
@@ -173,7 +174,8 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     summary = {"index": index, "runs": len(g.logs), "live_checkpoints": sum(len(x.live) for x in g.logs.values()),
                "live_packs": len(packs), "listed_packs": len(g.packs),
                "live_bytes": sum(g.packs[p].size for p in packs if p in g.packs),
-               "requests": _requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False}
+               "requests": _requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False,
+               "peak_rss_kb": _peak_rss_kb()}
     table = pa.table({"pack": pa.array([p.hex() for p in packs], pa.string()),
                       "size": pa.array([g.packs[p].size if p in g.packs else -1 for p in packs], pa.int64())})
     table = table.replace_schema_metadata({"summary": json.dumps(summary)})
@@ -181,6 +183,14 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     pq.write_table(table, tmp)
     os.replace(tmp, out)
     return summary
+
+
+def _peak_rss_kb() -> int:
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _requests(repo: Repository) -> dict:
