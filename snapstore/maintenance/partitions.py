@@ -5,7 +5,8 @@ of GC split by run key. :func:`plan_mark` lists the runs once and cuts their sor
 of about equal numbers of listed log records (derived from the actual run list, not fixed prefixes);
 each partition is marked on its own (:func:`mark_partition`: the worker opens the repository from
 its URL, credentials from its environment, lists it and marks only the runs in its range with GC's
-own mark, as a dry run, so it writes nothing to the repository) and writes its live packs as Parquet
+own mark, as a dry run: it writes nothing to the repository but the store-clock probe, one PUT and
+DELETE of ``gc/clock-<random>``, which a later GC removes if a kill leaves it) and writes its live packs as Parquet
 in the job directory (``mark-<i>.parquet``). A partition whose file exists is not marked again, so a
 job that was interrupted resumes, and a failed partition is retried on its own. :func:`reduce_mark`,
 the driver step, unions the live packs and writes the packs no partition needs as
