@@ -260,6 +260,30 @@ def bundle_lines(rep) -> list[tuple[str, str]]:
     return rows
 
 
+def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json):
+    """``gc --plan DIR``: the partitioned mark (:mod:`snapstore.maintenance.partitions`), a report."""
+    from ..maintenance.partitions import partitioned_mark
+
+    if not dry_run:
+        raise CommandError("gc --plan marks and reports only so far (the sweep is one-process): add --dry-run, "
+                           "then run 'snapstore gc' to delete")
+    try:
+        rep = partitioned_mark(state_of(ctx).location, plan_dir, partitions, executor, scheduler)
+    except SnapstoreError as e:
+        raise CommandError(str(e)) from e
+    d = {k: v for k, v in rep.items() if k not in ("live", "candidate_ids")}
+    if as_json:
+        emit_json(d)
+        return
+    write("dry run: nothing was changed\n" + kv_text([
+        ("partitions", f"{d['partitions_done']}/{d['partitions']} done ({executor})"),
+        ("marked", f"{d['live_checkpoints']} live checkpoints, {d['live_packs']} live packs"),
+        ("candidates", f"{d['candidates']} unreferenced packs, {human_size(d['bytes_to_reclaim'])} to reclaim "
+                       f"(a later gc deletes them after the grace period)"),
+        ("requests", ", ".join(f"{k} {v}" for k, v in sorted(d["requests"].items()) if v)),
+        ("results", plan_dir)]))
+
+
 @click.command("gc")
 @click.option("--grace-period", type=DURATION, metavar="DURATION",
               help="How long unreferenced data must stay unreferenced before it is deleted: seconds or "
@@ -276,14 +300,26 @@ def bundle_lines(rep) -> list[tuple[str, str]]:
 @click.option("--force", is_flag=True,
               help="Also delete dead archive bundles still within their storage class's minimum duration "
                    "(S3 bills the rest of it; without --force they are kept and the fee is reported).")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Mark as partitions by run key (with --dry-run): each partition's live packs go to "
+                   "DIR/mark-*.parquet, the packs none needs to DIR/candidates.parquet; a re-run resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="With --plan: threads here, or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1), default=8, show_default=True,
+              help="With --plan: number of run-key partitions.")
 @click.pass_context
-def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force):
+def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, plan_dir, executor, scheduler,
+           partitions):
     """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
 
     Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
     the grace period has passed (so a concurrent writer that still relies on it is safe). Only one
     gc runs at a time.
     """
+    if plan_dir is not None:
+        _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json)
+        return
     mgr = state_of(ctx).manager()
     kwargs = {}
     if grace_period is not None:

@@ -247,6 +247,8 @@ class GCPlan:
         seg_keep: segment packs kept whole -> run key.
         select / seg_select: packs merged / segments rewritten on their own.
         retired_now: packs this GC retired.
+        run_range: None, or ``(first, last)`` run keys (inclusive): only those runs' logs are read
+            and marked (a partition of :mod:`snapstore.maintenance.partitions`; never swept).
     """
 
     def __init__(self, repo: Repository, opts: GCOptions, now: float, cache_limit: int):
@@ -266,6 +268,7 @@ class GCPlan:
         self.seg_writer = PackWriter(repo.store, self.rep, opts.dry_run, SEG_PENDING_BYTES, opts.target_pack_bytes,
                                      opts.repack_level)
         self.rewrites = None
+        self.run_range: tuple | None = None  # (first, last) run keys: read and mark only these runs' logs
 
     # ---- list
     def list_repository(self) -> None:
@@ -279,6 +282,11 @@ class GCPlan:
         """
         repo, store = self.repo, self.repo.store
         self.listing = list_runs(repo)
+        if self.run_range is not None:  # a partition (maintenance/partitions.py): only its runs' logs are read
+            lo, hi = self.run_range
+            for area in (self.listing.manifests, self.listing.logsegs):
+                for rk in [rk for rk in area if not lo <= rk <= hi]:
+                    del area[rk]
         self.infos = self.listing.infos
         self.mark_infos = list(store.list(runmark.PREFIX))  # run markers (§13), after the run log
         # format 2: the listed manifests that log segments cover are read from their copies there
