@@ -43,10 +43,10 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import InvalidInputError, SnapstoreError
+from ..errors import ColdObjectError, InvalidInputError, SnapstoreError
 from ..format.codec import any_int_digits
 from . import archive_cmd, copy_cmd, data_cmds, key_cmds, maint_cmds
-from .output import Activity, CommandError, Interrupted
+from .output import Activity, CommandError, Interrupted, restore_command
 from .params import parse_duration
 from .state import DEFAULT_REPO, State
 
@@ -69,6 +69,10 @@ class _Group(click.Group):
             raise Interrupted() from None
         except InvalidInputError as e:
             raise CommandError(str(e), 2) from None
+        except ColdObjectError as e:  # name the restore command with the --repo this invocation used
+            repo = ctx.params.get("repo")
+            msg = str(e).replace("'snapstore restore ", f"'{restore_command('', repo)}") if repo else str(e)
+            raise CommandError(msg, 1) from None
         except SnapstoreError as e:
             raise CommandError(str(e) or type(e).__name__, 1) from None
         except BrokenPipeError:

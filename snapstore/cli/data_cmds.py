@@ -18,7 +18,7 @@ from ..errors import ColdObjectError, RepositoryError, RunNotFound
 from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
-from .output import (CommandError, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
+from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
                      kv_text, plural, prices_text, request_cost, short, summary_json, table_text, usd, write)
 from .params import SIZE
 from .state import state_of
@@ -409,7 +409,7 @@ def show_cmd(ctx, run, checkpoint, as_json):
             pairs.append((label, short(value)))
     if cold is not None:
         pairs.append(("archived", f"{cold.key}: in a cold storage class, not restored (messages and session "
-                                  f"state are read after 'snapstore restore {run}')"))
+                                  f"state are read after '{restore_command(run, click.get_current_context().find_root().params.get('repo'))}')"))
     elif cp.session_state is not None:
         pairs.append(("session state", human_size(len(json_bytes(cp.session_state)))))
     write(kv_text(pairs))

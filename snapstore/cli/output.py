@@ -170,6 +170,16 @@ def _raw_write(text_or_bytes, err: bool = False) -> None:
     stream.flush()
 
 
+def restore_command(runs: str, repo: str | None) -> str:
+    """The ``snapstore restore`` command line a user should run for ``runs`` (space-separated run
+    ids), naming ``--repo`` when the user gave one (or ``$SNAPSTORE_URL`` did), so that it can be
+    pasted as it is; ``repo`` None: the default repository, no ``--repo``."""
+    import shlex
+
+    where = f"--repo {shlex.quote(repo)} " if repo else ""
+    return f"snapstore {where}restore {runs}"
+
+
 def json_bytes(value, indent: int | None = None) -> bytes:
     """``json.dumps(value, ensure_ascii=False)`` as UTF-8; values holding lone surrogates fall back
     to ``ensure_ascii=True`` (escaped ``\\udXXX``, still valid JSON that decodes to the same value)."""

@@ -5,6 +5,7 @@ command, restore makes the run readable."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import boto3
 from tests.cli.test_cli import EXAMPLE, OPENHANDS, one_line_error, run
@@ -45,12 +46,12 @@ def test_deep_archive_read_error_then_restore(tmp_path, moto_server):
     assert "demo" in run(url, "runs").stdout  # listing reads no cold object
     # show and prune --run answer from the hot summaries, and show says the data is cold
     shown = run(url, "show", "demo").stdout
-    assert "archived" in shown and "snapstore restore demo" in shown and "messages" in shown, shown
+    assert "archived" in shown and f"snapstore --repo {shlex.quote(url)} restore demo" in shown and "messages" in shown, shown
     d = json.loads(run(url, "show", "demo", "--json").stdout)
     assert d["archived"]["readable"] is False and d["message_count"] > 0
     assert run(url, "prune", "--keep-last", "100", "--run", "demo", "-n").exit_code == 0
     one_line_error(run(url, "export", "demo", "-o", str(tmp_path / "x.json"), ok=False),
-                   contains="snapstore restore demo")
+                   contains=f"snapstore --repo {shlex.quote(url)} restore demo")
     r = json.loads(run(url, "restore", "demo", "--tier", "bulk", "--days", "1", "--json", ok=False).stdout)
     assert set(r["bundles"].values()) <= {"requested", "restored"}
     r = json.loads(run(url, "restore", "demo", "--json").stdout)
