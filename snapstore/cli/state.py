@@ -43,14 +43,12 @@ class State:
 
         import os
 
-        from ..stores.crypt import SealedStore
+        from ..stores.crypt import SealedStore, keys_from_env
 
         probe_store(self.location)
         store = open_store(self.location)
-        if passphrase is None and from_env:
-            passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
-        if kms_key is None and from_env:
-            kms_key = os.environ.get("SNAPSTORE_KMS_KEY") or None
+        if from_env:
+            passphrase, kms_key = keys_from_env(passphrase, kms_key)
         if kms_key is not None:
             from ..stores.kms import KmsKey
             return SealedStore(store, passphrase, kms=KmsKey(kms_key))

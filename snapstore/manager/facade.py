@@ -140,10 +140,7 @@ class CheckpointManager:
             raise InvalidInputError(f"pack_cache_bytes must be a non-negative integer (bytes), got {pack_cache_bytes!r}")
         views = runcache.RunCache(run_cache_entries, run_cache_bytes)
         self.store = open_store(location, **store_options)
-        if passphrase is None:
-            passphrase = os.environ.get("SNAPSTORE_PASSPHRASE") or None
-        if kms_key_id is None:
-            kms_key_id = os.environ.get("SNAPSTORE_KMS_KEY") or None
+        passphrase, kms_key_id = crypt.keys_from_env(passphrase, kms_key_id)
         if (passphrase is not None or kms_key_id is not None) and not crypt.is_sealed(self.store):
             kms = None
             if kms_key_id is not None:

@@ -57,6 +57,21 @@ def plain_listed_size(key: str, stored: int) -> int:
     return UNSEALED_SIZE + stored if p is None else p
 
 
+
+PASSPHRASE_ENV = "SNAPSTORE_PASSPHRASE"
+KMS_KEY_ENV = "SNAPSTORE_KMS_KEY"
+
+
+def keys_from_env(passphrase: str | None = None, kms_key: str | None = None) -> tuple[str | None, str | None]:
+    """The repository keys to open with: ``passphrase`` and ``kms_key`` (a KMS key id, ARN or alias)
+    as given, each None one taken from ``$SNAPSTORE_PASSPHRASE`` / ``$SNAPSTORE_KMS_KEY``; an empty
+    variable counts as unset. Returns ``(passphrase or None, kms_key or None)``; raises nothing."""
+    if passphrase is None:
+        passphrase = os.environ.get(PASSPHRASE_ENV) or None
+    if kms_key is None:
+        kms_key = os.environ.get(KMS_KEY_ENV) or None
+    return passphrase, kms_key
+
 class SealedStore:
     """An :class:`~snapstore.stores.base.ObjectStore` that encrypts every object of ``inner``.
 
