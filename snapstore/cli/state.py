@@ -40,9 +40,6 @@ class State:
             InvalidInputError: the location is not one a store can be opened for.
         """
         from ..stores import open_store
-
-        import os
-
         from ..stores.crypt import SealedStore, keys_from_env
 
         probe_store(self.location)
