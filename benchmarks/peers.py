@@ -173,6 +173,9 @@ class SnapstoreLocal(_SnapstoreSaves):
 
     def finish(self):
         self.mgr.close()
+        # the manager leaves a store it was given open; closing it settles the journal (.wal) into
+        # the object files and removes it, so usage counts what the repository keeps (§26)
+        self.store.close()
 
     def usage(self):
         return dir_usage(self.root)
@@ -203,9 +206,8 @@ class SnapstoreSqlite(SnapstoreLocal):
         self.mgr = CheckpointManager(self.store)
         self.run_ids: list = []
 
-    def finish(self):
-        super().finish()
-        self.store.close()  # the last connection: SQLite checkpoints the WAL into the file and removes it
+    # finish: snapstore-local's; closing the store (its last connection) makes SQLite checkpoint the
+    # WAL into the file and remove it
 
     def restore_spec(self, index, run):
         return {"system": "snapstore", "location": f"sqlite://{self.path}", "run": run.run_id}

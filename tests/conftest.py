@@ -8,17 +8,6 @@ from tests.helpers.s3_fixtures import *  # noqa: F401,F403
 from tests.helpers.shared_data import shared_data_dir
 
 
-@pytest.fixture(autouse=True)
-def _fanout_of_earlier_releases(request, monkeypatch):
-    """Repositories a test creates get ``seg_fanout`` 4, the default of earlier releases and the
-    fanout of the repositories they created, which this version keeps reading and writing: the
-    suite's counts of merges, tier packs and GC rewrites were written for it. Tests marked
-    ``new_fanout`` (tests/repo/test_fanout.py) create repositories with this version's default
-    (:data:`snapstore.format.config.NEW_SEG_FANOUT`); so do child processes."""
-    if request.node.get_closest_marker("new_fanout") is None:
-        monkeypatch.setattr("snapstore.repo.repository.NEW_SEG_FANOUT", 4)
-
-
 @pytest.fixture
 def shared_dir():
     d = shared_data_dir()

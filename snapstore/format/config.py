@@ -25,12 +25,14 @@ MAX_CHUNK = 64 << 20
 """Largest chunk (bytes) a writer may store (``cdc_max``, ``cdc_threshold``): bounds what a reader
 decompresses for one entry."""
 
-NEW_SEG_FANOUT = 16
-"""``seg_fanout`` of a repository this version creates (earlier releases: 4). Each level of the
-counter rewrites every byte once (docs/format.md §10): fanout 16 has about half the levels of
-fanout 4 (log_16 n against log_4 n), so about half the tier bytes PUT, for up to 15 segments per
-level instead of 3 (one parallel wave of GETs for a fresh reader either way);
-``python benchmarks/write_amp.py`` measures it."""
+NEW_SEG_FANOUT = 4
+"""``seg_fanout`` of a repository this version creates (as earlier releases). ``seg_fanout=16`` (a
+setting at ``init``) has about half the levels of fanout 4 (log_16 n against log_4 n), so about
+half the tier bytes PUT on long runs (``python benchmarks/write_amp.py``: 3.50x against 5.01x at
+10,000 saves on S3), but a run keeps up to 15 small per-save packs before its first merge instead
+of 3, each compressed alone: the shared runs stored 14-36% more bytes
+(``python -m benchmarks --workloads traj: --systems snapstore-local --quick``), so it is not the
+default (docs/format.md §10 "Fanout")."""
 
 SETTING_RANGES = {
     "level": (1, 22),                    # zstd levels

@@ -147,7 +147,7 @@ class Repository(LogRecords):
         """
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
         cfg.removals = 1  # this version records every removal of log records (§16)
-        cfg.seg_fanout = NEW_SEG_FANOUT  # fewer tier rewrites than the earlier default 4 (§10)
+        cfg.seg_fanout = NEW_SEG_FANOUT  # §10 "Fanout": why 4, not 16
         for k in settings:
             if k not in RepoConfig.SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")
