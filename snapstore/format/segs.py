@@ -147,11 +147,9 @@ def plan_append(segs: list[Seg], new_pack: bytes | None, fanout: int) -> MergePl
         merged = True
     if len(out) > MAX_OPEN_SEGS:
         # a long chain of forks piles up foreign prefixes: copy everything into one own segment
-        expanded = []
-        for s in out:
-            expanded.extend(inputs if s.pack == b"" else [s])
-        level = min(MAX_LEVEL, max(s.level for s in out) + 1)
-        return MergePlan([Seg(b"", level)], expanded, level, 0)
+        # (the cascade's placeholder, if any, stands for its inputs; levels are the same)
+        plan = _merge_all(out)
+        return MergePlan(plan.segs, [x for s in out for x in (inputs if s.pack == b"" else [s])], plan.level, 0)
     if not merged:
         return MergePlan(out, [], 0, -1)
     return MergePlan(out, inputs, level, len(out) - 1)
