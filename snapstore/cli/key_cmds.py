@@ -28,7 +28,9 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
     if got is not None:  # set but empty: a mistake to say, not a prompt that a closed stdin turns into "interrupted"
         raise CommandError(f"${env} is set but empty: give a non-empty passphrase (or unset it to be asked)", 2)
     if not sys.stdin.isatty():  # no prompt (getpass would read /dev/tty or a pipe): say what to set
-        raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal, so none is asked for)", 2)
+        raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal, so none is asked for)"
+                           + ("; a repository with a KMS slot also opens with $SNAPSTORE_KMS_KEY"
+                              if env == "SNAPSTORE_PASSPHRASE" else ""), 2)
     got = click.prompt(what, hide_input=True, confirmation_prompt=confirm)
     if not got:
         raise CommandError("the passphrase must not be empty", 2)

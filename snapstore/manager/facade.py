@@ -550,7 +550,7 @@ class CheckpointManager:
             if cfg is not None:
                 if accept_missing:
                     raise EncryptionError("verify --accept-missing writes a removal record: give the repository's "
-                                          "passphrase (SNAPSTORE_PASSPHRASE)")
+                                          "passphrase ($SNAPSTORE_PASSPHRASE) or KMS key ($SNAPSTORE_KMS_KEY)")
                 return sealedcheck.verify_structure(self.store, cfg, progress)
         return verify(self.state.repository(False), read_data=read_data, progress=progress, accept_missing=accept_missing)
 

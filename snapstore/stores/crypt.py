@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError
-from ..format import keyring, keyslots, sealed
+from ..format import keyring, keyslots, kmsslots, sealed
 from .base import ObjectInfo, check_range, store_capabilities
 
 CONFIG = "config"
@@ -429,8 +429,14 @@ def raise_if_locked(store, cfg) -> None:
         EncryptionError: ``cfg`` says encryption is on and ``store`` is not a :class:`SealedStore`.
     """
     if cfg.encryption is not None and not is_sealed(store):
-        raise EncryptionError(f"the repository at {store.url} is encrypted: give its passphrase "
-                              "(passphrase=... or SNAPSTORE_PASSPHRASE)")
+        slots = cfg.encryption.get("slots") if isinstance(cfg.encryption, dict) else None
+        kinds = {"kms" if kmsslots.is_kms(sl) else "passphrase" for sl in slots or ()}
+        ways = []
+        if "passphrase" in kinds or not kinds:
+            ways.append("a passphrase ($SNAPSTORE_PASSPHRASE, or passphrase=... in Python)")
+        if "kms" in kinds:
+            ways.append("a KMS key of one of its slots ($SNAPSTORE_KMS_KEY, or kms_key_id=... in Python)")
+        raise EncryptionError(f"the repository at {store.url} is encrypted: give {' or '.join(ways)}")
 
 
 __all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked"]

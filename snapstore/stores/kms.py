@@ -32,7 +32,17 @@ class KmsKey:
             import boto3
         except ImportError as e:  # pragma: no cover - boto3 is a dependency
             raise MissingDependencyError(f"KMS key slots need boto3: {e}") from None
-        self._client = boto3.client("kms", **client_options)
+        from botocore.exceptions import BotoCoreError
+
+        parts = key.split(":")
+        if "region_name" not in client_options and key.startswith("arn:") and len(parts) > 3 and parts[3]:
+            if not boto3.session.Session().region_name:  # a key ARN names its region; the environment none
+                client_options["region_name"] = parts[3]
+        try:
+            self._client = boto3.client("kms", **client_options)
+        except BotoCoreError as e:  # e.g. NoRegionError: a key id or alias and no region configured
+            raise StoreError(f"KMS key {key}: cannot make a KMS client: {e} (set AWS_REGION, or give the "
+                             "key's ARN, which names its region)") from None
 
     def _call(self, op: str, **kw):
         from botocore.exceptions import BotoCoreError, ClientError
