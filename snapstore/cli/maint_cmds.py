@@ -275,7 +275,7 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
     if as_json:
         emit_json(d)
         return
-    write("dry run: nothing was changed\n" + kv_text([
+    write("dry run: no data was changed (each partition writes and deletes one clock probe, gc/clock-*)\n" + kv_text([
         ("partitions", f"{d['partitions_done']}/{d['partitions']} done ({executor})"),
         ("marked", f"{d['live_checkpoints']} live checkpoints, {d['live_packs']} live packs"),
         ("candidates", f"{d['candidates']} unreferenced packs, {human_size(d['bytes_to_reclaim'])} to reclaim "
@@ -317,7 +317,18 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
     the grace period has passed (so a concurrent writer that still relies on it is safe). Only one
     gc runs at a time.
     """
+    from click.core import ParameterSource
+
+    given = [f"--{n.replace('_', '-')}" for n in ("executor", "scheduler", "partitions")
+             if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]
+    if plan_dir is None and given:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned mark: add --plan DIR", 2)
     if plan_dir is not None:
+        moot = [f"--{n.replace('_', '-')}" for n in ("grace_period", "max_unused", "force", "break_lock")
+                if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]
+        if moot:
+            raise CommandError(f"{', '.join(moot)} do not apply to gc --plan (a partitioned mark that deletes "
+                               "nothing): leave them out, or run 'snapstore gc' without --plan", 2)
         _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json)
         return
     mgr = state_of(ctx).manager()

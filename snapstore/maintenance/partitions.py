@@ -79,8 +79,35 @@ class MarkPlan:
         return os.path.join(self.job_dir, f"mark-{index:05d}.parquet")
 
 
+def _open_url(url: str, store_options: dict) -> Repository:
+    """The repository at ``url``; an encrypted one through the keys of this process's environment
+    (``$SNAPSTORE_PASSPHRASE`` / ``$SNAPSTORE_KMS_KEY``, as every worker must have them)."""
+    from ..stores.crypt import SealedStore, keys_from_env
+
+    store = open_store(url, **store_options)
+    passphrase, kms_key = keys_from_env()
+    if passphrase is not None or kms_key is not None:
+        kms = None
+        if kms_key is not None:
+            from ..stores.kms import KmsKey
+
+            kms = KmsKey(kms_key)
+        try:
+            store = SealedStore(store, passphrase, kms=kms)
+        except BaseException:
+            store.close()
+            raise
+    return Repository.open(store, create=False)
+
+
 def _open(plan: MarkPlan) -> Repository:
-    return Repository.open(open_store(plan.url, **plan.store_options), create=False)
+    return _open_url(plan.url, plan.store_options)
+
+
+def _absolute(url: str) -> str:
+    """``url`` with a local path made absolute (workers resolve paths against their own working
+    directory); URLs with a scheme are left as they are."""
+    return url if "://" in url else os.path.abspath(url)
 
 
 def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | None = None) -> MarkPlan:
@@ -108,7 +135,7 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
         if d["url"] != url:
             raise InvalidInputError(f"{path} is a plan for {d['url']}, not {url}")
         return MarkPlan(d["url"], job_dir, tuple(Partition(**p) for p in d["partitions"]), store_options or {})
-    repo = Repository.open(open_store(url, **(store_options or {})), create=False)
+    repo = _open_url(url, store_options or {})
     listing = list_runs(repo)
     counts = sorted((rk, len(ks)) for rk, ks in listing.manifests.items())
     total = sum(c for _, c in counts) or 1
@@ -280,6 +307,14 @@ def run_dask(plan: MarkPlan, scheduler: "str | object", retries: int = 2) -> lis
             client.close()
 
 
+def _clear_finished(job_dir: str) -> None:
+    """Remove a finished job's files (plan, partition results, candidates) from ``job_dir``: only
+    an unfinished job is resumed, so a re-run never reports an earlier state of the repository."""
+    for name in os.listdir(job_dir):
+        if name == PLAN_FILE or name == CANDIDATES_FILE or (name.startswith("mark-") and name.endswith(".parquet")):
+            os.remove(os.path.join(job_dir, name))
+
+
 def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str = "local",
                      scheduler: "str | object | None" = None, workers: int = 4,
                      store_options: dict | None = None) -> dict:
@@ -296,6 +331,9 @@ def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str 
         raise InvalidInputError(f"executor must be 'local' or 'dask', got {executor!r}")
     if executor == "dask" and scheduler is None:
         raise InvalidInputError("the dask executor needs a scheduler address (--scheduler tcp://HOST:PORT)")
+    url, job_dir = _absolute(url), os.path.abspath(job_dir)
+    if os.path.exists(os.path.join(job_dir, CANDIDATES_FILE)):
+        _clear_finished(job_dir)  # a finished job: a re-run marks the repository as it is now
     plan = plan_mark(url, job_dir, partitions, store_options)
     sums = run_local(plan, workers) if executor == "local" else run_dask(plan, scheduler)
     red = reduce_mark(plan)

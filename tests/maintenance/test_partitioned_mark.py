@@ -152,3 +152,49 @@ def test_a_driver_killed_mid_job_is_resumed_by_a_rerun_and_loses_nothing(tmp_pat
     assert sum(s["resumed"] for s in rep["summaries"]) == len(done)
     assert rep["live"] == live and rep["candidate_ids"] == listed - live
     assert sorted(os.listdir(os.path.join(root, "packs"))) == packs_before
+
+
+def test_a_rerun_after_a_finished_job_marks_the_repository_as_it_is_now(tmp_path, monkeypatch):
+    """Trial snag: deleting a run, then re-running ``gc --plan`` in the same directory reported
+    the finished job's old figures. Only an unfinished job resumes; the paths may be relative."""
+    root = tmp_path / "r"
+    mgr = CheckpointManager(LocalStore(str(root)))
+    _fill(mgr, runs=6)
+    monkeypatch.chdir(tmp_path)
+    first = P.partitioned_mark("r", "job", 3)
+    mgr.delete("run-02")
+    live, listed = _one_process_live(Repository.open(LocalStore(str(root)), create=False))
+    again = P.partitioned_mark("r", "job", 3)
+    assert again["live"] == live and again["candidate_ids"] == listed - live
+    assert again["live_checkpoints"] < first["live_checkpoints"]
+    assert not any(s["resumed"] for s in again["summaries"])
+
+
+def test_an_encrypted_repository_is_marked_with_the_keys_of_the_environment(tmp_path, monkeypatch):
+    root = str(tmp_path / "r")
+    mgr = CheckpointManager(root, passphrase="correct horse")
+    _fill(mgr, runs=4)
+    live, listed = _one_process_live(mgr.repo)
+    monkeypatch.delenv("SNAPSTORE_PASSPHRASE", raising=False)
+    with pytest.raises(Exception, match="encrypted"):
+        P.partitioned_mark(root, str(tmp_path / "job0"), 2)
+    monkeypatch.setenv("SNAPSTORE_PASSPHRASE", "correct horse")
+    rep = P.partitioned_mark(root, str(tmp_path / "job"), 2)
+    assert rep["live"] == live and rep["candidate_ids"] == listed - live
+
+
+def test_cli_gc_refuses_options_that_do_not_apply(tmp_path):
+    """Trial snags: ``gc --executor dask`` without ``--plan`` and ``gc --plan --grace-period 0``
+    were accepted and did nothing; each is now one line, exit 2, nothing done."""
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+
+    root = str(tmp_path / "r")
+    _fill(CheckpointManager(LocalStore(root)), runs=3)
+    for args, says in ((["gc", "--executor", "dask"], "--executor"),
+                       (["gc", "--partitions", "3", "-n"], "--partitions"),
+                       (["gc", "--plan", str(tmp_path / "j"), "-n", "--grace-period", "0"], "--grace-period")):
+        r = CliRunner().invoke(cli, ["--repo", root, *args])
+        assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "j").exists()
