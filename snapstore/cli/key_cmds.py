@@ -88,13 +88,23 @@ def key_remove(ctx, slot_id):
 @key_group.command("rotate")
 @click.pass_context
 def key_rotate(ctx):
-    """Make a new data key for new objects; only this passphrase's slot is kept (add others again).
+    """Make a new data key for new objects; only the slot used to open is kept (the others are named, to add again).
 
     Older objects stay readable under the old key, kept in the config until 'snapstore key rekey'.
     """
-    write(f"new data key {keyslots.rotate_key(_store(ctx))}: new objects are sealed under it; "
-          "other passphrases' slots were dropped (snapstore key add); run 'snapstore key rekey' "
-          "to rewrite older objects\n")
+    store = _store(ctx)
+    before = keyslots.list_slots(store)
+    kid = keyslots.rotate_key(store)
+    kept = {s["id"] for s in keyslots.list_slots(store)}
+    dropped = [s for s in before if s["id"] not in kept]
+    lines = [f"new data key {kid}: new objects are sealed under it; run 'snapstore key rekey' to rewrite "
+             "older objects"]
+    if dropped:
+        lines.append(f"dropped {len(dropped)} other key slot{'s' if len(dropped) > 1 else ''} (they wrap the old key "
+                     "only); add back the ones to keep:")
+        lines += [f"  {s['id']} KMS key {s['key']}: snapstore key add --kms-key {s['key']}" if s["kdf"] == "kms"
+                  else f"  {s['id']} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore key add" for s in dropped]
+    write("\n".join(lines) + "\n")
 
 
 @key_group.command("rekey")

@@ -91,8 +91,13 @@ def test_cli_rotate_and_rekey(tmp_path):
     env = {"SNAPSTORE_PASSPHRASE": "cli rotate"}
     assert run.invoke(cli, ["--repo", repo, "init", "--encrypt"], env=env).exit_code == 0
     assert run.invoke(cli, ["--repo", repo, "import", "examples/demo-run.json", "--run", "demo"], env=env).exit_code == 0
+    add = run.invoke(cli, ["--repo", repo, "key", "add"], env={**env, "SNAPSTORE_NEW_PASSPHRASE": "second one"})
+    assert add.exit_code == 0, add.output
+    second = add.output.split()[-1]
     out = run.invoke(cli, ["--repo", repo, "key", "rotate"], env=env)
     assert out.exit_code == 0 and "new data key" in out.output, out.output
+    # the slot rotation dropped is named, with the command that adds it back
+    assert f"{second} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore key add" in out.output, out.output
     out = run.invoke(cli, ["--repo", repo, "key", "rekey"], env=env)
     assert out.exit_code == 0 and "dropped retired key(s): " in out.output and "none" not in out.output, out.output
     out = run.invoke(cli, ["--repo", repo, "verify", "--read-data"], env=env)
