@@ -218,7 +218,10 @@ class MissingDependencyError(SnapstoreError, ImportError):
 
 class CompactedRecordError(IntegrityError):
     """A compacted record (a manifest object of 0 bytes, docs/format.md §14) has no valid copy in
-    any log segment covering its position. ``key`` names the manifest."""
+    any log segment covering its position. ``key`` names the manifest; ``segment`` is ``(key,
+    message)`` of the unreadable log segment that was the last to cover it, or None."""
+
+    segment: tuple | None = None
 
 
 class EncryptionError(SnapstoreError):

@@ -281,6 +281,7 @@ class Verifier:
         self.segs: dict = {}
         self.damaged: set = set()
         self.folded: set = set()  # merged-away packs whose entries sit in a corrupt pack (reported there)
+        self.lost_logsegs: set = set()  # damaged log segments that held the only copy of compacted records
         self.needed_by: dict = {}  # unreadable object key -> ids of the runs that need it (from mark)
         self.archive_infos: dict = {}  # key -> ObjectInfo under archive/ (§28)
         self.archived: set = set()  # run keys marked by their bundles
@@ -357,9 +358,20 @@ class Verifier:
                 self.warn("unknown-object", fk.key, "not part of the snapstore layout")
         self.fwd = dict(fmap.to)
         for rk, log in self.logs.items():
+            by_seg: dict = {}  # unreadable log segment -> (its error, the stub manifests it held the only copy of)
             for k, err in log.corrupt:
+                seg = getattr(err, "segment", None) if isinstance(err, CompactedRecordError) else None
+                if seg is not None:
+                    by_seg.setdefault(seg[0], (seg[1], []))[1].append(k)
+                    continue
                 code = "compacted-record-without-copy" if isinstance(err, CompactedRecordError) else "corrupt-manifest"
                 self.error(code, k, str(err))
+            for lk, (msg, stubs) in by_seg.items():  # one problem per cause (the damaged segment)
+                seqs = sorted(keys.seq_from_manifest_key(k) for k in stubs)
+                where = f"position {seqs[0]}" if len(seqs) == 1 else f"{len(seqs)} positions ({seqs[0]}-{seqs[-1]})"
+                self.error("corrupt-logseg", lk, f"{msg}; it held the only copy of the compacted records of "
+                           f"{where} of {self.run_name(rk)}")
+                self.lost_logsegs.add(lk)
             for s in log.hidden:
                 self.warn("orphaned-manifest", keys.manifest_key(rk, s),
                           "hidden by a rollback or deletion (cleanup not finished); removed by 'snapstore gc'")
@@ -409,7 +421,8 @@ class Verifier:
                 except ObjectNotFound:
                     continue
                 except SnapstoreError as e:
-                    self.warn("corrupt-logseg", lk, f"{e}; a copy: listing reads the manifests instead")
+                    if lk not in self.lost_logsegs:  # else reported as the error it is, above
+                        self.warn("corrupt-logseg", lk, f"{e}; a copy: listing reads the manifests instead")
                     continue
                 for c in recs:
                     seq = c.seq

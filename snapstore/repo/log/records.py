@@ -87,13 +87,14 @@ class LogRecords:
             p = parse_logseg_key(info.key)
             if p is not None and p[0] - span(p[1]) < seq <= p[0]:
                 cover.append((p[1], info.key))
-        why = "no log segment covers its position"
+        why, unreadable = "no log segment covers its position", None
         for _, lk in sorted(cover, reverse=True):
             try:
                 recs = decode_logseg(lk, self.store.get(lk))
             except SnapstoreError as e:
-                why = f"log segment {lk} is unreadable ({e})"
+                why, unreadable = f"log segment {lk} is unreadable ({e})", (lk, str(e))
                 continue
+            unreadable = None
             for c in recs:
                 if c.seq != seq:
                     continue
@@ -108,7 +109,9 @@ class LogRecords:
                 return m
             else:
                 why = f"log segment {lk} holds no copy of position {seq}"
-        raise CompactedRecordError(key, f"compacted record without a copy: {why}")
+        err = CompactedRecordError(key, f"compacted record without a copy: {why}")
+        err.segment = unreadable  # (key, error) of the unreadable log segment that was its last hope, or None
+        raise err
 
     def head(self, run_key: str, listed: list | None = None) -> Manifest | None:
         """Return the newest record of the run (one LIST with limit 1, one GET), or None.
