@@ -299,13 +299,16 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         "saved": saved, "skipped": skipped, "logical_bytes": logical, "bytes_written": used.bytes_up,
         "bytes_read": used.bytes_down, "requests": dict(used.counts), "elapsed_s": round(elapsed, 3),
         "request_cost_usd": None if cost is None else cost["requests"],
+        "empty": [r["run"] for r in per_run if not r["checkpoints"]],  # conversations with no messages: no run
     }
     if as_json:
         emit_json(summary)
     if quiet:
         return
     req = ", ".join(f"{k} {v}" for k, v in used.counts.items() if v) or "none"
-    runs_text = per_run[0]["run"] if len(per_run) == 1 else f"{len(per_run)} runs under {prefix}/"
+    stored = [r for r in per_run if r["checkpoints"]]
+    empty = [r["run"] for r in per_run if not r["checkpoints"]]
+    runs_text = stored[0]["run"] if len(stored) == 1 else f"{len(stored)} runs under {prefix}/"
     ratio = ""
     if used.bytes_up and logical and saved:
         ratio = (f" ({logical / used.bytes_up:.1f}x smaller)" if logical >= used.bytes_up
@@ -320,6 +323,9 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     if cost is not None:
         pairs.append(("  request cost", f"~{usd(cost['requests'])} at {prices_text(cost['prices'], storage=False)} "
                                         "(S3 Standard list prices, us-east-1)"))
+    if empty:
+        pairs.append(("  not stored", f"{plural(len(empty), 'conversation')} with no messages (a run needs a "
+                                      f"checkpoint): {_clip(', '.join(empty), 70)}"))
     kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
     if kept:
         pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from click.testing import CliRunner
 
 from snapstore import CheckpointManager
@@ -52,3 +54,19 @@ def test_gc_with_a_damaged_pack_says_what_to_do(tmp_path):
     errors = [x for x in v.stdout.splitlines() if x.startswith("error:")]
     assert len(errors) == len(set(errors)) >= 1, v.stdout
     assert any("needed by run 'a'" in x or "needed by run 'b'" in x for x in errors), v.stdout
+
+
+def test_import_names_the_conversations_it_could_not_store(tmp_path, shared_dir):
+    """Trial snag: a file of 45 conversations, 2 of them with no messages, reported 'into 45 runs'
+    and made 43 without a word. The report now counts the runs made and names the empty ones."""
+    path = os.path.join(shared_dir, "openhands-oas-gpt4o-critic.jsonl")
+    if not os.path.exists(path):
+        pytest.skip("openhands-oas-gpt4o-critic.jsonl not in the shared data")
+    repo = str(tmp_path / "repo")
+    r = CliRunner().invoke(cli, ["--repo", repo, "import", path], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    runs = CheckpointManager(repo).runs()
+    assert f"into {len(runs)} runs" in r.stderr and "not stored" in r.stderr and "safety-flattening" in r.stderr, r.stderr
+    j = CliRunner().invoke(cli, ["--repo", repo, "import", path, "--json"], catch_exceptions=False)
+    rep = json.loads(j.stdout)
+    assert len(rep["empty"]) == rep["conversations"] - len(runs) == 2
