@@ -445,7 +445,8 @@ def export_cmd(ctx, run, checkpoint, output, record):
             data = b"".join(json_bytes(v) + b"\n" for v in value)
         else:
             data = json_bytes(value)
-        what = f"the record ({extras.get('where', 'whole file')}) of {extras.get('file', 'the imported file')}"
+        where = str(extras.get("where") or "the whole file").strip("()")
+        what = f"the record ({where}) of {extras.get('file', 'the imported file')}"
     else:
         data = json_bytes(cp.messages)
     if output is None or output == "-":
