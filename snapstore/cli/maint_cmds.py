@@ -437,6 +437,8 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, pr
             rows.append([f"  {cat}", str(v.get("count", 0)), human_size(v.get("bytes", 0))])
             if v.get("stubs"):  # compacted run-log records (their copies are in log segments)
                 rows.append(["    of them stubs", str(v["stubs"]), human_size(0)])
+            if v.get("shared"):  # cross-run shared objects (docs/format.md §29): stored once for every run
+                rows.append(["    of them shared by runs", str(v["shared"]), human_size(v.get("shared_bytes", 0))])
         total_n = sum(int(v.get("count", 0)) for v in objects.values())
         total_b = sum(int(v.get("bytes", 0)) for v in objects.values())
         rows.append(["  total", str(total_n), human_size(total_b)])

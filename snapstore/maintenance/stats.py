@@ -13,7 +13,7 @@ from ..format import keys
 from ..format.codec import encode_json
 from ..format.logseg import parse_logseg_key
 from ..format.manifest import Manifest
-from ..format import bundle
+from ..format import bundle, shared
 from ..repo.repository import Repository
 from .bill import bill
 from .runs import read_all_runs, void_record
@@ -28,6 +28,17 @@ S3_STANDARD_PRICES = {"gb_month": 0.023, "PUT": 0.005 / 1000, "LIST": 0.005 / 10
                       "HEAD": 0.0004 / 1000, "DELETE": 0.0}
 """S3 Standard list prices, us-east-1 (USD): storage per GB-month, and per request by kind."""
 
+
+
+def _is_shared_pack(key: str) -> bool:
+    """Whether pack ``key`` is a cross-run shared object (docs/format.md §29): its id has the shared
+    shape and names an epoch that has begun (a random id merely starting with ``0xff`` rarely does)."""
+    try:
+        pid = keys.pack_id_from_key(key)
+    except (SnapstoreError, ValueError):
+        return False
+    e = shared.shared_epoch(pid)
+    return e is not None and shared.epoch_end(e) - shared.EPOCH_SECONDS <= time.time() + shared.EPOCH_SECONDS
 
 def estimate_cost(stored_bytes: int, requests: dict, prices: dict | None = None) -> dict:
     """Estimate S3 cost in USD.
@@ -68,7 +79,8 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
         dict with ``runs`` and ``checkpoints`` (live), ``logical_bytes`` (the JSON bytes of every
         live checkpoint's messages and session state: the cost of storing every checkpoint whole;
         ``message_bytes`` and ``session_state_bytes`` are its two parts), ``stored_bytes`` (all
-        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``; ``manifests`` also has ``"stubs"``, the compacted records of 0 bytes, when there are any) and
+        objects), ``ratio`` (logical / stored), ``objects`` (category -> ``{"count", "bytes"}``; ``manifests`` also has ``"stubs"``, the compacted records of 0 bytes, when there are any; ``packs``
+        ``"shared"`` and ``"shared_bytes"``, the cross-run shared objects of docs/format.md §29) and
         ``requests`` (this process's store requests so far), and ``cost``: an estimate at S3
         Standard list prices (``storage_per_month`` for what is stored, ``requests`` for the requests
         counted), with the prices used; ``leftovers`` (``{"count", "bytes"}``): crash leftovers
@@ -100,6 +112,9 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
                 keys_by_run[where.run_key].append(k)
             if info.size == 0:
                 cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§14)
+        elif c == "packs" and _is_shared_pack(k):
+            cats[c]["shared"] = cats[c].get("shared", 0) + 1  # cross-run shared objects (§29)
+            cats[c]["shared_bytes"] = cats[c].get("shared_bytes", 0) + info.size
         elif c == "log":
             pos = parse_logseg_key(k)
             if pos is not None:

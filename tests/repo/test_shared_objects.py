@@ -303,3 +303,14 @@ def test_gc_ages_a_shared_pack_from_its_epochs_end_only():
     future = bytes([0xFF]) + (e + 1000).to_bytes(3, "big") + b"abcd"  # a random id shaped so
     assert effective_mtime(future, 5.0, 1_750_000_000.0) == 5.0
     assert effective_mtime(b"\x01" * 8, 5.0, 1_750_000_000.0) == 5.0
+
+
+def test_stats_counts_the_shared_objects():
+    """Trial snag: stats showed no sign of cross-run dedup; the shared objects are now counted."""
+    store = MemoryStore()
+    m = CheckpointManager(store)
+    prompt = {"role": "system", "content": "shared prompt " + "tool schema words " * 700}
+    for r in range(3):
+        m.save(f"run-{r}", [prompt, {"role": "user", "content": f"task {r}"}])
+    packs = m.stats()["objects"]["packs"]
+    assert packs["shared"] == 1 and 0 < packs["shared_bytes"] < len(prompt["content"])
