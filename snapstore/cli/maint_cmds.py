@@ -507,6 +507,13 @@ def _problem_dict(p) -> dict:
     return {"code": p.code, "key": p.key, "message": p.message}
 
 
+def _unrepeated(p) -> str:
+    """Problem ``p``'s message without a leading ``corrupt object <its key>: `` (the line names the
+    key already)."""
+    lead = f"corrupt object {p.key}: "
+    return p.message[len(lead):] if p.message.startswith(lead) else p.message
+
+
 @click.command("verify")
 @click.option("--read-data", is_flag=True, help="Also read and check every pack (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -544,11 +551,11 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
         emit_json({"ok": not errors, "exit_code": code, "checked": checked,
                     "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
     else:
-        lines = [f"error: {p.code}: {p.key}: {p.message}\n" for p in errors]
+        lines = [f"error: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in errors]
         if quiet:
             lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]
         else:
-            lines += [f"warning: {p.code}: {p.key}: {p.message}\n" for p in warnings]
+            lines += [f"warning: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in warnings]
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
         status = "OK" if not errors else "FAILED"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
