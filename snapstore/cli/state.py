@@ -40,16 +40,13 @@ class State:
             InvalidInputError: the location is not one a store can be opened for.
         """
         from ..stores import open_store
-        from ..stores.crypt import SealedStore, keys_from_env
+        from ..stores.crypt import keys_from_env, sealed_if_keyed
 
         probe_store(self.location)
         store = open_store(self.location)
         if from_env:
             passphrase, kms_key = keys_from_env(passphrase, kms_key)
-        if kms_key is not None:
-            from ..stores.kms import KmsKey
-            return SealedStore(store, passphrase, kms=KmsKey(kms_key))
-        return SealedStore(store, passphrase) if passphrase is not None else store
+        return sealed_if_keyed(store, passphrase, kms_key)
 
     def manager(self, create: bool = False) -> CheckpointManager:
         """The checkpoint manager, opened once per invocation and closed when it ends.

@@ -82,21 +82,14 @@ class MarkPlan:
 def _open_url(url: str, store_options: dict) -> Repository:
     """The repository at ``url``; an encrypted one through the keys of this process's environment
     (``$SNAPSTORE_PASSPHRASE`` / ``$SNAPSTORE_KMS_KEY``, as every worker must have them)."""
-    from ..stores.crypt import SealedStore, keys_from_env
+    from ..stores.crypt import keys_from_env, sealed_if_keyed
 
     store = open_store(url, **store_options)
-    passphrase, kms_key = keys_from_env()
-    if passphrase is not None or kms_key is not None:
-        kms = None
-        if kms_key is not None:
-            from ..stores.kms import KmsKey
-
-            kms = KmsKey(kms_key)
-        try:
-            store = SealedStore(store, passphrase, kms=kms)
-        except BaseException:
-            store.close()
-            raise
+    try:
+        store = sealed_if_keyed(store, *keys_from_env())
+    except BaseException:
+        store.close()
+        raise
     return Repository.open(store, create=False)
 
 

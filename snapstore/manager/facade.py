@@ -141,12 +141,7 @@ class CheckpointManager:
         views = runcache.RunCache(run_cache_entries, run_cache_bytes)
         self.store = open_store(location, **store_options)
         passphrase, kms_key_id = crypt.keys_from_env(passphrase, kms_key_id)
-        if (passphrase is not None or kms_key_id is not None) and not crypt.is_sealed(self.store):
-            kms = None
-            if kms_key_id is not None:
-                from ..stores.kms import KmsKey
-                kms = kms_key_id if isinstance(kms_key_id, KmsKey) else KmsKey(kms_key_id)
-            self.store = crypt.SealedStore(self.store, passphrase, kms=kms)  # client-side encryption (format.md §27)
+        self.store = crypt.sealed_if_keyed(self.store, passphrase, kms_key_id)  # client-side encryption (format.md §27)
         self.state = ManagerState(store=self.store, create=create,
                                   owns_store=location is None or isinstance(location, (str, os.PathLike)),
                                   clock=clock or time.monotonic, views=views, pack_cache_bytes=pack_cache_bytes)

@@ -72,6 +72,26 @@ def keys_from_env(passphrase: str | None = None, kms_key: str | None = None) -> 
         kms_key = os.environ.get(KMS_KEY_ENV) or None
     return passphrase, kms_key
 
+
+def sealed_if_keyed(store, passphrase: str | None = None, kms_key=None):
+    """``store`` opened through its encryption when a key is given: a :class:`SealedStore` over it
+    with ``passphrase`` and/or ``kms_key`` (a KMS key id, ARN or alias, or a
+    :class:`~snapstore.stores.kms.KmsKey`); ``store`` itself when neither is given or it is sealed
+    already.
+
+    Raises:
+        EncryptionError / WrongPassphrase: the keys do not open the repository (see
+            :class:`SealedStore`); StoreError: no KMS client can be made.
+    """
+    if (passphrase is None and kms_key is None) or is_sealed(store):
+        return store
+    kms = None
+    if kms_key is not None:
+        from .kms import KmsKey
+
+        kms = kms_key if isinstance(kms_key, KmsKey) else KmsKey(kms_key)
+    return SealedStore(store, passphrase, kms=kms)
+
 class SealedStore:
     """An :class:`~snapstore.stores.base.ObjectStore` that encrypts every object of ``inner``.
 
@@ -439,4 +459,4 @@ def raise_if_locked(store, cfg) -> None:
         raise EncryptionError(f"the repository at {store.url} is encrypted: give {' or '.join(ways)}")
 
 
-__all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked"]
+__all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked", "keys_from_env", "sealed_if_keyed"]
