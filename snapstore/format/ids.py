@@ -207,6 +207,17 @@ def seq_hint(checkpoint_id: str) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
+def new_pack_id() -> bytes:
+    """A random pack id (:data:`PACK_ID_BYTES` bytes) for an ordinary pack, never starting with
+    ``0xff``: that first byte is kept for shared packs (docs/format.md §29), so that a random id is
+    never taken for one (older releases drew it one time in 256; readers and GC still tell those
+    apart by their epoch)."""
+    while True:
+        pid = os.urandom(PACK_ID_BYTES)
+        if pid[0] != 0xFF:
+            return pid
+
+
 def new_write_id() -> str:
     """Return a random 64-bit write id (hex), stamped into manifests to recognise one's own writes."""
     return os.urandom(8).hex()

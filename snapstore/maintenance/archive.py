@@ -18,7 +18,6 @@ as it was; after it, the hot packs are still there until GC. Nothing is lost at 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -30,7 +29,7 @@ from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFou
 from ..format import keys
 from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
                              index_key)
-from ..format.ids import PACK_ID_BYTES
+from ..format.ids import new_pack_id
 from ..format.pack import Pack, PackBuilder
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
@@ -252,7 +251,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     ``deadline``: seconds from the start of the upload within which the check must be over (else
     the bundle is deleted and ConflictError raised), None for none."""
     store = repo.store
-    bid = os.urandom(PACK_ID_BYTES)
+    bid = new_pack_id()
     builder = PackBuilder(bid, level=BUNDLE_LEVEL, zstd_params=BUNDLE_ZSTD_PARAMS)
     copied: dict = {}
     replaces: set = set()

@@ -17,13 +17,12 @@ records; docs/format.md §21, "Repacking" and "Copying while marking"; docs/desi
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import SnapstoreError
 from ..format import keys
-from ..format.ids import PACK_ID_BYTES
+from ..format.ids import new_pack_id
 from ..format.pack import PackBuilder
 
 PUT_PARALLEL = 16
@@ -134,7 +133,7 @@ def copy_live(repo, pid: bytes, pack, needed, builder: PackBuilder | None, write
         if builder is None or builder.raw_bytes > writer.target:
             if builder is not None:
                 writer.close(builder)
-            builder = PackBuilder(os.urandom(PACK_ID_BYTES), level=writer.level)
+            builder = PackBuilder(new_pack_id(), level=writer.level)
         builder.add(etype, eid, raw)
         moved.add(builder.pack_id)
     return builder, moved

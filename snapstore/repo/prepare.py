@@ -10,7 +10,6 @@ Layer 3, the :class:`SavePreparer` part of :class:`snapstore.repo.repository.Rep
 from __future__ import annotations
 
 import operator
-import os
 from itertools import islice
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,7 +18,7 @@ import orjson
 
 from ..errors import InvalidInputError, SnapstoreError
 from ..format.codec import _ORJSON_OPTS, encode_json, validate
-from ..format.ids import PACK_ID_BYTES
+from ..format.ids import new_pack_id
 from ..format.manifest import KIND_CHECKPOINT, Manifest
 from ..format.pack import DATA_BLOCK_MAX, T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE, DictSpec, PackBuilder
 from ..format.tree import FLAG_EXACT, FLAG_PIECES, Ref, Spine, encode_pieces, exact_count
@@ -139,7 +138,7 @@ class SavePreparer:
             parent = self._load_refs(parent)
         b = _SaveBuild(parent, list(messages))
         self._compare_prefix(b)                       # 1. how much of the parent list is kept as is?
-        pack_id = os.urandom(PACK_ID_BYTES)
+        pack_id = new_pack_id()
         b.pb = PackBuilder(pack_id, level=self.repo.config.level)
         first_new = self._store_tail(b)               # 2. refs for the changed tail, new chunks into the pack
         spine, nodes = self._build_tree(b)            # 3. the new tree

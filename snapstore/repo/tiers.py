@@ -12,10 +12,9 @@ merges once a fork pinned the run (:mod:`snapstore.repo.pins`), leaving them to 
 
 from __future__ import annotations
 
-import os
 
 from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
-from ..format.ids import PACK_ID_BYTES
+from ..format.ids import new_pack_id
 from ..format.pack import T_CHUNK, T_HOLE, PackBuilder
 from ..format.segs import MergePlan, Seg, plan_append, plan_append_bounded
 from .repository import Repository
@@ -74,7 +73,7 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
         :meth:`Repository.remember_pack`).
     """
     repo.prefetch([s.pack for s in inputs])
-    pid = os.urandom(PACK_ID_BYTES)
+    pid = new_pack_id()
     pb = PackBuilder(pid, level=tier_zstd_level(level))
     pb.first_ids = frozenset(first or ())
     skipped = 0

@@ -34,7 +34,7 @@ def run_msgs(r: int, turns: int) -> list:
 
 
 def shared_keys(store) -> list:
-    return sorted(i.key for i in store.list(keys.PACKS) if keys.pack_id_from_key(i.key)[0] == 0xFF)
+    return sorted(i.key for i in store.list(keys.PACKS) if shared_epoch(keys.pack_id_from_key(i.key)) is not None)
 
 
 def save_run(m: CheckpointManager, r: int, turns: int = 3) -> list:
