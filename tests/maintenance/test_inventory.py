@@ -217,3 +217,15 @@ def test_an_inventory_needs_a_repository_on_s3(tmp_path):
     _save_run(mgr, "a")
     with pytest.raises(InvalidInputError, match="on S3"):
         gc(mgr.repo, grace_period=0, inventory="s3://b/inv/manifest.json")
+
+
+def test_cli_gc_inventory_on_a_local_repository_is_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+    root = str(tmp_path / "r")
+    _save_run(CheckpointManager(root), "a")
+    for extra in ([], ["--plan", str(tmp_path / "job"), "-n"]):
+        r = CliRunner().invoke(cli, ["--repo", root, "gc", "--inventory", "s3://b/inv/manifest.json", *extra])
+        assert r.exit_code != 0 and "on S3" in r.output, r.output
+        assert len([ln for ln in r.output.splitlines() if ln.startswith("snapstore")]) == 1, r.output
