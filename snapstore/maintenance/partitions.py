@@ -13,9 +13,11 @@ the driver step, unions the live packs and writes the packs no partition needs a
 ``candidates.parquet``.
 
 Only the plan (a :class:`MarkPlan`, plain data) and the per-partition summaries travel between the
-driver and the workers; nothing else is pickled. Deletion stays with the one-process sweep
-(:func:`snapstore.maintenance.gc.gc`, with its lock and two-phase grace): the candidates here are a
-report, never deleted on their own word.
+driver and the workers; nothing else is pickled. The candidates here are a report, never deleted on
+their own word: :mod:`snapstore.maintenance.partsweep` (``gc --plan`` without ``--dry-run``) holds
+the GC lock around this mark and deletes under the two-phase rule, judged at the plan's store time
+(:attr:`MarkPlan.now`). With an S3 Inventory (:mod:`snapstore.maintenance.inventory`) the driver
+reads it once into ``inventory.parquet`` and every partition takes the packs from it.
 
 Why Dask distributed and not Ray: the job is a few thousand independent Python tasks doing network
 I/O and writing small Parquet files; Dask distributed is a pure-Python ``pip install`` that runs the
