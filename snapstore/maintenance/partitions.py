@@ -290,7 +290,8 @@ def _requests(repo: Repository) -> dict:
 
 def reduce_mark(plan: MarkPlan) -> dict:
     """The driver step: union the partitions' live packs; the listed packs none needs are written
-    to ``candidates.parquet`` (a report: the one-process sweep decides, under its grace rule).
+    to ``candidates.parquet`` (a report: the sweep, :mod:`snapstore.maintenance.partsweep` or the
+    one-process GC, decides under its grace rule).
 
     Args:
         plan: a :class:`MarkPlan` whose partitions are all marked.
