@@ -17,7 +17,8 @@ Projection (printed): per-worker throughput = live checkpoints / (wall seconds x
 for N workers on 1B checkpoints = 1e9 / (throughput x N). Assumptions: partitions stay balanced,
 throughput per worker is latency-bound and constant with repository size (each worker also lists
 the whole repository once: at 1B checkpoints that LIST is not negligible and is NOT in this
-projection; S3 Inventory listing is the planned answer), S3 request rates are not the bound, and
+projection; ``--inventory`` removes its ``packs/`` part, benchmarks/gc_inventory.py, not the run
+log's), S3 request rates are not the bound, and
 the measured latency stands for the real one. Memory: peak RSS per worker / live checkpoints of its
 partition (an upper bound: it includes the interpreter and imports).
 

@@ -260,28 +260,70 @@ def bundle_lines(rep) -> list[tuple[str, str]]:
     return rows
 
 
-def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json):
-    """``gc --plan DIR``: the partitioned mark (:mod:`snapstore.maintenance.partitions`), a report."""
-    from ..maintenance.partitions import partitioned_mark
+def _utc(seconds: float) -> str:
+    from datetime import datetime, timezone
+    return iso_time(datetime.fromtimestamp(seconds, timezone.utc))
 
-    if not dry_run:
-        raise CommandError("gc --plan marks and reports only so far (the sweep is one-process): add --dry-run, "
-                           "then run 'snapstore gc' to delete")
+
+def _plan_progress(progress: Progress):
+    """A ``progress(phase, done, total)`` for a partitioned job: partitions done and, from the
+    rate so far, the time left of the phase."""
+    import time as _time
+    started: dict = {}
+
+    def show(phase, done, total):
+        t0 = started.setdefault(phase, _time.monotonic())
+        el = _time.monotonic() - t0
+        left = f", about {human_duration(el / done * (total - done))} left" if 0 < done < total and el > 0 else ""
+        progress.update(f"gc --plan {phase}: {done}/{total} partitions{left}", force=done == total)
+    return show
+
+
+def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json, grace_period, inventory):
+    """``gc --plan DIR``: the partitioned mark (:mod:`snapstore.maintenance.partitions`), with
+    ``--dry-run`` a report only, else also the partitioned sweep (:mod:`snapstore.maintenance.partsweep`)."""
+    from ..maintenance.partitions import partitioned_mark
+    from ..maintenance.partsweep import partitioned_gc
+
+    location = state_of(ctx).location
+    progress = Progress(not as_json)
+    show = _plan_progress(progress)
     try:
-        rep = partitioned_mark(state_of(ctx).location, plan_dir, partitions, executor, scheduler)
+        if dry_run:
+            rep = partitioned_mark(location, plan_dir, partitions, executor, scheduler, inventory=inventory,
+                                   progress=show)
+        else:
+            g = 3600.0 if grace_period is None else grace_period.total_seconds()
+            rep = partitioned_gc(location, plan_dir, partitions, executor, scheduler, grace_period=g,
+                                 inventory=inventory, progress=show)
     except SnapstoreError as e:
         raise CommandError(str(e)) from e
+    finally:
+        progress.clear()
     d = {k: v for k, v in rep.items() if k not in ("live", "candidate_ids")}
     if as_json:
         emit_json(d)
         return
-    write("dry run: no data was changed (each partition writes and deletes one clock probe, gc/clock-*)\n" + kv_text([
-        ("partitions", f"{d['partitions_done']}/{d['partitions']} done ({executor})"),
-        ("marked", f"{d['live_checkpoints']} live checkpoints, {d['live_packs']} live packs"),
-        ("candidates", f"{d['candidates']} unreferenced packs, {human_size(d['bytes_to_reclaim'])} to reclaim "
-                       f"(a later gc deletes them after the grace period)"),
-        ("requests", ", ".join(f"{k} {v}" for k, v in sorted(d["requests"].items()) if v)),
-        ("results", plan_dir)]))
+    listing = "a LIST of packs/" if d["listing"] == "LIST" else \
+        f"{d['listing'].split(' ', 1)[1]} (created {_utc(d['inventory_created'])})"
+    rows = [("partitions", f"{d['partitions_done']}/{d['partitions']} marked ({executor})"),
+            ("listed", f"{d['listed_packs']} packs, from {listing}"),
+            ("marked", f"{d['live_checkpoints']} live checkpoints, {d['live_packs']} live packs")]
+    if dry_run:
+        head = "dry run: no data was changed (each partition writes and deletes one clock probe, gc/clock-*)\n"
+        rows.append(("candidates", f"{d['candidates']} unreferenced packs, {human_size(d['bytes_to_reclaim'])} to "
+                                   "reclaim (a gc after the grace period deletes them)"))
+    else:
+        sw = d["sweep"]
+        head = "resumed an interrupted job\n" if d.get("resumed") else ""
+        rows += [("deleted", f"{d['deleted_packs']} packs, {human_size(d['deleted_bytes'])} "
+                             f"({d['sweep_partitions_done']}/{d['sweep_partitions']} sweep partitions)"),
+                 ("pending", f"{sw['pending_candidates']} unreferenced packs wait for the grace period "
+                             f"({sw['new_candidates']} newly recorded as candidates)"),
+                 ("note", "packs only: forwarding and log records are collected by 'snapstore gc' without --plan")]
+    rows += [("requests", ", ".join(f"{k} {v}" for k, v in sorted(d["requests"].items()) if v)),
+             ("results", plan_dir)]
+    write(head + kv_text(rows))
 
 
 @click.command("gc")
@@ -301,8 +343,12 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
               help="Also delete dead archive bundles still within their storage class's minimum duration "
                    "(S3 bills the rest of it; without --force they are kept and the fee is reported).")
 @click.option("--plan", "plan_dir", metavar="DIR",
-              help="Mark as partitions by run key (with --dry-run): each partition's live packs go to "
-                   "DIR/mark-*.parquet, the packs none needs to DIR/candidates.parquet; a re-run resumes.")
+              help="GC of packs as partitions by run key: each partition's live packs go to "
+                   "DIR/mark-*.parquet, the packs none needs to DIR/candidates.parquet, the deletions to "
+                   "DIR/sweep-*.parquet (with --dry-run: mark and report only); a re-run after a kill resumes.")
+@click.option("--inventory", metavar="S3_URL",
+              help="List the packs from an S3 Inventory report (s3://BUCKET/.../manifest.json, CSV or Parquet) "
+                   "instead of LISTing them: packs it does not list, or newer than it, are kept.")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="With --plan: threads here, or a Dask distributed cluster (--scheduler).")
 @click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
@@ -310,7 +356,7 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
               help="With --plan: number of run-key partitions.")
 @click.pass_context
 def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, plan_dir, executor, scheduler,
-           partitions):
+           partitions, inventory):
     """Garbage-collect: reclaim the space no live checkpoint needs; repack small and mostly-unused packs.
 
     Run it after 'prune' or 'delete'. Unreferenced data is first marked; a later gc deletes it once
@@ -324,13 +370,21 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
     if plan_dir is None and given:
         raise CommandError(f"{', '.join(given)} only apply to a partitioned mark: add --plan DIR", 2)
     if plan_dir is not None:
-        moot = [f"--{n.replace('_', '-')}" for n in ("grace_period", "max_unused", "force", "break_lock")
+        moot = [f"--{n.replace('_', '-')}" for n in ("max_unused", "force", "break_lock")
                 if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]
+        if dry_run and grace_period is not None:
+            moot.insert(0, "--grace-period")
         if moot:
-            raise CommandError(f"{', '.join(moot)} do not apply to gc --plan (a partitioned mark that deletes "
-                               "nothing): leave them out, or run 'snapstore gc' without --plan", 2)
-        _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json)
+            what = "gc --plan --dry-run (a partitioned mark that deletes nothing)" if moot[0] == "--grace-period" \
+                else "gc --plan (a partitioned GC of packs)"
+            raise CommandError(f"{', '.join(moot)} do not apply to {what}: leave them out, or run 'snapstore gc' "
+                               "without --plan", 2)
+        _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json, grace_period, inventory)
         return
+    if inventory is not None:
+        kwargs_inv = {"inventory": inventory}
+    else:
+        kwargs_inv = {}
     mgr = state_of(ctx).manager()
     kwargs = {}
     if grace_period is not None:
@@ -345,6 +399,7 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
                    f"gc_grace_period={kwargs['grace_period']:g} or less\n", err=True)
     if max_unused is not None:
         kwargs["max_unused"] = max_unused
+    kwargs.update(kwargs_inv)
     if force:
         kwargs["force"] = True
     progress = Progress(True)

@@ -84,7 +84,7 @@ __all__ = ["GCReport", "GCPlan", "GCMarker", "gc", "plan_gc", "break_lock", "LOC
 def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, max_unused: float = 0.25,
        small_pack_bytes: int = 1 << 20, target_pack_bytes: int = 8 << 20, repack_level: int = 9,
        lock_timeout: float = LOCK_TIMEOUT, progress: Callable[[str, int, int], None] | None = None,
-       hooks: dict | None = None, force: bool = False) -> GCReport:
+       hooks: dict | None = None, force: bool = False, inventory=None) -> GCReport:
     """Collect garbage: delete what no live checkpoint needs, repack what is mostly dead or small.
 
     Args:
@@ -107,17 +107,27 @@ def gc(repo: Repository, grace_period: float = 3600.0, dry_run: bool = False, ma
         force: also delete dead archive bundles whose storage class's minimum duration has not
             passed (S3 bills the rest of it: ``GCReport.early_deletion_fee``, USD); without it they
             are kept and reported in ``GCReport.held_bundles`` (docs/format.md §28).
+        inventory: None (LIST ``packs/``), or an S3 Inventory to take the packs from instead: the
+            ``s3://BUCKET/KEY`` of its ``manifest.json`` or an
+            :class:`~snapstore.maintenance.inventory.Inventory`. A pack it does not list, or lists
+            as modified after its creation, is never deleted (docs/format.md §21, "Listing from an
+            S3 Inventory").
     Returns:
         A :class:`GCReport`.
     Raises:
         ConflictError: another GC holds the lock.
-        InvalidInputError: a negative grace period or a bad threshold.
+        InvalidInputError: a negative grace period or a bad threshold; a malformed inventory, or
+            one of another bucket (:func:`~snapstore.maintenance.inventory.read_inventory`).
         IntegrityError / ObjectNotFound: a live checkpoint is unreadable (GC deletes nothing then).
     """
     if grace_period < 0 or not 0 <= max_unused <= 1:
         raise InvalidInputError("grace_period must be >= 0 and max_unused within [0, 1]")
     opts = GCOptions(grace_period, dry_run, max_unused, small_pack_bytes, target_pack_bytes, repack_level,
                      lock_timeout, progress, hooks, force)
+    if isinstance(inventory, str):
+        from .inventory import read_inventory
+        inventory = read_inventory(inventory, repo.store)
+    opts.inventory = inventory
     t0 = time.monotonic()
     store = repo.store
     now = repo.store_time()
@@ -180,6 +190,7 @@ def plan_gc(repo: Repository, opts: GCOptions, now: float, cache_limit: int,
         ConflictError: the lock was lost.
     """
     plan = GCPlan(repo, opts, now, cache_limit)
+    plan.inventory = opts.inventory
     plan.list_repository()
     try:
         plan.mark()
@@ -249,6 +260,9 @@ class GCPlan:
         retired_now: packs this GC retired.
         run_range: None, or ``(first, last)`` run keys (inclusive): only those runs' logs are read
             and marked (a partition of :mod:`snapstore.maintenance.partitions`; never swept).
+        inventory: None, or the :class:`~snapstore.maintenance.inventory.Inventory` whose packs
+            stand in for the LIST of ``packs/`` (then mark asks the store whether a pack exists:
+            packs newer than the inventory are not in it).
     """
 
     def __init__(self, repo: Repository, opts: GCOptions, now: float, cache_limit: int):
@@ -269,6 +283,7 @@ class GCPlan:
                                      opts.repack_level)
         self.rewrites = None
         self.run_range: tuple | None = None  # (first, last) run keys: read and mark only these runs' logs
+        self.inventory = None  # an Inventory (maintenance/inventory.py): packs from it, not from a LIST
 
     # ---- list
     def list_repository(self) -> None:
@@ -297,8 +312,11 @@ class GCPlan:
                 raise err if isinstance(err, SnapstoreError) else SnapstoreError(str(err))
         self.listing.manifests.clear()  # (the keys stay in ``infos``)
         fwd_listing = []
+        inv = self.inventory
         for prefix in (keys.PACKS, keys.FWD, keys.GC):
-            for info in store.list(prefix):
+            # an inventory's packs: only those listed at or before its creation (§21)
+            listing = inv.packs if inv is not None and prefix == keys.PACKS else store.list(prefix)
+            for info in listing:
                 k = info.key
                 self.infos[k] = info
                 pid = keys.pack_id_from_key(k)
@@ -332,7 +350,8 @@ class GCPlan:
         packs = self.packs
         # GC redirects records: never trust what this process read earlier; retired packs
         # already deleted go straight to their forwarding records
-        repo.forwarding.reset(fwd, gone=(pid for pid in fwd if pid not in packs))
+        # (with an inventory a retired pack missing from it may exist: no such shortcut)
+        repo.forwarding.reset(fwd, gone=(pid for pid in fwd if pid not in packs) if inv is None else ())
         repo.cache.forget_corrupt()  # damage is judged on what the store holds now (reported below)
 
     # ---- mark
@@ -368,7 +387,9 @@ class GCPlan:
             for p in ix.replaces:
                 if p not in packs and p not in self.fwd:
                     fwd.setdefault(p, []).append(bid)
-        marker = GCMarker(repo, MarkScope(fwd, set(packs) | set(self.bundles), segs_by_run, sizes), self.rewrites)
+        # with an inventory, existence is asked of the store: packs newer than it are not listed
+        present = set(packs) | set(self.bundles) if self.inventory is None else None
+        marker = GCMarker(repo, MarkScope(fwd, present, segs_by_run, sizes), self.rewrites)
         self.reach = reach = marker.run(live)
         for p in reach.fresh_segs | reach.seg_standins:
             seg_keep.setdefault(p, "")

@@ -26,6 +26,8 @@ class GCOptions:
         hooks: test hooks by phase name (``after_list``, ``after_mark``, ``after_repack``,
             ``before_sweep``, ``after_bundle_index_deleted``, ``after_sweep``), or None.
         force: delete dead archive bundles before their class's minimum storage duration.
+        inventory: None, or the :class:`~snapstore.maintenance.inventory.Inventory` GC lists the
+            packs from.
     """
 
     grace_period: float = 3600.0
@@ -38,6 +40,7 @@ class GCOptions:
     progress: Callable[[str, int, int], None] | None = None
     hooks: dict | None = None
     force: bool = False
+    inventory: object = None
 
     def hook(self, name: str, **info) -> None:
         """Call the test hook ``name`` (if any) with ``info``."""

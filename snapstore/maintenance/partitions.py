@@ -13,9 +13,11 @@ the driver step, unions the live packs and writes the packs no partition needs a
 ``candidates.parquet``.
 
 Only the plan (a :class:`MarkPlan`, plain data) and the per-partition summaries travel between the
-driver and the workers; nothing else is pickled. Deletion stays with the one-process sweep
-(:func:`snapstore.maintenance.gc.gc`, with its lock and two-phase grace): the candidates here are a
-report, never deleted on their own word.
+driver and the workers; nothing else is pickled. The candidates here are a report, never deleted on
+their own word: :mod:`snapstore.maintenance.partsweep` (``gc --plan`` without ``--dry-run``) holds
+the GC lock around this mark and deletes under the two-phase rule, judged at the plan's store time
+(:attr:`MarkPlan.now`). With an S3 Inventory (:mod:`snapstore.maintenance.inventory`) the driver
+reads it once into ``inventory.parquet`` and every partition takes the packs from it.
 
 Why Dask distributed and not Ray: the job is a few thousand independent Python tasks doing network
 I/O and writing small Parquet files; Dask distributed is a pure-Python ``pip install`` that runs the
@@ -67,12 +69,18 @@ class MarkPlan:
         job_dir: directory (local path, shared with workers) holding the plan and results.
         partitions: the :class:`Partition` list, in key order.
         store_options: keyword options for :func:`snapstore.stores.open_store` (e.g. ``endpoint_url``).
+        now: the store's clock (seconds since the epoch, UTC) before the runs were listed: the
+            time a deleting job's grace rule is judged at (docs/format.md §21).
+        inventory: None, or the S3 Inventory manifest URL whose packs stand in for the LIST of
+            ``packs/`` (read once by the driver into ``<job_dir>/inventory.parquet``).
     """
 
     url: str
     job_dir: str
     partitions: tuple
     store_options: dict = field(default_factory=dict)
+    now: float = 0.0
+    inventory: str | None = None
 
     def result_path(self, index: int) -> str:
         """Path of partition ``index``'s Parquet file."""
@@ -103,7 +111,8 @@ def _absolute(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
-def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | None = None) -> MarkPlan:
+def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | None = None,
+              inventory: str | None = None) -> MarkPlan:
     """List the runs of the repository at ``url`` and cut them into balanced key ranges.
 
     Args:
@@ -112,10 +121,14 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
             so a re-run resumes).
         partitions: wanted number of partitions (>= 1; fewer when there are fewer runs).
         store_options: options for :func:`~snapstore.stores.open_store`.
+        inventory: None, or the ``s3://`` URL of an S3 Inventory's ``manifest.json``: read here
+            once (:func:`~snapstore.maintenance.inventory.read_inventory`) and written to
+            ``job_dir/inventory.parquet``, which every partition reads instead of LISTing packs.
     Returns:
         The :class:`MarkPlan` (also written to ``job_dir/plan.json``).
     Raises:
-        InvalidInputError: ``partitions`` < 1, or ``job_dir`` holds a plan for another URL.
+        InvalidInputError: ``partitions`` < 1, ``job_dir`` holds a plan for another URL or
+            inventory, or the inventory is malformed.
         RepositoryNotFound: nothing at ``url``.
     """
     if partitions < 1:
@@ -125,10 +138,16 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
     if os.path.exists(path):
         with open(path) as f:
             d = json.load(f)
-        if d["url"] != url:
-            raise InvalidInputError(f"{path} is a plan for {d['url']}, not {url}")
-        return MarkPlan(d["url"], job_dir, tuple(Partition(**p) for p in d["partitions"]), store_options or {})
+        if d["url"] != url or d.get("inventory") != inventory:
+            raise InvalidInputError(f"{path} is a plan for {d['url']} (inventory {d.get('inventory')}), not {url} "
+                                    f"(inventory {inventory})")
+        return MarkPlan(d["url"], job_dir, tuple(Partition(**p) for p in d["partitions"]), store_options or {},
+                        d.get("now", 0.0), d.get("inventory"))
     repo = _open_url(url, store_options or {})
+    if inventory is not None:
+        from .inventory import read_inventory
+        _write_inventory(read_inventory(inventory, repo.store), job_dir)
+    now = repo.store_time()  # before the runs are listed: the grace rule is judged at it
     listing = list_runs(repo)
     counts = sorted((rk, len(ks)) for rk, ks in listing.manifests.items())
     total = sum(c for _, c in counts) or 1
@@ -147,12 +166,61 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
         parts[-1] = Partition(p.index, p.first, "\U0010ffff", p.records)
     else:
         parts = [Partition(0, "", "\U0010ffff", 0)]
-    plan = MarkPlan(url, job_dir, tuple(parts), store_options or {})
+    plan = MarkPlan(url, job_dir, tuple(parts), store_options or {}, now, inventory)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"url": url, "partitions": [asdict(p) for p in parts]}, f)
+        json.dump({"url": url, "partitions": [asdict(p) for p in parts], "now": now, "inventory": inventory}, f)
     os.replace(tmp, path)
     return plan
+
+
+INVENTORY_FILE = "inventory.parquet"
+
+
+def _write_inventory(inv, job_dir: str) -> None:
+    """Write an :class:`~snapstore.maintenance.inventory.Inventory`'s packs to
+    ``job_dir/inventory.parquet`` (columns key, size, etag, mtime; its url, created and counts in
+    the schema metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"key": pa.array([i.key for i in inv.packs], pa.string()),
+                      "size": pa.array([i.size for i in inv.packs], pa.int64()),
+                      "etag": pa.array([i.etag for i in inv.packs], pa.string()),
+                      "mtime": pa.array([i.mtime for i in inv.packs], pa.float64())})
+    meta = {"url": inv.url, "source_bucket": inv.source_bucket, "created": inv.created, "rows": inv.rows,
+            "newer": inv.newer, "files": inv.files, "requests": inv.requests}
+    table = table.replace_schema_metadata({"inventory": json.dumps(meta)})
+    out = os.path.join(job_dir, INVENTORY_FILE)
+    pq.write_table(table, out + ".tmp")
+    os.replace(out + ".tmp", out)
+
+
+def load_inventory(plan: MarkPlan):
+    """The plan's :class:`~snapstore.maintenance.inventory.Inventory` from
+    ``job_dir/inventory.parquet``, or None when the plan has no inventory.
+
+    Raises:
+        InvalidInputError: the plan names an inventory but the file is missing.
+    """
+    if plan.inventory is None:
+        return None
+    import pyarrow.parquet as pq
+
+    from ..stores.base import ObjectInfo
+    from .inventory import Inventory
+
+    path = os.path.join(plan.job_dir, INVENTORY_FILE)
+    if not os.path.exists(path):
+        raise InvalidInputError(f"the plan names the inventory {plan.inventory} but {path} is missing")
+    t = pq.read_table(path)
+    meta = json.loads((t.schema.metadata or {}).get(b"inventory", b"{}"))
+    inv = Inventory(meta.get("url", plan.inventory), meta.get("source_bucket", ""), float(meta.get("created", 0.0)),
+                    rows=meta.get("rows", 0), newer=meta.get("newer", 0), files=meta.get("files", 0),
+                    requests=meta.get("requests", {}))
+    cols = [t.column(c).to_pylist() for c in ("key", "size", "etag", "mtime")]
+    inv.packs = [ObjectInfo(k, sz, e, m) for k, sz, e, m in zip(*cols)]
+    return inv
 
 
 def mark_partition(plan: MarkPlan, index: int) -> dict:
@@ -186,6 +254,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     repo = _open(plan)
     g = GCPlan(repo, GCOptions(dry_run=True), repo.store_time(), repo.cache.limit)
     g.run_range = (part.first, part.last)
+    g.inventory = load_inventory(plan)
     g.list_repository()
     try:
         g.mark()
@@ -221,12 +290,15 @@ def _requests(repo: Repository) -> dict:
 
 def reduce_mark(plan: MarkPlan) -> dict:
     """The driver step: union the partitions' live packs; the listed packs none needs are written
-    to ``candidates.parquet`` (a report: the one-process sweep decides, under its grace rule).
+    to ``candidates.parquet`` (a report: the sweep, :mod:`snapstore.maintenance.partsweep` or the
+    one-process GC, decides under its grace rule).
 
     Args:
         plan: a :class:`MarkPlan` whose partitions are all marked.
     Returns:
-        ``{"live": set of pack ids (bytes), "candidates": set of pack ids (bytes)}``.
+        ``{"live": set of pack ids (bytes), "candidates": set of pack ids (bytes),
+        "bytes_to_reclaim": int, "listed": pack id -> (bytes, store time in seconds it is aged
+        from), "requests": the driver's requests by kind}``.
     Raises:
         InvalidInputError: a partition has no result yet.
     """
@@ -241,45 +313,73 @@ def reduce_mark(plan: MarkPlan) -> dict:
         live.update(bytes.fromhex(h) for h in pq.read_table(path, columns=["pack"]).column("pack").to_pylist())
     repo = _open(plan)
     from ..format import keys
-    listed = {}
-    for info in repo.store.list(keys.PACKS):
+    from ..format.shared import effective_mtime
+    inv = load_inventory(plan)
+    listed = {}  # pack id -> (bytes, store time it is aged from)
+    # after every partition listed its runs (so every pack a live record names is in a LIST), or
+    # the inventory's packs (those newer than it are not: never deleted on its word, §21)
+    for info in (inv.packs if inv is not None else repo.store.list(keys.PACKS)):
         pid = keys.pack_id_from_key(info.key)
         if pid is not None:
-            listed[pid] = info.size
+            listed[pid] = (info.size, effective_mtime(pid, info.mtime, plan.now or repo.store_time()))
     cands = sorted(set(listed) - live)
+    tmp = os.path.join(plan.job_dir, CANDIDATES_FILE + ".tmp")
     pq.write_table(pa.table({"pack": pa.array([c.hex() for c in cands], pa.string()),
-                             "size": pa.array([listed[c] for c in cands], pa.int64())}),
-                   os.path.join(plan.job_dir, CANDIDATES_FILE))
-    return {"live": live, "candidates": set(cands), "bytes_to_reclaim": sum(listed[c] for c in cands)}
+                             "size": pa.array([listed[c][0] for c in cands], pa.int64()),
+                             "mtime": pa.array([listed[c][1] for c in cands], pa.float64())}), tmp)
+    os.replace(tmp, os.path.join(plan.job_dir, CANDIDATES_FILE))
+    return {"live": live, "candidates": set(cands), "bytes_to_reclaim": sum(listed[c][0] for c in cands),
+            "listed": listed, "requests": _requests(repo)}
 
 
-def run_local(plan: MarkPlan, workers: int = 4, retries: int = 1) -> list:
-    """Mark every partition of ``plan`` on a thread pool of ``workers`` threads (the default
+def run_local(plan: MarkPlan, workers: int = 4, retries: int = 1, task=None, count: int | None = None,
+              progress=None, phase: str = "mark") -> list:
+    """Run every partition of ``plan`` on a thread pool of ``workers`` threads (the default
     executor; no dependency). A partition that fails is tried again up to ``retries`` times.
 
+    Args:
+        plan: the :class:`MarkPlan`.
+        workers: threads.
+        retries: further attempts of a failed partition.
+        task: ``task(plan, index) -> summary dict``; default :func:`mark_partition`.
+        count: number of partitions (default: the plan's).
+        progress: optional ``progress(phase, done, total)``, called as partitions finish.
+        phase: the phase name passed to ``progress``.
     Returns:
         The partitions' summaries, in index order.
     Raises:
         The last error of a partition that failed every attempt.
     """
+    task = task or mark_partition
+    n = len(plan.partitions) if count is None else count
+
     def one(i):
         for attempt in range(retries + 1):
             try:
-                return mark_partition(plan, i)
+                return task(plan, i)
             except Exception:
                 if attempt == retries:
                     raise
+    out: list = [None] * n
     with ThreadPoolExecutor(max(1, workers)) as ex:
-        return list(ex.map(one, range(len(plan.partitions))))
+        futs = {ex.submit(one, i): i for i in range(n)}
+        from concurrent.futures import as_completed
+        for done, f in enumerate(as_completed(futs), 1):
+            out[futs[f]] = f.result()
+            if progress:
+                progress(phase, done, n)
+    return out
 
 
-def run_dask(plan: MarkPlan, scheduler: "str | object", retries: int = 2) -> list:
-    """Mark every partition of ``plan`` on a Dask distributed cluster.
+def run_dask(plan: MarkPlan, scheduler: "str | object", retries: int = 2, task=None, count: int | None = None,
+             progress=None, phase: str = "mark") -> list:
+    """Run every partition of ``plan`` on a Dask distributed cluster.
 
     Args:
         plan: the :class:`MarkPlan` (its ``job_dir`` must be reachable from the workers).
         scheduler: the scheduler's address (``tcp://host:8786``) or a ``distributed.Client``.
         retries: times Dask retries a failed partition task.
+        task / count / progress / phase: as for :func:`run_local`.
     Returns:
         The partitions' summaries, in index order.
     Raises:
@@ -289,11 +389,18 @@ def run_dask(plan: MarkPlan, scheduler: "str | object", retries: int = 2) -> lis
         from distributed import Client
     except ImportError:
         raise InvalidInputError("the dask executor needs dask distributed: pip install 'snapstore[dask]'") from None
+    from distributed import as_completed
+
+    task = task or mark_partition
+    n = len(plan.partitions) if count is None else count
     own = not isinstance(scheduler, Client)
     client = Client(scheduler) if own else scheduler
     try:
-        futs = [client.submit(mark_partition, plan, i, retries=retries, pure=False, key=f"mark-{i}-{os.urandom(4).hex()}")
-                for i in range(len(plan.partitions))]
+        futs = [client.submit(task, plan, i, retries=retries, pure=False, key=f"{phase}-{i}-{os.urandom(4).hex()}")
+                for i in range(n)]
+        for done, _ in enumerate(as_completed(futs), 1):
+            if progress:
+                progress(phase, done, n)
         return client.gather(futs)
     finally:
         if own:
@@ -304,37 +411,73 @@ def _clear_finished(job_dir: str) -> None:
     """Remove a finished job's files (plan, partition results, candidates) from ``job_dir``: only
     an unfinished job is resumed, so a re-run never reports an earlier state of the repository."""
     for name in os.listdir(job_dir):
-        if name == PLAN_FILE or name == CANDIDATES_FILE or (name.startswith("mark-") and name.endswith(".parquet")):
+        if name in (PLAN_FILE, CANDIDATES_FILE, INVENTORY_FILE) or (name.startswith("mark-") and name.endswith(".parquet")):
             os.remove(os.path.join(job_dir, name))
 
 
-def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str = "local",
-                     scheduler: "str | object | None" = None, workers: int = 4,
-                     store_options: dict | None = None) -> dict:
-    """Plan, mark every partition with ``executor`` (``local`` or ``dask``), then reduce.
-
-    Returns:
-        A report dict: ``partitions`` (count), ``partitions_done``, ``live_checkpoints``,
-        ``live_packs``, ``candidates`` (count), ``bytes_to_reclaim``, ``requests`` (kind -> summed
-        count), ``summaries`` (per partition), ``live`` / ``candidate_ids`` (sets of pack ids).
-    Raises:
-        InvalidInputError: an unknown executor, or ``dask`` without a scheduler.
-    """
+def check_executor(executor: str, scheduler) -> None:
+    """Raise InvalidInputError for an unknown executor, or ``dask`` without a scheduler."""
     if executor not in ("local", "dask"):
         raise InvalidInputError(f"executor must be 'local' or 'dask', got {executor!r}")
     if executor == "dask" and scheduler is None:
         raise InvalidInputError("the dask executor needs a scheduler address (--scheduler tcp://HOST:PORT)")
+
+
+def execute(plan: MarkPlan, executor: str, scheduler, workers: int, task=None, count: int | None = None,
+            progress=None, phase: str = "mark") -> list:
+    """Run ``task`` (default :func:`mark_partition`) over ``count`` partitions on ``executor``
+    (``local``: :func:`run_local` with ``workers`` threads; ``dask``: :func:`run_dask`)."""
+    if executor == "local":
+        return run_local(plan, workers, task=task, count=count, progress=progress, phase=phase)
+    return run_dask(plan, scheduler, task=task, count=count, progress=progress, phase=phase)
+
+
+def sum_requests(*parts) -> dict:
+    """Requests by kind summed over dicts ``kind -> count``."""
+    out: dict = {}
+    for d in parts:
+        for k, v in (d or {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def mark_report(plan: MarkPlan, sums: list, red: dict) -> dict:
+    """The report of a partitioned mark (see :func:`partitioned_mark`)."""
+    inv = load_inventory(plan)
+    return {"partitions": len(plan.partitions), "partitions_done": len(sums),
+            "listing": "LIST" if inv is None else f"inventory {inv.url}",
+            "inventory_created": None if inv is None else inv.created,
+            "listed_packs": len(red["listed"]), "live_checkpoints": sum(s["live_checkpoints"] for s in sums),
+            "live_packs": len(red["live"]), "candidates": len(red["candidates"]),
+            "bytes_to_reclaim": red["bytes_to_reclaim"],
+            "requests": sum_requests(*(s.get("requests") for s in sums), red.get("requests"),
+                                     None if inv is None else inv.requests),
+            "summaries": sums, "live": red["live"], "candidate_ids": red["candidates"]}
+
+
+def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str = "local",
+                     scheduler: "str | object | None" = None, workers: int = 4,
+                     store_options: dict | None = None, inventory: str | None = None, progress=None) -> dict:
+    """Plan, mark every partition with ``executor`` (``local`` or ``dask``), then reduce.
+
+    Args:
+        url / job_dir / partitions / store_options: as for :func:`plan_mark`.
+        executor: ``local`` (threads, ``workers`` of them) or ``dask`` (``scheduler``: address or Client).
+        inventory: None, or an S3 Inventory manifest URL (see :func:`plan_mark`).
+        progress: optional ``progress(phase, done, total)``: ``("mark", partitions done, partitions)``.
+    Returns:
+        A report dict: ``partitions`` (count), ``partitions_done``, ``listing`` (``LIST`` or
+        ``inventory URL``), ``inventory_created`` (seconds, or None), ``listed_packs``,
+        ``live_checkpoints``, ``live_packs``, ``candidates`` (count), ``bytes_to_reclaim``,
+        ``requests`` (kind -> count summed over partitions, the driver and the inventory's reads),
+        ``summaries`` (per partition), ``live`` / ``candidate_ids`` (sets of pack ids).
+    Raises:
+        InvalidInputError: an unknown executor, ``dask`` without a scheduler, a malformed inventory.
+    """
+    check_executor(executor, scheduler)
     url, job_dir = _absolute(url), os.path.abspath(job_dir)
     if os.path.exists(os.path.join(job_dir, CANDIDATES_FILE)):
         _clear_finished(job_dir)  # a finished job: a re-run marks the repository as it is now
-    plan = plan_mark(url, job_dir, partitions, store_options)
-    sums = run_local(plan, workers) if executor == "local" else run_dask(plan, scheduler)
-    red = reduce_mark(plan)
-    reqs: dict = {}
-    for s in sums:
-        for k, v in (s.get("requests") or {}).items():
-            reqs[k] = reqs.get(k, 0) + v
-    return {"partitions": len(plan.partitions), "partitions_done": len(sums),
-            "live_checkpoints": sum(s["live_checkpoints"] for s in sums), "live_packs": len(red["live"]),
-            "candidates": len(red["candidates"]), "bytes_to_reclaim": red["bytes_to_reclaim"], "requests": reqs,
-            "summaries": sums, "live": red["live"], "candidate_ids": red["candidates"]}
+    plan = plan_mark(url, job_dir, partitions, store_options, inventory)
+    sums = execute(plan, executor, scheduler, workers, progress=progress)
+    return mark_report(plan, sums, reduce_mark(plan))

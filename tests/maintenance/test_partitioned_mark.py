@@ -99,7 +99,7 @@ def test_dask_local_cluster_on_moto_http_gives_the_local_executors_result(tmp_pa
     assert rep["candidate_ids"] == local["candidate_ids"]
 
 
-def test_cli_gc_plan_reports_and_refuses_to_delete_without_dry_run(tmp_path):
+def test_cli_gc_plan_reports_and_deletes_only_after_the_grace_period(tmp_path):
     import json
 
     from click.testing import CliRunner
@@ -109,14 +109,23 @@ def test_cli_gc_plan_reports_and_refuses_to_delete_without_dry_run(tmp_path):
     _fill(CheckpointManager(LocalStore(root)), runs=6)
     live, listed = _one_process_live(Repository.open(LocalStore(root), create=False))
     job = str(tmp_path / "job")
-    r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2"])
-    assert r.exit_code != 0 and "--dry-run" in r.output
     before = sorted(os.listdir(os.path.join(root, "packs")))
+    r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2"])
+    assert r.exit_code == 0, r.output  # the default grace period (1 h): candidates, nothing deleted
+    assert "deleted:" in r.output and "0 packs, 0 B" in r.output and "newly recorded as candidates" in r.output
+    assert sorted(os.listdir(os.path.join(root, "packs"))) == before
     r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2", "-n", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["partitions_done"] == 2 and d["live_packs"] == len(live) and d["candidates"] == len(listed - live)
+    assert d["listed_packs"] == len(listed) and d["listing"] == "LIST"
     assert sorted(os.listdir(os.path.join(root, "packs"))) == before
+    r = CliRunner().invoke(cli, ["--repo", root, "gc", "--plan", job, "--partitions", "2", "--grace-period", "0",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["deleted_packs"] == len(listed - live) > 0 and d["requests"]["DELETE"] >= 1
+    assert len([f for _, _, fs in os.walk(os.path.join(root, "packs")) for f in fs]) == len(live)
 
 
 def test_a_driver_killed_mid_job_is_resumed_by_a_rerun_and_loses_nothing(tmp_path):
