@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import unquote_plus
 
-from ..errors import IntegrityError, InvalidInputError, MissingDependencyError, ObjectNotFound
+from ..errors import IntegrityError, InvalidInputError, MissingDependencyError
 from ..format import keys
 from ..stores.base import ObjectInfo
 
@@ -234,23 +234,13 @@ def read_inventory(url: str, store) -> Inventory:
     s3 = store
     while not hasattr(s3, "bucket") and hasattr(s3, "inner"):
         s3 = s3.inner
-    if not hasattr(s3, "bucket") or not hasattr(s3, "_client"):
+    if not hasattr(s3, "bucket") or not hasattr(s3, "get_outside"):
         raise InvalidInputError("--inventory reads an S3 Inventory: the repository must be on S3 (s3://...)")
-    client = s3._client
     requests = {"GET": 0}
 
     def get(k: str) -> bytes:
-        from botocore.exceptions import ClientError
-
         requests["GET"] += 1
-        try:
-            return client.get_object(Bucket=bucket, Key=k)["Body"].read()
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code", "")
-            if code in ("NoSuchKey", "404", "NoSuchBucket"):
-                raise ObjectNotFound(k, f"S3 Inventory object s3://{bucket}/{k} not found") from None
-            from ..errors import StoreError
-            raise StoreError(f"reading s3://{bucket}/{k}: {e}") from None
+        return s3.get_outside(bucket, k)
 
     man = parse_manifest(url, get(key))
     if man["source_bucket"] != s3.bucket:

@@ -1,6 +1,6 @@
 """GC's mark as a plan of independent partitions (balanced run-key ranges), run by a local or a Dask executor.
 
-Layer 4 (uses :mod:`snapstore.maintenance.gc`). This is the first slice of issue 25: the *mark* half
+Layer 3 (uses :mod:`snapstore.maintenance.gc`). This is the first slice of issue 25: the *mark* half
 of GC split by run key. :func:`plan_mark` lists the runs once and cuts their sorted keys into ranges
 of about equal numbers of listed log records (derived from the actual run list, not fixed prefixes);
 each partition is marked on its own (:func:`mark_partition`: the worker opens the repository from

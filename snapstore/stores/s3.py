@@ -45,6 +45,7 @@ from urllib.parse import urlencode
 from ..errors import (
     AccessDenied,
     InvalidInputError,
+    ObjectNotFound,
     ObjectTooLarge,
     StoreError,
 )
@@ -287,6 +288,33 @@ class S3Store:
             StoreError (and subclasses): as for :meth:`put`.
         """
         return self._writes.write(key, data, etag)
+
+    def get_outside(self, bucket: str, key: str) -> bytes:
+        """Return the whole object ``key`` of ``bucket``, outside this repository's prefix (an S3
+        Inventory report's ``manifest.json`` or data file, which S3 writes under its own prefix or
+        into another bucket), with this store's client and credentials. Counted as a GET.
+
+        Args:
+            bucket: the bucket name; key: the full object key (not under this store's prefix).
+        Returns:
+            The object's bytes.
+        Raises:
+            ObjectNotFound: no such key or bucket.
+            StoreError: the request failed (access denied, transport); the message names the object.
+        """
+        from botocore.exceptions import ClientError
+
+        try:
+            data = self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            self._requests.count("GET", down=len(data))
+            return data
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "404", "NoSuchBucket"):
+                raise ObjectNotFound(key, f"s3://{bucket}/{key} not found") from None
+            raise StoreError(f"reading s3://{bucket}/{key}: {e}") from None
+        except transport_errors() as e:
+            raise StoreError(f"reading s3://{bucket}/{key}: {e}") from None
 
     # reads -------------------------------------------------------------------------------------
     def get(self, key: str, byte_range: tuple[int, int | None] | None = None) -> bytes:
