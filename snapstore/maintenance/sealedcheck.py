@@ -5,7 +5,7 @@ Layer 3. Whoever holds no passphrase (an operator, a backup job) can still check
 bytes say without decrypting: the config and its key slots parse; every object's key has a shape
 of the layout (§4); every object's stored size is one a sealed object has; every object's trailer
 (its last 33 bytes: one ranged GET each) is a sealed trailer of the repository's key id whose
-plaintext length fits that size; and every run's log positions from 0 to its newest are present
+plaintext length fits that size (form 2: ends in the key id; a large object's length fits); and every run's log positions from 0 to its newest are present
 or lie at or below the highest position a removal record's name covers (removal records are sealed:
 their ranges are not readable without the key, only their highest position, which their key
 names). What needs the key (content, checksums, references between objects, the MAC of the
