@@ -19,6 +19,10 @@ from ..errors import EncryptionError, IntegrityError, WrongPassphrase
 
 SECTION_VERSION = 1
 CIPHER = "aes-256-gcm"
+"""The cipher of a repository whose objects are sealed in form 1 (snapstore.format.sealed)."""
+CIPHER_SIV = "aes-256-gcm-siv"
+"""The cipher of a repository created since form 2 (snapstore.format.sealed2): its objects are
+AES-256-GCM-SIV sealed; the config's MAC binds it."""
 SCRYPT_N = 1 << 15
 """Default scrypt cost (2^15, r 8, p 1: 32 MiB and about 0.1 s per unlock)."""
 SCRYPT_R, SCRYPT_P = 8, 1
@@ -65,6 +69,8 @@ def config_mac(data_key: bytes, cfg) -> str:
     from .times import format_time
     body = {"version": cfg.version, "repo_id": cfg.repo_id, "created": format_time(cfg.created),
             "key_id": cfg.encryption["key_id"], **{k: getattr(cfg, k) for k in cfg.SETTINGS}}
+    if cfg.encryption.get("cipher", CIPHER) != CIPHER:  # form 2 (§27): bound, so it is not switched back
+        body["cipher"] = cfg.encryption["cipher"]
     mac_key = blake3.blake3(b"snapstore config mac", key=data_key).digest(32)
     return blake3.blake3(json.dumps(body, sort_keys=True, separators=(",", ":")).encode(), key=mac_key).hexdigest()
 
@@ -98,7 +104,7 @@ def new_section(passphrase: str, repo_id: str, n: int = SCRYPT_N) -> tuple[dict,
         ``(section dict, data key (32 bytes))``. Raises: EncryptionError (see :func:`make_slot`).
     """
     data_key, key_id = os.urandom(32), os.urandom(4).hex()
-    return ({"version": SECTION_VERSION, "cipher": CIPHER, "segment": 65536, "key_id": key_id,
+    return ({"version": SECTION_VERSION, "cipher": CIPHER_SIV, "segment": 65536, "key_id": key_id,
              "slots": [make_slot(data_key, passphrase, repo_id, key_id, n)]}, data_key)
 
 
@@ -112,7 +118,7 @@ def check_section(d) -> dict:
         raise IntegrityError("config", f"malformed encryption section: {why}")
     from . import keyring
     if not isinstance(d, dict) or d.get("version") not in (SECTION_VERSION, keyring.ROTATED_VERSION) \
-            or d.get("cipher") != CIPHER or d.get("segment") != 65536:
+            or d.get("cipher") not in (CIPHER, CIPHER_SIV) or d.get("segment") != 65536:
         bad("unknown version, cipher or segment size")
     if d["version"] == keyring.ROTATED_VERSION:
         keyring.check(d)  # a rotated key: the retired keys and the content key (format.md §27 "Rotation")

@@ -5,7 +5,7 @@ Layer 3. Whoever holds no passphrase (an operator, a backup job) can still check
 bytes say without decrypting: the config and its key slots parse; every object's key has a shape
 of the layout (§4); every object's stored size is one a sealed object has; every object's trailer
 (its last 33 bytes: one ranged GET each) is a sealed trailer of the repository's key id whose
-plaintext length fits that size; and every run's log positions from 0 to its newest are present
+plaintext length fits that size (form 2: ends in the key id; a large object's length fits); and every run's log positions from 0 to its newest are present
 or lie at or below the highest position a removal record's name covers (removal records are sealed:
 their ranges are not readable without the key, only their highest position, which their key
 names). What needs the key (content, checksums, references between objects, the MAC of the
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..errors import IntegrityError, ObjectNotFound
-from ..format import keys, sealed
+from ..format import keys, sealed, sealed2
 from ..format.config import RepoConfig
 from .verify import Problem, VerifyReport
 
@@ -54,6 +54,19 @@ def _known_key(key: str) -> bool:
     return kind != "run"
 
 
+def _check_form2(rep: VerifyReport, info, tail: bytes, key_id: bytes) -> None:
+    """Add a ``corrupt-sealed`` error to ``rep`` unless the object ``info`` of a form-2 repository,
+    whose last bytes are ``tail``, ends in the key id ``key_id`` (4 bytes) and, when large, in the
+    plaintext length its size says (§27 "Sealed objects, form 2")."""
+    layout, plain_len = sealed2.layout_of(info.key, info.size)
+    if tail[-sealed2.KEY_ID:] != key_id:
+        rep.errors.append(Problem("corrupt-sealed", info.key, f"its last bytes name key id {tail[-4:].hex()}, not the "
+                                  f"repository's {key_id.hex()} (a plaintext object, or another key)"))
+    elif layout == sealed2.LARGE and int.from_bytes(tail[-sealed2.LARGE_TRAILER:-sealed2.KEY_ID], "big") != plain_len:
+        rep.errors.append(Problem("corrupt-sealed", info.key, f"{info.size} stored bytes, the trailer says "
+                                  f"{int.from_bytes(tail[-12:-4], 'big')} plaintext bytes"))
+
+
 def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
     """Check an encrypted repository's structure without its key (module docstring).
 
@@ -73,12 +86,16 @@ def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int],
     """
     rep = VerifyReport()
     key_id = bytes.fromhex(cfg.encryption["key_id"])
+    form2 = cfg.encryption.get("cipher") == sealed2.CIPHER
+
+    def sized_ok(info) -> bool:
+        return (sealed2.layout_of(info.key, info.size) if form2 else sealed.plain_size(info.size)) is not None
     objects = [i for i in store.list("") if i.key != keys.CONFIG]
     runs: dict[str, dict] = {}  # run key -> {"seqs": set, "removed_hi": int}
     for info in objects:
         if not _known_key(info.key):
             rep.warnings.append(Problem("unknown-key", info.key, "not a key of the repository layout (§4)"))
-        if sealed.plain_size(info.size) is None:
+        if not sized_ok(info):
             rep.errors.append(Problem("corrupt-sealed", info.key, f"{info.size} stored bytes: no sealed object has "
                                       "this size (a plaintext object, or truncated)"))
         parts = keys.parse_key(info.key)
@@ -94,7 +111,7 @@ def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int],
             if len(name) == 16 and not name.strip("0123456789abcdef"):
                 r = runs.setdefault(parts.run_key, {"seqs": set(), "removed_hi": -1})
                 r["removed_hi"] = max(r["removed_hi"], keys.SEQ_MAX - int(name, 16))
-    sized = [i for i in objects if sealed.plain_size(i.size) is not None]
+    sized = [i for i in objects if sized_ok(i)]
 
     def trailer(info):
         return info, store.get(info.key, (-sealed.TRAILER, None))
@@ -105,6 +122,9 @@ def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int],
             done += 1
             if progress is not None and (done % 256 == 0 or done == len(sized)):
                 progress("trailers", done, len(sized))
+            if form2:
+                _check_form2(rep, info, tail, key_id)
+                continue
             parsed = sealed.parse_trailer(tail)
             if parsed is None:
                 rep.errors.append(Problem("corrupt-sealed", info.key, "no sealed trailer (a plaintext object, or damaged)"))

@@ -1,8 +1,11 @@
 """SealedStore: client-side encryption as a layer between the repository and any ObjectStore
 (docs/format.md §27).
 
-Every object except ``config`` is stored sealed (:mod:`snapstore.format.sealed`: AES-256-GCM in
-64 KiB segments, bound to the repository id, the object's key and the data key's id); what the
+Every object except ``config`` is stored sealed, bound to the repository id, the object's key and
+the data key's id: in form 2 (:mod:`snapstore.format.sealed2`: AES-256-GCM-SIV, nonces derived
+from the key, the object's own checksum left out) in a repository whose config names
+``aes-256-gcm-siv`` (every one created now), else in form 1 (:mod:`snapstore.format.sealed`:
+AES-256-GCM in 64 KiB segments under a per-object salt); form-1 objects read in either. What the
 layers above read and write is the plaintext, so they work unchanged. LIST, HEAD and PUT report
 plaintext sizes (0-byte stubs and 1-byte void records keep their meaning, §14, §15); an object
 whose stored size no sealed object has is reported with :data:`UNSEALED_SIZE` added, so that no
@@ -21,7 +24,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError
-from ..format import keyring, keyslots, kmsslots, sealed
+from ..format import keyring, keyslots, kmsslots, sealed, sealed2
 from .base import ObjectInfo, check_range, store_capabilities
 
 CONFIG = "config"
@@ -34,6 +37,16 @@ the same object costs one request."""
 
 
 _aesgcm_class = None
+_siv_class = None
+
+
+def _AESGCMSIV():
+    """``cryptography``'s AESGCMSIV class, imported on first use."""
+    global _siv_class
+    if _siv_class is None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
+        _siv_class = AESGCMSIV
+    return _siv_class
 
 
 def _AESGCM():
@@ -49,12 +62,23 @@ def _info(info: ObjectInfo, size: int) -> ObjectInfo:
     return ObjectInfo(info.key, size, info.etag, info.mtime)
 
 
-def plain_listed_size(key: str, stored: int) -> int:
-    """The size LIST and HEAD report for an object of ``stored`` bytes under ``key``."""
+def plain_listed_size(key: str, stored: int, form: int = 1) -> int:
+    """The size LIST and HEAD report for an object of ``stored`` bytes under ``key`` in a
+    repository sealing in ``form`` (1 or 2: :mod:`~snapstore.format.sealed`,
+    :mod:`~snapstore.format.sealed2`)."""
     if key == CONFIG:
         return stored
+    if form == 2:
+        lay = sealed2.layout_of(key, stored)
+        return UNSEALED_SIZE + stored if lay is None else lay[1]
     p = sealed.plain_size(stored)
     return UNSEALED_SIZE + stored if p is None else p
+
+
+def repository_form(section: dict) -> int:
+    """The sealed form (1 or 2) new objects of the repository with ``section`` (its config's
+    ``encryption``) are written in: 2 when its cipher is AES-256-GCM-SIV."""
+    return 2 if section.get("cipher") == sealed2.CIPHER else 1
 
 
 
@@ -117,9 +141,12 @@ class SealedStore:
         self.stats = inner.stats
         self.capabilities = store_capabilities(inner)
         self._lock = threading.Lock()
-        self._trailers: OrderedDict[str, bytes] = OrderedDict()
+        # key -> a form-1 trailer (bytes), or a large form-2 object's (plaintext length, key id)
+        self._trailers: OrderedDict[str, object] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
         self._masters: dict[bytes, bytes] = {}  # key id -> object master: the current key and retired ones
+        self._sivs: dict[bytes, object] = {}  # key id -> AESGCMSIV of its form-2 object key
+        self._form = 1
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
         self._unlocked_from: bytes | None = None  # the config the keys came from
 
@@ -163,6 +190,8 @@ class SealedStore:
         master = keyslots.object_master(data_key)
         masters[bytes.fromhex(section["key_id"])] = master
         self._masters = masters
+        self._sivs = {}
+        self._form = repository_form(section)
         self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), master, content, data_key, section)
 
     def _ensure(self):
@@ -196,7 +225,7 @@ class SealedStore:
             section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
         else:  # a repository a KMS key opens, no passphrase
             data_key, key_id = os.urandom(32), os.urandom(4).hex()
-            section = {"version": keyslots.SECTION_VERSION, "cipher": keyslots.CIPHER, "segment": sealed.SEGMENT,
+            section = {"version": keyslots.SECTION_VERSION, "cipher": sealed2.CIPHER, "segment": sealed.SEGMENT,
                        "key_id": key_id, "slots": [self.new_slot(data_key, cfg.repo_id, key_id)]}
         cfg.encryption = section
         cfg.key = keyslots.content_key(data_key)
@@ -213,10 +242,27 @@ class SealedStore:
             self._trailers.clear()
 
     def sealed_key_id(self, trailer: bytes) -> str | None:
-        """The key id (8 hex digits) a stored object's last 33 bytes name, or None if they are not
-        a sealed trailer."""
-        parsed = sealed.parse_trailer(trailer)
-        return None if parsed is None else parsed[0].hex()
+        """The key id (8 hex digits) a stored object's last 33 bytes (or all of it, when shorter)
+        name, or None if they are not a sealed trailer (form 1) or key id (form 2)."""
+        self._ensure()
+        parsed = sealed.parse_trailer(trailer[-sealed.TRAILER:])
+        if parsed is not None and (self._form == 1 or parsed[0] in self._masters):
+            return parsed[0].hex()
+        if self._form == 2 and len(trailer) >= sealed2.TAG + sealed2.KEY_ID:
+            return trailer[-sealed2.KEY_ID:].hex()
+        return None
+
+    @property
+    def form(self) -> int:
+        """The sealed form (1 or 2) this store writes objects in (docs/format.md §27); 2 while the
+        location has no config yet (a repository created now seals in form 2)."""
+        if self._keys is None:
+            from ..errors import ObjectNotFound
+            try:
+                self._ensure()
+            except ObjectNotFound:
+                return 2
+        return self._form
 
     def data_key(self) -> bytes:
         """The data key (32 bytes) this store unlocked (for adding a key slot)."""
@@ -226,8 +272,19 @@ class SealedStore:
     def _aead(self, salt: bytes, master: bytes | None = None):
         return _AESGCM()(keyslots.object_key(self._ensure()[2] if master is None else master, salt))
 
+    def _siv(self, key_id: bytes):
+        siv = self._sivs.get(key_id)
+        if siv is None:
+            master = self._masters.get(key_id)
+            if master is None:
+                return None
+            siv = self._sivs[key_id] = _AESGCMSIV()(sealed2.object_key(master))
+        return siv
+
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
+        if self._form == 2:
+            return sealed2.seal(self._siv(key_id), key_id, repo_id, key, bytes(data))
         salt = os.urandom(16)
         return sealed.seal(self._aead(salt), key_id, salt, repo_id, key, bytes(data))
 
@@ -300,6 +357,8 @@ class SealedStore:
             return data
         self._ensure()
         rng = check_range(key, byte_range)
+        if self._form == 2:
+            return self._get2(key, rng)
         if rng is None:
             data = self.inner.get(key)
             trailer, plain_len = self._trailer(key, data)
@@ -320,6 +379,122 @@ class SealedStore:
             if fresh == trailer:
                 raise
             return self._range(key, fresh, start, end)
+
+    # -- form 2 (sealed2): small and elided objects are read whole, large ones in segments -------
+    def _v1_in(self, tail: bytes) -> bytes | None:
+        """The form-1 trailer ending ``tail`` when it is one of a key this repository has (an
+        object sealed in form 1, read in a repository that writes form 2), else None."""
+        t = tail[-sealed.TRAILER:]
+        parsed = sealed.parse_trailer(t)
+        return t if parsed is not None and parsed[0] in self._masters else None
+
+    def _siv_for(self, key: str, key_id: bytes):
+        siv = self._siv(key_id)
+        if siv is None:
+            raise self._fail(key, f"not a sealed object, or sealed under key {key_id.hex()}, which this repository "
+                             "does not have")
+        return siv
+
+    def _open2(self, key: str, data: bytes) -> bytes:
+        """The plaintext of the whole stored object ``data`` under ``key`` (form 2, or form 1)."""
+        from cryptography.exceptions import InvalidTag
+        t = self._v1_in(data)
+        if t is not None and sealed.sealed_size(sealed.parse_trailer(t)[2]) == len(data):
+            try:
+                return self._open(key, t, 0, data[:-sealed.TRAILER])
+            except IntegrityError:
+                pass  # (a form-2 object whose last 33 bytes happen to look like a trailer)
+        lay = sealed2.layout_of(key, len(data))
+        if lay is None:
+            raise self._fail(key, f"{len(data)} stored bytes: no sealed object has this size (plaintext, or foreign)")
+        layout, plain_len = lay
+        key_id = data[-sealed2.KEY_ID:]
+        siv = self._siv_for(key, key_id)
+        repo_id = self._ensure()[0]
+        try:
+            if layout == sealed2.LARGE:
+                if int.from_bytes(data[-sealed2.LARGE_TRAILER:-sealed2.KEY_ID], "big") != plain_len:
+                    raise ValueError(f"{len(data)} stored bytes for the length its trailer names")
+                return sealed2.open_segments(siv, key_id, repo_id, key, plain_len, 0, data[:-sealed2.LARGE_TRAILER])
+            return sealed2.open_whole(siv, key_id, repo_id, key, layout, plain_len, data[:-sealed2.KEY_ID])
+        except (InvalidTag, ValueError) as e:
+            raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
+
+    def _large_tail(self, key: str, tail: bytes) -> tuple[int, bytes]:
+        """``(plaintext length, key id)`` of a large form-2 object whose stored bytes end in ``tail``."""
+        plain_len = int.from_bytes(tail[-sealed2.LARGE_TRAILER:-sealed2.KEY_ID], "big")
+        key_id = tail[-sealed2.KEY_ID:]
+        if sealed2.layout_of(key, sealed2.stored_size(plain_len, sealed2.LARGE)) != (sealed2.LARGE, plain_len):
+            raise self._fail(key, "not a sealed object (plaintext, or foreign)")
+        self._siv_for(key, key_id)
+        return plain_len, key_id
+
+    def _get2(self, key: str, rng) -> bytes:
+        if rng is None:
+            return self._open2(key, self.inner.get(key))
+        start, end = rng
+        if start < 0:
+            return self._suffix2(key, -start)
+        with self._lock:
+            known = self._trailers.get(key)
+        if isinstance(known, bytes):  # a form-1 object seen before
+            return self._range(key, known, start, end)
+        if known is not None:
+            try:
+                return self._range2(key, known, start, end)
+            except IntegrityError:
+                self._forget(key)  # a remembered layout of a replaced object: look again
+        probe = self.inner.get(key, (-(sealed2.SMALL_MAX + 1), None))
+        t = self._v1_in(probe)
+        if t is not None and sealed.sealed_size(sealed.parse_trailer(t)[2]) > sealed2.SMALL_MAX:
+            self._remember(key, t)
+            return self._range(key, t, start, end)
+        if len(probe) <= sealed2.SMALL_MAX:  # the whole object
+            plain = self._open2(key, probe)
+            return plain[start:end]
+        known = self._large_tail(key, probe)
+        self._remember(key, known)
+        return self._range2(key, known, start, end)
+
+    def _range2(self, key: str, known: tuple[int, bytes], start: int, end: int | None) -> bytes:
+        from cryptography.exceptions import InvalidTag
+        plain_len, key_id = known
+        end = plain_len if end is None else min(end, plain_len)
+        start = min(start, end)
+        first, last = sealed2.segments_for(plain_len, start, end)
+        last_len = min(sealed2.SEGMENT, plain_len - last * sealed2.SEGMENT) + sealed2.TAG
+        data = self.inner.get(key, (first * sealed2.CSEG, last * sealed2.CSEG + last_len))
+        try:
+            plain = sealed2.open_segments(self._siv_for(key, key_id), key_id, self._ensure()[0], key, plain_len,
+                                          first, data)
+        except (InvalidTag, ValueError) as e:
+            raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
+        base = first * sealed2.SEGMENT
+        return plain[start - base:end - base]
+
+    def _suffix2(self, key: str, n: int) -> bytes:
+        from cryptography.exceptions import InvalidTag
+        want = sealed2.LARGE_TRAILER + (-(-n // sealed2.SEGMENT) + 1) * sealed2.CSEG
+        data = self.inner.get(key, (-want, None))
+        if len(data) < want:  # the whole object
+            plain = self._open2(key, data)
+            return plain[-n:] if n < len(plain) else plain
+        if self._v1_in(data) is not None:  # a large form-1 object: its own layout
+            return self._suffix(key, n)
+        plain_len, key_id = self._large_tail(key, data)
+        total = sealed2.stored_size(plain_len, sealed2.LARGE)
+        if total < len(data):
+            raise self._fail(key, f"{len(data)} stored bytes read, the trailer says {total}")
+        self._remember(key, (plain_len, key_id))
+        off = total - len(data)
+        first = -(-off // sealed2.CSEG)
+        body = data[first * sealed2.CSEG - off:len(data) - sealed2.LARGE_TRAILER]
+        try:
+            plain = sealed2.open_segments(self._siv_for(key, key_id), key_id, self._ensure()[0], key, plain_len,
+                                          first, body)
+        except (InvalidTag, ValueError) as e:
+            raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
+        return plain[-n:] if n < len(plain) else plain
 
     def _read_trailer(self, key: str) -> bytes:
         tail = self.inner.get(key, (-sealed.TRAILER, None))
@@ -398,12 +573,13 @@ class SealedStore:
     def head(self, key: str) -> ObjectInfo:
         """The object's info with its plaintext size. Raises ObjectNotFound."""
         info = self.inner.head(key)
-        return _info(info, plain_listed_size(key, info.size))
+        return _info(info, plain_listed_size(key, info.size, self.form))
 
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> Iterator[ObjectInfo]:
         """The inner store's listing with plaintext sizes (:func:`plain_listed_size`)."""
+        form = self.form
         for info in self.inner.list(prefix, start_after, limit):
-            yield _info(info, plain_listed_size(info.key, info.size))
+            yield _info(info, plain_listed_size(info.key, info.size, form))
 
     def list_dirs(self, prefix: str) -> Iterator[str]:
         """As the inner store (names only)."""
@@ -459,4 +635,5 @@ def raise_if_locked(store, cfg) -> None:
         raise EncryptionError(f"the repository at {store.url} is encrypted: give {' or '.join(ways)}")
 
 
-__all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked", "keys_from_env", "sealed_if_keyed"]
+__all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked", "keys_from_env", "sealed_if_keyed",
+           "repository_form"]

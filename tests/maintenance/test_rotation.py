@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from snapstore import CheckpointManager
 from snapstore.cli import cli
 from snapstore.errors import IntegrityError, WrongPassphrase
-from snapstore.format import sealed as sealed_fmt
+from snapstore.format import sealed2
 from snapstore.maintenance import keyslots
 from tests.helpers.sealed_fixtures import sealed_store
 
@@ -31,8 +31,7 @@ def key_ids(inner) -> dict[str, str]:
     out = {}
     for i in inner.list(""):
         if i.key != "config":
-            t = sealed_fmt.parse_trailer(inner.get(i.key, (-sealed_fmt.TRAILER, None)))
-            out[i.key] = t[0].hex()
+            out[i.key] = inner.get(i.key, (-sealed2.KEY_ID, None)).hex()  # (form 2: every object ends in its key id)
     return out
 
 
