@@ -350,7 +350,7 @@ def _state_of_target(mgr, run: str):
     return sorted(live), newest.seq
 
 
-def import_bundle(mgr, path: str, existing: str = "fail", progress=None) -> ImportReport:
+def import_bundle(mgr, path: str, existing: str = "fail", progress=None, checked: ImportReport | None = None) -> ImportReport:
     """Import every run of bundle file ``path`` into the manager's repository, exactly.
 
     The whole file is checked first (:func:`check_bundle`); nothing is written for a damaged
@@ -367,6 +367,7 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None) -> Impo
             checkpoints of the bundle's run at the same positions, as an interrupted import
             leaves it: save the rest; any other content is a ConflictError).
         progress: optional ``progress(run_id, done, total)``.
+        checked: what :func:`check_bundle` returned for ``path`` just now (it is not read twice), or None.
     Returns:
         An :class:`ImportReport`.
     Raises:
@@ -380,7 +381,7 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None) -> Impo
     """
     if existing not in EXISTING:
         raise InvalidInputError(f"existing must be one of {', '.join(EXISTING)}, not {existing!r}")
-    held = check_bundle(path)
+    held = checked if checked is not None else check_bundle(path)
     firsts = held.positions
     plan = {}
     conflicts = []
@@ -402,8 +403,8 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None) -> Impo
                                 "first, or import into another repository")
         plan[r] = 0
     if conflicts:
-        more = "" if existing == "resume" else " (pass existing='skip' to leave them, or 'resume' to finish an " \
-                                                "interrupted import of them)"
+        more = "" if existing == "resume" else " (existing 'skip' leaves them, 'resume' finishes an interrupted " \
+                                                "import of them: --existing skip|resume)"
         raise ConflictError(f"the target already has run{'s' if len(conflicts) > 1 else ''} "
                             f"{', '.join(repr(r) for r in conflicts)}" +
                             (": not the beginning of the bundle's" if existing == "resume" else "") + more)
