@@ -167,7 +167,7 @@ def test_existing_runs_fail_skip_resume(shared_dir, tmp_path):
 
     def failing(*a, **kw):
         calls["n"] += 1
-        if calls["n"] == 30:
+        if calls["n"] == 12:
             raise OSError("disk went away")
         return real(*a, **kw)
     portable._save = failing
