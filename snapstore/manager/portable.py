@@ -274,9 +274,8 @@ def _checkpoints(f, name: str):
             what = f"a checkpoint header of run {run!r}"
             _need(name, h, "id", str, what)
             what = f"checkpoint {h['id']!r} of run {run!r}"
-            _need(name, h, "seq", int, what)
             _need(name, h, "created", str, what)
-            for k in ("count", "keep", "add", "outcomes", "bytes"):
+            for k in ("seq", "count", "keep", "add", "outcomes", "bytes"):
                 if not isinstance(h.get(k), int) or isinstance(h.get(k), bool) or h[k] < 0:
                     raise IntegrityError(name, f"damaged: {what} has no valid {k!r}")
             if h["keep"] + h["add"] != h["count"] or (h["keep"] and not isinstance(h.get("base"), list)):
