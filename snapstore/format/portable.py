@@ -50,12 +50,14 @@ class BundleWriter:
     """Write a portable bundle to a binary file object, streaming.
 
     Memory: one block (about :data:`BLOCK_RAW` raw bytes) and the zstd compressor's state
-    (window and tables, a few hundred MiB at most at level 19 with a 128 MiB window).
+    (its window of at most 2^``window_log`` bytes and its tables), whatever is written.
 
     Args:
         f: a binary file object open for writing (only ``write`` is used).
-        header: the header object (JSON-encodable bytes already: ``header_json``).
-        level / window_log: zstd parameters (tests use smaller ones).
+        header_json: the header object's JSON bytes (at most :data:`HEADER_LIMIT`).
+        level / window_log: zstd parameters.
+    Raises:
+        IntegrityError: a header or (in :meth:`item`) an item over its limit.
     """
 
     def __init__(self, f, header_json: bytes, level: int = LEVEL, window_log: int = WINDOW_LOG):
