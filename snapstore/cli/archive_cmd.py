@@ -108,5 +108,31 @@ def restore_cmd(ctx, runs, tier, days, wait, as_json):
         ctx.exit(3)
 
 
-COMMANDS = (archive_cmd, restore_cmd)
+@click.command("unarchive")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def unarchive_cmd(ctx, runs, as_json):
+    """Bring archived runs back hot (the reverse of archive).
+
+    Copies what their live checkpoints need from the bundles into a new hot pack per run, checks
+    it, then switches the catalogue; a bundle that serves no run any more is deleted by a later
+    'snapstore gc'. Bundles in GLACIER or DEEP_ARCHIVE must be restored first ('snapstore restore').
+    """
+    rep = state_of(ctx).manager().unarchive(list(runs))
+    if as_json:
+        emit_json({"runs": rep.runs, "skipped": rep.skipped, "packs": rep.packs, "checkpoints": rep.checkpoints,
+                   "bytes": rep.bytes, "bundles": sorted(set(rep.bundles)), "released": rep.released})
+        return
+    lines = [("unarchived", f"{plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')} "
+                            f"({human_size(rep.bytes)} hot)")]
+    for run, why in sorted(rep.skipped.items()):
+        lines.append(("skipped", f"{run}: {why}"))
+    if rep.released:
+        lines.append(("next", f"{plural(len(rep.released), 'bundle')} serving no run now: 'snapstore gc' deletes "
+                              f"{'it' if len(rep.released) == 1 else 'them'}"))
+    write(kv_text(lines))
+
+
+COMMANDS = (archive_cmd, restore_cmd, unarchive_cmd)
 """This module's commands."""

@@ -205,8 +205,14 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
               "prefix) that holds other files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line and no summary on stderr.")
+@click.option("--bundle", is_flag=True, help="FILE is a portable bundle ('snapstore export --bundle'): import "
+              "its runs exactly (ids, positions, parents, times, summaries, messages, session state, tool outcomes). "
+              "The whole file is checked first; a damaged one imports nothing.")
+@click.option("--existing", type=click.Choice(("fail", "skip", "resume")), default="fail", show_default=True,
+              help="With --bundle, a run the repository already has: fail (nothing imported), skip it, or resume "
+                   "an interrupted import of it.")
 @click.pass_context
-def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet):
+def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet, bundle, existing):
     """Replay a trajectory FILE as one checkpoint per agent turn.
 
     Known formats (OpenAI chat, SWE-agent, mini-swe-agent, OpenHands, Claude Code, tau-bench,
@@ -226,6 +232,13 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     from ..format.ids import check_run_id
     from ..repo.repository import Repository
 
+    if bundle:
+        _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet,
+                       [o for o, v in (("--run", run_prefix), ("--format", fmt), ("--messages-path", messages_path),
+                                       ("--dry-run", dry_run)) if v])
+        return
+    if existing != "fail":
+        raise CommandError("--existing applies to --bundle only", 2)
     t0 = time.monotonic()
     progress = Progress(not quiet)
     fmt_name, conversations = load_trajectory(file, format=fmt, messages_path=messages_path)
@@ -334,6 +347,52 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     write(f"imported {file} ({fmt_name}) into {runs_text}\n" + kv_text(pairs), err=True)
 
 
+def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -> None:
+    """``import --bundle FILE``."""
+    from ..repo.repository import Repository
+
+    if other:
+        raise CommandError(f"--bundle imports runs as the bundle holds them: it takes no {', '.join(other)}", 2)
+    from ..manager.portable import check_bundle, import_bundle
+
+    if not os.path.isfile(file):
+        raise CommandError(f"no bundle file {file}", 2)
+    held = check_bundle(file)  # a damaged file writes nothing, not even a new repository
+    st = state_of(ctx)
+    store = st.open_store()
+    try:
+        try:
+            Repository.open(store, create=False)
+        except RepositoryError:
+            _refuse_foreign_content(store, allow_nonempty)
+            Repository.init(store, exist_ok=True)
+            if not quiet:
+                write(f"initialized new snapstore repository at {store.url}\n", err=True)
+    except BaseException:
+        store.close()
+        raise
+    mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
+    progress = Progress(not quiet)
+    try:
+        rep = import_bundle(mgr, file, existing, lambda run, done, total: progress.update(
+            f"importing {run}: checkpoint {done}/{total}"), checked=held)
+    except KeyboardInterrupt:
+        progress.clear()
+        if not quiet:
+            write("interrupted: the runs imported so far stay; run the same command with --existing resume to "
+                  "finish\n", err=True)
+        raise
+    finally:
+        progress.clear()
+    if as_json:
+        emit_json({"file": file, "runs": rep.runs, "skipped": rep.skipped, "resumed": rep.resumed,
+                   "checkpoints": rep.checkpoints, "outcomes": rep.outcomes})
+    if not quiet:
+        write(f"imported {plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}"
+              + (f", {plural(rep.outcomes, 'tool outcome')}" if rep.outcomes else "") + f" from {file}\n"
+              + "".join(f"  skipped {r}: {why}\n" for r, why in sorted(rep.skipped.items())), err=True)
+
+
 # ------------------------------------------------------------------------------------------------
 # reading
 
@@ -422,16 +481,28 @@ def show_cmd(ctx, run, checkpoint, as_json):
 
 
 @click.command("export")
-@click.argument("run")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
 @click.option("-c", "--checkpoint", metavar="ID", help="Checkpoint id (default: the run's latest).")
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Write to FILE instead of stdout.")
 @click.option("--record", is_flag=True, help="Print the conversation's record as the imported file had it "
               "(its messages and every other field; JSON Lines if the record was a whole JSON Lines file). "
               "Needs the last checkpoint of an import.")
+@click.option("--bundle", is_flag=True, help="Write every live checkpoint of each RUN (ids, parents, times, "
+              "summaries, messages, session state, tool outcomes) to one portable bundle file (-o FILE), for "
+              "'snapstore import --bundle' into any repository. The file holds plaintext.")
 @click.pass_context
-def export_cmd(ctx, run, checkpoint, output, record):
-    """Print a checkpoint's message list as JSON, exactly as saved (nothing else on stdout)."""
+def export_cmd(ctx, runs, checkpoint, output, record, bundle):
+    """Print a checkpoint's message list as JSON, exactly as saved (nothing else on stdout).
+
+    With --bundle: write whole runs to a portable bundle file instead (docs/format.md §30).
+    """
+    if bundle:
+        _export_bundle(ctx, runs, checkpoint, output, record)
+        return
+    if len(runs) != 1:
+        raise CommandError(f"export takes one RUN (got {len(runs)}); to export several runs use --bundle -o FILE", 2)
+    run = runs[0]
     cp = _get(state_of(ctx).manager(), run, checkpoint)
     what = f"{cp.message_count} messages"
     if record:
@@ -471,6 +542,26 @@ def export_cmd(ctx, run, checkpoint, output, record):
             raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
         raise
     write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
+
+
+def _export_bundle(ctx, runs, checkpoint, output, record) -> None:
+    """``export --bundle RUN... -o FILE``."""
+    if checkpoint is not None or record:
+        raise CommandError("--bundle writes whole runs: it takes neither --checkpoint nor --record", 2)
+    if output is None or output == "-":
+        raise CommandError("--bundle needs -o FILE (a bundle is binary; it is written beside FILE and renamed)", 2)
+    mgr = state_of(ctx).manager()
+    progress = Progress(True)
+    try:
+        rep = mgr.export_bundle(list(runs), output, progress=lambda run, done, total: progress.update(
+            f"exporting {run}: checkpoint {done}/{total}"))
+    except OSError as e:
+        raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
+    finally:
+        progress.clear()
+    write(f"wrote {plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}"
+          + (f", {plural(rep.outcomes, 'tool outcome')}" if rep.outcomes else "")
+          + f" to {output} ({human_size(rep.bytes)}; {human_size(rep.raw_bytes)} before compression)\n", err=True)
 
 
 @click.command("diff")

@@ -662,6 +662,86 @@ class CheckpointManager:
         rep = restore(self.state.repository(False), list(run_ids), tier, days, wait, poll_s, timeout_s)
         return rep
 
+    def export_bundle(self, run_ids, path: str, *, progress=None):
+        """Write runs to a portable bundle file (docs/format.md §30): every live checkpoint of each
+        run (id, log position, parent, fork origin, creation time, summary fields, messages,
+        session state, tool outcomes), readable by :meth:`import_bundle` of any repository on any
+        backend. The file is written beside ``path`` and renamed into place when complete; it
+        holds plaintext, also from an encrypted repository.
+
+        Args:
+            run_ids: run ids (a list; one string is one id), written in this order.
+            path: the file to write (replaced when it exists).
+            progress: optional ``progress(run_id, done, total)``.
+        Returns:
+            :class:`snapstore.manager.portable.ExportReport` (runs, checkpoints, bytes).
+        Raises:
+            InvalidInputError: no run, or one named twice. RunNotFound: a run has no live checkpoint.
+            ColdObjectError: a run is archived in a class that needs ``restore`` first.
+            OSError: the file cannot be written.
+        """
+        from .portable import export_bundle
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                rep = export_bundle(self, list(run_ids), f, progress)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return rep
+
+    def import_bundle(self, path: str, *, existing: str = "fail", progress=None):
+        """Import every run of a portable bundle file (:meth:`export_bundle`), exactly: each
+        checkpoint at its own log position with its own id, parent, origin, time, fields,
+        messages, session state and tool outcomes. The whole file is checked first: a damaged or
+        truncated one raises IntegrityError and nothing is written.
+
+        Args:
+            path: the bundle file.
+            existing: a run this repository already has: ``"fail"`` (ConflictError, nothing
+                written), ``"skip"`` (left as it is) or ``"resume"`` (finish an interrupted import).
+            progress: optional ``progress(run_id, done, total)``.
+        Returns:
+            :class:`snapstore.manager.portable.ImportReport`.
+        Raises:
+            IntegrityError / UnsupportedFormatError: a damaged, truncated or newer file.
+            ConflictError: see ``existing``. InvalidInputError: a bad ``existing``.
+            StoreError: a write failed (import again with ``existing="resume"``).
+        """
+        from .portable import import_bundle
+        return import_bundle(self, path, existing, progress)
+
+    def unarchive(self, run_ids, *, hooks: dict | None = None):
+        """Bring archived runs back hot (the reverse of :meth:`archive`, docs/format.md §28):
+        the entries their live checkpoints need are copied from the bundles into a new hot pack,
+        read back, named by a new newest record of each run, and then the catalogue is switched
+        (the bundles' index records stop serving the runs); a bundle that serves nothing more is
+        left to :meth:`gc`. A kill at any moment loses nothing.
+
+        Args:
+            run_ids: run ids (a list; one string is one id).
+            hooks: test hooks (:func:`snapstore.manager.unarchive.unarchive`).
+        Returns:
+            :class:`snapstore.manager.unarchive.UnarchiveReport`.
+        Raises:
+            RunNotFound: a run has no live checkpoint. ColdObjectError: a bundle is in
+                ``GLACIER``/``DEEP_ARCHIVE`` and not restored (names the ``snapstore restore`` command).
+            ConflictError: a run changed meanwhile, or the copy took longer than half the GC grace
+                period (nothing switched: unarchive again).
+        """
+        from .unarchive import unarchive
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        return unarchive(self, list(run_ids), hooks)
+
     def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
               tier: str = "bulk") -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,

@@ -36,9 +36,11 @@ from ..repo.repository import Repository
 
 def save(mgr, run_id: str, messages: list, *, step=None, token_usage=None, session_state=None,
          metrics=None, agent_id=None, status=None, metadata=None, checkpoint_id: str | None = None,
-         parent_id: str | None = None, expect_head=None) -> str:
+         parent_id: str | None = None, expect_head=None, at: "RecordAt | None" = None) -> str:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.save` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there). ``at`` (not public; :mod:`snapstore.manager.portable`): publish at
+    this log position with this creation time and fork origin instead of the next position and now
+    (a run imported from a portable bundle keeps its positions, docs/format.md §30)."""
     check_run_id(run_id)
     exp = views.expect(expect_head)
     if checkpoint_id is not None:
@@ -63,7 +65,7 @@ def save(mgr, run_id: str, messages: list, *, step=None, token_usage=None, sessi
             validate(session_state, "session_state")
     with mgr.state.run_lock(run_id):
         args = SaveArgs(run_id, messages, fields, session_state, checkpoint_id, parent_id, exp,
-                        callers.seen(mgr, run_id))
+                        callers.seen(mgr, run_id), at)
         v0 = mgr.state.views.get(run_id)
         cached = v0 is not None and v0.loaded  # built on a head this manager knew before the call
         stale = 0
@@ -135,6 +137,26 @@ class SaveArgs:
     parent_id: str | None
     expect: tuple | None = None
     seen: Seen | None = None
+    at: "RecordAt | None" = None
+
+
+@dataclass(frozen=True)
+class RecordAt:
+    """Where and when an imported checkpoint's record goes (:mod:`snapstore.manager.portable`).
+
+    Attributes:
+        seq: its log position (at least the position after the run's newest record; the positions
+            skipped must be on record as removed, docs/format.md §16).
+        created: its creation time (an aware datetime).
+        origin: ``{"run": run id, "id": checkpoint id}`` for the first checkpoint of a fork, or None.
+        parent: the parent id the record names (whether or not that checkpoint is still there;
+            ``parent_id`` is only the checkpoint deduplicated against), or None.
+    """
+
+    seq: int
+    created: datetime
+    origin: dict | None = None
+    parent: str | None = None
 
 
 def save_once(mgr, args: SaveArgs, late_ok: bool = False) -> str:
@@ -228,6 +250,11 @@ class _Attempt:
             fingerprint = (prep.state.digest_hex(), prep.state.count, repr(args.fields), args.checkpoint_id,
                            args.parent_id, ss_id, repr(prep.session_state_inline), pm.checkpoint_id if pm else None)
         seq = seq_of(v)
+        if args.at is not None:
+            if args.at.seq < seq:
+                raise ConflictError(f"run {args.run_id!r}: log position {args.at.seq} is taken (the run's next "
+                                    f"position is {seq})")
+            seq = args.at.seq
         if v.pending is not None and v.pending.fingerprint == fingerprint and v.pending.manifest.seq == seq:
             # retry of an unknown outcome: the same write id, and the same pack (id and bytes) the
             # first attempt may have written and its manifest names: the segment list, the state
@@ -239,8 +266,10 @@ class _Attempt:
             if prep.pack_id is not None:
                 repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=args.run_id, seq=seq, write_id=new_write_id(),
-                         created=datetime.now(timezone.utc), checkpoint_id=args.checkpoint_id or new_checkpoint_id(seq),
-                         parent_id=pm.checkpoint_id if pm else None, fields=args.fields)
+                         created=args.at.created if args.at else datetime.now(timezone.utc),
+                         checkpoint_id=args.checkpoint_id or new_checkpoint_id(seq),
+                         parent_id=args.at.parent if args.at else (pm.checkpoint_id if pm else None),
+                         fields=args.fields, origin=args.at.origin if args.at else None)
             # format 2: the run's segment list, merging a tier when this save completes one
             m.segs, tier, superseded = plan_save(repo, _with_shared(v.head_segs or [], prep.shared), prep.pack_id,
                                                  prep.state.ids or ())

@@ -1,0 +1,83 @@
+"""``snapstore export --bundle`` / ``import --bundle`` and ``snapstore unarchive`` as a user runs them:
+real trajectories moved local -> S3 (moto's HTTP server) -> SQLite file exactly; a truncated file
+is one error line and creates nothing; an existing run is refused; unarchive after archive and GC."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+from tests.cli.test_cli import EXAMPLE, one_line_error, run
+from tests.helpers.s3_fixtures import new_bucket_name
+
+
+def _all(repo) -> dict:
+    out = {}
+    for r in json.loads(run(repo, "runs", "--json").stdout):
+        out[r] = (run(repo, "list", r, "--json").stdout,
+                  [run(repo, "export", r, "-c", s["id"]).stdout_bytes
+                   for s in json.loads(run(repo, "list", r, "--json").stdout)])
+    return out
+
+
+def test_bundle_round_trip_local_s3_sqlite(tmp_path, moto_server):
+    local = str(tmp_path / "local")
+    run(local, "import", str(EXAMPLE), "--run", "demo")
+    run(local, "import", str(EXAMPLE), "--run", "other")
+    cps = [s["id"] for s in json.loads(run(local, "list", "demo", "--json").stdout)]
+    run(local, "rollback", "demo", cps[2])
+    run(local, "fork", "demo", cps[3], "demo-fork")
+    before = _all(local)
+    runs = sorted(before)
+    one = tmp_path / "one.snap"
+    r = run(local, "export", "--bundle", *runs, "-o", str(one))
+    assert f"to {one}" in r.stderr and one.is_file()
+    bucket = new_bucket_name()
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    s3 = f"s3://{bucket}/agents?endpoint_url={moto_server}&addressing_style=path&region=us-east-1"
+
+    def s3run(*args, ok=True):
+        return run(s3, *args, ok=ok)
+    assert "imported" in s3run("import", "--bundle", str(one)).stderr
+    one_line_error(s3run("import", "--bundle", str(one), ok=False), code=1, contains="already has run")
+    skipped = s3run("import", "--bundle", str(one), "--existing", "skip", "--json")
+    assert sorted(json.loads(skipped.stdout)["skipped"]) == runs
+    two = tmp_path / "two.snap"
+    s3run("export", "--bundle", *runs, "-o", str(two))
+    db = str(tmp_path / "agents.db")
+    run(db, "import", "--bundle", str(two))
+    assert _all(db) == before
+    assert run(db, "verify", "--read-data").exit_code == 0
+
+
+def test_bad_bundle_and_bad_options(tmp_path):
+    src = str(tmp_path / "src")
+    run(src, "import", str(EXAMPLE), "--run", "demo")
+    path = tmp_path / "demo.snap"
+    run(src, "export", "--bundle", "demo", "-o", str(path))
+    cut = tmp_path / "cut.snap"
+    cut.write_bytes(path.read_bytes()[:-20])
+    dst = tmp_path / "dst"
+    one_line_error(run(str(dst), "import", "--bundle", str(cut), ok=False), contains="truncated")
+    assert not dst.exists()  # not even a repository was created
+    one_line_error(run(src, "export", "--bundle", "demo", ok=False), code=2, contains="-o FILE")
+    one_line_error(run(src, "export", "demo", "demo", ok=False), code=2, contains="--bundle")
+    one_line_error(run(src, "export", "--bundle", "nope", "-o", str(tmp_path / "n.snap"), ok=False), contains="nope")
+    one_line_error(run(src, "import", "--bundle", str(path), "--run", "x", ok=False), code=2, contains="--run")
+
+
+def test_unarchive_command(tmp_path):
+    repo = str(tmp_path / "repo")
+    run(repo, "import", str(EXAMPLE), "--run", "demo")
+    before = run(repo, "export", "demo").stdout_bytes
+    run(repo, "archive", "demo")
+    run(repo, "gc", "--grace-period", "0")
+    run(repo, "gc", "--grace-period", "0")
+    r = json.loads(run(repo, "unarchive", "demo", "--json").stdout)
+    assert r["runs"] == ["demo"] and len(r["packs"]) == 1 and len(r["released"]) == 1
+    run(repo, "gc", "--grace-period", "0")
+    run(repo, "gc", "--grace-period", "0")
+    assert run(repo, "export", "demo").stdout_bytes == before
+    assert not list((tmp_path / "repo").rglob("archive/data/*/*/*"))  # the bundle went to GC
+    assert "not archived" in run(repo, "unarchive", "demo").stdout
+    assert run(repo, "verify", "--read-data").exit_code == 0

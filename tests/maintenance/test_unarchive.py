@@ -1,0 +1,119 @@
+"""Unarchive (docs/format.md §28): archived runs copied back into hot packs, the catalogue switched,
+the bundle left to GC; reads, saves and GC afterwards; a real SIGKILL after each step loses
+nothing; an unrestored DEEP_ARCHIVE bundle on moto's HTTP server is the typed ColdObjectError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from snapstore import CheckpointManager
+from snapstore.errors import ColdObjectError, RunNotFound
+from snapstore.stores.local import LocalStore
+from tests.maintenance.test_archive import bundles, fill, packs, snapshot
+
+STEPS = ("after_pack_put", "after_readback", "after_switch", "after_record")
+
+
+def archived(root) -> tuple[CheckpointManager, dict]:
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    before = snapshot(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(m.store) == []  # every run reads through the bundle
+    return m, before
+
+
+def test_unarchive_then_read_save_gc(tmp_path):
+    root = tmp_path / "r"
+    m, before = archived(root)
+    rep = CheckpointManager(LocalStore(root)).unarchive(["long", "small-0"])
+    assert rep.runs == ["long", "small-0"] and len(rep.packs) == 2 and not rep.released
+    f = CheckpointManager(LocalStore(root))
+    assert snapshot(f) == before
+    assert not f.verify(read_data=True).errors
+    f.gc(grace_period=0)
+    f.gc(grace_period=0)
+    g = CheckpointManager(LocalStore(root))
+    assert snapshot(g) == before and sorted(packs(g.store)) == sorted(rep.packs)
+    g.save("long", g.latest("long").messages + [{"role": "user", "content": "back at it"}], step=99)
+    g.gc(grace_period=0)
+    assert CheckpointManager(LocalStore(root)).latest("long").step == 99
+    assert CheckpointManager(LocalStore(root)).unarchive(["long"]).skipped == {"long": "not archived"}
+    rest = CheckpointManager(LocalStore(root)).unarchive(["small-1", "small-2", "rolled", "pruned"])
+    assert rest.released == bundles(m.store)  # the bundle serves no run: GC's
+    g.gc(grace_period=0)
+    g.gc(grace_period=0)
+    h = CheckpointManager(LocalStore(root))
+    assert bundles(h.store) == []
+    after = snapshot(h)
+    assert {k: v for k, v in after.items() if k != "long"} == {k: v for k, v in before.items() if k != "long"}
+    v = h.verify(read_data=True)
+    assert not v.errors and "unindexed-bundle" not in {w.code for w in v.warnings}
+    with pytest.raises(RunNotFound):
+        h.unarchive(["nope"])
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from snapstore import CheckpointManager
+    from snapstore.stores.local import LocalStore
+    step = sys.argv[2]
+    m = CheckpointManager(LocalStore(sys.argv[1]))
+    m.unarchive(["long", "small-1"], hooks={step: lambda **kw: os.kill(os.getpid(), signal.SIGKILL)})
+    print("not killed")
+""")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_sigkill_after_each_step_loses_nothing(step, tmp_path):
+    """A real process SIGKILLed after each step of unarchive: every checkpoint reads back the same
+    and verify has no error, then and after GCs; unarchiving again finishes the job."""
+    root = tmp_path / "r"
+    _m, before = archived(root)
+    p = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(root), step], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == -9, (p.returncode, p.stdout, p.stderr)
+    fresh = CheckpointManager(LocalStore(root))
+    assert snapshot(fresh) == before
+    assert not fresh.verify(read_data=True).errors
+    fresh.gc(grace_period=0)
+    fresh.gc(grace_period=0)
+    assert snapshot(CheckpointManager(LocalStore(root))) == before
+    rep = CheckpointManager(LocalStore(root)).unarchive(["long", "small-1"])
+    assert set(rep.runs) | set(rep.skipped) == {"long", "small-1"}
+    assert "long" in rep.runs or step == "after_record"
+    fresh.gc(grace_period=0)
+    fresh.gc(grace_period=0)
+    last = CheckpointManager(LocalStore(root))
+    assert snapshot(last) == before
+    assert not last.verify(read_data=True).errors
+
+
+def test_unrestored_deep_archive_is_the_typed_error(store_factory):
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    m.archive(["long"], storage_class="DEEP_ARCHIVE")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    n = len(packs(store))
+    with pytest.raises(ColdObjectError, match="snapstore restore long"):
+        CheckpointManager(store).unarchive(["long"])
+    assert len(packs(store)) == n  # nothing written
+    assert sorted(CheckpointManager(store).runs()) == sorted(before)
+    # on moto, a restore makes it readable: then unarchive brings it back hot
+    assert m.restore(["long"], days=2, wait=True, poll_s=0.1, timeout_s=10).done
+    rep = CheckpointManager(store).unarchive(["long"])
+    assert rep.runs == ["long"] and rep.released
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    f = CheckpointManager(store)
+    assert snapshot(f) == before
+    assert not f.verify().errors
