@@ -301,6 +301,52 @@ def test_graph_input_is_stored_as_message_items(tmp_path):
                 saver3.get_tuple({"configurable": {"thread_id": "t"}})
 
 
+def test_a_thread_written_the_earlier_way_reads_and_continues(tmp_path, monkeypatch):
+    """Records written as before the message-dict kind and the v3 manifest dictionary (graph
+    inputs as serde items, manifests version 5 codec 3) and then continued by this writer: a fresh
+    saver reads every checkpoint of the mixed run, its inputs and its state."""
+    from snapstore.format import manifest as mf
+    from snapstore.integrations.langgraph import values as lg_values
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "old"}}
+
+    def graph_on(saver):
+        g = StateGraph(DState)
+        g.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply to {len(s['messages'])}")]})
+        g.add_edge(START, "model")
+        return g.compile(checkpointer=saver)
+
+    with monkeypatch.context() as m:
+        m.setattr(lg_values, "is_message_dict", lambda v: False)
+        m.setattr(mf, "_SAVER_MARK", b"\0never")
+        with SnapstoreSaver(repo) as saver:
+            g = graph_on(saver)
+            for i in range(3):
+                g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
+    with SnapstoreSaver(repo) as saver:
+        g = graph_on(saver)
+        for i in range(3, 5):
+            out = g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
+        run = run_id_for("old")
+        kinds = [next(x[1] for x in saver.manager.get(run, r.id).session_state["layout"] if x[0] == "__start__")
+                 for r in reversed(saver.manager.list(run))
+                 if r.metadata.get("lg") == "C" and r.metadata["md"].get("source") == "input"]
+        assert kinds == ["b", "b", "b", "d", "d"]
+        from snapstore.format import keys
+        versions = {saver.manager.store.get(keys.manifest_key(saver.manager.repo.run_key(run), seq))[4]
+                    for seq in range(len(saver.manager.list(run)))} - {None}
+        assert versions == {mf.MANIFEST_VERSION_ARRAYS, mf.MANIFEST_VERSION_DICT3}
+    with SnapstoreSaver(repo) as fresh:
+        g = graph_on(fresh)
+        assert g.get_state(cfg).values["messages"] == out["messages"]
+        hist = list(g.get_state_history(cfg))
+        assert sum(1 for h in hist if h.metadata.get("source") == "input") == 5
+        for h in hist:
+            if h.metadata.get("source") == "input":
+                start = fresh.get_tuple(h.config).checkpoint["channel_values"]["__start__"]
+                assert type(start) is dict and isinstance(start["messages"][0], HumanMessage)
+
+
 def test_run_ids_and_bad_input(tmp_path):
     assert parse_run_id(run_id_for("a/../b", "child:1|x")) == ("a/../b", "child:1|x")
     assert parse_run_id("other-run") is None
