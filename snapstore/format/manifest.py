@@ -39,7 +39,11 @@ for records whose segments may hold *array blocks* (docs/format.md §8) and whos
 may say how many of the list's messages need the exact parser (``x``, docs/format.md §11). A reader
 that does not know version 5 refuses the record (``UnsupportedFormatError``) instead of taking
 the packs' array blocks for damage."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_ARRAYS
+MANIFEST_VERSION_DICT3 = 6
+"""Envelope version of a manifest whose body is compressed with :data:`MANIFEST_DICT_V3` (body
+codec 4, docs/format.md §11): version 5 otherwise. A reader that knows only version 5 refuses such
+a record (``UnsupportedFormatError``) instead of calling its body codec corrupt."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_DICT3
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -119,25 +123,76 @@ usual user fields, and the two records SnapstoreSaver writes (a LangGraph checkp
 pending writes). Part of manifest version 4: never change these bytes; a new dictionary needs a
 new codec. Only the compression ratio depends on it (a record of any shape decodes)."""
 
-_BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2 = 0, 1, 2, 3
+MANIFEST_DICT_V3 = MANIFEST_DICT_V2 + (
+    b'{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z","id":""'
+    b',"parent":null,"metadata":{"lgns":1},"session_state":{"lgns":[""]},"messages":{"count":0,"bytes":0'
+    b',"digest":"","state":null,"x":0,"a":1,"xt":""},"segs":""}{"kind":"checkpoint","rd":"","seq":1,"wri'
+    b'te_id":"","created":"2026-01-01T00:00:00.000000Z","id":"","parent":"","step":32,"metadata":{"lg":"'
+    b'C","id":"","parent":"","chs":["__start__"],"md":{"source":"input","step":32,"parents":{},"counters'
+    b'_since_delta_snapshot":{"messages":[22,34]}},"snapstore.needs":{"from":0,"by":"LangGraph checkpoin'
+    b't and DeltaChannel delta chain"}},"session_state":{"v":2,"k":1,"layout":[["__start__","d",44,2]],"'
+    b'meta":46,"hist":{"messages":[0,44]}},"messages":{"count":47,"bytes":14057,"digest":"","state":["",'
+    b'""],"x":0,"a":0,"xt":""},"segs":""}{"kind":"checkpoint","rd":"","seq":1,"write_id":"","created":"2'
+    b'026-01-01T00:00:00.000000Z","id":"","parent":"","metadata":{"lg":"W","for":"","chs":["branch:to:mo'
+    b'del","messages"],"cpos":55,"snapstore.needs":{"from":0,"by":"LangGraph checkpoint and DeltaChannel'
+    b' delta chain"},"cfrom":0},"session_state":{"v":2,"cf":"","c":{"v":2,"k":1,"layout":[["__start__","'
+    b'd",44,2]],"meta":46,"hist":{"messages":[0,44]}},"cn":47,"w":[["","~__pregel_pull, __start__","mess'
+    b'ages",0,"m",47,1],["","~__pregel_pull, __start__","branch:to:model",1,"b",48,1]]},"messages":{"cou'
+    b'nt":49,"bytes":14596,"digest":"","state":["","",""],"x":0,"a":0,"xt":""},"segs":""}{"kind":"checkp'
+    b'oint","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z","id":"","parent":"","m'
+    b'etadata":{"lg":"W","for":"","chs":["messages"],"cpos":55,"snapstore.needs":{"from":0,"by":"LangGra'
+    b'ph checkpoint and DeltaChannel delta chain"},"cfrom":0},"session_state":{"v":2,"cf":"","c":{"v":2,'
+    b'"k":1,"layout":[["__start__","d",44,2]],"meta":46,"hist":{"messages":[0,44]}},"cn":47,"w":[["","~_'
+    b'_pregel_pull, __start__","messages",0,"m",47,1],["","~__pregel_pull, __start__","branch:to:model",'
+    b'1,"b",48,1]],"ef":"","e":[["","~__pregel_pull, model","messages",0,"m",49,1]]},"messages":{"count"'
+    b':50,"bytes":15166,"digest":"","state":["","",""],"x":0,"a":0,"xt":""},"segs":""}{"kind":"checkpoin'
+    b't","rd":"","seq":1,"write_id":"","created":"2026-01-01T00:00:00.000000Z","id":"","parent":"","step'
+    b'":33,"metadata":{"lg":"C","id":"","parent":"","chs":["branch:to:model"],"md":{"source":"loop","ste'
+    b'p":33,"parents":{},"counters_since_delta_snapshot":{"messages":[23,35]}},"wch":["messages"],"snaps'
+    b'tore.needs":{"from":0,"by":"LangGraph checkpoint and DeltaChannel delta chain"}},"session_state":{'
+    b'"v":2,"k":1,"layout":[["branch:to:model","b",46,1]],"meta":47,"hist":{"messages":[0,46]},"w":[["",'
+    b'"~__pregel_pull, model","messages",0,"m",48,1]]},"messages":{"count":49,"bytes":14728,"digest":"",'
+    b'"state":["",""],"x":0,"a":0,"xt":""},"segs":""}{"kind":"checkpoint","rd":"","seq":1,"write_id":"",'
+    b'"created":"2026-01-01T00:00:00.000000Z","id":"","parent":"","step":34,"metadata":{"lg":"C","id":""'
+    b',"parent":"","chs":[],"md":{"source":"loop","step":34,"parents":{},"counters_since_delta_snapshot"'
+    b':{"messages":[24,36]}},"snapstore.needs":{"from":0,"by":"LangGraph checkpoint and DeltaChannel del'
+    b'ta chain"}},"session_state":{"v":2,"k":1,"layout":[],"meta":48,"hist":{"messages":[0,48]}},"messag'
+    b'es":{"count":49,"bytes":14739,"digest":"","state":["","",""],"x":0,"a":0,"xt":""},"segs":""}'
+)
+"""Raw-content zstd dictionary of body codec 4 (manifest version 6, docs/format.md §11): the
+bytes of :data:`MANIFEST_DICT_V2`, then the records SnapstoreSaver writes in layout ``v`` 2 (docs/langgraph-layout.md §3-§4: a namespace
+registry record, a LangGraph input checkpoint, the writes record of its ``__start__`` task, a
+writes record with writes for a checkpoint to come, a loop checkpoint carrying writes and one
+without), ids and digests blanked, as ``benchmarks/langgraph_saver_bytes.py``'s chat graph
+writes them. Part of manifest version 6: never change these bytes. Only the ratio depends on it."""
+
+_BODY_RAW, _BODY_ZSTD, _BODY_DICT1, _BODY_DICT2, _BODY_DICT3 = 0, 1, 2, 3, 4
 _ZD1 = prepared_dict(MANIFEST_DICT_V1)  # prepared once per process: each thread reuses one decompressor
 _ZD2 = prepared_dict(MANIFEST_DICT_V2)
-_BODY_DICTS = {_BODY_DICT1: _ZD1, _BODY_DICT2: _ZD2}
+_ZD3 = prepared_dict(MANIFEST_DICT_V3)
+_BODY_DICTS = {_BODY_DICT1: _ZD1, _BODY_DICT2: _ZD2, _BODY_DICT3: _ZD3}
+_SAVER_MARK = b',"metadata":{"lg":"'
+"""What a record of SnapstoreSaver's layout holds (its metadata field starts with the record
+kind): such a record is compressed with :data:`MANIFEST_DICT_V3`, others with ``V2``."""
 
 
-def _compress_body(body: bytes) -> bytes:
-    """The stored body of a version-4 manifest: ``u8 codec | data`` with the smallest of codec 0
-    (``data`` is the JSON), 1 (one zstd frame) and 3 (one zstd frame with :data:`MANIFEST_DICT_V2`);
-    codec 2 (:data:`MANIFEST_DICT_V1`) is read, not written."""
+def _compress_body(body: bytes) -> tuple[int, bytes]:
+    """``(envelope version, stored body)`` of a manifest body: ``u8 codec | data`` with the
+    smallest of codec 0 (``data`` is the JSON), 1 (one zstd frame) and one dictionary codec: 4 (one
+    zstd frame with :data:`MANIFEST_DICT_V3`, version 6) for a record whose metadata has an ``"lg"``
+    first (SnapstoreSaver's layout), else 3 (:data:`MANIFEST_DICT_V2`, version 5); codec 2
+    (:data:`MANIFEST_DICT_V1`) is read, not written."""
+    codec_d, zd = (_BODY_DICT3, _ZD3) if _SAVER_MARK in body else (_BODY_DICT2, _ZD2)
     options = [(_BODY_RAW, body), (_BODY_ZSTD, zstandard.ZstdCompressor(level=19, write_checksum=False).compress(body)),
-               (_BODY_DICT2, zstandard.ZstdCompressor(level=19, dict_data=_ZD2, write_checksum=False,
-                                                      write_dict_id=False).compress(body))]
+               (codec_d, zstandard.ZstdCompressor(level=19, dict_data=zd, write_checksum=False,
+                                                  write_dict_id=False).compress(body))]
     codec, data = min(options, key=lambda o: len(o[1]))
-    return bytes([codec]) + data
+    return (MANIFEST_VERSION_DICT3 if codec == _BODY_DICT3 else MANIFEST_VERSION_ARRAYS), bytes([codec]) + data
 
 
-def _decompress_body(key: str, stored: bytes) -> bytes:
-    """Inverse of :func:`_compress_body`, bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
+def _decompress_body(key: str, stored: bytes, version: int = MANIFEST_VERSION_MAX) -> bytes:
+    """Inverse of :func:`_compress_body` for a record of envelope ``version`` (codec 4 only in
+    version 6 and later), bounded by :data:`MAX_MANIFEST_BODY`. Raises IntegrityError."""
     if not stored:
         raise IntegrityError(key, "empty manifest body")
     codec, data = stored[0], stored[1:]
@@ -145,8 +200,9 @@ def _decompress_body(key: str, stored: bytes) -> bytes:
         if len(data) > MAX_MANIFEST_BODY:
             raise IntegrityError(key, f"manifest body of {len(data)} bytes exceeds the limit {MAX_MANIFEST_BODY}")
         return data
-    if codec not in (_BODY_ZSTD, _BODY_DICT1, _BODY_DICT2):
-        raise IntegrityError(key, f"unknown manifest body codec {codec}")
+    if codec not in (_BODY_ZSTD, _BODY_DICT1, _BODY_DICT2, _BODY_DICT3) or (
+            codec == _BODY_DICT3 and version < MANIFEST_VERSION_DICT3):
+        raise IntegrityError(key, f"unknown manifest body codec {codec} (envelope version {version})")
     return zstd_decompress(key, data, MAX_MANIFEST_BODY, _BODY_DICTS.get(codec), what="manifest body")
 
 
@@ -325,8 +381,8 @@ class Manifest:
             d["target"] = self.target
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
-        body = dumps_exact(d)
-        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, _compress_body(body), compress=False)
+        version, stored = _compress_body(dumps_exact(d))
+        return seal_envelope(MANIFEST_MAGIC, version, stored, compress=False)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
@@ -427,5 +483,5 @@ def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:
     """
     version, body = open_envelope(key, MANIFEST_MAGIC, data, _ZD1)
     if version >= MANIFEST_VERSION_COMPACT and version <= MANIFEST_VERSION_MAX:
-        body = _decompress_body(key, body)
+        body = _decompress_body(key, body, version)
     return version, body

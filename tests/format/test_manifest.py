@@ -139,3 +139,57 @@ def test_version4_manifests_are_a_third_smaller_and_older_versions_still_read():
             new += len(obj)
         print(f"{run[:10]}: version 2 {old / 20:.0f} B per manifest, version 4 {new / 20:.0f} B")
         assert new < (0.75 if run == RUN else 0.95) * old
+
+
+def test_version6_saver_records_use_the_v3_dictionary_and_a_version5_reader_refuses_them(monkeypatch):
+    """A record of SnapstoreSaver's layout v2 (metadata starting with "lg") is body codec 4
+    (MANIFEST_DICT_V3) at envelope version 6, smaller than the same body with codec 3 (V2); a
+    CheckpointManager checkpoint stays version 5 (codec 3); both read back. Codec 4 in a version-5
+    envelope is corrupt, and a reader that knows only version 5 refuses a version-6 record as
+    newer (UnsupportedFormatError), not as damage."""
+    import zstandard
+
+    from snapstore.errors import UnsupportedFormatError
+    from snapstore.format import manifest as mf
+    store = MemoryStore()
+    mgr = CheckpointManager(store)
+    msgs = []
+    for i in range(12):
+        msgs = msgs + [{"role": "user", "content": f"m{i}"}]
+        mgr.save(RUN, msgs, metadata={"lg": "W", "for": f"1f1ef374-6508-6134-8000-bd2cd502d{i:03d}", "chs": ["messages"],
+                                      "cpos": i, "snapstore.needs": {"from": 0, "by": "LangGraph checkpoint and DeltaChannel delta chain"},
+                                      "cfrom": 0},
+                 session_state={"v": 2, "cf": f"1f1ef374-64dc-67a9-bfff-0631cd455{i:03d}",
+                                "c": {"v": 2, "k": 1, "layout": [["__start__", "d", i, 2]], "meta": i + 2,
+                                      "hist": {"messages": [0, i]}}, "cn": i + 3,
+                                "w": [[f"01044fd3-473e-bdd6-5b17-80d066af0{i:03d}", "~__pregel_pull, __start__", "messages",
+                                       0, "m", i + 3, 1]]})
+        mgr.save("plain", msgs, step=i, token_usage={"input_tokens": 1000 + i, "output_tokens": 80})
+    saver_v3 = saver_v2 = 0
+    for seq in range(12):
+        key = keys.manifest_key(mgr.repo.run_key(RUN), seq)
+        obj = store.raw()[key]
+        assert obj[4] == mf.MANIFEST_VERSION_DICT3 and obj[6 + 16] == 4, (obj[4], obj[22])
+        version, body = open_manifest(key, obj)
+        assert version == mf.MANIFEST_VERSION_DICT3
+        with_v2 = zstandard.ZstdCompressor(level=19, dict_data=mf._ZD2, write_checksum=False,
+                                           write_dict_id=False).compress(body)
+        saver_v3 += len(obj) - 23
+        saver_v2 += len(with_v2)
+        # the same body in a version-5 envelope with codec 4: corrupt, named
+        bad = seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, obj[22:], compress=False)
+        with pytest.raises(IntegrityError, match="codec 4"):
+            Manifest.from_bytes(key, bad, run_id=RUN)
+        pkey = keys.manifest_key(mgr.repo.run_key("plain"), seq)
+        assert store.raw()[pkey][4] == MANIFEST_VERSION_ARRAYS
+    print(f"saver-shaped records: {saver_v3 / 12:.0f} B with MANIFEST_DICT_V3, {saver_v2 / 12:.0f} B with V2")
+    assert saver_v3 < 0.8 * saver_v2
+    fresh = CheckpointManager(store)
+    assert len(fresh.list(RUN)) == 12 and fresh.latest(RUN).metadata["cpos"] == 11
+    assert fresh.latest("plain").step == 11
+    monkeypatch.setattr(mf, "MANIFEST_VERSION_MAX", mf.MANIFEST_VERSION_ARRAYS)
+    key = keys.manifest_key(mgr.repo.run_key(RUN), 11)
+    with pytest.raises(UnsupportedFormatError, match="newer"):
+        Manifest.from_bytes(key, store.raw()[key], run_id=RUN)
+    Manifest.from_bytes(keys.manifest_key(mgr.repo.run_key("plain"), 11),
+                        store.raw()[keys.manifest_key(mgr.repo.run_key("plain"), 11)])

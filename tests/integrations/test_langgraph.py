@@ -244,6 +244,109 @@ def test_langchain_messages_round_trip_equal(tmp_path):
         assert "serde" in raw[4]
 
 
+def test_graph_input_is_stored_as_message_items(tmp_path):
+    """A graph input {"messages": [...]} (the input checkpoint's __start__ value) is kind "d": a
+    header item and the messages as message items, not one serde blob; it comes back equal, of the
+    same types, in a fresh saver; other dicts stay serde; a damaged header is IntegrityError."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+    from snapstore.errors import IntegrityError
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "gi"}}
+    with SnapstoreSaver(repo) as saver:
+        g = StateGraph(DState)
+        g.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply to {len(s['messages'])}")]})
+        g.add_edge(START, "model")
+        graph = g.compile(checkpointer=saver)
+        for i in range(3):
+            out = graph.invoke({"messages": [HumanMessage(content=f"q{i} \u00e9")]}, cfg)
+        inputs = [h for h in graph.get_state_history(cfg) if h.metadata.get("source") == "input"]
+    assert len(inputs) == 3
+    with SnapstoreSaver(repo) as saver2:
+        run = run_id_for("gi")
+        recs = [r for r in saver2.manager.list(run) if r.metadata.get("lg") == "C"
+                and r.metadata.get("md", {}).get("source") == "input"]
+        assert len(recs) == 3
+        for r in recs:
+            cp = saver2.manager.get(run, r.id)
+            row = next(x for x in cp.session_state["layout"] if x[0] == "__start__")
+            assert row[1] == "d"
+            its = cp.messages[row[2]:row[2] + row[3]]
+            assert its[0] == {"lgd": [["messages", "m", 1]]} and its[1]["type"] == "human"
+            assert not any("serde" in i for i in its)
+        for h in inputs:
+            tup = saver2.get_tuple(h.config)
+            start = tup.checkpoint["channel_values"]["__start__"]
+            assert type(start) is dict and list(start) == ["messages"]
+            assert [type(m) for m in start["messages"]] == [HumanMessage]
+            assert start["messages"][0].content in {f"q{i} \u00e9" for i in range(3)}
+        # other dicts (a value that is not all messages, a dict subclass) stay one serde item
+        base = {"configurable": {"thread_id": "gi2", "checkpoint_ns": ""}}
+        mixed = {"messages": [HumanMessage(content="a")], "n": 1}
+        c2 = saver2.put(base, generate_checkpoint(channel_values={"x": mixed, "y": {"m": HumanMessage(content="b", id="i")}},
+                                                  channel_versions={"x": 1, "y": 1}), generate_metadata(), {})
+        back = saver2.get_tuple(c2).checkpoint["channel_values"]
+        assert back["x"] == mixed and back["y"] == {"m": HumanMessage(content="b", id="i")}
+        kinds = {row[0]: row[1] for row in saver2.manager.get(run_id_for("gi2"), saver2.manager.list(run_id_for("gi2"))[0].id)
+                 .session_state["layout"]}
+        assert kinds == {"x": "b", "y": "d"}
+    # a "d" value whose header does not describe its items: IntegrityError naming the record
+    with SnapstoreSaver(str(tmp_path / "bad")) as saver3:
+        run = run_id_for("t")
+        for its, lay in (([{"lgd": [["messages", "m", 2]]}, {"type": "human", "data": {"content": "x", "type": "human"}}], 2),
+                         ([{"not": "a header"}, {"type": "human", "data": {"content": "x", "type": "human"}}], 2)):
+            saver3.manager.save(run, its + [{"lgmeta": {"cp": {"json": {"v": 4}}, "parent": None, "md": {}}}],
+                                metadata={"lg": "C", "id": "x1", "parent": None, "chs": ["__start__"], "md": {}},
+                                session_state={"v": 2, "k": 1, "layout": [["__start__", "d", 0, lay]], "meta": lay})
+            with pytest.raises(IntegrityError, match="x1"):
+                saver3.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_a_thread_written_the_earlier_way_reads_and_continues(tmp_path, monkeypatch):
+    """Records written as before the message-dict kind and the v3 manifest dictionary (graph
+    inputs as serde items, manifests version 5 codec 3) and then continued by this writer: a fresh
+    saver reads every checkpoint of the mixed run, its inputs and its state."""
+    from snapstore.format import manifest as mf
+    from snapstore.integrations.langgraph import values as lg_values
+    repo = str(tmp_path / "repo")
+    cfg = {"configurable": {"thread_id": "old"}}
+
+    def graph_on(saver):
+        g = StateGraph(DState)
+        g.add_node("model", lambda s: {"messages": [AIMessage(content=f"reply to {len(s['messages'])}")]})
+        g.add_edge(START, "model")
+        return g.compile(checkpointer=saver)
+
+    with monkeypatch.context() as m:
+        m.setattr(lg_values, "is_message_dict", lambda v: False)
+        m.setattr(mf, "_SAVER_MARK", b"\0never")
+        with SnapstoreSaver(repo) as saver:
+            g = graph_on(saver)
+            for i in range(3):
+                g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
+    with SnapstoreSaver(repo) as saver:
+        g = graph_on(saver)
+        for i in range(3, 5):
+            out = g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
+        run = run_id_for("old")
+        kinds = [next(x[1] for x in saver.manager.get(run, r.id).session_state["layout"] if x[0] == "__start__")
+                 for r in reversed(saver.manager.list(run))
+                 if r.metadata.get("lg") == "C" and r.metadata["md"].get("source") == "input"]
+        assert kinds == ["b", "b", "b", "d", "d"]
+        from snapstore.format import keys
+        versions = {saver.manager.store.get(keys.manifest_key(saver.manager.repo.run_key(run), seq))[4]
+                    for seq in range(len(saver.manager.list(run)))} - {None}
+        assert versions == {mf.MANIFEST_VERSION_ARRAYS, mf.MANIFEST_VERSION_DICT3}
+    with SnapstoreSaver(repo) as fresh:
+        g = graph_on(fresh)
+        assert g.get_state(cfg).values["messages"] == out["messages"]
+        hist = list(g.get_state_history(cfg))
+        assert sum(1 for h in hist if h.metadata.get("source") == "input") == 5
+        for h in hist:
+            if h.metadata.get("source") == "input":
+                start = fresh.get_tuple(h.config).checkpoint["channel_values"]["__start__"]
+                assert type(start) is dict and isinstance(start["messages"][0], HumanMessage)
+
+
 def test_run_ids_and_bad_input(tmp_path):
     assert parse_run_id(run_id_for("a/../b", "child:1|x")) == ("a/../b", "child:1|x")
     assert parse_run_id("other-run") is None

@@ -20,7 +20,8 @@ def encode_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict,
     ``counters_since_delta_snapshot``) its history section (what
     ``get_delta_channel_history`` returns for this checkpoint: the seed and the on-path
     writes, each after a small marker item), then the other channel values (one serde item
-    each), then one *meta* item: the checkpoint without its values (versions, ts...), its
+    each; a graph input such as ``{"messages": [...]}`` as kind ``d``: a header item and its
+    messages), then one *meta* item: the checkpoint without its values (versions, ts...), its
     LangGraph metadata and parent. Every item is a chunk of the pack, so what repeats from
     record to record (messages, markers) is stored once and the rest compresses with the
     run's other records when packs are merged; the manifest keeps only the small layout.
@@ -36,8 +37,10 @@ def encode_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict,
     blobs = []
     for ch in sorted(values):
         kind, its = s.codec.enc_value(values[ch], cache, old, f"channel {ch!r}")
-        if kind == "b":
-            blobs.append((ch, its))
+        if kind in ("b", "d"):
+            # after the history sections: the record's items then start with what the parent's
+            # did (the run's message list grows at its end), so each save stores only its end
+            blobs.append((ch, kind, its))
             continue
         layout.append([ch, kind, len(items), len(its)])
         items.extend(its)
@@ -45,8 +48,8 @@ def encode_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict,
     for ch, sec in sorted((history_for(head, parent, values, md) or {}).items()):
         hist[ch] = [len(items), len(sec)]
         items.extend(sec)
-    for ch, its in blobs:
-        layout.append([ch, "b", len(items), 1])
+    for ch, kind, its in blobs:
+        layout.append([ch, kind, len(items), len(its)])
         items.extend(its)
     skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
     meta = {"cp": s.codec.json_or_blob(skeleton, "the checkpoint's versions"), "parent": parent,

@@ -4,7 +4,8 @@ A value is stored as a list of *items*, each one chunk of the record's pack: a m
 ``message_to_dict`` JSON when that is exact JSON and comes back equal, anything else as one serde
 item ``{"serde": type, "b64": bytes}``; exact JSON values (the checkpoint's versions) as
 ``{"json": value}``. Kinds: ``m1`` one message, ``m`` a non-empty message list, ``s`` a
-DeltaChannel snapshot of one, ``b`` anything else.
+DeltaChannel snapshot of one, ``d`` a dict of those two (a graph input ``{"messages": [...]}``:
+a header item, then the messages), ``b`` anything else.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from .deps import BaseMessage, DeltaSnapshot, message_to_dict, messages_from_dic
 def is_message_list(v) -> bool:
     """True for a non-empty list of LangChain messages."""
     return isinstance(v, list) and len(v) > 0 and all(isinstance(m, BaseMessage) for m in v)
+
+
+def is_message_dict(v) -> bool:
+    """True for a non-empty plain ``dict`` (not a subclass) with string keys whose every value is a
+    LangChain message or a non-empty plain list of them: what a graph input such as
+    ``{"messages": [HumanMessage(...)]}`` is, stored as kind ``d`` (layout §2)."""
+    return (type(v) is dict and len(v) > 0 and all(type(k) is str for k in v)
+            and all(isinstance(x, BaseMessage) or (type(x) is list and is_message_list(x)) for x in v.values()))
 
 
 class ValueCodec:
@@ -93,11 +102,21 @@ class ValueCodec:
 
     def enc_value(self, v, cache: dict, old: dict | None = None, where: str = "") -> tuple[str, list]:
         """``(kind, items)`` of a channel or write value: ``m1`` one message, ``m`` a non-empty
-        message list, ``s`` a DeltaChannel snapshot of one, ``b`` anything else (one serde item).
+        message list, ``s`` a DeltaChannel snapshot of one, ``d`` a dict of those two
+        (:func:`is_message_dict`: a header item ``{"lgd": [[key, "m1" or "m", n], ...]}`` in the
+        dict's key order, then each key's ``n`` items), ``b`` anything else (one serde item).
         ``old``: the run's previous encoding cache. ``where`` (e.g. ``"channel 'v'"``) prefixes
         the path of an UnsupportedValueError."""
         if isinstance(v, BaseMessage):
             return "m1", [self.enc_msg(v, cache, where)]
+        if is_message_dict(v):
+            head, items = [], []
+            for k, x in v.items():
+                sub = f"{where} [{k!r}]" if where else ""
+                kind, its = self.enc_value(x, cache, old, sub)
+                head.append([k, kind, len(its)])
+                items.extend(its)
+            return "d", [{"lgd": head}] + items
         if is_message_list(v):
             kind, msgs = "m", v
         elif isinstance(v, DeltaSnapshot) and is_message_list(v.value):
@@ -115,11 +134,14 @@ class ValueCodec:
         return kind, items
 
     def dec_value(self, kind: str, items: list):
-        """The value of ``items`` stored as ``kind``. Raises ValueError on a wrong item count."""
+        """The value of ``items`` stored as ``kind``. Raises ValueError on a wrong item count (or
+        a ``d`` header that does not describe its items)."""
         if kind == "b":
             if len(items) != 1:
                 raise ValueError(f"a serde value takes 1 item, found {len(items)}")
             return self.unblob(items[0])
+        if kind == "d":
+            return self._dec_dict(items)
         msgs = [self.dec_item(i) for i in items]
         if kind == "m1":
             if len(msgs) != 1:
@@ -128,6 +150,26 @@ class ValueCodec:
         if not msgs:
             raise ValueError("an empty message list")
         return DeltaSnapshot(msgs) if kind == "s" else msgs
+
+    def _dec_dict(self, items: list) -> dict:
+        """The dict of a ``d`` value's items (header first). Raises ValueError when malformed."""
+        head = items[0].get("lgd") if items and isinstance(items[0], dict) else None
+        if not isinstance(head, list) or not head:
+            raise ValueError("a message dict needs its header item first")
+        out: dict = {}
+        pos = 1
+        for row in head:
+            if not (isinstance(row, list) and len(row) == 3 and type(row[0]) is str and row[1] in ("m1", "m")
+                    and type(row[2]) is int and row[2] >= 1) or row[0] in out:
+                raise ValueError(f"a message dict header row {row!r} is malformed")
+            k, kind, n = row
+            if pos + n > len(items):
+                raise ValueError(f"a message dict of {len(items)} items is shorter than its header says")
+            out[k] = self.dec_value(kind, items[pos:pos + n])
+            pos += n
+        if pos != len(items):
+            raise ValueError(f"a message dict of {len(items)} items is longer than its header says ({pos})")
+        return out
 
     def json_or_blob(self, value, where: str = "") -> dict:
         """``{"json": value}`` when ``value`` is exact JSON that comes back equal (compresses far
