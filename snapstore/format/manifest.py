@@ -39,7 +39,14 @@ for records whose segments may hold *array blocks* (docs/format.md §8) and whos
 may say how many of the list's messages need the exact parser (``x``, docs/format.md §11). A reader
 that does not know version 5 refuses the record (``UnsupportedFormatError``) instead of taking
 the packs' array blocks for damage."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_ARRAYS
+MANIFEST_VERSION_SHARED_DICT = 6
+"""Envelope version of a manifest this version writes whose segment list names a shared object
+(a foreign segment whose pack id starts with ``0xff``, docs/format.md §29): version 5's envelope
+and body, for records whose own segments may hold array blocks compressed against that shared
+object's message (block kind 6, docs/format.md §8). A reader that does not know version 6 refuses
+the record (``UnsupportedFormatError``) instead of taking those blocks for damage. Every other
+record is written with version 5."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_SHARED_DICT
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -326,7 +333,11 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         body = dumps_exact(d)
-        return seal_envelope(MANIFEST_MAGIC, MANIFEST_VERSION_ARRAYS, _compress_body(body), compress=False)
+        version = MANIFEST_VERSION_ARRAYS
+        if self.segs and self.kind != KIND_TOMBSTONE and \
+                any(s.foreign and s.pack[:1] == b"\xff" for s in self.segs):
+            version = MANIFEST_VERSION_SHARED_DICT
+        return seal_envelope(MANIFEST_MAGIC, version, _compress_body(body), compress=False)
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes, light: bool = False, run_id: str | None = None) -> "Manifest":
