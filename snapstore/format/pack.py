@@ -329,16 +329,17 @@ class PackBuilder:
                 # the frame declares its content size (a few bytes): zstd then decompresses it in
                 # one pass into the output, without a window buffer (half the fresh pages)
                 alevel = self._level_for(len(raw))
-                comp = zstandard.ZstdCompressor(level=alevel, write_checksum=False,
-                                                write_content_size=True).compress(self.raw_blocks[bi])
                 ref = None
                 if self.array_dict is not None:
-                    # compressed against a shared object's message (kind 6): kept when smaller
+                    # compressed against a shared object's message (kind 6; one compression: a
+                    # frame with a dictionary is at most a few bytes longer than one without)
                     zd = zstandard.ZstdCompressionDict(self.array_dict[2], dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-                    dcomp = zstandard.ZstdCompressor(level=alevel, dict_data=zd, write_checksum=False,
-                                                     write_dict_id=False, write_content_size=True).compress(self.raw_blocks[bi])
-                    if len(dcomp) < len(comp):
-                        comp, ref = dcomp, self.array_dict[:2]
+                    comp = zstandard.ZstdCompressor(level=alevel, dict_data=zd, write_checksum=False,
+                                                    write_dict_id=False, write_content_size=True).compress(self.raw_blocks[bi])
+                    ref = self.array_dict[:2]
+                else:
+                    comp = zstandard.ZstdCompressor(level=alevel, write_checksum=False,
+                                                    write_content_size=True).compress(self.raw_blocks[bi])
                 stored = len(comp) >= len(raw)
                 if stored:
                     comp, ref = bytes(raw), None

@@ -133,7 +133,7 @@ class SavePreparer:
             listed: ids of the foreign segments the record publishing this save will list (the
                 run's newest record's): the pack's array blocks are compressed against the message
                 of the first shared pack among them or among the shared packs this save references
-                (docs/format.md §8 block kind 6, §29 "Dictionaries"), when that is smaller.
+                (docs/format.md §8 block kind 6, §29 "Dictionaries").
         Raises:
             InvalidInputError: ``messages`` is not a list.
             InvalidMessageError: a message or the state is not an exact JSON value.

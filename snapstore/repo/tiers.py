@@ -76,7 +76,7 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=(), listed
             pieces of older checkpoints; docs/format.md §8).
         listed: ids of the packs the record publishing the tier pack lists besides it: its array
             blocks are compressed against the message of the first shared pack among them
-            (docs/format.md §8 block kind 6, §29 "Dictionaries"), when that is smaller.
+            (docs/format.md §8 block kind 6, §29 "Dictionaries").
     Returns:
         ``(pack id, pack bytes, raw blocks, entries left out)`` (raw blocks: see
         :meth:`Repository.remember_pack`).
