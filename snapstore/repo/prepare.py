@@ -27,8 +27,9 @@ from .liststate import MARKS_KEEP, RECENT_RAW_KEEP, ListMark, ListState, Prepare
 
 
 SAVE_SMALL_LEVEL = 9
-"""zstd level of a per-save pack's blocks of at most :data:`~snapstore.format.pack.SMALL_BLOCK`
-raw bytes (about 0.4 ms for the 2.5 kB of a typical append; larger blocks keep the config's level)."""
+"""zstd level of the blocks of at most :data:`~snapstore.format.pack.SMALL_BLOCK` raw bytes of a
+per-save pack compressed against a shared object (docs/format.md §29, "Dictionaries"; about
+0.4 ms for the 2.5 kB of a typical append); other packs and larger blocks keep the config's level."""
 
 
 def _fastcdc():
@@ -150,7 +151,6 @@ class SavePreparer:
         self._compare_prefix(b)                       # 1. how much of the parent list is kept as is?
         pack_id = new_pack_id()
         b.pb = PackBuilder(pack_id, level=self.repo.config.level)
-        b.pb.small_level = SAVE_SMALL_LEVEL
         first_new = self._store_tail(b)               # 2. refs for the changed tail, new chunks into the pack
         spine, nodes = self._build_tree(b)            # 3. the new tree
         if first_new is not None and first_new > 0 and self.repo.config.dict_bytes > 0 and not b.arrays:
@@ -169,6 +169,7 @@ class SavePreparer:
             sd = self.repo.shared.dictionary(list(b.shared) + [p for p in listed if p not in b.shared])
             if sd is not None:
                 pb.set_array_dictionary(*sd)
+                pb.small_level = SAVE_SMALL_LEVEL
         data, sizes = pb.build()
         return PreparedSave(pack_id, data, sizes, ls, None, ss_inline, has_session_state, b.new_chunks, b.new_bytes,
                             pb.raw_blocks, ss_tree, b.shared)

@@ -26,9 +26,10 @@ spent rarely."""
 
 
 TIER_SMALL_LEVEL = 19
-"""zstd level of a tier pack's blocks of at most :data:`~snapstore.format.pack.SMALL_BLOCK` raw
-bytes (a short run's first tier packs: about 25 ms for 13 kB of messages, once per ``seg_fanout``
-saves)."""
+"""zstd level of the blocks of at most :data:`~snapstore.format.pack.SMALL_BLOCK` raw bytes of a
+tier pack compressed against a shared object (docs/format.md §29, "Dictionaries"): a short run
+that starts with a shared prompt stores mostly such small packs (about 25 ms for 13 kB of
+messages, once per ``seg_fanout`` saves). Other tier packs keep :data:`TIER_LEVELS`."""
 
 
 def tier_zstd_level(level: int) -> int:
@@ -85,10 +86,10 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=(), listed
     pid = new_pack_id()
     pb = PackBuilder(pid, level=tier_zstd_level(level))
     pb.first_ids = frozenset(first or ())
-    pb.small_level = TIER_SMALL_LEVEL
     sd = repo.shared.dictionary(listed)
     if sd is not None:
         pb.set_array_dictionary(*sd)
+        pb.small_level = TIER_SMALL_LEVEL
     skipped = 0
     content_id = repo.hasher.content_id
     for s in inputs:
