@@ -43,7 +43,14 @@ MANIFEST_VERSION_DICT3 = 6
 """Envelope version of a manifest whose body is compressed with :data:`MANIFEST_DICT_V3` (body
 codec 4, docs/format.md §11): version 5 otherwise. A reader that knows only version 5 refuses such
 a record (``UnsupportedFormatError``) instead of calling its body codec corrupt."""
-MANIFEST_VERSION_MAX = MANIFEST_VERSION_DICT3
+MANIFEST_VERSION_SHARED_DICT = 7
+"""Envelope version of a manifest this version writes whose segment list names a shared object
+(a foreign segment whose pack id starts with ``0xff``, docs/format.md §29): version 6's envelope
+and body (any body codec), for records whose own segments may hold array blocks compressed
+against that shared object's message (block kind 6, docs/format.md §8). A reader that does not
+know version 7 refuses the record (``UnsupportedFormatError``) instead of taking those blocks for
+damage. Every other record is written with version 5 or 6."""
+MANIFEST_VERSION_MAX = MANIFEST_VERSION_SHARED_DICT
 """Newest manifest envelope version this code reads."""
 
 KIND_CHECKPOINT = "checkpoint"
@@ -382,6 +389,9 @@ class Manifest:
         if self.segs is not None and self.kind != KIND_TOMBSTONE:
             d["segs"] = encode_segs(self.segs)
         version, stored = _compress_body(dumps_exact(d))
+        if self.segs and self.kind != KIND_TOMBSTONE and \
+                any(s.foreign and s.pack[:1] == b"\xff" for s in self.segs):
+            version = MANIFEST_VERSION_SHARED_DICT
         return seal_envelope(MANIFEST_MAGIC, version, stored, compress=False)
 
     @classmethod

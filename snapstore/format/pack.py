@@ -14,7 +14,9 @@ Layout (integers are unsigned LEB128 varints unless noted; see docs/format.md "P
                   kind 0: a zstd frame; 3: stored uncompressed; 1: a zstd frame compressed with a
                   raw-content dictionary described by the pack's one state entry; 2: the same with
                   the state named explicitly; 4 (a zstd frame) and 5 (stored): an *array block*,
-                  followed by varint nitems.
+                  followed by varint nitems; 6: an array block in a zstd frame compressed with
+                  a shared object's chunk as raw-content dictionary: u8 kind, shared pack id(8),
+                  content id(16), varint clen, varint rawlen, varint nitems.
     entry table:  varint nentries; per entry: u8 type, id(16), varint block, varint length;
                   an entry's offset is the sum of the lengths of the entries before it in the
                   same block (entries are listed in block order).
@@ -81,6 +83,11 @@ session-state pieces) beyond it go into further data blocks, so that a reader ne
 entries of a large pack fetches only the blocks holding them with byte ranges (docs/format.md §8).
 A single entry larger than this gets a block of its own. Metadata (block 0) is not split."""
 
+SMALL_BLOCK = 32 << 10
+"""Largest raw block (bytes) a writer compresses at its builder's ``small_level`` (a higher zstd
+level: small blocks cost little CPU at any level, and a short run's few small packs are most of
+what it stores). A writer's choice; readers need not know it."""
+
 HEADER_POS = 5 + PACK_ID_BYTES
 """Offset of block 0 (bytes): magic, version, pack id."""
 
@@ -118,6 +125,9 @@ class Block:
     parts: tuple = ()
     """Array blocks: every entry in block order, ``(type, id, offset, length, continues)``
     (duplicates kept: :attr:`Pack.entries` holds one entry per type and id)."""
+    shared: tuple | None = None
+    """Array blocks of kind 6: ``(shared pack id (8 bytes), content id (16 bytes))`` of the chunk
+    whose bytes are the block's raw-content dictionary (a shared object, docs/format.md §8, §29)."""
 
 
 class Entry(NamedTuple):
@@ -167,6 +177,8 @@ class PackBuilder:
         self.raw_blocks: dict[int, bytes] = {}  # after build(): block index -> uncompressed bytes
         self.first_ids: frozenset = frozenset()  # chunks placed first among the data (see build)
         self._items: list[list[tuple[bytes, bytes]]] = []  # array items, in list order
+        self.array_dict: tuple[bytes, bytes, bytes] | None = None  # (shared pack id, content id, bytes)
+        self.small_level: int | None = None  # zstd level of blocks of at most SMALL_BLOCK raw bytes
 
     def __contains__(self, key: tuple[int, bytes]) -> bool:
         return key in self._ids
@@ -213,6 +225,26 @@ class PackBuilder:
         self.dict_spec = spec
         self.dict_bytes = dict_bytes
         self._dict_ids = frozenset(made_of or ())
+
+    def _level_for(self, rawlen: int) -> int:
+        """zstd level of a block of ``rawlen`` raw bytes: :attr:`small_level` (when set and higher
+        than ``level``) for a block of at most :data:`SMALL_BLOCK` bytes, else ``level``."""
+        if self.small_level is not None and rawlen <= SMALL_BLOCK:
+            return max(self.level, self.small_level)
+        return self.level
+
+    def set_array_dictionary(self, shared_pack: bytes, content_id: bytes, raw: bytes) -> None:
+        """Compress the array blocks with ``raw``, the bytes of chunk ``content_id`` (16 bytes) in
+        the shared pack ``shared_pack`` (8 bytes, starting with ``0xff``), as raw-content dictionary
+        (block kind 6, docs/format.md §8). The writer must list that shared pack in every record
+        that lists this pack (docs/format.md §29, "Dictionaries").
+
+        Raises:
+            InvalidInputError: ``shared_pack`` is not a shared pack id, or ``content_id`` not 16 bytes.
+        """
+        if len(shared_pack) != PACK_ID_BYTES or shared_pack[0] != 0xFF or len(content_id) != ID_BYTES:
+            raise InvalidInputError("an array dictionary must name a chunk of a shared pack (id starting with 0xff)")
+        self.array_dict = (shared_pack, content_id, raw)
 
     @property
     def empty(self) -> bool:
@@ -296,12 +328,22 @@ class PackBuilder:
                 self.raw_blocks[bi] = bytes(raw)
                 # the frame declares its content size (a few bytes): zstd then decompresses it in
                 # one pass into the output, without a window buffer (half the fresh pages)
-                comp = zstandard.ZstdCompressor(level=self.level, write_checksum=False,
-                                                write_content_size=True).compress(self.raw_blocks[bi])
+                alevel = self._level_for(len(raw))
+                ref = None
+                if self.array_dict is not None:
+                    # compressed against a shared object's message (kind 6; one compression: a
+                    # frame with a dictionary is at most a few bytes longer than one without)
+                    zd = zstandard.ZstdCompressionDict(self.array_dict[2], dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+                    comp = zstandard.ZstdCompressor(level=alevel, dict_data=zd, write_checksum=False,
+                                                    write_dict_id=False, write_content_size=True).compress(self.raw_blocks[bi])
+                    ref = self.array_dict[:2]
+                else:
+                    comp = zstandard.ZstdCompressor(level=alevel, write_checksum=False,
+                                                    write_content_size=True).compress(self.raw_blocks[bi])
                 stored = len(comp) >= len(raw)
                 if stored:
-                    comp = bytes(raw)
-                blocks.append(Block(len(out), len(comp), len(raw), None, stored, True, len(items)))
+                    comp, ref = bytes(raw), None
+                blocks.append(Block(len(out), len(comp), len(raw), None, stored, True, len(items), shared=ref))
                 data_clen += len(comp)
                 out += comp
                 continue
@@ -318,7 +360,8 @@ class PackBuilder:
                 cctx = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters.from_level(
                     self.level, write_checksum=0, write_content_size=1, **self.zstd_params))
             else:
-                cctx = zstandard.ZstdCompressor(level=self.level, write_checksum=False, write_content_size=True)
+                cctx = zstandard.ZstdCompressor(level=self._level_for(len(raw)), write_checksum=False,
+                                                write_content_size=True)
             comp = cctx.compress(self.raw_blocks[bi]) if raw else b""
             stored = not spec and len(comp) >= len(raw)
             if stored:
@@ -336,6 +379,9 @@ class PackBuilder:
                 else:
                     header.append(2)
                     header += b.dict.state_id + b.dict.state_pack
+            elif b.array and b.shared is not None:
+                header.append(6)
+                header += b.shared[0] + b.shared[1]
             elif b.array:
                 header.append(5 if b.stored else 4)
             else:
@@ -371,6 +417,11 @@ class Pack:
     whole = True
     """True: every byte of the pack was read and its checksum verified (see
     :class:`snapstore.format.rangedpack.RangedPack`)."""
+
+    shared_dicts = None
+    """``shared_dicts(shared pack id, content id) -> bytes``: the verified bytes of a shared
+    object's chunk, the dictionary of this pack's array blocks of kind 6 (set by the repository's
+    pack cache, :mod:`snapstore.repo.packcache`; None: such a block raises IntegrityError)."""
 
     def __init__(self, key: str, data: bytes, pack_id: bytes, blocks: list[Block], entries: dict):
         self.key = key
@@ -476,13 +527,25 @@ class Pack:
             raw = comp
         else:
             # bounded: never more than the length the (checksummed) header records
-            raw = zstd_decompress(self.key, comp, MAX_BLOCK_RAW, (dict_bytes or b"") if b.dict else None,
+            if b.shared is not None and dict_bytes is None:
+                dict_bytes = self._shared_dict(b.shared)
+            raw = zstd_decompress(self.key, comp, MAX_BLOCK_RAW,
+                                  (dict_bytes or b"") if (b.dict or b.shared is not None) else None,
                                   expected=b.rawlen, what=f"block {block}")
         if len(raw) != b.rawlen:
             raise IntegrityError(self.key, f"block {block} decompressed to {len(raw)} bytes, expected {b.rawlen}")
         if keep:
             self._raw[block] = raw
         return raw
+
+    def _shared_dict(self, ref: tuple) -> bytes:
+        """The dictionary of an array block of kind 6: chunk ``ref[1]`` of shared pack ``ref[0]``,
+        from :attr:`shared_dicts`. Raises IntegrityError when no source is set or it fails."""
+        src = self.shared_dicts
+        if src is None:
+            raise IntegrityError(self.key, f"an array block needs the shared object {ref[0].hex()} as its "
+                                 "dictionary and no reader of shared objects is at hand")
+        return src(ref[0], ref[1])
 
     def entry_bytes(self, entry: Entry, dict_bytes: bytes | None = None) -> bytes:
         """Return an entry's uncompressed bytes (not verified against its id; callers verify)."""
@@ -524,9 +587,14 @@ def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None)
         for _ in range(nblocks):
             kind = header[pos]
             pos += 1
-            if kind > 5:
+            if kind > 6:
                 raise ValueError(f"unknown block kind {kind}")
-            sid = spk = None
+            sid = spk = ref = None
+            if kind == 6:
+                ref = (take(pos, PACK_ID_BYTES), take(pos + PACK_ID_BYTES, ID_BYTES))
+                pos += ID_BYTES + PACK_ID_BYTES
+                if ref[0][0] != 0xFF:
+                    raise ValueError("an array block's dictionary names a pack that is not a shared object")
             if kind == 2:
                 sid = take(pos, ID_BYTES)
                 spk = take(pos + ID_BYTES, PACK_ID_BYTES)
@@ -541,7 +609,7 @@ def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None)
                 nitems, pos = get_varint(header, pos)
                 if not 0 < nitems < rawlen:
                     raise ValueError(f"an array block of {rawlen} bytes claims {nitems} items")
-                blocks.append(Block(off, clen, rawlen, None, kind == 5, True, nitems))
+                blocks.append(Block(off, clen, rawlen, None, kind == 5, True, nitems, shared=ref))
                 off += clen
                 if blocks_end is not None and off > blocks_end:
                     raise ValueError("blocks run into the header")
@@ -630,7 +698,7 @@ def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None)
                 if T_HOLE in set(map(_TYPE, ps)) and any(x[3] or x[4] for x in ps if x[0] == T_HOLE):
                     raise ValueError(f"array block {bi} holds a hole that is not empty or continues an item")
                 fill[bi] += 1  # the closing bracket
-                blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps))
+                blocks[bi] = Block(b.offset, b.clen, b.rawlen, None, b.stored, True, b.nitems, tuple(ps), b.shared)
             if not set(map(_TYPE, chain.from_iterable(parts.values()))) <= {T_CHUNK, T_HOLE}:
                 raise ValueError("an array block holds an entry that is neither a chunk nor a hole")
         if T_HOLE in types and any(e.type == T_HOLE and not arr[e.block] for e in entries.values()):

@@ -328,6 +328,14 @@ class Marker:
                 self.fail(_code_of(e), keys.pack_key(pid), e)
                 continue
             for b in pack.blocks:
+                if b.shared is not None:
+                    # an array block compressed against a shared object's message (block kind 6,
+                    # docs/format.md §8, §29): that chunk is needed wherever the block is
+                    try:
+                        reach.need(repo, b.shared[0], T_CHUNK, b.shared[1])
+                    except SnapstoreError as e:
+                        self.fail(_code_of(e), keys.pack_key(b.shared[0]), e)
+                    continue
                 if b.dict is None:
                     continue
                 try:

@@ -244,7 +244,8 @@ class _Attempt:
         # as this writer trusts its view of a run (no caching with a grace period of 0)
         repo.shared.trust = min(self.mgr.gc_grace_period / 2, VIEW_TTL)
         prep = repo.prepare_save(list_state, args.messages, args.session_state, args.session_state is not None,
-                                 pm.session_state_tree if pm else None)
+                                 pm.session_state_tree if pm else None,
+                                 [s.pack for s in v.head_segs or () if s.foreign])
         ss_id = prep.session_state_tree.id.hex() if prep.session_state_tree else None
         with any_int_digits():  # repr of a field holding an int of more than 4,300 digits
             fingerprint = (prep.state.digest_hex(), prep.state.count, repr(args.fields), args.checkpoint_id,

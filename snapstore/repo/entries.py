@@ -13,7 +13,7 @@ import threading
 
 from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ..format.ids import Hasher
-from ..format.pack import T_PIECES, DictSpec, Pack
+from ..format.pack import T_CHUNK, T_PIECES, DictSpec, Pack
 
 
 class ReadContext:
@@ -143,6 +143,25 @@ class EntryReader:
         if verify and etype != T_PIECES and self.repo.hasher.content_id(raw) != eid:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) does not match its content id")
         return raw
+
+    def shared_dict(self, shared_pack: bytes, content_id: bytes) -> bytes:
+        """The dictionary of an array block of kind 6 (docs/format.md §8, §29): the bytes of chunk
+        ``content_id`` (16 bytes) in shared pack ``shared_pack`` (8 bytes), read through the pack
+        cache (the shared pack is a segment of every record listing a pack that uses it, so it is
+        at hand after the segment wave) and checked against its content id.
+
+        Raises:
+            IntegrityError: the shared pack does not hold that chunk, or it does not match its id.
+            ObjectNotFound: the shared pack is gone.
+        """
+        pack = self.repo.cache.get_pack(shared_pack, ranged=True)
+        if pack.blocks and any(b.shared is not None for b in pack.blocks):
+            raise IntegrityError(pack.key, "a shared object used as a dictionary has a dictionary itself")
+        try:
+            return self.read_entry_in(pack, T_CHUNK, content_id)
+        except KeyError:
+            raise IntegrityError(pack.key, f"shared object does not hold chunk {content_id.hex()}, "
+                                 "the dictionary a pack's array block names") from None
 
     def resolve_dict(self, pack: Pack, spec: DictSpec) -> bytes:
         """The dictionary ``spec`` of a data block of ``pack``: the last ``spec.length`` bytes of

@@ -83,6 +83,10 @@ class PackCache:
         self._corrupt: dict = {}  # pack -> IntegrityError: found corrupt (read twice); readers use other copies
         self._gone: set = set()  # packs found missing (retired by GC): go straight to forwarding
         self._whole_only = 0  # > 0 inside whole_packs(): no ranged pack reads
+        self.shared_dicts = None
+        """Optional ``shared_dicts(shared pack id, content id) -> bytes``: given to every cached
+        pack with array blocks of kind 6 (:attr:`~snapstore.format.pack.Pack.shared_dicts`, their
+        dictionary: a shared object's chunk, docs/format.md §8); set by the repository."""
         self.key_of = None
         """Optional ``key_of(pack id) -> key or None``: where a pack that is not under ``packs/``
         lives (an archive bundle, docs/format.md §28; :class:`~snapstore.repo.bundles.BundleCatalogue`)."""
@@ -152,6 +156,7 @@ class PackCache:
     def put(self, pack: Pack) -> None:
         """Cache ``pack`` (a whole read replaces a ranged one), evicting the least recently used
         packs beyond the budget (the newest pack always stays)."""
+        self.attach(pack)
         with self.lock:
             old = self._packs.get(pack.id)
             if old is not None:
@@ -165,6 +170,14 @@ class PackCache:
             while self._bytes > self._limit and len(self._packs) > 1:
                 oid, _ = self._packs.popitem(last=False)
                 self._bytes -= self._cost.pop(oid)
+
+    def attach(self, pack: Pack) -> Pack:
+        """Give ``pack`` this cache's :attr:`shared_dicts` when one of its array blocks needs a
+        shared object as its dictionary (block kind 6). Returns ``pack``."""
+        if self.shared_dicts is not None and pack.shared_dicts is None and \
+                any(b.shared is not None for b in pack.blocks):
+            pack.shared_dicts = self.shared_dicts
+        return pack
 
     def drop(self, pack_id: bytes) -> None:
         """Evict pack ``pack_id`` if cached."""
@@ -180,7 +193,7 @@ class PackCache:
         Raises:
             IntegrityError: ``data`` is not a valid pack (a bug: it was just built).
         """
-        p = Pack.parse(keys.pack_key(pack_id), data, pack_id)
+        p = self.attach(Pack.parse(keys.pack_key(pack_id), data, pack_id))
         p.hold_blocks(raw_blocks or {})
         with self.lock:
             old = self._packs.get(pack_id)
@@ -285,7 +298,7 @@ class PackCache:
         tail = max(1 << 10, tail or self.RANGE_TAIL)
         for attempt in range(2):
             try:
-                p = self._read(pack_id, key, ranged, tail)
+                p = self.attach(self._read(pack_id, key, ranged, tail))
                 break
             except IntegrityError as e:
                 if attempt == 1:

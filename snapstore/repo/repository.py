@@ -104,6 +104,7 @@ class Repository(LogRecords):
         self.forwarding.archived = self.bundles.forward
         self.forwarding.known_archived = self.bundles.known
         self.entries = EntryReader(self)
+        self.cache.shared_dicts = self.entries.shared_dict  # array blocks of kind 6 (docs/format.md §8)
         self.trees = TreeReader(self)
         self.arrays = ArrayReader(self)
         self.values = ValueReader(self)
@@ -311,9 +312,10 @@ class Repository(LogRecords):
         return self.values.load_session_state(m)
 
     def prepare_save(self, parent: ListState | None, messages: list, session_state=None,
-                     has_session_state: bool = False, parent_state_tree: ValueTree | None = None) -> PreparedSave:
+                     has_session_state: bool = False, parent_state_tree: ValueTree | None = None,
+                     listed=()) -> PreparedSave:
         """:meth:`SavePreparer.prepare_save`: build a save in memory (nothing is written)."""
-        return self.saves.prepare_save(parent, messages, session_state, has_session_state, parent_state_tree)
+        return self.saves.prepare_save(parent, messages, session_state, has_session_state, parent_state_tree, listed)
 
     # ------------------------------------------------------------------------------------------
     # keys for user-supplied names

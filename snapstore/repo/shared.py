@@ -34,6 +34,9 @@ class SharedObjects:
 
     Attributes:
         enabled: False turns sharing off (every message is stored in its run's own pack).
+        dictionaries: False stops a run's own packs from compressing their array blocks against
+            the shared message its records list (block kind 6, docs/format.md §8; benchmarks and
+            tests compare with it).
         wall: the wall clock, seconds since 1970 UTC (the epoch of a save; tests replace it).
         clock: a monotonic clock in seconds (how long a confirmation is trusted; tests replace it).
         trust: seconds a confirmed shared pack is reused without asking the store again
@@ -44,6 +47,7 @@ class SharedObjects:
     def __init__(self, repo):
         self.repo = repo
         self.enabled = True
+        self.dictionaries = True
         self.wall = time.time
         self.clock = time.monotonic
         self.trust = VIEW_TTL
@@ -113,6 +117,35 @@ class SharedObjects:
                 self._confirmed.clear()
             self._confirmed[pid] = t0
         return pid
+
+    def dictionary(self, pack_ids) -> tuple[bytes, bytes, bytes] | None:
+        """The dictionary a run's own pack may compress its array blocks with (docs/format.md §8,
+        block kind 6; §29, "Dictionaries"): the message of the first shared pack among
+        ``pack_ids`` (8-byte ids, in segment order: the shared packs the record publishing the pack
+        lists) that is cached and holds one chunk. No request is made: a shared pack a save lists
+        was confirmed by it or read in its segment wave.
+
+        Returns:
+            ``(shared pack id, content id, message bytes)``, or None (none at hand, or sharing off).
+        """
+        if not (self.enabled and self.dictionaries):
+            return None
+        repo = self.repo
+        for pid in pack_ids:
+            if shared_epoch(pid) is None:
+                continue
+            p = repo.cache.get(pid)
+            if p is None:
+                continue
+            chunks = [e for e in p.entries.values() if e.type == T_CHUNK]
+            if len(chunks) != 1 or len(p.entries) != 1 or any(b.shared is not None for b in p.blocks):
+                continue
+            try:
+                raw = repo.entries.read_entry_in(p, T_CHUNK, chunks[0].id)
+            except (SnapstoreError, KeyError):
+                continue
+            return pid, chunks[0].id, raw
+        return None
 
     def _holds(self, key: str, pid: bytes, data: bytes, content_id: bytes, raw: bytes) -> bool:
         """Does pack ``data`` (stored under ``key``) hold message ``raw`` under ``content_id``?

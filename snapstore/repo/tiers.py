@@ -25,6 +25,13 @@ TIER_LEVELS = {1: 3, 2: 6, 3: 6}
 spent rarely."""
 
 
+TIER_SMALL_LEVEL = 19
+"""zstd level of the blocks of at most :data:`~snapstore.format.pack.SMALL_BLOCK` raw bytes of a
+tier pack compressed against a shared object (docs/format.md §29, "Dictionaries"): a short run
+that starts with a shared prompt stores mostly such small packs (about 25 ms for 13 kB of
+messages, once per ``seg_fanout`` saves). Other tier packs keep :data:`TIER_LEVELS`."""
+
+
 def tier_zstd_level(level: int) -> int:
     """zstd level for a tier pack of segment level ``level`` (>= 1)."""
     return TIER_LEVELS.get(level, 9)
@@ -51,7 +58,7 @@ def _input_packs(repo: Repository, pack_id: bytes, depth: int = 0) -> list:
     return out
 
 
-def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tuple[bytes, bytes, dict, int]:
+def build_tier(repo: Repository, inputs: list[Seg], level: int, first=(), listed=()) -> tuple[bytes, bytes, dict, int]:
     """Build the tier pack that merges ``inputs`` (oldest first); nothing is written.
 
     Every entry of every input pack is copied once (duplicates across inputs are dropped), each
@@ -68,6 +75,9 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
         first: content ids of chunks to place first among the data blocks (the newest
             checkpoint's messages), so that a ranged read of them skips the rest (session-state
             pieces of older checkpoints; docs/format.md §8).
+        listed: ids of the packs the record publishing the tier pack lists besides it: its array
+            blocks are compressed against the message of the first shared pack among them
+            (docs/format.md §8 block kind 6, §29 "Dictionaries").
     Returns:
         ``(pack id, pack bytes, raw blocks, entries left out)`` (raw blocks: see
         :meth:`Repository.remember_pack`).
@@ -76,6 +86,10 @@ def build_tier(repo: Repository, inputs: list[Seg], level: int, first=()) -> tup
     pid = new_pack_id()
     pb = PackBuilder(pid, level=tier_zstd_level(level))
     pb.first_ids = frozenset(first or ())
+    sd = repo.shared.dictionary(listed)
+    if sd is not None:
+        pb.set_array_dictionary(*sd)
+        pb.small_level = TIER_SMALL_LEVEL
     skipped = 0
     content_id = repo.hasher.content_id
     for s in inputs:
@@ -148,7 +162,8 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None, first=(
         plan = plan_append(list(base), new_pack, repo.config.seg_fanout)
     if not plan.inputs:
         return plan.segs, None, []
-    pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level, first)
+    listed = [s.pack for i, s in enumerate(plan.segs) if i != plan.slot and s.foreign]
+    pid, data, raws, _ = build_tier(repo, plan.inputs, plan.level, first, listed)
     segs = list(plan.segs)
     segs[plan.slot] = Seg(pid, plan.level)
     superseded = [s.pack for s in plan.inputs if not s.foreign]
