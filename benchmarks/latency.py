@@ -47,8 +47,8 @@ request, are outside the timing), and the proxy log between those two instants i
   ``runs()`` listing inside the timing); plus the projection to 1,000,000 checkpoints in runs of the
   same length (requests, round trips, client CPU scaled by the number of runs; client time = round
   trips x delay + CPU). ``--prune-only --sizes '' --prune-wide`` measures only this row.
-* ``--bounded`` (only this block): per size, ``latest()``, ``list(limit=10)``, a rollback 5 back and a
-  ``fork`` of the head into a new run at each ``--bounded-delays`` (default 20 and 80 ms), fresh
+* ``--bounded`` (only this block): per size, ``latest()``, ``list(limit=10)``, a rollback 5 back, a
+  delete of the head checkpoint (``delete(run, head id)``) and a ``fork`` of the head into a new run at each ``--bounded-delays`` (default 20 and 80 ms), fresh
   process each, beside one GET of the history (:func:`bench_bounded`); a fork row also gives the
   payload bytes of its PUTs and the objects and bytes it added to the bucket (target: at most 16 KB).
 * ``--objects``: per size, the run is populated through a zero-delay counting proxy; then the bucket's
@@ -544,7 +544,7 @@ def child_main(spec: dict) -> dict:
         return {"t0": t0, "t1": clock(), "saves": saves, "count": len(msgs), "ok": got.messages == msgs}
     if task == "prune":
         return prune_child(mgr, spec)
-    if task in ("list_limit", "rollback"):  # the bounded-cost block (issue 26 items 1 and 5)
+    if task in ("list_limit", "rollback", "delete_head"):  # the bounded-cost block (issue 26 items 1 and 5)
         return bounded_child(mgr, spec)
     if task == "prune_wide":
         return prune_wide_child(mgr, spec)
@@ -714,13 +714,21 @@ def bench_local() -> dict | None:
 
 
 def bounded_child(mgr, spec: dict) -> dict:
-    """Child side of :func:`bench_bounded`: ``list(run, limit=10)`` or ``rollback(run, target)``
-    (``spec["target"]``, a checkpoint id the parent found), timed around the call only."""
+    """Child side of :func:`bench_bounded`: ``list(run, limit=10)``, ``rollback(run, target)`` or
+    ``delete(run, target)`` of the head (``spec["target"]``, a checkpoint id the parent found),
+    timed around the call only (a fresh manager: opening the repository included). A delete's
+    count is 1 when the run's head afterwards is ``spec["after"]`` (read after the timing)."""
     if spec["task"] == "list_limit":
         t0 = clock()
         got = mgr.list(spec["run"], limit=10)
         t1 = clock()
         return {"t0": t0, "t1": t1, "count": len(got)}
+    if spec["task"] == "delete_head":
+        t0 = clock()
+        mgr.delete(spec["run"], spec["target"])
+        t1 = clock()
+        head = mgr.latest(spec["run"])
+        return {"t0": t0, "t1": t1, "count": 1 if head is not None and head.id == spec["after"] else 0}
     t0 = clock()
     cp = mgr.rollback(spec["run"], spec["target"])
     t1 = clock()
@@ -729,13 +737,15 @@ def bounded_child(mgr, spec: dict) -> dict:
 
 def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials: int,
                   objects_rows: list | None = None) -> list:
-    """``latest()``, ``list(limit=10)``, a rollback 5 checkpoints back and a ``fork`` of the head
-    on a run of ``n`` saves, each in fresh child processes behind a proxy of each delay in
+    """``latest()``, ``list(limit=10)``, a rollback 5 checkpoints back, a delete of the head
+    checkpoint and a ``fork`` of the head on a run of ``n`` saves, each in fresh child processes behind a proxy of each delay in
     ``delays_ms``, beside one GET of the final history (zstd JSON). The run is populated once;
     every latest/list/baseline trial of every delay runs before the first rollback (a rollback
     changes the head record latest reads). Each rollback trial goes 5 back from the head the
-    previous one left (the parent lists the target with its own manager, straight to moto). The
-    forks run after every rollback (a fork pins its source, docs/format.md §10): each trial forks
+    previous one left (the parent lists the target with its own manager, straight to moto); then
+    each head-delete trial deletes the head the previous one left (its head moves back to the
+    next live checkpoint, checked in the child after the timing). The
+    forks run after every rollback and delete (a fork pins its source, docs/format.md §10): each trial forks
     the source's head into a new run (:func:`bench_fork`). With ``objects_rows`` (a list) the
     population goes through a zero-delay counting proxy and its :func:`objects_row` is appended
     there. Returns rows (``op``, ``size``, ``delay_ms``, the :func:`summarize` fields, ``wall_s``,
@@ -777,6 +787,15 @@ def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials:
                 r.update(op="rollback 5 back", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
                 rows.append(r)
             for d, px in proxies.items():
+                got = []
+                for _ in range(trials):
+                    head, after = (c.id for c in mgr.list(RUN, limit=2))
+                    got.append(measure(px, {"task": "delete_head", "url": url, "endpoint": px.endpoint,
+                                            "run": RUN, "target": head, "after": after}, 1))
+                r = median_of(got)
+                r.update(op="delete head", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
+                rows.append(r)
+            for d, px in proxies.items():
                 r = bench_fork(mgr, moto_ep, bucket, url, px, trials, f"fork-{d:g}ms")
                 r.update(op="fork", size=n, delay_ms=d, baseline_wall_s=base[d]["wall_s"])
                 rows.append(r)
@@ -789,8 +808,9 @@ def bench_bounded(n: int, moto_ep: str, moto_port: int, delays_ms: list, trials:
 
 
 def bounded_targets(rows: list) -> None:
-    """Targets of the bounded block: round trips of list(limit=10) and of the rollback the same at
-    the largest size as at the smallest (per delay), latest() at most 3 round trips."""
+    """Targets of the bounded block: round trips of list(limit=10), of the rollback and of the head
+    delete the same at the largest size as at the smallest (per delay), latest() at most 3 round
+    trips."""
     sizes = sorted({r["size"] for r in rows})
     for r in rows:
         t, ok = None, None
@@ -1257,8 +1277,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prune-only", action="store_true", help="only the prune rows (implies --prune, no --local)")
     ap.add_argument("--prune-young", action="store_true", help="prune rows on young records too (void PUTs)")
     ap.add_argument("--bounded", action="store_true",
-                    help="only the bounded-cost block: list(limit=10), rollback 5 back and latest() per size "
-                         "at each --bounded-delays")
+                    help="only the bounded-cost block: list(limit=10), rollback 5 back, delete head, fork and "
+                         "latest() per size at each --bounded-delays")
     ap.add_argument("--bounded-delays", default="20,80", help="delays (ms) of the bounded block (default 20,80)")
     ap.add_argument("--prune-wide", metavar="RUNSxSAVES", nargs="?", const="1000x100",
                     help="also a repository-wide prune(keep_last=10) over RUNS runs of SAVES saves (default "

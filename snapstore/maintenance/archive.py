@@ -141,7 +141,10 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         marker = Marker(repo, MarkScope(dict(fmap.to), None, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
         reach = marker.run(log.live)
         need = {pid: set(v) for pid, v in reach.packs.items()}
-        touched = set(need) | set(reach.hinted) | set(reach.fwd_used) | {sg.pack for sg in segs.get(log.live[0].run_id, [])}
+        # every pack a reader of these checkpoints may start from (docs/format.md §28): the homes,
+        # the packs hints name (also those whose entries a segment holds), forwarding's, the segments
+        touched = (set(need) | set(reach.hinted) | set(reach.seg_hinted) | set(reach.fwd_used)
+                   | {sg.pack for sg in segs.get(log.live[0].run_id, [])})
         by_run_need[rk] = (need, touched)
     _hook(hooks, "after_mark", runs=list(chosen))
     # group: a large run alone, small runs together

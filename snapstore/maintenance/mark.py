@@ -70,6 +70,7 @@ class Reach:
     refs: dict = field(default_factory=dict)  # (message id, pack) -> Ref, level-0 refs (deduplicated)
     fwd_used: set = field(default_factory=set)  # retired packs named by live hints (keep their fwd records)
     hinted: set = field(default_factory=set)  # packs named directly by live hints
+    seg_hinted: set = field(default_factory=set)  # packs named by live hints whose entry a segment held
     present: set | None = None  # packs known to exist (from a listing); None: ask the store
     fwd: dict = field(default_factory=dict)  # retired pack -> packs its entries moved to
     unresolved: list = field(default_factory=list)  # (pack, type, id) that no forwarding record resolves
@@ -158,11 +159,14 @@ class Reach:
     def need(self, repo: Repository, pack: bytes, etype: int, eid: bytes) -> None:
         """Record that entry ``(etype, eid)``, hinted at ``pack``, is needed: in the run's segment
         holding it (format 2), else in its home (:meth:`home`); one no home holds goes to
-        :attr:`unresolved`."""
+        :attr:`unresolved`. A hinted ``pack`` whose entry a segment holds goes to
+        :attr:`seg_hinted` (not :attr:`hinted`: GC keeps nothing for it; an archive names it in
+        its bundle's ``replaces``, docs/format.md §28, a reader may start from it)."""
         # format 2: a segment of the run's newest record that holds the entry is its home (the
         # per-save pack the hint names is deleted once merged into a tier pack)
         h = self.seg_home.get((etype, eid)) if self.seg_home else None
         if h is not None:
+            self.seg_hinted.add(pack)
             got = self.packs.get(h)
             if got is None:
                 got = self.packs[h] = set()

@@ -40,10 +40,12 @@ def carried_segs(newest: Manifest | None) -> list | None:
     return newest.segment_list()
 
 
-def resolve(repo, rk: str, newest: Manifest | None) -> Manifest | None:
+def resolve(repo, rk: str, newest: Manifest | None, known: dict | None = None) -> Manifest | None:
     """The effective head checkpoint of run key ``rk`` for its newest log record ``newest``: the
     record itself (a checkpoint), its target (a rollback record: the newest live checkpoint at or
     below the target when the target is gone), or None (no record, a tombstone, nothing live).
+    ``known``: ``{seq: Manifest or None}`` of records read just now; a rollback's target found
+    there as a checkpoint is not read again.
 
     Raises:
         IntegrityError: a record read is corrupt; StoreError: a request failed.
@@ -53,6 +55,9 @@ def resolve(repo, rk: str, newest: Manifest | None) -> Manifest | None:
     if newest.kind == KIND_CHECKPOINT:
         return newest
     tseq = int(newest.target["seq"])
+    t = known.get(tseq) if known else None
+    if t is not None and t.kind == KIND_CHECKPOINT:
+        return t
     try:
         t = repo.read_manifest_key(keys.manifest_key(rk, tseq))
         if t.kind == KIND_CHECKPOINT:

@@ -11,6 +11,7 @@ the manager (``mgr``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from . import callers, firstread, history, publish, views
@@ -18,6 +19,7 @@ from .checkpoint import Checkpoint, make_checkpoint
 from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed, RunNotFound
 from ..format import keys
 from ..format.ids import check_checkpoint_id, new_write_id, seq_hint
+from ..format.liveness import LogWalk
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest, is_void, record_positions
 from ..repo.log import runmarks
 from ..repo.log.pages import range_infos
@@ -133,11 +135,22 @@ def _probe_rollback(run_id: str, seq: int) -> Manifest:
 
 def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=None) -> None:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there).
+
+    Deleting one checkpoint costs about five round trips whatever the run's length: (1) one LIST
+    of the run's newest positions (beside the config GET and versioning check of a fresh
+    manager); (2) the GETs of the newest records and of the checkpoint, and the ``r`` run marker
+    at the position after the listed head, together (:func:`read_newest`); (3) the create-only
+    PUT of the rollback record when the head moves; (4)-(5) the removal of what it hides
+    (:meth:`~snapstore.repo.log.records.LogRecords.remove_records`). When those reads do not
+    settle it (deep rollback chains, a run that changed between LIST and GET) the run is read
+    again (:func:`delete_checkpoints`)."""
     exp = views.expect(expect_head)
     with mgr.state.run_lock(run_id):
+        early = None
         if checkpoint_id is not None:
             check_checkpoint_id(checkpoint_id)
+            early = firstread.early_listing(mgr, run_id, ROLLBACK_PAGE)  # beside the config GET
         if not mgr.state.exists():
             if checkpoint_id is None:
                 raise RunNotFound(f"run {run_id!r} not found")
@@ -156,17 +169,124 @@ def delete(mgr, run_id: str, checkpoint_id: str | None = None, *, expect_head=No
             mgr.state.views.pop(run_id, None)
             views.saw(mgr, run_id, None, tomb.seq, tomb.write_id)
         else:
-            check_checkpoint_id(checkpoint_id)
+            fresh = read_newest(mgr, run_id, rk, checkpoint_id, firstread.listed(early, rk))
             if exp is not None:
-                check(mgr.repo.head(rk))  # explicit compare-and-swap: whatever is deleted
-            try:
-                m = mgr.repo.find_checkpoint(rk, checkpoint_id)
-            except CheckpointNotFound:
-                raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
-            rec = delete_checkpoints(mgr, run_id, rk, [(m.seq, checkpoint_id)], check)
+                if fresh is not None:  # explicit compare-and-swap: whatever is deleted
+                    check(fresh.newest, fresh.got)
+                else:
+                    check(mgr.repo.head(rk))
+            m = fresh.target if fresh is not None else None
+            if m is None:
+                try:
+                    m = mgr.repo.find_checkpoint(rk, checkpoint_id)
+                except CheckpointNotFound:
+                    raise CheckpointNotFound(f"run {run_id!r} has no checkpoint {checkpoint_id!r}") from None
+            rec = delete_checkpoints(mgr, run_id, rk, [(m.seq, checkpoint_id)], check, fresh=fresh)
             mgr.state.views.pop(run_id, None)
             if rec is not None:
-                views.saw_record(mgr, run_id, rk, rec)
+                known = fresh.got.get(int(rec.target["seq"])) if fresh is not None and rec.target else None
+                if known is not None and known.kind == KIND_CHECKPOINT and known.checkpoint_id == rec.target["id"]:
+                    views.saw(mgr, run_id, known.checkpoint_id, rec.seq, rec.write_id)  # read in the wave
+                else:
+                    views.saw_record(mgr, run_id, rk, rec)
+
+
+HEAD_WAVE = 4
+"""Records a checkpoint delete reads in its first wave, newest first: the head and the records
+below it (a rollback record or a void among them costs no second round trip)."""
+
+
+@dataclass
+class Fresh:
+    """A run's newest records read in one wave after one LIST (:func:`read_newest`): what a
+    checkpoint delete decides from when nothing is published meanwhile.
+
+    Attributes:
+        newest: the run's newest record (Manifest) at the listed top position.
+        top: that position (int).
+        live: ``[(seq, checkpoint id)]`` of the live checkpoints newest first, down to the first
+            one that is not ``target`` or to the end of the run's live checkpoints (complete
+            for the decision of :func:`delete_checkpoints`).
+        target: the checkpoint's manifest, or None (not found among the reads: look it up).
+        listed: the LIST page (ObjectInfos, newest first) the reads followed.
+        infos: ``{seq: ObjectInfo}`` of the page; ``covers(seq)`` tells whether a position is in it.
+        got: ``{seq: Manifest or None}`` of every record read.
+        pending: the ``r`` marker written at ``top + 1`` (a Pending), or ``_UNSET``: none.
+    """
+
+    newest: Manifest
+    top: int
+    live: list
+    target: Manifest | None
+    listed: list
+    infos: dict
+    got: dict
+    pending: object = _UNSET
+
+    def covers(self, seq: int) -> bool:
+        """True when the listing shows every object at ``seq`` (its page reached below it)."""
+        return len(self.listed) < ROLLBACK_PAGE or (bool(self.infos) and seq >= min(self.infos))
+
+
+def read_newest(mgr, run_id: str, rk: str, checkpoint_id: str, listed: list | None) -> Fresh | None:
+    """One wave for deleting checkpoint ``checkpoint_id`` of run key ``rk``: list the run's newest
+    :data:`ROLLBACK_PAGE` positions (unless ``listed``, the page :mod:`~snapstore.manager.firstread`
+    sent beside the config GET, is given), then GET the newest :data:`HEAD_WAVE` records, the
+    checkpoint's own record (its position from its id) and, when that position is among the
+    newest records read (so the head may move), the ``r`` run marker at the position after the
+    listed head (docs/format.md §13: a writer may write it beside its reads; one with no
+    rollback record at its position only makes ``runs()`` read that run's head), all together.
+
+    Args:
+        mgr: the manager. run_id: the run. rk: its key segment. checkpoint_id: a checked id.
+        listed: ObjectInfos of the run's manifests, newest first, or None.
+    Returns:
+        A :class:`Fresh`, or None when the wave does not settle the decision (no record, a head
+        gone between LIST and GET, the live checkpoints below the head out of reach): the
+        caller reads the run the usual way.
+    Raises:
+        IntegrityError: a record read is corrupt; StoreError: a request failed (the marker's
+        failure too: nothing was published).
+    """
+    repo = mgr.repo
+    if listed is None:
+        listed = list(repo.store.list(keys.manifests_prefix(rk), limit=ROLLBACK_PAGE))
+    positions = record_positions(listed)
+    if not positions:
+        return None
+    top = positions[0]
+    chunk = positions[:HEAD_WAVE]
+    hint = seq_hint(checkpoint_id)
+    reads = list(chunk) + ([hint] if hint is not None and hint not in chunk and hint in positions else [])
+    pool = repo.pool
+    f_mark = pool.submit(runmarks.before_publish, repo.store, rk, _probe_rollback(run_id, top + 1), False) \
+        if hint in chunk else None
+    try:
+        got = history.read_many(repo, rk, reads)
+    except BaseException:
+        if f_mark is not None:
+            f_mark.exception()
+        raise
+    pending = f_mark.result() if f_mark is not None else _UNSET  # raises if it could not be written
+    newest = got.get(top)
+    if newest is None:
+        return None
+    target = got.get(hint) if hint is not None else None
+    if target is not None and not (target.kind == KIND_CHECKPOINT and target.checkpoint_id == checkpoint_id):
+        target = None
+    live, settled = [], len(chunk) == len(positions) and len(listed) < ROLLBACK_PAGE
+    for s, m, end in history.live_records(chunk, got, LogWalk()):
+        if end:
+            settled = True
+            break
+        live.append((s, m.checkpoint_id))
+        if m.checkpoint_id != checkpoint_id:
+            settled = True
+            break
+    if not settled:
+        return None
+    infos = {keys.seq_from_manifest_key(i.key): i for i in listed}
+    return Fresh(newest, top, live, target, listed, infos, got, pending)
 
 
 def delete_many(mgr, run_id: str, checkpoint_ids, *, expect_head=None) -> list[str]:
@@ -242,7 +362,7 @@ def _newest(mgr, rk: str, listed) -> Manifest | None:
 
 
 def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, listed=None,
-                       store_now=None) -> Manifest | None:
+                       store_now=None, fresh: Fresh | None = None) -> Manifest | None:
     """Delete live checkpoints ``[(seq, id)]``; if the head is among them, move the head first.
 
     ``listed``: the :class:`~snapstore.manager.summaries.Listing` the caller decided from, or None.
@@ -252,6 +372,10 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
     being read again; otherwise, and after a lost race, the run is read again
     (:func:`snapstore.manager.history.scan`). ``store_now``: the store's clock for the removals
     (:meth:`~snapstore.repo.log.records.LogRecords.store_clock`), or None: one probe.
+    ``fresh``: the run's newest records read just now (:func:`read_newest`, instead of
+    ``listed``): the first attempt decides from them with no further read, publishes with the
+    ``r`` marker written there, and removes the hidden range with the ages and records of that
+    wave.
 
     The record that moves the head is published at exactly the position after the head the
     decision was based on, so a checkpoint saved concurrently is never hidden by it. With
@@ -264,9 +388,13 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
     doomed_seqs = {s for s, _ in doomed}
     moved = None
     infos = None
-    for _ in range(16):
-        newest = _newest(mgr, rk, listed)
-        if listed is not None and newest is not None and newest.seq == listed.top:
+    for attempt in range(16):
+        wave = fresh if attempt == 0 else None
+        if wave is not None:
+            newest, live = wave.newest, wave.live
+            infos = wave.infos if all(wave.covers(s) for s in doomed_seqs) else None
+        elif (newest := _newest(mgr, rk, listed)) is not None and listed is not None \
+                and newest.seq == listed.top:
             live = listed.pairs()
             infos = listed.infos
         else:
@@ -280,7 +408,7 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
         if newest is None or not live or live[0][0] not in doomed_seqs:
             break
         if check is not None:
-            check(newest)
+            check(newest, wave.got if wave is not None else None)
         survivors = [(s, c) for s, c in live if s not in doomed_seqs]
         seq = newest.seq + 1
         if survivors:
@@ -292,8 +420,9 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
             ts = -1
             rec = Manifest(kind=KIND_TOMBSTONE, run_id=run_id, seq=seq, write_id=new_write_id(),
                            created=datetime.now(timezone.utc))
+        pending = wave.pending if wave is not None and rec.kind == KIND_ROLLBACK else _UNSET
         try:
-            data = mgr.repo.publish(rk, rec)
+            data = mgr.repo.publish(rk, rec, pending=pending)
         except PreconditionFailed:
             if check is not None:
                 raise ConflictError(f"run {run_id!r} changed while deleting its head checkpoint; read the "
@@ -303,7 +432,8 @@ def delete_checkpoints(mgr, run_id: str, rk: str, doomed: list, check=None, list
         moved = rec
         infos = None  # the range below the new record is listed again (remove_range)
         # everything between the new head and the record is now hidden: remove it (incl. doomed)
-        done = {s for s, _ in remove_range(mgr, rk, ts, rec.seq)}
+        done = {s for s, _ in remove_range(mgr, rk, ts, rec.seq, wave.listed if wave is not None else None,
+                                           wave.got if wave is not None else None)}
         if not survivors:
             mgr.repo.store.delete_many(i.key for i in mgr.repo.store.list(keys.index_prefix(rk)))
         doomed = [(s, c) for s, c in doomed if s not in done]

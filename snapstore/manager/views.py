@@ -160,12 +160,14 @@ def head_check(mgr, run_id: str, rk: str, exp: tuple | None, seen: Seen | None, 
     """A check of the run's newest record against the caller's expectation, for operations that
     move the head: ``check(newest)`` raises ConflictError unless the head ``newest`` resolves to
     is ``exp`` (explicit ``expect_head``) or, without one, what ``seen`` (the calling context's
-    view) recorded. None when there is nothing to check (no expectation, no view)."""
+    view) recorded. None when there is nothing to check (no expectation, no view). ``check``'s
+    optional second argument ``known`` (``{seq: Manifest or None}``, records read just now) is
+    handed to :func:`~snapstore.manager.history.resolve` (a rollback's target read already)."""
     if exp is None and (seen is None or not seen.known):
         return None
 
-    def check(newest: Manifest | None) -> None:
-        head = history.resolve(mgr.repo, rk, newest)
+    def check(newest: Manifest | None, known: dict | None = None) -> None:
+        head = history.resolve(mgr.repo, rk, newest, known)
         hid = head.checkpoint_id if head else None
         if exp is not None:
             if hid != exp[0]:

@@ -358,3 +358,53 @@ def test_a_corrupt_bundle_is_named_by_the_reader(tmp_path):
         CheckpointManager(url).latest("r")
     assert e.value.key == rep.bundles[0], e.value
     assert any(p.key == rep.bundles[0] for p in CheckpointManager(url).verify(read_data=True).errors)
+
+
+@pytest.mark.parametrize("kind", ["local", "s3-http"])
+def test_replaces_names_every_pack_a_hint_names(kind, store_factory, monkeypatch):
+    """Issue 23: a run whose session state stays mostly the same (its entries sit in the older
+    packs their hints name) and whose writer keeps the per-save packs it merges (a fork pinned
+    the run, docs/format.md §10), so those packs are still there beside the tier packs (the
+    segments) that also hold the entries. The bundle's ``replaces`` must name every pack a hint of
+    its checkpoints names (§28), not only the segments: after GC (grace 0) took the hot packs, a
+    reader that starts from a hint (no segment indexed: a fresh repository's Locator) reaches the
+    bundle, and fresh managers read every checkpoint exactly as before."""
+    from snapstore.maintenance.mark import Reach
+    from snapstore.repo.repository import Repository
+
+    store = store_factory(kind)
+    m = CheckpointManager(store)
+    msgs = [SYSTEM]
+    state = {"big": [f"fixed state {k} " * 20 for k in range(50)]}
+    ids = []
+    for i in range(40):
+        msgs = msgs + [{"role": "user", "content": f"question {i} " * 40}]
+        ids.append(m.save("r", msgs, step=i, session_state=dict(state, i=i // 7)))
+        if i == 5:
+            m.fork("r", ids[-1], "pin")  # the run's writer now leaves the packs it merges to GC
+    before = {cid: (c.messages, c.session_state) for cid in ids for c in [m.get("r", cid)]}
+    hints = []
+    real = Reach.need
+
+    def spy(self, repo, pack, etype, eid):
+        hints.append((pack, etype, eid))
+        return real(self, repo, pack, etype, eid)
+    with monkeypatch.context() as mp:
+        mp.setattr(Reach, "need", spy)
+        rep = m.archive(["r"])
+    assert rep.runs == ["r"]
+    ikey = INDEX + rep.bundles[0].rsplit("/", 1)[1]
+    ix = decode_index(ikey, store.get(ikey))
+    assert {p for p, _, _ in hints} <= set(ix.replaces)
+    m.delete("pin")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(store) == [] and bundles(store) == rep.bundles
+    repo = Repository.open(store)  # nothing read yet: no segment indexed
+    for pack, etype, eid in hints:
+        assert repo.locator.locate(pack, etype, eid).key == rep.bundles[0]
+    for cid in ids:
+        c = CheckpointManager(store).get("r", cid)
+        assert (c.messages, c.session_state) == before[cid]
+    v = CheckpointManager(store).verify(read_data=True)
+    assert v.ok, v.errors
