@@ -111,9 +111,9 @@ def breakdown(location: str) -> dict:
                 seen.add(ek)
                 name = ENTRY_TYPES.get(chr(e.type), chr(e.type))
                 if name == "chunk":
-                    try:
-                        name = "chunk:" + chunk_kind(pack.entry_bytes(e))
-                    except Exception:  # noqa: BLE001 - a block needing a dictionary: not split
+                    try:  # through the repository: a block compressed against earlier messages needs them
+                        name = "chunk:" + chunk_kind(mgr.repo.read_entry_in(pack, ek[0], ek[1]))
+                    except Exception:  # noqa: BLE001 - an entry the reader cannot read alone
                         name = "chunk:?"
                 row = entries.setdefault(name, [0, 0])
                 row[0] += 1
