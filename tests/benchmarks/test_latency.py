@@ -209,7 +209,7 @@ def test_bounded_fork_row_and_objects_block(tmp_path, bench_env):
     assert fork["size"] == 12 and fork["verdict"] == "PASS"
     assert fork["requests"]["PUT"] >= 1 and 0 < fork["bytes_up"] <= bench.FORK_LIMIT
     assert fork["stored_objects_added"] >= 1 and 0 < fork["stored_bytes_added"] <= bench.FORK_LIMIT
-    assert {r["op"] for r in res["rows"]} == {"latest", "list(limit=10)", "rollback 5 back", "fork"}
+    assert {r["op"] for r in res["rows"]} == {"latest", "list(limit=10)", "rollback 5 back", "fork", "delete head"}
     (obj,) = res["objects"]
     st = obj["stored"]
     assert obj["size"] == 12 and st["objects"] == sum(v["objects"] for v in st["kinds"].values())
