@@ -12,7 +12,7 @@ import sys
 import click
 
 from ..maintenance import keyslots
-from .output import CommandError, write
+from .output import CommandError, current_activity, write
 from .state import state_of
 
 __all__ = ["COMMANDS", "passphrase_from_env_or_prompt"]
@@ -31,7 +31,14 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
         raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal, so none is asked for)"
                            + ("; a repository with a KMS slot also opens with $SNAPSTORE_KMS_KEY"
                               if env == "SNAPSTORE_PASSPHRASE" else ""), 2)
-    got = click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+    activity = current_activity()
+    if activity is not None:
+        activity.suspend()  # the "working..." line must not draw over the prompt while it waits
+    try:
+        got = click.prompt(what, hide_input=True, confirmation_prompt=confirm)
+    finally:
+        if activity is not None:
+            activity.resume()
     if not got:
         raise CommandError("the passphrase must not be empty", 2)
     return got
@@ -95,15 +102,19 @@ def key_rotate(ctx):
     store = _store(ctx)
     before = keyslots.list_slots(store)
     kid = keyslots.rotate_key(store)
-    kept = {s["id"] for s in keyslots.list_slots(store)}
+    after = keyslots.list_slots(store)
+    kept = {s["id"] for s in after}
     dropped = [s for s in before if s["id"] not in kept]
-    lines = [f"new data key {kid}: new objects are sealed under it; run 'snapstore key rekey' to rewrite "
-             "older objects"]
-    if dropped:
-        lines.append(f"dropped {len(dropped)} other key slot{'s' if len(dropped) > 1 else ''} (they wrap the old key "
-                     "only); add back the ones to keep:")
-        lines += [f"  {s['id']} KMS key {s['key']}: snapstore key add --kms-key {s['key']}" if s["kdf"] == "kms"
-                  else f"  {s['id']} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore key add" for s in dropped]
+    repo_opt = f"--repo {state_of(ctx).location} "
+    lines = [f"new data key {kid}: new objects are sealed under it; run 'snapstore {repo_opt}key rekey' to "
+             "rewrite older objects",
+             f"the passphrase or KMS key you opened with is kept, in slot {', '.join(sorted(kept))} (new id)"]
+    if len(dropped) > 1:  # one of them is the opener's old slot, re-made above under the new id
+        lines.append(f"the repository had {len(dropped)} slots; the {len(dropped) - 1} other than yours wrap the old "
+                     "key only and were dropped; add back the ones to keep (skip the one you opened with):")
+        lines += [f"  {s['id']} KMS key {s['key']}: snapstore {repo_opt}key add --kms-key {s['key']}" if s["kdf"] == "kms"
+                  else f"  {s['id']} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore {repo_opt}key add"
+                  for s in dropped]
     write("\n".join(lines) + "\n")
 
 

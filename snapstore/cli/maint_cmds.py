@@ -7,6 +7,7 @@ Each is a click command; :data:`COMMANDS` lists them in the order ``snapstore --
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from datetime import timedelta
 
@@ -285,6 +286,8 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
     from ..maintenance.partitions import partitioned_mark
     from ..maintenance.partsweep import partitioned_gc
 
+    if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
     location = state_of(ctx).location
     progress = Progress(not as_json)
     show = _plan_progress(progress)

@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MissingDependencyError
 from ..repo.repository import Repository
 from ..stores import open_store
 from .gc import GCPlan
@@ -455,6 +455,21 @@ def mark_report(plan: MarkPlan, sums: list, red: dict) -> dict:
             "summaries": sums, "live": red["live"], "candidate_ids": red["candidates"]}
 
 
+def require_pyarrow() -> None:
+    """Check that pyarrow (the job files' Parquet) can be imported, before anything is written.
+
+    Raises:
+        MissingDependencyError: it cannot; the message names the extra to install.
+    """
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError("gc --plan (partitioned GC) writes its job files as Parquet and needs "
+                                     "pyarrow: pip install 'snapstore[partitioned]' (or 'snapstore[dask]' "
+                                     "for the Dask executor)") from None
+
+
 def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str = "local",
                      scheduler: "str | object | None" = None, workers: int = 4,
                      store_options: dict | None = None, inventory: str | None = None, progress=None) -> dict:
@@ -473,7 +488,9 @@ def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str 
         ``summaries`` (per partition), ``live`` / ``candidate_ids`` (sets of pack ids).
     Raises:
         InvalidInputError: an unknown executor, ``dask`` without a scheduler, a malformed inventory.
+        MissingDependencyError: pyarrow is not installed (the job files are Parquet).
     """
+    require_pyarrow()
     check_executor(executor, scheduler)
     url, job_dir = _absolute(url), os.path.abspath(job_dir)
     if os.path.exists(os.path.join(job_dir, CANDIDATES_FILE)):

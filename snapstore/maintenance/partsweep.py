@@ -192,6 +192,7 @@ def partitioned_gc(url: str, job_dir: str, partitions: int = 8, executor: str = 
     """
     if grace_period < 0:
         raise InvalidInputError(f"grace_period must be >= 0, got {grace_period}")
+    P.require_pyarrow()
     P.check_executor(executor, scheduler)
     url, job_dir = P._absolute(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)

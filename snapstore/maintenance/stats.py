@@ -6,6 +6,7 @@ Layer 4's whole-repository walks (uses :mod:`snapstore.maintenance.runs`).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections import defaultdict
 
 from ..errors import SnapstoreError
@@ -18,6 +19,7 @@ from ..repo.repository import Repository
 from .bill import bill
 from .runs import read_all_runs, void_record
 from ..stores.base import store_capabilities
+from ..stores.crypt import UNSEALED_SIZE
 
 _CATEGORY = {"config": "config", "pack": "packs", "manifest": "manifests", "index": "index", "logseg": "log",
              "fwd": "forward", "gc": "gc", "runmark": "runmarks", "pin": "runmarks"}
@@ -36,6 +38,8 @@ def _is_shared_pack(key: str) -> bool:
     try:
         pid = keys.pack_id_from_key(key)
     except (SnapstoreError, ValueError):
+        return False
+    if pid is None:  # a file under packs/ that names no pack (packs/ab/notes.txt)
         return False
     e = shared.shared_epoch(pid)
     return e is not None and shared.epoch_end(e) - shared.EPOCH_SECONDS <= time.time() + shared.EPOCH_SECONDS
@@ -98,6 +102,8 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
     total = 0
     bundle_infos = []
     for info in repo.store.list(""):
+        if info.size >= UNSEALED_SIZE:  # not a sealed object (a stray file): counted at its stored size
+            info = replace(info, size=info.size - UNSEALED_SIZE)
         k = info.key
         where = keys.parse_key(k)
         c = _CATEGORY.get(where.kind, "packs" if k.startswith(keys.PACKS) else "other")

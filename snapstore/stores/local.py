@@ -111,6 +111,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+
+def _is_key(name: str) -> bool:
+    """Whether ``name`` (a path relative to the store root, ``/``-separated) is a valid object key
+    (:func:`~snapstore.stores.base.check_key`): files of other names (a user's ``README.txt``, a
+    ``Backup/`` folder) are not objects of this store, so listings leave them out."""
+    try:
+        check_key(name)
+    except InvalidInputError:
+        return False
+    return True
+
 class LocalStore:
     """An :class:`~snapstore.stores.base.ObjectStore` over a directory.
 
@@ -722,7 +733,7 @@ class LocalStore:
             for n in filenames:
                 if not n.startswith("."):
                     k = relkey + n
-                    if k.startswith(prefix):
+                    if k.startswith(prefix) and _is_key(k):  # a file no key names (README.txt) is not an object
                         keys.append(k)
         return keys
 

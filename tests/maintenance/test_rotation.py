@@ -96,7 +96,8 @@ def test_cli_rotate_and_rekey(tmp_path):
     out = run.invoke(cli, ["--repo", repo, "key", "rotate"], env=env)
     assert out.exit_code == 0 and "new data key" in out.output, out.output
     # the slot rotation dropped is named, with the command that adds it back
-    assert f"{second} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore key add" in out.output, out.output
+    assert f"{second} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore --repo {repo} key add" in out.output, out.output
+    assert "you opened with is kept" in out.output and "2 slots; the 1 other than yours" in out.output, out.output
     out = run.invoke(cli, ["--repo", repo, "key", "rekey"], env=env)
     assert out.exit_code == 0 and "dropped retired key(s): " in out.output and "none" not in out.output, out.output
     out = run.invoke(cli, ["--repo", repo, "verify", "--read-data"], env=env)
