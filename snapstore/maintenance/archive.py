@@ -258,9 +258,13 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
     builder = PackBuilder(bid, level=BUNDLE_LEVEL, zstd_params=BUNDLE_ZSTD_PARAMS)
     copied: dict = {}
     replaces: set = set()
+    segs = segments_by_run({rk: chosen[rk] for rk in group})
     for rk in group:
         need, touched = by_run_need[rk]
         replaces |= touched
+        # index the run's segment packs first, as a restore does: an entry whose hint names a
+        # per-save pack merged away since (a data block's dictionary messages) is found there
+        repo.locator.prefetch_segments(segs.get(chosen[rk].live[0].run_id, []))
         for pid, entries in need.items():
             pack = repo.cache.get_pack(pid)
             order = sorted((k for k in entries if k in pack.entries), key=lambda k: (pack.entries[k].block,
