@@ -404,9 +404,14 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None, checked
     if conflicts:
         more = "" if existing == "resume" else " (existing 'skip' leaves them, 'resume' finishes an interrupted " \
                                                 "import of them: --existing skip|resume)"
-        raise ConflictError(f"the target already has run{'s' if len(conflicts) > 1 else ''} "
-                            f"{', '.join(repr(r) for r in conflicts)}" +
-                            (": not the beginning of the bundle's" if existing == "resume" else "") + more)
+        conflicts = list(conflicts)
+        shown = ", ".join(repr(r) for r in conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+        runs = f"run {shown}" if len(conflicts) == 1 else f"runs of the bundle ({len(conflicts)}): {shown}"
+        if existing == "resume":
+            raise ConflictError(f"the target already has {runs}, which differ from the bundle's (not the beginning "
+                                "of an interrupted import of it): import into another repository, or delete them "
+                                "there first")
+        raise ConflictError(f"the target already has {runs}{more}")
     rep = ImportReport()
     recent: OrderedDict = OrderedDict()  # (run, id) -> message list
     with open(path, "rb") as f:

@@ -156,7 +156,7 @@ def test_existing_runs_fail_skip_resume(shared_dir, tmp_path):
     rep = dst.import_bundle(str(path), existing="skip")
     assert runs[1] in rep.skipped and sorted(rep.runs) == sorted(set(runs) - {runs[1]})
     assert dst.latest(runs[1]).messages == [{"role": "user", "content": "mine"}]
-    with pytest.raises(ConflictError, match="not the beginning"):
+    with pytest.raises(ConflictError, match="not the beginning of an interrupted import"):
         dst.import_bundle(str(path), existing="resume")
     with pytest.raises(InvalidInputError):
         dst.import_bundle(str(path), existing="replace")
