@@ -481,7 +481,7 @@ def show_cmd(ctx, run, checkpoint, as_json):
 
 
 @click.command("export")
-@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.argument("runs", nargs=-1, metavar="RUN...")
 @click.option("-c", "--checkpoint", metavar="ID", help="Checkpoint id (default: the run's latest).")
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Write to FILE instead of stdout.")
@@ -491,12 +491,23 @@ def show_cmd(ctx, run, checkpoint, as_json):
 @click.option("--bundle", is_flag=True, help="Write every live checkpoint of each RUN (ids, parents, times, "
               "summaries, messages, session state, tool outcomes) to one portable bundle file (-o FILE), for "
               "'snapstore import --bundle' into any repository. The file holds plaintext.")
+@click.option("--all", "all_runs", is_flag=True, help="With --bundle: every run of the repository (instead of RUN...).")
 @click.pass_context
-def export_cmd(ctx, runs, checkpoint, output, record, bundle):
+def export_cmd(ctx, runs, checkpoint, output, record, bundle, all_runs):
     """Print a checkpoint's message list as JSON, exactly as saved (nothing else on stdout).
 
     With --bundle: write whole runs to a portable bundle file instead (docs/format.md §30).
     """
+    if all_runs:
+        if not bundle:
+            raise CommandError("--all exports every run to a bundle: give --bundle -o FILE too", 2)
+        if runs:
+            raise CommandError("give RUN... or --all, not both", 2)
+        runs = tuple(state_of(ctx).manager().runs())
+        if not runs:
+            raise CommandError("the repository holds no run to export", 1)
+    elif not runs:
+        raise CommandError("export needs a RUN (or --bundle --all -o FILE for every run)", 2)
     if bundle:
         _export_bundle(ctx, runs, checkpoint, output, record)
         return

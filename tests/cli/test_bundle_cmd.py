@@ -81,3 +81,23 @@ def test_unarchive_command(tmp_path):
     assert not list((tmp_path / "repo").rglob("archive/data/*/*/*"))  # the bundle went to GC
     assert "not archived" in run(repo, "unarchive", "demo").stdout
     assert run(repo, "verify", "--read-data").exit_code == 0
+
+
+def test_export_bundle_all_runs_whatever_their_ids(tmp_path):
+    from click.testing import CliRunner
+
+    from snapstore import CheckpointManager
+    from snapstore.cli import cli
+
+    src, dst, f = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "all.snap")
+    with CheckpointManager(src) as m:
+        for r in ("my run", "x/y", "plain"):
+            m.save(r, [{"role": "user", "content": r}])
+    run = CliRunner()
+    out = run.invoke(cli, ["--repo", src, "export", "--bundle", "--all", "-o", f])
+    assert out.exit_code == 0, out.output
+    assert run.invoke(cli, ["--repo", dst, "import", "--bundle", f]).exit_code == 0
+    with CheckpointManager(dst) as m:
+        assert sorted(m.runs()) == ["my run", "plain", "x/y"]
+    bad = run.invoke(cli, ["--repo", src, "export", "--all", "plain", "--bundle", "-o", f])
+    assert bad.exit_code == 2 and "not both" in bad.output
