@@ -26,6 +26,14 @@ from .state import state_of
 __all__ = ["COMMANDS", "IMPORT_STATE_KEY", "stdin_interactive"]
 
 
+
+def _kind(store) -> str:
+    """``"encrypted "`` for a store opened with a passphrase or KMS key (a first save through it
+    makes an encrypted repository, which the user should hear about), else ``""``."""
+    from ..stores.crypt import is_sealed
+    return "encrypted " if is_sealed(store) else ""
+
+
 def _refuse_foreign_content(store, allow: bool) -> None:
     """Refuse to create a repository where other files are (:func:`find_foreign_content`), unless
     ``allow``.
@@ -268,7 +276,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         raise
     mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
     if created and not quiet:
-        write(f"initialized new snapstore repository at {store.url}\n", err=True)
+        write(f"initialized new {_kind(store)}snapstore repository at {store.url}\n", err=True)
 
     before = mgr.store.stats.snapshot()
     total_cps = sum(len(c.checkpoints) for c in conversations)
@@ -367,7 +375,7 @@ def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -
             _refuse_foreign_content(store, allow_nonempty)
             Repository.init(store, exist_ok=True)
             if not quiet:
-                write(f"initialized new snapstore repository at {store.url}\n", err=True)
+                write(f"initialized new {_kind(store)}snapstore repository at {store.url}\n", err=True)
     except BaseException:
         store.close()
         raise
