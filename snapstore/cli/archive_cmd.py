@@ -57,9 +57,14 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
         except ValueError as e:
             raise CommandError(f"--finished-before: not an ISO-8601 UTC time: {finished_before!r} ({e})", 2) from e
     keep = {k: v for k, v in rules.items() if v is not None} or None
-    rep = mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
-                      expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
-                      keep=keep)
+    try:
+        rep = mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
+                          expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
+                          keep=keep)
+    except KeyboardInterrupt:
+        write("interrupted: nothing is lost (a run is switched to its bundle only once the bundle is checked; "
+              "the rest read as before); run the same command again to finish\n", err=True)
+        raise
     if as_json:
         emit_json({"runs": rep.runs, "skipped": rep.skipped, "bundles": rep.bundles, "checkpoints": rep.checkpoints,
                    "pruned": rep.pruned,
@@ -119,7 +124,12 @@ def unarchive_cmd(ctx, runs, as_json):
     it, then switches the catalogue; a bundle that serves no run any more is deleted by a later
     'snapstore gc'. Bundles in GLACIER or DEEP_ARCHIVE must be restored first ('snapstore restore').
     """
-    rep = state_of(ctx).manager().unarchive(list(runs))
+    try:
+        rep = state_of(ctx).manager().unarchive(list(runs))
+    except KeyboardInterrupt:
+        write("interrupted: nothing is lost (every run reads from its bundle or from its new hot pack); run the "
+              "same command again to finish\n", err=True)
+        raise
     if as_json:
         emit_json({"runs": rep.runs, "skipped": rep.skipped, "packs": rep.packs, "checkpoints": rep.checkpoints,
                    "bytes": rep.bytes, "bundles": sorted(set(rep.bundles)), "released": rep.released})
