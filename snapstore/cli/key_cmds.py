@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from ..errors import ObjectNotFound
 from ..maintenance import keyslots
 from .output import CommandError, current_activity, write
 from .state import state_of
@@ -51,6 +52,11 @@ def _store(ctx):
     else:
         store = state_of(ctx).open_store(passphrase_from_env_or_prompt())
     ctx.call_on_close(store.close)
+    inner = getattr(store, "inner", store)
+    try:
+        inner.head("config")
+    except ObjectNotFound:
+        raise CommandError(f"no snapstore repository at {store.url} (run 'snapstore init --encrypt')", 1) from None
     return store
 
 
