@@ -99,25 +99,28 @@ def breakdown(location: str) -> dict:
                 row[0] += 1
                 row[1] += sizes.get(manifest_key(rk, s.seq), 0)
         entries: dict = {}
-        seen: set = set()
+        copies: dict = {}  # entry -> [(pack, entry)]: a merged pack holds copies of per-save packs' entries
         for key in sorted(k for k in sizes if k.startswith("packs/")):
             data = store.get(key)
             if not data:
                 continue
             pack = Pack.parse(key, data)
             for ek, e in pack.entries.items():
-                if ek in seen:
-                    continue  # the same entry in another pack (a merged pack's copy)
-                seen.add(ek)
-                name = ENTRY_TYPES.get(chr(e.type), chr(e.type))
-                if name == "chunk":
+                copies.setdefault(ek, []).append((pack, e))
+        for ek, where in copies.items():
+            pack, e = where[0]
+            name = ENTRY_TYPES.get(chr(e.type), chr(e.type))
+            if name == "chunk":
+                name = "chunk:?"  # no copy the reader can read alone (pack order is random: try each)
+                for pack, _e in where:
                     try:  # through the repository: a block compressed against earlier messages needs them
                         name = "chunk:" + chunk_kind(mgr.repo.read_entry_in(pack, ek[0], ek[1]))
-                    except Exception:  # noqa: BLE001 - an entry the reader cannot read alone
-                        name = "chunk:?"
-                row = entries.setdefault(name, [0, 0])
-                row[0] += 1
-                row[1] += e.length
+                        break
+                    except Exception:  # noqa: BLE001 - this copy cannot be read alone
+                        continue
+            row = entries.setdefault(name, [0, 0])
+            row[0] += 1
+            row[1] += e.length
     return {"total": sum(sizes.values()), "objects": dict(objects), "records": records, "entries": entries}
 
 
