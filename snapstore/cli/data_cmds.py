@@ -27,6 +27,31 @@ __all__ = ["COMMANDS", "IMPORT_STATE_KEY", "stdin_interactive"]
 
 
 
+def _open_or_init(ctx, allow_nonempty: bool, quiet: bool):
+    """The manager of this invocation's repository for an import, the repository created first
+    when there is none (a location holding other files is refused unless ``allow_nonempty``);
+    says so on stderr unless ``quiet``. Raises CommandError / SnapstoreError."""
+    from ..repo.repository import Repository
+
+    st = state_of(ctx)
+    store = st.open_store()
+    created = False
+    try:
+        try:
+            Repository.open(store, create=False)
+        except RepositoryError:
+            _refuse_foreign_content(store, allow_nonempty)
+            Repository.init(store, exist_ok=True)
+            created = True
+    except BaseException:
+        store.close()
+        raise
+    mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
+    if created and not quiet:
+        write(f"initialized new {_kind(store)}snapstore repository at {store.url}\n", err=True)
+    return mgr
+
+
 def _kind(store) -> str:
     """``"encrypted "`` for a store opened with a passphrase or KMS key (a first save through it
     makes an encrypted repository, which the user should hear about), else ``""``."""
@@ -238,7 +263,6 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     (error).
     """
     from ..format.ids import check_run_id
-    from ..repo.repository import Repository
 
     if bundle:
         _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet,
@@ -261,22 +285,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         _dry_run_report(file, fmt_name, prefix, runs, conversations, as_json)
         return
 
-    st = state_of(ctx)
-    store = st.open_store()
-    created = False
-    try:
-        try:
-            Repository.open(store, create=False)
-        except RepositoryError:
-            _refuse_foreign_content(store, allow_nonempty)
-            Repository.init(store, exist_ok=True)
-            created = True
-    except BaseException:
-        store.close()
-        raise
-    mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
-    if created and not quiet:
-        write(f"initialized new {_kind(store)}snapstore repository at {store.url}\n", err=True)
+    mgr = _open_or_init(ctx, allow_nonempty, quiet)
 
     before = mgr.store.stats.snapshot()
     total_cps = sum(len(c.checkpoints) for c in conversations)
@@ -357,8 +366,6 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
 
 def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -> None:
     """``import --bundle FILE``."""
-    from ..repo.repository import Repository
-
     if other:
         raise CommandError(f"--bundle imports runs as the bundle holds them: it takes no {', '.join(other)}", 2)
     from ..manager.portable import check_bundle, import_bundle
@@ -366,20 +373,7 @@ def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -
     if not os.path.isfile(file):
         raise CommandError(f"no bundle file {file}", 2)
     held = check_bundle(file)  # a damaged file writes nothing, not even a new repository
-    st = state_of(ctx)
-    store = st.open_store()
-    try:
-        try:
-            Repository.open(store, create=False)
-        except RepositoryError:
-            _refuse_foreign_content(store, allow_nonempty)
-            Repository.init(store, exist_ok=True)
-            if not quiet:
-                write(f"initialized new {_kind(store)}snapstore repository at {store.url}\n", err=True)
-    except BaseException:
-        store.close()
-        raise
-    mgr = st.adopt(CheckpointManager(store, compact_log=st.compact_log))
+    mgr = _open_or_init(ctx, allow_nonempty, quiet)
     progress = Progress(not quiet)
     try:
         rep = import_bundle(mgr, file, existing, lambda run, done, total: progress.update(
