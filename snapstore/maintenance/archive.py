@@ -82,9 +82,24 @@ class ArchiveReport:
     pruned: list = field(default_factory=list)
 
 
-def _hook(hooks, name, **kw):
+def call_hook(hooks: dict | None, name: str, **kw) -> None:
+    """Call ``hooks[name](**kw)`` when the caller (a test) gave such a hook; the archive and
+    unarchive steps name theirs (``after_bundle_put``, ``after_readback``...)."""
     if hooks and name in hooks:
         hooks[name](**kw)
+
+
+def check_read_back(key: str, pack: Pack, copied: dict, what: str) -> None:
+    """Check that ``pack`` (parsed from the object ``key`` as read back) holds every entry of
+    ``copied`` (``{(type, id): raw bytes}``) with exactly those bytes, before anything names it.
+
+    Raises:
+        IntegrityError: an entry is missing or differs (``what``: "bundle" or "pack", for the message).
+    """
+    for (etype, eid), raw in copied.items():
+        e = pack.entries.get((etype, eid))
+        if e is None or pack.entry_bytes(e) != raw:
+            raise IntegrityError(key, f"{what} read back lacks entry {eid.hex()}; nothing switched")
 
 
 def archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
@@ -146,7 +161,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         touched = (set(need) | set(reach.hinted) | set(reach.seg_hinted) | set(reach.fwd_used)
                    | {sg.pack for sg in segs.get(log.live[0].run_id, [])})
         by_run_need[rk] = (need, touched)
-    _hook(hooks, "after_mark", runs=list(chosen))
+    call_hook(hooks, "after_mark", runs=list(chosen))
     # group: a large run alone, small runs together
     groups: list[list[str]] = []
     small: list[str] = []
@@ -175,7 +190,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
                                         now, hooks, switch_deadline(grace_period))
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
-        _hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
+        call_hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
         rep.bundles.append(ix.key)
         rep.runs.extend(chosen[rk].live[0].run_id for rk in group)
         rep.checkpoints += sum(len(chosen[rk].live) for rk in group)
@@ -284,7 +299,7 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
         written = put_class(key, data, storage_class)
     else:
         written = store.put(key, data)
-    _hook(hooks, "after_bundle_put", bundle=bid, key=key)
+    call_hook(hooks, "after_bundle_put", bundle=bid, key=key)
     # read back whole and check every byte before anything names the bundle; a class that
     # cannot be read in place is checked from the bytes sent, and its stored size and ETag
     if storage_class in COLD_CLASSES and put_class is not None:  # elsewhere the class is only recorded
@@ -299,12 +314,8 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
         back = store.get(key)
     if blake3.blake3(back).digest(16) != checksum:
         raise IntegrityError(key, "bundle read back differs from what was written; nothing switched")
-    pack = Pack.parse(key, back, bid)
-    for (etype, eid), raw in copied.items():
-        e = pack.entries.get((etype, eid))
-        if e is None or pack.entry_bytes(e) != raw:
-            raise IntegrityError(key, f"bundle read back lacks entry {eid.hex()}; nothing switched")
-    _hook(hooks, "after_readback", bundle=bid, key=key)
+    check_read_back(key, Pack.parse(key, back, bid), copied, "bundle")
+    call_hook(hooks, "after_readback", bundle=bid, key=key)
     if deadline is not None and time.monotonic() - started > deadline:
         # a GC beside may have found it unindexed and older than half its grace period: never switch it
         store.delete_many([key])

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from . import publish
-from ..errors import ConflictError, IntegrityError, ObjectNotFound, PreconditionFailed, RunNotFound
+from ..errors import ConflictError, ObjectNotFound, PreconditionFailed, RunNotFound
 from ..format import keys
 from ..format.bundle import BundleIndex, decode_index, encode_index, index_key
 from ..format.ids import check_run_id, new_pack_id, new_write_id
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
 from ..format.pack import Pack, PackBuilder
 from ..format.segs import Seg
+from ..maintenance.archive import call_hook, check_read_back
 from ..maintenance.bundlegc import switch_deadline
 from ..maintenance.forwarding import read_forward_map
 from ..maintenance.mark import Marker, MarkScope
@@ -63,11 +64,6 @@ class UnarchiveReport:
     bytes: int = 0
     bundles: list = field(default_factory=list)
     released: list = field(default_factory=list)
-
-
-def _hook(hooks, name, **kw):
-    if hooks and name in hooks:
-        hooks[name](**kw)
 
 
 def unarchive(mgr, run_ids: list, hooks: dict | None = None) -> UnarchiveReport:
@@ -152,14 +148,10 @@ def _one(mgr, repo, run_id: str, rk: str, log, need: dict, serving: list, rep: U
     key = keys.pack_key(pid)
     started = time.monotonic()
     store.put(key, data)
-    _hook(hooks, "after_pack_put", run=run_id, key=key)
+    call_hook(hooks, "after_pack_put", run=run_id, key=key)
     back = store.get(key)
-    pack = Pack.parse(key, back, pid)
-    for (etype, eid), raw in copied.items():
-        e = pack.entries.get((etype, eid))
-        if e is None or pack.entry_bytes(e) != raw:
-            raise IntegrityError(key, f"pack read back lacks entry {eid.hex()}; nothing switched")
-    _hook(hooks, "after_readback", run=run_id, key=key)
+    check_read_back(key, Pack.parse(key, back, pid), copied, "pack")
+    call_hook(hooks, "after_readback", run=run_id, key=key)
     deadline = switch_deadline(mgr.gc_grace_period)
     if deadline is not None and time.monotonic() - started > deadline:
         store.delete_many([key])
@@ -175,13 +167,13 @@ def _one(mgr, repo, run_id: str, rk: str, log, need: dict, serving: list, rep: U
         if _release(store, ix, rk):
             rep.released.append(ix.key)
         rep.bundles.append(ix.key)
-    _hook(hooks, "after_switch", run=run_id, key=key)
+    call_hook(hooks, "after_switch", run=run_id, key=key)
     m = Manifest(kind=KIND_ROLLBACK, run_id=run_id, seq=newest.seq + 1, write_id=new_write_id(),
                  created=datetime.now(timezone.utc), target={"seq": head.seq, "id": head.checkpoint_id},
                  segs=[Seg(pid, 0, True)])
     publish.publish_record(mgr, run_id, rk, newest, m, "unarchive")
     mgr.state.views.pop(run_id, None)
-    _hook(hooks, "after_record", run=run_id, key=key)
+    call_hook(hooks, "after_record", run=run_id, key=key)
     rep.runs.append(run_id)
     rep.packs.append(key)
     rep.checkpoints += len(log.live)
