@@ -94,6 +94,9 @@ def breakdown(location: str) -> dict:
         for run in mgr.runs():
             rk = mgr.repo.run_key(run)
             for s in mgr.list(run):
+                # read each checkpoint first: a merged pack's entries may name per-save packs it
+                # replaced, found through the run's log (docs/format.md), not by a pack read alone
+                mgr.get(run, s.id)
                 k = record_kind(s.metadata)
                 row = records.setdefault(k, [0, 0])
                 row[0] += 1

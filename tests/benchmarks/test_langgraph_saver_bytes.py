@@ -36,6 +36,7 @@ def test_breakdown_of_a_small_run_adds_up(store, capsys):
     # add_messages gave it an id, so a chunk of its own (6 more); no serde item holds an input
     assert core["entries"]["chunk:message"][0] == 12
     assert saver["entries"]["chunk:message"][0] == 12 + 6
+    assert "chunk:?" not in saver["entries"] and "chunk:?" not in core["entries"]
     assert saver["entries"].get("chunk:serde", [0])[0] <= 2  # the branch channel's None (and its write)
     assert saver["total"] > core["total"]
     out = capsys.readouterr().out
