@@ -33,9 +33,12 @@ def test_breakdown_of_a_small_run_adds_up(store, capsys):
     assert {k: n for k, (n, _) in core["records"].items()} == {"core": 6}
     # each message is stored once by both (12 messages), and the saver stores each turn's graph
     # input as a message item too (kind "d"): the human message as it was put, before
-    # add_messages gave it an id, so a chunk of its own (6 more); no serde item holds an input
+    # add_messages gave it an id, so a chunk of its own (up to 6 more). Under durability="async"
+    # the input checkpoint is serialized on LangGraph's background thread, and add_messages sets
+    # the id on the same HumanMessage object in place: when the put runs after that, the input
+    # item is the id'd message's bytes and dedups with it (seen in CI: 17). No serde item holds an input.
     assert core["entries"]["chunk:message"][0] == 12
-    assert saver["entries"]["chunk:message"][0] == 12 + 6
+    assert 12 + 3 <= saver["entries"]["chunk:message"][0] <= 12 + 6
     assert "chunk:?" not in saver["entries"] and "chunk:?" not in core["entries"]
     assert saver["entries"].get("chunk:serde", [0])[0] <= 2  # the branch channel's None (and its write)
     assert saver["total"] > core["total"]
