@@ -12,7 +12,7 @@ Functions take the manager (``mgr``).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from . import history, publish, views
 from .checkpoint import Checkpoint, make_checkpoint
@@ -95,7 +95,7 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str, at: RecordAt | N
             seq = at.seq if at is not None else 0 if newest is None else newest.seq + 1
             arrays = _arrays_flag(mgr, head, src, segs)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
-                         created=at.created if at is not None else datetime.now(timezone.utc),
+                         created=at.created if at is not None else mgr.state.wall_clock(),
                          checkpoint_id=new_id or new_checkpoint_id(seq), parent_id=None,
                          fields=dict(src.fields), session_state=src.session_state,
                          session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
