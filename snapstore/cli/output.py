@@ -316,8 +316,10 @@ class Progress:
     Args:
         enabled: False makes every call a no-op (``--quiet``, ``--json``).
     Attributes:
-        tty: whether the line is redrawn in place (stderr is a terminal); off a terminal a line is
-            printed at most every 5 s, the first after 5 s of work.
+        tty: whether the line is redrawn in place (stderr is a terminal); off a terminal (a log
+            file, a pipe) no carriage return is written: one line per phase at most, the first
+            after 5 s of work (short commands stay quiet). A text's phase is what comes before
+            its first ``": "`` (``"gc repack: 1/2"`` is phase ``gc repack``).
     """
 
     def __init__(self, enabled: bool):
@@ -328,10 +330,13 @@ class Progress:
             self.tty = False
         self.last = 0.0
         self.dirty = False
+        self.started: float | None = None  # the first update (off a terminal)
+        self.phase: str | None = None  # the phase of the last line printed off a terminal
 
     def update(self, text: str, force: bool = False) -> None:
-        """Show ``text`` (one line, no newline) as the progress now: at most every 0.1 s on a
-        terminal, every 5 s elsewhere, unless ``force``."""
+        """Show ``text`` (one line, no newline) as the progress now: on a terminal redrawn at
+        most every 0.1 s unless ``force``; elsewhere printed as a line only when its phase is not
+        the last printed one, once 5 s passed since the first update (or ``force``)."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -340,11 +345,13 @@ class Progress:
                 self.last = now
                 write("\r\x1b[K" + text, err=True)
                 self.dirty = True
-        elif force or now - self.last >= 5.0:
-            if self.last == 0.0 and not force:
-                self.last = now  # first line only after 5 s of work: short imports stay quiet
-                return
-            self.last = now
+        else:
+            if self.started is None:
+                self.started = now
+            phase = text.split(": ", 1)[0]
+            if phase == self.phase or not (force or now - self.started >= 5.0):
+                return  # one line per phase; the first only after 5 s of work: short commands stay quiet
+            self.phase, self.last = phase, now
             write(text + "\n", err=True)
 
     def clear(self) -> None:

@@ -2,7 +2,8 @@
 
 The lock is created create-only, refreshed by its holder (compare-and-swap on its ETag) every
 ``timeout / 5`` seconds from a daemon thread, and removed at the end. A lock not refreshed for
-``timeout`` seconds (store time), or whose process is gone on this machine, is stale and taken
+``timeout`` seconds (store time), or whose process is gone on this machine (same host name and
+boot id; no process with its pid and start time, or only a zombie left of it), is stale and taken
 over (restic does the same for its locks).
 
 Layer 4's whole-repository operations (uses :mod:`snapstore.repo.repository`).
@@ -37,10 +38,12 @@ def _boot_id() -> str:
 
 def _proc_start(pid: int) -> str:
     """The start time (clock ticks since boot) of process ``pid`` on this machine, '' if unknown,
-    None if there is no such process."""
+    None if there is no such process or it is dead: a zombie (``Z``, killed or exited and not yet
+    waited for by its parent) or being reaped (``X``) holds nothing and never refreshes a lock."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X", "x") else fields[19]
     except FileNotFoundError:
         return None
     except (OSError, IndexError):

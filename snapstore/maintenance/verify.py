@@ -717,16 +717,30 @@ class Verifier:
                 self.progress("hinted packs", i + 1, len(touch))
 
     def report_unreferenced(self) -> None:
-        """Packs nothing live needs: retired ones waiting for their grace period, and the others."""
+        """Packs nothing live needs: retired ones waiting for their grace period, and the others.
+
+        While a manifest is unreadable (a corrupt record: e.g. a plaintext object in an encrypted
+        repository) what it references is unknown, so packs no readable record uses are not
+        called unreferenced: they are counted in that manifest's error (one line per cause)."""
+        unread = [p for p in self.rep.errors if p.code.startswith("corrupt")
+                  and keys.parse_key(p.key).kind == "manifest"]
+        held = []
         for pid, k in self.packs_present.items():
             if pid in self.reach.packs or pid in self.segs or pid in self.damaged:
                 continue
             if pid in self.fwd:
                 self.warn("retired-pack", k, "repacked by gc (its live entries were copied to new packs); deleted "
                           "by a later 'snapstore gc' once the grace period has passed")
+            elif unread:
+                held.append(k)
             else:
                 self.warn("unreferenced-pack", k, "no live checkpoint uses it (left by rollback, delete, prune, a "
                           "conflict or an interrupted save); reclaimed by 'snapstore gc'")
+        if held:
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            p = unread[0]
+            p.message += (f"; {len(held)} pack{'s' if len(held) > 1 else ''} no readable record uses may be "
+                          f"what it names ({shown})")
 
     def report_leftovers(self) -> None:
         """Crash leftovers of the store (temp files, incomplete multipart uploads)."""

@@ -65,6 +65,9 @@ class CheckpointManager:
             before publishing (at most one extra read per half grace period). It must not exceed
             the grace period GC runs with (both default to 3600).
         clock: monotonic clock for that rule (tests); default ``time.monotonic``.
+        wall_clock: a callable returning the time now as an aware UTC ``datetime``: when saves
+            and forks say their checkpoints were created, and the "now" of ``prune`` and
+            ``retention_plan`` (tests); default ``datetime.now(timezone.utc)``.
         compact_log: replace manifests covered by a log segment with 0-byte stubs (compacted
             records, docs/format.md §14): the writer of every 16th record stubs the 16 records
             before the newest 16. None (default): True on a local directory (a manifest costs a
@@ -128,7 +131,7 @@ class CheckpointManager:
     """Recent log records (their bytes) a manager keeps per run to write log segments."""
 
     def __init__(self, location: "str | ObjectStore | None" = None, *, max_checkpoints: int | None = None,
-                 create: bool = True, gc_grace_period: float = 3600.0, clock=None,
+                 create: bool = True, gc_grace_period: float = 3600.0, clock=None, wall_clock=None,
                  compact_log: bool | None = None, run_cache_entries: int = runcache.DEFAULT_ENTRIES,
                  run_cache_bytes: int = runcache.DEFAULT_BYTES, pack_cache_bytes: int = PACK_CACHE_BYTES,
                  passphrase: str | None = None, kms_key_id=None, **store_options):
@@ -144,7 +147,7 @@ class CheckpointManager:
         self.store = crypt.sealed_if_keyed(self.store, passphrase, kms_key_id)  # client-side encryption (format.md §27)
         self.state = ManagerState(store=self.store, create=create,
                                   owns_store=location is None or isinstance(location, (str, os.PathLike)),
-                                  clock=clock or time.monotonic, views=views, pack_cache_bytes=pack_cache_bytes)
+                                  clock=clock or time.monotonic, wall_clock=wall_clock, views=views, pack_cache_bytes=pack_cache_bytes)
         """What the manager holds besides its settings (:class:`~snapstore.manager.state.ManagerState`:
         the repository, per-run locks and views, the clock, test hooks); what its operation modules
         use."""

@@ -12,10 +12,11 @@ Functions take the manager (``mgr``).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from . import history, publish, views
 from .checkpoint import Checkpoint, make_checkpoint
+from .save import RecordAt
 from ..repo import pins
 from ..errors import CheckpointNotFound, ConflictError, PreconditionFailed
 from ..format.ids import check_checkpoint_id, check_run_id, new_checkpoint_id, new_write_id
@@ -60,9 +61,15 @@ def _read_source(mgr, rk: str, run_id: str, checkpoint_id: str):
     return src, head, [Seg(s.pack, s.level, True) for s in segs]
 
 
-def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
+def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str, at: RecordAt | None = None,
+         new_id: str | None = None) -> Checkpoint:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.fork` (arguments, return value and
-    errors as documented there)."""
+    errors as documented there).
+
+    ``at`` and ``new_id`` are for an import (:mod:`snapstore.manager.portable`): the fork's record
+    goes at log position ``at.seq`` with creation time ``at.created`` (its ``origin`` is always
+    ``run_id``/``checkpoint_id``), and its checkpoint id is ``new_id`` (default: generated for
+    its position)."""
     check_run_id(new_run_id)
     check_checkpoint_id(checkpoint_id)
     check_run_id(run_id)
@@ -85,10 +92,11 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str) -> Checkpoint:
                 raise ConflictError(f"run {new_run_id!r} already exists")
             if mgr.gc_grace_period > 0 and mgr.state.clock() - read_at > mgr.gc_grace_period / 2:
                 continue  # too slow to rely on what was read: read the source again
-            seq = 0 if newest is None else newest.seq + 1
+            seq = at.seq if at is not None else 0 if newest is None else newest.seq + 1
             arrays = _arrays_flag(mgr, head, src, segs)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
-                         created=datetime.now(timezone.utc), checkpoint_id=new_checkpoint_id(seq), parent_id=None,
+                         created=at.created if at is not None else mgr.state.wall_clock(),
+                         checkpoint_id=new_id or new_checkpoint_id(seq), parent_id=None,
                          fields=dict(src.fields), session_state=src.session_state,
                          session_state_ref=src.session_state_ref, session_state_tree=src.session_state_tree,
                          has_session_state=src.has_session_state,

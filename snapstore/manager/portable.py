@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 
 import blake3
 
-from . import history, save
+from . import fork, history, save
 from .save import RecordAt
-from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFound
+from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFound, SnapstoreError
 from ..format import outcomes as fo
 from ..format.codec import encode_json, loads_exact
 from ..format.ids import check_run_id
@@ -450,7 +450,7 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None, checked
             done += 1
             if done <= (plan[run] or 0):
                 pass  # already there (resume)
-            else:
+            elif not (done == 1 and _fork(mgr, run, h, msgs, x.state)):
                 _save(mgr, run, h, msgs, x.state, firsts[run][:done - 1])
                 for call, result in x.outcomes:
                     mgr.record_outcome(run, h["id"], call, result)
@@ -480,6 +480,27 @@ def _record_gaps(mgr, run: str, seqs: list, already: int) -> None:
     gaps = [p for p in range(lo, max(seqs)) if p not in have]
     if gaps:
         repo.record_removals(rk, ranges=to_ranges(gaps))
+
+
+def _fork(mgr, run: str, h: dict, msgs: list, state) -> bool:
+    """Import the first checkpoint ``h`` of run ``run`` as a fork (a reference to its source's
+    data, §10) when it is one: it names an ``origin`` and no parent, the origin checkpoint is in
+    the target (imported from this bundle or there before), and its messages, session state and
+    fields are exactly the origin's. Returns True if written so; False leaves it to a save."""
+    o = h.get("origin")
+    if not o or h.get("parent") is not None:
+        return False
+    try:
+        src = mgr.repo.find_checkpoint(mgr.state.run_key(o["run"]), o["id"])
+        cp = mgr.get(o["run"], o["id"])
+    except SnapstoreError:
+        return False
+    fields = {k: src.fields[k] for k in _FIELDS if src.fields.get(k) is not None}
+    if (_j(fields) != _j(h["fields"]) or _j(cp.session_state) != _j(state)
+            or len(cp.messages) != len(msgs) or any(_j(a) != _j(b) for a, b in zip(cp.messages, msgs))):
+        return False
+    fork.fork(mgr, o["run"], o["id"], run, at=RecordAt(h["seq"], parse_time(h["created"]), o), new_id=h["id"])
+    return True
 
 
 def _save(mgr, run: str, h: dict, msgs: list, state, before: list) -> None:

@@ -247,7 +247,7 @@ def retention_plan(mgr, run_id: str | None = None, **policy) -> list:
     errors as documented there). Every run is listed once; runs are listed several at once
     (:mod:`snapstore.manager.fanout`)."""
     pol = Policy.make(**policy)
-    now = datetime.now(timezone.utc)
+    now = mgr.state.wall_clock()
     if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()
@@ -318,7 +318,7 @@ def prune(mgr, older_than=None, keep_last: int | None = None, run_id: str | None
                   keep_daily=keep_daily, keep_weekly=keep_weekly, keep_monthly=keep_monthly,
                   keep_yearly=keep_yearly)
     pol = Policy.make(**policy)
-    now = datetime.now(timezone.utc)
+    now = mgr.state.wall_clock()
     if not mgr.state.exists():
         return []
     runs = [run_id] if run_id is not None else mgr.runs()

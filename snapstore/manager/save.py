@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from . import callers, history, publish, retention, views
 from .callers import Seen
@@ -267,7 +267,7 @@ class _Attempt:
             if prep.pack_id is not None:
                 repo.remember_pack(prep.pack_id, prep.pack_bytes, prep.raw_blocks)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=args.run_id, seq=seq, write_id=new_write_id(),
-                         created=args.at.created if args.at else datetime.now(timezone.utc),
+                         created=args.at.created if args.at else self.mgr.state.wall_clock(),
                          checkpoint_id=args.checkpoint_id or new_checkpoint_id(seq),
                          parent_id=args.at.parent if args.at else (pm.checkpoint_id if pm else None),
                          fields=args.fields, origin=args.at.origin if args.at else None)

@@ -13,6 +13,7 @@ is declared here.
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -46,6 +47,11 @@ def beside(fn: Callable[[], object], name: str, failed=None):
     return fut
 
 
+def utc_now() -> datetime:
+    """The time now, an aware UTC ``datetime`` (the default :attr:`ManagerState.wall_clock`)."""
+    return datetime.now(timezone.utc)
+
+
 @dataclass(eq=False)
 class ManagerState:
     """A manager's state, shared by its callers (threads and asyncio tasks) and its operations.
@@ -56,6 +62,8 @@ class ManagerState:
         owns_store: the manager opened ``store`` itself (from a path, URL or None), so
             :meth:`close` closes it.
         clock: monotonic clock in seconds (``time.monotonic`` unless a test gives another).
+        wall_clock: the time now as an aware UTC ``datetime`` (:func:`utc_now` unless a test gives
+            another): the creation time of saved checkpoints and the "now" of age-based retention.
         views: run id -> :class:`~snapstore.manager.views.RunView`, the newest head this manager
             knows of each run and its caches (:mod:`snapstore.manager.views`), in a
             :class:`~snapstore.manager.runcache.RunCache` (an LRU bounded in entries and bytes: an
@@ -78,6 +86,7 @@ class ManagerState:
     create: bool
     owns_store: bool
     clock: Callable[[], float]
+    wall_clock: Callable[[], datetime] = field(default=None)
     views: RunCache = field(default_factory=RunCache)
     hooks: dict = field(default_factory=dict)
     versioned: bool = False
@@ -87,6 +96,10 @@ class ManagerState:
     _repo: Repository | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _run_locks: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.wall_clock is None:
+            self.wall_clock = utc_now
 
     @property
     def opened(self) -> Repository | None:

@@ -512,6 +512,7 @@ class Locator:
                 raise
             seen.add(pack_id)
             damaged = err if corrupt else None
+            gone = None  # a bundle replacing this pack found missing: the object to name (§28)
             for attempt in range(2):
                 try:
                     to = self.forwarding.forward(pack_id, fresh=attempt > 0)
@@ -522,7 +523,9 @@ class Locator:
                 for new in to or ():
                     try:
                         return self.locate(new, etype, eid, seen)
-                    except ObjectNotFound:
+                    except ObjectNotFound as e:
+                        if gone is None and str(getattr(e, "key", "")).startswith(BUNDLE_DATA):
+                            gone = e
                         continue
                     except IntegrityError as e:
                         # a damaged target (not one that merely lacks the entry, which is "not
@@ -549,6 +552,9 @@ class Locator:
                        if str(getattr(e, "key", "")).startswith(BUNDLE_DATA)]
                 if bad:
                     raise bad[0] from None
+            if gone is not None:
+                # the hot pack was replaced by a bundle that is gone now: name the bundle's key
+                raise gone from None
             raise
         if (etype, eid) not in pack.entries:
             raise IntegrityError(pack.key, f"entry {eid.hex()} ({chr(etype)}) not found in pack")

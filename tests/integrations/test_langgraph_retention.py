@@ -8,7 +8,7 @@ says why it kept them ("needed by <id> (...)"). Real graphs on a local store in 
 from __future__ import annotations
 
 import json
-import time
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, TypedDict
 
 import pytest
@@ -95,13 +95,19 @@ def test_api_prune_keep_last_keeps_the_delta_chain(tmp_path, every, keep_last):
 
 @pytest.mark.parametrize("rule", ["older_than", "keep_within"])
 def test_api_prune_by_age_keeps_the_delta_chain(tmp_path, rule):
+    """Age by an injected wall clock (it was a 1.6 s sleep against a 1 s rule: a slow machine made
+    the newest turns old too): the first 6 turns at T, the last 2 at T + 1 h, pruned at T + 1 h."""
     repo = str(tmp_path / "repo")
-    _turns(repo, 4, 6)
-    time.sleep(1.6)
-    want = _turns(repo, 4, 2, start=6)
-    with CheckpointManager(repo) as mgr:
-        gone = mgr.prune(run_id=RUN, **{rule: 1.0})
+    t = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    clock = {"wall_clock": lambda: t[0]}
+    _turns(repo, 4, 6, **clock)
+    t[0] += timedelta(hours=1)
+    want = _turns(repo, 4, 2, start=6, **clock)
+    with CheckpointManager(repo, **clock) as mgr:
+        assert {c.created_at for c in mgr.list(RUN)} == {t[0], t[0] - timedelta(hours=1)}
+        gone = mgr.prune(run_id=RUN, **{rule: 60.0})
         assert gone  # the old turns before the snapshot go
+        assert {c.created_at for c in gone} == {t[0] - timedelta(hours=1)}
     _assert_full(repo, 4, want, 8)
 
 

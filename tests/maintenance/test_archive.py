@@ -408,3 +408,27 @@ def test_replaces_names_every_pack_a_hint_names(kind, store_factory, monkeypatch
         assert (c.messages, c.session_state) == before[cid]
     v = CheckpointManager(store).verify(read_data=True)
     assert v.ok, v.errors
+
+
+@pytest.mark.parametrize("kind", ["local", "s3-http"])
+def test_a_deleted_bundle_is_named_by_the_reader(kind, store_factory):
+    """A bundle deleted after GC reclaimed the hot packs it replaced: reading the archived run
+    raises ObjectNotFound naming the bundle's key (it named a hot pack the bundle replaced)."""
+    from snapstore.errors import ObjectNotFound
+    store = store_factory(kind)
+    m = CheckpointManager(store)
+    msgs = []
+    for i in range(12):
+        msgs = msgs + [{"role": "user", "content": f"question {i} " * 50}]
+        m.save("r", msgs, session_state={"i": i})
+    rep = m.archive(["r"])
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(store) == [] and len(rep.bundles) == 1
+    store.delete_many([rep.bundles[0]])
+    with pytest.raises(ObjectNotFound) as e:
+        CheckpointManager(store).latest("r")
+    assert e.value.key == rep.bundles[0], e.value
+    with pytest.raises(ObjectNotFound) as e:
+        CheckpointManager(store).get("r", m.list("r")[-1].id)
+    assert e.value.key == rep.bundles[0], e.value

@@ -70,6 +70,44 @@ def test_a_gc_killed_on_this_machine_is_taken_over_at_once(tmp_path):
     assert CheckpointManager(LocalStore(root)).latest("r").messages[-1] == {"role": "user", "content": "m2"}
 
 
+def test_a_gc_killed_and_not_yet_reaped_is_taken_over_at_once(tmp_path):
+    """A GC SIGKILLed whose parent has not waited for it yet is a zombie: its pid and start time
+    still show in /proc, but it holds nothing and never refreshes its lock (it used to count as
+    alive, so every GC was refused for LOCK_TIMEOUT)."""
+    root = _repo(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from snapstore import CheckpointManager
+        from snapstore.stores import LocalStore
+        m = CheckpointManager(LocalStore({str(root)!r}))
+        def hang(**_):
+            print("marked", flush=True)
+            time.sleep(120)
+        m.gc(grace_period=0, hooks={{"after_mark": hang}})
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "marked"
+        os.kill(p.pid, signal.SIGKILL)  # not waited for: a zombie until p.wait() below
+        for _ in range(200):
+            if Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the killed process did not become a zombie")
+        assert (root / LOCK_KEY).exists()  # the killed GC left its lock
+        t = time.monotonic()
+        rep = CheckpointManager(LocalStore(root)).gc(grace_period=0)
+        assert time.monotonic() - t < 10 and rep.deleted["manifests"] >= 1
+        assert not (root / LOCK_KEY).exists()
+        assert p.poll() is None or p.returncode == -signal.SIGKILL
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=30)
+
+
 def test_a_lock_of_another_machine_blocks_until_stale_or_broken(tmp_path):
     root = _repo(tmp_path)
     store = LocalStore(root)

@@ -218,3 +218,43 @@ def test_langgraph_thread_moves_exactly(tmp_path):
         first = next(s for s in graph2.get_state_history(cfg) if s.values.get("turns") == 1 and not s.next)
         b = graph2.invoke({"messages": [HumanMessage(content="other")]}, first.config)
         assert b["messages"][:4] == out["messages"][:4]
+
+
+def _pack_bytes(store) -> int:
+    return sum(i.size for i in store.list("packs/"))
+
+
+def test_an_imported_fork_references_its_source(tmp_path):
+    """A fork's first checkpoint is a reference to its source's data (§10): imported from a bundle
+    with its source in the same bundle, or into a repository that already holds the source, it
+    stores no pack of its own (it used to store its whole list again); it reads back exactly."""
+    src = CheckpointManager(str(tmp_path / "src"))
+    msgs = []
+    for i in range(12):
+        msgs = msgs + [{"role": "user", "content": f"turn {i}: " + "".join(f"{i}-{k} " for k in range(600))}]
+        src.save("a", msgs, step=i, session_state={"i": i})
+    src.fork("a", src.list("a")[3].id, "b")
+    src.save("b", src.latest("b").messages + [{"role": "user", "content": "fork goes on"}])
+    before = snapshot(src)
+    both, only_a, only_b = tmp_path / "both.snap", tmp_path / "a.snap", tmp_path / "b.snap"
+    export(src, ["a", "b"], both)
+    export(src, ["a"], only_a)
+    export(src, ["b"], only_b)
+    ref = CheckpointManager(str(tmp_path / "ref"))
+    ref.import_bundle(str(only_a))
+    a_bytes = _pack_bytes(ref.store)
+    fork_msg = 2000  # the fork's one own save: a message of a few dozen bytes, compressed in a pack
+    for how in ("same bundle", "source already there"):
+        dst = CheckpointManager(str(tmp_path / how.replace(" ", "-")))
+        if how == "same bundle":
+            dst.import_bundle(str(both))
+        else:
+            dst.import_bundle(str(only_a))
+            dst.import_bundle(str(only_b))
+        got = _pack_bytes(dst.store) - a_bytes
+        assert 0 < got < fork_msg, (how, got, a_bytes)
+        assert snapshot(dst) == before
+        first = dst.repo.find_checkpoint(dst.repo.run_key("b"), dst.list("b")[-1].id)
+        assert first.origin == {"run": "a", "id": src.list("a")[3].id} and first.segs \
+            and all(s.foreign for s in first.segs), first
+        assert not dst.verify(read_data=True).errors

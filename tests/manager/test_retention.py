@@ -188,9 +188,9 @@ def test_policy_validation_and_durations():
 # the manager: prune, retention_plan, max_checkpoints
 
 
-CLOCK_MODULES = ("manager.save", "manager.rollback", "manager.retention", "manager.fork")
-"""The modules under ``snapstore`` whose ``datetime.now`` stamps the manager's records (save, rollback
-and tombstone records, fork) and gives prune its "now"."""
+CLOCK_MODULES = ("manager.state", "manager.save", "manager.rollback", "manager.retention", "manager.fork")
+"""The modules under ``snapstore`` whose ``datetime.now`` stamps the manager's records (rollback and
+tombstone records; ``manager.state``'s default wall clock: saves, forks and prune's "now")."""
 
 
 class FakeDatetime(datetime):
