@@ -131,7 +131,18 @@ def key_rekey(ctx):
 
     Stop writers that opened the repository before 'key rotate' first. Safe to interrupt and run again.
     """
-    got = keyslots.rekey(_store(ctx))
+    store = _store(ctx)
+    done = [0]
+
+    def progress(phase, n, total):
+        done[0] += 1
+    try:
+        got = keyslots.rekey(store, progress=progress)
+    except KeyboardInterrupt:  # one line: what is done, and that running again resumes (then exit 130)
+        write(f"interrupted: {done[0]} object(s) rewritten under the current key so far; every object still "
+              f"reads (the retired keys stay in the config until rekey finishes); run 'snapstore --repo "
+              f"{state_of(ctx).location} key rekey' again to resume: it rewrites only what is left\n", err=True)
+        raise
     dropped = ", ".join(got["dropped"]) or "none"
     write(f"rewrote {got['rewritten']} object(s) under key {got['key_id']}; dropped retired key(s): {dropped}\n")
 

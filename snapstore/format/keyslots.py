@@ -153,18 +153,28 @@ def unlock(section: dict, passphrase: str, repo_id: str) -> bytes:
     Raises:
         WrongPassphrase: no slot opens with it.
     """
+    got = opened_slot(section, passphrase, repo_id)
+    if got is not None:
+        return got[1]
+    raise WrongPassphrase(f"wrong passphrase: no key slot of repository {repo_id} opens with it "
+                          f"({len(section['slots'])} slot(s))")
+
+
+def opened_slot(section: dict, passphrase: str, repo_id: str) -> tuple[str, bytes] | None:
+    """``(slot id, data key)`` of the first passphrase slot of ``section`` that ``passphrase``
+    (str) opens, or None when none does (one scrypt per passphrase slot tried; KMS slots are
+    skipped). Raises nothing for a wrong passphrase."""
     from cryptography.exceptions import InvalidTag
     for s in section["slots"]:
         if s.get("kdf") != "scrypt":
             continue  # a KMS slot (format/kmsslots.py) opens with a KMS key, not a passphrase
         kek = _kek(passphrase, bytes.fromhex(s["salt"]), s["n"], s["r"], s["p"])
         try:
-            return _aesgcm()(kek).decrypt(bytes(12), bytes.fromhex(s["wrapped"]),
-                                          _slot_aad(repo_id, section["key_id"], s["id"]))
+            return s["id"], _aesgcm()(kek).decrypt(bytes(12), bytes.fromhex(s["wrapped"]),
+                                                   _slot_aad(repo_id, section["key_id"], s["id"]))
         except InvalidTag:
             continue
-    raise WrongPassphrase(f"wrong passphrase: no key slot of repository {repo_id} opens with it "
-                          f"({len(section['slots'])} slot(s))")
+    return None
 
 
 def unlock_kms(section: dict, kms, repo_id: str) -> bytes:

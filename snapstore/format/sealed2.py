@@ -93,6 +93,56 @@ def aad(elided: bool, key_id: bytes, plain_len: int, repo_id: bytes, key: str) -
     return MAGIC + bytes([1 if elided else 0]) + key_id + struct.pack(">Q", plain_len) + repo_id + key.encode()
 
 
+class Keyed:
+    """The form-2 material of one data key in one repository, derived once and reused for every
+    object (docs/format.md §27 "Sealed objects, form 2"): the AEAD, and the constant prefixes of
+    ``nonce(0, 1)`` and ``aad(e)``, so that opening a small or elided object costs one blake3 of
+    its key, one decryption and (elided) one blake3 of its plaintext.
+
+    Args:
+        aead: ``cryptography``'s ``AESGCMSIV`` for :func:`object_key` of the data key.
+        key_id: the data key's id (4 bytes). repo_id: the repository id (8 bytes).
+    """
+
+    __slots__ = ("aead", "key_id", "repo_id", "_n0", "_a")
+
+    def __init__(self, aead, key_id: bytes, repo_id: bytes):
+        self.aead, self.key_id, self.repo_id = aead, key_id, repo_id
+        self._n0 = b"snapstore siv nonce" + struct.pack(">IB", 0, 1) + repo_id
+        self._a = (MAGIC + b"\x00" + key_id, MAGIC + b"\x01" + key_id)
+
+    def open_whole(self, key: str, layout: str, plain_len: int, data) -> bytes:
+        """Decrypt an elided or small object from its whole stored bytes ``data`` (bytes; the
+        key id at its end is this key's: the caller checked). Same result and errors as the
+        module's :func:`open_whole` of ``data`` without its key id; no copy of ``data`` is made.
+
+        Raises:
+            cryptography.exceptions.InvalidTag: it does not authenticate; ValueError: malformed.
+        """
+        kb = key.encode()
+        nc = blake3.blake3(self._n0 + kb).digest(12)
+        body = memoryview(data)[:-KEY_ID]
+        tail = self.repo_id + kb
+        if layout == ELIDED:
+            try:
+                return elide.restore(self.aead.decrypt(nc, body, self._a[1] + plain_len.to_bytes(8, "big") + tail))
+            except _invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
+                return self.aead.decrypt(nc, body, self._a[0] + (len(body) - TAG).to_bytes(8, "big") + tail)
+        return self.aead.decrypt(nc, body, self._a[0] + plain_len.to_bytes(8, "big") + tail)
+
+
+_invalid_tag_class = None
+
+
+def _invalid_tag():
+    """``cryptography``'s InvalidTag, imported on first use."""
+    global _invalid_tag_class
+    if _invalid_tag_class is None:
+        from cryptography.exceptions import InvalidTag
+        _invalid_tag_class = InvalidTag
+    return _invalid_tag_class
+
+
 def seal(aead, key_id: bytes, repo_id: bytes, key: str, plain: bytes) -> bytes:
     """Encrypt ``plain`` (bytes) as the form-2 object stored under ``key``.
 

@@ -57,10 +57,17 @@ def add_slot(store: SealedStore, new_passphrase: str, scrypt_n: int = keyslots.S
     Returns:
         The new slot's id (8 hex digits).
     Raises:
-        EncryptionError: 16 slots already, or a bad passphrase or cost; WrongPassphrase: the
-            store's passphrase opens no slot; PreconditionFailed: the config changed meanwhile.
+        EncryptionError: 16 slots already, a bad passphrase or cost, or ``new_passphrase``
+            already opens a slot (named; nothing is written: a second slot for one passphrase
+            would only make removing it need two steps); WrongPassphrase: the store's
+            passphrase opens no slot; PreconditionFailed: the config changed meanwhile.
     """
     cfg, etag = _config(store)
+    if isinstance(new_passphrase, str) and new_passphrase:
+        dup = keyslots.opened_slot(cfg.encryption, new_passphrase, cfg.repo_id)  # one scrypt per slot
+        if dup is not None:
+            raise EncryptionError(f"that passphrase already opens key slot {dup[0]}: no slot added "
+                                  "(choose another passphrase, or keep using that slot)")
     cfg.encryption, slot_id = keyslots.with_slot(cfg.encryption, store.data_key(), new_passphrase, cfg.repo_id,
                                                  scrypt_n)
     _write(store, cfg, etag)

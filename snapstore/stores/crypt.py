@@ -38,6 +38,16 @@ the same object costs one request."""
 
 _aesgcm_class = None
 _siv_class = None
+_invalid_tag_class = None
+
+
+def _InvalidTag():
+    """``cryptography``'s InvalidTag, imported on first use."""
+    global _invalid_tag_class
+    if _invalid_tag_class is None:
+        from cryptography.exceptions import InvalidTag
+        _invalid_tag_class = InvalidTag
+    return _invalid_tag_class
 
 
 def _AESGCMSIV():
@@ -145,7 +155,7 @@ class SealedStore:
         self._trailers: OrderedDict[str, object] = OrderedDict()
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
         self._masters: dict[bytes, bytes] = {}  # key id -> object master: the current key and retired ones
-        self._sivs: dict[bytes, object] = {}  # key id -> AESGCMSIV of its form-2 object key
+        self._keyeds: dict[bytes, sealed2.Keyed] = {}  # key id -> its form-2 material (made with _keys)
         self._form = 1
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
         self._unlocked_from: bytes | None = None  # the config the keys came from
@@ -190,7 +200,8 @@ class SealedStore:
         master = keyslots.object_master(data_key)
         masters[bytes.fromhex(section["key_id"])] = master
         self._masters = masters
-        self._sivs = {}
+        rid = bytes.fromhex(repo_id)
+        self._keyeds = {i: sealed2.Keyed(_AESGCMSIV()(sealed2.object_key(m)), i, rid) for i, m in masters.items()}
         self._form = repository_form(section)
         self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), master, content, data_key, section)
 
@@ -273,13 +284,11 @@ class SealedStore:
         return _AESGCM()(keyslots.object_key(self._ensure()[2] if master is None else master, salt))
 
     def _siv(self, key_id: bytes):
-        siv = self._sivs.get(key_id)
-        if siv is None:
-            master = self._masters.get(key_id)
-            if master is None:
-                return None
-            siv = self._sivs[key_id] = _AESGCMSIV()(sealed2.object_key(master))
-        return siv
+        kd = self._keyeds.get(key_id)
+        return None if kd is None else kd.aead
+
+    def _keyed(self, key_id: bytes) -> sealed2.Keyed:
+        return self._keyeds[key_id]
 
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
@@ -397,6 +406,22 @@ class SealedStore:
 
     def _open2(self, key: str, data: bytes) -> bytes:
         """The plaintext of the whole stored object ``data`` under ``key`` (form 2, or form 1)."""
+        n = len(data)
+        if n <= sealed2.SMALL_MAX and data[-sealed.TRAILER:-sealed.TRAILER + 4] != sealed.MAGIC:
+            # the common case, an elided or small object (no form-1 trailer to try): the key's
+            # material derived once (sealed2.Keyed), no copy of the stored bytes
+            lay = sealed2.layout_of(key, n)
+            if lay is not None:
+                kd = self._keyeds.get(data[-sealed2.KEY_ID:])
+                if kd is not None:
+                    try:
+                        return kd.open_whole(key, lay[0], lay[1], data)
+                    except (_InvalidTag(), ValueError) as e:
+                        raise self._fail(key, "does not authenticate" if isinstance(e, _InvalidTag()) else str(e)) from None
+        return self._open2_any(key, data)
+
+    def _open2_any(self, key: str, data: bytes) -> bytes:
+        """:meth:`_open2` of any object: form 1, large, unknown key id, malformed."""
         from cryptography.exceptions import InvalidTag
         t = self._v1_in(data)
         if t is not None and sealed.sealed_size(sealed.parse_trailer(t)[2]) == len(data):
@@ -416,7 +441,7 @@ class SealedStore:
                 if int.from_bytes(data[-sealed2.LARGE_TRAILER:-sealed2.KEY_ID], "big") != plain_len:
                     raise ValueError(f"{len(data)} stored bytes for the length its trailer names")
                 return sealed2.open_segments(siv, key_id, repo_id, key, plain_len, 0, data[:-sealed2.LARGE_TRAILER])
-            return sealed2.open_whole(siv, key_id, repo_id, key, layout, plain_len, data[:-sealed2.KEY_ID])
+            return self._keyed(key_id).open_whole(key, layout, plain_len, data)
         except (InvalidTag, ValueError) as e:
             raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
 
@@ -473,12 +498,12 @@ class SealedStore:
         return plain[start - base:end - base]
 
     def _suffix2(self, key: str, n: int) -> bytes:
-        from cryptography.exceptions import InvalidTag
         want = sealed2.LARGE_TRAILER + (-(-n // sealed2.SEGMENT) + 1) * sealed2.CSEG
         data = self.inner.get(key, (-want, None))
         if len(data) < want:  # the whole object
             plain = self._open2(key, data)
             return plain[-n:] if n < len(plain) else plain
+        from cryptography.exceptions import InvalidTag
         if self._v1_in(data) is not None:  # a large form-1 object: its own layout
             return self._suffix(key, n)
         plain_len, key_id = self._large_tail(key, data)

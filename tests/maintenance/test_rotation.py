@@ -104,3 +104,29 @@ def test_cli_rotate_and_rekey(tmp_path):
     assert out.exit_code == 0, out.output
     out = run.invoke(cli, ["--repo", repo, "export", "demo", "-o", str(tmp_path / "x.json")], env=env)
     assert out.exit_code == 0, out.output
+
+
+def test_cli_rekey_interrupted_says_what_is_done_and_resumes(tmp_path, monkeypatch):
+    repo = str(tmp_path / "repo")
+    run = CliRunner()
+    env = {"SNAPSTORE_PASSPHRASE": "cli rekey"}
+    assert run.invoke(cli, ["--repo", repo, "init", "--encrypt"], env=env).exit_code == 0
+    assert run.invoke(cli, ["--repo", repo, "import", "examples/demo-run.json", "--run", "demo"], env=env).exit_code == 0
+    assert run.invoke(cli, ["--repo", repo, "key", "rotate"], env=env).exit_code == 0
+    real, calls = keyslots._rewrite, []
+
+    def ctrl_c_at_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(keyslots, "_rewrite", ctrl_c_at_the_third)
+    out = run.invoke(cli, ["--repo", repo, "key", "rekey"], env=env)
+    assert out.exit_code == 130, out.output
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted: 2 object(s) rewritten"), out.stderr
+    assert f"snapstore --repo {repo} key rekey' again to resume" in lines[0] and "Traceback" not in out.output
+    monkeypatch.setattr(keyslots, "_rewrite", real)
+    out = run.invoke(cli, ["--repo", repo, "key", "rekey"], env=env)
+    assert out.exit_code == 0 and "dropped retired key(s): " in out.output and "none" not in out.output, out.output
+    assert run.invoke(cli, ["--repo", repo, "verify", "--read-data"], env=env).exit_code == 0

@@ -183,6 +183,27 @@ def test_cli_init_encrypt_key_add_remove(tmp_path):
             assert MARKER.encode() not in open(os.path.join(root, f), "rb").read(), f
 
 
+def test_cli_key_add_refuses_a_passphrase_a_slot_already_opens(tmp_path):
+    repo = str(tmp_path / "repo")
+    run = CliRunner()
+    env = {"SNAPSTORE_PASSPHRASE": "first"}
+    assert run.invoke(cli, ["--repo", repo, "init", "--encrypt"], env=env).exit_code == 0
+    before = run.invoke(cli, ["--repo", repo, "key", "list"], env=env).output
+    first_slot = before.split()[0]
+    out = run.invoke(cli, ["--repo", repo, "key", "add"], env={**env, "SNAPSTORE_NEW_PASSPHRASE": "first"})
+    assert out.exit_code == 1, out.output
+    assert out.output.strip().splitlines() == [out.output.strip()]
+    assert f"already opens key slot {first_slot}" in out.output and "no slot added" in out.output
+    assert run.invoke(cli, ["--repo", repo, "key", "list"], env=env).output == before
+    out = run.invoke(cli, ["--repo", repo, "key", "add"], env={**env, "SNAPSTORE_NEW_PASSPHRASE": "second"})
+    assert out.exit_code == 0, out.output
+    second_slot = out.output.split()[-1]
+    # a passphrase that opens the second slot, added through the first one: refused, naming the second
+    out = run.invoke(cli, ["--repo", repo, "key", "add"], env={**env, "SNAPSTORE_NEW_PASSPHRASE": "second"})
+    assert out.exit_code == 1 and f"already opens key slot {second_slot}" in out.output, out.output
+    assert len(run.invoke(cli, ["--repo", repo, "key", "list"], env=env).output.splitlines()) == 2
+
+
 @pytest.mark.skipif(not TRAJ.is_file(), reason=f"shared trajectory {TRAJ} missing")
 def test_a_real_agent_run_encrypted_on_s3(store_factory):
     _fmt, convs = load_trajectory(str(TRAJ))
