@@ -12,6 +12,10 @@ per large run (small runs grouped), and then, in this order:
    the runs it serves by the bundle and their hot packs become garbage (candidates, then deleted
    a grace period later); readers reach the bundle when a hot pack is gone.
 
+4. per run the bundle serves, its hot catalogue (:mod:`snapstore.maintenance.archcat`): the run's
+   whole log in one archive log, read back, then its manifests stubbed and its other log
+   segments deleted.
+
 A crash before step 3 leaves an unindexed bundle (``verify`` warns, nothing reads it) and the run
 as it was; after it, the hot packs are still there until GC. Nothing is lost at any point.
 """
