@@ -5,8 +5,11 @@ conversation is saved checkpoint by checkpoint into a fresh local repository (on
 ``archive()`` (GLACIER_IR, recorded) and ``gc(grace_period=0)`` twice. Reported per file:
 
 * **hot**: every object's bytes before archiving (config left out), and objects per run;
-* **bundle**: the archive bundles' bytes; **hot left**: the bytes of everything else left (manifests,
-  log segments, run markers, the bundle index record), per archived checkpoint;
+* **bundle**: the archive bundles' bytes; **hot left**: the bytes of everything else left (manifests
+  and their stubs, log segments and archive logs, run markers, the bundle index record), per
+  archived checkpoint, and split: **logs** (``runs/*/l/``), **manif** (``runs/*/m/``), **index**
+  (``archive/index/``); ``--no-catalogue`` skips archive's hot-catalogue step (docs/format.md §28),
+  leaving the run logs as they were, for the figure before it;
 * **LB**: the lower bound, zstd -19 of each conversation's final history (distinct messages if a
   conversation rewrote its history; ``benchmarks/storage.py``'s ``conversation_lb``);
 * objects per run after archiving, the time to archive, and a cold ``latest()`` of the largest run
@@ -14,7 +17,7 @@ conversation is saved checkpoint by checkpoint into a fresh local repository (on
 
 Every archived checkpoint is read back and compared with what was saved (exit 1 on a mismatch).
 
-    python benchmarks/archive_size.py [--data DIR] [--json OUT] [--level N] [--ldm] [--window-log N]
+    python benchmarks/archive_size.py [--data DIR] [--json OUT] [--level N] [--ldm] [--window-log N] [--no-catalogue]
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ def run_file(path: Path, workdir: Path) -> dict:
     after = _objects(mgr.store)
     bundle = sum(i.size for i in after if i.key.startswith("archive/data/"))
     left = sum(i.size for i in after if not i.key.startswith("archive/data/"))
+    split = {part: sum(i.size for i in after if i.key.startswith("runs/") and i.key.split("/")[2] == part)
+             for part in ("l", "m")}
+    index = sum(i.size for i in after if i.key.startswith("archive/index/"))
     # a cold read of the largest run's latest checkpoint, from the bundle
     cp, t_read, gets, down = _cold_latest(root, big)
     ok = cp.messages == saved[big][-1][1]
@@ -85,7 +91,8 @@ def run_file(path: Path, workdir: Path) -> dict:
     return {"file": path.name, "runs": runs, "checkpoints": ckpts, "lb": lb,
             "hot": sum(i.size for i in hot), "hot_objects_per_run": len(hot) / runs,
             "bundle": bundle, "bundles": len(rep.bundles), "hot_left": left,
-            "hot_left_per_ckpt": left / ckpts, "objects_per_run": len(after) / runs,
+            "hot_left_per_ckpt": left / ckpts, "logs_left": split["l"], "manifests_left": split["m"],
+            "index_left": index, "objects_per_run": len(after) / runs,
             "archive_s": t_archive, "read_s": t_read, "read_gets": gets, "read_bytes": down,
             "hot_read_s": hot_read[1], "hot_read_gets": hot_read[2], "hot_read_bytes": hot_read[3], "exact": ok}
 
@@ -101,10 +108,15 @@ def report(rows: list) -> str:
                    f"{r['archive_s']:>6.2f} {r['hot_read_gets']:>3} GET {r['hot_read_bytes'] / 1024:>4.0f}K -> "
                    f"{r['read_gets']:>3} GET {r['read_bytes'] / 1024:>4.0f}K {r['read_s'] * 1000:>4.0f}ms"
                    + ("" if r["exact"] else "  MISMATCH"))
-    tot = {k: sum(r[k] for r in rows) for k in ("hot", "bundle", "lb", "hot_left", "checkpoints")}
+    tot = {k: sum(r[k] for r in rows) for k in ("hot", "bundle", "lb", "hot_left", "checkpoints", "logs_left",
+                                                 "manifests_left", "index_left", "runs")}
     out.append(f"total: hot {tot['hot']} B = {tot['hot'] / tot['lb']:.2f}x LB; bundles {tot['bundle']} B = "
                f"{tot['bundle'] / tot['lb']:.2f}x LB; hot bytes left {tot['hot_left']} B = "
-               f"{tot['hot_left'] / tot['checkpoints']:.0f} B per archived checkpoint")
+               f"{tot['hot_left'] / tot['checkpoints']:.0f} B per archived checkpoint (logs "
+               f"{tot['logs_left'] / tot['checkpoints']:.0f}, manifests {tot['manifests_left'] / tot['checkpoints']:.0f}, "
+               f"index {tot['index_left'] / tot['checkpoints']:.0f}); bundles <= 1.2x LB + 1 KB per run: "
+               f"{tot['bundle']} <= {1.2 * tot['lb'] + 1024 * tot['runs']:.0f}: "
+               f"{'yes' if tot['bundle'] <= 1.2 * tot['lb'] + 1024 * tot['runs'] else 'no'}")
     return "\n".join(out)
 
 
@@ -115,12 +127,17 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, default=None, help="zstd level of bundle blocks (default: archive's, 19)")
     ap.add_argument("--ldm", action="store_true", help="long-range matching in bundle blocks (enable_ldm)")
     ap.add_argument("--window-log", type=int, default=None, help="zstd window_log of bundle blocks")
+    ap.add_argument("--no-catalogue", action="store_true",
+                    help="skip archive's hot-catalogue step (run logs left as they were: the figure before it)")
     a = ap.parse_args(argv)
     from snapstore.maintenance import archive as archive_mod
     if a.level is not None:
         archive_mod.BUNDLE_LEVEL = a.level
     params = {**({"enable_ldm": 1} if a.ldm else {}), **({"window_log": a.window_log} if a.window_log else {})}
     archive_mod.BUNDLE_ZSTD_PARAMS = params or None
+    if a.no_catalogue:
+        from snapstore.maintenance.archcat import CompactResult
+        archive_mod.compact_run_log = lambda *args, **kw: CompactResult(why="--no-catalogue")
     data = a.data or _lib.shared_dir()
     if data is None:
         print("no shared trajectories found (../shared/data/trajectories or $SNAPSTORE_SHARED_DATA)")

@@ -29,6 +29,7 @@ import blake3
 import zstandard
 
 from ..errors import IntegrityError, InvalidInputError
+from . import archlog
 from .codec import get_varint, prepared_dict, put_varint, zstd_decompress
 from .keys import SEQ_MAX
 from .manifest import MANIFEST_DICT_V1, Manifest, open_manifest
@@ -41,6 +42,11 @@ LOG_VERSION = 3
 """The version writers of this code write; readers accept 2 and 3."""
 LOG_VERSION_OBJECTS = 2
 """Version 2: records are whole manifest objects (read, never written)."""
+LOG_VERSION_ARCHIVE = 4
+"""Version 4: an archive log (:mod:`snapstore.format.archlog`), written only under an archive-log key."""
+ARCHIVE_LEVEL = MAX_LEVEL + 1
+"""The level :func:`parse_logseg_key` gives an archive log (``.a``): it covers positions 0 to ``hi``
+(:func:`seg_lo`), not an aligned range."""
 MAX_RAW = 64 << 20
 """Largest decoded log segment a reader accepts (bytes): 4,096 manifests of at most 16 KiB."""
 _HEAD = struct.Struct("<4sB16s")
@@ -95,6 +101,20 @@ def span(level: int) -> int:
     return LOG_FANOUT ** level
 
 
+def seg_lo(hi: int, level: int) -> int:
+    """The lowest position a log segment ``(hi, level)`` (as :func:`parse_logseg_key` gives it)
+    may hold: ``hi - 16^level + 1``, or 0 for an archive log (:data:`ARCHIVE_LEVEL`)."""
+    return 0 if level == ARCHIVE_LEVEL else hi - span(level) + 1
+
+
+def archlog_key(run_key: str, hi: int) -> str:
+    """``runs/<R>/l/<16 hex of 2^64-1-hi>.a``: the archive log of run ``run_key`` whose newest record
+    is at ``hi`` (docs/format.md §28). Raises ValueError for a position out of range."""
+    if not 0 <= hi < SEQ_MAX:
+        raise ValueError(f"no archive log ends at {hi}")
+    return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.a"
+
+
 def logseg_prefix(run_key: str) -> str:
     """``runs/<run key>/l/``."""
     return f"runs/{run_key}/l/"
@@ -108,13 +128,16 @@ def logseg_key(run_key: str, hi: int, level: int) -> str:
 
 
 def parse_logseg_key(key: str) -> tuple[int, int] | None:
-    """``(hi, level)`` of a log-segment key, or None if ``key`` is not one."""
+    """``(hi, level)`` of a log-segment key (an archive log's level is :data:`ARCHIVE_LEVEL`), or
+    None if ``key`` is not one."""
     name = key.rsplit("/", 1)[-1]
     parts = name.split(".")
     if len(parts) != 2 or len(parts[0]) != 16 or len(parts[1]) != 1:
         return None
     try:
         hi = SEQ_MAX - int(parts[0], 16)
+        if parts[1] == "a":
+            return (hi, ARCHIVE_LEVEL) if 0 <= hi < SEQ_MAX else None
         level = int(parts[1])
     except ValueError:
         return None
@@ -168,8 +191,14 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
         raise IntegrityError(key, f"bad magic {magic!r}, expected {LOG_MAGIC!r}")
     if blake3.blake3(frame).digest(16) != digest:
         raise IntegrityError(key, "checksum mismatch")
+    if version == LOG_VERSION_ARCHIVE:
+        if not key.endswith(".a"):
+            raise IntegrityError(key, "an archive log (version 4) under a log segment's key")
+        return [LogCopy(seq, mv, body) for seq, mv, body in archlog.decode_frame(key, frame, MAX_RAW)]
+    if key.endswith(".a"):
+        raise IntegrityError(key, f"log segment version {version} under an archive log's key")
     if version > LOG_VERSION or version < LOG_VERSION_OBJECTS:
-        raise IntegrityError(key, f"log segment version {version} is not one this code reads (2-{LOG_VERSION})")
+        raise IntegrityError(key, f"log segment version {version} is not one this code reads (2-{LOG_VERSION_ARCHIVE})")
     objects = version == LOG_VERSION_OBJECTS
     # bounded, whatever the frame claims
     body = zstd_decompress(key, frame, MAX_RAW, None if objects else _ZDICT, what="log segment")  # prepared: one decompressor per thread
@@ -200,6 +229,18 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
     except (ValueError, IndexError) as e:
         raise IntegrityError(key, f"malformed log segment: {e}") from None
     return out
+
+
+def encode_archlog(records: list[tuple[int, int, bytes]]) -> bytes:
+    """Encode ``[(seq, envelope version, manifest JSON body)]`` (ascending seq, any positions) as an
+    archive log: ``"SNLG" | u8 4 | checksum(16) | frame`` (:func:`snapstore.format.archlog.encode_frame`),
+    the checksum blake3-128 of the frame. :func:`decode_logseg` reads it back.
+
+    Raises:
+        InvalidInputError: as :func:`encode_logseg` (order, versions, :data:`MAX_RAW`).
+    """
+    frame = archlog.encode_frame(records, MAX_RAW)
+    return _HEAD.pack(LOG_MAGIC, LOG_VERSION_ARCHIVE, blake3.blake3(frame).digest(16)) + frame
 
 
 def encode_logseg_v2(records: list[tuple[int, bytes]]) -> bytes:

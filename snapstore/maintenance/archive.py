@@ -12,6 +12,10 @@ per large run (small runs grouped), and then, in this order:
    the runs it serves by the bundle and their hot packs become garbage (candidates, then deleted
    a grace period later); readers reach the bundle when a hot pack is gone.
 
+4. per run the bundle serves, its hot catalogue (:mod:`snapstore.maintenance.archcat`): the run's
+   whole log in one archive log, read back, then its manifests stubbed and its other log
+   segments deleted.
+
 A crash before step 3 leaves an unindexed bundle (``verify`` warns, nothing reads it) and the run
 as it was; after it, the hot packs are still there until GC. Nothing is lost at any point.
 """
@@ -34,6 +38,7 @@ from ..format.pack import Pack, PackBuilder
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
+from .archcat import compact_run_log
 from .bundlegc import switch_deadline
 from .forwarding import read_forward_map
 from .mark import Marker, MarkScope
@@ -69,6 +74,9 @@ class ArchiveReport:
         storage_class: the class the bundles were written with.
         pruned: ids of the checkpoints a ``keep`` policy pruned before archiving
             (:meth:`CheckpointManager.archive`).
+        catalogue_bytes: bytes of the archive logs written (each archived run's whole log in one
+            object, its manifests then 0-byte stubs; :mod:`snapstore.maintenance.archcat`).
+        hot_logs: run id -> why its log was left as it was (no archive log written).
     """
 
     runs: list = field(default_factory=list)
@@ -80,6 +88,8 @@ class ArchiveReport:
     index_bytes: int = 0
     storage_class: str = ""
     pruned: list = field(default_factory=list)
+    catalogue_bytes: int = 0
+    hot_logs: dict = field(default_factory=dict)
 
 
 def call_hook(hooks: dict | None, name: str, **kw) -> None:
@@ -118,7 +128,8 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         expire_after_days: days after which the bundles' data may expire (names the expiry month in
             the key, for lifecycle rules); None: ``never``.
         hooks: test hooks called after each step: ``after_mark``, ``after_bundle_put``,
-            ``after_readback``, ``after_index`` (keyword arguments describe the state).
+            ``after_readback``, ``after_index``, and per run ``after_archlog``, ``after_stub``,
+            ``after_logsegs`` (keyword arguments describe the state).
         progress: optional ``progress(phase, done, total)``.
         grace_period: the grace period (seconds) of the GCs that may run beside: each bundle's
             index record is written within half of it from the start of the bundle's upload, or
@@ -191,6 +202,13 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
         call_hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
+        # the hot catalogue: each run's log as one archive log, its manifests stubbed (§28)
+        for rk in group:
+            res = compact_run_log(repo, rk, chosen[rk].manifests,
+                                  hook=lambda step, rk=rk: call_hook(hooks, step, run=chosen[rk].live[0].run_id))
+            rep.catalogue_bytes += res.bytes
+            if res.key is None:
+                rep.hot_logs[chosen[rk].live[0].run_id] = res.why
         rep.bundles.append(ix.key)
         rep.runs.extend(chosen[rk].live[0].run_id for rk in group)
         rep.checkpoints += sum(len(chosen[rk].live) for rk in group)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.gcstate import candidates_key, decode_candidate_bundles, decode_candidates, encode_candidates
-from ..format.logseg import parse_logseg_key, span
+from ..format.logseg import parse_logseg_key, seg_lo
 from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE
 from ..format.forward import decode_forward_cache, encode_forward_cache
 from ..format.index import decode_index
@@ -506,7 +506,7 @@ def _plan_logsegs(g, plan: SweepPlan) -> None:
         left = sorted(s_ for s_ in (log.manifests if log else ()) if keys.manifest_key(rk, s_) not in going)
         for info in lsegs:
             hi, level = parse_logseg_key(info.key)
-            lo = hi - span(level) + 1
+            lo = seg_lo(hi, level)
             i = bisect.bisect_left(left, lo)
             if i == len(left) or left[i] > hi:
                 if g.grace == 0 or info.mtime <= g.mature:

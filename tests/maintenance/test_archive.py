@@ -17,7 +17,7 @@ from snapstore.errors import ColdObjectError, IntegrityError, InvalidInputError,
 from snapstore.format.bundle import DATA, INDEX, decode_index
 from snapstore.stores.local import LocalStore
 
-STEPS = ("after_mark", "after_bundle_put", "after_readback", "after_index")
+STEPS = ("after_mark", "after_bundle_put", "after_readback", "after_index", "after_archlog", "after_stub", "after_logsegs")
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 200}  # shared by the runs
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ...errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ...format import keys
-from ...format.logseg import (MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
-                            parse_logseg_key, span)
+from ...format.logseg import (ARCHIVE_LEVEL, MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
+                            parse_logseg_key, seg_lo, span)
 from ...format.manifest import Manifest, open_manifest, record_positions
 from ..repository import Repository
 
@@ -82,14 +82,15 @@ def choose_logsegs(seqs, logsegs: dict) -> tuple[list, set]:
         logsegs: ``(hi, level) -> key`` (from :func:`list_logsegs` or a listing).
     Returns:
         ``([(key, covered positions)], positions no chosen segment covers)``. A level-1 segment is
-        chosen for one position; larger ones only when they cover two or more.
+        chosen for one position, and an archive log (it may hold the only copy of a stub); larger
+        ones only when they cover two or more.
     """
     chosen: list[tuple[str, set]] = []
     left = set(seqs)
     for (hi, level), key in sorted(logsegs.items(), key=lambda x: (-x[0][1], -x[0][0])):
-        lo = hi - span(level) + 1
+        lo = seg_lo(hi, level)
         cover = {s for s in left if lo <= s <= hi}
-        if len(cover) >= 2 or (cover and level == 1):
+        if len(cover) >= 2 or (cover and level in (1, ARCHIVE_LEVEL)):
             chosen.append((key, cover))
             left -= cover
     return chosen, left

@@ -16,7 +16,7 @@ import time
 from ...errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
 from ...format import keys
-from ...format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, span
+from ...format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, seg_lo
 from ...format.ids import seq_hint
 from ...format.removals import encode_removal_records, removals_key, to_ranges
 from ...format.manifest import FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, is_void, record_positions
@@ -85,7 +85,7 @@ class LogRecords:
         cover = []
         for info in self.store.list(logseg_prefix(run_key)):
             p = parse_logseg_key(info.key)
-            if p is not None and p[0] - span(p[1]) < seq <= p[0]:
+            if p is not None and seg_lo(*p) <= seq <= p[0]:
                 cover.append((p[1], info.key))
         why, unreadable = "no log segment covers its position", None
         for _, lk in sorted(cover, reverse=True):
