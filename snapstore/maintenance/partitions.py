@@ -43,7 +43,7 @@ from .gcreport import GCOptions
 from .runs import list_runs
 
 __all__ = ["Partition", "MarkPlan", "plan_mark", "mark_partition", "reduce_mark", "run_local", "run_dask",
-           "partitioned_mark"]
+           "partitioned_mark", "open_url", "open_plan", "absolute_url", "store_requests"]
 
 PLAN_FILE = "plan.json"
 CANDIDATES_FILE = "candidates.parquet"
@@ -87,9 +87,18 @@ class MarkPlan:
         return os.path.join(self.job_dir, f"mark-{index:05d}.parquet")
 
 
-def _open_url(url: str, store_options: dict) -> Repository:
+def open_url(url: str, store_options: dict) -> Repository:
     """The repository at ``url``; an encrypted one through the keys of this process's environment
-    (``$SNAPSTORE_PASSPHRASE`` / ``$SNAPSTORE_KMS_KEY``, as every worker must have them)."""
+    (``$SNAPSTORE_PASSPHRASE`` / ``$SNAPSTORE_KMS_KEY``, as every worker must have them).
+
+    Args:
+        url: the repository's URL (``s3://bucket/prefix``, a local path, ...).
+        store_options: keyword options for :func:`snapstore.stores.open_store` (e.g. ``endpoint_url``).
+    Returns:
+        The opened :class:`~snapstore.repo.repository.Repository` (the caller closes its store).
+    Raises:
+        RepositoryNotFound: nothing at ``url``. StoreError: the store failed.
+    """
     from ..stores.crypt import keys_from_env, sealed_if_keyed
 
     store = open_store(url, **store_options)
@@ -101,13 +110,14 @@ def _open_url(url: str, store_options: dict) -> Repository:
     return Repository.open(store, create=False)
 
 
-def _open(plan: MarkPlan) -> Repository:
-    return _open_url(plan.url, plan.store_options)
+def open_plan(plan: MarkPlan) -> Repository:
+    """The repository of ``plan`` (:func:`open_url` of its ``url`` and ``store_options``), as a worker opens it."""
+    return open_url(plan.url, plan.store_options)
 
 
-def _absolute(url: str) -> str:
-    """``url`` with a local path made absolute (workers resolve paths against their own working
-    directory); URLs with a scheme are left as they are."""
+def absolute_url(url: str) -> str:
+    """``url`` (a string) with a local path made absolute (workers resolve paths against their own
+    working directory); URLs with a scheme (``s3://...``) are returned as they are."""
     return url if "://" in url else os.path.abspath(url)
 
 
@@ -143,7 +153,7 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
                                     f"(inventory {inventory})")
         return MarkPlan(d["url"], job_dir, tuple(Partition(**p) for p in d["partitions"]), store_options or {},
                         d.get("now", 0.0), d.get("inventory"))
-    repo = _open_url(url, store_options or {})
+    repo = open_url(url, store_options or {})
     if inventory is not None:
         from .inventory import read_inventory
         _write_inventory(read_inventory(inventory, repo.store), job_dir)
@@ -251,7 +261,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
         return s
     part = plan.partitions[index]
     t0 = time.monotonic()
-    repo = _open(plan)
+    repo = open_plan(plan)
     g = GCPlan(repo, GCOptions(dry_run=True), repo.store_time(), repo.cache.limit)
     g.run_range = (part.first, part.last)
     g.inventory = load_inventory(plan)
@@ -264,7 +274,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     summary = {"index": index, "runs": len(g.logs), "live_checkpoints": sum(len(x.live) for x in g.logs.values()),
                "live_packs": len(packs), "listed_packs": len(g.packs),
                "live_bytes": sum(g.packs[p].size for p in packs if p in g.packs),
-               "requests": _requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False,
+               "requests": store_requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False,
                "peak_rss_kb": _peak_rss_kb()}
     table = pa.table({"pack": pa.array([p.hex() for p in packs], pa.string()),
                       "size": pa.array([g.packs[p].size if p in g.packs else -1 for p in packs], pa.int64())})
@@ -283,7 +293,9 @@ def _peak_rss_kb() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def _requests(repo: Repository) -> dict:
+def store_requests(repo: Repository) -> dict:
+    """The requests ``repo``'s store has sent so far, kind (``GET``, ``LIST``, ...) -> count; ``{}``
+    for a store that does not count them."""
     stats = getattr(repo.store, "stats", None)
     return dict(stats.counts) if stats is not None else {}
 
@@ -311,7 +323,7 @@ def reduce_mark(plan: MarkPlan) -> dict:
         if not os.path.exists(path):
             raise InvalidInputError(f"partition {p.index} is not marked yet ({path} missing)")
         live.update(bytes.fromhex(h) for h in pq.read_table(path, columns=["pack"]).column("pack").to_pylist())
-    repo = _open(plan)
+    repo = open_plan(plan)
     from ..format import keys
     from ..format.shared import effective_mtime
     inv = load_inventory(plan)
@@ -329,7 +341,7 @@ def reduce_mark(plan: MarkPlan) -> dict:
                              "mtime": pa.array([listed[c][1] for c in cands], pa.float64())}), tmp)
     os.replace(tmp, os.path.join(plan.job_dir, CANDIDATES_FILE))
     return {"live": live, "candidates": set(cands), "bytes_to_reclaim": sum(listed[c][0] for c in cands),
-            "listed": listed, "requests": _requests(repo)}
+            "listed": listed, "requests": store_requests(repo)}
 
 
 def run_local(plan: MarkPlan, workers: int = 4, retries: int = 1, task=None, count: int | None = None,
@@ -492,7 +504,7 @@ def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str 
     """
     require_pyarrow()
     check_executor(executor, scheduler)
-    url, job_dir = _absolute(url), os.path.abspath(job_dir)
+    url, job_dir = absolute_url(url), os.path.abspath(job_dir)
     if os.path.exists(os.path.join(job_dir, CANDIDATES_FILE)):
         _clear_finished(job_dir)  # a finished job: a re-run marks the repository as it is now
     plan = plan_mark(url, job_dir, partitions, store_options, inventory)

@@ -84,7 +84,7 @@ def plan_partitioned_sweep(plan: P.MarkPlan, red: dict, grace_period: float, par
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    repo = P._open(plan)
+    repo = P.open_plan(plan)
     store = repo.store
     now, grace = plan.now, grace_period
     mature, settled = now - grace, now - grace / 2
@@ -122,7 +122,7 @@ def plan_partitioned_sweep(plan: P.MarkPlan, red: dict, grace_period: float, par
         os.replace(tmp, _sweep_path(plan, i))
     sweep = {"now": now, "grace_period": grace, "partitions": parts, "delete_packs": len(doomed),
              "delete_bytes": sum(listed[p][0] for p in doomed), "new_candidates": len(new),
-             "pending_candidates": len(unref - gone), "used_records": used, "requests": P._requests(repo)}
+             "pending_candidates": len(unref - gone), "used_records": used, "requests": P.store_requests(repo)}
     _write_json(os.path.join(plan.job_dir, SWEEP_FILE), sweep)
     return sweep
 
@@ -148,10 +148,10 @@ def sweep_partition(plan: P.MarkPlan, index: int) -> dict:
     t0 = time.monotonic()
     t = pq.read_table(_sweep_path(plan, index))
     doomed, sizes = t.column("key").to_pylist(), t.column("size").to_pylist()
-    repo = P._open(plan)
+    repo = P.open_plan(plan)
     for i in range(0, len(doomed), DELETE_BATCH):
         repo.store.delete_many(doomed[i:i + DELETE_BATCH])
-    d = {"index": index, "deleted": len(doomed), "deleted_bytes": sum(sizes), "requests": P._requests(repo),
+    d = {"index": index, "deleted": len(doomed), "deleted_bytes": sum(sizes), "requests": P.store_requests(repo),
          "seconds": round(time.monotonic() - t0, 3), "resumed": False}
     _write_json(done, d)
     return d
@@ -194,13 +194,13 @@ def partitioned_gc(url: str, job_dir: str, partitions: int = 8, executor: str = 
         raise InvalidInputError(f"grace_period must be >= 0, got {grace_period}")
     P.require_pyarrow()
     P.check_executor(executor, scheduler)
-    url, job_dir = P._absolute(url), os.path.abspath(job_dir)
+    url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
     if os.path.exists(os.path.join(job_dir, DONE_FILE)) or (
             os.path.exists(os.path.join(job_dir, P.CANDIDATES_FILE))
             and not os.path.exists(os.path.join(job_dir, SWEEP_FILE))):
         _clear(job_dir)  # a finished job (or a dry run's): a re-run collects the repository as it is now
-    repo = P._open_url(url, store_options or {})
+    repo = P.open_url(url, store_options or {})
     token = os.urandom(8).hex()
     keeper = LockKeeper(repo, token, acquire(repo, repo.store_time(), lock_timeout, token),
                         max(0.05, lock_timeout / 5))
@@ -235,7 +235,7 @@ def partitioned_gc(url: str, job_dir: str, partitions: int = 8, executor: str = 
                     "deleted_bytes": sum(s["deleted_bytes"] for s in swept), "resumed": resumed,
                     "grace_period": grace_period})
         rep["requests"] = P.sum_requests(rep["requests"], sweep.get("requests"),
-                                         *(s.get("requests") for s in swept), P._requests(repo))
+                                         *(s.get("requests") for s in swept), P.store_requests(repo))
         _write_json(os.path.join(job_dir, DONE_FILE),
                     {k: v for k, v in rep.items() if k not in ("live", "candidate_ids", "summaries")})
         return rep
