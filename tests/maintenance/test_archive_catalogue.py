@@ -14,6 +14,7 @@ from snapstore.format.logseg import ARCHIVE_LEVEL, archlog_key, decode_logseg, e
 from snapstore.stores.local import LocalStore
 
 from .test_archive import fill, snapshot
+from .test_unarchive import archived
 
 
 def run_objects(store, run_key_prefix="runs/") -> dict:
@@ -122,12 +123,7 @@ def test_unarchive_and_delete_after_the_catalogue(tmp_path):
     """Unarchive of runs whose logs are archive logs brings them back hot, reading the same; a
     deleted run's archive log goes with the rest of its log at GC."""
     root = tmp_path / "r"
-    m = CheckpointManager(LocalStore(root))
-    fill(m)
-    before = snapshot(m)
-    m.archive()
-    m.gc(grace_period=0)
-    m.gc(grace_period=0)
+    _m, before = archived(root)
     un = CheckpointManager(LocalStore(root))
     assert sorted(un.unarchive(["long", "small-0"]).runs) == ["long", "small-0"]
     un.gc(grace_period=0)

@@ -38,8 +38,9 @@ def _repo(tmp_path) -> Path:
     return root
 
 
-def test_a_gc_killed_on_this_machine_is_taken_over_at_once(tmp_path):
-    root = _repo(tmp_path)
+def _hanging_gc(root) -> subprocess.Popen:
+    """A real process running GC on ``root`` that prints "marked" after its mark phase and then
+    hangs (120 s) holding the GC lock; the caller kills it."""
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
@@ -51,7 +52,12 @@ def test_a_gc_killed_on_this_machine_is_taken_over_at_once(tmp_path):
             time.sleep(120)
         m.gc(grace_period=0, hooks={{"after_mark": hang}})
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_a_gc_killed_on_this_machine_is_taken_over_at_once(tmp_path):
+    root = _repo(tmp_path)
+    p = _hanging_gc(root)
     try:
         assert p.stdout.readline().strip() == "marked"
         mgr = CheckpointManager(LocalStore(root))
@@ -75,18 +81,7 @@ def test_a_gc_killed_and_not_yet_reaped_is_taken_over_at_once(tmp_path):
     still show in /proc, but it holds nothing and never refreshes its lock (it used to count as
     alive, so every GC was refused for LOCK_TIMEOUT)."""
     root = _repo(tmp_path)
-    code = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(ROOT)!r})
-        from snapstore import CheckpointManager
-        from snapstore.stores import LocalStore
-        m = CheckpointManager(LocalStore({str(root)!r}))
-        def hang(**_):
-            print("marked", flush=True)
-            time.sleep(120)
-        m.gc(grace_period=0, hooks={{"after_mark": hang}})
-    """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = _hanging_gc(root)
     try:
         assert p.stdout.readline().strip() == "marked"
         os.kill(p.pid, signal.SIGKILL)  # not waited for: a zombie until p.wait() below
