@@ -41,7 +41,7 @@ from ..repo.repository import Repository
 from .archcat import compact_run_log
 from .bundlegc import switch_deadline
 from .forwarding import read_forward_map
-from .mark import Marker, MarkScope
+from .mark import Marker, MarkScope, bundle_standins
 from .runs import list_runs, read_all_runs, segments_by_run
 
 BUNDLE_MIN = 16 << 20
@@ -162,9 +162,15 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
     # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
     fmap = read_forward_map(repo)
     segs = segments_by_run(chosen)
+    # a run archived before and continued since still names hot packs GC took: the bundles that
+    # replace them stand in for them, as in GC's mark (docs/format.md §28)
+    bundles = repo.bundles.load()
+    present = {pid for pid in (keys.pack_id_from_key(i.key) for i in store.list(keys.PACKS)) if pid is not None}
+    fwd = bundle_standins(fmap.to, bundles, present)
+    present |= set(bundles)
     by_run_need: dict = {}
     for rk, log in chosen.items():
-        marker = Marker(repo, MarkScope(dict(fmap.to), None, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
+        marker = Marker(repo, MarkScope(dict(fwd), present, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
         reach = marker.run(log.live)
         need = {pid: set(v) for pid, v in reach.packs.items()}
         # every pack a reader of these checkpoints may start from (docs/format.md §28): the homes,

@@ -50,7 +50,7 @@ from .bundlegc import list_bundle_objects
 from .forwarding import ForwardMap
 from .gcreport import GCOptions, GCReport, account_flush
 from .lock import LOCK_KEY, LOCK_TIMEOUT, LockKeeper, acquire, break_lock, release
-from .mark import Marker, MarkScope
+from .mark import Marker, MarkScope, bundle_standins
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
 from .runs import head_segments, list_runs, read_runs_slim, segments_by_run
 from .sweep import FWD_CACHE_KEY, plan_sweep, read_forward_cache
@@ -382,11 +382,7 @@ class GCPlan:
         live = [m for log in logs.values() for m in log.live]
         # a pack gone from a run that continued after its archive: its bundles stand in for it
         # (as forwarding targets, for this mark only; the forwarding map is not changed)
-        fwd = dict(self.fwd)
-        for bid, ix in self.bundles.items():
-            for p in ix.replaces:
-                if p not in packs and p not in self.fwd:
-                    fwd.setdefault(p, []).append(bid)
+        fwd = bundle_standins(self.fwd, self.bundles, set(packs))
         # with an inventory, existence is asked of the store: packs newer than it are not listed
         present = set(packs) | set(self.bundles) if self.inventory is None else None
         marker = GCMarker(repo, MarkScope(fwd, present, segs_by_run, sizes), self.rewrites)

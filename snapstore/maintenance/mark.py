@@ -221,6 +221,29 @@ class MarkScope:
     sizes: dict | None = None
 
 
+def bundle_standins(fwd: dict, bundles: dict, present: set) -> dict:
+    """Forwarding for a mark where archive bundles stand in for hot packs GC took (docs/format.md
+    §28): ``fwd`` (retired pack id -> pack ids its entries moved to) plus, for every pack a
+    bundle's index ``replaces`` that is neither in ``present`` nor already forwarded, that bundle
+    (and any other bundle replacing it). A run that continued after its archive still names those
+    packs in its newer records' refs and hints.
+
+    Args:
+        fwd: the forwarding map (8-byte pack id -> list of 8-byte pack ids); not changed.
+        bundles: bundle id -> :class:`~snapstore.format.bundle.BundleIndex` (its ``replaces``).
+        present: ids of the hot packs that exist (from a listing).
+
+    Returns:
+        A new dict in ``fwd``'s shape, for this mark only (the stored forwarding map is not changed).
+    """
+    out = dict(fwd)
+    for bid, ix in bundles.items():
+        for p in ix.replaces:
+            if p not in present and p not in fwd:
+                out.setdefault(p, []).append(bid)
+    return out
+
+
 def _code_of(err: Exception) -> str:
     return "missing-pack" if isinstance(err, NotFoundError) else "corrupt-object"
 

@@ -40,7 +40,7 @@ from ..format.segs import Seg
 from ..maintenance.archive import call_hook, check_read_back
 from ..maintenance.bundlegc import switch_deadline
 from ..maintenance.forwarding import read_forward_map
-from ..maintenance.mark import Marker, MarkScope
+from ..maintenance.mark import Marker, MarkScope, bundle_standins
 from ..maintenance.runs import list_runs, read_all_runs, segments_by_run
 
 __all__ = ["UnarchiveReport", "unarchive"]
@@ -103,11 +103,7 @@ def unarchive(mgr, run_ids: list, hooks: dict | None = None) -> UnarchiveReport:
     segs = segments_by_run(logs)
     present = {pid for pid in (keys.pack_id_from_key(i.key) for i in repo.store.list(keys.PACKS)) if pid is not None}
     # a hot pack GC took: the bundles replacing it stand in for it (as GC's mark does, §28)
-    fwd = dict(fmap.to)
-    for bid, ix in bundles.items():
-        for p in ix.replaces:
-            if p not in present and p not in fmap.to:
-                fwd.setdefault(p, []).append(bid)
+    fwd = bundle_standins(fmap.to, bundles, present)
     present |= set(bundles)
     for rk, r in wanted.items():
         log = logs[rk]

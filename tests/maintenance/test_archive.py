@@ -432,3 +432,32 @@ def test_a_deleted_bundle_is_named_by_the_reader(kind, store_factory):
     with pytest.raises(ObjectNotFound) as e:
         CheckpointManager(store).get("r", m.list("r")[-1].id)
     assert e.value.key == rep.bundles[0], e.value
+
+
+def test_archive_again_after_a_save_on_top_and_gc(tmp_path):
+    """A run archived, GC'd, continued by one save and GC'd again names hot packs GC took in its
+    new record; archiving it again marks through the bundles that replace them (as GC's mark does,
+    docs/format.md §28), where it used to fail with "missing pack". Nothing changes for a reader,
+    through the second archive, its GC, unarchive and its GC."""
+    root = tmp_path / "r"
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    last = m.latest("small-2")
+    m.save("small-2", last.messages + [{"role": "user", "content": "on top"}], step=9)
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    before = snapshot(CheckpointManager(LocalStore(root)))
+    again = CheckpointManager(LocalStore(root)).archive()
+    assert again.runs == ["small-2"] and again.checkpoints == 5
+    for _ in range(2):
+        CheckpointManager(LocalStore(root)).gc(grace_period=0)
+    m2 = CheckpointManager(LocalStore(root))
+    assert snapshot(m2) == before and m2.verify(read_data=True).errors == []
+    assert m2.unarchive(["small-2"]).runs == ["small-2"]
+    for _ in range(2):
+        CheckpointManager(LocalStore(root)).gc(grace_period=0)
+    m3 = CheckpointManager(LocalStore(root))
+    assert snapshot(m3) == before and m3.verify(read_data=True).errors == []
