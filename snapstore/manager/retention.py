@@ -144,6 +144,9 @@ def _keep_needed(decisions: list) -> None:
                 active.append((n[0], c.id, n[1]))
 
 
+COUNT_RULES = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly")
+
+
 @dataclass
 class Policy:
     """A retention policy (see the module docstring). All fields optional; at least one must be set."""
@@ -162,7 +165,9 @@ class Policy:
         """Build and validate a policy from keyword arguments (durations as seconds, timedelta or text).
 
         Raises:
-            InvalidInputError: no rule given, an unknown rule, or a negative/non-integer count.
+            InvalidInputError: no rule given, an unknown rule, a negative/non-integer count, or a
+                policy that keeps nothing (only count rules, every one 0: it would delete every
+                checkpoint it applies to).
         """
         p = cls()
         for k, v in kw.items():
@@ -178,6 +183,13 @@ class Policy:
                 setattr(p, k, v)
         if all(getattr(p, k) is None for k in p.__dataclass_fields__):
             raise InvalidInputError("a retention policy needs at least one rule (keep_last, older_than, keep_daily, ...)")
+        if p.keep_within is None and p.older_than is None and not any(
+                getattr(p, k) for k in COUNT_RULES):
+            given = ", ".join(f"{k}=0" for k in COUNT_RULES if getattr(p, k) == 0)
+            raise InvalidInputError(
+                f"this retention policy keeps no checkpoint ({given}: a count of 0 keeps none): it would "
+                "delete every checkpoint it applies to; give a count of at least 1, or delete runs "
+                "with delete(run_id) (CLI: snapstore delete RUN --yes)")
         return p
 
 

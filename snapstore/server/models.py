@@ -136,13 +136,15 @@ PRUNE_RULES = ("keepLast", "olderThan", "keepWithin", "keepHourly", "keepDaily",
 class PruneRequest(BaseModel):
     """A retention policy (restic ``forget`` semantics: a checkpoint is kept if any rule keeps it).
 
-    At least one rule (keepLast, olderThan, keepWithin, keepHourly ... keepYearly) must be given,
-    not null. Counts are integers from 0 to 1,000,000,000. Durations are seconds (0 up to, not
+    At least one rule must keep something: olderThan or keepWithin given (not null), or a count
+    (keepLast, keepHourly ... keepYearly) of at least 1; a body of zero counts only would delete
+    every checkpoint and is refused. Counts are integers from 0 to 1,000,000,000. Durations are seconds (0 up to, not
     including, 86,400,000,000,000) or text such as ``"7d"``, ``"12h"``, ``"1d12h"`` (units s, m,
     h, d, w, y); text past 999,999,999 days is refused with 422 ``invalid_input``."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
-        {"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in PRUNE_RULES]})
+        {"required": [k], "properties": {k: {"not": {"type": "null"}}}} if k in ("olderThan", "keepWithin")
+        else {"required": [k], "properties": {k: {"type": "integer", "minimum": 1}}} for k in PRUNE_RULES]})
     runId: str | None = Field(None, min_length=1, description="only this run (default: every run)")
     keepLast: Count | None = _Count
     olderThan: Duration = Field(None, description="delete checkpoints older than this")

@@ -368,8 +368,13 @@ def test_prune_rule_combinations_and_reasons(repo):
     # --older-than keeps what is younger; a zero count keeps nothing
     f = plan("--older-than", "1d", "--keep-last", "0")
     assert all(kept and len(r) == 1 and r[0].startswith("newer than ") for kept, r in f.values())
-    f = plan("--keep-hourly", "0")
-    assert not any(kept for kept, _ in f.values())
+    for rules in (("--keep-hourly", "0"), ("--keep-last", "0", "--keep-daily", "0")):
+        # a policy of zero counts only keeps nothing: refused, dry run or not (a trial lost a repository)
+        for dry in (("--dry-run",), ()):
+            r = run(repo, "prune", *dry, *rules, ok=False)
+            assert r.exit_code == 2 and "keeps no checkpoint" in r.stderr, r.stderr
+        r = run(repo, "archive", *rules, ok=False)
+        assert r.exit_code == 2 and "keeps no checkpoint" in r.stderr, r.stderr
     assert len(ids(repo, "demo-run")) == 10  # dry runs deleted nothing
 
     # the human dry run joins the reasons

@@ -160,6 +160,10 @@ def test_plan_matches_a_reference_on_random_histories():
             rules["older_than"] = timedelta(seconds=rng.randrange(span))
         if not rules:
             rules["keep_last"] = 1
+        if not any(rules.values()) and not {"keep_within", "older_than"} & set(rules):  # zero counts only: keeps nothing, refused (never a silent wipe)
+            with pytest.raises(InvalidInputError, match="keeps no checkpoint"):
+                Policy.make(**rules)
+            continue
         ds = plan(cps, Policy.make(**rules), now=T0)
         ref = _reference(cps, rules, T0)
         for d in ds:
@@ -173,6 +177,9 @@ def test_policy_validation_and_durations():
         Policy.make()
     with pytest.raises(InvalidInputError):
         Policy.make(keep_forever=1)
+    with pytest.raises(InvalidInputError, match=r"keeps no checkpoint \(keep_last=0, keep_daily=0"):
+        Policy.make(keep_last=0, keep_daily=0)
+    assert Policy.make(keep_last=0, keep_within=3600).keep_last == 0  # another rule keeps
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(InvalidInputError):
             Policy.make(keep_last=bad)
