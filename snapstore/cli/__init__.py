@@ -95,7 +95,8 @@ def cli(ctx: click.Context, repo: str | None, compact_log: bool | None):
     """Content-addressed, deduplicated storage for AI-agent checkpoints.
 
     Exit status: 0 ok, 1 failure (unknown run/checkpoint, conflict, store error), 2 bad usage or
-    bad input, 130 interrupted; see 'snapstore verify --help' for verify's codes.
+    bad input, 130 interrupted; 'snapstore verify --help' and 'snapstore restore --help'
+    give those commands' own codes (verify 3 and 4, restore 3 for 'requested, not yet done').
     """
     if repo is not None and not repo.strip():
         raise CommandError("--repo is empty: give a directory, a .db file, file:///path, sqlite:///path.db, s3://BUCKET/PREFIX or memory://", 2)

@@ -572,6 +572,9 @@ def _unrepeated(p) -> str:
     return p.message[len(lead):] if p.message.startswith(lead) else p.message
 
 
+PARTIAL_EXIT = 4  # verify found no error but could not check everything (no key: format.md §27)
+
+
 @click.command("verify")
 @click.option("--read-data", is_flag=True, help="Also read and check every pack (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -585,7 +588,9 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     """Check the repository's integrity.
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
-    references; 3 other errors. With several kinds the smallest code is used.
+    references; 3 other errors; 4 no errors found, but the check was partial (an encrypted
+    repository verified without its passphrase: contents, checksums and references unchecked;
+    the summary line says PARTIAL). With several kinds of error the smallest code is used.
 
     Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
     operations, and after a gc with a grace period the packs it repacked (retired-pack).
@@ -604,9 +609,10 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     finally:
         progress.clear()
     errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)
-    code = min((_problem_exit_code(p.code) for p in errors), default=0)
+    partial = any(p.code == "not-decrypted" for p in warnings)
+    code = min((_problem_exit_code(p.code) for p in errors), default=PARTIAL_EXIT if partial else 0)
     if as_json:
-        emit_json({"ok": not errors, "exit_code": code, "checked": checked,
+        emit_json({"ok": not errors, "complete": not partial, "exit_code": code, "checked": checked,
                     "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
     else:
         lines = [f"error: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in errors]
@@ -615,7 +621,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
         else:
             lines += [f"warning: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in warnings]
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
-        status = "OK" if not errors else "FAILED"
+        status = "FAILED" if errors else "PARTIAL" if partial else "OK"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
         write("".join(lines))
     if code:

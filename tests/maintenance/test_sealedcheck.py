@@ -98,9 +98,12 @@ def test_cli_verify_without_and_with_the_passphrase(tmp_path):
     assert run.invoke(cli, ["--repo", repo, "init", "--encrypt"], env=env).exit_code == 0
     assert run.invoke(cli, ["--repo", repo, "import", "examples/demo-run.json", "--run", "demo"], env=env).exit_code == 0
     out = run.invoke(cli, ["--repo", repo, "verify", "--json"], env={"SNAPSTORE_PASSPHRASE": ""})
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 4, out.output  # partial: a script must not take it for a full check
     rep = json.loads(out.output)
     assert rep["ok"] and [w["code"] for w in rep["warnings"]] == ["not-decrypted"] and rep["checked"]["trailers"] > 3
+    assert rep["complete"] is False and rep["exit_code"] == 4
+    out = run.invoke(cli, ["--repo", repo, "verify"], env={"SNAPSTORE_PASSPHRASE": ""})
+    assert out.exit_code == 4 and out.output.splitlines()[-1].startswith("PARTIAL: checked "), out.output
     out = run.invoke(cli, ["--repo", repo, "verify"], env=env)
     assert out.exit_code == 0 and "not-decrypted" not in out.output, out.output
     m = sorted(p for p in (tmp_path / "repo" / "runs").rglob("*") if p.is_file() and p.parent.name == "m")
