@@ -25,10 +25,13 @@ Hierarchy::
     ├── UnsupportedFormatError                 repository written by a newer snapstore
     ├── RepositoryError                        not a snapstore repository (e.g. a foreign ``config``)
     │   └── RepositoryNotFound                 nothing at the location yet
-    └── StoreError                             the backend failed (I/O, network, permissions)
-        ├── AccessDenied
-        ├── BucketNotFound
-        └── CredentialsError
+    ├── StoreError                             the backend failed (I/O, network, permissions)
+    │   ├── AccessDenied
+    │   ├── BucketNotFound
+    │   └── CredentialsError
+    └── EncryptionError                        encryption cannot be used as asked (docs/format.md §27)
+        ├── WrongPassphrase                    no key slot opens with the passphrase given
+        └── KeyRequired                        encrypted, and no passphrase or KMS key was given
 """
 
 from __future__ import annotations
@@ -232,3 +235,8 @@ class EncryptionError(SnapstoreError):
 
 class WrongPassphrase(EncryptionError):
     """No key slot of the encrypted repository opens with the passphrase given."""
+
+
+class KeyRequired(EncryptionError):
+    """The repository is encrypted and was opened with no passphrase and no KMS key (the CLI asks
+    for a passphrase on a terminal when it gets this)."""

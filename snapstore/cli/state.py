@@ -4,8 +4,11 @@ command ends)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from ..errors import KeyRequired
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
 
@@ -52,7 +55,9 @@ class State:
         """The checkpoint manager, opened once per invocation and closed when it ends.
 
         Args:
-            create: create the repository if there is none (otherwise it must exist).
+            create: create the repository if there is none (otherwise it must exist). Without
+                ``create``, an encrypted repository opened with no key ($SNAPSTORE_PASSPHRASE,
+                $SNAPSTORE_KMS_KEY) asks for its passphrase when stdin is a terminal.
         Raises:
             RepositoryError: no repository at ``--repo`` (and not ``create``), or it cannot be read.
             StoreError: the store cannot be reached.
@@ -60,9 +65,23 @@ class State:
         if self._mgr is None:
             probe_store(self.location)
             mgr = CheckpointManager(self.location, create=create, compact_log=self.compact_log)
-            click.get_current_context().find_root().call_on_close(mgr.close)
             if not create:
-                mgr.repo  # open now: a missing repository is an error, not an empty one
+                try:
+                    mgr.repo  # open now: a missing repository is an error, not an empty one
+                except KeyRequired:
+                    mgr.close()
+                    if not sys.stdin.isatty():
+                        raise
+                    # on a terminal, an encrypted repository asks for its passphrase, as init and key do
+                    from .key_cmds import passphrase_from_env_or_prompt
+                    mgr = CheckpointManager(self.location, create=create, compact_log=self.compact_log,
+                                            passphrase=passphrase_from_env_or_prompt())
+                    try:
+                        mgr.repo
+                    except BaseException:
+                        mgr.close()
+                        raise
+            click.get_current_context().find_root().call_on_close(mgr.close)
             self._mgr = mgr
         return self._mgr
 

@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from typing import Iterable, Iterator
 
-from ..errors import EncryptionError, IntegrityError
+from ..errors import EncryptionError, IntegrityError, KeyRequired
 from ..format import keyring, keyslots, kmsslots, sealed, sealed2
 from .base import ObjectInfo, check_range, store_capabilities
 
@@ -647,7 +647,7 @@ def raise_if_locked(store, cfg) -> None:
     """Refuse an encrypted repository's config ``cfg`` read through a store that cannot decrypt.
 
     Raises:
-        EncryptionError: ``cfg`` says encryption is on and ``store`` is not a :class:`SealedStore`.
+        KeyRequired: ``cfg`` says encryption is on and ``store`` is not a :class:`SealedStore`.
     """
     if cfg.encryption is not None and not is_sealed(store):
         slots = cfg.encryption.get("slots") if isinstance(cfg.encryption, dict) else None
@@ -657,7 +657,7 @@ def raise_if_locked(store, cfg) -> None:
             ways.append("a passphrase ($SNAPSTORE_PASSPHRASE, or passphrase=... in Python)")
         if "kms" in kinds:
             ways.append("a KMS key of one of its slots ($SNAPSTORE_KMS_KEY, or kms_key_id=... in Python)")
-        raise EncryptionError(f"the repository at {store.url} is encrypted: give {' or '.join(ways)}")
+        raise KeyRequired(f"the repository at {store.url} is encrypted: give {' or '.join(ways)}")
 
 
 __all__ = ["SealedStore", "UNSEALED_SIZE", "is_sealed", "plain_listed_size", "raise_if_locked", "keys_from_env", "sealed_if_keyed",
