@@ -107,20 +107,26 @@ def key_rotate(ctx):
     """
     store = _store(ctx)
     before = keyslots.list_slots(store)
+    mine = keyslots.opener_slot(store) if len(before) > 1 else None
     kid = keyslots.rotate_key(store)
     after = keyslots.list_slots(store)
     kept = {s["id"] for s in after}
     dropped = [s for s in before if s["id"] not in kept]
+    others = [s for s in dropped if s["id"] != mine]
     repo_opt = f"--repo {state_of(ctx).location} "
     lines = [f"new data key {kid}: new objects are sealed under it; run 'snapstore {repo_opt}key rekey' to "
              "rewrite older objects",
              f"the passphrase or KMS key you opened with is kept, in slot {', '.join(sorted(kept))} (new id)"]
     if len(dropped) > 1:  # one of them is the opener's old slot, re-made above under the new id
+        if mine is None or len(others) == len(dropped):  # not found (config changed meanwhile): list all
+            others, skip = dropped, " (skip the one you opened with)"
+        else:
+            skip = f" (yours was {mine})"
         lines.append(f"the repository had {len(dropped)} slots; the {len(dropped) - 1} other than yours wrap the old "
-                     "key only and were dropped; add back the ones to keep (skip the one you opened with):")
+                     f"key only and were dropped; add back the ones to keep{skip}:")
         lines += [f"  {s['id']} KMS key {s['key']}: snapstore {repo_opt}key add --kms-key {s['key']}" if s["kdf"] == "kms"
                   else f"  {s['id']} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore {repo_opt}key add"
-                  for s in dropped]
+                  for s in others]
     write("\n".join(lines) + "\n")
 
 

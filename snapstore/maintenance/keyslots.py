@@ -104,6 +104,28 @@ def remove_slot(store: SealedStore, slot_id: str) -> None:
     _write(store, cfg, etag)
 
 
+def opener_slot(store: SealedStore) -> str | None:
+    """The id of the slot of the repository's config that ``store`` opens with: its KMS slot when
+    it has a KMS key that one names (KMS is tried first, as on unlock), else the first passphrase
+    slot its passphrase opens (one scrypt per passphrase slot tried). None when neither applies
+    (e.g. a config changed meanwhile).
+
+    Raises:
+        EncryptionError / WrongPassphrase: the store cannot open the repository.
+    """
+    from ..format import kmsslots
+    cfg, _ = _config(store)
+    if store.kms is not None:
+        for s in cfg.encryption["slots"]:
+            if kmsslots.is_kms(s) and s["key"] == store.kms.key:
+                return s["id"]
+    if store.passphrase is not None:
+        got = keyslots.opened_slot(cfg.encryption, store.passphrase, cfg.repo_id)
+        if got is not None:
+            return got[0]
+    return None
+
+
 def rotate_key(store: SealedStore, scrypt_n: int = keyslots.SCRYPT_N) -> str:
     """Rotate the data key of the repository ``store`` opens: a new data key becomes current (new
     objects are sealed under it), wrapped in one slot for ``store``'s passphrase only (the other

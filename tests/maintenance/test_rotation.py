@@ -93,8 +93,13 @@ def test_cli_rotate_and_rekey(tmp_path):
     add = run.invoke(cli, ["--repo", repo, "key", "add"], env={**env, "SNAPSTORE_NEW_PASSPHRASE": "second one"})
     assert add.exit_code == 0, add.output
     second = add.output.split()[-1]
+    listed = run.invoke(cli, ["--repo", repo, "key", "list"], env=env).output.splitlines()
+    mine, = [line.split()[0] for line in listed if line.split()[0] != second]  # "<id>  scrypt n=..."
     out = run.invoke(cli, ["--repo", repo, "key", "rotate"], env=env)
     assert out.exit_code == 0 and "new data key" in out.output, out.output
+    # only the other slot is listed to add back, not the one the passphrase opened (a trial's snag)
+    assert out.output.count("passphrase: SNAPSTORE_NEW_PASSPHRASE=...") == 1, out.output
+    assert f"(yours was {mine}):" in out.output and f"  {mine} " not in out.output, (mine, out.output)
     # the slot rotation dropped is named, with the command that adds it back
     assert f"{second} passphrase: SNAPSTORE_NEW_PASSPHRASE=... snapstore --repo {repo} key add" in out.output, out.output
     assert "you opened with is kept" in out.output and "2 slots; the 1 other than yours" in out.output, out.output
