@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import shlex
 import sys
 import time
 
@@ -427,12 +428,22 @@ def runs_cmd(ctx, as_json):
 @click.command("list")
 @click.argument("run")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N checkpoints (newest first).")
+@click.option("--before", "before_seq", type=click.IntRange(min=0), metavar="SEQ",
+              help="Only checkpoints whose log position (SEQ column) is below SEQ: the next page of a "
+                   "paged listing (give the smallest SEQ of the last page).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of checkpoint summaries.")
 @click.pass_context
-def list_cmd(ctx, run, limit, as_json):
-    """List the checkpoints of RUN, newest first."""
-    items = state_of(ctx).manager().list(run, limit=limit)
+def list_cmd(ctx, run, limit, before_seq, as_json):
+    """List the checkpoints of RUN, newest first (page with --limit N and --before SEQ)."""
+    mgr = state_of(ctx).manager()
+    items = mgr.list(run, limit=limit, before_seq=before_seq)
     if not items:
+        if before_seq is not None and mgr.head(run) is not None:
+            if not as_json:
+                write(f"run {run!r} has no checkpoint below seq {before_seq}\n", err=True)
+            else:
+                emit_json([])
+            return
         raise RunNotFound(f"run {run!r} not found")
     if as_json:
         emit_json([summary_json(s) for s in items])
@@ -440,6 +451,8 @@ def list_cmd(ctx, run, limit, as_json):
     rows = [[s.id, str(s.seq), short(s.step), iso_time(s.created_at), str(s.message_count), short(s.status)]
             for s in items]
     write(table_text(["ID", "SEQ", "STEP", "CREATED (UTC)", "MESSAGES", "STATUS"], rows, right={1, 2, 4}))
+    if limit is not None and len(items) == limit and items[-1].seq > 0:
+        write(f"next page: snapstore list {shlex.quote(run)} --limit {limit} --before {items[-1].seq}\n", err=True)
 
 
 @click.command("show")

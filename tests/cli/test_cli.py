@@ -1097,3 +1097,23 @@ def test_stats_reads_the_run_log_from_its_log_segments(repo):
     live = [m for log in logs.values() for m in log.live]
     assert st["message_bytes"] == sum(m.size for m in live) and len(live) == 300
     assert whole.store.stats.counts["GET"] >= 300
+
+
+def test_list_pages_with_before(repo):
+    import_json(repo, EXAMPLE)  # 10 checkpoints, seq 0..9
+    seen, before = [], None
+    while True:
+        args = ["list", "demo-run", "--limit", "3", "--json"] + ([] if before is None else ["--before", str(before)])
+        page = json.loads(run(repo, *args).stdout)
+        if not page:
+            break
+        seen += [p["seq"] for p in page]
+        before = page[-1]["seq"]
+    assert seen == list(range(9, -1, -1))
+    r = run(repo, "list", "demo-run", "--limit", "3", "--before", "7")
+    assert [line.split()[1] for line in r.stdout.splitlines()[1:]] == ["6", "5", "4"]
+    assert r.stderr.endswith("next page: snapstore list demo-run --limit 3 --before 4\n"), r.stderr
+    r = run(repo, "list", "demo-run", "--before", "0")  # past the end of a run that exists: empty, not an error
+    assert r.exit_code == 0 and r.stdout == "" and "no checkpoint below seq 0" in r.stderr
+    assert run(repo, "list", "nope", "--before", "3", ok=False).exit_code == 1
+    assert run(repo, "list", "demo-run", "--before", "-1", ok=False).exit_code == 2
