@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import RepositoryNotFound, SnapstoreError
+from ..errors import InvalidInputError, RepositoryNotFound, SnapstoreError
 from ..format.ids import check_run_id
 from ..repo.repository import RECENT_RAW_KEEP, Repository
 from ..stores.base import ObjectStore, store_capabilities
@@ -50,6 +50,22 @@ def beside(fn: Callable[[], object], name: str, failed=None):
 def utc_now() -> datetime:
     """The time now, an aware UTC ``datetime`` (the default :attr:`ManagerState.wall_clock`)."""
     return datetime.now(timezone.utc)
+
+
+def _checked_clock(fn: Callable[[], datetime]) -> Callable[[], datetime]:
+    """``fn`` (a caller's wall clock) with each result checked to be an aware ``datetime``,
+    returned in UTC.
+
+    Raises (from the returned callable):
+        InvalidInputError: ``fn`` returned anything else (a float, a naive datetime).
+    """
+    def now() -> datetime:
+        t = fn()
+        if not isinstance(t, datetime) or t.tzinfo is None or t.utcoffset() is None:
+            raise InvalidInputError(f"wall_clock() must return an aware datetime (e.g. "
+                                    f"datetime.now(timezone.utc)), got {type(t).__name__} {t!r}")
+        return t.astimezone(timezone.utc)
+    return now
 
 
 @dataclass(eq=False)
@@ -100,6 +116,11 @@ class ManagerState:
     def __post_init__(self) -> None:
         if self.wall_clock is None:
             self.wall_clock = utc_now
+        elif not callable(self.wall_clock):
+            raise InvalidInputError(f"wall_clock must be a callable returning an aware UTC datetime, got "
+                                    f"{type(self.wall_clock).__name__} {self.wall_clock!r}")
+        else:
+            self.wall_clock = _checked_clock(self.wall_clock)
 
     @property
     def opened(self) -> Repository | None:

@@ -70,3 +70,12 @@ def test_prune_duration_overflow_is_422_not_500(client, rule):
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] in ("invalid_input", "invalid_request")  # 422 either way (schema or library)
     assert any(name in r.text for name in ("older_than", "keep_within", "olderThan", "keepWithin"))
+
+
+@pytest.mark.parametrize("clock", [1.5, "now", lambda: 1.5, lambda: __import__("datetime").datetime(2020, 1, 1)])
+def test_a_wall_clock_that_is_not_an_aware_datetime_is_refused(tmp_path, clock):
+    # a trial passed a float and got AttributeError from deep inside the save
+    with pytest.raises(InvalidInputError, match="wall_clock"):
+        m = CheckpointManager(str(tmp_path / "r"), wall_clock=clock)
+        m.save("r", [{"role": "user", "content": "a"}])
+    assert CheckpointManager(str(tmp_path / "r")).list("r") == []  # nothing half-saved
