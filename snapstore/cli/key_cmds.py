@@ -31,7 +31,7 @@ def passphrase_from_env_or_prompt(env: str = "SNAPSTORE_PASSPHRASE", confirm: bo
     if not sys.stdin.isatty():  # no prompt (getpass would read /dev/tty or a pipe): say what to set
         raise CommandError(f"no passphrase: set ${env} (stdin is not a terminal, so none is asked for)"
                            + ("; a repository with a KMS slot also opens with $SNAPSTORE_KMS_KEY"
-                              if env == "SNAPSTORE_PASSPHRASE" else ""), 2)
+                              if env == "SNAPSTORE_PASSPHRASE" else ""), 1)  # exit 1, as every command without a key
     activity = current_activity()
     if activity is not None:
         activity.suspend()  # the "working..." line must not draw over the prompt while it waits
