@@ -444,7 +444,7 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
 @click.option("--cost", is_flag=True,
               help="Also the bill per storage class (archive bundles in theirs): $/month with S3's per-object "
                    "rules, the early-deletion charge still owed, the transition and a restore of every bundle.")
-@click.option("--tier", type=click.Choice(("bulk", "standard", "expedited")), default="bulk", show_default=True,
+@click.option("--tier", type=click.Choice(("bulk", "standard", "expedited")), default="standard", show_default=True,
               help="Restore tier of the --cost restore estimate.")
 @click.option("--prices", "prices_file", type=click.File("r"), metavar="FILE.json",
               help="Price overrides for --cost: {\"gb_month\": {\"DEEP_ARCHIVE\": 0.0018}, ...} "

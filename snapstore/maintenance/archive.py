@@ -269,10 +269,18 @@ def _select(repo: Repository, run_ids, finished_before) -> tuple[dict, dict]:
         elif rk in done:
             skipped[name] = "already archived"
         elif finished_before is not None and max(m.created for m in log.live) >= finished_before:
-            skipped[name] = "has a checkpoint created on or after finished_before"
+            newest = max(m.created for m in log.live)
+            skipped[name] = (f"still active: its newest checkpoint ({_iso(newest)}) is not older than the "
+                             f"cutoff {_iso(finished_before)} (--finished-before, or now minus --idle)")
         else:
             chosen[rk] = log
     return chosen, skipped
+
+
+def _iso(t) -> str:
+    """``t`` (an aware datetime) as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC."""
+    from datetime import timezone
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _raw_size(repo: Repository, need: dict) -> int:

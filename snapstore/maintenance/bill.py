@@ -80,7 +80,7 @@ def _price(x, name: str) -> float:
 
 
 def bill(hot: tuple[int, int], bundles: list, now: float, overrides: dict | None = None,
-         tier: str = "bulk") -> dict:
+         tier: str = "standard") -> dict:
     """The bill of a repository.
 
     Args:

@@ -73,7 +73,7 @@ def session_state_bytes(m: Manifest) -> int:
 
 
 def stats(repo: Repository, prices: dict | None = None, cost: bool = False, class_prices: dict | None = None,
-          tier: str = "bulk") -> dict:
+          tier: str = "standard") -> dict:
     """Repository statistics.
 
     Args:

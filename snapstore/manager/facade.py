@@ -746,7 +746,7 @@ class CheckpointManager:
         return unarchive(self, list(run_ids), hooks)
 
     def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
-              tier: str = "bulk") -> dict:
+              tier: str = "standard") -> dict:
         """Return repository statistics (see :func:`snapstore.maintenance.stats.stats`): runs, checkpoints,
         logical_bytes, stored_bytes, ratio, objects by category, this process's requests and an
         estimated cost at S3 Standard list prices (override with ``prices``). With ``cost``, also

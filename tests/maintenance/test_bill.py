@@ -27,18 +27,20 @@ def test_a_million_20kb_objects_in_deep_archive_against_16mib_bundles():
     issue's figure), $50 to write and $100 to restore at the standard tier; packed into 16 MiB
     bundles, cents."""
     now = 1.8e9
-    objs = bill((0, 0), [("DEEP_ARCHIVE", 20_000, now)] * 1_000_000, now)
+    objs = bill((0, 0), [("DEEP_ARCHIVE", 20_000, now)] * 1_000_000, now, tier="bulk")
     row = objs["classes"]["DEEP_ARCHIVE"]
     assert row["billed_bytes"] == 1_000_000 * (20_000 + 40 * 1024)
     assert objs["per_month"] == pytest.approx(1e6 * ((20_000 + 32768) / GB * 0.00099 + 8192 / GB * 0.023))
     assert objs["per_month"] == pytest.approx(0.224, abs=0.001)
     assert objs["transition"]["usd"] == pytest.approx(50.0)
     std = bill((0, 0), [("DEEP_ARCHIVE", 20_000, now)] * 1_000_000, now, tier="standard")["restore_once"]
+    # the default estimate is at restore's default tier (a trial found bulk here, standard there)
+    assert bill((0, 0), [("DEEP_ARCHIVE", 20_000, now)], now)["restore_once"]["tier"] == "standard"
     assert std["usd"] == pytest.approx(100.0 + 0.4 + 20e9 / GB * 0.02, rel=1e-3)
     assert objs["restore_once"]["usd"] == pytest.approx(1_000_000 * (0.025 / 1000 + 0.0004 / 1000)
                                                         + 20e9 / GB * 0.0025)
     n = 20_000 * 1_000_000 // (16 << 20) + 1
-    packed = bill((0, 0), [("DEEP_ARCHIVE", 16 << 20, now)] * n, now)
+    packed = bill((0, 0), [("DEEP_ARCHIVE", 16 << 20, now)] * n, now, tier="bulk")
     packed_std = bill((0, 0), [("DEEP_ARCHIVE", 16 << 20, now)] * n, now, tier="standard")
     assert packed["per_month"] < 0.02 and packed["transition"]["usd"] + packed_std["restore_once"]["usd"] < 1.0
     # the early-deletion charge owed on day 0 is the whole 180 days; none after them
