@@ -555,6 +555,10 @@ class Verifier:
                 self.error("corrupt-bundle-index", k, str(e))
                 continue
             self.bundles[ix.bundle] = ix
+        # the readers' catalogue too: mark reaches a bundle standing in for a gone hot pack (a run
+        # continued after its archive), and the pack cache finds the bundle's key through it; not
+        # loaded, it read packs/<bundle id>, found nothing and took the bundle for gone
+        self.repo.bundles.install(self.bundles)
         self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
 
     def check_bundles(self) -> None:
