@@ -156,9 +156,10 @@ def _sequence(mo: Model, rng: random.Random) -> list:
     return done
 
 
-@pytest.mark.parametrize("kind,seed", [("local", 1), ("local", 2), ("local", 3), ("s3-http", 4)])
+@pytest.mark.parametrize("kind,seed", [("local", 14), ("local", 20), ("local", 3), ("s3-http", 18)])
 def test_random_sequences_lose_nothing(kind, seed, tmp_path, store_factory):
-    """Seeded random sequences: verify clean and every acknowledged checkpoint read back after each GC."""
+    """Seeded random sequences: verify clean and every acknowledged checkpoint read back after each GC
+    (seeds 14, 18 and 20 met the verify failure fixed with this test: missing-entry on fwd/...)."""
     mo = Model(clients(kind, tmp_path, store_factory))
     _sequence(mo, random.Random(seed))
 
