@@ -223,7 +223,8 @@ def main(argv=None) -> int:
     archive_mod.BUNDLE_ZSTD_PARAMS = params or None
     if a.no_catalogue:
         from snapstore.maintenance.archcat import CompactResult
-        archive_mod.compact_run_log = lambda *args, **kw: CompactResult(why="--no-catalogue")
+        archive_mod.compact_bundle_logs = lambda repo, bid, runs, hook=None, stub=True: {rk: CompactResult(why="--no-catalogue")
+                                                                               for rk in runs}
     data = a.data or _lib.shared_dir()
     if data is None:
         print("no shared trajectories found (../shared/data/trajectories or $SNAPSTORE_SHARED_DATA): "
