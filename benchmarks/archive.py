@@ -10,7 +10,8 @@ is saved into a fresh local repository, then ``archive()`` (GLACIER_IR, recorded
 * **hot**: every object's bytes before archiving (config left out), and objects per run;
 * **bundle**: the archive bundles' bytes; **hot left**: the bytes of everything else left (manifests
   and their stubs, log segments and archive logs, run markers, the bundle index record), per
-  archived checkpoint, and split: **logs** (``runs/*/l/``), **manif** (``runs/*/m/``), **index**
+  archived checkpoint, and split: **logs** (``runs/*/l/`` and the bundle logs ``archive/log/``),
+  **manif** (``runs/*/m/``), **index**
   (``archive/index/``); ``--no-catalogue`` skips archive's hot-catalogue step (docs/format.md §28),
   leaving the run logs as they were, for the figure before it;
 * **LB**: the lower bound, zstd -19 of each conversation's final history (the workload's own
@@ -106,6 +107,7 @@ def run_workload(w, workdir: Path) -> dict:
     left = sum(i.size for i in after if not i.key.startswith("archive/data/"))
     split = {part: sum(i.size for i in after if i.key.startswith("runs/") and i.key.split("/")[2] == part)
              for part in ("l", "m")}
+    split["l"] += sum(i.size for i in after if i.key.startswith("archive/log/"))  # bundle logs (§28)
     index = sum(i.size for i in after if i.key.startswith("archive/index/"))
     # a cold read of the largest run's latest checkpoint, from the bundle
     cp, t_read, gets, down = _cold_latest(root, big)

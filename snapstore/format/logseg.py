@@ -45,15 +45,16 @@ LOG_VERSION_OBJECTS = 2
 LOG_VERSION_ARCHIVE = 4
 """Version 4: an archive log (:mod:`snapstore.format.archlog`), written only under an archive-log key."""
 LOG_VERSION_BUNDLE = 5
-"""Version 5: a bundle log (:mod:`snapstore.format.archlog`): the logs of every run one archive bundle
-serves, at ``archive/log/<16 hex bundle id>``, read through each run's pointer (docs/format.md §28)."""
+"""Version 5: a bundle log (:mod:`snapstore.format.archlog`): the logs of consecutive runs one archive
+bundle serves (about 64 KiB of records a part), at ``archive/log/<16 hex bundle id><4 hex part>``, read
+through each run's pointer (docs/format.md §28)."""
 BUNDLE_LOGS = "archive/log/"
 """Prefix of bundle logs."""
 ARCHIVE_LEVEL = MAX_LEVEL + 1
 """The level :func:`parse_logseg_key` gives an archive log (``.a``): it covers positions 0 to ``hi``
 (:func:`seg_lo`), not an aligned range."""
 POINTER_LEVEL = MAX_LEVEL + 2
-"""The level :func:`parse_logseg_key` gives a bundle-log pointer (``<hi>.<bundle id>.b``, 0 bytes):
+"""The level :func:`parse_logseg_key` gives a bundle-log pointer (``<hi>.<log id>.b``, 0 bytes):
 the run's records up to ``hi`` are in the bundle log it names; it covers positions 0 to ``hi``."""
 WHOLE_LEVELS = (ARCHIVE_LEVEL, POINTER_LEVEL)
 """Levels whose object covers a run's whole log up to ``hi`` (any positions)."""
@@ -125,19 +126,30 @@ def archlog_key(run_key: str, hi: int) -> str:
     return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.a"
 
 
-def pointer_key(run_key: str, hi: int, bundle_id: bytes) -> str:
-    """``runs/<R>/l/<16 hex of 2^64-1-hi>.<16 hex bundle id>.b``: the 0-byte pointer saying that run
-    ``run_key``'s records up to ``hi`` are in bundle log :func:`bundlelog_key` of ``bundle_id``
-    (docs/format.md §28). Raises ValueError for a position out of range or a bad id."""
-    if not 0 <= hi < SEQ_MAX or len(bundle_id) != 8:
-        raise ValueError(f"no bundle-log pointer at {hi} for {bundle_id.hex()}")
-    return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.{bundle_id.hex()}.b"
+LOG_ID_BYTES = 10
+"""A bundle log's id: the bundle's id (8 bytes) and the part's number (2 bytes, big-endian)."""
+
+
+def log_id(bundle_id: bytes, part: int) -> bytes:
+    """The id of part ``part`` (0-65535) of the bundle logs of bundle ``bundle_id`` (8 bytes)."""
+    if len(bundle_id) != 8 or not 0 <= part < 1 << 16:
+        raise ValueError(f"no bundle log {part} of {bundle_id.hex()}")
+    return bundle_id + part.to_bytes(2, "big")
+
+
+def pointer_key(run_key: str, hi: int, lid: bytes) -> str:
+    """``runs/<R>/l/<16 hex of 2^64-1-hi>.<20 hex log id>.b``: the 0-byte pointer saying that run
+    ``run_key``'s records up to ``hi`` are in the bundle log ``lid`` (:func:`log_id`; docs/format.md
+    §28). Raises ValueError for a position out of range or a bad id."""
+    if not 0 <= hi < SEQ_MAX or len(lid) != LOG_ID_BYTES:
+        raise ValueError(f"no bundle-log pointer at {hi} for {lid.hex()}")
+    return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.{lid.hex()}.b"
 
 
 def pointer_bundle(key: str) -> bytes | None:
-    """The bundle id a bundle-log pointer key names, or None if ``key`` is not one."""
+    """The bundle log id (10 bytes) a bundle-log pointer key names, or None if ``key`` is not one."""
     parts = key.rsplit("/", 1)[-1].split(".")
-    if len(parts) != 3 or parts[2] != "b" or len(parts[0]) != 16 or len(parts[1]) != 16:
+    if len(parts) != 3 or parts[2] != "b" or len(parts[0]) != 16 or len(parts[1]) != 2 * LOG_ID_BYTES:
         return None
     try:
         return bytes.fromhex(parts[1])
@@ -145,17 +157,17 @@ def pointer_bundle(key: str) -> bytes | None:
         return None
 
 
-def bundlelog_key(bundle_id: bytes) -> str:
-    """``archive/log/<16 hex>``: the bundle log of archive bundle ``bundle_id`` (hot)."""
-    return f"{BUNDLE_LOGS}{bundle_id.hex()}"
+def bundlelog_key(lid: bytes) -> str:
+    """``archive/log/<20 hex>``: the bundle log ``lid`` (:func:`log_id`; hot)."""
+    return f"{BUNDLE_LOGS}{lid.hex()}"
 
 
 def bundlelog_id(key: str) -> bytes | None:
-    """The bundle id of a bundle log's key, or None if ``key`` is not one."""
+    """The id (10 bytes) of a bundle log's key, or None if ``key`` is not one."""
     if not key.startswith(BUNDLE_LOGS):
         return None
     h = key[len(BUNDLE_LOGS):]
-    if len(h) != 16:
+    if len(h) != 2 * LOG_ID_BYTES:
         return None
     try:
         return bytes.fromhex(h)

@@ -338,8 +338,8 @@ class GCPlan:
         self.bundle_objs, self.bundle_index_infos = list_bundle_objects(store)
         # bundle logs (§28), after the run logs: one written since is named by an index record
         # written before it, read below
-        self.bundle_logs = {bid: info for info in store.list(BUNDLE_LOGS)
-                            if (bid := bundlelog_id(info.key)) is not None}
+        self.bundle_logs = {lid: info for info in store.list(BUNDLE_LOGS)
+                            if (lid := bundlelog_id(info.key)) is not None}
         self.bundles = repo.bundles.load()
         self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
         self.opts.hook("after_list", packs=set(self.packs))

@@ -513,14 +513,14 @@ def _plan_logsegs(g, plan: SweepPlan) -> None:
                     del_keys.append((info.key, info.size, "log"))
                 else:
                     _held(g.rep, info.size, "log")
-    # bundle logs (§28): one no index record and no pointer that stays names goes once older than
+    # bundle logs (§28): one whose bundle no index record names and no pointer that stays names goes once older than
     # the grace period (a partition's GC sees only its runs' pointers: it leaves them alone)
     if getattr(g, "run_range", None) is None and getattr(g, "bundle_logs", None):
         gone = {k for k, _, c in del_keys if c == "log"}
-        named = set(g.bundles) | {pointer_bundle(info.key) for lsegs in listing.logsegs.values() for info in lsegs
-                                  if info.key not in gone}
-        for bid, info in g.bundle_logs.items():
-            if bid not in named:
+        named = {pointer_bundle(info.key) for lsegs in listing.logsegs.values() for info in lsegs
+                 if info.key not in gone}
+        for lid, info in g.bundle_logs.items():
+            if lid not in named and lid[:8] not in g.bundles:
                 if g.grace == 0 or info.mtime <= g.mature:
                     del_keys.append((info.key, info.size, "log"))
                 else:

@@ -1,8 +1,8 @@
 """Bundle logs as readers see them: a run's log copies read through its pointer (docs/format.md §28).
 
-An archived run's log is held, with the logs of every other run its bundle serves, in ONE bundle
-log ``archive/log/<bundle id>`` (log segment version 5); the run's ``runs/<R>/l/`` holds a 0-byte
-pointer ``<inverted hi>.<bundle id>.b`` naming it. :func:`read_copies` is what every reader of a
+An archived run's log is held, with the logs of the runs next to it among those its bundle serves,
+in one bundle log ``archive/log/<log id>`` (log segment version 5, about 64 KiB of records); the
+run's ``runs/<R>/l/`` holds a 0-byte pointer ``<inverted hi>.<log id>.b`` naming it. :func:`read_copies` is what every reader of a
 log segment key calls: a pointer GETs the bundle log (decoded logs are kept for a few bundle logs
 per process: they are immutable, and a GC or a listing of many runs of one bundle reads it once)
 and gives the run's copies; any other key is GET and decoded as a log segment.
@@ -22,13 +22,13 @@ _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
 
-def bundle_logs(store: ObjectStore, bundle_id: bytes) -> dict:
-    """``{run key: [LogCopy]}`` of the bundle log of ``bundle_id`` (cached, see module docstring).
+def bundle_logs(store: ObjectStore, lid: bytes) -> dict:
+    """``{run key: [LogCopy]}`` of the bundle log ``lid`` (10 bytes; cached, see module docstring).
 
     Raises:
         ObjectNotFound: the bundle log is gone (names its key). IntegrityError: it is corrupt.
     """
-    key = bundlelog_key(bundle_id)
+    key = bundlelog_key(lid)
     ck = (id(store), key)
     with _lock:
         hit = _cache.get(ck)
