@@ -86,15 +86,16 @@ RECORD_KEYS = ("system", "workload", "checkpoints", "stored_bytes", "disk_bytes"
 QUICK = {"long": [1000], "quadratic_cap": 200, "extrapolate": [1000, 10000], "shared_runs": 100,
          "shared_turns": 5, "image_steps": 30, "slow_max": 12, "trials": 1, "samples": 24,
          "traj_skip": ["taubench", "llamafactory", "astroid", "openhands-oas-gpt4o-critic"],
-         "s3_workloads": ["traj:claudecode", "state:image"]}
+         "s3_workloads": ["traj:claudecode", "state:image"],
+         "archive_workloads": ["traj:sweagent", "shared-prompt"]}
 """``--quick``: what fits in 5 minutes on 2 cores. The files left out of ``traj:`` are the two largest
 coding runs' sibling (astroid) and the many-conversation files; the S3 systems (moto over HTTP, a
-few ms per request) run on ``s3_workloads`` only; restic and borg (a process per snapshot) on
+few ms per request) run on ``s3_workloads`` only, snapstore-archived on ``archive_workloads``; restic and borg (a process per snapshot) on
 workloads of at most ``slow_max`` checkpoints; quadratic systems on the first ``quadratic_cap``
 checkpoints of the synthetic run."""
 FULL = {"long": [1000, 10000], "quadratic_cap": 1000, "extrapolate": [10000], "shared_runs": 100,
         "shared_turns": 20, "image_steps": 200, "slow_max": None, "trials": 3, "samples": 40, "traj_skip": [],
-        "s3_workloads": None}
+        "s3_workloads": None, "archive_workloads": None}
 """The full run: every shared file, synthetic runs of 1,000 and 10,000 checkpoints, every system on
 every workload, 3 restores per record."""
 
@@ -143,6 +144,10 @@ def run_system(system, workload, args, cfg, tmp_root: Path, env: peers.S3Env) ->
                                                                  for p in cfg["s3_workloads"]):
         return empty_record(system, workload, "--quick: S3 systems run on " + ", ".join(cfg["s3_workloads"]) +
                             " only (moto over HTTP costs a few ms per request)")
+    if system.archived and cfg.get("archive_workloads") is not None and not any(
+            workload.name.startswith(p) for p in cfg["archive_workloads"]):
+        return empty_record(system, workload, "--quick: snapstore-archived runs on " + ", ".join(cfg["archive_workloads"])
+                            + " only (benchmarks/archive.py measures archiving in detail)")
     capped = system.quadratic and workload.quadratic_cap
     w = workload.truncated(workload.quadratic_cap) if capped else workload
     wdir = Path(tempfile.mkdtemp(prefix=f"{system.name}-", dir=tmp_root))

@@ -86,6 +86,7 @@ class System:
             checkpoint), so capped workloads run it on the cap and extrapolate.
         s3: it stores to S3 (moto); restores are also measured through the latency proxy.
         slow: a save spawns a process (restic, borg): ``--quick`` runs it on small workloads only.
+        archived: it archives every run after the saves (``--quick`` runs it on a few workloads only).
         notes: extra facts for the report (versions, settings).
     """
 
@@ -94,6 +95,7 @@ class System:
     quadratic = False
     s3 = False
     slow = False
+    archived = False
 
     def __init__(self, env):
         self.env = env
@@ -211,6 +213,23 @@ class SnapstoreSqlite(SnapstoreLocal):
 
     def restore_spec(self, index, run):
         return {"system": "snapstore", "location": f"sqlite://{self.path}", "run": run.run_id}
+
+
+class SnapstoreArchived(SnapstoreLocal):
+    """snapstore-local's saves, then every run archived (``CheckpointManager.archive``, GLACIER_IR
+    recorded: a local directory has no classes) and GC'd twice with no grace period before usage
+    is taken: what an archived repository keeps (bundles plus the hot catalogue); the restore reads
+    the latest checkpoint from the bundle (docs/format.md §28; ``benchmarks/archive.py`` has the
+    details). Its save figures are snapstore-local's path measured again."""
+
+    name = "snapstore-archived"
+    archived = True
+
+    def finish(self):
+        self.mgr.archive()
+        self.mgr.gc(grace_period=0)
+        self.mgr.gc(grace_period=0)
+        super().finish()
 
 
 class SnapstoreS3(_SnapstoreSaves):
@@ -657,7 +676,7 @@ class Borg(_BackupTool):
                                                        "BORG_RELOCATED_REPO_ACCESS_IS_OK")}}
 
 
-SYSTEMS = [SnapstoreLocal, SnapstoreSqlite, SnapstoreS3, SnapstoreSaverLocal, SnapstoreSaverSqlite, SnapstoreSaverS3,
+SYSTEMS = [SnapstoreLocal, SnapstoreSqlite, SnapstoreArchived, SnapstoreS3, SnapstoreSaverLocal, SnapstoreSaverSqlite, SnapstoreSaverS3,
            JsonFiles, SqliteRows, LangGraphSqlite, LangGraphDelta, LangGraphObjectStorage, Restic, Borg]
 """Every system, in report order."""
 

@@ -1,5 +1,5 @@
 """Archive logs: a whole archived run's log records in one columnar, compressed object
-(docs/format.md §28, "The hot catalogue of an archived run").
+(docs/format.md §28, "The hot catalogue of archived runs").
 
 An archive log is a log segment of version 4 (``"SNLG" | u8 4 | checksum(16) | zstd frame``,
 §12) under ``runs/<R>/l/<16 hex of 2^64-1-hi>.a``, holding every record of the run's log up to
@@ -14,6 +14,12 @@ other, share one compression context (field names, run digest, pack ids, the par
 the previous record's id). *Informative:* splitting hex ids out as bytes into their own column
 compressed worse on the shared trajectories (zstd's entropy stage already codes a hex digit in
 about 4 bits, and the split broke matches); see docs/format.md §28.
+
+A **bundle log** (log segment version 5, §28) holds the whole logs of every run one archive
+bundle serves in ONE frame, so small runs share one compression context (the run digest, shared
+pack ids, the structure of their records) and one object: ``varint r | r x (varint key length |
+run key (UTF-8) | varint n_i)`` followed by the columns above over all records, run by run (each
+run's position deltas restarting at -1). :func:`encode_bundle_frame` / :func:`decode_bundle_frame`.
 
 Pure functions; no I/O.
 """
@@ -93,4 +99,103 @@ def decode_frame(key: str, frame: bytes, max_raw: int) -> list[tuple[int, int, b
             raise ValueError("trailing bytes")
     except (ValueError, IndexError) as e:
         raise IntegrityError(key, f"malformed archive log: {e}") from None
+    return out
+
+
+def _columns(cols: bytearray, records: list) -> None:
+    last = -1
+    for seq, version, _ in records:
+        if seq <= last or not 1 <= version <= 255:
+            raise InvalidInputError(f"archive log record at {seq} (version {version}) out of order or invalid")
+        put_varint(cols, seq - last - 1)
+        last = seq
+
+
+def encode_bundle_frame(runs: dict, max_raw: int) -> bytes:
+    """The zstd frame of a bundle log holding ``{run key: [(seq, envelope version, JSON body)]}``
+    (each run's positions strictly ascending; runs in sorted key order).
+
+    Raises:
+        InvalidInputError: positions out of order, a bad version, an empty run, or more than
+            ``max_raw`` bytes before compression.
+    """
+    cols = bytearray()
+    order = sorted(runs)
+    put_varint(cols, len(order))
+    for rk in order:
+        if not runs[rk]:
+            raise InvalidInputError(f"bundle log run {rk!r} has no record")
+        kb = rk.encode()
+        put_varint(cols, len(kb))
+        cols += kb
+        put_varint(cols, len(runs[rk]))
+    allrecs = [r for rk in order for r in runs[rk]]
+    for rk in order:
+        _columns(cols, runs[rk])
+    cols += bytes(version for _, version, _ in allrecs)
+    for _, _, body in allrecs:
+        put_varint(cols, len(body))
+    for _, _, body in allrecs:
+        cols += body
+    if len(cols) > max_raw:
+        raise InvalidInputError(f"bundle log of {len(cols)} bytes exceeds the limit {max_raw}")
+    return zstandard.ZstdCompressor(level=LEVEL, dict_data=_ZDICT, write_checksum=False,
+                                    write_dict_id=False).compress(bytes(cols))
+
+
+def decode_bundle_frame(key: str, frame: bytes, max_raw: int) -> dict:
+    """Inverse of :func:`encode_bundle_frame`: ``{run key: [(seq, envelope version, JSON body)]}``,
+    decompressing at most ``max_raw`` bytes whatever the frame claims.
+
+    Raises:
+        IntegrityError: the frame or its columns are malformed (names ``key``).
+    """
+    body = zstd_decompress(key, frame, max_raw, _ZDICT, what="bundle log")
+    try:
+        r, pos = get_varint(body, 0)
+        if r * 3 > len(body):
+            raise ValueError(f"{r} runs")
+        heads = []
+        for _ in range(r):
+            ln, pos = get_varint(body, pos)
+            rk = bytes(body[pos:pos + ln]).decode()
+            if pos + ln > len(body) or not rk:
+                raise ValueError("truncated run key")
+            pos += ln
+            n, pos = get_varint(body, pos)
+            if n == 0 or n * 3 > len(body):
+                raise ValueError(f"run {rk!r}: {n} records")
+            heads.append((rk, n))
+        if len({rk for rk, _ in heads}) != len(heads):
+            raise ValueError("a run key twice")
+        seqs = []
+        for rk, n in heads:
+            last = -1
+            for _ in range(n):
+                d, pos = get_varint(body, pos)
+                last += d + 1
+                seqs.append(last)
+        total = len(seqs)
+        versions = body[pos:pos + total]
+        pos += total
+        if len(versions) != total or 0 in versions:
+            raise ValueError("bad version column")
+        lengths = []
+        for _ in range(total):
+            ln, pos = get_varint(body, pos)
+            lengths.append(ln)
+        out: dict = {}
+        i = 0
+        for rk, n in heads:
+            recs = out[rk] = []
+            for _ in range(n):
+                if pos + lengths[i] > len(body):
+                    raise ValueError("truncated body column")
+                recs.append((seqs[i], versions[i], bytes(body[pos:pos + lengths[i]])))
+                pos += lengths[i]
+                i += 1
+        if pos != len(body):
+            raise ValueError("trailing bytes")
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise IntegrityError(key, f"malformed bundle log: {e}") from None
     return out

@@ -44,9 +44,20 @@ LOG_VERSION_OBJECTS = 2
 """Version 2: records are whole manifest objects (read, never written)."""
 LOG_VERSION_ARCHIVE = 4
 """Version 4: an archive log (:mod:`snapstore.format.archlog`), written only under an archive-log key."""
+LOG_VERSION_BUNDLE = 5
+"""Version 5: a bundle log (:mod:`snapstore.format.archlog`): the logs of consecutive runs one archive
+bundle serves (about 64 KiB of records a part), at ``archive/log/<16 hex bundle id><4 hex part>``, read
+through each run's pointer (docs/format.md §28)."""
+BUNDLE_LOGS = "archive/log/"
+"""Prefix of bundle logs."""
 ARCHIVE_LEVEL = MAX_LEVEL + 1
 """The level :func:`parse_logseg_key` gives an archive log (``.a``): it covers positions 0 to ``hi``
 (:func:`seg_lo`), not an aligned range."""
+POINTER_LEVEL = MAX_LEVEL + 2
+"""The level :func:`parse_logseg_key` gives a bundle-log pointer (``<hi>.<log id>.b``, 0 bytes):
+the run's records up to ``hi`` are in the bundle log it names; it covers positions 0 to ``hi``."""
+WHOLE_LEVELS = (ARCHIVE_LEVEL, POINTER_LEVEL)
+"""Levels whose object covers a run's whole log up to ``hi`` (any positions)."""
 MAX_RAW = 64 << 20
 """Largest decoded log segment a reader accepts (bytes): 4,096 manifests of at most 16 KiB."""
 _HEAD = struct.Struct("<4sB16s")
@@ -104,7 +115,7 @@ def span(level: int) -> int:
 def seg_lo(hi: int, level: int) -> int:
     """The lowest position a log segment ``(hi, level)`` (as :func:`parse_logseg_key` gives it)
     may hold: ``hi - 16^level + 1``, or 0 for an archive log (:data:`ARCHIVE_LEVEL`)."""
-    return 0 if level == ARCHIVE_LEVEL else hi - span(level) + 1
+    return 0 if level in WHOLE_LEVELS else hi - span(level) + 1
 
 
 def archlog_key(run_key: str, hi: int) -> str:
@@ -113,6 +124,55 @@ def archlog_key(run_key: str, hi: int) -> str:
     if not 0 <= hi < SEQ_MAX:
         raise ValueError(f"no archive log ends at {hi}")
     return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.a"
+
+
+LOG_ID_BYTES = 10
+"""A bundle log's id: the bundle's id (8 bytes) and the part's number (2 bytes, big-endian)."""
+
+
+def log_id(bundle_id: bytes, part: int) -> bytes:
+    """The id of part ``part`` (0-65535) of the bundle logs of bundle ``bundle_id`` (8 bytes)."""
+    if len(bundle_id) != 8 or not 0 <= part < 1 << 16:
+        raise ValueError(f"no bundle log {part} of {bundle_id.hex()}")
+    return bundle_id + part.to_bytes(2, "big")
+
+
+def pointer_key(run_key: str, hi: int, lid: bytes) -> str:
+    """``runs/<R>/l/<16 hex of 2^64-1-hi>.<20 hex log id>.b``: the 0-byte pointer saying that run
+    ``run_key``'s records up to ``hi`` are in the bundle log ``lid`` (:func:`log_id`; docs/format.md
+    §28). Raises ValueError for a position out of range or a bad id."""
+    if not 0 <= hi < SEQ_MAX or len(lid) != LOG_ID_BYTES:
+        raise ValueError(f"no bundle-log pointer at {hi} for {lid.hex()}")
+    return f"runs/{run_key}/l/{SEQ_MAX - hi:016x}.{lid.hex()}.b"
+
+
+def pointer_bundle(key: str) -> bytes | None:
+    """The bundle log id (10 bytes) a bundle-log pointer key names, or None if ``key`` is not one."""
+    parts = key.rsplit("/", 1)[-1].split(".")
+    if len(parts) != 3 or parts[2] != "b" or len(parts[0]) != 16 or len(parts[1]) != 2 * LOG_ID_BYTES:
+        return None
+    try:
+        return bytes.fromhex(parts[1])
+    except ValueError:
+        return None
+
+
+def bundlelog_key(lid: bytes) -> str:
+    """``archive/log/<20 hex>``: the bundle log ``lid`` (:func:`log_id`; hot)."""
+    return f"{BUNDLE_LOGS}{lid.hex()}"
+
+
+def bundlelog_id(key: str) -> bytes | None:
+    """The id (10 bytes) of a bundle log's key, or None if ``key`` is not one."""
+    if not key.startswith(BUNDLE_LOGS):
+        return None
+    h = key[len(BUNDLE_LOGS):]
+    if len(h) != 2 * LOG_ID_BYTES:
+        return None
+    try:
+        return bytes.fromhex(h)
+    except ValueError:
+        return None
 
 
 def logseg_prefix(run_key: str) -> str:
@@ -132,6 +192,12 @@ def parse_logseg_key(key: str) -> tuple[int, int] | None:
     None if ``key`` is not one."""
     name = key.rsplit("/", 1)[-1]
     parts = name.split(".")
+    if pointer_bundle(key) is not None:
+        try:
+            hi = SEQ_MAX - int(parts[0], 16)
+        except ValueError:
+            return None
+        return (hi, POINTER_LEVEL) if 0 <= hi < SEQ_MAX else None
     if len(parts) != 2 or len(parts[0]) != 16 or len(parts[1]) != 1:
         return None
     try:
@@ -191,6 +257,8 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
         raise IntegrityError(key, f"bad magic {magic!r}, expected {LOG_MAGIC!r}")
     if blake3.blake3(frame).digest(16) != digest:
         raise IntegrityError(key, "checksum mismatch")
+    if version == LOG_VERSION_BUNDLE:
+        raise IntegrityError(key, "a bundle log (version 5) where a log segment belongs; it is read through a pointer")
     if version == LOG_VERSION_ARCHIVE:
         if not key.endswith(".a"):
             raise IntegrityError(key, "an archive log (version 4) under a log segment's key")
@@ -254,3 +322,36 @@ def encode_logseg_v2(records: list[tuple[int, bytes]]) -> bytes:
         body += data
     frame = zstandard.ZstdCompressor(level=6, write_checksum=False).compress(bytes(body))
     return _HEAD.pack(LOG_MAGIC, LOG_VERSION_OBJECTS, blake3.blake3(frame).digest(16)) + frame
+
+
+def encode_bundlelog(runs: dict) -> bytes:
+    """Encode ``{run key: [(seq, envelope version, manifest JSON body)]}`` as a bundle log:
+    ``"SNLG" | u8 5 | checksum(16) | frame`` (:func:`snapstore.format.archlog.encode_bundle_frame`),
+    the checksum blake3-128 of the frame.
+
+    Raises:
+        InvalidInputError: as :func:`~snapstore.format.archlog.encode_bundle_frame` (:data:`MAX_RAW`).
+    """
+    frame = archlog.encode_bundle_frame(runs, MAX_RAW)
+    return _HEAD.pack(LOG_MAGIC, LOG_VERSION_BUNDLE, blake3.blake3(frame).digest(16)) + frame
+
+
+def decode_bundlelog(key: str, data: bytes) -> dict:
+    """Inverse of :func:`encode_bundlelog`: ``{run key: [LogCopy]}`` (at most :data:`MAX_RAW`
+    bytes decoded).
+
+    Raises:
+        IntegrityError: bad magic, checksum, version or structure (names ``key``).
+    """
+    if len(data) < _HEAD.size:
+        raise IntegrityError(key, "truncated bundle log")
+    magic, version, digest = _HEAD.unpack_from(data)
+    frame = data[_HEAD.size:]
+    if magic != LOG_MAGIC:
+        raise IntegrityError(key, f"bad magic {magic!r}, expected {LOG_MAGIC!r}")
+    if blake3.blake3(frame).digest(16) != digest:
+        raise IntegrityError(key, "checksum mismatch")
+    if version != LOG_VERSION_BUNDLE:
+        raise IntegrityError(key, f"log segment version {version} where a bundle log (version 5) belongs")
+    return {rk: [LogCopy(seq, mv, body) for seq, mv, body in recs]
+            for rk, recs in archlog.decode_bundle_frame(key, frame, MAX_RAW).items()}

@@ -37,8 +37,9 @@ from ..format.ids import new_pack_id
 from ..format.pack import Pack, PackBuilder
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
+from ..repo.log.stubs import default_compact_log
 from ..repo.repository import Repository
-from .archcat import compact_run_log
+from .archcat import compact_bundle_logs
 from .bundlegc import switch_deadline
 from .forwarding import read_forward_map
 from .mark import Marker, MarkScope, bundle_standins
@@ -115,7 +116,8 @@ def check_read_back(key: str, pack: Pack, copied: dict, what: str) -> None:
 def archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
             storage_class: str = "GLACIER_IR", retention_class: str = "default",
             expire_after_days: int | None = None, hooks: dict | None = None,
-            progress: Callable[[str, int, int], None] | None = None, grace_period: float = 3600.0) -> ArchiveReport:
+            progress: Callable[[str, int, int], None] | None = None, grace_period: float = 3600.0,
+            stub: bool | None = None) -> ArchiveReport:
     """Archive runs into bundles (module docstring; docs/format.md §28).
 
     Args:
@@ -135,6 +137,10 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             index record is written within half of it from the start of the bundle's upload, or
             the bundle is deleted and nothing switched (GC collects an unindexed bundle older than
             half of it, docs/format.md §28). 0: no GC runs meanwhile (no deadline).
+        stub: replace the archived runs' full manifests by 0-byte stubs after their bundle log is
+            written (:func:`~snapstore.maintenance.archcat.compact_bundle_logs`); None: the store's
+            default for writers (:func:`~snapstore.repo.log.stubs.default_compact_log`: a local
+            directory yes, S3 no, where each stub would be a PUT).
     Returns:
         An :class:`ArchiveReport`.
     Raises:
@@ -208,10 +214,13 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
         call_hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
-        # the hot catalogue: each run's log as one archive log, its manifests stubbed (§28)
-        for rk in group:
-            res = compact_run_log(repo, rk, chosen[rk].manifests,
-                                  hook=lambda step, rk=rk: call_hook(hooks, step, run=chosen[rk].live[0].run_id))
+        # the hot catalogue: the runs' logs in one bundle log, each run pointing at it, its
+        # manifests stubbed (§28)
+        done = compact_bundle_logs(repo, ix.bundle, {rk: chosen[rk].manifests for rk in group},
+                                   hook=lambda step, rk: call_hook(hooks, step, run=None if rk is None
+                                                                   else chosen[rk].live[0].run_id),
+                                   stub=default_compact_log(store) if stub is None else bool(stub))
+        for rk, res in done.items():
             rep.catalogue_bytes += res.bytes
             if res.key is None:
                 rep.hot_logs[chosen[rk].live[0].run_id] = res.why

@@ -47,6 +47,7 @@ from ..repo.bundles import archived_runs
 from ..repo.repository import Repository
 from ..stores.base import max_concurrency, store_capabilities
 from .bundlegc import list_bundle_objects
+from ..format.logseg import BUNDLE_LOGS, bundlelog_id
 from .forwarding import ForwardMap
 from .gcreport import GCOptions, GCReport, account_flush
 from .lock import LOCK_KEY, LOCK_TIMEOUT, LockKeeper, acquire, break_lock, release
@@ -335,6 +336,10 @@ class GCPlan:
         # serves are marked by their bundles, never walked (no bundle is read); the bundles are
         # listed before their index records are read, so a bundle switched meanwhile is indexed
         self.bundle_objs, self.bundle_index_infos = list_bundle_objects(store)
+        # bundle logs (§28), after the run logs: one written since is named by an index record
+        # written before it, read below
+        self.bundle_logs = {lid: info for info in store.list(BUNDLE_LOGS)
+                            if (lid := bundlelog_id(info.key)) is not None}
         self.bundles = repo.bundles.load()
         self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
         self.opts.hook("after_list", packs=set(self.packs))

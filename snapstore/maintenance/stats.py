@@ -12,7 +12,7 @@ from collections import defaultdict
 from ..errors import SnapstoreError
 from ..format import keys
 from ..format.codec import encode_json
-from ..format.logseg import parse_logseg_key
+from ..format.logseg import BUNDLE_LOGS, parse_logseg_key
 from ..format.manifest import Manifest
 from ..format import bundle, shared
 from ..repo.repository import Repository
@@ -107,8 +107,8 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
         k = info.key
         where = keys.parse_key(k)
         c = _CATEGORY.get(where.kind, "packs" if k.startswith(keys.PACKS) else "other")
-        if c == "other" and k.startswith(bundle.ARCHIVE):  # §28: bundles and their hot index records
-            c = "bundles" if k.startswith(bundle.DATA) else "bundle index"
+        if c == "other" and k.startswith(bundle.ARCHIVE):  # §28: bundles, their hot index records and logs
+            c = "bundles" if k.startswith(bundle.DATA) else "bundle logs" if k.startswith(BUNDLE_LOGS) else "bundle index"
             if c == "bundles":
                 bundle_infos.append(info)
         if c == "manifests":

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.gcstate import candidates_key, decode_candidate_bundles, decode_candidates, encode_candidates
-from ..format.logseg import parse_logseg_key, seg_lo
+from ..format.logseg import parse_logseg_key, pointer_bundle, seg_lo
 from ..format.manifest import KIND_ROLLBACK, KIND_TOMBSTONE
 from ..format.forward import decode_forward_cache, encode_forward_cache
 from ..format.index import decode_index
@@ -509,6 +509,18 @@ def _plan_logsegs(g, plan: SweepPlan) -> None:
             lo = seg_lo(hi, level)
             i = bisect.bisect_left(left, lo)
             if i == len(left) or left[i] > hi:
+                if g.grace == 0 or info.mtime <= g.mature:
+                    del_keys.append((info.key, info.size, "log"))
+                else:
+                    _held(g.rep, info.size, "log")
+    # bundle logs (§28): one whose bundle no index record names and no pointer that stays names goes once older than
+    # the grace period (a partition's GC sees only its runs' pointers: it leaves them alone)
+    if getattr(g, "run_range", None) is None and getattr(g, "bundle_logs", None):
+        gone = {k for k, _, c in del_keys if c == "log"}
+        named = {pointer_bundle(info.key) for lsegs in listing.logsegs.values() for info in lsegs
+                 if info.key not in gone}
+        for lid, info in g.bundle_logs.items():
+            if lid not in named and lid[:8] not in g.bundles:
                 if g.grace == 0 or info.mtime <= g.mature:
                     del_keys.append((info.key, info.size, "log"))
                 else:

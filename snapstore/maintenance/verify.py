@@ -18,7 +18,6 @@ import blake3
 
 from ..errors import CompactedRecordError, IntegrityError, ObjectNotFound, SnapstoreError
 from ..format import keys, runmark
-from ..format.logseg import decode_logseg
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK
 from ..format.index import decode_index
 from ..format.bundle import ARCHIVE, COLD_CLASSES, bundle_id_from_index_key
@@ -28,6 +27,7 @@ from ..format.pack import T_CHUNK, Pack
 from ..format.removals import decode_removals, merge_ranges
 from ..format.tree import Ref, exact_count
 from ..repo.bundles import archived_runs
+from ..repo.log.bundlelog import read_copies
 from ..repo.repository import Repository
 from . import outcomes
 from .forwarding import ForwardMap
@@ -417,7 +417,7 @@ class Verifier:
             for linfo in linfos:
                 lk = linfo.key
                 try:
-                    recs = decode_logseg(lk, store.get(lk))
+                    recs = read_copies(store, lk)
                 except ObjectNotFound:
                     continue
                 except SnapstoreError as e:
@@ -555,6 +555,10 @@ class Verifier:
                 self.error("corrupt-bundle-index", k, str(e))
                 continue
             self.bundles[ix.bundle] = ix
+        # the readers' catalogue too: mark reaches a bundle standing in for a gone hot pack (a run
+        # continued after its archive), and the pack cache finds the bundle's key through it; not
+        # loaded, it read packs/<bundle id>, found nothing and took the bundle for gone
+        self.repo.bundles.install(self.bundles)
         self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
 
     def check_bundles(self) -> None:

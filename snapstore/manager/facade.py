@@ -72,7 +72,8 @@ class CheckpointManager:
             records, docs/format.md §14): the writer of every 16th record stubs the 16 records
             before the newest 16. None (default): True on a local directory (a manifest costs a
             4 KiB disk block), False elsewhere (on S3 the 16 extra PUTs per 16 saves cost more than
-            the bytes they save). Readers always read stubs, whatever this says.
+            the bytes they save). Readers always read stubs, whatever this says. :meth:`archive`
+            stubs the archived runs' manifests after writing their bundle log when this is True.
         run_cache_entries: most runs whose view (head, writer state, recent records) the
             manager keeps (default 4096; :mod:`snapstore.manager.runcache`). The least recently
             used go first; an evicted run costs a re-read of its head at its next operation.
@@ -639,7 +640,8 @@ class CheckpointManager:
                 pruned += [s.id for s in self.prune(run_id=r, **keep)]
             run_ids = chosen
         rep = archive(self.state.repository(False), run_ids, finished_before, storage_class,
-                      retention_class, expire_after_days, hooks, progress, grace_period=self.gc_grace_period)
+                      retention_class, expire_after_days, hooks, progress, grace_period=self.gc_grace_period,
+                      stub=self.compact_log)
         rep.pruned = pruned
         rep.skipped.update(skipped)  # runs the selection left out (before the prune)
         return rep

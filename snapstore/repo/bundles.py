@@ -48,13 +48,19 @@ class BundleCatalogue:
             except ObjectNotFound:
                 continue
             out[ix.bundle] = ix
+        self.install(out)
+        return out
+
+    def install(self, bundles: dict) -> None:
+        """Take ``bundles`` (bundle id -> :class:`BundleIndex`, records a caller such as verify
+        listed and decoded itself, skipping corrupt ones) as the loaded catalogue, as :meth:`load`
+        would, without reading them again; so reads of those bundles find their keys."""
         replaced: dict[bytes, list[bytes]] = {}
-        for bid, ix in sorted(out.items()):
+        for bid, ix in sorted(bundles.items()):
             for p in ix.replaces:
                 replaced.setdefault(p, []).append(bid)
         with self._lock:
-            self.bundles, self._replaced, self._loaded_at = out, replaced, time.monotonic()
-        return out
+            self.bundles, self._replaced, self._loaded_at = dict(bundles), replaced, time.monotonic()
 
     def forward(self, pack_id: bytes) -> list[bytes] | None:
         """The bundles replacing hot pack ``pack_id`` (loading the catalogue if needed), or None."""

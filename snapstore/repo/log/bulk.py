@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from ...errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ...format import keys
-from ...format.logseg import (ARCHIVE_LEVEL, MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
+from ...format.logseg import (WHOLE_LEVELS, MAX_LEVEL, LogCopy, decode_logseg, encode_logseg, logseg_key, logseg_prefix,
                             parse_logseg_key, seg_lo, span)
+from .bundlelog import read_copies
 from ...format.manifest import Manifest, open_manifest, record_positions
 from ..repository import Repository
 
@@ -90,7 +91,7 @@ def choose_logsegs(seqs, logsegs: dict) -> tuple[list, set]:
     for (hi, level), key in sorted(logsegs.items(), key=lambda x: (-x[0][1], -x[0][0])):
         lo = seg_lo(hi, level)
         cover = {s for s in left if lo <= s <= hi}
-        if len(cover) >= 2 or (cover and level in (1, ARCHIVE_LEVEL)):
+        if len(cover) >= 2 or (cover and level in (1, *WHOLE_LEVELS)):
             chosen.append((key, cover))
             left -= cover
     return chosen, left
@@ -119,7 +120,7 @@ def copies_from_logseg(repo: Repository, run_key: str, key: str, cover: set,
         ``({seq: Manifest}, positions of ``cover`` still to read)``.
     """
     try:
-        recs = decode_logseg(key, repo.store.get(key))
+        recs = read_copies(repo.store, key)
     except SnapstoreError:
         return {}, set(cover)
     got: dict[int, Manifest] = {}

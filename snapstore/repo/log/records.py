@@ -16,7 +16,8 @@ import time
 from ...errors import (CheckpointNotFound, CompactedRecordError, ConflictError, IntegrityError, ObjectNotFound,
                      PreconditionFailed, SnapstoreError)
 from ...format import keys
-from ...format.logseg import decode_logseg, logseg_prefix, parse_logseg_key, seg_lo
+from ...format.logseg import logseg_prefix, parse_logseg_key, seg_lo
+from .bundlelog import read_copies
 from ...format.ids import seq_hint
 from ...format.removals import encode_removal_records, removals_key, to_ranges
 from ...format.manifest import FREE_AFTER, KIND_CHECKPOINT, VOID_RECORD, Manifest, is_void, record_positions
@@ -90,7 +91,7 @@ class LogRecords:
         why, unreadable = "no log segment covers its position", None
         for _, lk in sorted(cover, reverse=True):
             try:
-                recs = decode_logseg(lk, self.store.get(lk))
+                recs = read_copies(self.store, lk)
             except SnapstoreError as e:
                 why, unreadable = f"log segment {lk} is unreadable ({e})", (lk, str(e))
                 continue
