@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from . import publish
+from . import publish, views
 from ..errors import ConflictError, ObjectNotFound, PreconditionFailed, RunNotFound
 from ..format import keys
 from ..format.bundle import BundleIndex, decode_index, encode_index, index_key
@@ -169,6 +169,9 @@ def _one(mgr, repo, run_id: str, rk: str, log, need: dict, serving: list, rep: U
                  segs=[Seg(pid, 0, True)])
     publish.publish_record(mgr, run_id, rk, newest, m, "unarchive")
     mgr.state.views.pop(run_id, None)
+    # the caller moved the head (to the same checkpoint, by a new record): its view is that record,
+    # so its next delete/rollback/save is not refused as if another writer had moved it
+    views.saw(mgr, run_id, head.checkpoint_id, m.seq, m.write_id)
     call_hook(hooks, "after_record", run=run_id, key=key)
     rep.runs.append(run_id)
     rep.packs.append(key)

@@ -117,3 +117,26 @@ def test_unrestored_deep_archive_is_the_typed_error(store_factory):
     f = CheckpointManager(store)
     assert snapshot(f) == before
     assert not f.verify().errors
+
+
+def test_the_unarchiving_manager_goes_on_from_the_head_it_wrote(tmp_path):
+    # its rollback record moved the head (to the same checkpoint): the same manager's delete,
+    # rollback and save were refused as if another writer had moved it ("last saw X but the head is X")
+    m = CheckpointManager(str(tmp_path / "r"))
+    msgs = []
+    for i in range(5):
+        msgs = msgs + [{"role": "user", "content": f"m{i}"}]
+        ids = m.save("run", msgs)
+    first = m.list("run")[-1].id
+    m.archive(["run"])
+    assert m.unarchive(["run"]).runs == ["run"]
+    msgs = msgs + [{"role": "user", "content": "after"}]
+    m.save("run", msgs)
+    assert m.latest("run").messages == msgs
+    m.archive(["run"])
+    m.unarchive(["run"])
+    assert m.rollback("run", first).id == first
+    m.archive(["run"])
+    m.unarchive(["run"])
+    m.delete("run")
+    assert m.runs() == [] and ids
