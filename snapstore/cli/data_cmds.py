@@ -472,10 +472,13 @@ def show_cmd(ctx, run, checkpoint, as_json):
         if cp is None:
             raise RunNotFound(f"run {run!r} not found") from None
     d = summary_json(cp)
+    where = mgr.archived(run)
     if cold is None:
         d["has_session_state"] = cp.session_state is not None
+        if where:
+            d["archived"] = {"bundles": where, "readable": True}
     else:
-        d["archived"] = {"bundle": cold.key, "readable": False}
+        d["archived"] = {"bundle": cold.key, "readable": False, "bundles": where}
     if as_json:
         emit_json(d)
         return
@@ -490,8 +493,12 @@ def show_cmd(ctx, run, checkpoint, as_json):
     if cold is not None:
         pairs.append(("archived", f"{cold.key}: in a cold storage class, not restored (messages and session "
                                   f"state are read after '{restore_command(run, click.get_current_context().find_root().params.get('repo'))}')"))
-    elif cp.session_state is not None:
-        pairs.append(("session state", human_size(len(json_bytes(cp.session_state)))))
+    else:
+        if cp.session_state is not None:
+            pairs.append(("session state", human_size(len(json_bytes(cp.session_state)))))
+        if where:
+            pairs.append(("archived", "; ".join(f"{w['checkpoints']} checkpoint(s) in {w['bundle']} ({w['storage_class']})"
+                                                for w in where)))
     write(kv_text(pairs))
 
 

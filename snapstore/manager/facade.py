@@ -41,6 +41,7 @@ from ..repo.log import stubs
 from .checkpoint import EMPTY_RUN, Checkpoint, CheckpointSummary
 from .state import ManagerState
 from ..errors import EncryptionError, InvalidInputError
+from ..format.ids import check_run_id
 from ..repo.packcache import DEFAULT_LIMIT as PACK_CACHE_BYTES
 from ..repo.repository import Repository
 from ..stores import open_store
@@ -746,6 +747,23 @@ class CheckpointManager:
         if isinstance(run_ids, str):
             run_ids = [run_ids]
         return unarchive(self, list(run_ids), hooks)
+
+    def archived(self, run_id: str) -> list[dict]:
+        """Where the run's checkpoints are archived: one dict per bundle that serves any of its
+        log positions, ``{"bundle": object key, "storage_class": str, "checkpoints": number of
+        its log positions served, "created": ISO-8601 UTC time the bundle was written}``, oldest
+        bundle first; ``[]`` for a run that is not archived (or unknown). Reads the hot bundle
+        index records only (one LIST and a GET per record; never a cold object).
+
+        Raises:
+            InvalidRunIdError: a bad run id. IntegrityError: a corrupt index record.
+            StoreError: the store failed.
+        """
+        check_run_id(run_id)
+        rk = self.repo.run_key(run_id)
+        out = [{"bundle": ix.key, "storage_class": ix.storage_class, "checkpoints": len(ix.served(rk)),
+                "created": ix.created} for ix in self.repo.bundles.load().values() if ix.served(rk)]
+        return sorted(out, key=lambda d: (d["created"], d["bundle"]))
 
     def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
               tier: str = "standard") -> dict:

@@ -22,8 +22,12 @@ def test_archive_gc_export_is_exact(tmp_path):
     r = json.loads(run(repo, "archive", "demo", "--finished-before", "2000-01-01", "--json").stdout)
     assert r["runs"] == [] and r["skipped"]["demo"].startswith("still active: its newest checkpoint (")
     one_line_error(run(repo, "archive", "no-such-run", ok=False), contains="no-such-run")
+    assert "archived" not in json.loads(run(repo, "show", "demo", "--json").stdout)
     r = json.loads(run(repo, "archive", "--storage-class", "STANDARD_IA", "--json").stdout)
     assert "demo" in r["runs"] and len(r["bundles"]) == 1 and r["storage_class"] == "STANDARD_IA"
+    shown = json.loads(run(repo, "show", "demo", "--json").stdout)["archived"]  # show says it is archived
+    assert shown["readable"] and [b["bundle"] for b in shown["bundles"]] == r["bundles"], shown
+    assert "(STANDARD_IA)" in run(repo, "show", "demo").stdout.split("archived:")[1]
     run(repo, "gc", "--grace-period", "0")
     run(repo, "gc", "--grace-period", "0")
     after = tmp_path / "after.json"

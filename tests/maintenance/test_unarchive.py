@@ -128,8 +128,13 @@ def test_the_unarchiving_manager_goes_on_from_the_head_it_wrote(tmp_path):
         msgs = msgs + [{"role": "user", "content": f"m{i}"}]
         ids = m.save("run", msgs)
     first = m.list("run")[-1].id
+    assert m.archived("run") == []
     m.archive(["run"])
+    where = m.archived("run")  # a trial found nothing telling an archived run from a hot one
+    assert [(w["checkpoints"], w["storage_class"]) for w in where] == [(5, "GLACIER_IR")], where
+    assert where[0]["bundle"].startswith("archive/") and m.archived("other") == []
     assert m.unarchive(["run"]).runs == ["run"]
+    assert m.archived("run") == []
     msgs = msgs + [{"role": "user", "content": "after"}]
     m.save("run", msgs)
     assert m.latest("run").messages == msgs
