@@ -24,7 +24,12 @@ pack ids :func:`snapstore.repo.tiers.build_tier` returns and their level), ``man
 of more than 1 byte), ``stub`` (0-byte manifests, §14), ``void`` (1 byte, §15), ``logseg L1..L3``
 (§12), ``marker`` (run markers, §13), ``other`` (config, index and removal records, pins). The
 write amplification is bytes PUT / bytes stored; target at 10,000 saves: at most 3x. Also printed:
-how many segments the run's newest record lists (what a fresh ``latest()`` fetches, §10).
+how many segments the run's newest record lists (what a fresh ``latest()`` fetches, §10); what the
+ratio would be with the manifests a stored log segment covers retired (§14, *Retired records*:
+designed, not built; bytes PUT unchanged, bytes stored without them), and the same ratio were every
+tier byte written only once (bytes PUT minus the tier bytes PUT beyond the tier packs stored):
+about the least a merge policy that ends with few packs can write with today's per-save packs,
+manifests and log segments, which are PUT whatever the policy.
 
 ``--compare REV``: the same measurement also for the snapstore package of git revision ``REV`` of
 this checkout (``git archive`` into a temporary directory, run in a child process of this
@@ -67,6 +72,29 @@ def key_kind(key: str, size: int, tiers: dict) -> str:
         if parts[2] == "l":
             return f"logseg L{parts[-1].rsplit('.', 1)[-1]}"
     return "other"
+
+
+def covered_manifests(listed, tiers: dict) -> list:
+    """``[objects, bytes]`` of the manifests (records of more than 1 byte) among ``listed`` (the
+    repository's ObjectInfos) whose position a stored log segment of their run covers: what
+    retiring covered records (docs/format.md §14, *Retired records*) would no longer store."""
+    from snapstore.format.keys import seq_from_manifest_key
+    from snapstore.format.logseg import parse_logseg_key, seg_lo
+
+    ranges: dict = {}
+    for o in listed:
+        if key_kind(o.key, o.size, tiers).startswith("logseg"):
+            hl = parse_logseg_key(o.key)
+            if hl is not None:
+                ranges.setdefault(o.key.split("/")[1], []).append((seg_lo(*hl), hl[0]))
+    out = [0, 0]
+    for o in listed:
+        if key_kind(o.key, o.size, tiers) == "manifest":
+            seq = seq_from_manifest_key(o.key)
+            if any(lo <= seq <= hi for lo, hi in ranges.get(o.key.split("/")[1], ())):
+                out[0] += 1
+                out[1] += o.size
+    return out
 
 
 def counting(store, log: list):
@@ -149,18 +177,25 @@ def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = 
             k[0] += 1
             k[1] += size
         stored = {k: [0, 0] for k in KINDS}
-        for o in store.list(""):
+        listed = list(store.list(""))
+        for o in listed:
             k = stored[key_kind(o.key, o.size, tiers)]
             k[0] += 1
             k[1] += o.size
+        retired = covered_manifests(listed, tiers)
         assert mgr.latest("bench-run").messages == msgs
         segs = len(mgr.repo.head(mgr.repo.run_key("bench-run")).segment_list())
         mgr.close()
         store.close()
         pb = sum(v[1] for v in put.values())
         sb = sum(v[1] for v in stored.values())
+        tier_put = sum(v[1] for k, v in put.items() if k.startswith("tier"))
+        tier_stored = sum(v[1] for k, v in stored.items() if k.startswith("tier"))
+        sr = sb - retired[1]
         return {"put": put, "stored": stored, "put_bytes": pb, "stored_bytes": sb, "segments": segs,
-                "objects": sum(v[0] for v in stored.values()), "amp": pb / sb, "seconds": secs}
+                "objects": sum(v[0] for v in stored.values()), "amp": pb / sb, "seconds": secs,
+                "retired": retired, "amp_retired": pb / sr,
+                "amp_floor_retired": (pb - tier_put + tier_stored) / sr}
     finally:
         tiers_mod.build_tier = orig_build
         shutil.rmtree(tmp, ignore_errors=True)
@@ -218,6 +253,11 @@ def show(rows: list, title: str) -> None:
         print(f"  {r['store']}, {r['size']:,} saves: {r['put_bytes']:,} bytes PUT / {r['stored_bytes']:,} "
               f"stored = {r['amp']:.2f}x{verdict}; {r['objects']:,} objects; "
               f"{r.get('segments', '?')} segments in the head's list; {r['seconds']:.0f} s")
+        if "retired" in r:
+            n_ret, b_ret = r["retired"]
+            print(f"    covered manifests retired (not built; §14): {n_ret:,} objects, {b_ret:,} bytes fewer stored: "
+                  f"{r['objects'] - n_ret:,} objects, {r['amp_retired']:.2f}x; each tier byte written once "
+                  f"(no rewrite), retired: {r['amp_floor_retired']:.2f}x")
         print(f"    {'kind':<10} {'writes':>7} {'bytes PUT':>12} {'objects':>8} {'bytes stored':>13}")
         for k in KINDS:
             p, s = r["put"][k], r["stored"][k]
