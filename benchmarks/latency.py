@@ -610,7 +610,7 @@ def median_of(trials: list) -> dict:
 
 
 REPO_SETTINGS: dict = {}
-"""Settings of the repositories :func:`populate` creates (``--seg-limit``, ``--fanout``); empty: the
+"""Settings of the repositories :func:`populate` creates (``--seg-limit``, ``--seg-from``, ``--fanout``); empty: the
 defaults of ``CheckpointManager`` (what a user of ``s3://`` gets)."""
 
 
@@ -1297,6 +1297,8 @@ def main(argv=None) -> int:
                          "1000x100) and its projection to 1M checkpoints (--prune-only --sizes '' for only this)")
     ap.add_argument("--seg-limit", type=int, help="create the populated repositories with this seg_limit "
                     "(bounded segment lists, docs/format.md §10; default: the counter)")
+    ap.add_argument("--seg-from", type=int, help="with --seg-limit: the counter until an own segment of this "
+                    "level, bounded lists after (docs/format.md §10)")
     ap.add_argument("--fanout", type=int, help="create the populated repositories with this seg_fanout")
     ap.add_argument("--objects", action="store_true",
                     help="the objects block: per size the bucket's objects by kind and bytes PUT / bytes stored "
@@ -1310,6 +1312,8 @@ def main(argv=None) -> int:
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     if args.seg_limit is not None:
         REPO_SETTINGS["seg_limit"] = args.seg_limit
+    if args.seg_from is not None:
+        REPO_SETTINGS["seg_from"] = args.seg_from
     if args.fanout is not None:
         REPO_SETTINGS["seg_fanout"] = args.fanout
 

@@ -7,6 +7,7 @@ Run (from the repository root)::
     python benchmarks/write_amp.py --compare eea7f20            # the same, also for commit eea7f20, side by side
     python benchmarks/write_amp.py --stores dir --fanout 8      # repositories created with seg_fanout 8
     python benchmarks/write_amp.py --stores s3 --seg-limit 46   # bounded segment lists (seg_limit 46)
+    python benchmarks/write_amp.py --stores s3 --seg-limit 46 --seg-from 4   # the counter up to level 4, then bounded
 
 Per store and size, one run of that many saves is written by one ``CheckpointManager`` into a fresh
 repository: the message list of ``benchmarks/latency.py`` (a system prompt and a user task, then per
@@ -126,7 +127,7 @@ def counting(store, log: list):
 
 
 def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = None,
-            seg_limit: int | None = None) -> dict:
+            seg_limit: int | None = None, seg_from: int | None = None) -> dict:
     """One run of ``n`` saves into a fresh repository of ``store_kind`` (``s3``, ``dir``,
     ``sqlite``), created with ``seg_fanout=fanout`` (None: the default); returns ``{"put": {kind: [writes, bytes]}, "stored": {kind: [objects, bytes]},
     "put_bytes", "stored_bytes", "amp", "seconds"}``."""
@@ -158,10 +159,11 @@ def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = 
             store = open_store(os.path.join(tmp, "repo.db"))
         log: list = []
         counting(store, log)
-        if fanout is not None or seg_limit is not None:
+        settings = {k: v for k, v in (("seg_fanout", fanout), ("seg_limit", seg_limit), ("seg_from", seg_from))
+                    if v is not None}
+        if settings:
             from snapstore.repo.repository import Repository
-            Repository.init(store, **({"seg_fanout": fanout} if fanout is not None else {}),
-                            **({"seg_limit": seg_limit} if seg_limit is not None else {}))
+            Repository.init(store, **settings)
         mgr = CheckpointManager(store)
         msgs = prelude()
         t0 = time.perf_counter()
@@ -201,7 +203,8 @@ def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int | None = None) -> list:
+def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int | None = None,
+            seg_from: int | None = None) -> list:
     """Every (store, size) of the arguments, in this process; moto's server started when needed."""
     server = endpoint = None
     if "s3" in stores:
@@ -219,8 +222,8 @@ def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int
         for s in stores:
             for n in sizes:
                 print(f"  {s}, {n:,} saves ...", file=sys.stderr, flush=True)
-                rows.append({"store": s, "size": n, "fanout": fanout, "seg_limit": seg_limit,
-                             **measure(s, n, endpoint, fanout, seg_limit)})
+                rows.append({"store": s, "size": n, "fanout": fanout, "seg_limit": seg_limit, "seg_from": seg_from,
+                             **measure(s, n, endpoint, fanout, seg_limit, seg_from)})
         return rows
     finally:
         if server is not None:
@@ -272,6 +275,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", metavar="REV", help="also measure git revision REV's snapstore")
     ap.add_argument("--fanout", type=int, help="create the repositories with this seg_fanout (default: 4)")
     ap.add_argument("--seg-limit", type=int, help="create the repositories with this seg_limit (bounded segment lists)")
+    ap.add_argument("--seg-from", type=int, help="with --seg-limit: the counter until an own segment of this "
+                    "level, bounded lists after (docs/format.md §10, *Bounded after a level*)")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",") if x]
@@ -279,7 +284,7 @@ def main(argv=None) -> int:
     out = {}
     if a.compare:
         out["before"] = compare_rows(a.compare, stores, sizes)
-    out["after"] = run_all(stores, sizes, a.fanout, a.seg_limit)
+    out["after"] = run_all(stores, sizes, a.fanout, a.seg_limit, a.seg_from)
     if a.compare:
         show(out["before"], f"revision {a.compare}:")
         print()
