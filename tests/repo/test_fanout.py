@@ -230,3 +230,34 @@ def test_a_run_bounded_after_a_level_restores_every_checkpoint(tmp_path):
     segs = m.repo.head(m.repo.run_key("r")).segment_list()
     assert len(segs) <= 8 and max(s.level for s in segs) >= 2
     assert_clean(store, expect)
+
+
+def test_s3_default_run_past_level_4_restores_forks_and_survives_prune_and_gc(s3_inprocess_store):
+    # S3's default (seg_limit 46, seg_from 4): 300 saves pass the first level-4 segment (256), then
+    # bounded lists; a fork of the head and saves on it, then prune, GC and verify of both runs
+    store = s3_inprocess_store
+    m = CheckpointManager(store)
+    assert (m.repo.config.seg_limit, m.repo.config.seg_from) == (46, 4)
+    msgs, expect = [], {}
+    for i in range(300):
+        msgs = msgs + [grown_msg("s", i, 120)]
+        cp = m.save("r", msgs, step=i)
+        if i % 41 == 0 or i == 299:
+            expect[("r", cp)] = list(msgs)
+    segs = m.repo.head(m.repo.run_key("r")).segment_list()
+    assert segs[0].level == 4 and 4 < len(segs) <= 46  # 256 saves merged by the counter, then appended
+    fork = m.fork("r", cp, "f")
+    fmsgs = list(msgs)
+    for i in range(20):
+        fmsgs = fmsgs + [grown_msg("t", i, 120)]
+        fcp = m.save("f", fmsgs, step=1000 + i)
+    expect[("f", fcp)] = list(fmsgs)
+    expect[("f", fork.id)] = list(msgs)
+    assert_clean(store, expect)
+    m.prune(keep_last=5, run_id="r")
+    m.gc(grace_period=0)
+    fresh = CheckpointManager(store)
+    assert json.dumps(fresh.latest("r").messages) == json.dumps(msgs)
+    assert json.dumps(fresh.latest("f").messages) == json.dumps(fmsgs)
+    assert len(fresh.list("r")) == 5
+    assert not fresh.verify(read_data=True).errors
