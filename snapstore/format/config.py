@@ -34,18 +34,6 @@ of 3, each compressed alone: the shared runs stored 14-36% more bytes
 (``python -m benchmarks --workloads traj: --systems snapstore-local --quick``), so it is not the
 default (docs/format.md §10 "Fanout")."""
 
-NEW_REMOTE_SEG_LIMIT = 46
-NEW_REMOTE_SEG_FROM = 4
-"""``seg_limit`` and ``seg_from`` of a repository this version creates on a store that declares
-``bounded_segs`` (S3), unless ``init`` is given ``seg_fanout``, ``seg_limit`` or ``seg_from``:
-the counter of fanout 4 up to the first level-4 segment (256 saves: short runs merged and stored as
-before), bounded lists of 46 after it (each later entry rewritten at most twice by 10,000 saves).
-Bytes PUT / bytes stored at 10,000 saves on S3: 5.02x with the counter alone, about 2.9x with these
-(``python benchmarks/write_amp.py --stores s3 --sizes 10000 --seg-limit 46 --seg-from 4``); a fresh
-``latest()`` then GETs up to 46 packs (41 at 10,000 saves) in one parallel wave (docs/format.md
-§10, *Bounded after a level*). Other stores keep the counter: on a directory or a SQLite file the
-packs are read one after another."""
-
 SETTING_RANGES = {
     "level": (1, 22),                    # zstd levels
     "dict_bytes": (0, 8 << 20),          # 0: no dictionaries

@@ -44,11 +44,11 @@ from ..errors import InvalidInputError, ObjectNotFound, PreconditionFailed, Repo
 from ..format import keys
 from ..format.ids import Hasher, name_key
 from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
-from ..format.config import NEW_REMOTE_SEG_FROM, NEW_REMOTE_SEG_LIMIT, NEW_SEG_FANOUT, RepoConfig, check_settings
+from ..format.config import NEW_SEG_FANOUT, RepoConfig, check_settings
 from ..format.pack import T_STATE, Pack
 from ..format.tree import Ref, Spine, TreeParams
 from ..format.valuetree import ValueTree
-from ..stores.base import ObjectStore, max_concurrency, store_capabilities
+from ..stores.base import ObjectStore, max_concurrency
 from ..stores import crypt
 from .arrays import ArrayReader
 from .entries import EntryReader, ReadContext
@@ -149,8 +149,6 @@ class Repository(LogRecords):
         cfg = RepoConfig(repo_id=os.urandom(8).hex(), key=os.urandom(32), created=datetime.now(timezone.utc))
         cfg.removals = 1  # this version records every removal of log records (§16)
         cfg.seg_fanout = NEW_SEG_FANOUT  # §10 "Fanout": why 4, not 16
-        if store_capabilities(store).bounded_segs and not {"seg_fanout", "seg_limit", "seg_from"} & set(settings):
-            cfg.seg_limit, cfg.seg_from = NEW_REMOTE_SEG_LIMIT, NEW_REMOTE_SEG_FROM  # §10 "Bounded after a level"
         for k in settings:
             if k not in RepoConfig.SETTINGS:
                 raise InvalidInputError(f"unknown repository setting: {k}")

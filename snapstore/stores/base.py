@@ -274,10 +274,6 @@ class StoreCapabilities:
             (:mod:`snapstore.stores.batch`): conditional puts and deletes decided and applied in
             one transaction, all or none (a SQLite file: one commit, one WAL fsync). A save then
             writes its pack and its manifest at one commit.
-        bounded_segs: True when repositories created on this store bound their runs' segment
-            lists by default (an S3 bucket: a fresh reader GETs a list's packs in one parallel
-            wave, so a longer list costs no round trip, while every tier rewrite is bytes PUT over
-            the network; see :data:`snapstore.format.config.NEW_REMOTE_SEG_LIMIT`).
     """
 
     max_concurrency: int | None = None
@@ -288,7 +284,6 @@ class StoreCapabilities:
     empty_dirs: bool = False
     vacuum: bool = False
     atomic_batch: bool = False
-    bounded_segs: bool = False
 
 
 _UNDECLARED = StoreCapabilities()

@@ -208,8 +208,7 @@ class S3Store:
         #: What this store is (:class:`~snapstore.stores.base.StoreCapabilities`): as many
         #: requests in flight as the connection pool holds; incomplete multipart uploads as
         #: leftovers; a bucket whose versioning can be checked.
-        self.capabilities = StoreCapabilities(max_concurrency=self._max_concurrency, leftovers=True, versioning=True,
-                                              bounded_segs=True)
+        self.capabilities = StoreCapabilities(max_concurrency=self._max_concurrency, leftovers=True, versioning=True)
         self._requests = S3Requests(self._client, bucket, self._root, self.stats, endpoint_url, self._waits)
         self._writes = S3Writes(self, self._requests)
 

@@ -48,34 +48,3 @@ def test_stores_declare_their_capabilities(tmp_path):
             return self.inner.capabilities
 
     assert default_compact_log(Declared(local)) and max_concurrency(Declared(s3)) == 7
-
-
-def test_new_repositories_bound_segment_lists_on_s3_only(s3_inprocess_store, tmp_path):
-    """A store that declares ``bounded_segs`` (S3) gets seg_limit 46 and seg_from 4 in repositories
-    created on it (docs/format.md §10, *Bounded after a level*) unless init is given a segment
-    setting; a directory, memory and a wrapper that declares nothing keep the counter."""
-    from snapstore.format.config import NEW_REMOTE_SEG_FROM, NEW_REMOTE_SEG_LIMIT
-    from snapstore.repo.repository import Repository
-    from snapstore.stores.base import store_capabilities
-
-    assert store_capabilities(s3_inprocess_store).bounded_segs
-    cfg = Repository.open(s3_inprocess_store).config
-    assert (cfg.seg_fanout, cfg.seg_limit, cfg.seg_from) == (4, NEW_REMOTE_SEG_LIMIT, NEW_REMOTE_SEG_FROM) == (4, 46, 4)
-    for store in (LocalStore(str(tmp_path / "d")), MemoryStore()):
-        assert not store_capabilities(store).bounded_segs
-        cfg = Repository.init(store).config
-        assert (cfg.seg_limit, cfg.seg_from) == (0, 0)
-
-    class Declared:
-        capabilities = store_capabilities(s3_inprocess_store)
-
-        def __init__(self, inner):
-            self.inner = inner
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-    for settings, want in (({"seg_fanout": 16}, (16, 0, 0)), ({"seg_limit": 20}, (4, 20, 0)),
-                           ({"seg_limit": 13, "seg_from": 4}, (4, 13, 4))):
-        cfg = Repository.init(Declared(MemoryStore()), **settings).config
-        assert (cfg.seg_fanout, cfg.seg_limit, cfg.seg_from) == want, settings
