@@ -232,10 +232,11 @@ def test_a_run_bounded_after_a_level_restores_every_checkpoint(tmp_path):
     assert_clean(store, expect)
 
 
-def test_s3_default_run_past_level_4_restores_forks_and_survives_prune_and_gc(s3_inprocess_store):
-    # S3's default (seg_limit 46, seg_from 4): 300 saves pass the first level-4 segment (256), then
-    # bounded lists; a fork of the head and saves on it, then prune, GC and verify of both runs
+def test_s3_run_bounded_after_level_4_restores_forks_and_survives_prune_and_gc(s3_inprocess_store):
+    # seg_limit 46, seg_from 4 on S3: 300 saves pass the first level-4 segment (256), then bounded
+    # lists; a fork of the head and saves on it, then prune, GC and verify of both runs
     store = s3_inprocess_store
+    Repository.init(store, seg_limit=46, seg_from=4)
     m = CheckpointManager(store)
     assert (m.repo.config.seg_limit, m.repo.config.seg_from) == (46, 4)
     msgs, expect = [], {}
