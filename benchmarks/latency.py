@@ -609,9 +609,21 @@ def median_of(trials: list) -> dict:
     return med
 
 
+REPO_SETTINGS: dict = {}
+"""Settings of the repositories :func:`populate` creates (``--seg-limit``, ``--seg-from``, ``--fanout``); empty: the
+defaults of ``CheckpointManager`` (what a user of ``s3://`` gets)."""
+
+
 def populate(moto_ep: str, url: str, saves: int, progress: str) -> tuple[list, float]:
     from snapstore import CheckpointManager
 
+    if REPO_SETTINGS:
+        from snapstore.repo.repository import Repository
+        from snapstore.stores import open_store
+
+        store = open_store(url, endpoint_url=moto_ep)
+        Repository.init(store, **REPO_SETTINGS)
+        store.close()
     mgr = CheckpointManager(url, endpoint_url=moto_ep)
     msgs = prelude()
     t0 = time.perf_counter()
@@ -1283,6 +1295,11 @@ def main(argv=None) -> int:
     ap.add_argument("--prune-wide", metavar="RUNSxSAVES", nargs="?", const="1000x100",
                     help="also a repository-wide prune(keep_last=10) over RUNS runs of SAVES saves (default "
                          "1000x100) and its projection to 1M checkpoints (--prune-only --sizes '' for only this)")
+    ap.add_argument("--seg-limit", type=int, help="create the populated repositories with this seg_limit "
+                    "(bounded segment lists, docs/format.md §10; default: the counter)")
+    ap.add_argument("--seg-from", type=int, help="with --seg-limit: the counter until an own segment of this "
+                    "level, bounded lists after (docs/format.md §10)")
+    ap.add_argument("--fanout", type=int, help="create the populated repositories with this seg_fanout")
     ap.add_argument("--objects", action="store_true",
                     help="the objects block: per size the bucket's objects by kind and bytes PUT / bytes stored "
                          "while populating (with --bounded: of the bounded block's runs; alone: only this block)")
@@ -1293,6 +1310,12 @@ def main(argv=None) -> int:
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
+    if args.seg_limit is not None:
+        REPO_SETTINGS["seg_limit"] = args.seg_limit
+    if args.seg_from is not None:
+        REPO_SETTINGS["seg_from"] = args.seg_from
+    if args.fanout is not None:
+        REPO_SETTINGS["seg_fanout"] = args.fanout
 
     os.environ.update(DUMMY_ENV)
     for k in UNSET_ENV:
@@ -1300,6 +1323,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     commit, dirty = git_commit()
     meta = {"delay_ms": args.delay_ms, "trials": args.trials, "commit": commit, "dirty": dirty,
+            "settings": dict(REPO_SETTINGS),
             "sizes": sizes, "runs": args.runs, "python": sys.version.split()[0], "cpus": os.cpu_count()}
     t_start = time.perf_counter()
     server, moto_port = start_moto()

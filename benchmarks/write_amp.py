@@ -7,6 +7,7 @@ Run (from the repository root)::
     python benchmarks/write_amp.py --compare eea7f20            # the same, also for commit eea7f20, side by side
     python benchmarks/write_amp.py --stores dir --fanout 8      # repositories created with seg_fanout 8
     python benchmarks/write_amp.py --stores s3 --seg-limit 46   # bounded segment lists (seg_limit 46)
+    python benchmarks/write_amp.py --stores s3 --seg-limit 46 --seg-from 4   # the counter up to level 4, then bounded
 
 Per store and size, one run of that many saves is written by one ``CheckpointManager`` into a fresh
 repository: the message list of ``benchmarks/latency.py`` (a system prompt and a user task, then per
@@ -24,7 +25,12 @@ pack ids :func:`snapstore.repo.tiers.build_tier` returns and their level), ``man
 of more than 1 byte), ``stub`` (0-byte manifests, §14), ``void`` (1 byte, §15), ``logseg L1..L3``
 (§12), ``marker`` (run markers, §13), ``other`` (config, index and removal records, pins). The
 write amplification is bytes PUT / bytes stored; target at 10,000 saves: at most 3x. Also printed:
-how many segments the run's newest record lists (what a fresh ``latest()`` fetches, §10).
+how many segments the run's newest record lists (what a fresh ``latest()`` fetches, §10); what the
+ratio would be with the manifests a stored log segment covers retired (§14, *Retired records*:
+designed, not built; bytes PUT unchanged, bytes stored without them), and the same ratio were every
+tier byte written only once (bytes PUT minus the tier bytes PUT beyond the tier packs stored):
+about the least a merge policy that ends with few packs can write with today's per-save packs,
+manifests and log segments, which are PUT whatever the policy.
 
 ``--compare REV``: the same measurement also for the snapstore package of git revision ``REV`` of
 this checkout (``git archive`` into a temporary directory, run in a child process of this
@@ -69,6 +75,29 @@ def key_kind(key: str, size: int, tiers: dict) -> str:
     return "other"
 
 
+def covered_manifests(listed, tiers: dict) -> list:
+    """``[objects, bytes]`` of the manifests (records of more than 1 byte) among ``listed`` (the
+    repository's ObjectInfos) whose position a stored log segment of their run covers: what
+    retiring covered records (docs/format.md §14, *Retired records*) would no longer store."""
+    from snapstore.format.keys import seq_from_manifest_key
+    from snapstore.format.logseg import parse_logseg_key, seg_lo
+
+    ranges: dict = {}
+    for o in listed:
+        if key_kind(o.key, o.size, tiers).startswith("logseg"):
+            hl = parse_logseg_key(o.key)
+            if hl is not None:
+                ranges.setdefault(o.key.split("/")[1], []).append((seg_lo(*hl), hl[0]))
+    out = [0, 0]
+    for o in listed:
+        if key_kind(o.key, o.size, tiers) == "manifest":
+            seq = seq_from_manifest_key(o.key)
+            if any(lo <= seq <= hi for lo, hi in ranges.get(o.key.split("/")[1], ())):
+                out[0] += 1
+                out[1] += o.size
+    return out
+
+
 def counting(store, log: list):
     """Make ``store`` append ``(key, bytes)`` to ``log`` for each write call it receives (the
     outermost call only: a store's ``put`` may call its own ``put_if_match`` or the reverse)."""
@@ -98,7 +127,7 @@ def counting(store, log: list):
 
 
 def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = None,
-            seg_limit: int | None = None) -> dict:
+            seg_limit: int | None = None, seg_from: int | None = None) -> dict:
     """One run of ``n`` saves into a fresh repository of ``store_kind`` (``s3``, ``dir``,
     ``sqlite``), created with ``seg_fanout=fanout`` (None: the default); returns ``{"put": {kind: [writes, bytes]}, "stored": {kind: [objects, bytes]},
     "put_bytes", "stored_bytes", "amp", "seconds"}``."""
@@ -130,10 +159,11 @@ def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = 
             store = open_store(os.path.join(tmp, "repo.db"))
         log: list = []
         counting(store, log)
-        if fanout is not None or seg_limit is not None:
+        settings = {k: v for k, v in (("seg_fanout", fanout), ("seg_limit", seg_limit), ("seg_from", seg_from))
+                    if v is not None}
+        if settings:
             from snapstore.repo.repository import Repository
-            Repository.init(store, **({"seg_fanout": fanout} if fanout is not None else {}),
-                            **({"seg_limit": seg_limit} if seg_limit is not None else {}))
+            Repository.init(store, **settings)
         mgr = CheckpointManager(store)
         msgs = prelude()
         t0 = time.perf_counter()
@@ -149,24 +179,32 @@ def measure(store_kind: str, n: int, endpoint: str | None, fanout: int | None = 
             k[0] += 1
             k[1] += size
         stored = {k: [0, 0] for k in KINDS}
-        for o in store.list(""):
+        listed = list(store.list(""))
+        for o in listed:
             k = stored[key_kind(o.key, o.size, tiers)]
             k[0] += 1
             k[1] += o.size
+        retired = covered_manifests(listed, tiers)
         assert mgr.latest("bench-run").messages == msgs
         segs = len(mgr.repo.head(mgr.repo.run_key("bench-run")).segment_list())
         mgr.close()
         store.close()
         pb = sum(v[1] for v in put.values())
         sb = sum(v[1] for v in stored.values())
+        tier_put = sum(v[1] for k, v in put.items() if k.startswith("tier"))
+        tier_stored = sum(v[1] for k, v in stored.items() if k.startswith("tier"))
+        sr = sb - retired[1]
         return {"put": put, "stored": stored, "put_bytes": pb, "stored_bytes": sb, "segments": segs,
-                "objects": sum(v[0] for v in stored.values()), "amp": pb / sb, "seconds": secs}
+                "objects": sum(v[0] for v in stored.values()), "amp": pb / sb, "seconds": secs,
+                "retired": retired, "amp_retired": pb / sr,
+                "amp_floor_retired": (pb - tier_put + tier_stored) / sr}
     finally:
         tiers_mod.build_tier = orig_build
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int | None = None) -> list:
+def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int | None = None,
+            seg_from: int | None = None) -> list:
     """Every (store, size) of the arguments, in this process; moto's server started when needed."""
     server = endpoint = None
     if "s3" in stores:
@@ -184,8 +222,8 @@ def run_all(stores: list, sizes: list, fanout: int | None = None, seg_limit: int
         for s in stores:
             for n in sizes:
                 print(f"  {s}, {n:,} saves ...", file=sys.stderr, flush=True)
-                rows.append({"store": s, "size": n, "fanout": fanout, "seg_limit": seg_limit,
-                             **measure(s, n, endpoint, fanout, seg_limit)})
+                rows.append({"store": s, "size": n, "fanout": fanout, "seg_limit": seg_limit, "seg_from": seg_from,
+                             **measure(s, n, endpoint, fanout, seg_limit, seg_from)})
         return rows
     finally:
         if server is not None:
@@ -218,6 +256,11 @@ def show(rows: list, title: str) -> None:
         print(f"  {r['store']}, {r['size']:,} saves: {r['put_bytes']:,} bytes PUT / {r['stored_bytes']:,} "
               f"stored = {r['amp']:.2f}x{verdict}; {r['objects']:,} objects; "
               f"{r.get('segments', '?')} segments in the head's list; {r['seconds']:.0f} s")
+        if "retired" in r:
+            n_ret, b_ret = r["retired"]
+            print(f"    covered manifests retired (not built; §14): {n_ret:,} objects, {b_ret:,} bytes fewer stored: "
+                  f"{r['objects'] - n_ret:,} objects, {r['amp_retired']:.2f}x; each tier byte written once "
+                  f"(no rewrite), retired: {r['amp_floor_retired']:.2f}x")
         print(f"    {'kind':<10} {'writes':>7} {'bytes PUT':>12} {'objects':>8} {'bytes stored':>13}")
         for k in KINDS:
             p, s = r["put"][k], r["stored"][k]
@@ -232,6 +275,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", metavar="REV", help="also measure git revision REV's snapstore")
     ap.add_argument("--fanout", type=int, help="create the repositories with this seg_fanout (default: 4)")
     ap.add_argument("--seg-limit", type=int, help="create the repositories with this seg_limit (bounded segment lists)")
+    ap.add_argument("--seg-from", type=int, help="with --seg-limit: the counter until an own segment of this "
+                    "level, bounded lists after (docs/format.md §10, *Bounded after a level*)")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",") if x]
@@ -239,7 +284,7 @@ def main(argv=None) -> int:
     out = {}
     if a.compare:
         out["before"] = compare_rows(a.compare, stores, sizes)
-    out["after"] = run_all(stores, sizes, a.fanout, a.seg_limit)
+    out["after"] = run_all(stores, sizes, a.fanout, a.seg_limit, a.seg_from)
     if a.compare:
         show(out["before"], f"revision {a.compare}:")
         print()

@@ -47,6 +47,7 @@ SETTING_RANGES = {
     "inline_state_max": (0, 1 << 20),
     "seg_fanout": (0, 64),               # 0: segments off; 1 is refused below
     "seg_limit": (0, 96),                # 0: the counter; else at most this many own segments (>= 4)
+    "seg_from": (0, 35),                 # with seg_limit: the counter until an own segment of this level
     "removals": (0, 1),                  # 1: every removal of log records is recorded (§16)
 }
 """Allowed range (inclusive) of every repository setting, checked when a repository is created
@@ -70,6 +71,12 @@ def check_settings(values: dict) -> str | None:
         return "setting seg_fanout must be 0 (no segments) or 2-64, got 1"
     if values.get("seg_limit", 0) in (1, 2, 3):
         return f"setting seg_limit must be 0 (the counter) or 4-96, got {values['seg_limit']}"
+    start, limit, fanout = values.get("seg_from", 0), values.get("seg_limit", 0), values.get("seg_fanout", 4)
+    if start and limit < (fanout - 1) * start + 1:
+        # the counter lists up to fanout - 1 segments of each level below seg_from, and one of
+        # level seg_from when it makes it: the bounded lists after it start within the limit
+        return (f"setting seg_from {start} needs seg_limit at least (seg_fanout - 1) x seg_from + 1 = "
+                f"{(fanout - 1) * start + 1} (bounded lists), got {limit}")
     return None
 
 
@@ -96,6 +103,11 @@ class RepoConfig:
             counter of ``seg_fanout``; 4-96 keeps at most that many own segments per record,
             merging a suffix only when the list is full (docs/format.md §10, *Bounded lists*).
             Writers that do not know the setting use the counter on the same lists.
+        seg_from: format 2, with ``seg_limit``: 0 (absent) bounds lists from a run's first save; L
+            >= 1 merges by the counter of ``seg_fanout`` while the list holds no own segment of
+            level L or more, and by bounded lists after (docs/format.md §10, *Bounded after a
+            level*): short runs keep the counter's packs, long runs its few rewrites. Writers that
+            do not know the setting bound lists from the start (or use the counter).
         removals: 1 if every writer of this repository records the log positions it removes
             (removal records, docs/format.md §16): set when a repository is created by this
             version; absent (0) in older ones. With 1, ``verify`` reports a gap in a run's log that
@@ -121,6 +133,7 @@ class RepoConfig:
     """4 when a config does not say (format 1, and the default of earlier releases);
     :data:`NEW_SEG_FANOUT` in repositories this version creates."""
     seg_limit: int = 0
+    seg_from: int = 0
     removals: int = 0
     encryption: dict | None = None
     """The ``encryption`` section (:mod:`snapstore.format.keyslots`, docs/format.md §27) of an
@@ -128,7 +141,8 @@ class RepoConfig:
     the data key a slot opens, and is empty until the repository is unlocked."""
 
     SETTINGS = ("level", "dict_bytes", "cdc_threshold", "cdc_min", "cdc_avg", "cdc_max", "leaf_bits",
-                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "seg_limit", "removals")
+                 "node_bits", "max_items", "inline_state_max", "seg_fanout", "seg_limit", "seg_from",
+                "removals")
     """The names of the repository's settings (the config's fields a user may choose at ``init``)."""
 
     def to_bytes(self) -> bytes:

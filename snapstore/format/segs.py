@@ -189,6 +189,22 @@ def plan_append_bounded(segs: list[Seg], new_pack: bytes | None, limit: int) -> 
     return MergePlan(out[:j] + [Seg(b"", level)], out[j:], level, j)
 
 
+def plan_append_policy(segs: list[Seg], new_pack: bytes | None, fanout: int, limit: int = 0,
+                       start: int = 0) -> MergePlan:
+    """Append ``new_pack`` by the repository's merge policy (docs/format.md §10): the counter of
+    ``fanout`` (:func:`plan_append`) when ``limit`` is 0; bounded lists of ``limit``
+    (:func:`plan_append_bounded`) when ``start`` is 0 or the list already holds an own segment of
+    level ``start`` or more; else the counter (*Bounded after a level*: a run is merged by the
+    counter until it made one segment of level ``start``, about ``fanout**start`` saves).
+
+    Raises:
+        InvalidInputError: ``fanout`` below 2, or ``limit`` in 1-3.
+    """
+    if limit and (start == 0 or any(not s.foreign and s.level >= start for s in segs)):
+        return plan_append_bounded(segs, new_pack, limit)
+    return plan_append(segs, new_pack, fanout)
+
+
 def _merge_all(out: list[Seg]) -> MergePlan:
     """Every segment (foreign ones included) copied into one own segment."""
     level = min(MAX_LEVEL, max(s.level for s in out) + 1)

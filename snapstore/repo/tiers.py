@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ..format.ids import new_pack_id
 from ..format.pack import T_CHUNK, T_HOLE, PackBuilder
-from ..format.segs import MergePlan, Seg, plan_append, plan_append_bounded
+from ..format.segs import MergePlan, Seg, plan_append_policy
 from .repository import Repository
 
 TIER_LEVELS = {1: 3, 2: 6, 3: 6}
@@ -156,10 +156,8 @@ def plan_save(repo: Repository, base: list[Seg], new_pack: bytes | None, first=(
     """
     if repo.config.seg_fanout == 0:  # segments off: format-1 writes (every record without a list)
         return None, None, []
-    if repo.config.seg_limit:
-        plan: MergePlan = plan_append_bounded(list(base), new_pack, repo.config.seg_limit)
-    else:
-        plan = plan_append(list(base), new_pack, repo.config.seg_fanout)
+    cfg = repo.config
+    plan: MergePlan = plan_append_policy(list(base), new_pack, cfg.seg_fanout, cfg.seg_limit, cfg.seg_from)
     if not plan.inputs:
         return plan.segs, None, []
     listed = [s.pack for i, s in enumerate(plan.segs) if i != plan.slot and s.foreign]

@@ -30,3 +30,25 @@ def test_key_kinds():
     assert k("runs/bX/l/ffff.2", 5, {}) == "logseg L2" and k("runmarks/x", 0, {}) == "marker"
     assert k("config", 300, {}) == k("runs/bX/x/1.2", 9, {}) == "other"
     assert os.path.basename(write_amp.__file__) == "write_amp.py"
+
+
+def test_covered_manifests_are_those_a_log_segment_holds():
+    # SQLite keeps full manifests: 40 saves write level-1 log segments ending at 15 and 31, so
+    # positions 0-31 are covered and 32-39 (the unfinished range) are not
+    r = write_amp.measure("sqlite", 40, None)
+    n_ret, b_ret = r["retired"]
+    assert n_ret == 32 and 0 < b_ret < r["stored"]["manifest"][1]
+    assert r["amp_retired"] == r["put_bytes"] / (r["stored_bytes"] - b_ret) > r["amp"]
+    assert 1 < r["amp_floor_retired"] < r["amp_retired"]
+
+
+def test_covered_manifests_ignores_other_runs_segments_and_stubs():
+    from snapstore.format.keys import manifest_key
+    from snapstore.format.logseg import logseg_key
+    from snapstore.stores.base import ObjectInfo
+
+    def info(key, size):
+        return ObjectInfo(key=key, size=size, etag="e", mtime=0.0)
+    listed = [info(manifest_key("bA", 3), 300), info(manifest_key("bA", 20), 300), info(manifest_key("bA", 5), 0),
+              info(manifest_key("bB", 4), 250), info(logseg_key("bA", 15, 1), 900)]
+    assert write_amp.covered_manifests(listed, {}) == [1, 300]

@@ -14,7 +14,7 @@ from snapstore.format import keys
 from snapstore.format.codec import seal_envelope
 from snapstore.format.config import CONFIG_MAGIC, NEW_SEG_FANOUT, RepoConfig
 from snapstore.errors import InvalidInputError
-from snapstore.format.segs import MAX_OPEN_SEGS, Seg, plan_append, plan_append_bounded
+from snapstore.format.segs import MAX_OPEN_SEGS, Seg, plan_append, plan_append_bounded, plan_append_policy
 from snapstore.repo.repository import Repository
 from snapstore.stores.local import LocalStore
 from snapstore.stores.memory import MemoryStore
@@ -170,3 +170,95 @@ def test_seg_limit_is_a_checked_setting_and_a_run_under_it_restores(tmp_path):
     assert len(m.repo.head(m.repo.run_key("r")).segment_list()) <= 6
     assert_clean(store, expect)
     assert CheckpointManager(MemoryStore()).repo.config.seg_limit == 0  # the counter by default
+
+
+def _policy(n: int, fanout: int, limit: int, start: int):
+    """``n`` appends by :func:`plan_append_policy`; yields ``(i, list, rewrites)`` as :func:`_bounded`."""
+    segs: list = []
+    rewrites: dict = {}
+    for i in range(1, n + 1):
+        p = i.to_bytes(8, "big")
+        plan = plan_append_policy(segs, p, fanout, limit, start)
+        rewrites[p] = 0
+        segs = list(plan.segs)
+        if plan.inputs:
+            merged = (10 ** 9 + i).to_bytes(8, "big")
+            rewrites[merged] = 1 + max(rewrites[s.pack] for s in plan.inputs)
+            segs[plan.slot] = Seg(merged, plan.level)
+        yield i, segs, rewrites
+
+
+def test_bounded_after_a_level_is_the_counter_until_then_and_bounded_after():
+    counter: list = []
+    for i, segs, rewrites in _policy(10_000, 4, 46, 4):
+        if i < 256:  # no level-4 segment yet: exactly the counter's list
+            counter = plan_append(counter, i.to_bytes(8, "big"), 4).segs
+            counter = [Seg((10 ** 9 + i).to_bytes(8, "big"), s.level) if s.pack == b"" else s for s in counter]
+            assert [s.level for s in segs] == [s.level for s in counter]
+        assert len(segs) <= 46
+        levels = [s.level for s in segs]
+        assert levels == sorted(levels, reverse=True)
+        assert all(rewrites[s.pack] <= s.level for s in segs)
+    # at 10,000 saves: the first 256 saves' entries were rewritten 4 times (the counter), every later
+    # one at most twice (the counter of fanout 4 rewrites entries up to 6 times by then)
+    assert segs[0].level == rewrites[segs[0].pack] == 4
+    assert max(rewrites[s.pack] for s in segs[1:]) <= 2
+
+
+def test_bounded_after_a_level_is_a_checked_setting_and_plain_bounded_or_counter_otherwise():
+    for bad in ({"seg_from": 2}, {"seg_from": 4, "seg_limit": 12}, {"seg_from": 36, "seg_limit": 96},
+                {"seg_from": 2, "seg_limit": 8, "seg_fanout": 8}):
+        with pytest.raises(InvalidInputError):
+            Repository.init(MemoryStore(), **bad)
+    assert Repository.init(MemoryStore(), seg_from=4, seg_limit=13).config.seg_from == 4
+    segs = [Seg(i.to_bytes(8, "big"), 0) for i in range(3)]
+    assert plan_append_policy(segs, b"n" * 8, 4, 0, 0) == plan_append(segs, b"n" * 8, 4)
+    assert plan_append_policy(segs, b"n" * 8, 4, 46, 0) == plan_append_bounded(segs, b"n" * 8, 46)
+    assert plan_append_policy(segs, b"n" * 8, 4, 46, 1) == plan_append(segs, b"n" * 8, 4)  # no level 1 yet
+    top = [Seg(b"f" * 8, 5, True)] + segs  # a foreign segment of level 5 does not end the counter
+    assert plan_append_policy(top, b"n" * 8, 4, 46, 4) == plan_append(top, b"n" * 8, 4)
+
+
+def test_a_run_bounded_after_a_level_restores_every_checkpoint(tmp_path):
+    store = LocalStore(str(tmp_path / "repo"), fsync=False)
+    Repository.init(store, seg_limit=8, seg_from=2)
+    m = CheckpointManager(store)
+    msgs, expect = [], {}
+    for i in range(120):
+        msgs = msgs + [grown_msg("c", i, 200)]
+        expect[("r", m.save("r", msgs, step=i))] = list(msgs)
+    segs = m.repo.head(m.repo.run_key("r")).segment_list()
+    assert len(segs) <= 8 and max(s.level for s in segs) >= 2
+    assert_clean(store, expect)
+
+
+def test_s3_run_bounded_after_level_4_restores_forks_and_survives_prune_and_gc(s3_inprocess_store):
+    # seg_limit 46, seg_from 4 on S3: 300 saves pass the first level-4 segment (256), then bounded
+    # lists; a fork of the head and saves on it, then prune, GC and verify of both runs
+    store = s3_inprocess_store
+    Repository.init(store, seg_limit=46, seg_from=4)
+    m = CheckpointManager(store)
+    assert (m.repo.config.seg_limit, m.repo.config.seg_from) == (46, 4)
+    msgs, expect = [], {}
+    for i in range(300):
+        msgs = msgs + [grown_msg("s", i, 120)]
+        cp = m.save("r", msgs, step=i)
+        if i % 41 == 0 or i == 299:
+            expect[("r", cp)] = list(msgs)
+    segs = m.repo.head(m.repo.run_key("r")).segment_list()
+    assert segs[0].level == 4 and 4 < len(segs) <= 46  # 256 saves merged by the counter, then appended
+    fork = m.fork("r", cp, "f")
+    fmsgs = list(msgs)
+    for i in range(20):
+        fmsgs = fmsgs + [grown_msg("t", i, 120)]
+        fcp = m.save("f", fmsgs, step=1000 + i)
+    expect[("f", fcp)] = list(fmsgs)
+    expect[("f", fork.id)] = list(msgs)
+    assert_clean(store, expect)
+    m.prune(keep_last=5, run_id="r")
+    m.gc(grace_period=0)
+    fresh = CheckpointManager(store)
+    assert json.dumps(fresh.latest("r").messages) == json.dumps(msgs)
+    assert json.dumps(fresh.latest("f").messages) == json.dumps(fmsgs)
+    assert len(fresh.list("r")) == 5
+    assert not fresh.verify(read_data=True).errors
