@@ -24,7 +24,7 @@ from ..format.ids import check_checkpoint_id, check_run_id, seq_hint
 from ..format.manifest import KIND_TOMBSTONE
 from ..stores.base import max_concurrency
 
-__all__ = ["record_outcome", "read_outcomes"]
+__all__ = ["record_outcome", "read_outcomes", "delete_outcomes", "outcomes_beside"]
 
 
 def _generation(mgr, run_id: str, rk: str) -> int:
@@ -137,3 +137,68 @@ def read_outcomes(mgr, run_id: str, checkpoint_id: str | None) -> dict:
         _anchor(mgr, run_id, checkpoint_id, create=False)  # raises when it went meanwhile
         pairs = [p for p in pairs if p is not None]
     return dict(pairs)
+
+
+def delete_outcomes(mgr, run_id: str, checkpoint_id: str, call_ids) -> int:
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete_outcomes` (arguments,
+    return value and errors as documented there)."""
+    check_run_id(run_id)
+    check_checkpoint_id(checkpoint_id)
+    calls = [fo.check_call_id(c) for c in call_ids]
+    if not calls or not mgr.state.exists():
+        return 0
+    seq = seq_hint(checkpoint_id)  # a generated id names its position: no lookup
+    if seq is None:
+        try:
+            seq = mgr.summary(run_id, checkpoint_id).seq
+        except CheckpointNotFound:
+            return 0  # its outcomes are unreachable already (GC deletes them)
+    repo = mgr.repo
+    rk = mgr.state.run_key(run_id)
+    anchor = fo.checkpoint_anchor(seq, repo.checkpoint_key(checkpoint_id))
+    keys = sorted({fo.outcome_key(rk, anchor, c, repo.hasher) for c in calls})
+    repo.store.delete_many(keys)
+    return len(keys)
+
+
+def outcomes_beside(mgr, run_id: str, checkpoints) -> dict:
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.outcomes_beside` (arguments,
+    return value and errors as documented there)."""
+    check_run_id(run_id)
+    wanted = {}
+    for cid, seq in checkpoints:
+        check_checkpoint_id(cid)
+        wanted[fo.checkpoint_anchor(seq, mgr.repo.checkpoint_key(cid))] = cid
+    if not wanted or not mgr.state.exists():
+        return {}
+    repo = mgr.repo
+    store = repo.store
+    prefix = fo.outcomes_prefix(mgr.state.run_key(run_id))
+    infos = []
+    for info in store.list(prefix):
+        anchor, _, rest = info.key[len(prefix):].partition("/")
+        if anchor in wanted:
+            if not rest or "/" in rest:
+                raise IntegrityError(info.key, "not a tool-outcome key (docs/format.md §25)")
+            infos.append((wanted[anchor], info.key, rest))
+    if len(infos) > fo.OUTCOMES_MAX:
+        raise IntegrityError(prefix, f"more than {fo.OUTCOMES_MAX} tool outcomes beside the checkpoints asked for")
+
+    def one(item):
+        cid, key, ck = item
+        try:
+            return cid, fo.decode_outcome(key, store.get(key), ck, repo.hasher)
+        except ObjectNotFound:
+            return None  # deleted between LIST and GET
+
+    if len(infos) <= 1:
+        got = [one(i) for i in infos]
+    else:
+        with ThreadPoolExecutor(min(len(infos), max_concurrency(store))) as ex:
+            got = list(ex.map(one, infos))
+    out: dict = {}
+    for g in got:
+        if g is not None:
+            cid, (call, result) = g
+            out.setdefault(cid, {})[call] = result
+    return out

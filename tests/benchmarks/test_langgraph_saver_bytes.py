@@ -28,8 +28,11 @@ def test_breakdown_of_a_small_run_adds_up(store, capsys):
     saver, core = got["saver"], got["core"]
     for b in (saver, core):
         assert sum(b["objects"].values()) == b["total"] > 0
-    # one invoke of the graph: an input checkpoint, two loop checkpoints, two writes records
-    assert {k: n for k, (n, _) in saver["records"].items()} == {"C-input": 6, "C-loop": 12, "W": 12, "registry": 1}
+    # one invoke of the graph: an input checkpoint and two loop checkpoints; its two put_writes
+    # are pending-writes objects folded into the next checkpoint record and deleted (layout
+    # §4a): no writes record, and none left beside the newest record after the last put
+    assert {k: n for k, (n, _) in saver["records"].items()} == {"C-input": 6, "C-loop": 12, "registry": 1}
+    assert saver["objects"].get("writes-area", 0) == 0
     assert {k: n for k, (n, _) in core["records"].items()} == {"core": 6}
     # each message is stored once by both (12 messages), and the saver stores each turn's graph
     # input as a message item too (kind "d"): the human message as it was put, before
@@ -43,4 +46,4 @@ def test_breakdown_of_a_small_run_adds_up(store, capsys):
     assert saver["entries"].get("chunk:serde", [0])[0] <= 2  # the branch channel's None (and its write)
     assert saver["total"] > core["total"]
     out = capsys.readouterr().out
-    assert "saver / core:" in out and "| W |" in out
+    assert "saver / core:" in out and "| C-loop |" in out

@@ -13,8 +13,7 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from . import checkpoints, history, reads, threads
-from . import writes as _writes
+from . import checkpoints, history, reads, sidewrites, threads
 from ..managers import manager_for
 from .aio import AsyncMethods
 from .deps import (BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
@@ -231,7 +230,7 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
         c, thread_id, ns = target(config, "put_writes", need_id=True)
         run = run_id_for(thread_id, ns)
         with self.state.rlock(run):
-            _writes.put_writes(self.state, run, c["checkpoint_id"], writes, task_id, task_path)
+            sidewrites.put_writes(self.state, run, c["checkpoint_id"], writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace (a tombstone per

@@ -179,7 +179,7 @@ class SaverState:
             h = Head(None, [], None, {}, None)
         else:
             h = Head(cp.id, cp.messages, cp.session_state, cp.metadata if isinstance(cp.metadata, dict) else {},
-                     cp.seq)
+                     cp.seq, parent=cp.parent_id)
             self.remember(run, cp.id, cp.seq, cp.messages, cp.session_state, trim=False)
         self.heads[run] = h
         return h
