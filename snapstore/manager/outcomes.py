@@ -191,7 +191,7 @@ def outcomes_beside(mgr, run_id: str, checkpoints) -> dict:
         except ObjectNotFound:
             return None  # deleted between LIST and GET
 
-    if len(infos) <= 1:
+    if len(infos) <= 2:  # the usual one or two: a pool costs more than it saves
         got = [one(i) for i in infos]
     else:
         with ThreadPoolExecutor(min(len(infos), max_concurrency(store))) as ex:

@@ -43,7 +43,10 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
             ``serde`` name.
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
-    ``put`` and a ``put_writes`` are one snapstore save each (2 PUTs: pack, manifest);
+    ``put`` is one snapstore save (2 PUTs: pack, manifest) plus one LIST of the run's writes
+    area and, when pending writes were folded in, one batch delete; a ``put_writes`` is one
+    PUT of a pending-writes object (docs/langgraph-layout.md §4a) and one LIST (limit 1) of
+    the run's head (a writes record, one save, on an empty run);
     ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
     record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
     of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
@@ -217,11 +220,13 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
                    task_path: str = "") -> None:
         """Store a task's writes for ``config``'s checkpoint (idempotent per task and index).
 
-        Messages written (a message, or a non-empty list of messages) are stored one per chunk;
-        other values through the serde. Writes may be stored before their checkpoint is. One
-        snapstore save (2 PUTs). When the run's newest record is the checkpoint (or a writes
-        record carrying it), the new record carries the checkpoint and all its writes so far,
-        so the latest checkpoint is always read from one record.
+        Messages written (a message, or a non-empty list of messages) are encoded as items
+        (message JSON), other values through the serde. Writes may be stored before their
+        checkpoint is. One pending-writes object beside the run's newest record (a tool
+        outcome: 1 PUT, then a LIST of the head to confirm it did not move), folded into the
+        next checkpoint record, which deletes it (docs/langgraph-layout.md §4a); on an empty
+        run one writes record (a snapstore save). The latest checkpoint is always read from
+        the newest record and the objects beside it and its parent.
 
         Raises:
             InvalidInputError: no ``configurable.thread_id`` or ``checkpoint_id``.

@@ -179,9 +179,12 @@ def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, An
         ConflictError: the run kept moving (``save_attempts`` times).
         UnsupportedValueError: the serializer refuses a value.
     """
-    for _attempt in range(s.save_attempts):
+    for attempt in range(s.save_attempts):
         seen = s.seen.setdefault((run, cid), set())
-        head = current(s, run)
+        # first on the record held (no listing: the check after storing tells a moved head, and
+        # writes another writer stored meanwhile are at worst stored again, then deduplicated);
+        # after a move, on the newest record with its window read
+        head = s.head(run) if attempt == 0 else current(s, run)
         if not is_v2(head):
             return _writes.put_writes(s, run, cid, writes, task_id, task_path)
         view = covers(head, cid)
