@@ -139,29 +139,37 @@ def read_outcomes(mgr, run_id: str, checkpoint_id: str | None) -> dict:
     return dict(pairs)
 
 
-def delete_outcomes(mgr, run_id: str, checkpoint_id: str, call_ids) -> int:
+def delete_outcomes(mgr, run_id: str, outcomes) -> int:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete_outcomes` (arguments,
     return value and errors as documented there)."""
     check_run_id(run_id)
-    check_checkpoint_id(checkpoint_id)
-    calls = [fo.check_call_id(c) for c in call_ids]
-    if not calls or not mgr.state.exists():
+    pairs = []
+    for cid, call in outcomes:
+        check_checkpoint_id(cid)
+        pairs.append((cid, fo.check_call_id(call)))
+    if not pairs or not mgr.state.exists():
         return 0
-    seq = seq_hint(checkpoint_id)  # a generated id names its position: no lookup
-    if seq is None:
-        try:
-            seq = mgr.summary(run_id, checkpoint_id).seq
-        except CheckpointNotFound:
-            return 0  # its outcomes are unreachable already (GC deletes them)
     repo = mgr.repo
     rk = mgr.state.run_key(run_id)
-    anchor = fo.checkpoint_anchor(seq, repo.checkpoint_key(checkpoint_id))
-    keys = sorted({fo.outcome_key(rk, anchor, c, repo.hasher) for c in calls})
-    repo.store.delete_many(keys)
+    anchors: dict = {}
+    keys = set()
+    for cid, call in pairs:
+        if cid not in anchors:
+            seq = seq_hint(cid)  # a generated id names its position: no lookup
+            if seq is None:
+                try:
+                    seq = mgr.summary(run_id, cid).seq
+                except CheckpointNotFound:
+                    seq = None  # its outcomes are unreachable already (GC deletes them)
+            anchors[cid] = None if seq is None else fo.checkpoint_anchor(seq, repo.checkpoint_key(cid))
+        if anchors[cid] is not None:
+            keys.add(fo.outcome_key(rk, anchors[cid], call, repo.hasher))
+    if keys:
+        repo.store.delete_many(sorted(keys))
     return len(keys)
 
 
-def outcomes_beside(mgr, run_id: str, checkpoints) -> dict:
+def outcomes_beside(mgr, run_id: str, checkpoints, skip=()) -> dict:
     """Implements :meth:`snapstore.manager.facade.CheckpointManager.outcomes_beside` (arguments,
     return value and errors as documented there)."""
     check_run_id(run_id)
@@ -173,11 +181,13 @@ def outcomes_beside(mgr, run_id: str, checkpoints) -> dict:
         return {}
     repo = mgr.repo
     store = repo.store
-    prefix = fo.outcomes_prefix(mgr.state.run_key(run_id))
+    rk = mgr.state.run_key(run_id)
+    prefix = fo.outcomes_prefix(rk)
+    unread = {fo.outcome_key(rk, a, c, repo.hasher) for a in wanted for c in skip}
     infos = []
     for info in store.list(prefix):
         anchor, _, rest = info.key[len(prefix):].partition("/")
-        if anchor in wanted:
+        if anchor in wanted and info.key not in unread:
             if not rest or "/" in rest:
                 raise IntegrityError(info.key, "not a tool-outcome key (docs/format.md §25)")
             infos.append((wanted[anchor], info.key, rest))

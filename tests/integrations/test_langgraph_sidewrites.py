@@ -41,8 +41,12 @@ def _put(saver, i: int, parent: int | None):
                      {"source": "loop", "step": i, "parents": {}}, {"n": i + 1})
 
 
-def _saver(root) -> SnapstoreSaver:
-    return SnapstoreSaver(CheckpointManager(LocalStore(str(root), fsync=False)))
+class _NowSaver(SnapstoreSaver):
+    DELETE_BATCH = 1  # folded objects deleted by the put that folds them
+
+
+def _saver(root, cls=SnapstoreSaver) -> SnapstoreSaver:
+    return cls(CheckpointManager(LocalStore(str(root), fsync=False)))
 
 
 def _writes(saver, i):
@@ -62,7 +66,7 @@ def _all(saver) -> list:
 
 
 def test_put_writes_is_an_object_folded_into_the_next_checkpoint_and_deleted(tmp_path):
-    ours, mem = _saver(tmp_path / "repo"), InMemorySaver()
+    ours, mem = _saver(tmp_path / "repo", _NowSaver), InMemorySaver()
     for s in (ours, mem):
         _put(s, 0, None)
     records = len(ours.manager.list(RUN))
@@ -94,7 +98,7 @@ def test_a_write_stored_while_another_saver_puts_is_not_missed(tmp_path):
     # A stores writes beside C0 after B read C0's objects for C1's record but before B saved it:
     # A saw C0 still the head and returned, so the writes must be found (the window), and be
     # carried by the record after (C2), which deletes the object
-    a, b, mem = _saver(tmp_path / "repo"), _saver(tmp_path / "repo"), InMemorySaver()
+    a, b, mem = _saver(tmp_path / "repo"), _saver(tmp_path / "repo", _NowSaver), InMemorySaver()
     _put(a, 0, None)
     _put(mem, 0, None)
     real_save = b.manager.save
@@ -148,8 +152,31 @@ def test_a_writer_holding_a_moved_head_stores_beside_the_new_one(tmp_path):
     assert _all(fresh) == _all(mem)
 
 
-def test_objects_left_after_a_failed_deletion_are_not_folded_twice(tmp_path, monkeypatch):
+def test_deletions_wait_for_a_batch_or_close(tmp_path):
     ours, mem = _saver(tmp_path / "repo"), InMemorySaver()
+    assert ours.DELETE_BATCH == 16
+    _put(ours, 0, None)
+    _put(mem, 0, None)
+    for i in range(1, 10):  # two objects folded per put: 16 queued after the 8th
+        for s in (ours, mem):
+            s.put_writes(_conf(IDS[0] if i == 1 else f"1ef00000-0000-6000-8000-1{i - 1:011d}"),
+                         [("x", i), ("y", -i)], f"task-{i}")
+            s.put_writes(_conf(IDS[0] if i == 1 else f"1ef00000-0000-6000-8000-1{i - 1:011d}"),
+                         [("z", i)], f"task-z{i}")
+            c = _cp(0)
+            c["id"] = f"1ef00000-0000-6000-8000-1{i:011d}"
+            parent = IDS[0] if i == 1 else f"1ef00000-0000-6000-8000-1{i - 1:011d}"
+            s.put(_conf(parent), c, {"source": "loop", "step": i, "parents": {}}, {"n": 1})
+        waiting = sum(_objects(ours).values())
+        assert waiting == (2 * i if i < 8 else 2 * (i - 8)), i
+        fresh = _saver(tmp_path / "repo")
+        assert _all(fresh) == _all(mem), i  # objects waiting to be deleted change no answer
+    ours.close()
+    assert sum(_objects(_saver(tmp_path / "repo")).values()) == 0, "close deletes the rest"
+
+
+def test_objects_left_after_a_failed_deletion_are_not_folded_twice(tmp_path, monkeypatch):
+    ours, mem = _saver(tmp_path / "repo", _NowSaver), InMemorySaver()
     for s in (ours, mem):
         _put(s, 0, None)
         # a special channel's writes keep the last one stored: a fold twice would reorder them

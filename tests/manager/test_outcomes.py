@@ -68,17 +68,18 @@ def test_outcomes_beside_several_checkpoints_and_deleted(mgr):
     assert mgr.outcomes_beside("r", pairs) == want
     assert CheckpointManager(mgr.store).outcomes_beside("r", pairs[:1]) == {b: want[b]}  # only those asked
     assert mgr.outcomes_beside("r", []) == {} and mgr.outcomes_beside("nobody", pairs) == {}
-    assert mgr.delete_outcomes("r", a, ["c1", "never-recorded"]) == 2
+    assert mgr.delete_outcomes("r", [(a, "c1"), (a, "never-recorded")]) == 2
     assert mgr.outcomes("r", a) == {"c2": [2]}
-    assert mgr.delete_outcomes("r", b, ["d" * 300]) == 1 and mgr.outcomes("r", b) == {}
+    assert mgr.delete_outcomes("r", [(b, "d" * 300), (a, "c2")]) == 2  # beside two checkpoints, one batch
+    assert mgr.outcomes("r", b) == {} and mgr.outcomes("r", a) == {}
     assert mgr.outcomes("other", mgr.head("other").id) == {"c1": "another run's"}
     assert mgr.record_outcome("r", a, "c1", {"n": 3}) is True  # deleted: as if never recorded
     with pytest.raises(InvalidRunIdError):
         mgr.outcomes_beside("", pairs)
     with pytest.raises(InvalidCheckpointIdError):
-        mgr.delete_outcomes("r", "", ["c1"])
+        mgr.delete_outcomes("r", [("", "c1")])
     with pytest.raises(InvalidInputError):
-        mgr.delete_outcomes("r", a, [""])
+        mgr.delete_outcomes("r", [(a, "")])
     assert mgr.verify().ok
 
 

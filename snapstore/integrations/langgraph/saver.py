@@ -93,6 +93,10 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
     (``get_state`` reads the checkpoint, then its history) uses that record without asking the
     store again: it is the answer as of that read."""
 
+    DELETE_BATCH = 16
+    """Pending-writes objects folded into saved records that are deleted together, in one batch
+    (one commit), per run; the rest on :meth:`close` (docs/langgraph-layout.md §4a)."""
+
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
         if isinstance(serde, str):
             from ..serde import serde_named
@@ -117,9 +121,13 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
             self.state = st.with_codec(ValueCodec(value, self.DECODED_CACHE))
 
     def close(self) -> None:
-        """Close the manager if this saver opened it."""
-        if self._own:
-            self.manager.close()
+        """Delete the folded pending-writes objects still queued (``DELETE_BATCH``), and close
+        the manager if this saver opened it."""
+        try:
+            sidewrites.flush_deletes(self.state)
+        finally:
+            if self._own:
+                self.manager.close()
 
     def __enter__(self) -> "SnapstoreSaver":
         return self

@@ -84,7 +84,7 @@ def window(s: SaverState, run: str, base: Head) -> list:
                if a is not None]
     # the run's listing vouches for both (the newest record and its parent are live), so one
     # LIST of the run's writes area, no liveness check
-    found = s.manager.outcomes_beside(run, [(a, seq) for a, seq in anchors if seq is not None])
+    found = s.manager.outcomes_beside(run, [(a, seq) for a, seq in anchors if seq is not None], skip=skip)
     for anchor, outs in found.items():
         for call, res in outs.items():
             if call in skip:
@@ -154,17 +154,29 @@ def extra_rows(s: SaverState, run: str, head_id: str | None, parent_id: str | No
     return out
 
 
-def delete_folded(s: SaverState, run: str, fo: Sequence) -> None:
-    """Delete the pending-writes objects ``fo`` (``(anchor, call id)``) once a saved record
-    carries them. A failure leaves them (the record names them in ``fo``: not folded twice)."""
-    by_anchor: dict = {}
-    for anchor, call in fo:
-        by_anchor.setdefault(anchor, []).append(call)
-    for anchor, calls in by_anchor.items():
-        try:
-            s.manager.delete_outcomes(run, anchor, calls)
-        except SnapstoreError:
-            pass
+def delete_folded(s: SaverState, run: str, fo: Sequence, flush: bool = False) -> None:
+    """Delete the pending-writes objects ``fo`` (``(anchor, call id)``) now that a saved record
+    carries them: queued, and deleted in one batch once ``delete_batch`` are queued for the run
+    (``flush``: now). An object waiting is harmless: the record that folded it names it
+    (``fo``) while it is in the newest record's window, and no reader looks beyond the window.
+    A failed deletion leaves them (GC deletes them with their record)."""
+    with s.lock:
+        q = s.doomed.setdefault(run, [])
+        q.extend(fo)
+        if not q or (len(q) < s.delete_batch and not flush):
+            return
+        todo = list(q)
+        del s.doomed[run]
+    try:
+        s.manager.delete_outcomes(run, todo)
+    except SnapstoreError:
+        pass
+
+
+def flush_deletes(s: SaverState) -> None:
+    """Delete every queued pending-writes object (:func:`delete_folded`), e.g. on close."""
+    for run in list(s.doomed):
+        delete_folded(s, run, (), flush=True)
 
 
 def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str,

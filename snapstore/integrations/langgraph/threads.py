@@ -13,6 +13,8 @@ from ...errors import CheckpointNotFound, ConflictError, InvalidInputError, RunN
 from ...format.ids import seq_hint
 from ...manager.facade import EMPTY_RUN
 from .ids import ns_run_id_for, run_id_for
+from . import sidewrites
+from .layout import Head
 from .registry import register, runs
 from .state import SaverState
 
@@ -163,12 +165,15 @@ def prune(s: SaverState, thread_ids: Sequence[str], strategy: str, delete) -> No
                 retry_moved(s, run, lambda: prune_run(s, run))
 
 
-def _has_outcomes(s: SaverState, run: str, sid: str) -> bool:
-    """True if record ``sid`` has objects beside it (pending writes, layout §4a)."""
-    try:
-        return bool(s.manager.outcomes(run, sid))
-    except CheckpointNotFound:
+def _has_outcomes(s: SaverState, run: str, ix) -> bool:
+    """True if pending-writes objects beside the newest record's parent are not folded into the
+    newest record (layout §4a: that parent is then in the window readers use)."""
+    head = next((r for r in ix.recs if r.sid == ix.head), None)
+    if head is None:
         return False
+    items, st = s.record(run, head.sid, head.seq)
+    got = sidewrites.window(s, run, Head(head.sid, items, st, head.md, head.seq, parent=ix.head_parent))
+    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r in got)
 
 
 def prune_run(s: SaverState, run: str) -> None:
@@ -184,7 +189,7 @@ def prune_run(s: SaverState, run: str) -> None:
     # yet are beside it (layout §4a: the anchors of the newest record's window)
     if ix.head is not None:
         keep.add(ix.head)
-    if ix.head_parent is not None and ix.head_parent not in keep and _has_outcomes(s, run, ix.head_parent):
+    if ix.head_parent is not None and ix.head_parent not in keep and _has_outcomes(s, run, ix):
         keep.add(ix.head_parent)
     md = s.codec.md_from(latest.md)
     delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
