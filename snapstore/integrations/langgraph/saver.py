@@ -44,7 +44,8 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
     ``put`` is one snapstore save (2 PUTs: pack, manifest) plus one LIST of the run's writes
-    area and, when pending writes were folded in, one batch delete; a ``put_writes`` is one
+    area (a GET per pending-writes object folded in; one batch delete per ``DELETE_BATCH``
+    objects folded); a ``put_writes`` is one
     PUT of a pending-writes object (docs/langgraph-layout.md §4a) and one LIST (limit 1) of
     the run's head (a writes record, one save, on an empty run);
     ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
