@@ -1,7 +1,8 @@
 """Pending-writes objects (docs/langgraph-layout.md §4a): a put_writes is an object beside the
 run's newest record, folded into the next checkpoint record and deleted; a write stored while
 another saver puts is never missed. Real local stores, two savers (two managers) on one directory,
-compared with LangGraph's InMemorySaver on the same calls."""
+compared with LangGraph's InMemorySaver on the same calls, and a real process SIGKILLed while it
+puts and writes."""
 
 from __future__ import annotations
 
@@ -204,3 +205,59 @@ def test_objects_left_after_a_failed_deletion_are_not_folded_twice(tmp_path, mon
     fresh = _saver(tmp_path / "repo")
     for i in (0, 1, 2):
         assert _writes(fresh, i) == _writes(mem, i), i
+
+
+CHILD = r"""
+import sys
+from langgraph.checkpoint.base import empty_checkpoint
+from snapstore.integrations.langgraph import SnapstoreSaver
+root, start = sys.argv[1], int(sys.argv[2])
+s = SnapstoreSaver(root)
+conf = lambda cid=None: {"configurable": {"thread_id": "t", "checkpoint_ns": "", **({"checkpoint_id": cid} if cid else {})}}
+ids = lambda i: f"1ef00000-0000-6000-8000-{i:012d}"
+i = start
+while True:
+    c = empty_checkpoint()
+    c["id"] = ids(i)
+    c["channel_values"] = {"n": i}
+    c["channel_versions"] = {"n": i + 1}
+    s.put(conf(ids(i - 1) if i else None), c, {"source": "loop", "step": i, "parents": {}}, {"n": i + 1})
+    print("put", i, flush=True)
+    s.put_writes(conf(ids(i)), [("x", i), ("__error__", f"e{i}")], f"task-{i}")
+    print("w", i, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_keeps_every_acknowledged_put_and_put_writes(tmp_path):
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from snapstore import CheckpointManager as CM
+
+    root = str(tmp_path / "repo")
+    rng = random.Random(7)
+    acked_put, acked_w = set(), set()
+    start = 0
+    for _round in range(3):
+        p = subprocess.Popen([sys.executable, "-c", CHILD, root, str(start)], stdout=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(1.0, 2.5))
+        p.kill()
+        out, _ = p.communicate()
+        for line in out.splitlines():
+            kind, n = line.split()
+            (acked_put if kind == "put" else acked_w).add(int(n))
+        fresh = SnapstoreSaver(root)
+        for i in sorted(acked_put):
+            t = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": f"1ef00000-0000-6000-8000-{i:012d}"}})
+            assert t is not None, i
+            if i in acked_w:
+                assert ("task-" + str(i), "x", i) in t.pending_writes, i
+                assert ("task-" + str(i), "__error__", f"e{i}") in t.pending_writes, i
+        latest = fresh.get_tuple({"configurable": {"thread_id": "t"}})
+        start = latest.checkpoint["channel_values"]["n"] + 1
+        fresh.close()
+        assert CM(root).verify().ok
+    assert len(acked_w) >= 3
