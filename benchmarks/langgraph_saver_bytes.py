@@ -10,7 +10,9 @@ directory). ``core`` is the same messages (``message_to_dict``) saved with
 
 Printed for each of ``saver`` and ``core`` (bytes as the store reports each object's size):
 
-* ``objects``: manifests (``runs/*/m/``), log segments (``runs/*/l/``), packs and the rest;
+* ``objects``: manifests (``runs/*/m/``), log segments (``runs/*/l/``), the writes area
+  (``runs/*/w/``: pending-writes objects not folded into a record yet, layout §4a), packs and
+  the rest;
 * ``records``: per record kind (``C-input``, ``C-loop``, ``W``: layout §3-§4 of
   docs/langgraph-layout.md; ``core`` for the core API's checkpoints): how many, and their
   manifests' bytes;
@@ -87,7 +89,8 @@ def breakdown(location: str) -> dict:
         for info in store.list(""):
             sizes[info.key] = info.size
             parts = info.key.split("/")
-            kind = ("manifests" if parts[2] == "m" else "segments" if parts[2] == "l" else "runs-other") \
+            kind = ("manifests" if parts[2] == "m" else "segments" if parts[2] == "l"
+                    else "writes-area" if parts[2] == "w" else "runs-other") \
                 if parts[0] == "runs" and len(parts) > 2 else parts[0]
             objects[kind] += info.size
         records: dict = {}

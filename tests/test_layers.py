@@ -34,7 +34,7 @@ MANAGER = ["callers", "replay", "checkpoint", "history", "summaries", "views", "
 """``manager/`` bottom to top: each module may import only the ones before it."""
 
 INTEGRATIONS_LANGGRAPH = ["deps", "gcpause", "ids", "values", "layout", "state", "registry", "save", "needs", "writes",
-                          "history", "checkpoints", "reads", "threads", "aio", "saver"]
+                          "sidewrites", "history", "checkpoints", "reads", "threads", "aio", "saver"]
 """``integrations/langgraph/`` bottom to top (its ``__init__`` states the order): each module may
 import only the ones before it; ``__init__`` re-exports the public names."""
 

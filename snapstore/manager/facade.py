@@ -518,6 +518,41 @@ class CheckpointManager:
         """
         return outcomes.read_outcomes(self, run_id, checkpoint_id)
 
+    def outcomes_beside(self, run_id: str, checkpoints, skip=()) -> dict:
+        """The tool outcomes beside several checkpoints the caller knows to be live (from a
+        listing it just made): one LIST of the run's writes area and the GETs in parallel, no
+        liveness check (docs/format.md §25).
+
+        Args:
+            run_id: the run. checkpoints: ``(checkpoint id, log position)`` pairs (a
+                ``CheckpointSummary``'s ``id`` and ``seq``). skip: call ids not to read (the
+                caller holds them, or has them elsewhere).
+        Returns:
+            ``{checkpoint id: {call id: result}}`` for those with outcomes (less ``skip``).
+        Raises:
+            InvalidRunIdError / InvalidCheckpointIdError: bad ids. IntegrityError: an outcome
+                object is corrupt (names its key).
+        """
+        return outcomes.outcomes_beside(self, run_id, checkpoints, skip)
+
+    def delete_outcomes(self, run_id: str, pairs) -> int:
+        """Delete tool outcomes recorded beside live checkpoints of one run (docs/format.md §25),
+        e.g. once what they record is stored in a later checkpoint: one batch delete of their
+        keys (plus a lookup of a checkpoint's position unless its id is generated); an outcome
+        not recorded is no error.
+
+        Args:
+            run_id: the run.
+            pairs: an iterable of ``(checkpoint id, call id)`` (as :meth:`record_outcome`
+                takes them).
+        Returns:
+            The number of keys asked to be deleted (none for a checkpoint gone whose id is not
+            generated: its outcomes are unreachable already, and GC deletes them).
+        Raises:
+            InvalidRunIdError / InvalidCheckpointIdError / InvalidInputError: bad ids.
+        """
+        return outcomes.delete_outcomes(self, run_id, pairs)
+
     # ------------------------------------------------------------------------------------------
     # whole-repository operations
 

@@ -24,7 +24,7 @@ from ..format.ids import check_checkpoint_id, check_run_id, seq_hint
 from ..format.manifest import KIND_TOMBSTONE
 from ..stores.base import max_concurrency
 
-__all__ = ["record_outcome", "read_outcomes"]
+__all__ = ["record_outcome", "read_outcomes", "delete_outcomes", "outcomes_beside"]
 
 
 def _generation(mgr, run_id: str, rk: str) -> int:
@@ -137,3 +137,78 @@ def read_outcomes(mgr, run_id: str, checkpoint_id: str | None) -> dict:
         _anchor(mgr, run_id, checkpoint_id, create=False)  # raises when it went meanwhile
         pairs = [p for p in pairs if p is not None]
     return dict(pairs)
+
+
+def delete_outcomes(mgr, run_id: str, outcomes) -> int:
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.delete_outcomes` (arguments,
+    return value and errors as documented there)."""
+    check_run_id(run_id)
+    pairs = []
+    for cid, call in outcomes:
+        check_checkpoint_id(cid)
+        pairs.append((cid, fo.check_call_id(call)))
+    if not pairs or not mgr.state.exists():
+        return 0
+    repo = mgr.repo
+    rk = mgr.state.run_key(run_id)
+    anchors: dict = {}
+    keys = set()
+    for cid, call in pairs:
+        if cid not in anchors:
+            seq = seq_hint(cid)  # a generated id names its position: no lookup
+            if seq is None:
+                try:
+                    seq = mgr.summary(run_id, cid).seq
+                except CheckpointNotFound:
+                    seq = None  # its outcomes are unreachable already (GC deletes them)
+            anchors[cid] = None if seq is None else fo.checkpoint_anchor(seq, repo.checkpoint_key(cid))
+        if anchors[cid] is not None:
+            keys.add(fo.outcome_key(rk, anchors[cid], call, repo.hasher))
+    if keys:
+        repo.store.delete_many(sorted(keys))
+    return len(keys)
+
+
+def outcomes_beside(mgr, run_id: str, checkpoints, skip=()) -> dict:
+    """Implements :meth:`snapstore.manager.facade.CheckpointManager.outcomes_beside` (arguments,
+    return value and errors as documented there)."""
+    check_run_id(run_id)
+    wanted = {}
+    for cid, seq in checkpoints:
+        check_checkpoint_id(cid)
+        wanted[fo.checkpoint_anchor(seq, mgr.repo.checkpoint_key(cid))] = cid
+    if not wanted or not mgr.state.exists():
+        return {}
+    repo = mgr.repo
+    store = repo.store
+    rk = mgr.state.run_key(run_id)
+    prefix = fo.outcomes_prefix(rk)
+    unread = {fo.outcome_key(rk, a, c, repo.hasher) for a in wanted for c in skip}
+    infos = []
+    for info in store.list(prefix):
+        anchor, _, rest = info.key[len(prefix):].partition("/")
+        if anchor in wanted and info.key not in unread:
+            if not rest or "/" in rest:
+                raise IntegrityError(info.key, "not a tool-outcome key (docs/format.md §25)")
+            infos.append((wanted[anchor], info.key, rest))
+    if len(infos) > fo.OUTCOMES_MAX:
+        raise IntegrityError(prefix, f"more than {fo.OUTCOMES_MAX} tool outcomes beside the checkpoints asked for")
+
+    def one(item):
+        cid, key, ck = item
+        try:
+            return cid, fo.decode_outcome(key, store.get(key), ck, repo.hasher)
+        except ObjectNotFound:
+            return None  # deleted between LIST and GET
+
+    if len(infos) <= 2:  # the usual one or two: a pool costs more than it saves
+        got = [one(i) for i in infos]
+    else:
+        with ThreadPoolExecutor(min(len(infos), max_concurrency(store))) as ex:
+            got = list(ex.map(one, infos))
+    out: dict = {}
+    for g in got:
+        if g is not None:
+            cid, (call, result) = g
+            out.setdefault(cid, {})[call] = result
+    return out

@@ -93,8 +93,9 @@ def test_fresh_get_state_reads_the_newest_record_only(tmp_path, delta, monkeypat
     print("fresh get_state requests:", got)
     assert st.values["messages"] == out["messages"]
     assert not walked, "the run was listed or walked"
-    # LIST of the newest manifest, GET it, one wave of the packs it lists (segments); no listing of records
-    assert got.get("LIST", 0) == 1, got
+    # LIST of the newest manifest, GET it, one wave of the packs it lists (segments), and one LIST
+    # of the run's writes area (the pending-writes objects beside it, layout §4a); no listing of records
+    assert got.get("LIST", 0) == 2, got
     assert got.get("GET", 0) <= 20, got
     if delta:
         tup = fresh.get_tuple(CFG)

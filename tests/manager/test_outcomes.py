@@ -55,6 +55,34 @@ def test_record_read_replay_conflict(mgr):
     assert mgr.verify().ok
 
 
+def test_outcomes_beside_several_checkpoints_and_deleted(mgr):
+    a = mgr.save("r", MSG)
+    b = mgr.save("r", MSG + [{"role": "assistant", "content": "x"}])
+    mgr.save("other", MSG)
+    mgr.record_outcome("r", a, "c1", {"n": 1})
+    mgr.record_outcome("r", a, "c2", [2])
+    mgr.record_outcome("r", b, "d" * 300, "long call id: a hashed key")
+    mgr.record_outcome("other", mgr.head("other").id, "c1", "another run's")
+    pairs = [(s.id, s.seq) for s in mgr.list("r")]
+    want = {a: {"c1": {"n": 1}, "c2": [2]}, b: {"d" * 300: "long call id: a hashed key"}}
+    assert mgr.outcomes_beside("r", pairs) == want
+    assert CheckpointManager(mgr.store).outcomes_beside("r", pairs[:1]) == {b: want[b]}  # only those asked
+    assert mgr.outcomes_beside("r", []) == {} and mgr.outcomes_beside("nobody", pairs) == {}
+    assert mgr.delete_outcomes("r", [(a, "c1"), (a, "never-recorded")]) == 2
+    assert mgr.outcomes("r", a) == {"c2": [2]}
+    assert mgr.delete_outcomes("r", [(b, "d" * 300), (a, "c2")]) == 2  # beside two checkpoints, one batch
+    assert mgr.outcomes("r", b) == {} and mgr.outcomes("r", a) == {}
+    assert mgr.outcomes("other", mgr.head("other").id) == {"c1": "another run's"}
+    assert mgr.record_outcome("r", a, "c1", {"n": 3}) is True  # deleted: as if never recorded
+    with pytest.raises(InvalidRunIdError):
+        mgr.outcomes_beside("", pairs)
+    with pytest.raises(InvalidCheckpointIdError):
+        mgr.delete_outcomes("r", [("", "c1")])
+    with pytest.raises(InvalidInputError):
+        mgr.delete_outcomes("r", [(a, "")])
+    assert mgr.verify().ok
+
+
 def test_bad_input(mgr):
     cid = mgr.save("r", MSG)
     with pytest.raises(InvalidInputError):

@@ -8,14 +8,17 @@ Mapping (docs: README "LangGraph"; the persisted record layout, normative, is
 
 * One snapstore **run** per ``(thread_id, checkpoint_ns)``, ``langgraph:["<thread_id>", "<ns>"]``,
   and a **namespace registry** run per thread, ``langgraph-ns:["<thread_id>"]`` (layout §1).
-* Every ``put`` is one *checkpoint record* (``"lg": "C"``) and every ``put_writes`` one *writes
-  record* (``"lg": "W"``), each a snapstore checkpoint with a generated id whose message list
+* Every ``put`` is one *checkpoint record* (``"lg": "C"``); a ``put_writes`` is one
+  *pending-writes object* beside the run's newest record (a tool outcome, folded into the next
+  checkpoint record and then deleted, §4a), or, on an empty run, one *writes record*
+  (``"lg": "W"``). Records are snapstore checkpoints with a generated id whose message list
   holds the messages (one per chunk, as ``message_to_dict`` JSON) and the serde items, whose
   session state holds the layout (positions) and whose metadata holds what listing needs
   (layout §2-§4). Records of the earlier layout (``"lg": "c"``/``"w"``) are still read (§7).
 * The run's **newest record** always carries the latest checkpoint with its pending writes and
-  DeltaChannel history sections (§4, §5), so a fresh ``get_state`` reads one record and a step's
-  cost does not grow with the run.
+  DeltaChannel history sections (§4, §5), with the pending-writes objects beside it and its
+  parent (§4a), so a fresh ``get_state`` reads one record and one listing of the run's writes
+  area, and a step's cost does not grow with the run.
 * Every record is saved on top of the run's newest record as a compare-and-swap on it
   (``expect_head``) and built again when another writer moved the run. Time travel and new
   roots are plain saves; two processes writing one thread both succeed, the later put being the
@@ -35,13 +38,14 @@ Modules, bottom to top (each imports only the ones before it; ``tests/test_layer
 7. ``registry``: a thread's namespace registry, and the saver's runs.
 8. ``save``: saving a record as a compare-and-swap on the run's newest one.
 9. ``needs``: what retention must keep with a record (``snapstore.needs``).
-10. ``writes``: pending writes, read and put.
-11. ``history``: DeltaChannel history sections and the history walk.
-12. ``checkpoints``: encoding a checkpoint record, and ``put``.
-13. ``reads``: ``get_tuple`` and ``list``.
-14. ``threads``: delete, copy, prune.
-15. ``aio``: the async methods.
-16. ``saver``: ``SnapstoreSaver``, thin, delegating to the above.
+10. ``writes``: writes records, and reading pending writes back.
+11. ``sidewrites``: pending-writes objects: ``put_writes``, folding them into the head, deleting.
+12. ``history``: DeltaChannel history sections and the history walk.
+13. ``checkpoints``: encoding a checkpoint record, and ``put``.
+14. ``reads``: ``get_tuple`` and ``list``.
+15. ``threads``: delete, copy, prune.
+16. ``aio``: the async methods.
+17. ``saver``: ``SnapstoreSaver``, thin, delegating to the above.
 """
 
 from __future__ import annotations

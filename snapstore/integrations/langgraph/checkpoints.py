@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from ...manager.retention import NEEDS_KEY
 from .deps import Checkpoint
 from .history import history_for
 from .layout import Head, append_rows, covers, early_sets, rows
 from .needs import DELTA_CHAIN, needs_from
+from . import sidewrites
 from .save import put_record
 from .state import SaverState
 
@@ -62,6 +65,7 @@ def encode_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict,
     if hist:
         state["hist"] = hist
     _carry_writes(s, run, head, checkpoint["id"], items, state)
+    _carry_folded(head, checkpoint["id"], items, state)
     with s.lock:
         s.enc[run] = cache
     return items, state, sorted(values)
@@ -92,6 +96,30 @@ def _carry_writes(s: SaverState, run: str, head: Head, cid: str, items: list, st
         state["eo"] = {k: append_rows(items, rows_) for k, rows_ in others.items()}
 
 
+def _row_key(row) -> str:
+    """A write row as a comparable value (task, path, channel, index, kind, items)."""
+    return json.dumps(list(row[:5]) + [row[5]], sort_keys=True)
+
+
+def _carry_folded(head: Head, cid: str, items: list, state: dict) -> None:
+    """Add to a checkpoint record the writes folded into ``head`` from pending-writes objects
+    (layout §4a) that it does not carry already as its own (``w``) or early (``eo``) writes:
+    those of its parent and of other checkpoints put before (``fw``: ``{LangGraph id:
+    descriptors}``), and ``fo``, the call ids of the objects folded (deleted once it is saved)."""
+    if not head.fo:
+        return
+    fw = {}
+    for k, rows_ in head.folded.items():
+        desc = state.get("w") if k == cid else (state.get("eo") or {}).get(k)
+        held = {_row_key(r) for r in rows(items, desc)} if desc else set()
+        left = [r for r in rows_ if _row_key(r) not in held]  # a set the early ones' limit cut, say
+        if left:
+            fw[k] = append_rows(items, left)
+    if fw:
+        state["fw"] = fw
+    state["fo"] = sorted({call for _a, call in head.fo})
+
+
 def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, parent: str | None) -> None:
     """Store ``checkpoint`` (LangGraph metadata ``md``, parent id ``parent``) as ``run``'s new
     newest record, built on the one there now. The caller holds the run's lock. Raises what
@@ -103,6 +131,10 @@ def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, pa
         field_md = {"lg": "C", "id": cid, "parent": parent, "chs": chs, **s.codec.md_field(md)}
         if state.get("w"):
             field_md["wch"] = sorted({row[2] for row in state["w"]})  # channels of the writes it carries
+        if state.get("fw"):
+            # writes for other checkpoints folded from pending-writes objects (layout §4a):
+            # listing finds them from the field, as it finds writes records
+            field_md["fw"] = {k: sorted({row[2] for row in d}) for k, d in state["fw"].items()}
         need = needs_from(s, run, head, parent, md, chs)
         if need is not None:
             field_md[NEEDS_KEY] = {"from": need, "by": DELTA_CHAIN}
@@ -111,5 +143,7 @@ def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, pa
         step = md.get("step") if isinstance(md.get("step"), int) and md.get("step") >= 0 else None
         return items, state, field_md, step
 
-    put_record(s, run, build)
+    _sid, base = put_record(s, run, build, head_of=lambda: sidewrites.current(s, run))
     s.note_put(run, cid)
+    if base.fo:
+        sidewrites.delete_folded(s, run, base.fo)  # carried by the record saved: not needed beside it

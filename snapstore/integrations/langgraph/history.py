@@ -14,6 +14,7 @@ from typing import Sequence
 from ...errors import IntegrityError, SnapstoreError
 from .deps import DeltaChannelHistory
 from .layout import Head, RunIndex, covers, decode_checkpoint, dedup, head_view, parse_hist
+from . import sidewrites
 from .state import SaverState
 from .writes import own_rows, writes_of
 
@@ -74,7 +75,7 @@ def delta_channel_history(s: SaverState, run: str, cid: str | None,
     with s.rlock(run):
         h = s.heads.get(run)
         if h is None or h.items is None or time.monotonic() - h.read_at > s.head_fresh_s:
-            h = s.fresh_head(run)
+            h = sidewrites.current(s, run, fresh=True)  # with the pending-writes objects beside it (§4a)
         got = hist_from_head(s, run, h, cid, channels)
         if got is not None:
             return got
@@ -84,7 +85,7 @@ def delta_channel_history(s: SaverState, run: str, cid: str | None,
         # (a DeltaChannel snapshot is at most snapshot_frequency updates back)
         ix = s.index(run, limit)
         exhausted = ix.listed < limit
-        out = delta_walk(s, run, ix, cid, channels, exhausted)
+        out = delta_walk(s, run, ix, cid, channels, exhausted, h.folded)
         if out is not None:
             return out
         limit *= 4
@@ -112,9 +113,11 @@ def hist_from_head(s: SaverState, run: str, h: Head, cid: str | None, channels: 
 
 
 def delta_walk(s: SaverState, run: str, ix: RunIndex, cid: str | None, channels: Sequence[str],
-               complete: bool) -> dict | None:
+               complete: bool, extra: dict | None = None) -> dict | None:
     """The history walk over the records ``ix`` holds; None if it needs older records
-    (``complete``: ``ix`` is the whole run, a missing ancestor ends the walk)."""
+    (``complete``: ``ix`` is the whole run, a missing ancestor ends the walk; ``extra``: write
+    rows per checkpoint id from the pending-writes objects beside the newest record, §4a)."""
+    extra = extra or {}
     target = ix.cps.get(cid) if cid else ix.latest()
     if target is None and not complete:
         return None
@@ -133,8 +136,9 @@ def delta_walk(s: SaverState, run: str, ix: RunIndex, cid: str | None, channels:
         # the writes its record carries (stored before it was put): the writes records that
         # held them may be gone (retention keeps a delta chain from the ancestor's record on)
         own = (remaining & set(a.md.get("wch") or ())) and own_rows(run, a, *s.record(run, a.sid, a.seq))
-        if wrecs or own:
-            for w in writes_of(s, run, ix.writes.get(cur, []), own or ()):
+        more = [r for r in extra.get(cur, ()) if r[2] in remaining]
+        if wrecs or own or more:
+            for w in writes_of(s, run, ix.writes.get(cur, []), list(own or ()) + more):
                 if w[1] in remaining:
                     block.setdefault(w[1], []).append(w)
         blocks.append(block)

@@ -40,6 +40,10 @@ class Head:
     md: dict | None = None         # its snapstore metadata field
     seq: int | None = None         # its log position
     read_at: float = field(default_factory=time.monotonic)  # when it was read or written
+    parent: str | None = None      # the record's snapstore parent (the record it was built on)
+    base: "Head | None" = None     # set on a head with pending-writes objects folded in (§4a): the record itself
+    fo: tuple = ()                 # (anchor record id, call id) of each pending-writes object folded in
+    folded: dict = field(default_factory=dict)  # LangGraph id -> write rows that came from those objects
 
 
 @dataclass
@@ -72,6 +76,7 @@ class RunIndex:
     head: str | None = None                        # the run's head (newest live checkpoint, any kind)
     cps: dict = field(default_factory=dict)        # checkpoint id -> Rec (the newest record of that id)
     writes: dict = field(default_factory=dict)     # checkpoint id -> [Rec] oldest first
+    head_parent: str | None = None                 # the head record's snapstore parent
     listed: int = 0                                # summaries listed (ours or not)
 
     @classmethod
@@ -81,6 +86,7 @@ class RunIndex:
         summaries = list(summaries)
         ix.listed = len(summaries)
         ix.head = summaries[0].id if summaries else None
+        ix.head_parent = summaries[0].parent_id if summaries else None
         for s in summaries:
             md = s.metadata
             if not isinstance(md, dict) or md.get("lg") not in KINDS:
@@ -89,6 +95,13 @@ class RunIndex:
             ix.recs.append(r)
             if r.kind == "c":
                 ix.cps.setdefault(md["id"], r)
+                fw = md.get("fw") if md.get("lg") == "C" else None
+                if isinstance(fw, dict):
+                    # writes of other checkpoints it carries, folded from pending-writes
+                    # objects (§4a): read as a writes record of each
+                    for k, chs in fw.items():
+                        ix.writes.setdefault(k, []).insert(0, Rec(s.id, s.seq, {"lg": "W", "for": k, "chs": chs,
+                                                                                "fwc": 1}))
             elif r.kind == "w":
                 ix.writes.setdefault(md.get("for"), []).insert(0, r)
         return ix

@@ -9,13 +9,16 @@ from .deps import CheckpointTuple
 from .gcpause import paused_gc
 from .ids import config_for
 from .layout import Head, Rec, RunIndex, decode_checkpoint, head_view
+from . import sidewrites
 from .state import SaverState
 from .writes import complete, own_rows, pending, writes_of
 
 
-def tuple_of(s: SaverState, run: str, thread_id: str, ns: str, rec: Rec, wrecs: list, reader=None) -> CheckpointTuple:
+def tuple_of(s: SaverState, run: str, thread_id: str, ns: str, rec: Rec, wrecs: list, reader=None,
+             extra: list = ()) -> CheckpointTuple:
     """The ``CheckpointTuple`` of checkpoint record ``rec`` with the writes of ``wrecs`` (its
-    writes records, oldest first); ``reader``: a ``RunReader`` of the run, or None.
+    writes records, oldest first) and ``extra`` (write rows of pending-writes objects, §4a);
+    ``reader``: a ``RunReader`` of the run, or None.
 
     Raises:
         IntegrityError: a record is not a valid LangGraph record.
@@ -29,7 +32,7 @@ def tuple_of(s: SaverState, run: str, thread_id: str, ns: str, rec: Rec, wrecs: 
         checkpoint=decode_checkpoint(s.codec, items, st, rec.md["id"], run),
         metadata=s.codec.md_from(rec.md),
         parent_config=config_for(thread_id, ns, parent) if parent else None,
-        pending_writes=writes_of(s, run, wrecs, own, reader),
+        pending_writes=writes_of(s, run, wrecs, list(own) + list(extra), reader),
     )
 
 
@@ -69,7 +72,7 @@ def get_tuple(s: SaverState, run: str, thread_id: str, ns: str, cid: str | None)
     the newest record when it carries it, else from the newest records listed down to it (the
     whole run when its record may miss writes stored before it)."""
     with s.rlock(run), paused_gc():  # a long run's latest: many small objects, no cycles
-        h = s.fresh_head(run)
+        h = sidewrites.current(s, run, fresh=True)
         if h.id is None:
             return None
         tup = latest_from_head(s, run, thread_id, ns, h)
@@ -86,7 +89,8 @@ def get_tuple(s: SaverState, run: str, thread_id: str, ns: str, cid: str | None)
                 target = ix.cps.get(target.md["id"])
                 if target is None:
                     return None
-            return tuple_of(s, run, thread_id, ns, target, ix.writes.get(target.md["id"], []))
+            extra = (h.folded or {}).get(target.md["id"], ())  # beside the newest record (§4a)
+            return tuple_of(s, run, thread_id, ns, target, ix.writes.get(target.md["id"], []), extra=extra)
         except CheckpointNotFound:
             return None  # deleted meanwhile
 
@@ -100,6 +104,7 @@ def list_tuples(s: SaverState, runs: list, only: str | None, filter: dict[str, A
     for run, thread_id, ns in runs:
         rd = s.manager.read_run(run)  # one listing; each record's data without its manifest GET
         ix = RunIndex.of(rd.summaries)
+        extra = sidewrites.extra_rows(s, run, ix.head, ix.head_parent) if ix.cps else {}
         for cid, rec in ix.cps.items():
             if only and cid != only:
                 continue
@@ -109,12 +114,12 @@ def list_tuples(s: SaverState, runs: list, only: str | None, filter: dict[str, A
                 md = s.codec.md_from(rec.md)
                 if not all(md.get(k) == v for k, v in filter.items()):
                     continue
-            rows.append((cid, run, thread_id, ns, rec, ix.writes.get(cid, []), rd))
+            rows.append((cid, run, thread_id, ns, rec, ix.writes.get(cid, []), rd, extra.get(cid, ())))
     rows.sort(key=lambda r: r[0], reverse=True)
     if limit is not None:
         rows = rows[:limit]
-    for cid, run, thread_id, ns, rec, wrecs, rd in rows:
+    for cid, run, thread_id, ns, rec, wrecs, rd, more in rows:
         try:
-            yield tuple_of(s, run, thread_id, ns, rec, wrecs, rd)
+            yield tuple_of(s, run, thread_id, ns, rec, wrecs, rd, more)
         except CheckpointNotFound:
             continue

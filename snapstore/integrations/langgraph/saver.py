@@ -13,8 +13,7 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from . import checkpoints, history, reads, threads
-from . import writes as _writes
+from . import checkpoints, history, reads, sidewrites, threads
 from ..managers import manager_for
 from .aio import AsyncMethods
 from .deps import (BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
@@ -44,7 +43,11 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
             ``serde`` name.
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
-    ``put`` and a ``put_writes`` are one snapstore save each (2 PUTs: pack, manifest);
+    ``put`` is one snapstore save (2 PUTs: pack, manifest) plus one LIST of the run's writes
+    area (a GET per pending-writes object folded in; one batch delete per ``DELETE_BATCH``
+    objects folded); a ``put_writes`` is one
+    PUT of a pending-writes object (docs/langgraph-layout.md §4a) and one LIST (limit 1) of
+    the run's head (a writes record, one save, on an empty run);
     ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
     record: 1 LIST + 1 GET when this saver holds it already, else LIST, GET and one parallel wave
     of its packs. An older checkpoint lists the run's newest records down to it. ``list``,
@@ -91,6 +94,10 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
     (``get_state`` reads the checkpoint, then its history) uses that record without asking the
     store again: it is the answer as of that read."""
 
+    DELETE_BATCH = 16
+    """Pending-writes objects folded into saved records that are deleted together, in one batch
+    (one commit), per run; the rest on :meth:`close` (docs/langgraph-layout.md §4a)."""
+
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
         if isinstance(serde, str):
             from ..serde import serde_named
@@ -115,9 +122,13 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
             self.state = st.with_codec(ValueCodec(value, self.DECODED_CACHE))
 
     def close(self) -> None:
-        """Close the manager if this saver opened it."""
-        if self._own:
-            self.manager.close()
+        """Delete the folded pending-writes objects still queued (``DELETE_BATCH``), and close
+        the manager if this saver opened it."""
+        try:
+            sidewrites.flush_deletes(self.state)
+        finally:
+            if self._own:
+                self.manager.close()
 
     def __enter__(self) -> "SnapstoreSaver":
         return self
@@ -218,11 +229,13 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
                    task_path: str = "") -> None:
         """Store a task's writes for ``config``'s checkpoint (idempotent per task and index).
 
-        Messages written (a message, or a non-empty list of messages) are stored one per chunk;
-        other values through the serde. Writes may be stored before their checkpoint is. One
-        snapstore save (2 PUTs). When the run's newest record is the checkpoint (or a writes
-        record carrying it), the new record carries the checkpoint and all its writes so far,
-        so the latest checkpoint is always read from one record.
+        Messages written (a message, or a non-empty list of messages) are encoded as items
+        (message JSON), other values through the serde. Writes may be stored before their
+        checkpoint is. One pending-writes object beside the run's newest record (a tool
+        outcome: 1 PUT, then a LIST of the head to confirm it did not move), folded into the
+        next checkpoint record, which deletes it (docs/langgraph-layout.md §4a); on an empty
+        run one writes record (a snapstore save). The latest checkpoint is always read from
+        the newest record and the objects beside it and its parent.
 
         Raises:
             InvalidInputError: no ``configurable.thread_id`` or ``checkpoint_id``.
@@ -231,7 +244,7 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
         c, thread_id, ns = target(config, "put_writes", need_id=True)
         run = run_id_for(thread_id, ns)
         with self.state.rlock(run):
-            _writes.put_writes(self.state, run, c["checkpoint_id"], writes, task_id, task_path)
+            sidewrites.put_writes(self.state, run, c["checkpoint_id"], writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace (a tombstone per

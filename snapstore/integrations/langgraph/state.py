@@ -26,7 +26,8 @@ class SaverState:
             and saved to.
         codec: the :class:`~.values.ValueCodec` of the saver's serializer.
         limits: an object with the saver's tunables (``SAVE_ATTEMPTS``, ``EARLY_SETS``,
-            ``PUT_IDS``, ``RECORD_CACHE``, ``HEAD_FRESH_S``, ``RUN_CACHE``: see ``SnapstoreSaver``),
+            ``PUT_IDS``, ``RECORD_CACHE``, ``HEAD_FRESH_S``, ``RUN_CACHE``, ``DELETE_BATCH``: see
+            ``SnapstoreSaver``),
             read once here.
 
     Memory: the newest records held (``heads``), their encoding caches (``enc``) and the ids put
@@ -45,6 +46,8 @@ class SaverState:
         self.record_cache: int = limits.RECORD_CACHE
         self.head_fresh_s: float = limits.HEAD_FRESH_S
         self.run_cache: int = getattr(limits, "RUN_CACHE", 1024)
+        self.delete_batch: int = getattr(limits, "DELETE_BATCH", 16)
+        self.doomed: dict[str, list] = {}       # run -> folded pending-writes objects to delete (§4a)
         self.lock = threading.Lock()
         self._run_locks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._used: OrderedDict = OrderedDict()  # run -> None, least recently used first
@@ -179,7 +182,7 @@ class SaverState:
             h = Head(None, [], None, {}, None)
         else:
             h = Head(cp.id, cp.messages, cp.session_state, cp.metadata if isinstance(cp.metadata, dict) else {},
-                     cp.seq)
+                     cp.seq, parent=cp.parent_id)
             self.remember(run, cp.id, cp.seq, cp.messages, cp.session_state, trim=False)
         self.heads[run] = h
         return h

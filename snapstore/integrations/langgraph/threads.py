@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...errors import ConflictError, InvalidInputError, RunNotFound
+from ...errors import CheckpointNotFound, ConflictError, InvalidInputError, RunNotFound
 from ...format.ids import seq_hint
 from ...manager.facade import EMPTY_RUN
 from .ids import ns_run_id_for, run_id_for
+from . import sidewrites
+from .layout import Head
 from .registry import register, runs
 from .state import SaverState
 
@@ -113,6 +115,7 @@ def _copy_run(s: SaverState, run: str, dst: str) -> None:
         base = s.manager.fork(run, latest.sid, dst).id
     s.forget(dst)
     moved: dict = {}  # source position -> (target id, target position)
+    by_sid: dict = {}  # source record id -> target record id
     prev = base
     for r in reversed(ix.recs):
         cp = s.manager.get(run, r.sid)
@@ -129,8 +132,18 @@ def _copy_run(s: SaverState, run: str, dst: str) -> None:
                              expect_head=prev or EMPTY_RUN)
         prev = sid
         moved[r.seq] = (sid, s.manager.head(dst).seq if r.md.get("lg") == "c" else seq_hint(sid))
+        by_sid[r.sid] = sid
     if base is not None:
         s.manager.delete_many(dst, [base], expect_head=prev)
+    # the pending-writes objects of the source's window (§4a), beside the copies of their records
+    for anchor in (ix.head, ix.head_parent):
+        if anchor in by_sid:
+            try:
+                outs = s.manager.outcomes(run, anchor)
+            except CheckpointNotFound:
+                continue
+            for call, res in outs.items():
+                s.manager.record_outcome(dst, by_sid[anchor], call, res)
     s.forget(dst)
 
 
@@ -152,6 +165,17 @@ def prune(s: SaverState, thread_ids: Sequence[str], strategy: str, delete) -> No
                 retry_moved(s, run, lambda: prune_run(s, run))
 
 
+def _has_outcomes(s: SaverState, run: str, ix) -> bool:
+    """True if pending-writes objects beside the newest record's parent are not folded into the
+    newest record (layout §4a: that parent is then in the window readers use)."""
+    head = next((r for r in ix.recs if r.sid == ix.head), None)
+    if head is None:
+        return False
+    items, st = s.record(run, head.sid, head.seq)
+    got = sidewrites.window(s, run, Head(head.sid, items, st, head.md, head.seq, parent=ix.head_parent))
+    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r in got)
+
+
 def prune_run(s: SaverState, run: str) -> None:
     """``prune(strategy="keep_latest")`` of one run, against the head it lists: keeps the latest
     checkpoint, its writes and the DeltaChannel chain it rebuilds from."""
@@ -161,6 +185,12 @@ def prune_run(s: SaverState, run: str) -> None:
         return
     keep = {latest.sid}
     keep.update(w.sid for w in ix.writes.get(latest.md["id"], []))
+    # the newest record, and its parent while pending-writes objects not folded into a record
+    # yet are beside it (layout §4a: the anchors of the newest record's window)
+    if ix.head is not None:
+        keep.add(ix.head)
+    if ix.head_parent is not None and ix.head_parent not in keep and _has_outcomes(s, run, ix):
+        keep.add(ix.head_parent)
     md = s.codec.md_from(latest.md)
     delta = md.get("counters_since_delta_snapshot") if isinstance(md, dict) else None
     remaining = set(delta or ()) - set(latest.md.get("chs") or ())

@@ -34,6 +34,8 @@ def rec_rows(s: SaverState, run: str, r: Rec, reader=None) -> list:
     try:
         if isinstance(st, dict) and st.get("v") == 2:
             for_ = r.md.get("for")
+            if r.md.get("fwc"):
+                return rows(items, st["fw"][for_])  # a checkpoint record carrying folded writes (§4a)
             if st.get("cf") == for_:
                 return rows(items, st["w"])
             if st.get("ef") == for_:
@@ -122,7 +124,7 @@ def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, An
         done[:] = todo
         if not todo:
             raise NothingToWrite
-        return _writes_record(s, run, head, cid, todo, task_id, task_path)
+        return writes_record(s, run, head, cid, encode_rows(s, run, todo, task_id, task_path))
 
     try:
         put_record(s, run, build)
@@ -131,11 +133,25 @@ def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, An
     seen.update((task_id, w) for w, _, _ in done if w >= 0)
 
 
-def _writes_record(s: SaverState, run: str, head: Head, cid: str, todo: list, task_id: str,
-                   task_path: str) -> tuple[list, dict, dict, None]:
-    """``(items, session state, metadata field, step)`` of a writes record for ``cid`` holding
-    ``todo`` (``(index, channel, value)``), built on the run's newest record ``head``."""
+def encode_rows(s: SaverState, run: str, todo: list, task_id: str, task_path: str) -> list:
+    """Write rows ``(task, path, channel, idx, kind, items)`` of ``todo`` (``(index, channel,
+    value)``) of task ``task_id``.
+
+    Raises:
+        UnsupportedValueError: the serializer refuses a value.
+    """
     cache = s.enc.setdefault(run, {})
+    out = []
+    for widx, ch, v in todo:
+        kind, its = s.codec.enc_value(v, cache, None, f"write to channel {ch!r} (task {task_id})")
+        out.append((task_id, task_path, ch, widx, kind, its))
+    return out
+
+
+def writes_record(s: SaverState, run: str, head: Head, cid: str, new_rows: list) -> tuple[list, dict, dict, None]:
+    """``(items, session state, metadata field, step)`` of a writes record for ``cid`` holding
+    ``new_rows`` (encoded write rows, :func:`encode_rows`), built on the run's newest record
+    ``head`` (layout §4). Pure: no I/O."""
     hv = head_view(head)
     v2 = isinstance(head.st, dict) and head.st.get("v") == 2 and head.items is not None
     items = list(head.items) if v2 else []
@@ -172,8 +188,7 @@ def _writes_record(s: SaverState, run: str, head: Head, cid: str, todo: list, ta
     if sets:
         state["eo"] = sets  # descriptors into the items copied from the newest record
     chs = {row[2] for row in desc}
-    for widx, ch, v in todo:
-        kind, its = s.codec.enc_value(v, cache, None, f"write to channel {ch!r} (task {task_id})")
+    for task_id, task_path, ch, widx, kind, its in new_rows:
         desc.append([task_id, task_path, ch, widx, kind, len(items), len(its)])
         items.extend(its)
         chs.add(ch)
