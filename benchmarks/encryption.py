@@ -30,8 +30,8 @@ Targets (issue 24): save p50 and restore within 1.1x, stored bytes within 1.02x.
 The verdict: per file, the save p50 (over its saves), the restore (median of its trials) and
 stored bytes of each side, their ratios and PASS/FAIL against the targets; in total, the ratios of
 the sums of those per-file figures (a file's restore counts by its time, and one slow trial of one
-file moves nothing but that file's median). Restore trials alternate ABBA, and each starts with
-``gc.collect()``: without it a full (generation-2) collection over everything the process holds,
+file moves nothing but that file's median). Restore trials alternate ABBA, and each starts (after the
+encrypted side's unlock) with ``gc.collect()``: without it a full (generation-2) collection over everything the process holds,
 tens of ms with the loaded trajectories, lands in one side's trial or the other's by the allocation
 history of the trials before (on the taubench file it made the encrypted side's median 1.4x, with
 50 ms of collection in its trials and 7 ms in the plain side's). The load average (1 minute, at the
@@ -118,6 +118,7 @@ def restore_side(side: str, path: Path, convs: list, fsync: bool) -> tuple[float
     if side == "encrypted":
         store.content_key  # unlock: one scrypt
     unlock = CLOCK() - t
+    gc.collect()  # after the unlock (32 MiB of scrypt state): both sides start from one collector state
     t = CLOCK()
     fresh = CheckpointManager(store)
     got = [fresh.latest(f"run-{i}").messages for i in range(len(convs))]
@@ -152,8 +153,7 @@ def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") ->
             saves = {side: save_side(side, paths[side], convs, fsync) for side in order}
             trials_of = {side: [] for side in order}
             for t in range(trials):  # the sides alternate (ABBA), so that load beside hits both alike
-                for side in (order if t % 2 == 0 else order[::-1]):
-                    gc.collect()  # each trial starts from the same collector state (module doc)
+                for side in (order if t % 2 == 0 else order[::-1]):  # (restore_side collects garbage first)
                     trials_of[side].append(restore_side(side, paths[side], convs, fsync))
             for side in order:
                 pooled[side] += saves[side]
