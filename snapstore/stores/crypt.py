@@ -359,8 +359,12 @@ class SealedStore:
             ObjectNotFound: no such key. IntegrityError: it is not a sealed object of this
                 repository under this key (plaintext, moved, swapped, altered, truncated).
         """
-        if byte_range is None and self._form == 2 and key != CONFIG:  # (form 2: unlocked already)
-            return self._open2(key, self.inner.get(key))  # the common read, in as few calls as it takes
+        if self._form == 2 and key != CONFIG:  # (form 2: unlocked already) the common reads, in few calls
+            if byte_range is None:
+                return self._open2(key, self.inner.get(key))
+            if type(byte_range) is tuple and len(byte_range) == 2 and byte_range[1] is None \
+                    and type(byte_range[0]) is int and byte_range[0] < 0:  # a suffix read (a pack's tail)
+                return self._suffix2(key, -byte_range[0])
         if key == CONFIG:
             with self._lock:
                 data, self._config_bytes = self._config_bytes, None
