@@ -41,3 +41,16 @@ def test_one_file_one_trial(tmp_path, capsys):
 def test_verdicts_against_the_targets():
     v = encryption.verdicts({"save_p50": 1.1, "restore": 1.1001, "bytes": float("nan")})
     assert v == {"save_p50": "PASS", "restore": "FAIL", "bytes": "FAIL"}
+
+
+@pytest.mark.skipif(shared_data_dir() is None, reason="shared trajectories not found (set SNAPSTORE_SHARED_DATA)")
+def test_instructions_children_restore_exactly(tmp_path):
+    import encryption_instructions as ei
+
+    name = "sweagent-humanevalfix0.traj"
+    convs = ei._convs(name)
+    for side in ("plain", "encrypted"):
+        encryption.save_side(side, tmp_path / side, convs, False)
+        assert ei.main(["--child", side, str(tmp_path / side), name, "2"]) == 0
+    r = {"file": name, "plain": 100, "encrypted": 110, "ratio": 1.1}
+    assert ei.report(r) == f"{name}: one restore, plain 100 instructions, encrypted 110 (+10); encrypted/plain 1.100"
