@@ -21,7 +21,8 @@ files); restore: a fresh manager (new store object, nothing cached) reading the 
 of every conversation of a file, median over ``--trials`` (the two sides' trials alternate; the
 encrypted side's store is unlocked before the clock starts; the unlock, one scrypt, is reported
 on its own); stored bytes: the sum of
-the sizes of every file in the repository directory (the journal and lock files left out), with
+the sizes of every file in the repository directory (the journal and lock files left out; the
+sealing's own overhead, stored bytes over the same objects' plaintext sizes, beside it), with
 the plain side's object count and its 0-byte objects, which say where the encrypted side's extra
 bytes go (a fixed overhead per object) and what one 16-byte AEAD tag per object alone would cost.
 Every restore is compared with the saved history; a difference stops the run (exit 1).
@@ -86,6 +87,21 @@ def object_sizes(path: Path) -> dict:
                 size = os.path.getsize(os.path.join(root, f))
                 total, n, empty = total + size, n + 1, empty + (size == 0)
     return {"bytes": total, "objects": n, "empty": empty}
+
+
+def plaintext_bytes(encrypted: Path, plain: Path) -> int:
+    """The bytes the encrypted repository at ``encrypted`` would store unencrypted: every object's
+    plaintext size as its sealed store lists it (docs/format.md §27 "Sizes"), and for ``config``
+    the plain repository's (at ``plain``): the same objects' stored bytes over this is the sealing's
+    own overhead, which the two sides' packs and segments (laid out a few KB differently from run
+    to run) do not blur."""
+    from snapstore.stores.crypt import SealedStore
+    from snapstore.stores.local import LocalStore
+
+    store = SealedStore(LocalStore(encrypted, fsync=False), PASSPHRASE)
+    listed = sum(i.size for i in store.list("") if i.key != "config")
+    store.close()
+    return listed + os.path.getsize(plain / "config")
 
 
 def save_side(side: str, path: Path, convs: list, fsync: bool) -> list[float]:
@@ -161,9 +177,12 @@ def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") ->
                              "restore_ms": 1e3 * _lib.median(t for t, _ in trials_of[side]),
                              "unlock_ms": 1e3 * _lib.median(u for _, u in trials_of[side]) if side == "encrypted" else None,
                              **object_sizes(paths[side])}
+            row["encrypted"]["plaintext_bytes"] = plaintext_bytes(paths["encrypted"], paths["plain"])
+            for side in order:
                 shutil.rmtree(paths[side])
             row["ratios"] = {k: _lib.ratio(row["encrypted"][m], row["plain"][m])
                              for k, m in (("save_p50", "save_p50_ms"), ("restore", "restore_ms"), ("bytes", "bytes"))}
+            row["ratios"]["sealing"] = _lib.ratio(row["encrypted"]["bytes"], row["encrypted"]["plaintext_bytes"])
             out["files"][f.name] = row
     out["load"] = " / ".join(f"{a:.1f}" for a in (load[0], os.getloadavg()[0]))  # (1-minute, at start / end)
     out["pooled"] = {side: {"save_p50_ms": 1e3 * _lib.percentile(xs, 50), "save_p95_ms": 1e3 * _lib.percentile(xs, 95),
@@ -172,12 +191,15 @@ def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") ->
     rest = {side: sum(r[side]["restore_ms"] for r in out["files"].values()) for side in pooled}
     save50 = {side: sum(r[side]["save_p50_ms"] for r in out["files"].values()) for side in pooled}
     objs = {k: sum(r["plain"][k] for r in out["files"].values()) for k in ("objects", "empty")}
+    sealed_plain = sum(r["encrypted"]["plaintext_bytes"] for r in out["files"].values())
     out["totals"] = {"bytes": tot, "restore_ms": rest, "save_p50_ms": save50, "plain_objects": objs,
                      "ratios": {"save_p50": _lib.ratio(save50["encrypted"], save50["plain"]),
                                 "save_p50_pooled": _lib.ratio(out["pooled"]["encrypted"]["save_p50_ms"],
                                                               out["pooled"]["plain"]["save_p50_ms"]),
                                 "restore": _lib.ratio(rest["encrypted"], rest["plain"]),
-                                "bytes": _lib.ratio(tot["encrypted"], tot["plain"])}}
+                                "bytes": _lib.ratio(tot["encrypted"], tot["plain"]),
+                                "sealing": _lib.ratio(tot["encrypted"], sealed_plain)},
+                     "encrypted_plaintext_bytes": sealed_plain}
     for row in list(out["files"].values()) + [out["totals"]]:
         row["verdicts"] = verdicts(row["ratios"])
     return out
@@ -223,6 +245,9 @@ def report(r: dict) -> str:
     lines.append(f"all saves: p50 {po['plain']['save_p50_ms']:.2f} ms plain, {po['encrypted']['save_p50_ms']:.2f} ms "
                  f"encrypted; p95 {po['plain']['save_p95_ms']:.2f} / {po['encrypted']['save_p95_ms']:.2f} ms "
                  f"({po['plain']['saves']} saves each; fsync {'on' if r['fsync'] else 'off'})")
+    lines.append(f"the sealing's own overhead (the encrypted repository's stored bytes over its objects' plaintext "
+                 f"sizes, the plain side's config; not blurred by the two sides' different packs): "
+                 f"{t['ratios']['sealing']:.4f} ({t['bytes']['encrypted'] - t['encrypted_plaintext_bytes']} B)")
     lines.append(f"pooled save p50 ratio {t['ratios']['save_p50_pooled']:.3f}; total ratios: save p50 "
                  f"{t['ratios']['save_p50']:.3f}, restore {t['ratios']['restore']:.3f}, stored bytes "
                  f"{t['ratios']['bytes']:.4f}")

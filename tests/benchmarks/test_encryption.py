@@ -25,6 +25,7 @@ def test_one_file_one_trial(tmp_path, capsys):
     p, e = f["plain"], f["encrypted"]
     assert p["bytes"] < e["bytes"] < 2 * p["bytes"]
     assert f["ratios"]["bytes"] == pytest.approx(e["bytes"] / p["bytes"])
+    assert f["ratios"]["sealing"] == pytest.approx(e["bytes"] / e["plaintext_bytes"]) and 1 < f["ratios"]["sealing"] < 1.1
     assert e["unlock_ms"] > 0 and p["unlock_ms"] is None and e["restore_ms"] > 0
     assert r["pooled"]["plain"]["saves"] == r["pooled"]["encrypted"]["saves"] == f["checkpoints"]
     out_text = capsys.readouterr().out
