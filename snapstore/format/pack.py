@@ -572,7 +572,7 @@ def parse_header(key: str, data, hstart: int, hend: int, blocks_end: int | None)
     Raises:
         IntegrityError: the header is malformed (names ``key``).
     """
-    if type(data) is not bytes:
+    if type(data) is not bytes and type(data) is not RestoredPack:  # (a RestoredPack's slices are bytes)
         data = bytes(data)  # slices of it are ids (dict keys): they must be bytes
     try:
         header = memoryview(data)[:hend]  # reads past the header's end raise IndexError
