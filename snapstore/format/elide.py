@@ -12,6 +12,12 @@ A plaintext is elidable when its shape's checksum holds and it has at least :dat
 bytes; the elided plaintext is the plaintext without those 16 bytes. Only keys of the kinds that
 hold such objects (:func:`elidable_key`) are elided, so that a store can tell from a key and a
 stored size alone which layout an object has.
+
+:func:`restore` returns its plaintext as one of three ``bytes`` subclasses, one per shape
+(:class:`RestoredPack`, :class:`RestoredLog`, :class:`RestoredEnvelope`): the checksum in it was
+computed by the reader from the very bytes it covers (after the AEAD authenticated them), so the
+parser of that shape skips checking it again (docs/format.md §27 "Checksums put back"); every other
+``bytes`` (a plain repository's, a form-1 or small object's, a range) is checked as always.
 """
 
 from __future__ import annotations
@@ -24,6 +30,30 @@ MIN_ELIDABLE = 21
 """The shortest plaintext elided (a log segment's header is 21 bytes, an envelope's 22)."""
 ELIDABLE_PREFIXES = ("packs/", "runs/", "fwd/", "gc/candidates/", "gc/fwd-cache", "archive/index/")
 """Key prefixes (§4) whose objects are packs, log segments, envelopes, or 0-1 byte stubs, voids and pins."""
+
+
+class Restored(bytes):
+    """A plaintext whose checksum :func:`restore` put back (a ``bytes``; slices are plain ``bytes``)."""
+
+    __slots__ = ()
+
+
+class RestoredPack(Restored):
+    """A pack (``SNPK``) whose last 16 bytes :func:`restore` computed from the bytes before them."""
+
+    __slots__ = ()
+
+
+class RestoredLog(Restored):
+    """A log segment (``SNLG``) whose bytes 5-20 :func:`restore` computed from bytes 21 on."""
+
+    __slots__ = ()
+
+
+class RestoredEnvelope(Restored):
+    """An envelope whose bytes 6-21 :func:`restore` computed from bytes 0-5 and 22 on."""
+
+    __slots__ = ()
 
 
 def elidable_key(key: str) -> bool:
@@ -53,8 +83,9 @@ def elide(plain: bytes) -> bytes | None:
     return rest if _digest(rest) == mv[6:22] else None
 
 
-def restore(elided: bytes) -> bytes:
-    """The plaintext :func:`elide` made ``elided`` (bytes) from: its checksum put back.
+def restore(elided: bytes) -> Restored:
+    """The plaintext :func:`elide` made ``elided`` (bytes) from: its checksum put back, as the
+    :class:`Restored` subclass of its shape (a parser of that shape need not check it again).
 
     Raises:
         ValueError: ``elided`` is shorter than any elided plaintext.
@@ -64,9 +95,10 @@ def restore(elided: bytes) -> bytes:
         raise ValueError("an elided plaintext is too short")
     magic = elided[:4]
     if magic == b"SNPK":
-        return elided + _digest(elided)
+        return RestoredPack(b"".join((elided, blake3.blake3(elided).digest(CHECKSUM))))
+    mv = memoryview(elided)
     if magic == b"SNLG":
-        return elided[:5] + _digest(elided[5:]) + elided[5:]
+        return RestoredLog(b"".join((mv[:5], blake3.blake3(mv[5:]).digest(CHECKSUM), mv[5:])))
     if n < 6:
         raise ValueError("an elided envelope is too short")
-    return elided[:6] + _digest(elided) + elided[6:]
+    return RestoredEnvelope(b"".join((mv[:6], blake3.blake3(elided).digest(CHECKSUM), mv[6:])))

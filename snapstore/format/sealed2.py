@@ -130,6 +130,29 @@ class Keyed:
                 return self.aead.decrypt(nc, body, self._a[0] + (len(body) - TAG).to_bytes(8, "big") + tail)
         return self.aead.decrypt(nc, body, self._a[0] + plain_len.to_bytes(8, "big") + tail)
 
+    def open_stored(self, key: str, data) -> bytes:
+        """Decrypt a whole elided or small object ``data`` (bytes of at least ``TAG + KEY_ID`` and
+        at most :data:`SMALL_MAX`, ending in this key's id: the caller checked) stored under
+        ``key`` (str): :meth:`open_whole` with the layout :func:`layout_of` gives, in one call.
+
+        Returns:
+            The plaintext; an elided one as :func:`elide.restore` returns it (its checksum put
+            back, typed by its shape).
+        Raises:
+            cryptography.exceptions.InvalidTag: it does not authenticate; ValueError: malformed.
+        """
+        kb = key.encode()
+        n = len(data) - KEY_ID  # the ciphertext's length: len(P) if elided, len(P) + 16 if small
+        body = memoryview(data)[:n]
+        nc = blake3.blake3(self._n0 + kb).digest(12)
+        if n >= elide.MIN_ELIDABLE and key.startswith(elide.ELIDABLE_PREFIXES):
+            try:
+                return elide.restore(self.aead.decrypt(nc, body, b"".join((self._a[1], n.to_bytes(8, "big"),
+                                                                           self.repo_id, kb))))
+            except _invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
+                pass
+        return self.aead.decrypt(nc, body, b"".join((self._a[0], (n - TAG).to_bytes(8, "big"), self.repo_id, kb)))
+
 
 _invalid_tag_class = None
 

@@ -31,6 +31,8 @@ CONFIG = "config"
 UNSEALED_SIZE = 1 << 48
 """Added to the listed size of an object that cannot be a sealed object (a plaintext object put
 beside sealed ones): large enough that no reader takes it for a 0-byte stub or 1-byte void."""
+_SMALL_MIN, _SMALL_MAX, _KEY_ID = sealed2.TAG + sealed2.KEY_ID, sealed2.SMALL_MAX, sealed2.KEY_ID
+_V1_TRAILER, _V1_MAGIC_END, _V1_MAGIC = sealed.TRAILER, sealed.TRAILER - 4, sealed.MAGIC
 TRAILER_CACHE = 4096
 """Trailers (33 bytes each) remembered per store, so that a ranged read after a suffix read of
 the same object costs one request."""
@@ -357,6 +359,12 @@ class SealedStore:
             ObjectNotFound: no such key. IntegrityError: it is not a sealed object of this
                 repository under this key (plaintext, moved, swapped, altered, truncated).
         """
+        if self._form == 2 and key != CONFIG:  # (form 2: unlocked already) the common reads, in few calls
+            if byte_range is None:
+                return self._open2(key, self.inner.get(key))
+            if type(byte_range) is tuple and len(byte_range) == 2 and byte_range[1] is None \
+                    and type(byte_range[0]) is int and byte_range[0] < 0:  # a suffix read (a pack's tail)
+                return self._suffix2(key, -byte_range[0])
         if key == CONFIG:
             with self._lock:
                 data, self._config_bytes = self._config_bytes, None
@@ -406,18 +414,15 @@ class SealedStore:
 
     def _open2(self, key: str, data: bytes) -> bytes:
         """The plaintext of the whole stored object ``data`` under ``key`` (form 2, or form 1)."""
-        n = len(data)
-        if n <= sealed2.SMALL_MAX and data[-sealed.TRAILER:-sealed.TRAILER + 4] != sealed.MAGIC:
+        if _SMALL_MIN <= len(data) <= _SMALL_MAX and data[-_V1_TRAILER:-_V1_MAGIC_END] != _V1_MAGIC:
             # the common case, an elided or small object (no form-1 trailer to try): the key's
             # material derived once (sealed2.Keyed), no copy of the stored bytes
-            lay = sealed2.layout_of(key, n)
-            if lay is not None:
-                kd = self._keyeds.get(data[-sealed2.KEY_ID:])
-                if kd is not None:
-                    try:
-                        return kd.open_whole(key, lay[0], lay[1], data)
-                    except (_InvalidTag(), ValueError) as e:
-                        raise self._fail(key, "does not authenticate" if isinstance(e, _InvalidTag()) else str(e)) from None
+            kd = self._keyeds.get(data[-_KEY_ID:])
+            if kd is not None:
+                try:
+                    return kd.open_stored(key, data)
+                except (_InvalidTag(), ValueError) as e:
+                    raise self._fail(key, "does not authenticate" if isinstance(e, _InvalidTag()) else str(e)) from None
         return self._open2_any(key, data)
 
     def _open2_any(self, key: str, data: bytes) -> bytes:
