@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 from ...errors import CheckpointNotFound, ConflictError, IntegrityError, SnapstoreError
 from ...format.ids import seq_hint
-from .deps import WRITES_IDX_MAP
 from .layout import Head, covers
 from .state import SaverState
 from . import writes as _writes
@@ -199,16 +198,7 @@ def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, An
         head = s.head(run) if attempt == 0 else current(s, run)
         if not is_v2(head):
             return _writes.put_writes(s, run, cid, writes, task_id, task_path)
-        view = covers(head, cid)
-        known = set(seen)
-        if view is not None:
-            known.update((r[0], r[3]) for r in view["rows"])
-        todo = []
-        for idx, (ch, v) in enumerate(writes):
-            widx = WRITES_IDX_MAP.get(ch, idx)
-            if widx >= 0 and (task_id, widx) in known:
-                continue
-            todo.append((widx, ch, v))
+        todo = _writes.writes_to_store(head, cid, seen, writes, task_id)
         if not todo:
             return
         new_rows = _writes.encode_rows(s, run, todo, task_id, task_path)

@@ -102,6 +102,24 @@ def complete(s: SaverState, run: str, rec: Rec) -> bool:
             and not st.get("x"))
 
 
+def writes_to_store(head: Head, cid: str, seen: set, writes, task_id: str) -> list:
+    """The writes of one ``put_writes`` call (``[(channel, value)]``) for checkpoint ``cid`` that
+    are not stored yet: neither in ``seen`` (``{(task id, index)}`` this saver stored) nor in the
+    writes view of ``head`` (:func:`covers`). Returns ``[(index, channel, value)]``; the index is
+    LangGraph's (``WRITES_IDX_MAP`` for special channels, else the position in ``writes``)."""
+    view = covers(head, cid)
+    known = set(seen)
+    if view is not None:
+        known.update((r[0], r[3]) for r in view["rows"])
+    todo = []
+    for idx, (ch, v) in enumerate(writes):
+        widx = WRITES_IDX_MAP.get(ch, idx)
+        if widx >= 0 and (task_id, widx) in known:
+            continue
+        todo.append((widx, ch, v))
+    return todo
+
+
 def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str,
                task_path: str) -> None:
     """Store task ``task_id``'s ``writes`` (``(channel, value)`` pairs) for checkpoint ``cid`` of
@@ -111,16 +129,7 @@ def put_writes(s: SaverState, run: str, cid: str, writes: Sequence[tuple[str, An
     done: list = []
 
     def build(head: Head):
-        view = covers(head, cid)
-        known = set(seen)
-        if view is not None:
-            known.update((r[0], r[3]) for r in view["rows"])
-        todo = []
-        for idx, (ch, v) in enumerate(writes):
-            widx = WRITES_IDX_MAP.get(ch, idx)
-            if widx >= 0 and (task_id, widx) in known:
-                continue
-            todo.append((widx, ch, v))
+        todo = writes_to_store(head, cid, seen, writes, task_id)
         done[:] = todo
         if not todo:
             raise NothingToWrite
