@@ -226,8 +226,9 @@ def test_cli_an_empty_or_missing_passphrase_is_one_line(tmp_path):
     import sys
     repo = tmp_path / "repo"
     base = {k: v for k, v in os.environ.items() if k not in ("SNAPSTORE_PASSPHRASE", "SNAPSTORE_NEW_PASSPHRASE")}
-    for extra, needle in [({"SNAPSTORE_PASSPHRASE": ""}, "set but empty"), ({}, "no passphrase")]:
+    # exit 2 for a bad value, 1 for no key at all (as every command that needs one and has none)
+    for extra, needle, code in [({"SNAPSTORE_PASSPHRASE": ""}, "set but empty", 2), ({}, "no passphrase", 1)]:
         p = subprocess.run([sys.executable, "-m", "snapstore", "--repo", str(repo), "init", "--encrypt"],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env={**base, **extra})
-        assert p.returncode == 2 and needle in p.stderr, (extra, p.returncode, p.stderr)
+        assert p.returncode == code and needle in p.stderr, (extra, p.returncode, p.stderr)
         assert not (repo / "config").exists()
