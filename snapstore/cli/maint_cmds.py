@@ -572,6 +572,27 @@ def _unrepeated(p) -> str:
     return p.message[len(lead):] if p.message.startswith(lead) else p.message
 
 
+SAME_ERROR_SHOWN = 3
+"""Errors of one code with the same message (the object key aside) listed one by one in verify's
+human output; the rest are counted on one line (``--json`` lists every one)."""
+
+
+def _error_lines(errors: list) -> list[str]:
+    """verify's error lines: each error once, except that past :data:`SAME_ERROR_SHOWN` errors of
+    one code and message (e.g. every manifest sealed under a key the config lacks) one line says
+    how many more there are."""
+    groups: dict = {}
+    for p in errors:
+        groups.setdefault((p.code, _unrepeated(p)), []).append(p)
+    lines = []
+    for (code, msg), ps in groups.items():
+        lines += [f"error: {code}: {p.key}: {msg}\n" for p in ps[:SAME_ERROR_SHOWN]]
+        if len(ps) > SAME_ERROR_SHOWN:
+            lines.append(f"error: {code}: {len(ps) - SAME_ERROR_SHOWN} more object(s) with the same error "
+                         f"(--json lists each)\n")
+    return lines
+
+
 PARTIAL_EXIT = 4  # verify found no error but could not check everything (no key: format.md §27)
 
 
@@ -615,7 +636,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
         emit_json({"ok": not errors, "complete": not partial, "exit_code": code, "checked": checked,
                     "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
     else:
-        lines = [f"error: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in errors]
+        lines = _error_lines(errors)
         if quiet:
             lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]
         else:

@@ -1117,3 +1117,19 @@ def test_list_pages_with_before(repo):
     assert r.exit_code == 0 and r.stdout == "" and "no checkpoint below seq 0" in r.stderr
     assert run(repo, "list", "nope", "--before", "3", ok=False).exit_code == 1
     assert run(repo, "list", "demo-run", "--before", "-1", ok=False).exit_code == 2
+
+
+def test_verify_counts_many_errors_of_one_cause_on_one_line():
+    # a trial saw 26 identical corrupt-manifest lines (every manifest under a key the config lacked)
+    from snapstore.cli.maint_cmds import SAME_ERROR_SHOWN, _error_lines
+    from snapstore.maintenance.verify import Problem
+    same = [Problem("corrupt-manifest", f"runs/r/m/{i}", f"corrupt object runs/r/m/{i}: sealed under key 99a9eada")
+            for i in range(26)]
+    other = Problem("missing-pack", "packs/ab/cd", "referenced but not in the store")
+    lines = _error_lines(same[:2] + [other] + same[2:])
+    assert lines[:SAME_ERROR_SHOWN] == [f"error: corrupt-manifest: runs/r/m/{i}: sealed under key 99a9eada\n"
+                                        for i in range(SAME_ERROR_SHOWN)]
+    assert lines[SAME_ERROR_SHOWN] == (f"error: corrupt-manifest: {26 - SAME_ERROR_SHOWN} more object(s) with the "
+                                       "same error (--json lists each)\n")
+    assert lines[-1] == "error: missing-pack: packs/ab/cd: referenced but not in the store\n" and len(lines) == 5
+    assert len(_error_lines(same[:SAME_ERROR_SHOWN])) == SAME_ERROR_SHOWN  # few: each on its line
