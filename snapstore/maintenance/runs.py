@@ -231,6 +231,35 @@ def list_runs(repo: Repository) -> RunListing:
     return out
 
 
+def list_run_range(repo: Repository, after: str | None, last: str) -> RunListing:
+    """LIST only the run folders whose run key ``rk`` satisfies ``after < rk <= last`` (strings;
+    ``after`` None: no lower bound) and sort what they hold (:class:`RunListing`).
+
+    A partition of a partitioned job (:mod:`snapstore.maintenance.partitions`) lists its own key
+    range, not the repository: the LIST starts after ``runs/<after>0`` and stops at the first key
+    at or past ``runs/<last>0``. Run keys use only ``[a-z2-7]`` and hex digits (all above ``/``,
+    :func:`snapstore.format.ids.name_key`), so the keys of one run folder are contiguous and
+    sort in run-key order, and ``runs/<k>/...`` < ``runs/<k>0`` for every key of run ``k``.
+
+    Args:
+        repo: the repository.
+        after: the exclusive lower bound (the previous partition's last run key), or None.
+        last: the inclusive upper bound (``"\U0010ffff"``: none).
+    Returns:
+        The :class:`RunListing` of those runs' objects.
+    """
+    out = RunListing()
+    stop = f"{keys.RUNS}{last}0"
+    start = f"{keys.RUNS}{after}0" if after else None
+    for info in repo.store.list(keys.RUNS, start_after=start):
+        if info.key >= stop:
+            break
+        rk = info.key[len(keys.RUNS):].split("/", 1)[0]
+        if (after is None or rk > after) and rk <= last:
+            out.add(info)
+    return out
+
+
 _STUB = object()
 
 
