@@ -43,7 +43,7 @@ from .gcreport import GCOptions
 from .runs import list_runs
 
 __all__ = ["Partition", "MarkPlan", "plan_mark", "owned_range", "mark_partition", "reduce_mark", "run_local", "run_dask",
-           "partitioned_mark", "open_url", "open_plan", "absolute_url", "store_requests"]
+           "partitioned_mark", "peak_rss_kb", "open_url", "open_plan", "absolute_url", "store_requests"]
 
 PLAN_FILE = "plan.json"
 CANDIDATES_FILE = "candidates.parquet"
@@ -284,7 +284,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
                "live_packs": len(packs), "listed_packs": len(g.packs),
                "live_bytes": sum(g.packs[p].size for p in packs if p in g.packs),
                "requests": store_requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False,
-               "peak_rss_kb": _peak_rss_kb()}
+               "peak_rss_kb": peak_rss_kb()}
     table = pa.table({"pack": pa.array([p.hex() for p in packs], pa.string()),
                       "size": pa.array([g.packs[p].size if p in g.packs else -1 for p in packs], pa.int64())})
     table = table.replace_schema_metadata({"summary": json.dumps(summary)})
@@ -294,7 +294,8 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     return summary
 
 
-def _peak_rss_kb() -> int:
+def peak_rss_kb() -> int:
+    """This process's peak resident set so far, KiB (0 where ``resource`` is missing)."""
     try:
         import resource
     except ImportError:  # (not on Windows)

@@ -319,7 +319,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             not the manifest of its position is replaced by a GET of the manifest itself, so
             errors are still reported on the manifest's own key. None: every manifest is read.
     Returns:
-        run key -> :class:`RunLog`.
+        run key -> :class:`RunLog`, in run-key order.
     """
     if keys_by_run is None:
         keys_by_run = list_runs(repo).manifests
@@ -360,4 +360,6 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             bad[rk].append((k, err))
             if on_error:
                 on_error(k, err)
-    return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in set(keys_by_run) | set(per)}
+    # in run-key order (not a set's, which differs between processes): what depends on the order
+    # of runs (which run a shared segment is named after) is the same in every process and partition
+    return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in sorted(set(keys_by_run) | set(per))}
