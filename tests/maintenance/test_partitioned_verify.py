@@ -166,3 +166,27 @@ def test_dask_local_cluster_on_moto_http_gives_the_one_process_report(tmp_path, 
         one, got = _same(url, str(tmp_path / "jd"), opts, partitions=3, executor="dask", scheduler=client)
     assert PV.problems_of(got["report"]) == PV.problems_of(local["report"]) and not one.ok
     assert got["requests"]["GET"] > 0 and got["requests"]["LIST"] > 0
+
+
+def test_cli_verify_plan_prints_the_one_process_report(tmp_path):
+    """``verify --plan DIR`` prints on stdout what ``verify`` prints and exits with its code; the
+    job's figures go to stderr (``--json``: under ``partitioned``)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+    root = str(tmp_path / "r")
+    _fill(CheckpointManager(LocalStore(root)), runs=6)
+    _damage(LocalStore(root))
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    one = runner.invoke(cli, ["--repo", root, "verify"])
+    part = runner.invoke(cli, ["--repo", root, "verify", "--plan", str(tmp_path / "job"), "--partitions", "3"])
+    assert one.exit_code == part.exit_code != 0, part.output
+    assert sorted(part.stdout.splitlines()) == sorted(one.stdout.splitlines())
+    assert "verify --plan: 3/3 partitions (local, 0 resumed)" in part.stderr
+    j = runner.invoke(cli, ["--repo", root, "verify", "--json", "--plan", str(tmp_path / "job2"), "--partitions", "2"])
+    d = json.loads(j.stdout)
+    assert d["partitioned"]["partitions_done"] == 2 and not d["ok"]
+    bad = runner.invoke(cli, ["--repo", root, "verify", "--partitions", "3"])
+    assert bad.exit_code == 2 and "--plan" in bad.stderr + bad.stdout
