@@ -266,7 +266,7 @@ def _utc(seconds: float) -> str:
     return iso_time(datetime.fromtimestamp(seconds, timezone.utc))
 
 
-def _plan_progress(progress: Progress):
+def _plan_progress(progress: Progress, label: str = "gc --plan"):
     """A ``progress(phase, done, total)`` for a partitioned job: partitions done and, from the
     rate so far, the time left of the phase."""
     import time as _time
@@ -276,7 +276,7 @@ def _plan_progress(progress: Progress):
         t0 = started.setdefault(phase, _time.monotonic())
         el = _time.monotonic() - t0
         left = f", about {human_duration(el / done * (total - done))} left" if 0 < done < total and el > 0 else ""
-        progress.update(f"gc --plan {phase}: {done}/{total} partitions{left}", force=done == total)
+        progress.update(f"{label} {phase}: {done}/{total} partitions{left}", force=done == total)
     return show
 
 
@@ -596,6 +596,27 @@ def _error_lines(errors: list) -> list[str]:
 PARTIAL_EXIT = 4  # verify found no error but could not check everything (no key: format.md §27)
 
 
+def _partitioned_verify(ctx, plan_dir, executor, scheduler, partitions, read_data, accept_missing, as_json):
+    """``verify --plan DIR``: :func:`snapstore.maintenance.partverify.partitioned_verify`; returns
+    the report and the job's figures (partitions, resumed, requests)."""
+    from ..maintenance.partverify import partitioned_verify
+
+    if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
+    progress = Progress(not as_json)
+    try:
+        got = partitioned_verify(state_of(ctx).location, plan_dir, partitions, executor, scheduler,
+                                 read_data=read_data, accept_missing=accept_missing,
+                                 progress=_plan_progress(progress, "verify --plan"))
+    except SnapstoreError as e:
+        raise CommandError(str(e)) from e
+    finally:
+        progress.clear()
+    job = {"partitions": got["partitions"], "partitions_done": got["partitions_done"], "resumed": got["resumed"],
+           "executor": executor, "requests": got["requests"]}
+    return got["report"], job
+
+
 @click.command("verify")
 @click.option("--read-data", is_flag=True, help="Also read and check every pack (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -604,8 +625,16 @@ PARTIAL_EXIT = 4  # verify found no error but could not check everything (no key
 @click.option("--accept-missing", is_flag=True,
               help="Put manifests deleted outside snapstore (missing-manifest errors) on record as removed: "
                    "their checkpoints are lost; later runs of verify pass.")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Verify as run-key partitions, the job's files (Parquet per partition) in DIR (shared with "
+                   "the workers); the same report. A re-run of an interrupted job resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="With --plan: threads here (default), or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=None,
+              help="With --plan: number of run-key partitions. [default: 8]")
 @click.pass_context
-def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
+def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executor, scheduler, partitions):
     """Check the repository's integrity.
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
@@ -616,26 +645,43 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing):
     Warnings are what a later 'snapstore gc' reclaims: leftovers of crashes or interrupted
     operations, and after a gc with a grace period the packs it repacked (retired-pack).
     """
-    # not opened here: verify opens it (never creating one), or, for an encrypted repository
-    # without $SNAPSTORE_PASSPHRASE, checks its structure from the stored bytes (format.md §27)
-    mgr = state_of(ctx).manager(create=True)
-    progress = Progress(not as_json)
-    kwargs = {}
-    if progress.tty:
-        kwargs["progress"] = lambda phase, done, total: progress.update(f"verifying {phase}: {done}/{total}")
-    try:
-        if accept_missing:
-            kwargs["accept_missing"] = True
-        report = mgr.verify(read_data=read_data, **kwargs)
-    finally:
-        progress.clear()
+    given = [f"--{n}" for n, v in (("executor", executor), ("scheduler", scheduler), ("partitions", partitions))
+             if v is not None]
+    if given and plan_dir is None:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned verify: add --plan DIR", 2)
+    job = None
+    if plan_dir is not None:
+        report, job = _partitioned_verify(ctx, plan_dir, executor or "local", scheduler, partitions or 8, read_data,
+                                          accept_missing, as_json)
+    else:
+        # not opened here: verify opens it (never creating one), or, for an encrypted repository
+        # without $SNAPSTORE_PASSPHRASE, checks its structure from the stored bytes (format.md §27)
+        mgr = state_of(ctx).manager(create=True)
+        progress = Progress(not as_json)
+        kwargs = {}
+        if progress.tty:
+            kwargs["progress"] = lambda phase, done, total: progress.update(f"verifying {phase}: {done}/{total}")
+        try:
+            if accept_missing:
+                kwargs["accept_missing"] = True
+            report = mgr.verify(read_data=read_data, **kwargs)
+        finally:
+            progress.clear()
     errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)
     partial = any(p.code == "not-decrypted" for p in warnings)
     code = min((_problem_exit_code(p.code) for p in errors), default=PARTIAL_EXIT if partial else 0)
     if as_json:
-        emit_json({"ok": not errors, "complete": not partial, "exit_code": code, "checked": checked,
-                    "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]})
+        out = {"ok": not errors, "complete": not partial, "exit_code": code, "checked": checked,
+               "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]}
+        if job is not None:
+            out["partitioned"] = job
+        emit_json(out)
     else:
+        if job is not None:  # the job's figures on stderr: stdout is the report one-process verify prints
+            write(f"verify --plan: {job['partitions_done']}/{job['partitions']} partitions ({job['executor']}, "
+                  f"{job['resumed']} resumed); requests: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(job["requests"].items()) if v)
+                  + f"; results: {plan_dir}\n", err=True)
         lines = _error_lines(errors)
         if quiet:
             lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]

@@ -53,7 +53,7 @@ from .gcreport import GCOptions, GCReport, account_flush
 from .lock import LOCK_KEY, LOCK_TIMEOUT, LockKeeper, acquire, break_lock, release
 from .mark import Marker, MarkScope, bundle_standins
 from .repack import PackWriter, SegmentRewrites, copy_live, prefetch_wave
-from .runs import head_segments, list_runs, read_runs_slim, segments_by_run
+from .runs import head_segments, list_run_range, list_runs, read_runs_slim, segments_by_run
 from .sweep import FWD_CACHE_KEY, plan_sweep, read_forward_cache
 
 GC_CACHE_BYTES = 128 << 20
@@ -259,7 +259,8 @@ class GCPlan:
         seg_keep: segment packs kept whole -> run key.
         select / seg_select: packs merged / segments rewritten on their own.
         retired_now: packs this GC retired.
-        run_range: None, or ``(first, last)`` run keys (inclusive): only those runs' logs are read
+        run_range: None, or ``(after, last)`` run keys (``after`` exclusive or None, ``last``
+            inclusive): only those runs' folders are listed (:func:`~snapstore.maintenance.runs.list_run_range`) and their logs read
             and marked (a partition of :mod:`snapstore.maintenance.partitions`; never swept).
         inventory: None, or the :class:`~snapstore.maintenance.inventory.Inventory` whose packs
             stand in for the LIST of ``packs/`` (then mark asks the store whether a pack exists:
@@ -283,7 +284,7 @@ class GCPlan:
         self.seg_writer = PackWriter(repo.store, self.rep, opts.dry_run, SEG_PENDING_BYTES, opts.target_pack_bytes,
                                      opts.repack_level)
         self.rewrites = None
-        self.run_range: tuple | None = None  # (first, last) run keys: read and mark only these runs' logs
+        self.run_range: tuple | None = None  # (after, last] run keys: list, read and mark only these runs
         self.inventory = None  # an Inventory (maintenance/inventory.py): packs from it, not from a LIST
 
     # ---- list
@@ -297,12 +298,10 @@ class GCPlan:
             IntegrityError: a log record or forwarding record is unreadable (GC deletes nothing).
         """
         repo, store = self.repo, self.repo.store
-        self.listing = list_runs(repo)
-        if self.run_range is not None:  # a partition (maintenance/partitions.py): only its runs' logs are read
-            lo, hi = self.run_range
-            for area in (self.listing.manifests, self.listing.logsegs):
-                for rk in [rk for rk in area if not lo <= rk <= hi]:
-                    del area[rk]
+        if self.run_range is not None:  # a partition (maintenance/partitions.py): only its key range is listed
+            self.listing = list_run_range(repo, *self.run_range)
+        else:
+            self.listing = list_runs(repo)
         self.infos = self.listing.infos
         self.mark_infos = list(store.list(runmark.PREFIX))  # run markers (§13), after the run log
         # format 2: the listed manifests that log segments cover are read from their copies there

@@ -399,14 +399,17 @@ class Marker:
 
     def walk(self, m) -> None:
         """Need everything checkpoint manifest ``m`` references: its session state and its list."""
-        repo, reach = self.repo, self.reach
         if m.session_state_ref:
             sid, pack, size, flags = m.session_state_ref
             self.visit_ref(Ref(bytes.fromhex(sid), size, 1, flags, bytes.fromhex(pack)), 0)
         if m.session_state_tree is not None:
             self.walk_value(m.session_state_tree)
-        if not m.state:
-            return
+        if m.state:
+            self.walk_list(m)
+
+    def walk_list(self, m) -> None:
+        """Need the message list of checkpoint manifest ``m`` (which has one): its state, its tree."""
+        repo, reach = self.repo, self.reach
         sid, spack = bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1])
         if (sid, spack) in self.seen_states:
             return

@@ -4,7 +4,7 @@ Layer 3 (uses :mod:`snapstore.maintenance.gc`). This is the first slice of issue
 of GC split by run key. :func:`plan_mark` lists the runs once and cuts their sorted keys into ranges
 of about equal numbers of listed log records (derived from the actual run list, not fixed prefixes);
 each partition is marked on its own (:func:`mark_partition`: the worker opens the repository from
-its URL, credentials from its environment, lists it and marks only the runs in its range with GC's
+its URL, credentials from its environment, lists only its key range of ``runs/`` (and ``packs/``) and marks only the runs in its range with GC's
 own mark, as a dry run: it writes nothing to the repository but the store-clock probe, one PUT and
 DELETE of ``gc/clock-<random>``, which a later GC removes if a kill leaves it) and writes its live packs as Parquet
 in the job directory (``mark-<i>.parquet``). A partition whose file exists is not marked again, so a
@@ -42,8 +42,8 @@ from .gc import GCPlan
 from .gcreport import GCOptions
 from .runs import list_runs
 
-__all__ = ["Partition", "MarkPlan", "plan_mark", "mark_partition", "reduce_mark", "run_local", "run_dask",
-           "partitioned_mark", "open_url", "open_plan", "absolute_url", "store_requests"]
+__all__ = ["Partition", "MarkPlan", "plan_mark", "owned_range", "mark_partition", "reduce_mark", "run_local", "run_dask",
+           "partitioned_mark", "peak_rss_kb", "open_url", "open_plan", "absolute_url", "store_requests"]
 
 PLAN_FILE = "plan.json"
 CANDIDATES_FILE = "candidates.parquet"
@@ -85,6 +85,15 @@ class MarkPlan:
     def result_path(self, index: int) -> str:
         """Path of partition ``index``'s Parquet file."""
         return os.path.join(self.job_dir, f"mark-{index:05d}.parquet")
+
+
+def owned_range(plan: MarkPlan, index: int) -> tuple:
+    """The run keys partition ``index`` of ``plan`` owns: ``(after, last)``, every run key ``rk``
+    with ``after < rk <= last`` (``after`` None for the first partition: no lower bound). The
+    ranges of consecutive partitions meet, so a run created after planning between two planned
+    runs belongs to exactly one partition."""
+    after = plan.partitions[index - 1].last if index > 0 else None
+    return after, plan.partitions[index].last
 
 
 def open_url(url: str, store_options: dict) -> Repository:
@@ -263,7 +272,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     t0 = time.monotonic()
     repo = open_plan(plan)
     g = GCPlan(repo, GCOptions(dry_run=True), repo.store_time(), repo.cache.limit)
-    g.run_range = (part.first, part.last)
+    g.run_range = owned_range(plan, index)
     g.inventory = load_inventory(plan)
     g.list_repository()
     try:
@@ -275,7 +284,7 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
                "live_packs": len(packs), "listed_packs": len(g.packs),
                "live_bytes": sum(g.packs[p].size for p in packs if p in g.packs),
                "requests": store_requests(repo), "seconds": round(time.monotonic() - t0, 3), "resumed": False,
-               "peak_rss_kb": _peak_rss_kb()}
+               "peak_rss_kb": peak_rss_kb()}
     table = pa.table({"pack": pa.array([p.hex() for p in packs], pa.string()),
                       "size": pa.array([g.packs[p].size if p in g.packs else -1 for p in packs], pa.int64())})
     table = table.replace_schema_metadata({"summary": json.dumps(summary)})
@@ -285,7 +294,8 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
     return summary
 
 
-def _peak_rss_kb() -> int:
+def peak_rss_kb() -> int:
+    """This process's peak resident set so far, KiB (0 where ``resource`` is missing)."""
     try:
         import resource
     except ImportError:  # (not on Windows)

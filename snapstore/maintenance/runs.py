@@ -231,6 +231,35 @@ def list_runs(repo: Repository) -> RunListing:
     return out
 
 
+def list_run_range(repo: Repository, after: str | None, last: str) -> RunListing:
+    """LIST only the run folders whose run key ``rk`` satisfies ``after < rk <= last`` (strings;
+    ``after`` None: no lower bound) and sort what they hold (:class:`RunListing`).
+
+    A partition of a partitioned job (:mod:`snapstore.maintenance.partitions`) lists its own key
+    range, not the repository: the LIST starts after ``runs/<after>0`` and stops at the first key
+    at or past ``runs/<last>0``. Run keys use only ``[a-z2-7]`` and hex digits (all above ``/``,
+    :func:`snapstore.format.ids.name_key`), so the keys of one run folder are contiguous and
+    sort in run-key order, and ``runs/<k>/...`` < ``runs/<k>0`` for every key of run ``k``.
+
+    Args:
+        repo: the repository.
+        after: the exclusive lower bound (the previous partition's last run key), or None.
+        last: the inclusive upper bound (``"\U0010ffff"``: none).
+    Returns:
+        The :class:`RunListing` of those runs' objects.
+    """
+    out = RunListing()
+    stop = f"{keys.RUNS}{last}0"
+    start = f"{keys.RUNS}{after}0" if after else None
+    for info in repo.store.list(keys.RUNS, start_after=start):
+        if info.key >= stop:
+            break
+        rk = info.key[len(keys.RUNS):].split("/", 1)[0]
+        if (after is None or rk > after) and rk <= last:
+            out.add(info)
+    return out
+
+
 _STUB = object()
 
 
@@ -290,7 +319,7 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             not the manifest of its position is replaced by a GET of the manifest itself, so
             errors are still reported on the manifest's own key. None: every manifest is read.
     Returns:
-        run key -> :class:`RunLog`.
+        run key -> :class:`RunLog`, in run-key order.
     """
     if keys_by_run is None:
         keys_by_run = list_runs(repo).manifests
@@ -331,4 +360,6 @@ def read_all_runs(repo: Repository, keys_by_run: dict[str, list[str]] | None = N
             bad[rk].append((k, err))
             if on_error:
                 on_error(k, err)
-    return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in set(keys_by_run) | set(per)}
+    # in run-key order (not a set's, which differs between processes): what depends on the order
+    # of runs (which run a shared segment is named after) is the same in every process and partition
+    return {rk: classify(rk, per.get(rk, {}), bad.get(rk)) for rk in sorted(set(keys_by_run) | set(per))}

@@ -115,9 +115,13 @@ class _VerifyMarker(Marker):
     def __init__(self, repo: Repository, scope: MarkScope, rep: VerifyReport, keep_index: bool):
         super().__init__(repo, scope, keep_index=keep_index)
         self.rep, self.memo = rep, {}
-        self._found: dict = {}  # (code, key) -> [message, run ids that need the object, corrupt cause key]
+        self.found: dict = {}  # (code, key) -> [message, run ids that need the object, corrupt cause key]
         self.folded: set = set()  # keys of packs reported under the corrupt object holding their entries
         self._run_id = None
+        self._failed: list = []  # (code, key) of every failure, in order
+        self._in_dicts = False
+        self.dict_runs: dict = {}  # (code, key) a dictionary pass met -> the runs named only because of it
+        self._under: dict = {}  # memo key (state, node, message ref) -> the failures found below it
 
     def mark_run(self, run_id: str, checkpoints: list, segs: list, done: int) -> tuple[int, list, list]:
         """:meth:`Marker.mark_run`, remembering which run is marked (named in its problems)."""
@@ -127,47 +131,69 @@ class _VerifyMarker(Marker):
     def fail(self, code: str, key: str, err: Exception) -> None:
         """Record the problem (verify goes on): one per object, naming the runs that need it."""
         cause = getattr(err, "key", None) if isinstance(err, IntegrityError) else None
-        got = self._found.setdefault((code, key), [str(err), [], cause])
+        got = self.found.setdefault((code, key), [str(err), [], cause])
         if got[2] is None:
             got[2] = cause
+        if self._in_dicts:
+            self.dict_runs.setdefault((code, key), [])
         if self._run_id is not None and self._run_id not in got[1]:
             got[1].append(self._run_id)
+            if self._in_dicts:
+                self.dict_runs[(code, key)].append(self._run_id)
+        self._failed.append((code, key))
+
+    def dictionaries(self, start: int) -> None:
+        """:meth:`Marker.dictionaries`, noting which runs it names (:attr:`dict_runs`): the pass
+        runs once per pack, in the first run that finds it, so a partitioned verify keeps those
+        names only from the first partition that has them."""
+        self._in_dicts = True
+        try:
+            Marker.dictionaries(self, start)
+        finally:
+            self._in_dicts = False
+
+    def _memo(self, key, hit: bool, go) -> None:
+        """Run ``go()`` (a walk below memo key ``key``); when the walk was memoised already
+        (``hit``: it stops at once), the failures found below ``key`` before are attributed to the
+        run marked now too, so a problem names every run that needs the object whatever order
+        the runs are marked in (and a partitioned verify, which marks runs apart, names the same)."""
+        if hit:
+            for fk in self._under.get(key, ()):
+                runs = self.found[fk][1]
+                if self._run_id is not None and self._run_id not in runs:
+                    runs.append(self._run_id)
+            go()
+            return
+        start = len(self._failed)
+        go()
+        if len(self._failed) > start:
+            self._under[key] = list(dict.fromkeys(self._failed[start:]))
+
+    def visit_ref(self, r: Ref, level: int) -> None:
+        """:meth:`Marker.visit_ref`, attributing failures below a memoised ref to this run (:meth:`_memo`)."""
+        reach = self.reach
+        if level == 0:
+            key = ("r", r.id, r.pack)
+            hit = (r.id, r.pack) in reach.refs
+        else:
+            key = ("n", r.id)
+            hit = r.id in reach.nodes_seen
+        self._memo(key, hit, lambda: Marker.visit_ref(self, r, level))
+
+    def walk_list(self, m) -> None:
+        """:meth:`Marker.walk_list`, attributing failures below a memoised state to this run (:meth:`_memo`)."""
+        key = (bytes.fromhex(m.state[0]), bytes.fromhex(m.state[1]))
+        self._memo(("s",) + key, key in self.seen_states, lambda: Marker.walk_list(self, m))
 
     @property
     def needed_by(self) -> dict:
         """Key of each object found unreadable -> ids of the runs whose live checkpoints need it."""
-        out: dict = {}
-        for (_, key), (_, runs, _) in self._found.items():
-            out.setdefault(key, []).extend(r for r in runs if r not in out.get(key, ()))
-        return out
+        return found_needed_by(self.found)
 
     @property
     def problems(self) -> list:
-        """The :class:`Problem` of each unreadable object, with the runs whose live checkpoints need it.
-
-        Problems are grouped by cause: when the objects a checkpoint names could not be read
-        because another object is corrupt (the entries of packs merged into a segment pack are
-        read from that segment, docs/format.md §18), the one corrupt object is reported once,
-        naming how many of the packs it replaced live checkpoints need, and those packs are not
-        reported again as missing."""
-        causes: dict = {}  # corrupt object key -> [message, keys reached through it, runs]
-        for (code, key), (msg, runs, cause) in self._found.items():
-            if cause is not None and cause != key:
-                got = causes.setdefault(cause, [msg, [], []])
-                got[1].append(key)
-                got[2].extend(r for r in runs if r not in got[2])
-        folded = {k for _, ks, _ in causes.values() for k in ks}
-        self.folded = folded
-        out = []
-        for cause, (msg, reached, runs) in causes.items():
-            shown = ", ".join(reached[:3]) + (f" and {len(reached) - 3} more" if len(reached) > 3 else "")
-            out.append(Problem("corrupt-object", cause, f"{msg}; it holds the entries of {len(reached)} "
-                               f"pack{'s' if len(reached) > 1 else ''} merged into it ({shown})"
-                               + _needed_by(runs)))
-        for (code, key), (msg, runs, cause) in self._found.items():
-            if key in folded or key in causes:
-                continue
-            out.append(Problem(code, key, msg + _needed_by(runs)))
+        """The :class:`Problem` of each unreadable object (:func:`found_problems`); sets :attr:`folded`."""
+        out, self.folded = found_problems(self.found)
         return out
 
     def count(self, node: Ref) -> int:
@@ -200,6 +226,54 @@ class _VerifyMarker(Marker):
             if n != m.exact:
                 self.rep.errors.append(Problem("corrupt-manifest", key, f"messages.x says {m.exact} messages need "
                                                f"the exact parser; its list has {n}"))
+
+
+def found_needed_by(found: dict) -> dict:
+    """Key of each object found unreadable -> ids of the runs whose live checkpoints need it.
+
+    Args:
+        found: ``(code, key) -> [message, run ids, cause key or None]``, as :class:`_VerifyMarker`
+            collects it (or the union of several partitions' collections, runs merged in order).
+    """
+    out: dict = {}
+    for (_, key), (_, runs, _) in found.items():
+        out.setdefault(key, []).extend(r for r in runs if r not in out.get(key, ()))
+    return out
+
+
+def found_problems(found: dict) -> tuple[list, set]:
+    """The :class:`Problem` of each object mark found unreadable, with the runs whose live
+    checkpoints need it, and the set of keys folded into their cause.
+
+    Problems are grouped by cause: when the objects a checkpoint names could not be read
+    because another object is corrupt (the entries of packs merged into a segment pack are
+    read from that segment, docs/format.md §18), the one corrupt object is reported once,
+    naming how many of the packs it replaced live checkpoints need, and those packs are not
+    reported again as missing.
+
+    Args:
+        found: ``(code, key) -> [message, run ids, cause key or None]`` (see :func:`found_needed_by`).
+    Returns:
+        ``(problems, folded)``: a list of :class:`Problem` and the keys reported under their cause.
+    """
+    causes: dict = {}  # corrupt object key -> [message, keys reached through it, runs]
+    for (code, key), (msg, runs, cause) in found.items():
+        if cause is not None and cause != key:
+            got = causes.setdefault(cause, [msg, [], []])
+            got[1].append(key)
+            got[2].extend(r for r in runs if r not in got[2])
+    folded = {k for _, ks, _ in causes.values() for k in ks}
+    out = []
+    for cause, (msg, reached, runs) in causes.items():
+        shown = ", ".join(reached[:3]) + (f" and {len(reached) - 3} more" if len(reached) > 3 else "")
+        out.append(Problem("corrupt-object", cause, f"{msg}; it holds the entries of {len(reached)} "
+                           f"pack{'s' if len(reached) > 1 else ''} merged into it ({shown})"
+                           + _needed_by(runs)))
+    for (code, key), (msg, runs, cause) in found.items():
+        if key in folded or key in causes:
+            continue
+        out.append(Problem(code, key, msg + _needed_by(runs)))
+    return out, folded
 
 
 def _read_entries(repo: Repository, pack, with_dicts: bool) -> None:
@@ -286,6 +360,8 @@ class Verifier:
         self.archive_infos: dict = {}  # key -> ObjectInfo under archive/ (§28)
         self.archived: set = set()  # run keys marked by their bundles
         self.bundles: dict = {}
+        self.marker = None  # the mark step's _VerifyMarker (its ``found``: what it could not read)
+        self.marker_problems: list = []  # the problems it reported
 
     def run(self) -> VerifyReport:
         """Run every step; return the report."""
@@ -319,6 +395,15 @@ class Verifier:
         """True if an error names ``key`` already."""
         return any(p.key == key for p in self.rep.errors)
 
+    def gated_error(self, code: str, key: str, message: str, gates: tuple = (), fold: str | None = None) -> None:
+        """Add an error unless one already names a key of ``gates`` or ``fold`` is a key reported
+        under its cause (:attr:`folded`): one problem per cause. (A partition of
+        :mod:`snapstore.maintenance.partverify` keeps ``gates`` and ``fold`` for its driver, which
+        applies them again against every partition's errors.)"""
+        if (fold is not None and fold in self.folded) or any(self.reported(g) for g in gates if g is not None):
+            return
+        self.error(code, key, message)
+
     def list_objects(self) -> None:
         """List the repository once and sort what it holds; anything outside the layout is an
         ``unknown-object`` warning."""
@@ -350,13 +435,7 @@ class Verifier:
         rolling back to a checkpoint that is gone, index records."""
         repo, store, rk_index = self.repo, self.repo.store, self.listing.index
         self.logs = read_all_runs(repo, self.listing.manifests)
-        fmap = ForwardMap.load(repo, self.fwd_infos)
-        for fk, err in fmap.errors:
-            self.error("corrupt-forward", fk, str(err))
-        for fk in self.fwd_infos:
-            if keys.parse_fwd_key(fk.key) is None:
-                self.warn("unknown-object", fk.key, "not part of the snapstore layout")
-        self.fwd = dict(fmap.to)
+        self.load_forwarding()
         for rk, log in self.logs.items():
             by_seg: dict = {}  # unreadable log segment -> (its error, the stub manifests it held the only copy of)
             for k, err in log.corrupt:
@@ -401,6 +480,20 @@ class Verifier:
                 if seq not in live_seqs:
                     self.warn("orphaned-index", ik, f"points at position {seq}, which holds no live checkpoint; "
                               "removed by 'snapstore gc'")
+
+    def load_forwarding(self, report: bool = True) -> None:
+        """Read the forwarding map (:attr:`fwd`); with ``report``, an unreadable record is a
+        ``corrupt-forward`` error and a key outside the layout an ``unknown-object`` warning (a
+        partition of :mod:`snapstore.maintenance.partverify` reads it without reporting: its
+        driver reports it once)."""
+        fmap = ForwardMap.load(self.repo, self.fwd_infos)
+        if report:
+            for fk, err in fmap.errors:
+                self.error("corrupt-forward", fk, str(err))
+            for fk in self.fwd_infos:
+                if keys.parse_fwd_key(fk.key) is None:
+                    self.warn("unknown-object", fk.key, "not part of the snapstore layout")
+        self.fwd = dict(fmap.to)
 
     def check_outcomes(self) -> None:
         """Tool outcomes (the writes area, docs/format.md §25): each decodes; one no live
@@ -528,22 +621,34 @@ class Verifier:
                 if p not in self.packs_present and p not in self.fwd:
                     fwd.setdefault(p, []).append(bid)
         scope = MarkScope(fwd, set(self.packs_present) | set(self.bundles), segments_by_run(logs))
-        marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
+        self.marker = marker = _VerifyMarker(self.repo, scope, self.rep, keep_index=self.read_data)
         self.reach = reach = marker.run([m for log in logs.values() for m in log.live])
-        self.rep.errors.extend(marker.problems)
+        self.marker_problems = marker.problems
+        self.rep.errors.extend(self.marker_problems)
         self.folded, self.needed_by = marker.folded, marker.needed_by
         for pid, etype, eid in reach.unresolved:
             self.error("missing-entry", keys.fwd_shard_key(pid),
                        f"entry {chr(etype)} {eid.hex()} of retired pack {pid.hex()} is in none of "
                        "the packs its forwarding record names")
+        self.report_unused_forwarding(reach.fwd_used)
+
+    def report_unused_forwarding(self, fwd_used: set) -> None:
+        """A forwarding record of a retired pack no live hint names (not in ``fwd_used``, pack
+        ids) is an ``unreferenced-forward`` warning."""
         for pid in self.fwd:
-            if pid not in reach.fwd_used:
+            if pid not in fwd_used:
                 self.warn("unreferenced-forward", keys.fwd_shard_key(pid),
                           f"no live hint names retired pack {pid.hex()}; its record is dropped by GC")
 
     def load_bundles(self) -> None:
         """Read the bundle index records listed (hot, §28); a corrupt one is an error. The runs
         bundles serve whole are checked through their bundles (:meth:`check_bundles`), not walked."""
+        self.read_bundle_index()
+        self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
+
+    def read_bundle_index(self, report: bool = True) -> None:
+        """Read the bundle index records listed into :attr:`bundles`; with ``report`` a corrupt
+        one is a ``corrupt-bundle-index`` error."""
         for k in sorted(self.archive_infos):
             if bundle_id_from_index_key(k) is None:
                 continue
@@ -552,14 +657,14 @@ class Verifier:
             except ObjectNotFound:
                 continue
             except SnapstoreError as e:
-                self.error("corrupt-bundle-index", k, str(e))
+                if report:
+                    self.error("corrupt-bundle-index", k, str(e))
                 continue
             self.bundles[ix.bundle] = ix
         # the readers' catalogue too: mark reaches a bundle standing in for a gone hot pack (a run
         # continued after its archive), and the pack cache finds the bundle's key through it; not
         # loaded, it read packs/<bundle id>, found nothing and took the bundle for gone
         self.repo.bundles.install(self.bundles)
-        self.archived = archived_runs(self.bundles, {rk: [m.seq for m in log.live] for rk, log in self.logs.items()})
 
     def check_bundles(self) -> None:
         """Every indexed bundle exists with its recorded size; with ``read_data`` (and a class
@@ -606,18 +711,17 @@ class Verifier:
             if pk in self.folded:
                 continue  # its entries sit in a corrupt pack, reported once under that pack
             if pid not in self.packs_present:
-                if not self.reported(pk):
-                    self.error("missing-pack", pk, "referenced by a live checkpoint")
+                self.gated_error("missing-pack", pk, "referenced by a live checkpoint", (pk,), pk)
                 continue
             try:
                 pack = repo.get_pack(pid)
             except SnapstoreError as e:
-                if not self.reported(pk):
-                    self.error("corrupt-pack", pk, str(e))
+                self.gated_error("corrupt-pack", pk, str(e), (pk,), pk)
                 continue
             for etype, eid in needed:
                 if (etype, eid) not in pack.entries:
-                    self.error("missing-entry", pack.key, f"entry {chr(etype)} {eid.hex()} is referenced but absent")
+                    self.gated_error("missing-entry", pack.key, f"entry {chr(etype)} {eid.hex()} is referenced but "
+                                     "absent", (), pk)
             if self.progress:
                 self.progress("packs", i + 1, len(reach.packs))
 
@@ -633,9 +737,9 @@ class Verifier:
             except SnapstoreError as e:
                 pk = keys.pack_key(r.pack)
                 cause = (getattr(e, "key", None) if isinstance(e, IntegrityError) else None) or pk
-                if pk in self.folded or self.reported(cause) or self.reported(pk):
-                    continue  # one problem per cause: already reported (by mark, or for another message)
-                self.error("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack", cause, str(e))
+                # one problem per cause: not when already reported (by mark, or for another message)
+                self.gated_error("corrupt-chunk" if isinstance(e, IntegrityError) else "missing-pack", cause, str(e),
+                                 (cause, pk), pk)
             if self.progress and (i % 500 == 0 or i + 1 == len(refs)):
                 self.progress("data", i + 1, len(refs))
         live = [m for m in self.live if self.repo.run_key(m.run_id) not in self.archived]  # archived: check_bundles
@@ -643,50 +747,74 @@ class Verifier:
             try:
                 self.repo.read_value(tree)
             except SnapstoreError as e:
-                if not self.reported(getattr(e, "key", None)):
-                    self.error("corrupt-state" if isinstance(e, IntegrityError) else "missing-pack",
-                               keys.pack_key(tree.pack), str(e))
+                self.gated_error("corrupt-state" if isinstance(e, IntegrityError) else "missing-pack",
+                                 keys.pack_key(tree.pack), str(e), (getattr(e, "key", None),))
 
     def check_segments(self) -> None:
         """The newest records' segments: present (unless GC deleted or rewrote them with nothing
         lost) and readable; a damaged one every live entry of which has another copy is a warning."""
         self.segs = segs = head_segments(self.logs)
-        lost = any(p.code in ("missing-pack", "missing-entry") for p in self.rep.errors)
+        lost = self.lost()
         for pid, rk in segs.items():
-            k = keys.pack_key(pid)
-            if pid not in self.packs_present:
-                # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
-                # live entries were not found (reported above), which then most likely lived here
-                if pid not in self.fwd and lost:
-                    self.missing_segment(k, rk)
-                continue
-            if self.reported(k):
-                continue
-            try:
-                pack = self.repo.get_pack(pid)
-                if self.read_data:
-                    _read_entries(self.repo, pack, True)
-            except SnapstoreError as e:
-                if pid in self.reach.packs or lost:
-                    self.error("corrupt-pack", k, f"a segment of {self.run_name(rk)}: {e}")
-                else:  # readers skip it: every live entry was found in another copy
-                    self.warn("corrupt-unneeded-pack", k, f"a segment of {self.run_name(rk)}: {e}; every "
-                              "live entry is read from another copy; reclaimed by 'snapstore gc'")
+            state, err = self.probe_segment(pid)
+            self.judge_segment(pid, state, err, lost, self.run_name(rk), self.head_run_id(rk), pid in self.reach.packs)
 
-    def missing_segment(self, k: str, rk: str) -> None:
-        """Report segment ``k`` of run key ``rk``, gone while live entries were not found: one
-        error, folding in the missing packs that run needs (most likely merged into the segment,
-        docs/format.md §18), which are then not reported one by one."""
+    def lost(self) -> bool:
+        """Whether live entries were not found (a ``missing-pack`` or ``missing-entry`` error so far)."""
+        return any(p.code in ("missing-pack", "missing-entry") for p in self.rep.errors)
+
+    def head_run_id(self, rk: str) -> str | None:
+        """The run id of run key ``rk``'s newest record, None when its log has none."""
         log = self.logs.get(rk)
-        run_id = log.head.run_id if log is not None and log.head is not None else None
+        return log.head.run_id if log is not None and log.head is not None else None
+
+    def probe_segment(self, pid: bytes) -> tuple:
+        """Read segment pack ``pid`` (with ``read_data`` its entries too): ``("absent", None)``
+        when it is gone and no forwarding record names it, ``("moved", None)`` when gone but
+        rewritten, ``("reported", None)`` when an error names it already, ``("bad", message)``
+        when it does not read, ``("ok", None)``."""
+        if pid not in self.packs_present:
+            # deleted by GC with nothing live in it, or rewritten (forwarding record): fine, unless
+            # live entries were not found (reported above), which then most likely lived here
+            return ("moved" if pid in self.fwd else "absent"), None
+        if self.reported(keys.pack_key(pid)):
+            return "reported", None
+        try:
+            pack = self.repo.get_pack(pid)
+            if self.read_data:
+                _read_entries(self.repo, pack, True)
+        except SnapstoreError as e:
+            return "bad", str(e)
+        return "ok", None
+
+    def judge_segment(self, pid: bytes, state: str, err: str | None, lost: bool, name: str, run_id: str | None,
+                      needed: bool) -> None:
+        """Report segment ``pid`` of the run named ``name`` (``run_id``) from what
+        :meth:`probe_segment` found: gone while live entries were not found (``lost``) is an
+        error; damaged is an error when a live checkpoint needs it (``needed``) or entries were
+        lost, else a warning (readers read another copy)."""
+        k = keys.pack_key(pid)
+        if state == "absent" and lost:
+            self.missing_segment(k, run_id, name)
+        elif state == "bad" and not self.reported(k):
+            if needed or lost:
+                self.error("corrupt-pack", k, f"a segment of {name}: {err}")
+            else:  # readers skip it: every live entry was found in another copy
+                self.warn("corrupt-unneeded-pack", k, f"a segment of {name}: {err}; every "
+                          "live entry is read from another copy; reclaimed by 'snapstore gc'")
+
+    def missing_segment(self, k: str, run_id: str | None, name: str) -> None:
+        """Report segment ``k`` of the run ``run_id`` (named ``name`` in messages), gone while live
+        entries were not found: one error, folding in the missing packs that run needs (most
+        likely merged into the segment, docs/format.md §18), which are then not reported one by one."""
         gone = [p.key for p in self.rep.errors if p.code == "missing-pack" and p.key != k
                 and run_id in self.needed_by.get(p.key, ())]
-        msg = f"a segment of the newest record of {self.run_name(rk)}; live entries were not found, which may have lived here"
+        msg = f"a segment of the newest record of {name}; live entries were not found, which may have lived here"
         if gone:
             drop = set(gone)
             self.rep.errors = [p for p in self.rep.errors if not (p.code == "missing-pack" and p.key in drop)]
             shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
-            msg = (f"a segment of the newest record of {self.run_name(rk)}; {len(gone)} pack"
+            msg = (f"a segment of the newest record of {name}; {len(gone)} pack"
                    f"{'s' if len(gone) > 1 else ''} its live checkpoints need are missing too, most likely "
                    f"merged into it ({shown})")
         self.error("missing-pack", k, msg)
@@ -696,7 +824,15 @@ class Verifier:
         first until GC deletes it) and the packs their forwarding records lead to. Damage there is
         harmless while every entry readers look for is found in another copy (the homes, checked
         above): a warning; GC deletes the pack once it is unreferenced."""
+        for pid, msg in self.touched_damage():
+            self.damaged.add(pid)
+            self.warn("corrupt-unneeded-pack", keys.pack_key(pid), msg)
+
+    def touched_damage(self) -> list:
+        """Read the packs :meth:`check_touched` covers; return ``[(pack id, warning message)]``
+        of those that do not read."""
         reach, fwd = self.reach, self.fwd
+        out = []
         touch = set(reach.hinted) | set(reach.fwd_used)
         stack = list(touch)
         while stack:
@@ -713,12 +849,12 @@ class Verifier:
                 if self.read_data:
                     _read_entries(self.repo, pack, False)  # a dictionary's sources may be gone (§21)
             except SnapstoreError as e:
-                self.damaged.add(pid)
                 what = "retired by gc" if pid in fwd else "named by live hints"
-                self.warn("corrupt-unneeded-pack", k, f"{what}: {e}; every live entry is read from "
-                          "another copy; reclaimed by 'snapstore gc'")
+                out.append((pid, f"{what}: {e}; every live entry is read from another copy; reclaimed by "
+                            "'snapstore gc'"))
             if self.progress and (i % 500 == 0 or i + 1 == len(touch)):
                 self.progress("hinted packs", i + 1, len(touch))
+        return out
 
     def report_unreferenced(self) -> None:
         """Packs nothing live needs: retired ones waiting for their grace period, and the others.

@@ -134,8 +134,13 @@ class RecordingProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-            if counts:
+            if counts:  # the upstream-to-client side ends last: both sockets are closed (were
+                # kept open, 2 descriptors per connection: after ~10,000 connections accept()
+                # failed with EMFILE and the proxy stopped accepting)
+                for s in (src, dst):
+                    s.close()
                 with self._lock:
+                    self._open = [x for x in self._open if x is not src and x is not dst]
                     self._active -= 1
 
     def requests(self) -> list[WireRequest]:

@@ -207,3 +207,24 @@ def test_cli_gc_refuses_options_that_do_not_apply(tmp_path):
         r = CliRunner().invoke(cli, ["--repo", root, *args])
         assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "j").exists()
+
+
+def test_each_partition_lists_only_its_key_range_and_the_ranges_cover_every_run(tmp_path):
+    """A partition LISTs ``runs/`` from its range's start to its end, not the whole repository; the
+    ranges of consecutive partitions meet, so a run created after planning is in exactly one."""
+    from snapstore.maintenance.runs import list_run_range, list_runs
+    root = str(tmp_path / "r")
+    mgr = CheckpointManager(LocalStore(root))
+    _fill(mgr, runs=12)
+    plan = P.plan_mark(root, str(tmp_path / "job"), 4)
+    mgr.save("run-late", [{"role": "user", "content": "after planning"}], step=0)
+    mgr.save("zz-late", [{"role": "user", "content": "after planning, last"}], step=0)
+    repo = Repository.open(LocalStore(root), create=False)
+    whole = list_runs(repo)
+    seen, per_part = [], []
+    for i in range(len(plan.partitions)):
+        part = list_run_range(repo, *P.owned_range(plan, i))
+        per_part.append(len(part.infos))
+        seen.extend(part.infos)
+    assert sorted(seen) == sorted(whole.infos) and len(seen) == len(set(seen))
+    assert max(per_part) < len(whole.infos)
