@@ -32,6 +32,16 @@ def is_message_dict(v) -> bool:
             and all(isinstance(x, BaseMessage) or (type(x) is list and is_message_list(x)) for x in v.values()))
 
 
+def json_copy(v):
+    """A copy of the JSON value ``v`` (dicts and lists copied all the way down; str, numbers,
+    bools and None shared, being immutable)."""
+    if isinstance(v, dict):
+        return {k: json_copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [json_copy(x) for x in v]
+    return v
+
+
 class ValueCodec:
     """Encodes values to items and back through a LangGraph serializer, remembering messages.
 
@@ -183,8 +193,9 @@ class ValueCodec:
         return self.blob(value, where)
 
     def unjson(self, item: dict):
-        """Inverse of :meth:`json_or_blob`."""
-        return item["json"] if "json" in item else self.unblob(item)
+        """Inverse of :meth:`json_or_blob`: a new value each call (JSON copied, not shared with the
+        cached record it came from: LangGraph changes a checkpoint's ``versions_seen`` in place)."""
+        return json_copy(item["json"]) if "json" in item else self.unblob(item)
 
     def md_field(self, md: dict) -> dict:
         """LangGraph metadata as a record field: ``{"md": md}`` if valid snapstore metadata,
@@ -196,9 +207,10 @@ class ValueCodec:
             return {"mdb": self.blob(md, "checkpoint metadata")}
 
     def md_from(self, d: dict) -> dict:
-        """Inverse of :meth:`md_field` (``{}`` when ``d`` holds neither)."""
+        """Inverse of :meth:`md_field` (``{}`` when ``d`` holds neither): a new dict each call, so
+        a caller that changes it in place (LangGraph does) never changes a cached record."""
         if "md" in d:
-            return d["md"]
+            return json_copy(d["md"])
         if "mdb" in d:
             return self.unblob(d["mdb"])
         return {}
