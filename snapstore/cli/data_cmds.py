@@ -452,7 +452,10 @@ def list_cmd(ctx, run, limit, before_seq, as_json):
             for s in items]
     write(table_text(["ID", "SEQ", "STEP", "CREATED (UTC)", "MESSAGES", "STATUS"], rows, right={1, 2, 4}))
     if limit is not None and len(items) == limit and items[-1].seq > 0:
-        write(f"next page: snapstore list {shlex.quote(run)} --limit {limit} --before {items[-1].seq}\n", err=True)
+        repo = click.get_current_context().find_root().params.get("repo")
+        where = f"--repo {shlex.quote(repo)} " if repo else ""
+        write(f"next page: snapstore {where}list {shlex.quote(run)} --limit {limit} --before {items[-1].seq}\n",
+              err=True)
 
 
 @click.command("show")

@@ -1112,7 +1112,7 @@ def test_list_pages_with_before(repo):
     assert seen == list(range(9, -1, -1))
     r = run(repo, "list", "demo-run", "--limit", "3", "--before", "7")
     assert [line.split()[1] for line in r.stdout.splitlines()[1:]] == ["6", "5", "4"]
-    assert r.stderr.endswith("next page: snapstore list demo-run --limit 3 --before 4\n"), r.stderr
+    assert r.stderr.endswith(f"next page: snapstore --repo {repo} list demo-run --limit 3 --before 4\n"), r.stderr
     r = run(repo, "list", "demo-run", "--before", "0")  # past the end of a run that exists: empty, not an error
     assert r.exit_code == 0 and r.stdout == "" and "no checkpoint below seq 0" in r.stderr
     assert run(repo, "list", "nope", "--before", "3", ok=False).exit_code == 1
