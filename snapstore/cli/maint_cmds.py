@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import click
 
-from ..errors import IntegrityError, RunNotFound, SnapstoreError
+from ..errors import IntegrityError, RepositoryNotFound, RunNotFound, SnapstoreError
 from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
@@ -638,7 +638,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
     """Check the repository's integrity.
 
     Exit status: 0 no errors (warnings allowed); 1 corrupt objects; 2 missing objects or dangling
-    references; 3 other errors; 4 no errors found, but the check was partial (an encrypted
+    references; 3 other errors (no repository at --repo among them); 4 no errors found, but the check was partial (an encrypted
     repository verified without its passphrase: contents, checksums and references unchecked;
     the summary line says PARTIAL). With several kinds of error the smallest code is used.
 
@@ -665,6 +665,8 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
             if accept_missing:
                 kwargs["accept_missing"] = True
             report = mgr.verify(read_data=read_data, **kwargs)
+        except RepositoryNotFound as e:  # exit 1 is verify's "corrupt objects": nothing to check is 3
+            raise CommandError(str(e), 3) from e
         finally:
             progress.clear()
     errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)

@@ -1133,3 +1133,9 @@ def test_verify_counts_many_errors_of_one_cause_on_one_line():
                                        "same error (--json lists each)\n")
     assert lines[-1] == "error: missing-pack: packs/ab/cd: referenced but not in the store\n" and len(lines) == 5
     assert len(_error_lines(same[:SAME_ERROR_SHOWN])) == SAME_ERROR_SHOWN  # few: each on its line
+
+
+def test_verify_of_no_repository_is_not_taken_for_corruption(tmp_path):
+    # exit 1 is verify's "corrupt objects"; a location with nothing to verify is 3 ("other errors")
+    r = run(str(tmp_path / "nothing"), "verify", ok=False)
+    assert r.exit_code == 3 and "no snapstore repository at" in r.stderr, (r.exit_code, r.stderr)
