@@ -19,40 +19,16 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.maintenance import partitions as P
 from snapstore.maintenance import partsweep as S
-from snapstore.maintenance.verify import verify
-from snapstore.repo.repository import Repository
 from snapstore.stores import LocalStore
 from tests.helpers import partkill
+from tests.maintenance.test_partitioned_sweep import _all_live_readable, _packs
+from tests.maintenance.test_partitioned_sweep import _fill as _sweep_fill
 
 pytest.importorskip("pyarrow")
 
 
-def _fill(mgr, runs=10, dead=(1, 3, 4, 6, 8)):
-    kept = {}
-    for r in range(runs):
-        msgs = []
-        for i in range(3 + r % 3):
-            msgs = msgs + [{"role": "user", "content": f"run {r} turn {i} " + "words " * 30}]
-            mgr.save(f"run-{r:02d}", msgs, step=i)
-        kept[f"run-{r:02d}"] = msgs
-    for r in dead:
-        mgr.delete(f"run-{r:02d}")
-        del kept[f"run-{r:02d}"]
-    return kept
-
-
-def _packs(root):
-    return {f for _, _, fs in os.walk(os.path.join(root, "packs")) for f in fs if not f.startswith(".")}
-
-
-def _all_live_readable(root, kept):
-    mgr = CheckpointManager(LocalStore(root))
-    for run, msgs in kept.items():
-        assert mgr.latest(run).messages == msgs
-        for s in mgr.list(run):
-            mgr.get(run, s.id)
-    rep = verify(Repository.open(LocalStore(root), create=False))
-    assert not rep.errors, rep.errors
+def _fill(mgr):
+    return _sweep_fill(mgr, varied=True)
 
 
 def _twins(tmp_path):

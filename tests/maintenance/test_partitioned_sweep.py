@@ -22,11 +22,13 @@ from snapstore.repo.repository import Repository
 from snapstore.stores import LocalStore
 
 
-def _fill(mgr, runs=10, dead=(1, 3, 4, 6, 8)):
+def _fill(mgr, runs=10, dead=(1, 3, 4, 6, 8), varied=False):
+    """Save ``runs`` runs of 3 checkpoints (``varied``: 3 to 5 by run), then delete the ``dead``
+    ones; returns run id -> the live runs' message lists."""
     kept = {}
     for r in range(runs):
         msgs = []
-        for i in range(3):
+        for i in range(3 + (r % 3 if varied else 0)):
             msgs = msgs + [{"role": "user", "content": f"run {r} turn {i} " + "words " * 30}]
             mgr.save(f"run-{r:02d}", msgs, step=i)
         kept[f"run-{r:02d}"] = msgs
