@@ -909,7 +909,7 @@ def test_python_api_read_operations_refuse_a_missing_repository(tmp_path):
         with pytest.raises(RepositoryNotFound):
             op()
     assert not missing.exists()
-    one_line_error(run(str(missing), "verify", ok=False), 1, "snapstore init")
+    one_line_error(run(str(missing), "verify", ok=False), 3, "snapstore init")  # verify: 1 is corruption
     assert not missing.exists()
 
 

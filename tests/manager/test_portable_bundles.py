@@ -252,7 +252,9 @@ def test_an_imported_fork_references_its_source(tmp_path):
             dst.import_bundle(str(only_a))
             dst.import_bundle(str(only_b))
         got = _pack_bytes(dst.store) - a_bytes
-        assert 0 < got < fork_msg, (how, got, a_bytes)
+        # not the whole list again (about a_bytes); the fork's own save is small, and packs of one
+        # import laid out otherwise than "a" alone compress a few dozen bytes either way (seen -27)
+        assert abs(got) < fork_msg < a_bytes // 2, (how, got, a_bytes)
         assert snapshot(dst) == before
         first = dst.repo.find_checkpoint(dst.repo.run_key("b"), dst.list("b")[-1].id)
         assert first.origin == {"run": "a", "id": src.list("a")[3].id} and first.segs \
