@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,7 +19,7 @@ from snapstore.maintenance import partitions as P
 from snapstore.maintenance import partsweep as S
 from snapstore.stores import LocalStore
 from tests.helpers import partkill
-from tests.maintenance.test_partitioned_sweep import _all_live_readable, _packs
+from tests.maintenance.test_partitioned_sweep import _all_live_readable, _packs, kill_driver_after_first_sweep
 from tests.maintenance.test_partitioned_sweep import _fill as _sweep_fill
 
 pytest.importorskip("pyarrow")
@@ -86,25 +84,7 @@ def test_the_driver_killed_mid_sweep_then_rerun_deletes_what_local_does(tmp_path
     root, twin, kept, local = _twins(tmp_path)
     job = str(tmp_path / "job")
     before = _packs(root)
-    code = ("import time\n"
-            "from snapstore.maintenance import partsweep as S\n"
-            "real = S.sweep_partition\n"
-            "def slow(plan, i):\n"
-            "    s = real(plan, i); time.sleep(60); return s\n"
-            "S.sweep_partition = slow\n"
-            f"S.partitioned_gc({root!r}, {job!r}, 4, workers=1, grace_period=0)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + 120
-        while not (os.path.isdir(job) and any(f.startswith("swept-") and f.endswith(".json")
-                                              for f in os.listdir(job))):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_driver_after_first_sweep(root, job, grace_period=0, pause=60)
     mid = _packs(root)
     assert _packs(twin) < mid < before  # killed with part of the sweep done
     _all_live_readable(root, kept)  # nothing live lost, even mid-sweep

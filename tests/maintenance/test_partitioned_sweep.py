@@ -22,6 +22,31 @@ from snapstore.repo.repository import Repository
 from snapstore.stores import LocalStore
 
 
+def kill_driver_after_first_sweep(root: str, job: str, grace_period: float, pause: float) -> None:
+    """Run ``partitioned_gc`` of ``root`` (4 partitions, one worker) in a child process whose
+    partitions sleep ``pause`` seconds after sweeping, and SIGKILL it once the first partition's
+    ``swept-*.json`` is in ``job``; asserts it died by that signal."""
+    code = ("import time\n"
+            "from snapstore.maintenance import partsweep as S\n"
+            "real = S.sweep_partition\n"
+            "def slow(plan, i):\n"
+            f"    s = real(plan, i); time.sleep({pause!r}); return s\n"
+            "S.sweep_partition = slow\n"
+            f"S.partitioned_gc({root!r}, {job!r}, 4, workers=1, grace_period={grace_period!r})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120
+        while not (os.path.isdir(job) and any(f.startswith("swept-") and f.endswith(".json")
+                                              for f in os.listdir(job))):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
 def _fill(mgr, runs=10, dead=(1, 3, 4, 6, 8), varied=False):
     """Save ``runs`` runs of 3 checkpoints (``varied``: 3 to 5 by run), then delete the ``dead``
     ones; returns run id -> the live runs' message lists."""
@@ -88,25 +113,7 @@ def test_the_driver_killed_mid_sweep_is_finished_by_a_rerun_and_loses_nothing(tm
     S.partitioned_gc(root, str(tmp_path / "job0"), 4, grace_period=1)  # candidates
     time.sleep(1.1)
     before = _packs(root)
-    code = ("import time\n"
-            "from snapstore.maintenance import partsweep as S\n"
-            "real = S.sweep_partition\n"
-            "def slow(plan, i):\n"
-            "    s = real(plan, i); time.sleep(30); return s\n"
-            "S.sweep_partition = slow\n"
-            f"S.partitioned_gc({root!r}, {job!r}, 4, workers=1, grace_period=1)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + 120
-        while not (os.path.isdir(job) and any(f.startswith("swept-") and f.endswith(".json")
-                                              for f in os.listdir(job))):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_driver_after_first_sweep(root, job, grace_period=1, pause=30)
     names = os.listdir(job)
     parts = len([f for f in names if f.startswith("sweep-") and f.endswith(".parquet")])
     swept = [f for f in names if f.startswith("swept-")]
