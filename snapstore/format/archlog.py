@@ -47,21 +47,8 @@ def encode_frame(records: list[tuple[int, int, bytes]], max_raw: int) -> bytes:
     """
     cols = bytearray()
     put_varint(cols, len(records))
-    last = -1
-    for seq, version, _ in records:
-        if seq <= last or not 1 <= version <= 255:
-            raise InvalidInputError(f"archive log record at {seq} (version {version}) out of order or invalid")
-        put_varint(cols, seq - last - 1)
-        last = seq
-    cols += bytes(version for _, version, _ in records)
-    for _, _, body in records:
-        put_varint(cols, len(body))
-    for _, _, body in records:
-        cols += body
-    if len(cols) > max_raw:
-        raise InvalidInputError(f"archive log of {len(cols)} bytes exceeds the limit {max_raw}")
-    return zstandard.ZstdCompressor(level=LEVEL, dict_data=_ZDICT, write_checksum=False,
-                                    write_dict_id=False).compress(bytes(cols))
+    _columns(cols, records)
+    return _compressed(cols, records, max_raw, "archive log")
 
 
 def decode_frame(key: str, frame: bytes, max_raw: int) -> list[tuple[int, int, bytes]]:
@@ -103,12 +90,31 @@ def decode_frame(key: str, frame: bytes, max_raw: int) -> list[tuple[int, int, b
 
 
 def _columns(cols: bytearray, records: list) -> None:
+    """Append the position column of ``records`` (``[(seq, version, body)]``) to ``cols``: each
+    seq as a varint gap from the one before. Raises InvalidInputError: out of order, bad version."""
     last = -1
     for seq, version, _ in records:
         if seq <= last or not 1 <= version <= 255:
             raise InvalidInputError(f"archive log record at {seq} (version {version}) out of order or invalid")
         put_varint(cols, seq - last - 1)
         last = seq
+
+
+def _compressed(cols: bytearray, records: list, max_raw: int, what: str) -> bytes:
+    """``cols`` followed by the version, length and body columns of ``records``, as one zstd frame.
+
+    Raises:
+        InvalidInputError: more than ``max_raw`` bytes before compression (names ``what``).
+    """
+    cols += bytes(version for _, version, _ in records)
+    for _, _, body in records:
+        put_varint(cols, len(body))
+    for _, _, body in records:
+        cols += body
+    if len(cols) > max_raw:
+        raise InvalidInputError(f"{what} of {len(cols)} bytes exceeds the limit {max_raw}")
+    return zstandard.ZstdCompressor(level=LEVEL, dict_data=_ZDICT, write_checksum=False,
+                                    write_dict_id=False).compress(bytes(cols))
 
 
 def encode_bundle_frame(runs: dict, max_raw: int) -> bytes:
@@ -132,15 +138,7 @@ def encode_bundle_frame(runs: dict, max_raw: int) -> bytes:
     allrecs = [r for rk in order for r in runs[rk]]
     for rk in order:
         _columns(cols, runs[rk])
-    cols += bytes(version for _, version, _ in allrecs)
-    for _, _, body in allrecs:
-        put_varint(cols, len(body))
-    for _, _, body in allrecs:
-        cols += body
-    if len(cols) > max_raw:
-        raise InvalidInputError(f"bundle log of {len(cols)} bytes exceeds the limit {max_raw}")
-    return zstandard.ZstdCompressor(level=LEVEL, dict_data=_ZDICT, write_checksum=False,
-                                    write_dict_id=False).compress(bytes(cols))
+    return _compressed(cols, allrecs, max_raw, "bundle log")
 
 
 def decode_bundle_frame(key: str, frame: bytes, max_raw: int) -> dict:
