@@ -243,15 +243,15 @@ def encode_logseg(records: list[tuple[int, int, bytes]], level: int = 1) -> byte
     return _HEAD.pack(LOG_MAGIC, LOG_VERSION, blake3.blake3(frame).digest(16)) + frame
 
 
-def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
-    """Inverse of :func:`encode_logseg`, and reader of version-2 segments, in bounded memory (at
-    most :data:`MAX_RAW` bytes decoded). Copies are returned undecoded (:meth:`LogCopy.manifest`).
+def _checked_head(key: str, data: bytes, what: str) -> tuple[int, bytes]:
+    """``(version, frame)`` of a ``"SNLG" | u8 version | checksum(16) | frame`` object ``data``
+    (a log segment or bundle log: ``what``), its magic and checksum checked.
 
     Raises:
-        IntegrityError: bad magic, checksum, version, size or structure (names ``key``).
+        IntegrityError: shorter than the header, bad magic, or checksum mismatch (names ``key``).
     """
     if len(data) < _HEAD.size:
-        raise IntegrityError(key, "truncated log segment")
+        raise IntegrityError(key, f"truncated {what}")
     magic, version, digest = _HEAD.unpack_from(data)
     frame = data[_HEAD.size:]
     if magic != LOG_MAGIC:
@@ -260,6 +260,17 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
     # repository authenticated it: checking it again cannot fail, §27)
     if type(data) is not RestoredLog and blake3.blake3(frame).digest(16) != digest:
         raise IntegrityError(key, "checksum mismatch")
+    return version, frame
+
+
+def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
+    """Inverse of :func:`encode_logseg`, and reader of version-2 segments, in bounded memory (at
+    most :data:`MAX_RAW` bytes decoded). Copies are returned undecoded (:meth:`LogCopy.manifest`).
+
+    Raises:
+        IntegrityError: bad magic, checksum, version, size or structure (names ``key``).
+    """
+    version, frame = _checked_head(key, data, "log segment")
     if version == LOG_VERSION_BUNDLE:
         raise IntegrityError(key, "a bundle log (version 5) where a log segment belongs; it is read through a pointer")
     if version == LOG_VERSION_ARCHIVE:
@@ -346,14 +357,7 @@ def decode_bundlelog(key: str, data: bytes) -> dict:
     Raises:
         IntegrityError: bad magic, checksum, version or structure (names ``key``).
     """
-    if len(data) < _HEAD.size:
-        raise IntegrityError(key, "truncated bundle log")
-    magic, version, digest = _HEAD.unpack_from(data)
-    frame = data[_HEAD.size:]
-    if magic != LOG_MAGIC:
-        raise IntegrityError(key, f"bad magic {magic!r}, expected {LOG_MAGIC!r}")
-    if blake3.blake3(frame).digest(16) != digest:
-        raise IntegrityError(key, "checksum mismatch")
+    version, frame = _checked_head(key, data, "bundle log")
     if version != LOG_VERSION_BUNDLE:
         raise IntegrityError(key, f"log segment version {version} where a bundle log (version 5) belongs")
     return {rk: [LogCopy(seq, mv, body) for seq, mv, body in recs]
