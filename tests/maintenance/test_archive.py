@@ -66,6 +66,19 @@ def bundles(store) -> list:
     return [i.key for i in store.list(DATA)]
 
 
+def archived(root) -> tuple[CheckpointManager, dict]:
+    """A local repository at ``root`` filled (:func:`fill`), archived whole and GC'd twice (grace 0),
+    so that every run reads through its bundle; returns its manager and the :func:`snapshot` before."""
+    m = CheckpointManager(LocalStore(root))
+    fill(m)
+    before = snapshot(m)
+    m.archive()
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    assert packs(m.store) == []  # every run reads through the bundle
+    return m, before
+
+
 @pytest.mark.parametrize("kind", ["local", "sqlite", "s3-http"])
 def test_archive_then_gc_reads_exactly_the_same(kind, store_factory):
     """Archive every run (GLACIER_IR), GC with grace 0 twice: no hot pack is left, the bundle
@@ -300,12 +313,7 @@ def test_fork_of_an_archived_run_after_gc(tmp_path):
     """A fork of an archived checkpoint whose hot packs GC took: the fork reads its source's data
     from the bundle, saves on top, survives GC, and the source stays archived and readable."""
     root = tmp_path / "r"
-    m = CheckpointManager(LocalStore(root))
-    fill(m)
-    before = snapshot(m)
-    m.archive()
-    m.gc(grace_period=0)
-    m.gc(grace_period=0)
+    m, before = archived(root)
     f = CheckpointManager(LocalStore(root))
     src = before["long"][0][5][0]
     fk = f.fork("long", src, "long-retry")

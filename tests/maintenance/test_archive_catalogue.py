@@ -15,8 +15,7 @@ from snapstore.format.archlog import decode_frame, encode_frame
 from snapstore.format.logseg import ARCHIVE_LEVEL, archlog_key, decode_logseg, encode_archlog, parse_logseg_key
 from snapstore.stores.local import LocalStore
 
-from .test_archive import fill, snapshot
-from .test_unarchive import archived
+from .test_archive import archived, fill, snapshot
 
 
 def run_objects(store, run_key_prefix="runs/") -> dict:
@@ -220,12 +219,7 @@ def test_bundle_log_parts_and_their_gc(tmp_path, monkeypatch):
     from snapstore.maintenance import archcat
     monkeypatch.setattr(archcat, "PART_RAW", 1)
     root = tmp_path / "r"
-    m = CheckpointManager(LocalStore(root))
-    fill(m)
-    before = snapshot(m)
-    m.archive()
-    m.gc(grace_period=0)
-    m.gc(grace_period=0)
+    m, before = archived(root)
     parts = sorted(i.key for i in m.store.list("archive/log/"))
     assert len(parts) == len(before) and len({p[:-4] for p in parts}) == 1  # one bundle, a part per run
     f = CheckpointManager(LocalStore(root))

@@ -13,20 +13,9 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.errors import ColdObjectError, RunNotFound
 from snapstore.stores.local import LocalStore
-from tests.maintenance.test_archive import bundles, fill, packs, snapshot
+from tests.maintenance.test_archive import archived, bundles, fill, packs, snapshot
 
 STEPS = ("after_pack_put", "after_readback", "after_switch", "after_record")
-
-
-def archived(root) -> tuple[CheckpointManager, dict]:
-    m = CheckpointManager(LocalStore(root))
-    fill(m)
-    before = snapshot(m)
-    m.archive()
-    m.gc(grace_period=0)
-    m.gc(grace_period=0)
-    assert packs(m.store) == []  # every run reads through the bundle
-    return m, before
 
 
 def test_unarchive_then_read_save_gc(tmp_path):
