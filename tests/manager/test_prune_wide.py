@@ -192,14 +192,16 @@ def test_each_run_keeps_order_stops_after_an_error_and_carries_the_context():
         with lock:
             seen.append((r, var.get(), threading.current_thread() is not threading.main_thread()))
         var.set("changed")  # a task's change stays in its own copy
-        time.sleep(0.01)
+        # the runs after the failing one take longer, so the failure is seen while they run: how
+        # many of them started is a matter of scheduling (the contract: a prefix, stopped early)
+        time.sleep(0.01 if r <= "r05" else 0.06)
         if r == "r05":
             raise ValueError(r)
         return r.upper()
     runs = [f"r{i:02d}" for i in range(40)]
     out = fanout.each_run(repo, runs, work)
     assert var.get() == "caller"
-    assert [o.run_id for o in out] == runs[:len(out)] and 6 <= len(out) < 6 + fanout.width(repo, 40)
+    assert [o.run_id for o in out] == runs[:len(out)] and 6 <= len(out) <= 6 + 3 * fanout.width(repo, 40)
     assert [o.value for o in out[:5]] == [r.upper() for r in runs[:5]]
     assert isinstance(out[5].error, ValueError)
     assert all(v == "caller" and pooled for _r, v, pooled in seen)
