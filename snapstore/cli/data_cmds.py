@@ -20,7 +20,7 @@ from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
 from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
-                     kv_text, plural, prices_text, request_cost, short, summary_json, table_text, usd, write)
+                     kv_text, plural, prices_text, request_cost, short, stdin_interactive, summary_json, table_text, usd, write)
 from .params import SIZE
 from .state import state_of
 
@@ -671,14 +671,6 @@ def fork_cmd(ctx, run, checkpoint, new_run):
     """Start NEW_RUN at CHECKPOINT of RUN: a reference to its data, no copy (format 2: a few small writes whatever the history's length)."""
     cp = state_of(ctx).manager().fork(run, checkpoint, new_run)
     write(f"forked {run}@{checkpoint} as {new_run} (checkpoint {cp.id}, {cp.message_count} messages)\n")
-
-
-def stdin_interactive() -> bool:
-    """True if stdin is an interactive terminal (``delete RUN`` asks for confirmation only there)."""
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 @click.command("delete")

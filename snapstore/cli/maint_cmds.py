@@ -17,8 +17,8 @@ from ..errors import IntegrityError, RepositoryNotFound, RunNotFound, SnapstoreE
 from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
-from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
-                     prices_text, summary_json, table_text, usd, write)
+from .output import (CommandError, Progress, current_activity, emit_json, human_duration, human_size, iso_time,
+                     kv_text, plural, prices_text, stdin_interactive, summary_json, table_text, usd, write)
 from .params import DURATION, SIZE
 from .state import state_of
 
@@ -46,6 +46,45 @@ def _policy_text(policy: dict) -> str:
 
 
 
+def _can_delete_runs(policy: dict) -> bool:
+    """True if ``policy`` (CLI rule name -> value) may delete a run's newest checkpoint: no rule
+    that always keeps it (a count of at least 1, or ``keep_within``)."""
+    return not any(k == "keep_within" or (k.startswith("keep_") and v) for k, v in policy.items())
+
+
+def _confirm_whole_runs(mgr, run_id, policy: dict, progress) -> None:
+    """Plan ``policy`` (a dry run) and, if it deletes every checkpoint of a run, ask on a terminal;
+    off a terminal raise :class:`CommandError` (exit 2) naming the runs and ``--yes``. Returns if
+    the prune may go on; raises ``click.Abort``-free :class:`CommandError` when the user says no."""
+    decisions: list = []
+    progress.update("prune: planning")
+    retention.prune(mgr, run_id=run_id, dry_run=True, decisions=decisions, **policy)
+    runs: dict[str, list[bool]] = {}
+    for d in decisions:
+        runs.setdefault(d.checkpoint.run_id, []).append(d.keep)
+    whole = sorted(r for r, keeps in runs.items() if not any(keeps))
+    if not whole:
+        return
+    n = sum(len(runs[r]) for r in whole)
+    names = ", ".join(whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
+    what = (f"this deletes {len(whole)} of {len(runs)} run(s) entirely ({names}: {n} checkpoint(s), "
+            f"policy: {_policy_text(policy)})")
+    progress.clear()
+    if not stdin_interactive():
+        raise CommandError(f"refusing to prune without confirmation: {what}; stdin is not a terminal "
+                           "(pass --yes, or --dry-run to see the plan)", 2)
+    activity = current_activity()
+    if activity is not None:
+        activity.suspend()
+    try:
+        ok = click.confirm(f"{what[0].upper()}{what[1:]}. Continue?", default=False, err=True)
+    finally:
+        if activity is not None:
+            activity.resume()
+    if not ok:
+        raise CommandError("not pruned: nothing was deleted", 1)
+
+
 @click.command("prune")
 @click.option("--keep-last", type=click.IntRange(min=0), metavar="N",
               help="Keep the N newest checkpoints of each run.")
@@ -68,8 +107,10 @@ def _policy_text(policy: dict) -> str:
               "delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary line, not a line per checkpoint.")
+@click.option("-y", "--yes", is_flag=True, help="Delete whole runs without asking (a policy of --older-than alone "
+              "can delete every checkpoint of a run; it asks first on a terminal and needs --yes elsewhere).")
 @click.pass_context
-def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
+def prune_cmd(ctx, run_id, dry_run, as_json, quiet, yes, **rules):
     """Delete checkpoints by retention policy (restic 'forget' rules).
 
     A checkpoint is kept if ANY rule keeps it; every rule that keeps it is shown as a reason.
@@ -78,6 +119,11 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
 
     Pruning deletes checkpoint records only: the space their data used is reclaimed by
     'snapstore gc'.
+
+    Every rule but --older-than keeps each run's newest checkpoint. A policy that can delete
+    whole runs (--older-than alone, or beside counts of 0) is planned first: if it would delete
+    every checkpoint of some run, prune asks on a terminal and otherwise refuses (exit 2) unless
+    --yes is given, as 'delete RUN' does.
     """
     policy = {k: v for k, v in rules.items() if v is not None}
     if not policy:
@@ -88,6 +134,8 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, **rules):
     try:
         if run_id is not None and mgr.head(run_id) is None:
             raise RunNotFound(f"run {run_id!r} not found")  # a typo must not look like "nothing to prune"
+        if not (dry_run or yes) and _can_delete_runs(policy):
+            _confirm_whole_runs(mgr, run_id, policy, progress)
         decisions: list = []
         progress.update("prune: listing runs")
         # one listing per run: the plan shown is the one the deletion used (runs several at once)

@@ -71,6 +71,15 @@ _OUTPUT_LOCK = threading.RLock()
 _ACTIVITY: list = [None]  # the running command's Activity, if any
 
 
+def stdin_interactive() -> bool:
+    """True if stdin is an interactive terminal (``delete RUN`` and a prune that deletes whole
+    runs ask for confirmation only there)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def current_activity() -> "Activity | None":
     """The running command's activity line (to :meth:`Activity.suspend` it around a prompt), or None."""
     return _ACTIVITY[0]

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from snapstore import CheckpointManager
-from snapstore.cli import data_cmds as cli_data, output as cli_output
+from snapstore.cli import data_cmds as cli_data, maint_cmds as cli_maint, output as cli_output
 from snapstore.cli import cli, parse_duration
 from snapstore.errors import InvalidInputError
 from snapstore.importers import load_trajectory
@@ -299,7 +299,7 @@ def test_rollback_fork_delete(repo, monkeypatch):
     assert run(repo, "runs").stdout == ""
 
 
-def test_prune(repo):
+def test_prune(repo, monkeypatch):
     import_json(repo, EXAMPLE)
     import_json(repo, EXAMPLE, "--run", "other")
     assert run(repo, "prune", ok=False).exit_code == 2  # no policy
@@ -331,7 +331,20 @@ def test_prune(repo):
     assert "snapstore gc" in out["note"]
     assert len(ids(repo, "demo-run")) == 2 and len(ids(repo, "other")) == 2
 
-    r = run(repo, "prune", "--older-than", "0", "--run", "other")
+    # a policy that deletes whole runs is refused off a terminal without --yes, and nothing goes
+    before = (ids(repo, "demo-run"), ids(repo, "other"))
+    for argv in (["--older-than", "0"], ["--older-than", "0", "--keep-last", "0"], ["--older-than", "0", "--run", "other"]):
+        one_line_error(run(repo, "prune", *argv, ok=False), 2, "--yes")
+        assert (ids(repo, "demo-run"), ids(repo, "other")) == before
+    r = run(repo, "prune", "--older-than", "0", "--json", ok=False)
+    assert r.exit_code == 2 and "2 of 2 run(s) entirely (demo-run, other: 4 checkpoint(s)" in r.stderr
+    # on a terminal it asks: "n" deletes nothing
+    monkeypatch.setattr(cli_maint, "stdin_interactive", lambda: True)
+    r = run(repo, "prune", "--older-than", "0", input="n\n", ok=False)
+    assert r.exit_code == 1 and "This deletes 2 of 2 run(s) entirely" in r.stderr and "not pruned" in r.stderr
+    assert (ids(repo, "demo-run"), ids(repo, "other")) == before
+    monkeypatch.setattr(cli_maint, "stdin_interactive", lambda: False)
+    r = run(repo, "prune", "--older-than", "0", "--run", "other", "--yes")
     assert r.stdout.splitlines()[-2] == "deleted 2 checkpoint(s) from 1 run(s); kept 0 (policy: older-than 0s)"
     assert r.stdout.count(": matched no keep rule\n") == 2 and "snapstore gc" in r.stdout.splitlines()[-1]
     assert run(repo, "runs").stdout == "demo-run\n"  # pruning every checkpoint deletes the run
@@ -577,7 +590,7 @@ def test_gc_after_prune_reclaims(repo):
     assert d["dry_run"] is False and d["grace_period"] == 3600 and d["deleted"].get("packs", 0) == 0
     assert _stored(repo) >= full  # repacking the small packs added a pack; the old ones are pending
 
-    r = run(repo, "prune", "--older-than", "0", "--run", "scratch")
+    r = run(repo, "prune", "--older-than", "0", "--run", "scratch", "--yes")
     assert "deleted 3 checkpoint(s)" in r.stdout and "snapstore gc" in r.stdout
     pruned = _stored(repo)
 

@@ -135,7 +135,7 @@ def test_cli_prune_keeps_the_delta_chain_and_says_why(tmp_path):
     # the plain output says why more was kept than the policy names (not only --dry-run)
     assert "matched no keep rule but are needed by a kept one" in r.stdout and "DeltaChannel" in r.stdout, r.stdout
     _assert_full(repo, 4, want, 10)
-    r = CliRunner().invoke(cli, ["--repo", repo, "prune", "--older-than", "0"], catch_exceptions=False)
+    r = CliRunner().invoke(cli, ["--repo", repo, "prune", "--older-than", "0", "--yes"], catch_exceptions=False)
     assert r.exit_code == 0, r.output  # nothing kept: nothing needed, the thread goes as asked
 
 
