@@ -411,13 +411,28 @@ def _get(mgr: CheckpointManager, run: str, checkpoint: str | None):
 
 @click.command("runs")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("-l", "--long", "long_", is_flag=True,
+              help="Also say which runs are archived, and where (storage classes, from the hot catalogue).")
 @click.pass_context
-def runs_cmd(ctx, as_json):
+def runs_cmd(ctx, as_json, long_):
     """List the ids of runs that have checkpoints, one per line.
 
     An id holding a line break or another unprintable character is printed as a JSON string
-    (quoted, escaped), so that every line is one run; ``--json`` prints them all that way."""
-    runs = state_of(ctx).manager().runs()
+    (quoted, escaped), so that every line is one run; ``--json`` prints them all that way.
+    With ``--long``: a table RUN, ARCHIVED (the storage classes of the bundles holding any of its
+    checkpoints, or -); with ``--json`` too, a list of ``{"run_id", "archived": [{"bundle",
+    "storage_class", "checkpoints", "created"}]}``."""
+    mgr = state_of(ctx).manager()
+    runs = mgr.runs()
+    if long_:
+        where = mgr.archived_runs(runs)
+        if as_json:
+            emit_json([{"run_id": r, "archived": where[r]} for r in runs])
+        elif runs:
+            rows = [[r if r.isprintable() and not r.startswith('"') else json.dumps(r, ensure_ascii=False),
+                     ", ".join(sorted({b["storage_class"] for b in where[r]})) or "-"] for r in runs]
+            write(table_text(["RUN", "ARCHIVED"], rows))
+        return
     if as_json:
         emit_json(runs)
     elif runs:

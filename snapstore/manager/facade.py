@@ -795,10 +795,28 @@ class CheckpointManager:
             StoreError: the store failed.
         """
         check_run_id(run_id)
-        rk = self.repo.run_key(run_id)
-        out = [{"bundle": ix.key, "storage_class": ix.storage_class, "checkpoints": len(ix.served(rk)),
-                "created": ix.created} for ix in self.repo.bundles.load().values() if ix.served(rk)]
-        return sorted(out, key=lambda d: (d["created"], d["bundle"]))
+        return self.archived_runs([run_id])[run_id]
+
+    def archived_runs(self, run_ids: list[str] | None = None) -> dict[str, list[dict]]:
+        """:meth:`archived` of many runs at once: run id -> its list (``[]`` if not archived), for
+        ``run_ids`` (default: :meth:`runs`). Reads the hot bundle index records once (one LIST
+        and a GET per record), whatever the number of runs; never a cold object.
+
+        Raises:
+            InvalidRunIdError: a bad run id. IntegrityError: a corrupt index record.
+            StoreError: the store failed.
+        """
+        runs = self.runs() if run_ids is None else list(run_ids)
+        for r in runs:
+            check_run_id(r)
+        bundles = list(self.repo.bundles.load().values()) if runs else []
+        out: dict[str, list[dict]] = {}
+        for r in runs:
+            rk = self.repo.run_key(r)
+            got = [{"bundle": ix.key, "storage_class": ix.storage_class, "checkpoints": len(ix.served(rk)),
+                    "created": ix.created} for ix in bundles if ix.served(rk)]
+            out[r] = sorted(got, key=lambda d: (d["created"], d["bundle"]))
+        return out
 
     def stats(self, prices: dict | None = None, *, cost: bool = False, class_prices: dict | None = None,
               tier: str = "standard") -> dict:

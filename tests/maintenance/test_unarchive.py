@@ -4,6 +4,7 @@ nothing; an unrestored DEEP_ARCHIVE bundle on moto's HTTP server is the typed Co
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -134,3 +135,30 @@ def test_the_unarchiving_manager_goes_on_from_the_head_it_wrote(tmp_path):
     m.unarchive(["run"])
     m.delete("run")
     assert m.runs() == [] and ids
+
+
+def test_runs_long_marks_archived_runs_in_text_and_json(tmp_path):
+    # a trial found `runs --json` gave no way to tell an archived run from a hot one
+    from click.testing import CliRunner
+    from snapstore.cli import cli
+
+    repo = str(tmp_path / "r")
+    m = CheckpointManager(repo)
+    for run in ("cold", "hot"):
+        m.save(run, [{"role": "user", "content": run}])
+        m.save(run, [{"role": "user", "content": run}, {"role": "assistant", "content": "ok"}])
+    m.archive(["cold"])
+    assert m.archived_runs() == {"cold": m.archived("cold"), "hot": []}
+
+    def run(*argv):
+        r = CliRunner().invoke(cli, ["--repo", repo, "runs", *argv], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.stdout
+    assert run() == "cold\nhot\n" and json.loads(run("--json")) == ["cold", "hot"]  # unchanged
+    lines = run("--long").splitlines()
+    assert lines[0].split() == ["RUN", "ARCHIVED"]
+    assert lines[1].split() == ["cold", "GLACIER_IR"] and lines[2].split() == ["hot", "-"]
+    got = json.loads(run("--long", "--json"))
+    assert [g["run_id"] for g in got] == ["cold", "hot"] and got[1]["archived"] == []
+    assert [(b["storage_class"], b["checkpoints"]) for b in got[0]["archived"]] == [("GLACIER_IR", 2)]
+    assert got[0]["archived"][0]["bundle"].startswith("archive/")
