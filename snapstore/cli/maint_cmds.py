@@ -13,7 +13,8 @@ from datetime import timedelta
 
 import click
 
-from ..errors import IntegrityError, RepositoryNotFound, RunNotFound, SnapstoreError
+from ..errors import (IntegrityError, InvalidInputError, KeyRequired, RepositoryNotFound, RunNotFound,
+                      SnapstoreError)
 from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
@@ -656,8 +657,14 @@ def _partitioned_verify(ctx, plan_dir, executor, scheduler, partitions, read_dat
         got = partitioned_verify(state_of(ctx).location, plan_dir, partitions, executor, scheduler,
                                  read_data=read_data, accept_missing=accept_missing,
                                  progress=_plan_progress(progress, "verify --plan"))
-    except SnapstoreError as e:
-        raise CommandError(str(e)) from e
+    except KeyRequired as e:  # exit 1 is verify's "corrupt objects"; this checked nothing: 3
+        raise CommandError(f"{e}; a partitioned verify needs the key in every worker's environment "
+                           "(plain 'snapstore verify' checks an encrypted repository's structure without it)",
+                           3) from e
+    except InvalidInputError as e:  # a job directory of another repository, a bad --scheduler, ...
+        raise CommandError(str(e), 2) from e
+    except SnapstoreError as e:  # no repository, a wrong passphrase, the store failed: nothing checked
+        raise CommandError(str(e), 3) from e
     finally:
         progress.clear()
     job = {"partitions": got["partitions"], "partitions_done": got["partitions_done"], "resumed": got["resumed"],

@@ -130,6 +130,33 @@ def absolute_url(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
+def check_job_dir(job_dir: str, url: str, inventory: str | None = None) -> dict | None:
+    """The plan ``job_dir`` holds (its ``plan.json`` as a dict), or None if it holds none.
+
+    Raises:
+        InvalidInputError: the plan there is for another repository URL or another inventory
+            (a job directory serves one repository: give each job its own), or unreadable.
+    """
+    path = os.path.join(job_dir, PLAN_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        theirs, their_inv = d["url"], d.get("inventory")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InvalidInputError(f"{path} is not a readable job plan ({e}); give an empty job directory") from None
+    if theirs != url:
+        raise InvalidInputError(f"the job directory {job_dir} holds a job for another repository ({theirs}), "
+                                f"not {url}; give each repository its own job directory")
+    if their_inv != inventory:
+        def name(i):
+            return "no inventory" if i is None else f"inventory {i}"
+        raise InvalidInputError(f"the job directory {job_dir} holds a job planned with {name(their_inv)}, "
+                                f"not {name(inventory)}; give a new job directory or the same --inventory")
+    return d
+
+
 def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | None = None,
               inventory: str | None = None) -> MarkPlan:
     """List the runs of the repository at ``url`` and cut them into balanced key ranges.
@@ -154,12 +181,8 @@ def plan_mark(url: str, job_dir: str, partitions: int, store_options: dict | Non
         raise InvalidInputError(f"partitions must be >= 1, got {partitions}")
     os.makedirs(job_dir, exist_ok=True)
     path = os.path.join(job_dir, PLAN_FILE)
-    if os.path.exists(path):
-        with open(path) as f:
-            d = json.load(f)
-        if d["url"] != url or d.get("inventory") != inventory:
-            raise InvalidInputError(f"{path} is a plan for {d['url']} (inventory {d.get('inventory')}), not {url} "
-                                    f"(inventory {inventory})")
+    d = check_job_dir(job_dir, url, inventory)
+    if d is not None:
         return MarkPlan(d["url"], job_dir, tuple(Partition(**p) for p in d["partitions"]), store_options or {},
                         d.get("now", 0.0), d.get("inventory"))
     repo = open_url(url, store_options or {})

@@ -190,3 +190,37 @@ def test_cli_verify_plan_prints_the_one_process_report(tmp_path):
     assert d["partitioned"]["partitions_done"] == 2 and not d["ok"]
     bad = runner.invoke(cli, ["--repo", root, "verify", "--partitions", "3"])
     assert bad.exit_code == 2 and "--plan" in bad.stderr + bad.stdout
+
+
+def test_a_job_directory_serves_one_repository_and_no_key_is_not_corruption(tmp_path, monkeypatch):
+    """A trial found ``verify --plan`` reusing a finished job directory of another repository
+    silently (``gc --plan`` refused it, its message saying "(inventory None)"), and exiting 1
+    (verify's "corrupt objects") on an encrypted repository without the key."""
+    from click.testing import CliRunner
+
+    from snapstore.cli import cli
+    from snapstore.errors import InvalidInputError
+    a, b, job = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "job")
+    for root in (a, b):
+        CheckpointManager(LocalStore(root)).save("run", [{"role": "user", "content": root}])
+    assert PV.partitioned_verify(a, job, partitions=2)["report"].ok  # finished: its files stay in job
+    for url in (b, "s3://elsewhere/x"):
+        with pytest.raises(InvalidInputError, match="holds a job for another repository") as e:
+            PV.partitioned_verify(url, job, partitions=2)
+        assert "inventory" not in str(e.value)
+    assert PV.partitioned_verify(a, job, partitions=2)["report"].ok  # its own repository: a new verify
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    r = runner.invoke(cli, ["--repo", b, "verify", "--plan", job])
+    assert r.exit_code == 2 and "another repository" in r.stderr, r.output
+    r = runner.invoke(cli, ["--repo", b, "gc", "--plan", job])
+    assert r.exit_code != 0 and "another repository" in r.stderr and "inventory None" not in r.stderr, r.output
+
+    enc = str(tmp_path / "enc")
+    monkeypatch.setenv("SNAPSTORE_PASSPHRASE", "a passphrase of some length")
+    CheckpointManager(enc).save("run", [{"role": "user", "content": "secret"}])
+    monkeypatch.delenv("SNAPSTORE_PASSPHRASE")
+    assert runner.invoke(cli, ["--repo", enc, "verify"]).exit_code == 4  # structure only: PARTIAL
+    r = runner.invoke(cli, ["--repo", enc, "verify", "--plan", str(tmp_path / "job-enc")])
+    assert r.exit_code == 3 and "encrypted" in r.stderr and "plain 'snapstore verify'" in r.stderr, r.output
+    r = runner.invoke(cli, ["--repo", str(tmp_path / "none"), "verify", "--plan", str(tmp_path / "job-none")])
+    assert r.exit_code == 3, r.output  # no repository: 3, as plain verify
