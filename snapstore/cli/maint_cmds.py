@@ -626,18 +626,19 @@ SAME_ERROR_SHOWN = 3
 human output; the rest are counted on one line (``--json`` lists every one)."""
 
 
-def _error_lines(errors: list) -> list[str]:
-    """verify's error lines: each error once, except that past :data:`SAME_ERROR_SHOWN` errors of
-    one code and message (e.g. every manifest sealed under a key the config lacks) one line says
-    how many more there are."""
+def _error_lines(errors: list, level: str = "error") -> list[str]:
+    """verify's error (or, with ``level="warning"``, warning) lines: each problem once, except
+    that past :data:`SAME_ERROR_SHOWN` problems of one code and message (e.g. every manifest sealed
+    under a key the config lacks, every outcome a prune left for GC) one line says how many more
+    there are."""
     groups: dict = {}
     for p in errors:
         groups.setdefault((p.code, _unrepeated(p)), []).append(p)
     lines = []
     for (code, msg), ps in groups.items():
-        lines += [f"error: {code}: {p.key}: {msg}\n" for p in ps[:SAME_ERROR_SHOWN]]
+        lines += [f"{level}: {code}: {p.key}: {msg}\n" for p in ps[:SAME_ERROR_SHOWN]]
         if len(ps) > SAME_ERROR_SHOWN:
-            lines.append(f"error: {code}: {len(ps) - SAME_ERROR_SHOWN} more object(s) with the same error "
+            lines.append(f"{level}: {code}: {len(ps) - SAME_ERROR_SHOWN} more object(s) with the same {level} "
                          f"(--json lists each)\n")
     return lines
 
@@ -743,7 +744,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
         if quiet:
             lines += [f"warning: {c}: {n}\n" for c, n in Counter(p.code for p in warnings).items()]
         else:
-            lines += [f"warning: {p.code}: {p.key}: {_unrepeated(p)}\n" for p in warnings]
+            lines += _error_lines(warnings, "warning")
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
         status = "FAILED" if errors else "PARTIAL" if partial else "OK"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
