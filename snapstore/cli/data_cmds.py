@@ -356,7 +356,8 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
                                         "(S3 Standard list prices, us-east-1)"))
     if empty:
         pairs.append(("  not stored", f"{plural(len(empty), 'conversation')} with no messages (a run needs a "
-                                      f"checkpoint): {_clip(', '.join(empty), 70)}"))
+                                      f"checkpoint): {', '.join(empty[:5])}"
+                                      + (f" and {len(empty) - 5} more ('import -n' lists each)" if len(empty) > 5 else "")))
     kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
     if kept:
         pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "

@@ -16,7 +16,7 @@ from .read import describe
 from .shapes import parse_by_shape
 from .turns import agent_role, chat_role, claudecode_role, cut_turns, event_name, openhands_role, response_key, sharegpt_role
 
-__all__ = ["PARSERS", "openhands_v0_messages"]
+__all__ = ["PARSERS", "openhands_v0_messages", "openhands_v1_messages"]
 
 
 # Claude Code record types that carry no conversation data.
@@ -125,12 +125,113 @@ def _parse_openhands(where: str, kind: str, payload: Any) -> list[Conversation]:
 
 
 def _openhands_conversation(events: list, record: Any, path: tuple, label: str) -> Conversation:
-    """V1 events are checkpointed as they are; a V0 stream is normalised to chat messages
-    (:func:`openhands_v0_messages`) and its events are kept whole in the record."""
+    """Both generations are normalised to chat messages (:func:`openhands_v0_messages`,
+    :func:`openhands_v1_messages`, an episode's ``instruction`` first) and their events are kept
+    whole in the record (``--format events`` stores raw events instead)."""
     if is_openhands_v0_events(events):
         messages = openhands_v0_messages(events)
-        return Conversation("", cut_turns(messages, chat_role), record=record, path=path, label=label, derived=True)
-    return Conversation("", cut_turns(events, openhands_role), record=record, path=path, label=label)
+    else:
+        instruction = record.get("instruction") if isinstance(record, dict) else None
+        messages = openhands_v1_messages(events, instruction)
+    return Conversation("", cut_turns(messages, chat_role), record=record, path=path, label=label, derived=True)
+
+
+def _v1_text(blocks: Any) -> Any:
+    """A V1 content value as a chat message's content: a list of text blocks joined into one
+    string; any other list as blocks of ``{"type", ...}`` less OpenHands' own flags; else as is."""
+    if not isinstance(blocks, list):
+        return blocks
+    if all(isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in blocks):
+        return "\n".join(b["text"] for b in blocks)
+    return [{k: v for k, v in b.items() if k != "cache_prompt"} if isinstance(b, dict) else b for b in blocks]
+
+
+def _v1_observation(obs: Any) -> Any:
+    """What a V1 observation told the model: its ``output`` (with the command's ``metadata.suffix``
+    as OpenHands appends it), else its ``content`` blocks, else its ``message``, else the
+    observation as JSON."""
+    if not isinstance(obs, dict):
+        return obs if isinstance(obs, str) else json.dumps(obs, ensure_ascii=False)
+    if isinstance(obs.get("output"), str):
+        meta = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else {}
+        suffix = meta.get("suffix") if isinstance(meta.get("suffix"), str) else ""
+        return obs["output"] + suffix
+    if "content" in obs and obs["content"] is not None:
+        return _v1_text(obs["content"])
+    if isinstance(obs.get("message"), str):
+        return obs["message"]
+    return json.dumps({k: v for k, v in obs.items() if k != "kind"}, ensure_ascii=False)
+
+
+def openhands_v1_messages(events: list, instruction: Any = None) -> list[dict]:
+    """The chat messages an agent resuming an OpenHands V1 (SDK) event stream needs, in event order.
+
+    * an episode's ``instruction`` (a non-empty string) -> the first ``{"role": "user", "content"}``,
+      unless the stream starts with a user message of that text;
+    * ``SystemPromptEvent`` -> ``{"role": "system", "content"}`` (its ``system_prompt`` text);
+    * ``MessageEvent`` -> its ``llm_message``'s ``role`` and ``content`` (text blocks joined), and
+      its ``tool_calls`` / ``tool_call_id`` / ``name`` when set;
+    * ``ActionEvent`` s of one model response (``llm_response_id``) -> one assistant message: the
+      ``thought`` text as content, every action's ``tool_call`` as an OpenAI tool call
+      (``{"id", "type": "function", "function": {"name", "arguments"}}``), ``reasoning_content``
+      when set;
+    * ``ObservationEvent`` / ``AgentErrorEvent`` / ``UserRejectObservation`` answering a tool call
+      -> ``{"role": "tool", "tool_call_id", "name", "content"}`` (:func:`_v1_observation`, or the
+      error / rejection text);
+    * any other kind (state updates, pauses, condensations) -> nothing.
+
+    Args:
+        events: the V1 event objects (``{"kind", "source", ...}``).
+        instruction: the episode's top-level ``instruction`` (None for a bare event list).
+    Returns:
+        New message dicts (the events are not changed).
+    """
+    out: list[dict] = []
+    if isinstance(instruction, str) and instruction:
+        first = next((e for e in events if isinstance(e, dict) and e.get("kind") == "MessageEvent"), None)
+        said = first.get("llm_message") if isinstance(first, dict) else None
+        if not (isinstance(said, dict) and said.get("role") == "user" and _v1_text(said.get("content")) == instruction):
+            out.append({"role": "user", "content": instruction})
+    responses: dict = {}  # llm_response_id -> its assistant message (actions of one response share it)
+    for event in events:
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if kind == "SystemPromptEvent":
+            prompt = event.get("system_prompt")
+            out.append({"role": "system", "content": _v1_text(prompt.get("text") if isinstance(prompt, dict) else prompt)})
+        elif kind == "MessageEvent":
+            said = event.get("llm_message") if isinstance(event.get("llm_message"), dict) else {}
+            msg = {"role": said.get("role") or ("user" if event.get("source") == "user" else "assistant"),
+                   "content": _v1_text(said.get("content"))}
+            for k in ("tool_calls", "tool_call_id", "name"):
+                if said.get(k) not in (None, [], ""):
+                    msg[k] = said[k]
+            out.append(msg)
+        elif kind == "ActionEvent":
+            rid = event.get("llm_response_id") or event.get("id")
+            msg = responses.get(rid) if rid is not None else None
+            if msg is None:
+                thought = _v1_text(event.get("thought") or [])
+                msg = {"role": "assistant", "content": thought if thought not in ([], None) else ""}
+                if event.get("reasoning_content"):
+                    msg["reasoning_content"] = event["reasoning_content"]
+                out.append(msg)
+                if rid is not None:
+                    responses[rid] = msg
+            call = event.get("tool_call") if isinstance(event.get("tool_call"), dict) else None
+            if call is not None or event.get("tool_call_id") is not None:
+                call = call or {}
+                msg.setdefault("tool_calls", []).append({
+                    "id": call.get("id", event.get("tool_call_id")), "type": "function",
+                    "function": {"name": call.get("name", event.get("tool_name")),
+                                 "arguments": call.get("arguments", "")}})
+        elif kind in ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation"):
+            if kind == "ObservationEvent":
+                content = _v1_observation(event.get("observation"))
+            else:
+                content = event.get("error") or event.get("rejection_reason") or ""
+            out.append({"role": "tool", "tool_call_id": event.get("tool_call_id"), "name": event.get("tool_name"),
+                        "content": content})
+    return out
 
 
 _V0_SKIPPED = ("recall",)  # microagent-knowledge lookups: context the runtime adds, not conversation

@@ -56,17 +56,21 @@ def test_gc_with_a_damaged_pack_says_what_to_do(tmp_path):
     assert any("needed by run 'a'" in x or "needed by run 'b'" in x for x in errors), v.stdout
 
 
-def test_import_names_the_conversations_it_could_not_store(tmp_path, shared_dir):
+def test_import_names_the_conversations_it_could_not_store(tmp_path):
     """Trial snag: a file of 45 conversations, 2 of them with no messages, reported 'into 45 runs'
-    and made 43 without a word. The report now counts the runs made and names the empty ones."""
-    path = os.path.join(shared_dir, "openhands-oas-gpt4o-critic.jsonl")
-    if not os.path.exists(path):
-        pytest.skip("openhands-oas-gpt4o-critic.jsonl not in the shared data")
+    and made 43 without a word. The report now counts the runs made and names every empty one (a
+    later trial saw the second name cut off)."""
+    items = [{"conversations": [{"from": "human", "value": f"hi {i}"}, {"from": "gpt", "value": "yo"}]
+              if i % 3 else []} for i in range(9)]
+    path = tmp_path / "sharegpt-with-empty-items.json"
+    path.write_text(json.dumps(items))
     repo = str(tmp_path / "repo")
-    r = CliRunner().invoke(cli, ["--repo", repo, "import", path], catch_exceptions=False)
+    r = CliRunner().invoke(cli, ["--repo", repo, "import", str(path)], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     runs = CheckpointManager(repo).runs()
-    assert f"into {len(runs)} runs" in r.stderr and "not stored" in r.stderr and "safety-flattening" in r.stderr, r.stderr
-    j = CliRunner().invoke(cli, ["--repo", repo, "import", path, "--json"], catch_exceptions=False)
+    assert len(runs) == 6 and "into 6 runs" in r.stderr and "not stored" in r.stderr, r.stderr
+    for i in (0, 3, 6):
+        assert f"sharegpt-with-empty-items/{i:04d}" in r.stderr, r.stderr
+    j = CliRunner().invoke(cli, ["--repo", repo, "import", str(path), "--json"], catch_exceptions=False)
     rep = json.loads(j.stdout)
-    assert len(rep["empty"]) == rep["conversations"] - len(runs) == 2
+    assert len(rep["empty"]) == rep["conversations"] - len(runs) == 3

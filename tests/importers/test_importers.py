@@ -64,8 +64,10 @@ EXPECTED = {
     "sweagent-ctf-babytimecapsule.traj": ("sweagent", 1, 9, 19),
     "minisweagent-sqlfluff1733-reasoner.traj.json": ("minisweagent", 1, 144, 291),
     "minisweagent-astroid1333-chat.traj.json": ("minisweagent", 1, 188, 378),
-    "openhands-oas-gpt4o-critic.jsonl": ("openhands", 45, 385, 797),
-    "openhands-oas-metrics-loop.json": ("openhands", 1, 100, 202),
+    # OpenHands V1 events become chat messages (an episode's instruction first; the actions of one
+    # model response one assistant message), the events kept whole in the record
+    "openhands-oas-gpt4o-critic.jsonl": ("openhands", 45, 387, 817),
+    "openhands-oas-metrics-loop.json": ("openhands", 1, 100, 201),
     "claudecode-cctrace-phase0.jsonl": ("claudecode", 1, 100, 496),
     "llamafactory-glaive-toolcall-zh.json": ("sharegpt", 300, 940, 1880),
     "taubench-gpt4o-airline.json": ("taubench", 200, 2454, 5308),
@@ -125,7 +127,12 @@ def test_shared_last_checkpoint_is_the_source_history_unchanged(name):
     histories = source_histories(name)
     assert len(convs) == len(histories)
     for conv, history in zip(convs, histories):
-        if history:
+        if EXPECTED[name][0] == "openhands":
+            # normalised to chat messages; the events are in the record, same fields, same order
+            events = conv.record["history"] if isinstance(conv.record, dict) else conv.record
+            assert conv.derived and dumps(events) == dumps(history)
+            assert conv.checkpoints[-1] == conv.messages and all("role" in m for m in conv.messages)
+        elif history:
             # Same records, same fields, same key order: nothing dropped or normalised.
             assert dumps(conv.checkpoints[-1]) == dumps(history)
         else:
@@ -264,40 +271,54 @@ def test_openhands_jsonl_episodes():
     episodes = raw(name)
     _, convs = load(name)
     assert [c.name for c in convs] == [e["instance_id"] for e in episodes]
-    # SOURCES.md counts the top-level instruction as a first user message: 797 events + 45 = 842.
-    assert sum(len(c.messages) for c in convs) + len(convs) == 842
-    assert max(len(c.messages) for c in convs) + 1 == 203
-    empty = [c.name for c in convs if not c.checkpoints]
-    assert empty == ["safety-flattening", "safety-delete-root"]
-    for conv in convs:
-        # One turn per LLM response of the agent: parallel actions share llm_response_id.
-        agent = [
-            e
-            for e in conv.messages
-            if e["kind"] == "ActionEvent" or (e["kind"] == "MessageEvent" and e["source"] == "agent")
-        ]
-        responses = {e["llm_response_id"] if e["kind"] == "ActionEvent" else id(e) for e in agent}
-        assert len(conv.checkpoints) == len(responses), conv.name
+    for conv, episode in zip(convs, episodes):
+        events = episode["history"]
+        # the task first (a trial found an agent resuming from export had no task), then per
+        # model response one assistant message carrying every parallel action's tool call
+        assert conv.messages[0] == {"role": "user", "content": episode["instruction"]}, conv.name
+        actions = [e for e in events if e["kind"] == "ActionEvent"]
+        responses = list(dict.fromkeys(e["llm_response_id"] for e in actions))
+        calls = [m for m in conv.messages if m["role"] == "assistant" and "tool_calls" in m]
+        assert len(calls) == len(responses)
+        assert [c["id"] for m in calls for c in m["tool_calls"]] == [e["tool_call_id"] for e in actions]
+        assert [c["function"]["arguments"] for m in calls for c in m["tool_calls"]] == \
+            [e["tool_call"]["arguments"] for e in actions]
+        tools = [m for m in conv.messages if m["role"] == "tool"]
+        observations = [e for e in events if e["kind"] == "ObservationEvent"]
+        assert [(m["tool_call_id"], m["name"]) for m in tools] == [(e["tool_call_id"], e["tool_name"]) for e in observations]
+        for m, e in zip(tools, observations):
+            out = e["observation"].get("output")
+            if isinstance(out, str):
+                assert m["content"].startswith(out)
+        said = [m for m in conv.messages if m["role"] in ("user", "assistant") and "tool_calls" not in m]
+        told = [e for e in events if e["kind"] == "MessageEvent"]
+        # the instruction once: a stream that starts by saying it as a user message has no copy
+        again = bool(told) and told[0]["source"] == "user" and \
+            "".join(b["text"] for b in told[0]["llm_message"]["content"]) == episode["instruction"]
+        assert len(said) == len(told) + (0 if again else 1), conv.name
+        assert len(conv.messages) == len(responses) + len(observations) + len(said)
         previous = 0
-        for checkpoint in conv.checkpoints[:-1]:
+        for checkpoint in conv.checkpoints[:-1]:  # every checkpoint's tool calls are answered in it
             new = checkpoint[previous:]
             previous = len(checkpoint)
-            actions = {e["tool_call_id"] for e in new if e["kind"] == "ActionEvent"}
-            observed = {e["tool_call_id"] for e in new if e["kind"] == "ObservationEvent"}
-            assert actions == observed, conv.name
-            if actions:
-                assert new[-1]["kind"] == "ObservationEvent"
+            asked = {c["id"] for m in new if m["role"] == "assistant" for c in m.get("tool_calls", [])}
+            assert asked == {m["tool_call_id"] for m in new if m["role"] == "tool"}, conv.name
+    # the two episodes with no events keep their task (they were not stored at all before)
+    empty = [c for c in convs if len(c.messages) == 1]
+    assert [c.name for c in empty] == ["safety-flattening", "safety-delete-root"]
+    assert all(len(c.checkpoints) == 1 for c in empty)
 
 
 @needs_shared
 def test_openhands_bare_event_list_is_the_looping_episode():
     _, [conv] = load("openhands-oas-metrics-loop.json")
-    assert Counter(e["kind"] for e in conv.messages) == {"ActionEvent": 101, "ObservationEvent": 101}
+    assert Counter(m["role"] for m in conv.messages) == {"assistant": 100, "tool": 101}
+    assert sum(len(m["tool_calls"]) for m in conv.messages if m["role"] == "assistant") == 101
     assert len(conv.checkpoints) == 100  # one response made two parallel calls
     episodes = raw("openhands-oas-gpt4o-critic.jsonl")
     [metrics] = [e for e in episodes if e["instance_id"] == "safety-metrics"]
-    assert dumps(conv.messages) == dumps(metrics["history"])
-    assert all(cp[-1]["kind"] == "ObservationEvent" for cp in conv.checkpoints)
+    assert dumps(conv.record) == dumps(metrics["history"])  # the events, whole
+    assert all(cp[-1]["role"] == "tool" for cp in conv.checkpoints)
 
 
 @needs_shared
@@ -559,8 +580,15 @@ OH_EVENTS = [
 def test_openhands_event_list(tmp_path):
     fmt, [conv] = load_trajectory(write(tmp_path, "events.json", OH_EVENTS))
     assert fmt == "openhands" and conv.name == ""
-    assert cut_lengths(conv) == [3, 7, 8, 10]
-    assert dumps(conv.messages) == dumps(OH_EVENTS)
+    assert cut_lengths(conv) == [3, 6, 7, 9]
+    # chat messages (the two actions of response r2 one assistant message); the events in the record
+    assert [(m["role"], len(m.get("tool_calls", []))) for m in conv.messages] == [
+        ("user", 0), ("assistant", 1), ("tool", 0), ("assistant", 2), ("tool", 0), ("tool", 0),
+        ("assistant", 0), ("user", 0), ("assistant", 1)]
+    assert [m["content"] for m in conv.messages if "tool_calls" not in m and m["role"] != "tool"] == ["do it", "done", "more"]
+    assert dumps(conv.record) == dumps(OH_EVENTS) and conv.derived
+    fmt, [raw_conv] = load_trajectory(write(tmp_path, "events2.json", OH_EVENTS), format="events")
+    assert fmt == "events" and dumps(raw_conv.messages) == dumps(OH_EVENTS)  # --format events: raw
 
 
 def test_openhands_jsonl_episodes_unique_names(tmp_path):
@@ -574,8 +602,9 @@ def test_openhands_jsonl_episodes_unique_names(tmp_path):
     fmt, convs = load_trajectory(write(tmp_path, "out.jsonl", text=text))
     assert fmt == "openhands"
     assert [c.name for c in convs] == ["t", "t-2", "t-2-2", "0003"]
-    assert [cut_lengths(c) for c in convs] == [[3], [], [3, 7, 8, 10], [3]]
-    assert convs[1].messages == []
+    # the instruction first (an episode without events keeps it: 1 message)
+    assert [cut_lengths(c) for c in convs] == [[4], [1], [4, 7, 8, 10], [4]]
+    assert convs[1].messages == [{"role": "user", "content": "i"}]
     # The same episodes as a JSON list.
     fmt, convs2 = load_trajectory(write(tmp_path, "out.json", episodes))
     assert fmt == "openhands" and [c.checkpoints for c in convs2] == [c.checkpoints for c in convs]
