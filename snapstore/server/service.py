@@ -312,9 +312,16 @@ class Service:
         """Apply a retention policy (``CheckpointManager.prune``'s rules); returns what went (or,
         with ``dry_run``, would go). ``needed``: a list to which the decisions
         (:class:`snapstore.manager.retention.Decision`) of checkpoints kept only because a kept one needs
-        them (a LangGraph DeltaChannel delta chain) are appended."""
+        them (a LangGraph DeltaChannel delta chain) are appended.
+
+        Raises:
+            RunNotFound: ``run_id`` is given and has no live checkpoint (a typo must not look like
+                "nothing to prune", as in the CLI).
+        """
         if run_id is not None:
             check_run_id(run_id)
+            if self.manager.head(run_id) is None:
+                raise RunNotFound(f"run {run_id!r} not found")
         with self._gate.shared():
             return retention.prune(self.manager, run_id=run_id, dry_run=dry_run, needed=needed, **policy)
 

@@ -226,6 +226,10 @@ def test_prune_gc_stats_metrics(client):
     assert 'snapstore_store_requests_total{kind="PUT"}' in text and 'snapstore_store_bytes_total{direction="up"}' in text
     put = float(text.split('snapstore_store_requests_total{kind="PUT"} ')[1].split()[0])
     assert put >= 6
+    # a run that does not exist is 404, not "nothing to prune" (a trial's typo went unnoticed)
+    for dry in (False, True):
+        error(c.post("/prune", json={"keepLast": 1, "runId": "nope", "dryRun": dry}), 404, "run_not_found")
+    assert len(c.get("/runs/long/checkpoints").json()["checkpoints"]) == 2
 
 
 def test_bad_requests_are_json_422_413_404_405(client):
