@@ -379,7 +379,7 @@ def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -
     progress = Progress(not quiet)
     try:
         rep = import_bundle(mgr, file, existing, lambda run, done, total: progress.update(
-            f"importing {run}: checkpoint {done}/{total}"), checked=held)
+            f"import --bundle: run {run}, checkpoint {done}/{total}"), checked=held)
     except KeyboardInterrupt:
         progress.clear()
         if not quiet:
@@ -606,7 +606,7 @@ def _export_bundle(ctx, runs, checkpoint, output, record) -> None:
     progress = Progress(True)
     try:
         rep = mgr.export_bundle(list(runs), output, progress=lambda run, done, total: progress.update(
-            f"exporting {run}: checkpoint {done}/{total}"))
+            f"export --bundle: run {run}, checkpoint {done}/{total}"))
     except OSError as e:
         raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
     finally:

@@ -101,3 +101,21 @@ def test_export_bundle_all_runs_whatever_their_ids(tmp_path):
         assert sorted(m.runs()) == ["my run", "plain", "x/y"]
     bad = run.invoke(cli, ["--repo", src, "export", "--all", "plain", "--bundle", "-o", f])
     assert bad.exit_code == 2 and "not both" in bad.output
+
+
+def test_bundle_progress_off_a_terminal_is_one_line_per_phase(tmp_path, monkeypatch):
+    # a trial's import --bundle of 546 runs wrote 480 progress lines to a log file (one per run)
+    from snapstore.cli import output
+
+    src, dst, snap = str(tmp_path / "src"), str(tmp_path / "dst"), tmp_path / "all.snap"
+    for i in range(4):
+        run(src, "import", str(EXAMPLE), "--run", f"r{i}")
+    clock = iter(range(0, 10**6, 7))  # 7 s between updates: past the 5 s quiet start at once
+    monkeypatch.setattr(output.time, "monotonic", lambda: float(next(clock)))
+    r = run(src, "export", "--bundle", "--all", "-o", str(snap))
+    lines = [line for line in r.stderr.splitlines() if line.startswith("export --bundle:")]
+    assert len(lines) == 1, r.stderr
+    r = run(dst, "import", "--bundle", str(snap))
+    lines = [line for line in r.stderr.splitlines() if line.startswith("import --bundle:")]
+    assert len(lines) == 1, r.stderr
+    assert json.loads(run(dst, "runs", "--json").stdout) == ["r0", "r1", "r2", "r3"]
