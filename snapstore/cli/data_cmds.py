@@ -16,7 +16,8 @@ import time
 import click
 
 from ..errors import ColdObjectError, RepositoryError, RunNotFound
-from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
+from ..importers import FORMATS, rebuild_record
+from ..importers.replay import IMPORT_STATE_KEY, ImportResult, load_for_import, other_fields, replay
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
 from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
@@ -129,79 +130,6 @@ def init_cmd(ctx, allow_nonempty, encrypt, kms_key, **settings):
 # ------------------------------------------------------------------------------------------------
 # import
 
-def _message_sizes(checkpoint: list, cache: dict) -> int:
-    """Total exact-JSON bytes of a message list (what the manifest records as its size)."""
-    from ..format.codec import encode_json
-
-    total = 0
-    for m in checkpoint:
-        n = cache.get(id(m))
-        if n is None:
-            n = cache[id(m)] = len(encode_json(m)[0])
-        total += n
-    return total
-
-
-def _strict_equal(a: list, b: list) -> bool:
-    """Equal as JSON documents, including key order and int/float distinction."""
-    if a != b:
-        return False
-    return json_bytes(a) == json_bytes(b)
-
-
-def _resume_index(mgr: CheckpointManager, run: str, checkpoints: list[list], where: str) -> int:
-    """Index of the first checkpoint of ``checkpoints`` not yet in ``run`` (0 for a new run).
-
-    Raises:
-        CommandError: the run has content that matches none of the checkpoints.
-    """
-    latest = mgr.latest(run)
-    if latest is None:
-        return 0
-    for k in range(len(checkpoints) - 1, -1, -1):
-        if len(checkpoints[k]) == latest.message_count and _strict_equal(checkpoints[k], latest.messages):
-            return k + 1
-    raise CommandError(
-        f"run {run!r} already exists and its latest checkpoint {latest.id} ({latest.message_count} messages) "
-        f"matches none of the {len(checkpoints)} checkpoints of {where}; refusing to add to it "
-        "(import under another id with --run, or delete the run first)", 1)
-
-
-IMPORT_STATE_KEY = "import"
-"""The session-state key under which ``import`` keeps a conversation's record (see ``import --help``)."""
-
-
-def _import_state(file: str, fmt_name: str, conv) -> dict | None:
-    """The session state of a conversation's last checkpoint: ``{"import": {...}}`` holding where it
-    came from and :meth:`snapstore.importers.Conversation.extras` (the record's other fields)."""
-    extras = conv.extras()
-    if extras is None:
-        return None
-    return {IMPORT_STATE_KEY: {"file": os.path.basename(file), "format": fmt_name, "conversation": conv.name,
-                               "where": conv.where, **extras}}
-
-
-def _other_fields(conv) -> list[str]:
-    """The names of what the conversation's record holds besides the messages: the file's own
-    fields around the records (tau2-bench ``info``, ``tasks``...), the record's fields, skipped
-    records, the raw events that the messages were made from."""
-    rec = conv.record
-    out = list(conv.file_fields)
-    for part in conv.record_at:  # the conversation's own record inside the (narrowed) file
-        rec = rec[part]
-    inner = conv.path[len(conv.record_at):]
-    if isinstance(rec, dict):
-        out.extend(k for k in rec if not (len(inner) == 1 and k == inner[0]) or conv.derived)
-    if conv.derived:
-        events = rec
-        for part in inner:
-            events = events[part]
-        out.append(f"{len(events)} raw events")
-    if conv.omitted:
-        out.append(f"{len(conv.omitted)} non-message records")
-    return out
-
-
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -210,7 +138,7 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
     items = []
     for run, conv in zip(runs, conversations):
         items.append({"run": run, "where": conv.where, "checkpoints": len(conv.checkpoints),
-                      "messages": len(conv.messages), "kept_fields": _other_fields(conv)})
+                      "messages": len(conv.messages), "kept_fields": other_fields(conv)})
     if as_json:
         emit_json({"file": file, "format": fmt_name, "dry_run": True, "conversations": len(items),
                     "checkpoints": sum(i["checkpoints"] for i in items), "runs": items})
@@ -263,8 +191,6 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     the missing ones. A run whose latest checkpoint matches none of the file's is left untouched
     (error).
     """
-    from ..format.ids import check_run_id
-
     if bundle:
         _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet,
                        [o for o, v in (("--run", run_prefix), ("--format", fmt), ("--messages-path", messages_path),
@@ -274,14 +200,8 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         raise CommandError("--existing applies to --bundle only", 2)
     t0 = time.monotonic()
     progress = Progress(not quiet)
-    fmt_name, conversations = load_trajectory(file, format=fmt, messages_path=messages_path)
-    prefix = run_prefix if run_prefix is not None else default_run_id(file)
-    if prefix == "":
-        raise CommandError("run id must not be empty", 2)
-    runs = [f"{prefix}/{conv.name}" if conv.name else prefix for conv in conversations]
-    states = [_import_state(file, fmt_name, conv) for conv in conversations]
-    for run in runs:  # every run id is checked before the first save
-        check_run_id(run)
+    loaded = load_for_import(file, run_prefix, fmt, messages_path)
+    fmt_name, conversations, prefix, runs = loaded.format, loaded.conversations, loaded.prefix, loaded.runs
     if dry_run:
         _dry_run_report(file, fmt_name, prefix, runs, conversations, as_json)
         return
@@ -290,37 +210,20 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
 
     before = mgr.store.stats.snapshot()
     total_cps = sum(len(c.checkpoints) for c in conversations)
-    saved = skipped = logical = 0
-    done = 0
-    per_run = []
+    res = ImportResult()
     try:
-        for ci, (run, conv, state) in enumerate(zip(runs, conversations, states)):
-            cps = conv.checkpoints
-            if not cps:
-                per_run.append({"run": run, "checkpoints": 0, "saved": 0, "skipped": 0})
-                continue
-            start = _resume_index(mgr, run, cps, f"{file}" + (f" conversation {conv.name!r}" if conv.name else ""))
-            skipped += start
-            done += start
-            sizes: dict = {}
-            for i in range(start, len(cps)):
-                progress.update(f"importing {file}: conversation {ci + 1}/{len(conversations)}, "
-                                f"checkpoint {done + 1}/{total_cps}")
-                last = i == len(cps) - 1
-                mgr.save(run, cps[i], step=i, session_state=state if last else None)
-                logical += _message_sizes(cps[i], sizes)
-                saved += 1
-                done += 1
-            per_run.append({"run": run, "checkpoints": len(cps), "saved": len(cps) - start, "skipped": start})
+        replay(mgr, loaded, res, lambda ci, n, done, total: progress.update(
+            f"importing {file}: conversation {ci + 1}/{n}, checkpoint {done + 1}/{total}"))
     except KeyboardInterrupt:
         progress.clear()
         if not quiet:
-            write(f"interrupted: {plural(saved, 'checkpoint')} saved by this import ({done} of {total_cps} in "
+            write(f"interrupted: {plural(res.saved, 'checkpoint')} saved by this import ({res.done} of {total_cps} in "
                    f"the file now stored); run the same command again to resume: it saves only the missing ones\n",
                    err=True)
         raise
     finally:
         progress.clear()
+    per_run, saved, skipped, logical = res.per_run, res.saved, res.skipped, res.logical
 
     used = mgr.store.stats.since(before)
     elapsed = time.monotonic() - t0
@@ -357,7 +260,7 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     if empty:
         pairs.append(("  not stored", f"{plural(len(empty), 'conversation')} with no messages (a run needs a "
                                       f"checkpoint): {_clip(', '.join(empty), 70)}"))
-    kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
+    kept = list(dict.fromkeys(f for conv in conversations for f in other_fields(conv)))
     if kept:
         pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "
                                 "record back whole)"))
