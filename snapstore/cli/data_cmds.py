@@ -15,13 +15,13 @@ import time
 
 import click
 
-from ..errors import ColdObjectError, RepositoryError, RunNotFound
+from ..errors import ColdObjectError, InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
 from ..importers import FORMATS, rebuild_record
 from ..importers.replay import IMPORT_STATE_KEY, ImportResult, load_for_import, other_fields, replay
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
 from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
-                     kv_text, plural, prices_text, request_cost, short, summary_json, table_text, usd, write)
+                     kv_text, plan_progress, plural, prices_text, request_cost, short, summary_json, table_text, usd, write)
 from .params import SIZE
 from .state import state_of
 
@@ -152,7 +152,7 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
 
 
 @click.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--run", "run_prefix", metavar="ID",
               help="Run id (default: the file's name without .json/.jsonl/.traj). Files with several "
                    "conversations get one run per conversation, named ID/NAME.")
@@ -173,9 +173,19 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
 @click.option("--existing", type=click.Choice(("fail", "skip", "resume")), default="fail", show_default=True,
               help="With --bundle, a run the repository already has: fail (nothing imported), skip it, or resume "
                    "an interrupted import of it.")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Import many FILEs as partitions (groups of files of about equal bytes), the job's files "
+                   "(Parquet per partition) in DIR, shared with the workers; each file's runs are named by its "
+                   "name (under --run ID/ when given). A re-run of an interrupted job resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="With --plan: threads here (default), or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=None,
+              help="With --plan: number of partitions (at most one per file). [default: 8]")
 @click.pass_context
-def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet, bundle, existing):
-    """Replay a trajectory FILE as one checkpoint per agent turn.
+def import_cmd(ctx, files, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet, bundle, existing,
+               plan_dir, executor, scheduler, partitions):
+    """Replay a trajectory FILE as one checkpoint per agent turn (several FILEs: with --plan).
 
     Known formats (OpenAI chat, SWE-agent, mini-swe-agent, OpenHands, Claude Code, tau-bench,
     ShareGPT) are read by their own rules; any other JSON / JSON Lines file whose records hold
@@ -191,6 +201,21 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     the missing ones. A run whose latest checkpoint matches none of the file's is left untouched
     (error).
     """
+    given = [f"--{n}" for n, v in (("executor", executor), ("scheduler", scheduler), ("partitions", partitions))
+             if v is not None]
+    if plan_dir is None and given:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned import: add --plan DIR", 2)
+    if plan_dir is not None:
+        moot = [o for o, v in (("--bundle", bundle), ("--dry-run", dry_run), ("--existing", existing != "fail")) if v]
+        if moot:
+            raise CommandError(f"--plan imports trajectory files: it takes no {', '.join(moot)}", 2)
+        _partitioned_import(ctx, plan_dir, files, run_prefix, fmt, messages_path, allow_nonempty, as_json, quiet,
+                            executor or "local", scheduler, partitions or 8)
+        return
+    if len(files) > 1:
+        raise CommandError(f"{len(files)} files given: import one at a time, or several as partitions with --plan DIR",
+                           2)
+    file = files[0]
     if bundle:
         _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet,
                        [o for o, v in (("--run", run_prefix), ("--format", fmt), ("--messages-path", messages_path),
@@ -266,6 +291,44 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
                                 "record back whole)"))
     pairs.append(("  elapsed", f"{elapsed:.2f} s"))
     write(f"imported {file} ({fmt_name}) into {runs_text}\n" + kv_text(pairs), err=True)
+
+
+def _partitioned_import(ctx, plan_dir, files, run_prefix, fmt, messages_path, allow_nonempty, as_json, quiet,
+                        executor, scheduler, partitions) -> None:
+    """``import --plan DIR FILE...``: :func:`snapstore.importers.plan.partitioned_import`, the
+    repository created first when there is none."""
+    from ..importers.plan import partitioned_import
+
+    if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
+    t0 = time.monotonic()
+    _open_or_init(ctx, allow_nonempty, quiet)
+    progress = Progress(not quiet and not as_json)
+    try:
+        got = partitioned_import(state_of(ctx).location, plan_dir, list(files), partitions, executor, scheduler,
+                                 run_prefix=run_prefix, format=fmt, messages_path=messages_path,
+                                 progress=plan_progress(progress, "import --plan"))
+    except SnapstoreError as e:
+        raise CommandError(str(e), 2 if isinstance(e, InvalidInputError) else 1) from e
+    finally:
+        progress.clear()
+    got = {k: v for k, v in got.items() if k != "summaries"}
+    if as_json:
+        emit_json(got)
+    if not quiet:
+        req = ", ".join(f"{k} {v}" for k, v in sorted(got["requests"].items()) if v) or "none"
+        pairs = [("  files", f"{got['files']} ({len(got['errors'])} not imported)"),
+                 ("  runs", str(sum(1 for r in got["runs"] if r["checkpoints"]))),
+                 ("  checkpoints", f"{got['saved']} saved, {got['skipped']} already present"),
+                 ("  logical bytes", f"{human_size(got['logical_bytes'])} ({got['logical_bytes']})"),
+                 ("  requests", f"{req} (the partitions')"),
+                 ("  elapsed", f"{time.monotonic() - t0:.2f} s")]
+        lines = [f"error: {e['error']}\n" for e in got["errors"]]  # (the message names the file)
+        write("".join(lines) + f"import --plan: {got['partitions_done']}/{got['partitions']} partitions ({executor}, "
+              f"{got['resumed']} resumed), {plural(got['files'], 'file')}; results: {plan_dir}\n" + kv_text(pairs),
+              err=True)
+    if got["errors"]:
+        ctx.exit(1)
 
 
 def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -> None:

@@ -17,7 +17,7 @@ from ..errors import IntegrityError, RepositoryNotFound, RunNotFound, SnapstoreE
 from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
-from .output import (CommandError, Progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
+from .output import (CommandError, Progress, plan_progress, emit_json, human_duration, human_size, iso_time, kv_text, plural,
                      prices_text, summary_json, table_text, usd, write)
 from .params import DURATION, SIZE
 from .state import state_of
@@ -266,20 +266,6 @@ def _utc(seconds: float) -> str:
     return iso_time(datetime.fromtimestamp(seconds, timezone.utc))
 
 
-def _plan_progress(progress: Progress, label: str = "gc --plan"):
-    """A ``progress(phase, done, total)`` for a partitioned job: partitions done and, from the
-    rate so far, the time left of the phase."""
-    import time as _time
-    started: dict = {}
-
-    def show(phase, done, total):
-        t0 = started.setdefault(phase, _time.monotonic())
-        el = _time.monotonic() - t0
-        left = f", about {human_duration(el / done * (total - done))} left" if 0 < done < total and el > 0 else ""
-        progress.update(f"{label} {phase}: {done}/{total} partitions{left}", force=done == total)
-    return show
-
-
 def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json, grace_period, inventory):
     """``gc --plan DIR``: the partitioned mark (:mod:`snapstore.maintenance.partitions`), with
     ``--dry-run`` a report only, else also the partitioned sweep (:mod:`snapstore.maintenance.partsweep`)."""
@@ -290,7 +276,7 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
         raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
     location = state_of(ctx).location
     progress = Progress(not as_json)
-    show = _plan_progress(progress)
+    show = plan_progress(progress)
     try:
         if dry_run:
             rep = partitioned_mark(location, plan_dir, partitions, executor, scheduler, inventory=inventory,
@@ -442,7 +428,7 @@ def _partitioned_stats(ctx, plan_dir, executor, scheduler, partitions, prices, k
     progress = Progress(not as_json)
     try:
         got = partitioned_stats(state_of(ctx).location, plan_dir, partitions, executor, scheduler, prices=prices or None,
-                                progress=_plan_progress(progress, "stats --plan"), **kw)
+                                progress=plan_progress(progress, "stats --plan"), **kw)
     except SnapstoreError as e:
         raise CommandError(str(e)) from e
     finally:
@@ -649,7 +635,7 @@ def _partitioned_verify(ctx, plan_dir, executor, scheduler, partitions, read_dat
     try:
         got = partitioned_verify(state_of(ctx).location, plan_dir, partitions, executor, scheduler,
                                  read_data=read_data, accept_missing=accept_missing,
-                                 progress=_plan_progress(progress, "verify --plan"))
+                                 progress=plan_progress(progress, "verify --plan"))
     except SnapstoreError as e:
         raise CommandError(str(e)) from e
     finally:
