@@ -58,22 +58,25 @@ it does not fall in proportion with smaller partitions (143 MiB at 12,500, 193 M
 this measurement cannot separate the per-checkpoint part; a run with larger partitions would.
 
 Memory per checkpoint, measured apart (``python benchmarks/mark_memory.py --runs 320,1280
---checkpoints 25 --cache-mib 8 --top 14``, benchmark of commit 3ceb061, one process, no Dask, a
-MemoryStore): the resident set of one partition's mark grew by 19.0 MiB at 8,000 live checkpoints
-and 43.2 MiB at 32,000, 1,056 B per added checkpoint (2,490 and 1,415 B per checkpoint including
-the fixed part). What it holds at the end of the mark (tracemalloc, per checkpoint at 32,000):
-decoded JSON of the records kept whole (each run's head and newest live manifest, 266 B), the
+--checkpoints 25 --cache-mib 8 --top 14``, one process, no Dask, a MemoryStore, one run each):
+with the benchmark of commit 3ceb061 the resident set of one partition's mark grew by 19.0 MiB at
+8,000 live checkpoints and 43.2 MiB at 32,000, 1,056 B per added checkpoint (2,490 and 1,415 B
+per checkpoint including the fixed part). What it held at the end of the mark (tracemalloc, per
+checkpoint at 32,000): the strings of every record's ``state`` (266 B, decoded JSON) and the
 ``LogEntry`` of every record (131 B, and 58 B for its ``state`` tuple), the listed ``ObjectInfo``
 of every run-log object (89 B), the parsed packs in the cache (bounded by its limit) and the
-mark's sets of pack ids and tree nodes (under 100 B each). So the 12.0 KB above is the worker
-process's fixed cost spread over a small partition, not per-checkpoint state. The projection
-printed at the end assumes: 1,056 B per checkpoint of a partition (``--mark-bytes-per-ckpt``:
-constant with size, as between the two sizes measured; runs of 25 checkpoints: longer runs keep
-fewer whole records per checkpoint), one partition at a time per worker thread, 4 partitions per
-worker (``--projected-partitions-per-worker``: 3.9M checkpoints each at 1B on 64 workers), fixed
-costs of the measured start RSS plus the pack cache at its 256 MiB limit. With a 150 MiB worker
-process at start: 4.2 GiB per worker, 1,165 B per checkpoint of its partition, under the 2 KB
-target (a projection from ``memory_projection``, not measured at that size).
+mark's sets of pack ids and tree nodes (under 100 B each). Commit c83e11f keeps a record's state
+packed as bytes: 858 B per added checkpoint (18.1 MiB at 8,000, 37.3 MiB at 32,000; 2,319 and
+1,224 B per checkpoint with the fixed part; 976 B traced per checkpoint at 32,000). So the 12.0 KB
+above is the worker process's fixed cost spread over a small partition, not per-checkpoint state.
+The projection printed at the end assumes: 858 B per checkpoint of a partition
+(``--mark-bytes-per-ckpt``: constant with size, as between the two sizes measured; runs of 25
+checkpoints: longer runs keep fewer whole records per checkpoint), one partition at a time per
+worker thread, 4 partitions per worker (``--projected-partitions-per-worker``: 3.9M checkpoints
+each at 1B on 64 workers), fixed costs of the measured start RSS plus the pack cache at its 256 MiB
+limit. With a 150 MiB worker process at start: 3.5 GiB per worker, 967 B per checkpoint of its
+partition, under the 2 KB target (a projection from ``memory_projection``, not measured at that
+size).
 """
 
 from __future__ import annotations
@@ -192,7 +195,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the worker settings, interleaved")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "snapstore-bench-dgc"))
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--mark-bytes-per-ckpt", type=float, default=1056.0,
+    ap.add_argument("--mark-bytes-per-ckpt", type=float, default=858.0,
                     help="the mark's memory per added live checkpoint, for the memory projection (default: "
                          "benchmarks/mark_memory.py's measurement, see the docstring)")
     ap.add_argument("--projected-partitions-per-worker", type=int, default=4,
