@@ -66,7 +66,7 @@ checkpoint at 32,000): the strings of every record's ``state`` (266 B, decoded J
 ``LogEntry`` of every record (131 B, and 58 B for its ``state`` tuple), the listed ``ObjectInfo``
 of every run-log object (89 B), the parsed packs in the cache (bounded by its limit) and the
 mark's sets of pack ids and tree nodes (under 100 B each). Commit c83e11f keeps a record's state
-packed as bytes: 858 B per added checkpoint (18.1 MiB at 8,000, 37.3 MiB at 32,000; 2,319 and
+packed as bytes: 858 B per added checkpoint (17.7 MiB at 8,000, 37.3 MiB at 32,000; 2,319 and
 1,224 B per checkpoint with the fixed part; 976 B traced per checkpoint at 32,000). So the 12.0 KB
 above is the worker process's fixed cost spread over a small partition, not per-checkpoint state.
 The projection printed at the end assumes: 858 B per checkpoint of a partition
