@@ -56,6 +56,27 @@ Memory: 12.0 KB of RSS growth per checkpoint of a 12,500-checkpoint partition, 6
 target: NOT met at this size. The growth is mostly per-process (pack cache, clients, pyarrow):
 it does not fall in proportion with smaller partitions (143 MiB at 12,500, 193 MiB at 3,125), so
 this measurement cannot separate the per-checkpoint part; a run with larger partitions would.
+
+Memory per checkpoint, measured apart (``python benchmarks/mark_memory.py --runs 320,1280
+--checkpoints 25 --cache-mib 8 --top 14``, one process, no Dask, a MemoryStore, one run each):
+with the benchmark of commit 3ceb061 the resident set of one partition's mark grew by 19.0 MiB at
+8,000 live checkpoints and 43.2 MiB at 32,000, 1,056 B per added checkpoint (2,490 and 1,415 B
+per checkpoint including the fixed part). What it held at the end of the mark (tracemalloc, per
+checkpoint at 32,000): the strings of every record's ``state`` (266 B, decoded JSON) and the
+``LogEntry`` of every record (131 B, and 58 B for its ``state`` tuple), the listed ``ObjectInfo``
+of every run-log object (89 B), the parsed packs in the cache (bounded by its limit) and the
+mark's sets of pack ids and tree nodes (under 100 B each). Commit c83e11f keeps a record's state
+packed as bytes: 858 B per added checkpoint (17.7 MiB at 8,000, 37.3 MiB at 32,000; 2,319 and
+1,224 B per checkpoint with the fixed part; 976 B traced per checkpoint at 32,000). So the 12.0 KB
+above is the worker process's fixed cost spread over a small partition, not per-checkpoint state.
+The projection printed at the end assumes: 858 B per checkpoint of a partition
+(``--mark-bytes-per-ckpt``: constant with size, as between the two sizes measured; runs of 25
+checkpoints: longer runs keep fewer whole records per checkpoint), one partition at a time per
+worker thread, 4 partitions per worker (``--projected-partitions-per-worker``: 3.9M checkpoints
+each at 1B on 64 workers), fixed costs of the measured start RSS plus the pack cache at its 256 MiB
+limit. With a 150 MiB worker process at start: 3.5 GiB per worker, 967 B per checkpoint of its
+partition, under the 2 KB target (a projection from ``memory_projection``, not measured at that
+size).
 """
 
 from __future__ import annotations
@@ -174,6 +195,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the worker settings, interleaved")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "snapstore-bench-dgc"))
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--mark-bytes-per-ckpt", type=float, default=858.0,
+                    help="the mark's memory per added live checkpoint, for the memory projection (default: "
+                         "benchmarks/mark_memory.py's measurement, see the docstring)")
+    ap.add_argument("--projected-partitions-per-worker", type=int, default=4,
+                    help="partitions per worker assumed at 1B checkpoints on 64 workers (memory projection)")
     ap.add_argument("--serve", nargs=2, metavar=("CACHE", "BUCKET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -220,8 +246,30 @@ def main() -> None:
               f"{r['peak_rss_mib_per_worker']:>11} MiB  {statistics.median(x['ckpt_per_s_per_worker'] for x in rs):>13.1f}"
               f"  {statistics.median(x['projected_hours_1e9_on_64'] for x in rs):>15.2f}  "
               f"{statistics.median(x['grown_bytes_per_partition_ckpt'] for x in rs):>11}")
+    if results:
+        print(memory_projection(results, args.mark_bytes_per_ckpt, args.projected_partitions_per_worker))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+CACHE_MIB = 256
+"""The pack cache's limit (``snapstore.repo.packcache.DEFAULT_LIMIT``): a fixed cost per worker."""
+
+
+def memory_projection(results: list, per_ckpt: float, parts_per_worker: int, total: float = 1e9,
+                      workers: int = 64) -> str:
+    """The memory of one worker's partition at ``total`` live checkpoints on ``workers`` workers:
+    a partition of ``total / (workers x parts_per_worker)`` checkpoints (one partition at a time
+    per worker thread) x ``per_ckpt`` bytes, plus the fixed costs: the worker process as measured
+    before its first task (the largest start RSS here) and the pack cache at its limit."""
+    part = total / (workers * parts_per_worker)
+    start_mib = max(r["start_rss_mib_per_worker"] for r in results)
+    fixed = (start_mib + CACHE_MIB) * 2**20
+    mem = part * per_ckpt + fixed
+    return (f"memory at {total:.0e} checkpoints on {workers} workers, {parts_per_worker} partitions per worker: "
+            f"{part:,.0f} checkpoints per partition x {per_ckpt:,.0f} B + fixed {start_mib} MiB process + "
+            f"{CACHE_MIB} MiB pack cache = {mem / 2**30:.1f} GiB per worker, {mem / part:,.0f} B per checkpoint "
+            f"of its partition (target 2,048)")
 
 
 if __name__ == "__main__":

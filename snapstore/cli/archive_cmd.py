@@ -40,8 +40,18 @@ __all__ = ["COMMANDS", "archive_cmd", "restore_cmd"]
 @click.option("--keep-monthly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
 @click.option("--keep-yearly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Archive as partitions: the runs chosen here, cut into partitions that each write their runs' "
+                   "bundles on a worker; the job's files (Parquet per partition) in DIR, shared with the workers. "
+                   "A re-run of an interrupted job resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="With --plan: threads here (default), or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=None,
+              help="With --plan: number of partitions (at most one per run). [default: 8]")
 @click.pass_context
-def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expire_after, as_json, idle, **rules):
+def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expire_after, as_json, idle, plan_dir,
+                executor, scheduler, partitions, **rules):
     """Archive runs (all runs without RUN) into bundles: one per large run, small runs grouped.
 
     Each bundle is written, read back and checked, then switched in by a small hot index record;
@@ -49,7 +59,10 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
     'snapstore gc' reclaims it after its grace period. Reading an archived checkpoint reads the
     bundle with byte ranges.
     """
-    mgr = state_of(ctx).manager()
+    given = [f"--{n}" for n, v in (("executor", executor), ("scheduler", scheduler), ("partitions", partitions))
+             if v is not None]
+    if plan_dir is None and given:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned archive: add --plan DIR", 2)
     when = None
     if finished_before is not None:
         try:
@@ -57,19 +70,20 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
         except ValueError as e:
             raise CommandError(f"--finished-before: not an ISO-8601 UTC time: {finished_before!r} ({e})", 2) from e
     keep = {k: v for k, v in rules.items() if v is not None} or None
-    try:
-        rep = mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
-                          expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
-                          keep=keep)
-    except KeyboardInterrupt:
-        write("interrupted: nothing is lost (a run is switched to its bundle only once the bundle is checked; "
-              "the rest read as before); run the same command again to finish\n", err=True)
-        raise
+    if plan_dir is not None:
+        if keep:
+            raise CommandError("--plan archives every live checkpoint: prune first ('snapstore prune'), then "
+                               "archive --plan (it takes no --keep-*)", 2)
+        rep = _partitioned_archive(ctx, plan_dir, list(runs) or None, when, idle, storage_class, retention_class,
+                                   expire_after, executor or "local", scheduler, partitions or 8, as_json)
+    else:
+        rep = _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep)
     if as_json:
         emit_json({"runs": rep.runs, "skipped": rep.skipped, "bundles": rep.bundles, "checkpoints": rep.checkpoints,
                    "pruned": rep.pruned,
                    "bytes_before": rep.bytes_before, "bytes_after": rep.bytes_after, "index_bytes": rep.index_bytes,
-                   "storage_class": rep.storage_class})
+                   "storage_class": rep.storage_class,
+                   **({"partitioned": rep.partitioned} if hasattr(rep, "partitioned") else {})})
         return
     lines = [("archived", f"{plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}"),
              ("bundles", f"{len(rep.bundles)} in {rep.storage_class}" + "".join(f"\n  {b}" for b in rep.bundles)),
@@ -83,6 +97,58 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
     if rep.runs:
         lines.append(("next", "the hot copy is reclaimed by 'snapstore gc' (after its grace period)"))
     write(kv_text(lines))
+
+
+def _partitioned_archive(ctx, plan_dir, runs, when, idle, storage_class, retention_class, expire_after, executor,
+                         scheduler, partitions, as_json):
+    """``archive --plan DIR``: :func:`snapstore.maintenance.partarchive.partitioned_archive`; returns
+    a report with the attributes of :class:`~snapstore.maintenance.archive.ArchiveReport` that are printed."""
+    import os
+    from datetime import timezone
+    from types import SimpleNamespace
+
+    from ..errors import SnapstoreError
+    from ..maintenance.partarchive import partitioned_archive
+    from .output import Progress, plan_progress
+
+    if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
+    if idle is not None:
+        cut = datetime.now(timezone.utc) - idle
+        w = when if when is None or when.tzinfo else when.replace(tzinfo=timezone.utc)
+        when = cut if w is None or w > cut else w  # the earlier of the two, as one-process archive
+    mgr = state_of(ctx).manager()  # (the repository must exist; the grace period of the GCs beside)
+    progress = Progress(not as_json)
+    try:
+        got = partitioned_archive(state_of(ctx).location, plan_dir, runs, when, storage_class, retention_class,
+                                  expire_after, grace_period=mgr.gc_grace_period, stub=mgr.compact_log,
+                                  partitions=partitions,
+                                  executor=executor, scheduler=scheduler,
+                                  progress=plan_progress(progress, "archive --plan"))
+    except SnapstoreError as e:
+        raise CommandError(str(e)) from e
+    finally:
+        progress.clear()
+    write(f"archive --plan: {got['partitions_done']}/{got['partitions']} partitions ({executor}, {got['resumed']} "
+          f"resumed); results: {plan_dir}\n", err=True)
+    return SimpleNamespace(runs=got["runs"], skipped=got["skipped"], bundles=got["bundles"],
+                           checkpoints=got["checkpoints"], pruned=[], bytes_before=got["bytes_before"],
+                           bytes_after=got["bytes_after"], index_bytes=got["index_bytes"],
+                           storage_class=storage_class, partitioned={k: got[k] for k in (
+                               "partitions", "partitions_done", "resumed", "requests")})
+
+
+def _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep):
+    """One-process ``archive``: :meth:`CheckpointManager.archive`; returns its report."""
+    mgr = state_of(ctx).manager()
+    try:
+        return mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
+                          expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
+                          keep=keep)
+    except KeyboardInterrupt:
+        write("interrupted: nothing is lost (a run is switched to its bundle only once the bundle is checked; "
+              "the rest read as before); run the same command again to finish\n", err=True)
+        raise
 
 
 @click.command("restore")

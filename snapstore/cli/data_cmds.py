@@ -15,12 +15,14 @@ import time
 
 import click
 
-from ..errors import ColdObjectError, RepositoryError, RunNotFound
-from ..importers import FORMATS, default_run_id, load_trajectory, rebuild_record
+from ..errors import ColdObjectError, InvalidInputError, RepositoryError, RunNotFound, SnapstoreError
+from ..importers import FORMATS, rebuild_record
+from ..importers.replay import IMPORT_STATE_KEY, ImportResult, load_for_import, other_fields, replay
 from ..manager.facade import CheckpointManager
 from ..stores.probe import find_foreign_content
 from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
-                     kv_text, plural, prices_text, request_cost, short, stdin_interactive, summary_json, table_text, usd, write)
+                     kv_text, plan_progress, plural, prices_text, request_cost, short, stdin_interactive, summary_json,
+                     table_text, usd, write)
 from .params import SIZE
 from .state import state_of
 
@@ -129,79 +131,6 @@ def init_cmd(ctx, allow_nonempty, encrypt, kms_key, **settings):
 # ------------------------------------------------------------------------------------------------
 # import
 
-def _message_sizes(checkpoint: list, cache: dict) -> int:
-    """Total exact-JSON bytes of a message list (what the manifest records as its size)."""
-    from ..format.codec import encode_json
-
-    total = 0
-    for m in checkpoint:
-        n = cache.get(id(m))
-        if n is None:
-            n = cache[id(m)] = len(encode_json(m)[0])
-        total += n
-    return total
-
-
-def _strict_equal(a: list, b: list) -> bool:
-    """Equal as JSON documents, including key order and int/float distinction."""
-    if a != b:
-        return False
-    return json_bytes(a) == json_bytes(b)
-
-
-def _resume_index(mgr: CheckpointManager, run: str, checkpoints: list[list], where: str) -> int:
-    """Index of the first checkpoint of ``checkpoints`` not yet in ``run`` (0 for a new run).
-
-    Raises:
-        CommandError: the run has content that matches none of the checkpoints.
-    """
-    latest = mgr.latest(run)
-    if latest is None:
-        return 0
-    for k in range(len(checkpoints) - 1, -1, -1):
-        if len(checkpoints[k]) == latest.message_count and _strict_equal(checkpoints[k], latest.messages):
-            return k + 1
-    raise CommandError(
-        f"run {run!r} already exists and its latest checkpoint {latest.id} ({latest.message_count} messages) "
-        f"matches none of the {len(checkpoints)} checkpoints of {where}; refusing to add to it "
-        "(import under another id with --run, or delete the run first)", 1)
-
-
-IMPORT_STATE_KEY = "import"
-"""The session-state key under which ``import`` keeps a conversation's record (see ``import --help``)."""
-
-
-def _import_state(file: str, fmt_name: str, conv) -> dict | None:
-    """The session state of a conversation's last checkpoint: ``{"import": {...}}`` holding where it
-    came from and :meth:`snapstore.importers.Conversation.extras` (the record's other fields)."""
-    extras = conv.extras()
-    if extras is None:
-        return None
-    return {IMPORT_STATE_KEY: {"file": os.path.basename(file), "format": fmt_name, "conversation": conv.name,
-                               "where": conv.where, **extras}}
-
-
-def _other_fields(conv) -> list[str]:
-    """The names of what the conversation's record holds besides the messages: the file's own
-    fields around the records (tau2-bench ``info``, ``tasks``...), the record's fields, skipped
-    records, the raw events that the messages were made from."""
-    rec = conv.record
-    out = list(conv.file_fields)
-    for part in conv.record_at:  # the conversation's own record inside the (narrowed) file
-        rec = rec[part]
-    inner = conv.path[len(conv.record_at):]
-    if isinstance(rec, dict):
-        out.extend(k for k in rec if not (len(inner) == 1 and k == inner[0]) or conv.derived)
-    if conv.derived:
-        events = rec
-        for part in inner:
-            events = events[part]
-        out.append(f"{len(events)} raw events")
-    if conv.omitted:
-        out.append(f"{len(conv.omitted)} non-message records")
-    return out
-
-
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -210,7 +139,7 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
     items = []
     for run, conv in zip(runs, conversations):
         items.append({"run": run, "where": conv.where, "checkpoints": len(conv.checkpoints),
-                      "messages": len(conv.messages), "kept_fields": _other_fields(conv)})
+                      "messages": len(conv.messages), "kept_fields": other_fields(conv)})
     if as_json:
         emit_json({"file": file, "format": fmt_name, "dry_run": True, "conversations": len(items),
                     "checkpoints": sum(i["checkpoints"] for i in items), "runs": items})
@@ -224,7 +153,7 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
 
 
 @click.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--run", "run_prefix", metavar="ID",
               help="Run id (default: the file's name without .json/.jsonl/.traj). Files with several "
                    "conversations get one run per conversation, named ID/NAME.")
@@ -245,9 +174,19 @@ def _dry_run_report(file: str, fmt_name: str, prefix: str, runs: list[str], conv
 @click.option("--existing", type=click.Choice(("fail", "skip", "resume")), default="fail", show_default=True,
               help="With --bundle, a run the repository already has: fail (nothing imported), skip it, or resume "
                    "an interrupted import of it.")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Import many FILEs as partitions (groups of files of about equal bytes), the job's files "
+                   "(Parquet per partition) in DIR, shared with the workers; each file's runs are named by its "
+                   "name (under --run ID/ when given). A re-run of an interrupted job resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="With --plan: threads here (default), or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=None,
+              help="With --plan: number of partitions (at most one per file). [default: 8]")
 @click.pass_context
-def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet, bundle, existing):
-    """Replay a trajectory FILE as one checkpoint per agent turn.
+def import_cmd(ctx, files, run_prefix, fmt, messages_path, dry_run, allow_nonempty, as_json, quiet, bundle, existing,
+               plan_dir, executor, scheduler, partitions):
+    """Replay a trajectory FILE as one checkpoint per agent turn (several FILEs: with --plan).
 
     Known formats (OpenAI chat, SWE-agent, mini-swe-agent, OpenHands, Claude Code, tau-bench,
     ShareGPT) are read by their own rules; any other JSON / JSON Lines file whose records hold
@@ -263,8 +202,21 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
     the missing ones. A run whose latest checkpoint matches none of the file's is left untouched
     (error).
     """
-    from ..format.ids import check_run_id
-
+    given = [f"--{n}" for n, v in (("executor", executor), ("scheduler", scheduler), ("partitions", partitions))
+             if v is not None]
+    if plan_dir is None and given:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned import: add --plan DIR", 2)
+    if plan_dir is not None:
+        moot = [o for o, v in (("--bundle", bundle), ("--dry-run", dry_run), ("--existing", existing != "fail")) if v]
+        if moot:
+            raise CommandError(f"--plan imports trajectory files: it takes no {', '.join(moot)}", 2)
+        _partitioned_import(ctx, plan_dir, files, run_prefix, fmt, messages_path, allow_nonempty, as_json, quiet,
+                            executor or "local", scheduler, partitions or 8)
+        return
+    if len(files) > 1:
+        raise CommandError(f"{len(files)} files given: import one at a time, or several as partitions with --plan DIR",
+                           2)
+    file = files[0]
     if bundle:
         _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet,
                        [o for o, v in (("--run", run_prefix), ("--format", fmt), ("--messages-path", messages_path),
@@ -274,14 +226,8 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         raise CommandError("--existing applies to --bundle only", 2)
     t0 = time.monotonic()
     progress = Progress(not quiet)
-    fmt_name, conversations = load_trajectory(file, format=fmt, messages_path=messages_path)
-    prefix = run_prefix if run_prefix is not None else default_run_id(file)
-    if prefix == "":
-        raise CommandError("run id must not be empty", 2)
-    runs = [f"{prefix}/{conv.name}" if conv.name else prefix for conv in conversations]
-    states = [_import_state(file, fmt_name, conv) for conv in conversations]
-    for run in runs:  # every run id is checked before the first save
-        check_run_id(run)
+    loaded = load_for_import(file, run_prefix, fmt, messages_path)
+    fmt_name, conversations, prefix, runs = loaded.format, loaded.conversations, loaded.prefix, loaded.runs
     if dry_run:
         _dry_run_report(file, fmt_name, prefix, runs, conversations, as_json)
         return
@@ -290,37 +236,20 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
 
     before = mgr.store.stats.snapshot()
     total_cps = sum(len(c.checkpoints) for c in conversations)
-    saved = skipped = logical = 0
-    done = 0
-    per_run = []
+    res = ImportResult()
     try:
-        for ci, (run, conv, state) in enumerate(zip(runs, conversations, states)):
-            cps = conv.checkpoints
-            if not cps:
-                per_run.append({"run": run, "checkpoints": 0, "saved": 0, "skipped": 0})
-                continue
-            start = _resume_index(mgr, run, cps, f"{file}" + (f" conversation {conv.name!r}" if conv.name else ""))
-            skipped += start
-            done += start
-            sizes: dict = {}
-            for i in range(start, len(cps)):
-                progress.update(f"importing {file}: conversation {ci + 1}/{len(conversations)}, "
-                                f"checkpoint {done + 1}/{total_cps}")
-                last = i == len(cps) - 1
-                mgr.save(run, cps[i], step=i, session_state=state if last else None)
-                logical += _message_sizes(cps[i], sizes)
-                saved += 1
-                done += 1
-            per_run.append({"run": run, "checkpoints": len(cps), "saved": len(cps) - start, "skipped": start})
+        replay(mgr, loaded, res, lambda ci, n, done, total: progress.update(
+            f"importing {file}: conversation {ci + 1}/{n}, checkpoint {done + 1}/{total}"))
     except KeyboardInterrupt:
         progress.clear()
         if not quiet:
-            write(f"interrupted: {plural(saved, 'checkpoint')} saved by this import ({done} of {total_cps} in "
+            write(f"interrupted: {plural(res.saved, 'checkpoint')} saved by this import ({res.done} of {total_cps} in "
                    f"the file now stored); run the same command again to resume: it saves only the missing ones\n",
                    err=True)
         raise
     finally:
         progress.clear()
+    per_run, saved, skipped, logical = res.per_run, res.saved, res.skipped, res.logical
 
     used = mgr.store.stats.since(before)
     elapsed = time.monotonic() - t0
@@ -358,12 +287,50 @@ def import_cmd(ctx, file, run_prefix, fmt, messages_path, dry_run, allow_nonempt
         pairs.append(("  not stored", f"{plural(len(empty), 'conversation')} with no messages (a run needs a "
                                       f"checkpoint): {', '.join(empty[:5])}"
                                       + (f" and {len(empty) - 5} more ('import -n' lists each)" if len(empty) > 5 else "")))
-    kept = list(dict.fromkeys(f for conv in conversations for f in _other_fields(conv)))
+    kept = list(dict.fromkeys(f for conv in conversations for f in other_fields(conv)))
     if kept:
         pairs.append(("  kept", f"{_clip(', '.join(kept), 70)} ('snapstore export RUN --record' gives each "
                                 "record back whole)"))
     pairs.append(("  elapsed", f"{elapsed:.2f} s"))
     write(f"imported {file} ({fmt_name}) into {runs_text}\n" + kv_text(pairs), err=True)
+
+
+def _partitioned_import(ctx, plan_dir, files, run_prefix, fmt, messages_path, allow_nonempty, as_json, quiet,
+                        executor, scheduler, partitions) -> None:
+    """``import --plan DIR FILE...``: :func:`snapstore.importers.plan.partitioned_import`, the
+    repository created first when there is none."""
+    from ..importers.plan import partitioned_import
+
+    if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
+    t0 = time.monotonic()
+    _open_or_init(ctx, allow_nonempty, quiet)
+    progress = Progress(not quiet and not as_json)
+    try:
+        got = partitioned_import(state_of(ctx).location, plan_dir, list(files), partitions, executor, scheduler,
+                                 run_prefix=run_prefix, format=fmt, messages_path=messages_path,
+                                 progress=plan_progress(progress, "import --plan"))
+    except SnapstoreError as e:
+        raise CommandError(str(e), 2 if isinstance(e, InvalidInputError) else 1) from e
+    finally:
+        progress.clear()
+    got = {k: v for k, v in got.items() if k != "summaries"}
+    if as_json:
+        emit_json(got)
+    if not quiet:
+        req = ", ".join(f"{k} {v}" for k, v in sorted(got["requests"].items()) if v) or "none"
+        pairs = [("  files", f"{got['files']} ({len(got['errors'])} not imported)"),
+                 ("  runs", str(sum(1 for r in got["runs"] if r["checkpoints"]))),
+                 ("  checkpoints", f"{got['saved']} saved, {got['skipped']} already present"),
+                 ("  logical bytes", f"{human_size(got['logical_bytes'])} ({got['logical_bytes']})"),
+                 ("  requests", f"{req} (the partitions')"),
+                 ("  elapsed", f"{time.monotonic() - t0:.2f} s")]
+        lines = [f"error: {e['error']}\n" for e in got["errors"]]  # (the message names the file)
+        write("".join(lines) + f"import --plan: {got['partitions_done']}/{got['partitions']} partitions ({executor}, "
+              f"{got['resumed']} resumed), {plural(got['files'], 'file')}; results: {plan_dir}\n" + kv_text(pairs),
+              err=True)
+    if got["errors"]:
+        ctx.exit(1)
 
 
 def _import_bundle(ctx, file, existing, allow_nonempty, as_json, quiet, other) -> None:

@@ -19,7 +19,8 @@ from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
 from .output import (CommandError, Progress, current_activity, emit_json, human_duration, human_size, iso_time,
-                     kv_text, plural, prices_text, stdin_interactive, summary_json, table_text, usd, write)
+                     kv_text, plan_progress, plural, prices_text, stdin_interactive, summary_json, table_text, usd,
+                     write)
 from .params import DURATION, SIZE
 from .state import state_of
 
@@ -315,20 +316,6 @@ def _utc(seconds: float) -> str:
     return iso_time(datetime.fromtimestamp(seconds, timezone.utc))
 
 
-def _plan_progress(progress: Progress, label: str = "gc --plan"):
-    """A ``progress(phase, done, total)`` for a partitioned job: partitions done and, from the
-    rate so far, the time left of the phase."""
-    import time as _time
-    started: dict = {}
-
-    def show(phase, done, total):
-        t0 = started.setdefault(phase, _time.monotonic())
-        el = _time.monotonic() - t0
-        left = f", about {human_duration(el / done * (total - done))} left" if 0 < done < total and el > 0 else ""
-        progress.update(f"{label} {phase}: {done}/{total} partitions{left}", force=done == total)
-    return show
-
-
 def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_json, grace_period, inventory):
     """``gc --plan DIR``: the partitioned mark (:mod:`snapstore.maintenance.partitions`), with
     ``--dry-run`` a report only, else also the partitioned sweep (:mod:`snapstore.maintenance.partsweep`)."""
@@ -339,7 +326,7 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
         raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
     location = state_of(ctx).location
     progress = Progress(not as_json)
-    show = _plan_progress(progress)
+    show = plan_progress(progress)
     try:
         if dry_run:
             rep = partitioned_mark(location, plan_dir, partitions, executor, scheduler, inventory=inventory,
@@ -483,6 +470,23 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
     write(head + kv_text(gc_lines(rep)))
 
 
+def _partitioned_stats(ctx, plan_dir, executor, scheduler, partitions, prices, kw, as_json):
+    """``stats --plan DIR``: :func:`snapstore.maintenance.partstats.partitioned_stats`; returns the
+    report and the job's figures (partitions, partitions done, resumed, executor)."""
+    from ..maintenance.partstats import partitioned_stats
+
+    progress = Progress(not as_json)
+    try:
+        got = partitioned_stats(state_of(ctx).location, plan_dir, partitions, executor, scheduler, prices=prices or None,
+                                progress=plan_progress(progress, "stats --plan"), **kw)
+    except SnapstoreError as e:
+        raise CommandError(str(e)) from e
+    finally:
+        progress.clear()
+    return got["report"], {"partitions": got["partitions"], "partitions_done": got["partitions_done"],
+                           "resumed": got["resumed"], "executor": executor}
+
+
 @click.command("stats")
 @click.option("--price-gb-month", type=click.FloatRange(min=0), metavar="USD",
               help="Storage price per GB-month for the cost estimate. [default: S3 Standard, 0.023]")
@@ -499,11 +503,26 @@ def gc_cmd(ctx, grace_period, dry_run, max_unused, as_json, break_lock, force, p
               help="Price overrides for --cost: {\"gb_month\": {\"DEEP_ARCHIVE\": 0.0018}, ...} "
                    "(tables gb_month, put_per_1000, get_per_1000, retrieval_per_gb, restore_per_1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.option("--plan", "plan_dir", metavar="DIR",
+              help="Count as run-key partitions, the job's files (Parquet per partition) in DIR (shared with the "
+                   "workers); the same figures (the requests are the job's). A re-run of an interrupted job resumes.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="With --plan: threads here (default), or a Dask distributed cluster (--scheduler).")
+@click.option("--scheduler", metavar="ADDR", help="With --executor dask: the scheduler, tcp://HOST:PORT.")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=None,
+              help="With --plan: number of run-key partitions. [default: 8]")
 @click.pass_context
-def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, prices_file):
+def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, prices_file, plan_dir, executor,
+              scheduler, partitions):
     """Repository size, deduplication ratio, object counts, this command's store requests and an
     estimated cost (S3 Standard list prices, us-east-1, unless overridden)."""
-    mgr = state_of(ctx).manager()
+    given = [f"--{n}" for n, v in (("executor", executor), ("scheduler", scheduler), ("partitions", partitions))
+             if v is not None]
+    if given and plan_dir is None:
+        raise CommandError(f"{', '.join(given)} only apply to a partitioned stats: add --plan DIR", 2)
+    if plan_dir is not None and os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
+        raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
+    mgr = state_of(ctx).manager() if plan_dir is None else None
     prices = {}
     if price_gb_month is not None:
         prices["gb_month"] = price_gb_month
@@ -521,10 +540,18 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, pr
                 raise CommandError(f"--prices: not JSON ({e})", 2) from e
     elif prices_file is not None:
         raise CommandError("--prices goes with --cost", 2)
-    st = mgr.stats(prices=prices, **kw) if prices else mgr.stats(**kw)
+    job = None
+    if plan_dir is not None:
+        st, job = _partitioned_stats(ctx, plan_dir, executor or "local", scheduler, partitions or 8, prices, kw,
+                                     as_json)
+    else:
+        st = mgr.stats(prices=prices, **kw) if prices else mgr.stats(**kw)
     if as_json:
-        emit_json(st)
+        emit_json(st if job is None else {**st, "partitioned": job})
         return
+    if job is not None:  # the job's figures on stderr: stdout is the report one-process stats prints
+        write(f"stats --plan: {job['partitions_done']}/{job['partitions']} partitions ({job['executor']}, "
+              f"{job['resumed']} resumed); results: {plan_dir}\n", err=True)
     logical, stored = int(st.get("logical_bytes", 0)), int(st.get("stored_bytes", 0))
     ratio = st.get("ratio")
     pairs = [("runs", str(st.get("runs", 0))), ("checkpoints", str(st.get("checkpoints", 0))),
@@ -565,13 +592,15 @@ def stats_cmd(ctx, price_gb_month, price_put, price_get, as_json, cost, tier, pr
             text = ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
             down = req.get("bytes_down")
             extra = f", {human_size(down)} read" if isinstance(down, int) and down else ""
-            tail.append(("requests", f"{text} ({n_requests} total, made by this command{extra})"))
+            who = "made by this command" if job is None else "made by the job's driver and partitions"
+            tail.append(("requests", f"{text} ({n_requests} total, {who}{extra})"))
     cost = st.get("cost")
     if isinstance(cost, dict) and isinstance(cost.get("storage_per_month"), (int, float)):
         text = f"{usd(cost['storage_per_month'])}/month to store {human_size(stored)}"
         if isinstance(cost.get("requests"), (int, float)):
             text += f"; {usd(cost['requests'])} for "
-            text += f"this command's {n_requests} requests" if n_requests is not None else "the requests"
+            whose = "this command's" if job is None else "the job's"
+            text += f"{whose} {n_requests} requests" if n_requests is not None else "the requests"
         tail.append(("cost estimate", text))
         if isinstance(cost.get("prices"), dict):
             source = "S3 Standard list prices, us-east-1" + (", with the prices given" if prices else "")
@@ -657,7 +686,7 @@ def _partitioned_verify(ctx, plan_dir, executor, scheduler, partitions, read_dat
     try:
         got = partitioned_verify(state_of(ctx).location, plan_dir, partitions, executor, scheduler,
                                  read_data=read_data, accept_missing=accept_missing,
-                                 progress=_plan_progress(progress, "verify --plan"))
+                                 progress=plan_progress(progress, "verify --plan"))
     except KeyRequired as e:  # exit 1 is verify's "corrupt objects"; this checked nothing: 3
         raise CommandError(f"{e}; a partitioned verify needs the key in every worker's environment "
                            "(plain 'snapstore verify' checks an encrypted repository's structure without it)",

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import click
 
-__all__ = ["Activity", "CommandError", "Interrupted", "Progress", "current_activity", "emit_json", "human_duration",
+__all__ = ["Activity", "CommandError", "Interrupted", "Progress", "plan_progress", "current_activity", "emit_json", "human_duration",
            "human_size", "is_s3", "iso_time", "json_bytes", "kv_text", "plural", "prices_text", "request_cost",
            "short", "stderr_tty", "summary_json", "table_text", "usd", "write"]
 
@@ -374,3 +374,16 @@ def plural(n: int, word: str) -> str:
     """``1 pack``, ``2 packs``: ``n`` and ``word``, with an ``s`` unless ``n`` is 1."""
     return f"{n} {word}" + ("" if n == 1 else "s")
 
+
+def plan_progress(progress: Progress, label: str = "gc --plan"):
+    """A ``progress(phase, done, total)`` for a partitioned job: partitions done and, from the
+    rate so far, the time left of the phase."""
+    import time as _time
+    started: dict = {}
+
+    def show(phase, done, total):
+        t0 = started.setdefault(phase, _time.monotonic())
+        el = _time.monotonic() - t0
+        left = f", about {human_duration(el / done * (total - done))} left" if 0 < done < total and el > 0 else ""
+        progress.update(f"{label} {phase}: {done}/{total} partitions{left}", force=done == total)
+    return show

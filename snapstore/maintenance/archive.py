@@ -254,6 +254,21 @@ def select_runs(repo: Repository, run_ids: list | None = None,
     return [log.live[0].run_id for log in chosen.values()], skipped
 
 
+def choose_runs(repo: Repository, run_ids: list | None = None,
+                finished_before: datetime | None = None) -> tuple[dict, dict]:
+    """As :func:`select_runs`, with each chosen run's number of live checkpoints.
+
+    Returns:
+        ``({run id: live checkpoints}, {run id: why skipped})``.
+    Raises:
+        As :func:`select_runs`.
+    """
+    if finished_before is not None and finished_before.tzinfo is None:
+        finished_before = finished_before.replace(tzinfo=timezone.utc)
+    chosen, skipped = _select(repo, run_ids, finished_before)
+    return {log.live[0].run_id: len(log.live) for log in chosen.values()}, skipped
+
+
 def _select(repo: Repository, run_ids, finished_before) -> tuple[dict, dict]:
     """run key -> RunLog of the runs to archive, and run id -> why others are skipped."""
     listing = list_runs(repo)

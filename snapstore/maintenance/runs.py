@@ -44,20 +44,53 @@ class RunLog:
     corrupt: list
 
 
+_HEX = frozenset("0123456789abcdef")
+_LENGTHS: dict = {}  # the hex lengths of packed states, one shared tuple per shape
+
+
 class LogEntry:
     """What GC keeps of a log record once its run's log is read and classified (a few hundred
     bytes instead of a :class:`Manifest`'s ~1.5 KB): enough to mark it (``kind``, ``run_id``,
     ``state``, session-state refs) and to decide which records to delete (``seq``, ``kind``,
-    ``target``). ``checkpoint_id`` is not kept (None)."""
+    ``target``). ``checkpoint_id`` is not kept (None).
 
-    __slots__ = ("kind", "run_id", "seq", "target", "state", "session_state_ref", "session_state_tree")
+    ``state`` (the spine's ``[state id hex, pack hex, ...]``) is kept as the bytes the hex digits
+    spell, one object of about 60 bytes, with the digits' lengths shared by every entry of the same
+    shape, instead of a tuple of strings (about 200 bytes; benchmarks/mark_memory.py): reading
+    :attr:`state` gives the same tuple of strings back. A state that is not lowercase hex of even
+    lengths is kept as it is."""
+
+    __slots__ = ("kind", "run_id", "seq", "target", "_state", "_lengths", "session_state_ref", "session_state_tree")
     checkpoint_id = None
 
     def __init__(self, m: Manifest, run_id: str):
         self.kind, self.run_id, self.seq = m.kind, run_id, m.seq
         self.target = {"seq": int(m.target["seq"])} if m.target else None
-        self.state = tuple(m.state) if m.state else None
+        self._state, self._lengths = _pack_state(m.state)
         self.session_state_ref, self.session_state_tree = m.session_state_ref, m.session_state_tree
+
+    @property
+    def state(self) -> tuple | None:
+        """The record's ``state`` as a tuple of strings (as :class:`Manifest` has it), or None."""
+        if self._lengths is None:
+            return self._state
+        h = self._state.hex()
+        out, pos = [], 0
+        for n in self._lengths:
+            out.append(h[pos:pos + n])
+            pos += n
+        return tuple(out)
+
+
+def _pack_state(state) -> tuple:
+    """``(packed bytes, shared lengths tuple)`` for a state of lowercase even-length hex strings;
+    ``(tuple(state) or None, None)`` otherwise."""
+    if not state:
+        return None, None
+    if all(isinstance(x, str) and len(x) % 2 == 0 and _HEX.issuperset(x) for x in state):
+        lengths = tuple(len(x) for x in state)
+        return bytes.fromhex("".join(state)), _LENGTHS.setdefault(lengths, lengths)
+    return tuple(state), None
 
 
 def slim_log(log: RunLog) -> RunLog:

@@ -96,12 +96,44 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
     Raises:
         InvalidInputError: a bad tier or price override (``cost``).
     """
-    cats: dict[str, dict] = defaultdict(lambda: {"count": 0, "bytes": 0})
-    keys_by_run: dict[str, list[str]] = defaultdict(list)
-    logsegs_by_run: dict[str, dict] = defaultdict(dict)
-    total = 0
-    bundle_infos = []
-    for info in repo.store.list(""):
+    t = tally(repo.store.list(""))
+    fig = live_figures(repo, t)
+    return assemble(repo, t.cats, t.total, fig, lambda: (repo.store.stats.as_dict(), repo.store.stats.counts),
+                    prices, cost, t.bundle_infos, class_prices, tier)
+
+
+class Tally:
+    """What one pass over listed objects counts (:func:`tally`).
+
+    Attributes:
+        cats: category -> ``{"count", "bytes"}`` (plus ``stubs``, ``voids``, ``shared``,
+            ``shared_bytes`` where they apply), as in :func:`stats`' ``objects``.
+        keys_by_run: run key -> keys of its manifests that hold a record.
+        logsegs_by_run: run key -> ``{(hi, level): key}`` of its log segments.
+        total: bytes of every object counted (sealed objects at their plaintext size).
+        bundle_infos: ObjectInfo of every archive bundle counted.
+    """
+
+    def __init__(self):
+        self.cats: dict = defaultdict(lambda: {"count": 0, "bytes": 0})
+        self.keys_by_run: dict = defaultdict(list)
+        self.logsegs_by_run: dict = defaultdict(dict)
+        self.total = 0
+        self.bundle_infos: list = []
+
+
+def tally(infos) -> Tally:
+    """Count listed objects by category, and file the run-log keys among them by run.
+
+    Args:
+        infos: an iterable of :class:`~snapstore.stores.base.ObjectInfo` (one LIST, or part of one:
+            a partition's key range of ``runs/``, or everything outside ``runs/``).
+    Returns:
+        A :class:`Tally`.
+    """
+    t = Tally()
+    cats = t.cats
+    for info in infos:
         if info.size >= UNSEALED_SIZE:  # not a sealed object (a stray file): counted at its stored size
             info = replace(info, size=info.size - UNSEALED_SIZE)
         k = info.key
@@ -110,12 +142,12 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
         if c == "other" and k.startswith(bundle.ARCHIVE):  # §28: bundles, their hot index records and logs
             c = "bundles" if k.startswith(bundle.DATA) else "bundle logs" if k.startswith(BUNDLE_LOGS) else "bundle index"
             if c == "bundles":
-                bundle_infos.append(info)
+                t.bundle_infos.append(info)
         if c == "manifests":
             if void_record(info):
                 cats[c]["voids"] = cats[c].get("voids", 0) + 1  # void records (§15): no record
             else:
-                keys_by_run[where.run_key].append(k)
+                t.keys_by_run[where.run_key].append(k)
             if info.size == 0:
                 cats[c]["stubs"] = cats[c].get("stubs", 0) + 1  # compacted records (§14)
         elif c == "packs" and _is_shared_pack(k):
@@ -124,27 +156,65 @@ def stats(repo: Repository, prices: dict | None = None, cost: bool = False, clas
         elif c == "log":
             pos = parse_logseg_key(k)
             if pos is not None:
-                logsegs_by_run[where.run_key][pos] = k
+                t.logsegs_by_run[where.run_key][pos] = k
         cats[c]["count"] += 1
         cats[c]["bytes"] += info.size
-        total += info.size
-    # the records log segments cover are read from them (one GET per segment, not per manifest)
-    logs = read_all_runs(repo, keys_by_run, logsegs_by_run=logsegs_by_run)
-    live = [m for log in logs.values() for m in log.live]
-    message_bytes = sum(m.size for m in live)
-    state_bytes = sum(session_state_bytes(m) for m in live)
+        t.total += info.size
+    return t
+
+
+def live_figures(repo: Repository, t: Tally) -> dict:
+    """The live checkpoints' figures of the runs in ``t``: their logs read in bulk (the records log
+    segments cover from them, one GET per segment, not per manifest).
+
+    Args:
+        repo: the repository.
+        t: a :class:`Tally` whose ``keys_by_run`` / ``logsegs_by_run`` name the runs to read.
+    Returns:
+        ``{"runs": runs with a live checkpoint, "checkpoints": live checkpoints, "message_bytes",
+        "session_state_bytes"}`` (bytes of exact JSON), plus ``"per_run"``: run key ->
+        ``(checkpoints, message_bytes, session_state_bytes)`` of every run with one.
+    """
+    logs = read_all_runs(repo, t.keys_by_run, logsegs_by_run=t.logsegs_by_run)
+    per_run = {}
+    for rk, log in logs.items():
+        if log.live:
+            per_run[rk] = (len(log.live), sum(m.size for m in log.live), sum(session_state_bytes(m) for m in log.live))
+    return {"runs": len(per_run), "checkpoints": sum(v[0] for v in per_run.values()),
+            "message_bytes": sum(v[1] for v in per_run.values()),
+            "session_state_bytes": sum(v[2] for v in per_run.values()), "per_run": per_run}
+
+
+def assemble(repo: Repository, cats: dict, total: int, fig: dict, requests,
+             prices: dict | None = None, cost: bool = False, bundle_infos: list = (),
+             class_prices: dict | None = None, tier: str = "standard") -> dict:
+    """:func:`stats`' report from its parts (the one-process walk's, or a partitioned job's merged).
+
+    Args:
+        repo: the repository (its crash leftovers are looked up here; its bundle index with ``cost``).
+        cats: category -> counts, as :attr:`Tally.cats`; total: bytes of every object.
+        fig: :func:`live_figures`' figures (``runs``, ``checkpoints``, ``message_bytes``, ``session_state_bytes``).
+        requests: ``requests() -> (entry, counts)``, called once the leftovers are looked up: the
+            report's ``requests`` entry (the requests made) and request kind -> count, priced in
+            the cost estimate.
+        prices / cost / class_prices / tier: as for :func:`stats`; bundle_infos: the bundles listed (``cost``).
+    Returns:
+        The report dict described at :func:`stats`.
+    """
+    message_bytes, state_bytes = fig["message_bytes"], fig["session_state_bytes"]
     logical = message_bytes + state_bytes
     find = repo.store.leftovers if store_capabilities(repo.store).leftovers else None
     try:
         left = find() if find is not None else []
     except SnapstoreError:
         left = []  # e.g. not allowed to list multipart uploads
-    out = {"runs": sum(1 for log in logs.values() if log.live), "checkpoints": len(live),
-            "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
-            "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
-            "objects": dict(cats), "requests": repo.store.stats.as_dict(),
-            "cost": estimate_cost(total, repo.store.stats.counts, prices),
-            "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}
+    entry, counts = requests()
+    out = {"runs": fig["runs"], "checkpoints": fig["checkpoints"],
+           "logical_bytes": logical, "message_bytes": message_bytes, "session_state_bytes": state_bytes,
+           "stored_bytes": total, "ratio": (logical / total) if total else 0.0,
+           "objects": dict(cats), "requests": entry,
+           "cost": estimate_cost(total, counts, prices),
+           "leftovers": {"count": len(left), "bytes": sum(it.size for it in left)}}
     if cost:
         cls = {ix.key: ix.storage_class for ix in repo.bundles.load().values()}
         hot = (sum(v["count"] for k, v in cats.items() if k != "bundles"),
