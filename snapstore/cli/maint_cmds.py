@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import click
 
-from ..errors import (IntegrityError, InvalidInputError, KeyRequired, RepositoryNotFound, RunNotFound,
-                      SnapstoreError)
+from ..errors import (IntegrityError, InvalidInputError, KeyRequired, RepositoryError, RepositoryNotFound,
+                      RunNotFound, SnapstoreError, StoreError)
 from ..manager import retention
 from ..manager.facade import CheckpointManager
 from ..stores.probe import probe_store
@@ -741,7 +741,10 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
     else:
         # not opened here: verify opens it (never creating one), or, for an encrypted repository
         # without $SNAPSTORE_PASSPHRASE, checks its structure from the stored bytes (format.md §27)
-        mgr = state_of(ctx).manager(create=True)
+        try:
+            mgr = state_of(ctx).manager(create=True)
+        except (RepositoryError, StoreError) as e:  # a .db that is not SQLite, no bucket, ...: nothing
+            raise CommandError(str(e), 3) from e    # checked (exit 1 is verify's "corrupt objects")
         progress = Progress(not as_json)
         kwargs = {}
         if progress.tty:
@@ -750,8 +753,8 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
             if accept_missing:
                 kwargs["accept_missing"] = True
             report = mgr.verify(read_data=read_data, **kwargs)
-        except RepositoryNotFound as e:  # exit 1 is verify's "corrupt objects": nothing to check is 3
-            raise CommandError(str(e), 3) from e
+        except (RepositoryError, StoreError) as e:  # exit 1 is verify's "corrupt objects": nothing to
+            raise CommandError(str(e), 3) from e    # check (no repository, not a SQLite file, ...) is 3
         finally:
             progress.clear()
     errors, warnings, checked = list(report.errors), list(report.warnings), dict(report.checked)

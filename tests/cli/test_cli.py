@@ -1155,3 +1155,11 @@ def test_verify_of_no_repository_is_not_taken_for_corruption(tmp_path):
     # exit 1 is verify's "corrupt objects"; a location with nothing to verify is 3 ("other errors")
     r = run(str(tmp_path / "nothing"), "verify", ok=False)
     assert r.exit_code == 3 and "no snapstore repository at" in r.stderr, (r.exit_code, r.stderr)
+    # nor is a file that is not a repository at all (a trial: "not a SQLite database" exited 1)
+    bad = tmp_path / "bad.db"
+    bad.write_text("hello\n")
+    r = run(str(bad), "verify", ok=False)
+    assert r.exit_code == 3 and "not a SQLite database" in r.stderr, (r.exit_code, r.stderr)
+    (tmp_path / "dir.db").mkdir()
+    r = run(str(tmp_path / "dir.db"), "verify", ok=False)
+    assert r.exit_code == 3, (r.exit_code, r.stderr)
