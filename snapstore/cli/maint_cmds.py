@@ -188,6 +188,11 @@ def prune_cmd(ctx, run_id, dry_run, as_json, quiet, yes, **rules):
         lines += [line("deleted", s, r) for s, r in gone]
     runs = len({s.run_id for s, _ in gone})
     ptext = _policy_text(policy)
+    whole = sorted({s.run_id for s, _ in gone} - {s.run_id for s, _ in kept})
+    if whole and not quiet:
+        names = ", ".join(whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
+        lines.append(f"note: {'would delete' if dry_run else 'deleted'} every checkpoint of {len(whole)} run(s), "
+                     f"so the run(s) {'would go' if dry_run else 'went'} too: {names}\n")
     if gone:
         verb, keep = ("would delete", "would keep") if dry_run else ("deleted", "kept")
         lines.append(f"{verb} {len(gone)} checkpoint(s) from {runs} run(s); {keep} {len(kept)} "

@@ -336,6 +336,8 @@ def test_prune(repo, monkeypatch):
     for argv in (["--older-than", "0"], ["--older-than", "0", "--keep-last", "0"], ["--older-than", "0", "--run", "other"]):
         one_line_error(run(repo, "prune", *argv, ok=False), 2, "--yes")
         assert (ids(repo, "demo-run"), ids(repo, "other")) == before
+    r = run(repo, "prune", "--older-than", "0", "--run", "other", "--dry-run")  # the plan says runs go
+    assert "note: would delete every checkpoint of 1 run(s), so the run(s) would go too: other\n" in r.stdout
     r = run(repo, "prune", "--older-than", "0", "--json", ok=False)
     assert r.exit_code == 2 and "2 of 2 run(s) entirely (demo-run, other: 4 checkpoint(s)" in r.stderr
     # on a terminal it asks: "n" deletes nothing
