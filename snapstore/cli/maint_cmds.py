@@ -825,26 +825,28 @@ def serve_cmd(ctx, host, port, token_file, no_auth, max_body, cors_origins, log_
     settings = ServerSettings(token=token, max_body_bytes=max_body, cors_origins=tuple(cors_origins))
     location = state_of(ctx).location
     probe_store(location)  # an unreachable S3 endpoint: one clear error and exit 1, before listening
-    _check_keys(location)
+    exists = _check_keys(location)
     write(f"snapstore: serving {location} on http://{host}:{port}/ "
            f"({'no authentication' if token is None else 'bearer token required'})\n", err=True)
+    if not exists:  # a typo in --repo would otherwise pass unnoticed until a save created it there
+        write(f"snapstore: note: no repository at {location} yet; the first save creates it there\n", err=True)
     serve(location, host=host, port=port, settings=settings, log_level=log_level)
 
 
-def _check_keys(location: str) -> None:
+def _check_keys(location: str) -> bool:
     """Open the repository at ``location`` (if there is one) as the service will, so that a
     wrong or missing passphrase ($SNAPSTORE_PASSPHRASE, docs/format.md §27) is one line and exit 1
-    before listening, not a 500 on every request.
+    before listening, not a 500 on every request. Returns whether there is a repository.
 
     Raises:
         WrongPassphrase / EncryptionError: the repository's keys do not fit the passphrase given.
     """
-    from ..errors import RepositoryNotFound
     try:
         with CheckpointManager(location, create=False) as mgr:
             mgr.repo
     except RepositoryNotFound:
-        pass  # an empty location: the first save creates the repository
+        return False  # an empty location: the first save creates the repository
+    return True
 
 
 COMMANDS = (prune_cmd, gc_cmd, stats_cmd, verify_cmd, serve_cmd)

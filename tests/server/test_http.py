@@ -339,6 +339,21 @@ def test_cli_serve_runs_uvicorn_with_a_token_file(tmp_path):
         proc.terminate()
         proc.wait(20)
     assert CheckpointManager(str(tmp_path / "repo")).latest("x").messages == [{"role": "user", "content": "hi"}]
+    # a trial's typo in --repo served an empty location silently: the log says so (the repository
+    # exists now, so a second start says nothing of the kind)
+    err = proc.stderr.read().decode()
+    assert f"no repository at {tmp_path / 'repo'} yet; the first save creates it" in err, err
+    port = _free_port()
+    cmd, kw = _cli("--repo", str(tmp_path / "repo"), "serve", "--port", str(port), "--token-file", str(tf),
+                   "--log-level", "warning")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}", 30)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    err = proc.stderr.read().decode()
+    assert "serving" in err and "no repository" not in err, err
 
 
 def test_concurrent_conditional_saves_one_wins(local_client):
