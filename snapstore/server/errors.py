@@ -123,8 +123,16 @@ def install_handlers(app) -> None:
         details = _clean_details(exc.errors())
         first = details[0] if details else {"loc": [], "message": "invalid request"}
         where = ".".join(first["loc"])
-        return error_response(422, "invalid_request", f"{where}: {first['message']}" if where else first["message"],
-                              details=details)
+        message = f"{where}: {first['message']}" if where else first["message"]
+        kinds = {d.get("type") for d in details}
+        if kinds & {"json_invalid"}:  # loc ["body", 28]: 28 is a character offset, not a field
+            pos = first["loc"][1] if len(first["loc"]) > 1 else None
+            message = f"the request body is not valid JSON ({first['message']}" + \
+                (f" at character {pos})" if pos is not None else ")")
+        ctype = request.headers.get("content-type", "")
+        if first["loc"][:1] == ["body"] and "json" not in ctype.lower() and request.method in ("POST", "PUT", "PATCH"):
+            message += f" (the body is read as JSON: send it with Content-Type: application/json; got {ctype or 'none'})"
+        return error_response(422, "invalid_request", message, details=details)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

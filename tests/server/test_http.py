@@ -447,3 +447,18 @@ def test_cli_serve_refuses_an_encrypted_repository_without_its_passphrase(tmp_pa
         p = subprocess.run([sys.executable, "-m", "snapstore", "--repo", str(repo), "serve", "--port", "9"],
                            capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
         assert p.returncode == 1 and needle in p.stderr and "serving" not in p.stderr, (pw, p.returncode, p.stderr)
+
+
+def test_body_errors_say_what_to_send(client):
+    # a trial's curl -d without a Content-Type got "body: Input should be a valid dictionary", and
+    # bad JSON "body.28: JSON decode error" (28 read like a field: it is a character offset)
+    c = client
+    r = c.post("/runs/r/checkpoints", content=b'{"messages": []}', headers={"content-type": "application/x-www-form-urlencoded"})
+    body = error(r, 422, "invalid_request")
+    assert "Content-Type: application/json" in body["message"], body
+    r = c.post("/runs/r/checkpoints", content=b'{"messages": [}', headers={"content-type": "application/json"})
+    body = error(r, 422, "invalid_request")
+    assert body["message"].startswith("the request body is not valid JSON") and "at character" in body["message"]
+    assert "Content-Type" not in body["message"]  # the header was right
+    body = error(c.post("/runs/r/checkpoints", json={"step": 1}), 422, "invalid_request")
+    assert body["message"] == "body.messages: Field required", body
