@@ -308,7 +308,7 @@ def _stub_and_drop(repo: Repository, run_key: str, infos: dict, lsegs: dict, rec
         hook("after_logsegs", run_key)
 
 
-def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> CompactResult:
+def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None, stub: bool = True) -> CompactResult:
     """Write run ``run_key``'s archive log, stub its manifests, drop its other log segments
     (module docstring).
 
@@ -318,6 +318,7 @@ def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> 
         listed: ``seq -> Manifest`` the archive read of the run (each record gathered must equal it).
         hook: optional ``hook(step)`` called after ``"after_archlog"`` (written and read back),
             ``"after_stub"`` (the first stub written) and ``"after_logsegs"`` (segments deleted).
+        stub: as :func:`compact_bundle_logs`.
     Returns:
         A :class:`CompactResult`. A run whose log cannot be gathered whole, or is too large for
         one archive log, keeps its log as it was (``why`` says why).
@@ -358,5 +359,6 @@ def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> 
     res.key, res.records, res.bytes = key, len(recs), len(back)
     if hook:
         hook("after_archlog")
-    _stub_and_drop(repo, run_key, infos, lsegs, recs, key, hi, res, (lambda step, _rk: hook(step)) if hook else None)
+    _stub_and_drop(repo, run_key, infos, lsegs, recs, key, hi, res, (lambda step, _rk: hook(step)) if hook else None,
+                   stub)
     return res

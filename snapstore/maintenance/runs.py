@@ -16,7 +16,7 @@ from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.liveness import HIDDEN, LIVE, LogWalk
 from ..format.logseg import parse_logseg_key
-from ..format.manifest import KIND_TOMBSTONE, Manifest, is_void
+from ..format.manifest import KIND_TOMBSTONE, ArchivedManifest, Manifest, is_void
 from ..format.removals import is_removals_key
 from ..repo.log.bulk import choose_logsegs, copies_from_logseg, list_logsegs
 from ..repo.repository import Repository
@@ -50,14 +50,24 @@ class LogEntry:
     ``state``, session-state refs) and to decide which records to delete (``seq``, ``kind``,
     ``target``). ``checkpoint_id`` is not kept (None)."""
 
-    __slots__ = ("kind", "run_id", "seq", "target", "state", "session_state_ref", "session_state_tree")
+    __slots__ = ("kind", "run_id", "seq", "target", "_state", "session_state_ref", "session_state_tree")
     checkpoint_id = None
 
     def __init__(self, m: Manifest, run_id: str):
         self.kind, self.run_id, self.seq = m.kind, run_id, m.seq
         self.target = {"seq": int(m.target["seq"])} if m.target else None
-        self.state = tuple(m.state) if m.state else None
+        # a record of a thin bundle log keeps its state in its bundle (§28): read only if marked
+        self._state = m if isinstance(m, ArchivedManifest) and not m.loaded else (tuple(m.state) if m.state else None)
         self.session_state_ref, self.session_state_tree = m.session_state_ref, m.session_state_tree
+
+    @property
+    def state(self):
+        """The record's ``[state id hex, pack hex]`` as a tuple (None for an empty list); for a
+        record of a thin bundle log, read from its bundle on first use."""
+        st = self._state
+        if isinstance(st, ArchivedManifest):
+            st = self._state = tuple(st.state) if st.state else None
+        return st
 
 
 def slim_log(log: RunLog) -> RunLog:
