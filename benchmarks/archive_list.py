@@ -1,0 +1,105 @@
+"""Listing archived runs, two checkouts side by side: what the hot catalogue costs a reader.
+
+For each checkout given (``--trees A B ...``, default this one), a child process with that
+checkout's ``snapstore`` on its path saves a workload into a fresh local repository, archives it
+(GLACIER_IR, recorded) and GCs it twice, then times a fresh manager's ``list()`` of every run
+(each record decoded from the bundle logs) ``--reps`` times. Children run interleaved, round by
+round (A, B, A, B, ...), so machine load hits both alike; reported per checkout: the median
+seconds of a listing, microseconds per record, and the ratio to the first checkout.
+
+Workloads: ``taubench`` (the shared ``taubench-gpt4o-airline.json``: 200 runs, 2,454
+checkpoints) and ``long`` (one synthetic run of 2,454 checkpoints, a user and an assistant
+message each, ``step`` and ``token_usage`` set).
+
+    python benchmarks/archive_list.py [--trees DIR ...] [--rounds N] [--reps N] [--workload taubench|long]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LONG = 2454
+"""Checkpoints of the ``long`` workload."""
+
+
+def _child(tree: str, workload: str, reps: int) -> dict:
+    sys.path.insert(0, tree)
+    sys.path.insert(1, str(HERE))
+    from snapstore import CheckpointManager
+    from snapstore.stores.local import LocalStore
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "r"
+        mgr = CheckpointManager(LocalStore(root, fsync=False))
+        if workload == "long":
+            msgs = []
+            for i in range(LONG):
+                msgs = msgs + [{"role": "user", "content": f"step {i}: go on"},
+                               {"role": "assistant", "content": f"done {i}"}]
+                mgr.save("long", msgs, step=i, token_usage={"input": 100 + i, "output": 20})
+        else:
+            import _lib
+            from benchmarks import workloads as wl
+            data = _lib.shared_dir()
+            if data is None:
+                raise SystemExit("no shared trajectories ($SNAPSTORE_SHARED_DATA)")
+            w = [w for w in wl.trajectory_workloads(Path(data))[0] if "taubench" in w.name][0]
+            for ri, r in enumerate(w.runs):
+                for msgs in r.checkpoints:
+                    mgr.save(f"{r.run_id}-{ri}", list(msgs))
+        mgr.archive()
+        mgr.gc(grace_period=0)
+        mgr.gc(grace_period=0)
+        times, records = [], 0
+        for _ in range(reps):
+            fresh = CheckpointManager(LocalStore(root, fsync=False))
+            t0 = time.perf_counter()
+            records = sum(len(fresh.list(run)) for run in fresh.runs())
+            times.append(time.perf_counter() - t0)
+        return {"tree": tree, "records": records, "times": times,
+                "hot_left": sum(i.size for i in LocalStore(root).list("") if not i.key.startswith("archive/data/")
+                                and i.key != "config")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trees", nargs="*", default=[str(HERE.parent)], help="checkouts to compare (first: the base)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5, help="listings per child")
+    ap.add_argument("--workload", choices=("taubench", "long"), default="taubench")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        print(json.dumps(_child(a.child, a.workload, a.reps)))
+        return 0
+    got: dict = {t: [] for t in a.trees}
+    recs: dict = {}
+    left: dict = {}
+    for _ in range(a.rounds):
+        for t in a.trees:
+            out = subprocess.run([sys.executable, __file__, "--child", str(Path(t).resolve()), "--workload", a.workload,
+                                  "--reps", str(a.reps)], check=True, capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            got[t] += r["times"]
+            recs[t], left[t] = r["records"], r["hot_left"]
+    base = statistics.median(got[a.trees[0]])
+    print(f"archive_list: a fresh manager's list() of every archived run, workload {a.workload}, "
+          f"{a.rounds} rounds x {a.reps} listings, interleaved")
+    for t in a.trees:
+        med = statistics.median(got[t])
+        print(f"  {t:<40} {recs[t]:>5} records  median {med * 1000:8.1f} ms  {med / recs[t] * 1e6:6.1f} us/record  "
+              f"x{med / base:5.2f}  hot bytes left {left[t]} ({left[t] / recs[t]:.0f} B/record)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
