@@ -4,8 +4,10 @@ For each checkout given (``--trees A B ...``, default this one), a child process
 checkout's ``snapstore`` on its path saves a workload into a fresh local repository, archives it
 (GLACIER_IR, recorded) and GCs it twice, then times a fresh manager's ``list()`` of every run
 (each record decoded from the bundle logs) ``--reps`` times. Children run interleaved, round by
-round (A, B, A, B, ...), so machine load hits both alike; reported per checkout: the median
-seconds of a listing, microseconds per record, and the ratio to the first checkout.
+round (A, B, A, B, ...), so machine load hits both alike; reported per checkout, as medians and
+ratios to the first checkout: the wall and CPU (``process_time``) seconds of a listing, and the
+CPU microseconds per record of decoding every record of the bundle logs into a Manifest (what a
+listing pays per record, without its LISTs and GETs).
 
 Workloads: ``taubench`` (the shared ``taubench-gpt4o-airline.json``: 200 runs, 2,454
 checkpoints) and ``long`` (one synthetic run of 2,454 checkpoints, a user and an assistant
@@ -58,13 +60,28 @@ def _child(tree: str, workload: str, reps: int) -> dict:
         mgr.archive()
         mgr.gc(grace_period=0)
         mgr.gc(grace_period=0)
-        times, records = [], 0
+        times, cpu, records = [], [], 0
         for _ in range(reps):
             fresh = CheckpointManager(LocalStore(root, fsync=False))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             records = sum(len(fresh.list(run)) for run in fresh.runs())
             times.append(time.perf_counter() - t0)
-        return {"tree": tree, "records": records, "times": times,
+            cpu.append(time.process_time() - c0)
+        # decoding alone: every bundle log's records into Manifests, CPU seconds
+        from snapstore.format import keys
+        from snapstore.format.logseg import decode_bundlelog
+        store = LocalStore(root, fsync=False)
+        blobs = [(i.key, store.get(i.key)) for i in store.list("archive/log/")]
+        decode, n = [], 0
+        for _ in range(reps):
+            c0, n = time.process_time(), 0
+            for k, d in blobs:
+                for rk, copies in decode_bundlelog(k, d).items():
+                    for c in copies:
+                        c.manifest(keys.manifest_key(rk, c.seq))
+                        n += 1
+            decode.append(time.process_time() - c0)
+        return {"tree": tree, "records": records, "times": times, "cpu": cpu, "decode": decode, "decoded": n,
                 "hot_left": sum(i.size for i in LocalStore(root).list("") if not i.key.startswith("archive/data/")
                                 and i.key != "config")}
 
@@ -81,6 +98,9 @@ def main(argv=None) -> int:
         print(json.dumps(_child(a.child, a.workload, a.reps)))
         return 0
     got: dict = {t: [] for t in a.trees}
+    cpu: dict = {t: [] for t in a.trees}
+    dec: dict = {t: [] for t in a.trees}
+    decoded: dict = {}
     recs: dict = {}
     left: dict = {}
     for _ in range(a.rounds):
@@ -90,14 +110,21 @@ def main(argv=None) -> int:
                                  env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}).stdout
             r = json.loads(out.strip().splitlines()[-1])
             got[t] += r["times"]
+            cpu[t] += r["cpu"]
+            dec[t] += r["decode"]
+            decoded[t] = r["decoded"]
             recs[t], left[t] = r["records"], r["hot_left"]
     base = statistics.median(got[a.trees[0]])
+    base_cpu = statistics.median(cpu[a.trees[0]])
+    base_dec = statistics.median(dec[a.trees[0]])
     print(f"archive_list: a fresh manager's list() of every archived run, workload {a.workload}, "
-          f"{a.rounds} rounds x {a.reps} listings, interleaved")
+          f"{a.rounds} rounds x {a.reps} listings, interleaved (medians; wall and CPU seconds of the listing; "
+          "CPU of decoding every bundle log record into a Manifest)")
     for t in a.trees:
-        med = statistics.median(got[t])
-        print(f"  {t:<40} {recs[t]:>5} records  median {med * 1000:8.1f} ms  {med / recs[t] * 1e6:6.1f} us/record  "
-              f"x{med / base:5.2f}  hot bytes left {left[t]} ({left[t] / recs[t]:.0f} B/record)")
+        med, mc, md = statistics.median(got[t]), statistics.median(cpu[t]), statistics.median(dec[t])
+        print(f"  {t:<40} {recs[t]:>5} records  wall {med * 1000:7.1f} ms x{med / base:4.2f}  "
+              f"cpu {mc * 1000:7.1f} ms x{mc / base_cpu:4.2f}  decode {md / max(1, decoded[t]) * 1e6:5.1f} us/record "
+              f"x{md / base_dec:4.2f}  hot bytes left {left[t]} ({left[t] / recs[t]:.0f} B/record)")
     return 0
 
 

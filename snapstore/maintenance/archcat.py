@@ -7,8 +7,10 @@ the runs the bundle serves, in this order:
    its copy in a log segment) as ``(envelope version, JSON body)``, each checked to decode to the
    manifest the archive listed (a run that fails this keeps its log as it was);
 2. writes them create-only as ONE bundle log (``archive/log/<bundle id>``, a log segment of
-   version 5: every run's records columnar in one zstd frame), reads it back and checks every
-   record byte for byte (an existing one, from an interrupted archive, is read and checked the same way);
+   version 6: every run's records columnar in one zstd frame, each *thin*: without the
+   data-locating fields the bundle's fields entry holds, :mod:`snapstore.format.archfields`),
+   reads it back and checks every record byte for byte (an existing one, from an interrupted
+   archive, is read and checked the same way);
 3. writes each run's 0-byte pointer ``runs/<R>/l/<inverted hi>.<bundle id>.b`` create-only;
 4. replaces every full manifest it holds with a 0-byte stub (compare-and-swap on the ETag
    listed in step 1: a record pruned or deleted meanwhile is never recreated); the key stays,
