@@ -7,7 +7,8 @@ checkout's ``snapstore`` on its path saves a workload into a fresh local reposit
 round (A, B, A, B, ...), so machine load hits both alike; reported per checkout, as medians and
 ratios to the first checkout: the wall and CPU (``process_time``) seconds of a listing, and the
 CPU microseconds per record of decoding every record of the bundle logs into a Manifest (what a
-listing pays per record, without its LISTs and GETs).
+listing pays per record, without its LISTs and GETs); and a fresh manager's ``latest()`` of the
+run with most checkpoints (requests, bytes down, wall and CPU seconds): one archived checkpoint read.
 
 Workloads: ``taubench`` (the shared ``taubench-gpt4o-airline.json``: 200 runs, 2,454
 checkpoints) and ``long`` (one synthetic run of 2,454 checkpoints, a user and an assistant
@@ -67,6 +68,18 @@ def _child(tree: str, workload: str, reps: int) -> dict:
             records = sum(len(fresh.list(run)) for run in fresh.runs())
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+        # one archived checkpoint: a fresh manager's latest() of the run with most checkpoints
+        big = max(CheckpointManager(LocalStore(root, fsync=False)).runs(),
+                  key=lambda r: len(CheckpointManager(LocalStore(root, fsync=False)).list(r)))
+        reads, read_cpu, gets, down = [], [], 0, 0
+        for _ in range(reps):
+            st = LocalStore(root, fsync=False)
+            fresh = CheckpointManager(st)
+            t0, c0 = time.perf_counter(), time.process_time()
+            fresh.latest(big)
+            reads.append(time.perf_counter() - t0)
+            read_cpu.append(time.process_time() - c0)
+            gets, down = st.stats.counts.get("GET", 0), st.stats.bytes_down
         # decoding alone: every bundle log's records into Manifests, CPU seconds
         from snapstore.format import keys
         from snapstore.format.logseg import decode_bundlelog
@@ -82,6 +95,7 @@ def _child(tree: str, workload: str, reps: int) -> dict:
                         n += 1
             decode.append(time.process_time() - c0)
         return {"tree": tree, "records": records, "times": times, "cpu": cpu, "decode": decode, "decoded": n,
+                "read": reads, "read_cpu": read_cpu, "read_gets": gets, "read_bytes": down,
                 "hot_left": sum(i.size for i in LocalStore(root).list("") if not i.key.startswith("archive/data/")
                                 and i.key != "config")}
 
@@ -101,6 +115,9 @@ def main(argv=None) -> int:
     cpu: dict = {t: [] for t in a.trees}
     dec: dict = {t: [] for t in a.trees}
     decoded: dict = {}
+    rd: dict = {t: [] for t in a.trees}
+    rdc: dict = {t: [] for t in a.trees}
+    rreq: dict = {}
     recs: dict = {}
     left: dict = {}
     for _ in range(a.rounds):
@@ -113,6 +130,9 @@ def main(argv=None) -> int:
             cpu[t] += r["cpu"]
             dec[t] += r["decode"]
             decoded[t] = r["decoded"]
+            rd[t] += r["read"]
+            rdc[t] += r["read_cpu"]
+            rreq[t] = (r["read_gets"], r["read_bytes"])
             recs[t], left[t] = r["records"], r["hot_left"]
     base = statistics.median(got[a.trees[0]])
     base_cpu = statistics.median(cpu[a.trees[0]])
@@ -125,6 +145,12 @@ def main(argv=None) -> int:
         print(f"  {t:<40} {recs[t]:>5} records  wall {med * 1000:7.1f} ms x{med / base:4.2f}  "
               f"cpu {mc * 1000:7.1f} ms x{mc / base_cpu:4.2f}  decode {md / max(1, decoded[t]) * 1e6:5.1f} us/record "
               f"x{md / base_dec:4.2f}  hot bytes left {left[t]} ({left[t] / recs[t]:.0f} B/record)")
+    b_rd, b_rdc = statistics.median(rd[a.trees[0]]), statistics.median(rdc[a.trees[0]])
+    print("  one archived checkpoint: a fresh manager's latest() of the run with most checkpoints")
+    for t in a.trees:
+        m1, m2 = statistics.median(rd[t]), statistics.median(rdc[t])
+        print(f"  {t:<40} {rreq[t][0]:>3} GET {rreq[t][1] / 1024:6.0f} KiB  wall {m1 * 1000:7.1f} ms x{m1 / b_rd:4.2f}  "
+              f"cpu {m2 * 1000:7.1f} ms x{m2 / b_rdc:4.2f}")
     return 0
 
 

@@ -16,6 +16,8 @@ fields entry with the bundle's suffix, which it reads anyway.
 
 from __future__ import annotations
 
+import orjson
+
 from ..errors import IntegrityError
 from .codec import dumps_exact, loads_exact
 
@@ -108,7 +110,9 @@ def decode_fields(key: str, raw: bytes) -> dict:
     try:
         if len(raw) > MAX_FIELDS_RAW:
             raise ValueError(f"{len(raw)} bytes")
-        d = loads_exact(raw, 8)
+        # orjson: the entry holds strings, lists of strings and nulls only (no integer to keep
+        # exact), its shape is checked below, and orjson bounds the nesting itself
+        d = orjson.loads(raw)
         out = {}
         for rk, recs in d["runs"].items():
             if not isinstance(recs, dict):
@@ -119,5 +123,5 @@ def decode_fields(key: str, raw: bytes) -> dict:
                     raise ValueError(f"run {rk!r} position {s!r}")
                 got[int(s)] = f
         return out
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, orjson.JSONDecodeError) as e:
         raise IntegrityError(key, f"malformed fields entry of an archive bundle: {e}") from None
