@@ -34,10 +34,12 @@ verified with ``--read-data`` (exit 1 on a mismatch).
 ``--quick`` (under a minute): the three smallest trajectory files and ``shared-prompt:20``.
 ``--breakdown`` adds the hot catalogue's bytes per record by field group and the index records' parts.
 
-Figures (``python benchmarks/archive.py --breakdown``, at ab2c382, local directory, thin bundle
-logs): hot bytes left per archived checkpoint 41 B on the trajectories (bundle logs 30, index
-records 11) and 40 B on ``shared-prompt:100`` (29, 12): PASS against the issue's 64 B. Bundles
-1.01x LB on the trajectories, 1.28x on ``shared-prompt:100`` (within 1.2x LB + 1 KB per run). At
+Figures (``python benchmarks/archive.py --breakdown``, at 5716356, local directory, thin bundle
+logs): hot bytes left per archived checkpoint 41 B on the trajectories (bundle logs 29, index
+records 11) and 40 B on ``shared-prompt:100`` (28, 12): PASS against the issue's 64 B. Bundles
+1.02x LB on the trajectories, 1.27x on ``shared-prompt:100`` (within 1.2x LB + 1 KB per run).
+``--quick`` at 5716356: 92 B on its 3 single-run files (FAIL: each run of 5-12 checkpoints pays
+a whole index record, 45 B a checkpoint) and 43 B on ``shared-prompt:20``. At
 077ab01, with whole records in the bundle logs (version 5): 104 B and 103 B (bundle logs 93 and
 91, of which digest 18, state 25, ``xt`` 9, segment list 8), bundles 0.84x and 1.17x LB.
 ``benchmarks/archive_size.py`` is this script under its earlier name.
