@@ -29,9 +29,19 @@ Every archived checkpoint is read back and compared with what was saved, and the
 verified with ``--read-data`` (exit 1 on a mismatch).
 
     python benchmarks/archive.py [--quick] [--data DIR] [--json OUT] [--shared-runs N] [--level N] [--ldm]
-                                 [--window-log N] [--no-catalogue]
+                                 [--window-log N] [--no-catalogue] [--breakdown]
 
 ``--quick`` (under a minute): the three smallest trajectory files and ``shared-prompt:20``.
+``--breakdown`` adds the hot catalogue's bytes per record by field group and the index records' parts.
+
+Figures (``python benchmarks/archive.py --breakdown``, at 5716356, local directory, thin bundle
+logs): hot bytes left per archived checkpoint 41 B on the trajectories (bundle logs 29, index
+records 11) and 40 B on ``shared-prompt:100`` (28, 12): PASS against the issue's 64 B. Bundles
+1.02x LB on the trajectories, 1.27x on ``shared-prompt:100`` (within 1.2x LB + 1 KB per run).
+``--quick`` at 5716356: 92 B on its 3 single-run files (FAIL: each run of 5-12 checkpoints pays
+a whole index record, 45 B a checkpoint) and 43 B on ``shared-prompt:20``. At
+077ab01, with whole records in the bundle logs (version 5): 104 B and 103 B (bundle logs 93 and
+91, of which digest 18, state 25, ``xt`` 9, segment list 8), bundles 0.84x and 1.17x LB.
 ``benchmarks/archive_size.py`` is this script under its earlier name.
 """
 
@@ -77,7 +87,79 @@ def _cold_latest(root: Path, run: str) -> tuple:
     return cp, time.perf_counter() - t0, store.stats.counts.get("GET", 0), store.stats.bytes_down
 
 
-def run_workload(w, workdir: Path) -> dict:
+BREAKDOWN = (("write_id", ("write_id",)), ("created", ("created",)), ("id", ("id",)), ("parent", ("parent",)),
+             ("rd/run", ("rd", "run")), ("kind+seq", ("kind", "seq")),
+             ("user fields", ("step", "agent_id", "status", "token_usage", "metrics", "metadata")),
+             ("session state", ("session_state", "session_state_ref", "session_state_tree")),
+             ("msgs count+bytes", ("messages.count", "messages.bytes")), ("msgs.digest", ("messages.digest",)),
+             ("msgs.state", ("messages.state",)), ("msgs.xt", ("messages.xt",)), ("msgs.x+a", ("messages.x", "messages.a")),
+             ("segs", ("segs",)), ("origin/target", ("origin", "target")))
+"""``--breakdown``: the field groups of a record whose share of the bundle logs is measured."""
+
+
+def _strip(body: bytes, names) -> bytes:
+    from snapstore.format.codec import dumps_exact, loads_exact
+    d = loads_exact(body, 64)
+    for n in names:
+        if n.startswith("messages."):
+            d.get("messages", {}).pop(n.split(".", 1)[1], None)
+        else:
+            d.pop(n, None)
+    return dumps_exact(d)
+
+
+def catalogue_breakdown(store) -> dict:
+    """Bytes of the bundle logs (``archive/log/``) and of the index records (``archive/index/``) of
+    ``store``, split: each bundle log re-encoded with one field group of :data:`BREAKDOWN` left out
+    of every record; the group's bytes are the difference (groups compress together, so the
+    differences need not add up to the whole). Index records: the whole, and re-encoded with
+    ``runs`` (the positions served) or ``replaces`` (the hot packs replaced) emptied.
+
+    Returns:
+        ``{"records": N, "logs": bytes, "fields": {group: bytes}, "index": bytes,
+        "index_runs": bytes, "index_replaces": bytes}``.
+    """
+    from dataclasses import replace as dc_replace
+    from snapstore.format.bundle import decode_index, encode_index
+    from snapstore.format.logseg import decode_bundlelog, encode_bundlelog
+    out = {"records": 0, "logs": 0, "fields": {g: 0 for g, _ in BREAKDOWN}, "index": 0, "index_runs": 0,
+           "index_replaces": 0}
+    for info in store.list("archive/log/"):
+        logs = decode_bundlelog(info.key, store.get(info.key))
+        recs = {rk: [(c.seq, c.version, c.data) for c in cs] for rk, cs in logs.items()}
+        base = len(encode_bundlelog({rk: [(s, v, _strip(b, ())) for s, v, b in rs] for rk, rs in recs.items()}))
+        out["logs"] += info.size
+        out["records"] += sum(len(rs) for rs in recs.values())
+        for g, names in BREAKDOWN:
+            out["fields"][g] += base - len(encode_bundlelog(
+                {rk: [(s, v, _strip(b, names)) for s, v, b in rs] for rk, rs in recs.items()}))
+    for info in store.list("archive/index/"):
+        ix = decode_index(info.key, store.get(info.key))
+        whole = len(encode_index(ix))
+        out["index"] += info.size
+        out["index_runs"] += whole - len(encode_index(dc_replace(ix, runs={})))
+        out["index_replaces"] += whole - len(encode_index(dc_replace(ix, replaces=[])))
+    return out
+
+
+def report_breakdown(rows: list) -> str:
+    """The ``--breakdown`` lines: bytes per archived checkpoint per field group, per workload kind."""
+    out = []
+    for label, sel in (("trajectories", [r for r in rows if not r["file"].startswith("shared-prompt")]),
+                       ("shared-prompt", [r for r in rows if r["file"].startswith("shared-prompt")])):
+        sel = [r["breakdown"] for r in sel if "breakdown" in r]
+        if not sel:
+            continue
+        n = sum(b["records"] for b in sel) or 1
+        f = {g: sum(b["fields"][g] for b in sel) / n for g, _ in BREAKDOWN}
+        out.append(f"{label}: bundle logs {sum(b['logs'] for b in sel) / n:.1f} B per record, of which (left out one "
+                   f"group at a time): " + ", ".join(f"{g} {v:.1f}" for g, v in f.items()))
+        out.append(f"{label}: index records {sum(b['index'] for b in sel) / n:.1f} B per record (runs/seqs "
+                   f"{sum(b['index_runs'] for b in sel) / n:.1f}, replaces {sum(b['index_replaces'] for b in sel) / n:.1f})")
+    return "\n".join(out)
+
+
+def run_workload(w, workdir: Path, breakdown: bool = False) -> dict:
     """Save ``w`` (a :class:`benchmarks.workloads.Workload`) hot, archive it, GC twice; measure (module docstring)."""
     root = workdir / (w.name.replace(":", "_").replace("/", "_") + ".repo")
     mgr = CheckpointManager(LocalStore(root, fsync=False))
@@ -118,7 +200,8 @@ def run_workload(w, workdir: Path) -> dict:
             ok = ok and check.get(run, cid).messages == msgs
     ok = ok and check.verify(read_data=True).ok
     runs = len(saved)
-    return {"file": w.name, "runs": runs, "checkpoints": ckpts, "lb": w.lb_bytes,
+    extra = {"breakdown": catalogue_breakdown(mgr.store)} if breakdown else {}
+    return {**extra, "file": w.name, "runs": runs, "checkpoints": ckpts, "lb": w.lb_bytes,
             "hot": sum(i.size for i in hot), "hot_objects": len(hot), "hot_objects_per_run": len(hot) / runs,
             "bundle": bundle, "bundles": len(rep.bundles), "hot_left": left,
             "hot_left_objects": sum(1 for i in after if not i.key.startswith("archive/data/")),
@@ -215,6 +298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, default=None, help="zstd level of bundle blocks (default: archive's, 19)")
     ap.add_argument("--ldm", action="store_true", help="long-range matching in bundle blocks (enable_ldm)")
     ap.add_argument("--window-log", type=int, default=None, help="zstd window_log of bundle blocks")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="the hot catalogue's bytes per record split by field (bundle logs) and part (index records)")
     ap.add_argument("--no-catalogue", action="store_true",
                     help="skip archive's hot-catalogue step (run logs left as they were: the figure before it)")
     a = ap.parse_args(argv)
@@ -234,11 +319,13 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for w in select_workloads(data, a.quick, a.shared_runs):
-            rows.append(run_workload(w, Path(work)))
+            rows.append(run_workload(w, Path(work), a.breakdown))
     if not rows:
         print("no workload selected", file=sys.stderr)
         return 2
     print(report(rows))
+    if a.breakdown:
+        print(report_breakdown(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r["exact"] for r in rows) else 1

@@ -100,13 +100,16 @@ def _columns(cols: bytearray, records: list) -> None:
         last = seq
 
 
-def _compressed(cols: bytearray, records: list, max_raw: int, what: str) -> bytes:
-    """``cols`` followed by the version, length and body columns of ``records``, as one zstd frame.
+def _compressed(cols: bytearray, records: list, max_raw: int, what: str, flags: list | None = None) -> bytes:
+    """``cols`` followed by the version, (``flags``: flag,) length and body columns of
+    ``records``, as one zstd frame.
 
     Raises:
         InvalidInputError: more than ``max_raw`` bytes before compression (names ``what``).
     """
     cols += bytes(version for _, version, _ in records)
+    if flags is not None:
+        cols += bytes(flags)
     for _, _, body in records:
         put_varint(cols, len(body))
     for _, _, body in records:
@@ -117,9 +120,14 @@ def _compressed(cols: bytearray, records: list, max_raw: int, what: str) -> byte
                                     write_dict_id=False).compress(bytes(cols))
 
 
-def encode_bundle_frame(runs: dict, max_raw: int) -> bytes:
+def encode_bundle_frame(runs: dict, max_raw: int, thin: dict | None = None) -> bytes:
     """The zstd frame of a bundle log holding ``{run key: [(seq, envelope version, JSON body)]}``
     (each run's positions strictly ascending; runs in sorted key order).
+
+    ``thin``: a thin bundle log (version 6, docs/format.md §28): ``{run key: [bool per record]}``,
+    True where the body is thin (its moved fields in the bundle,
+    :mod:`snapstore.format.archfields`); written as a flag column (u8 per record, 1 thin, 0 whole)
+    after the version column.
 
     Raises:
         InvalidInputError: positions out of order, a bad version, an empty run, or more than
@@ -138,12 +146,20 @@ def encode_bundle_frame(runs: dict, max_raw: int) -> bytes:
     allrecs = [r for rk in order for r in runs[rk]]
     for rk in order:
         _columns(cols, runs[rk])
-    return _compressed(cols, allrecs, max_raw, "bundle log")
+    flags = None
+    if thin is not None:
+        flags = []
+        for rk in order:
+            if len(thin[rk]) != len(runs[rk]):
+                raise InvalidInputError(f"bundle log run {rk!r}: {len(thin[rk])} flags for {len(runs[rk])} records")
+            flags += [1 if t else 0 for t in thin[rk]]
+    return _compressed(cols, allrecs, max_raw, "bundle log", flags)
 
 
-def decode_bundle_frame(key: str, frame: bytes, max_raw: int) -> dict:
+def decode_bundle_frame(key: str, frame: bytes, max_raw: int, thin: bool = False) -> dict:
     """Inverse of :func:`encode_bundle_frame`: ``{run key: [(seq, envelope version, JSON body)]}``,
-    decompressing at most ``max_raw`` bytes whatever the frame claims.
+    decompressing at most ``max_raw`` bytes whatever the frame claims. ``thin`` (version 6): the
+    frame has the flag column, and each record is ``(seq, version, body, is thin)``.
 
     Raises:
         IntegrityError: the frame or its columns are malformed (names ``key``).
@@ -178,6 +194,12 @@ def decode_bundle_frame(key: str, frame: bytes, max_raw: int) -> dict:
         pos += total
         if len(versions) != total or 0 in versions:
             raise ValueError("bad version column")
+        flags = None
+        if thin:
+            flags = body[pos:pos + total]
+            pos += total
+            if len(flags) != total or any(f > 1 for f in flags):
+                raise ValueError("bad flag column")
         lengths = []
         for _ in range(total):
             ln, pos = get_varint(body, pos)
@@ -189,7 +211,8 @@ def decode_bundle_frame(key: str, frame: bytes, max_raw: int) -> dict:
             for _ in range(n):
                 if pos + lengths[i] > len(body):
                     raise ValueError("truncated body column")
-                recs.append((seqs[i], versions[i], bytes(body[pos:pos + lengths[i]])))
+                rec = (seqs[i], versions[i], bytes(body[pos:pos + lengths[i]]))
+                recs.append(rec + (flags[i] == 1,) if thin else rec)
                 pos += lengths[i]
                 i += 1
         if pos != len(body):

@@ -33,6 +33,7 @@ from . import archlog
 from .codec import get_varint, prepared_dict, put_varint, zstd_decompress
 from .elide import RestoredLog
 from .keys import SEQ_MAX
+from .archfields import full_body
 from .manifest import MANIFEST_DICT_V1, Manifest, open_manifest
 
 LOG_FANOUT = 16
@@ -49,6 +50,9 @@ LOG_VERSION_BUNDLE = 5
 """Version 5: a bundle log (:mod:`snapstore.format.archlog`): the logs of consecutive runs one archive
 bundle serves (about 64 KiB of records a part), at ``archive/log/<16 hex bundle id><4 hex part>``, read
 through each run's pointer (docs/format.md §28)."""
+LOG_VERSION_THIN = 6
+"""Version of a thin bundle log (docs/format.md §28): version 5 plus a flag column; a thin
+record's data-locating fields are in its bundle's fields entry (:mod:`snapstore.format.archfields`)."""
 BUNDLE_LOGS = "archive/log/"
 """Prefix of bundle logs."""
 ARCHIVE_LEVEL = MAX_LEVEL + 1
@@ -84,10 +88,15 @@ class LogCopy:
     seq: int
     version: int | None
     data: bytes
+    fill: object = None
+    where: object = None
 
     def manifest(self, key: str, light: bool = False, run_id: str | None = None) -> Manifest:
         """Decode the copy (``key`` names it in errors; ``light`` and ``run_id`` as
         :meth:`Manifest.from_bytes`: a compact record is read as belonging to the run ``key`` names).
+        A thin copy (``fill`` set, a thin bundle log's, docs/format.md §28) decodes to an
+        :class:`~snapstore.format.manifest.ArchivedManifest`, whose moved fields ``fill()``
+        gives when first used.
 
         Raises:
             IntegrityError: the copy is not a valid manifest.
@@ -95,16 +104,25 @@ class LogCopy:
         """
         if self.version is None:
             return Manifest.from_bytes(key, self.data, light, run_id)
-        return Manifest.from_body(key, self.version, self.data, light, run_id)
+        return Manifest.from_body(key, self.version, self.data, light, run_id, self.fill, self.where)
 
     def record(self, key: str) -> tuple[int, bytes]:
-        """``(envelope version, JSON body)`` of the copy (what :func:`encode_logseg` takes).
+        """``(envelope version, JSON body)`` of the copy (what :func:`encode_logseg` takes); a
+        thin copy's whole body (its moved fields read through ``fill``, then put back:
+        :func:`~snapstore.format.archfields.full_body`).
 
         Raises:
-            IntegrityError: a version-2 copy whose envelope is corrupt.
+            IntegrityError: a version-2 copy whose envelope is corrupt; a thin copy whose fields
+                are not to be had (and what ``fill`` raises).
         """
         if self.version is None:
             return open_manifest(key, self.data)
+        if self.fill is not None:
+            fkey, moved = self.fill()
+            try:
+                return self.version, full_body(self.data, moved)
+            except ValueError as e:
+                raise IntegrityError(fkey, f"thin record at position {self.seq} not put back: {e}") from None
         return self.version, self.data
 
 
@@ -271,8 +289,8 @@ def decode_logseg(key: str, data: bytes) -> list[LogCopy]:
         IntegrityError: bad magic, checksum, version, size or structure (names ``key``).
     """
     version, frame = _checked_head(key, data, "log segment")
-    if version == LOG_VERSION_BUNDLE:
-        raise IntegrityError(key, "a bundle log (version 5) where a log segment belongs; it is read through a pointer")
+    if version in (LOG_VERSION_BUNDLE, LOG_VERSION_THIN):
+        raise IntegrityError(key, f"a bundle log (version {version}) where a log segment belongs; it is read through a pointer")
     if version == LOG_VERSION_ARCHIVE:
         if not key.endswith(".a"):
             raise IntegrityError(key, "an archive log (version 4) under a log segment's key")
@@ -338,27 +356,46 @@ def encode_logseg_v2(records: list[tuple[int, bytes]]) -> bytes:
     return _HEAD.pack(LOG_MAGIC, LOG_VERSION_OBJECTS, blake3.blake3(frame).digest(16)) + frame
 
 
-def encode_bundlelog(runs: dict) -> bytes:
+def encode_bundlelog(runs: dict, thin: dict | None = None) -> bytes:
     """Encode ``{run key: [(seq, envelope version, manifest JSON body)]}`` as a bundle log:
     ``"SNLG" | u8 5 | checksum(16) | frame`` (:func:`snapstore.format.archlog.encode_bundle_frame`),
-    the checksum blake3-128 of the frame.
+    the checksum blake3-128 of the frame. ``thin`` (``{run key: [bool per record]}``, True where
+    the body is thin): a thin bundle log, version 6 (docs/format.md §28).
 
     Raises:
         InvalidInputError: as :func:`~snapstore.format.archlog.encode_bundle_frame` (:data:`MAX_RAW`).
     """
-    frame = archlog.encode_bundle_frame(runs, MAX_RAW)
-    return _HEAD.pack(LOG_MAGIC, LOG_VERSION_BUNDLE, blake3.blake3(frame).digest(16)) + frame
+    frame = archlog.encode_bundle_frame(runs, MAX_RAW, thin)
+    version = LOG_VERSION_BUNDLE if thin is None else LOG_VERSION_THIN
+    return _HEAD.pack(LOG_MAGIC, version, blake3.blake3(frame).digest(16)) + frame
 
 
-def decode_bundlelog(key: str, data: bytes) -> dict:
+def decode_bundlelog(key: str, data: bytes, fill=None) -> dict:
     """Inverse of :func:`encode_bundlelog`: ``{run key: [LogCopy]}`` (at most :data:`MAX_RAW`
-    bytes decoded).
+    bytes decoded). For a thin one (version 6), each thin copy gets ``fill(run key, seq)`` as its
+    :attr:`LogCopy.fill` and ``(key, run key, seq)`` as its ``where``; None: a thin copy's fill
+    raises IntegrityError when used.
 
     Raises:
         IntegrityError: bad magic, checksum, version or structure (names ``key``).
     """
     version, frame = _checked_head(key, data, "bundle log")
-    if version != LOG_VERSION_BUNDLE:
-        raise IntegrityError(key, f"log segment version {version} where a bundle log (version 5) belongs")
-    return {rk: [LogCopy(seq, mv, body) for seq, mv, body in recs]
-            for rk, recs in archlog.decode_bundle_frame(key, frame, MAX_RAW).items()}
+    if version not in (LOG_VERSION_BUNDLE, LOG_VERSION_THIN):
+        raise IntegrityError(key, f"log segment version {version} where a bundle log (version 5 or 6) belongs")
+    if version == LOG_VERSION_BUNDLE:
+        return {rk: [LogCopy(seq, mv, body) for seq, mv, body in recs]
+                for rk, recs in archlog.decode_bundle_frame(key, frame, MAX_RAW).items()}
+    out = {}
+    for rk, recs in archlog.decode_bundle_frame(key, frame, MAX_RAW, thin=True).items():
+        out[rk] = [LogCopy(seq, mv, body, _filler(fill, key, rk, seq), (key, rk, seq)) if t else LogCopy(seq, mv, body)
+                   for seq, mv, body, t in recs]
+    return out
+
+
+def _filler(fill, key: str, run_key: str, seq: int):
+    """The ``fill`` of one thin copy: ``fill(run_key, seq)``, or an IntegrityError without one."""
+    if fill is None:
+        def none():
+            raise IntegrityError(key, f"a thin record (run {run_key!r} position {seq}) read without its bundle")
+        return none
+    return lambda: fill(run_key, seq)

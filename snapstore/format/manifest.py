@@ -6,7 +6,7 @@ Pure functions; no I/O. See docs/format.md "Manifests".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 import orjson
@@ -410,10 +410,17 @@ class Manifest:
 
     @classmethod
     def from_body(cls, key: str, version: int, body: bytes, light: bool = False,
-                  run_id: str | None = None) -> "Manifest":
+                  run_id: str | None = None, fill=None, where=None) -> "Manifest":
         """Decode a manifest from its envelope ``version`` and its JSON ``body`` (what the envelope
         holds after decompression; a log segment of version 3 stores records so, docs/format.md §12).
         ``light`` and ``run_id`` as in :meth:`from_bytes`.
+
+        ``fill``: the body is *thin* (a record of a thin bundle log, docs/format.md §28): it lacks
+        ``messages.digest``, ``messages.state``, ``messages.xt`` and ``segs``, and ``fill()``
+        returns ``(key, {name: value})`` of those (:mod:`snapstore.format.archfields`), called the
+        first time one of them is used; the result is an :class:`ArchivedManifest`. ``where``:
+        what identifies the place ``fill`` reads (two unloaded records of the same place and equal
+        otherwise are equal without loading).
 
         Raises:
             IntegrityError: malformed (names ``key``); a body over :data:`MAX_MANIFEST_BODY` bytes.
@@ -430,7 +437,8 @@ class Manifest:
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             kind = d["kind"]
-            m = cls(kind=kind, run_id=_run_of(key, version, d, run_id), seq=checked_int(d["seq"], "seq"),
+            thin = fill is not None
+            m = (ArchivedManifest if thin else cls)(kind=kind, run_id=_run_of(key, version, d, run_id), seq=checked_int(d["seq"], "seq"),
                     write_id=checked_str(d["write_id"], "write_id", empty=True), created=parse_time(checked_str(d["created"], "created")))
             if kind == KIND_CHECKPOINT:
                 m.checkpoint_id = checked_str(d["id"], "id")
@@ -448,8 +456,9 @@ class Manifest:
                 if not isinstance(msgs, dict):
                     raise ValueError("messages is not an object")
                 m.count, m.size = checked_int(msgs["count"], "messages.count"), checked_int(msgs["bytes"], "messages.bytes")
-                m.digest = checked_str(msgs["digest"], "messages.digest", empty=True)
-                m.state = _check_state(msgs["state"])
+                if not thin:
+                    m.digest = checked_str(msgs["digest"], "messages.digest", empty=True)
+                    m.state = _check_state(msgs["state"])
                 if "x" in msgs:
                     m.exact = checked_int(msgs["x"], "messages.x")
                     if m.exact > m.count:
@@ -458,7 +467,7 @@ class Manifest:
                         m.arrays = checked_int(msgs["a"], "messages.a")
                         if m.arrays > 1:
                             raise ValueError(f"messages.a is {m.arrays}, not 0 or 1")
-                    if "xt" in msgs:
+                    if "xt" in msgs and not thin:
                         m.exact_tag = checked_str(msgs["xt"], "messages.xt")
                 m.origin = d.get("origin")
                 if m.origin is not None and not (isinstance(m.origin, dict) and isinstance(m.origin.get("run"), str)
@@ -472,7 +481,11 @@ class Manifest:
                 checked_str(m.target["id"], "target.id")
             elif kind != KIND_TOMBSTONE:
                 raise ValueError(f"unknown kind {kind!r}")
-            if "segs" in d and kind != KIND_TOMBSTONE:
+            if thin:
+                if "segs" in d or any(k in d.get("messages", ()) for k in ("digest", "state", "xt")):
+                    raise ValueError("a thin record holding a moved field")
+                m._arm(fill, light, where)
+            elif "segs" in d and kind != KIND_TOMBSTONE:
                 if light:
                     if not isinstance(d["segs"], str):
                         raise ValueError("segs is not a string")
@@ -482,6 +495,107 @@ class Manifest:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(key, f"malformed manifest: {e}") from None
         return m
+
+
+_LAZY = ("digest", "state", "exact_tag", "segs", "segs_text")
+"""The fields of an :class:`ArchivedManifest` read from its bundle when first used."""
+
+
+def _lazy(name: str) -> property:
+    base = Manifest.__dict__[name]  # the slot of Manifest
+
+    def get(self):
+        try:
+            fill = self._fill
+        except AttributeError:
+            fill = None
+        if fill is not None:
+            self._load()
+        return base.__get__(self)
+
+    def put(self, value):
+        try:
+            fill = self._fill
+        except AttributeError:
+            fill = None
+        if fill is not None:
+            self._load()
+        base.__set__(self, value)
+    return property(get, put, doc=f"``{name}`` (read from the record's bundle when first used)")
+
+
+class ArchivedManifest(Manifest):
+    """A record read from a thin bundle log (docs/format.md §28): a :class:`Manifest` whose
+    data-locating fields (``digest``, ``state``, ``exact_tag``, ``segs``/``segs_text``) are in the
+    fields entry of its archive bundle, read when one of them is first used (a ranged read of the
+    bundle, which a reader of the checkpoint's data reads anyway; for a bundle in ``GLACIER`` or
+    ``DEEP_ARCHIVE`` not restored, :class:`~snapstore.errors.ColdObjectError`). Everything else
+    (kind, position, ids, times, user fields, counts) is there at once, so listing, retention and
+    GC's mark of archived runs never read the bundle. Built by :meth:`Manifest.from_body` with
+    ``fill``.
+
+    Raises (on first use of a moved field):
+        IntegrityError: the bundle holds no valid fields for this record (names the bundle).
+        ColdObjectError / ObjectNotFound / StoreError: the bundle cannot be read.
+    """
+
+    __slots__ = ("_fill", "_light", "_where")
+
+    def _arm(self, fill, light: bool, where) -> None:
+        self._fill, self._light, self._where = fill, light, where
+
+    @property
+    def loaded(self) -> bool:
+        """True once the moved fields are read (or when they never were moved)."""
+        return getattr(self, "_fill", None) is None
+
+    def _load(self) -> None:
+        key, moved = self._fill()
+        S = Manifest.__dict__
+        try:
+            if not isinstance(moved, dict):
+                raise ValueError("not an object")
+            if self.kind == KIND_CHECKPOINT:
+                S["digest"].__set__(self, checked_str(moved["digest"], "messages.digest", empty=True))
+                S["state"].__set__(self, _check_state(moved["state"]))
+                if "xt" in moved:
+                    if self.exact is None:
+                        raise ValueError("messages.xt without messages.x")
+                    S["exact_tag"].__set__(self, checked_str(moved["xt"], "messages.xt"))
+            elif any(k in moved for k in ("digest", "state", "xt")):
+                raise ValueError(f"messages fields for a {self.kind} record")
+            if "segs" in moved and self.kind != KIND_TOMBSTONE:
+                if self._light:
+                    if not isinstance(moved["segs"], str):
+                        raise ValueError("segs is not a string")
+                    S["segs_text"].__set__(self, moved["segs"])
+                else:
+                    S["segs"].__set__(self, decode_segs(key, moved["segs"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise IntegrityError(key, f"the moved fields of run {self.run_id!r} position {self.seq} are "
+                                      f"malformed: {e}") from None
+        self._fill = None
+
+    def __eq__(self, other):
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        if (isinstance(other, ArchivedManifest) and not self.loaded and not other.loaded
+                and self._where is not None and self._where == other._where):
+            return all(getattr(self, n) == getattr(other, n) for n in _FIELDS if n not in _LAZY)
+        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        if self.loaded:
+            return Manifest.__repr__(self)
+        return (f"ArchivedManifest(kind={self.kind!r}, run_id={self.run_id!r}, seq={self.seq}, "
+                f"checkpoint_id={self.checkpoint_id!r}, moved fields in {self._where!r})")
+
+
+for _n in _LAZY:
+    setattr(ArchivedManifest, _n, _lazy(_n))
+_FIELDS = tuple(f.name for f in fields(Manifest))
 
 
 def open_manifest(key: str, data: bytes) -> tuple[int, bytes]:

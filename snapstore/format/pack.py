@@ -66,8 +66,12 @@ T_HOLE = b"h"[0]
 """Entry type of an array block's *hole* (docs/format.md §8): a zero-length entry standing for one
 item, a message stored elsewhere under its content id (a ``c`` entry holding it whole, or a ``p``
 entry listing its pieces), whose JSON a reader splices in at the hole's offset."""
+T_FIELDS = b"l"[0]
+"""Entry type of an archive bundle's *fields entry* (docs/format.md §28): the data-locating fields of
+the records of its thin bundle logs (:mod:`snapstore.format.archfields`), in its metadata block;
+its id is the content id of its bytes. Only bundles hold one."""
 ENTRY_TYPES = {T_CHUNK: "chunk", T_NODE: "node", T_STATE: "state", T_UPPER: "upper", T_PIECES: "pieces",
-               T_VALUE: "value spine", T_HOLE: "hole"}
+               T_VALUE: "value spine", T_HOLE: "hole", T_FIELDS: "fields"}
 TRAILER = struct.Struct("<I16s")
 """The pack's last 20 bytes: ``u32le header_len`` and the blake3-128 checksum."""
 

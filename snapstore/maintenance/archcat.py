@@ -7,8 +7,10 @@ the runs the bundle serves, in this order:
    its copy in a log segment) as ``(envelope version, JSON body)``, each checked to decode to the
    manifest the archive listed (a run that fails this keeps its log as it was);
 2. writes them create-only as ONE bundle log (``archive/log/<bundle id>``, a log segment of
-   version 5: every run's records columnar in one zstd frame), reads it back and checks every
-   record byte for byte (an existing one, from an interrupted archive, is read and checked the same way);
+   version 6: every run's records columnar in one zstd frame, each *thin*: without the
+   data-locating fields the bundle's fields entry holds, :mod:`snapstore.format.archfields`),
+   reads it back and checks every record byte for byte (an existing one, from an interrupted
+   archive, is read and checked the same way);
 3. writes each run's 0-byte pointer ``runs/<R>/l/<inverted hi>.<bundle id>.b`` create-only;
 4. replaces every full manifest it holds with a 0-byte stub (compare-and-swap on the ETag
    listed in step 1: a record pruned or deleted meanwhile is never recreated); the key stays,
@@ -30,6 +32,7 @@ from ..errors import IntegrityError, InvalidInputError, ObjectNotFound, Precondi
 from ..format import keys
 from ..format.logseg import (archlog_key, bundlelog_key, log_id, decode_bundlelog, decode_logseg, encode_archlog, encode_bundlelog,
                              pointer_key, seg_lo)
+from ..format.archfields import thin_body
 from ..format.manifest import Manifest, is_void, open_manifest
 from ..repo.log.bulk import list_infos, list_logsegs
 from ..repo.log.bundlelog import read_copies
@@ -68,7 +71,7 @@ def _gather(repo: Repository, run_key: str, infos: dict, lsegs: dict, listed: di
     recs: dict = {}
     for (_hi, _lvl), lk in sorted(lsegs.items(), key=lambda x: -x[0][1]):
         try:
-            copies = read_copies(repo.store, lk)
+            copies = read_copies(repo.store, lk, repo)
         except (ObjectNotFound, IntegrityError):
             continue
         for c in copies:
@@ -113,7 +116,8 @@ def _checked_back(key: str, data: bytes, recs: dict) -> bool:
     return all(got.get(s) == r for s, r in recs.items())
 
 
-def compact_bundle_logs(repo: Repository, bundle_id: bytes, runs: dict, hook=None, stub: bool = True) -> dict:
+def compact_bundle_logs(repo: Repository, bundle_id: bytes, runs: dict, hook=None, stub: bool = True,
+                        fields: dict | None = None) -> dict:
     """Write the bundle logs of ``bundle_id`` holding the whole logs of ``runs`` (consecutive runs
     in parts of about :data:`PART_RAW` bytes of records), point each run at its part, stub its manifests, drop its other log segments (module docstring; docs/format.md §28).
 
@@ -129,6 +133,10 @@ def compact_bundle_logs(repo: Repository, bundle_id: bytes, runs: dict, hook=Non
             store with atomic batches two batches per run). False: leave them full (on S3 a stub
             is a PUT per manifest, which costs more than the bytes it saves: docs/format.md §28);
             the bundle log and pointers are written and the covered segments deleted all the same.
+        fields: ``{run key: {seq: moved fields}}`` the bundle's fields entry holds (read back and
+            checked with it): the bundle logs are thin (version 6), each record whose moved fields
+            (:func:`~snapstore.format.archfields.thin_body`) are exactly those stored without
+            them, any other whole. None: whole records (version 5).
     Returns:
         run key -> :class:`CompactResult`. A run whose log cannot be gathered whole keeps its log
         as it was (``why`` says why); so do all of them when the bundle log is too large or does
@@ -165,16 +173,57 @@ def compact_bundle_logs(repo: Repository, bundle_id: bytes, runs: dict, hook=Non
     if part:
         parts.append(part)
     for n, members in enumerate(parts):
-        _write_part(repo, log_id(bundle_id, n), {rk: gathered[rk] for rk in members}, out, hook, stub)
+        _write_part(repo, log_id(bundle_id, n), {rk: gathered[rk] for rk in members}, out, hook, stub, fields)
     return out
 
 
-def _write_part(repo: Repository, lid: bytes, gathered: dict, out: dict, hook, stub: bool) -> None:
-    """Steps 2-5 for the runs of one bundle log ``lid``: ``gathered`` run key -> (infos, lsegs, recs)."""
+def _thinned(rk: str, recs: dict, fields: dict) -> tuple[list, list]:
+    """``([(seq, version, stored body)], [is thin])`` of one run's records ``recs`` (``seq ->
+    (version, body)``): a body whose moved fields are exactly ``fields[rk][seq]`` without them."""
+    have = fields.get(rk, {})
+    out, flags = [], []
+    for s, (v, b) in sorted(recs.items()):
+        try:
+            thin, moved = thin_body(b)
+        except ValueError:
+            thin, moved = None, None
+        if thin is not None and s in have and have[s] == moved and _same(rk, s, v, b, thin, moved):
+            out.append((s, v, thin))
+            flags.append(True)
+        else:
+            out.append((s, v, b))
+            flags.append(False)
+    return out, flags
+
+
+def _same(rk: str, s: int, v: int, body: bytes, thin: bytes, moved: dict) -> bool:
+    """True when the thin record ``thin`` with ``moved`` put back decodes to the record ``body``
+    (every field), as a reader of the bundle log will read it."""
+    key = keys.manifest_key(rk, s)
+    try:
+        whole = Manifest.from_body(key, v, body)
+        back = Manifest.from_body(key, v, thin, fill=lambda: (key, moved))
+        return back == whole and back.loaded
+    except SnapstoreError:
+        return False
+
+
+def _write_part(repo: Repository, lid: bytes, gathered: dict, out: dict, hook, stub: bool,
+                fields: dict | None = None) -> None:
+    """Steps 2-5 for the runs of one bundle log ``lid``: ``gathered`` run key -> (infos, lsegs, recs);
+    ``fields`` as :func:`compact_bundle_logs`."""
     store = repo.store
     key = bundlelog_key(lid)
+    stored = {}
     try:
-        data = encode_bundlelog({rk: [(s, v, b) for s, (v, b) in sorted(g[2].items())] for rk, g in gathered.items()})
+        if fields is None:
+            stored = {rk: [(s, v, b) for s, (v, b) in sorted(g[2].items())] for rk, g in gathered.items()}
+            data = encode_bundlelog(stored)
+        else:
+            thin = {}
+            for rk, g in gathered.items():
+                stored[rk], thin[rk] = _thinned(rk, g[2], fields)
+            data = encode_bundlelog(stored, thin)
     except InvalidInputError as e:
         for rk in gathered:
             out[rk].why = str(e)
@@ -192,9 +241,9 @@ def _write_part(repo: Repository, lid: bytes, gathered: dict, out: dict, hook, s
     except IntegrityError as e:
         why = f"bundle log {key} read back is unreadable: {e}"
     else:
-        for rk, (_, _, recs) in gathered.items():
+        for rk in gathered:
             have = {c.seq: (c.version, c.data) for c in got.get(rk, ())}
-            if any(have.get(s_) != r for s_, r in recs.items()):
+            if any(have.get(s_) != (v, b) for s_, v, b in stored[rk]):
                 why = f"bundle log {key} read back does not hold run {rk}'s records"
     if why:
         for rk in gathered:
@@ -261,7 +310,7 @@ def _stub_and_drop(repo: Repository, run_key: str, infos: dict, lsegs: dict, rec
         hook("after_logsegs", run_key)
 
 
-def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> CompactResult:
+def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None, stub: bool = True) -> CompactResult:
     """Write run ``run_key``'s archive log, stub its manifests, drop its other log segments
     (module docstring).
 
@@ -271,6 +320,7 @@ def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> 
         listed: ``seq -> Manifest`` the archive read of the run (each record gathered must equal it).
         hook: optional ``hook(step)`` called after ``"after_archlog"`` (written and read back),
             ``"after_stub"`` (the first stub written) and ``"after_logsegs"`` (segments deleted).
+        stub: as :func:`compact_bundle_logs`.
     Returns:
         A :class:`CompactResult`. A run whose log cannot be gathered whole, or is too large for
         one archive log, keeps its log as it was (``why`` says why).
@@ -311,5 +361,6 @@ def compact_run_log(repo: Repository, run_key: str, listed: dict, hook=None) -> 
     res.key, res.records, res.bytes = key, len(recs), len(back)
     if hook:
         hook("after_archlog")
-    _stub_and_drop(repo, run_key, infos, lsegs, recs, key, hi, res, (lambda step, _rk: hook(step)) if hook else None)
+    _stub_and_drop(repo, run_key, infos, lsegs, recs, key, hi, res, (lambda step, _rk: hook(step)) if hook else None,
+                   stub)
     return res

@@ -33,8 +33,11 @@ from ..errors import ConflictError, IntegrityError, InvalidInputError, RunNotFou
 from ..format import keys
 from ..format.bundle import (COLD_CLASSES, BundleIndex, bundle_key, check_retention_class, check_storage_class, encode_index,
                              index_key)
+from ..format.archfields import encode_fields
 from ..format.ids import new_pack_id
-from ..format.pack import Pack, PackBuilder
+from ..format.manifest import KIND_CHECKPOINT, KIND_TOMBSTONE
+from ..format.pack import T_FIELDS, Pack, PackBuilder
+from ..format.segs import encode_segs
 from ..format.times import format_time
 from ..repo.bundles import archived_runs
 from ..repo.log.stubs import default_compact_log
@@ -209,14 +212,15 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
         if pid is not None:
             listed_sizes[pid] = info.size
     for gi, group in enumerate(groups):
+        fields = {rk: record_fields(chosen[rk].manifests) for rk in group}
         ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
-                                        now, hooks, switch_deadline(grace_period))
+                                    now, hooks, switch_deadline(grace_period), fields)
         data = encode_index(ix)
         store.put(index_key(ix.bundle), data)  # the switch
         call_hook(hooks, "after_index", bundle=ix.bundle, key=ix.key)
         # the hot catalogue: the runs' logs in one bundle log, each run pointing at it, its
         # manifests stubbed (§28)
-        done = compact_bundle_logs(repo, ix.bundle, {rk: chosen[rk].manifests for rk in group},
+        done = compact_bundle_logs(repo, ix.bundle, {rk: chosen[rk].manifests for rk in group}, fields=fields,
                                    hook=lambda step, rk: call_hook(hooks, step, run=None if rk is None
                                                                    else chosen[rk].live[0].run_id),
                                    stub=default_compact_log(store) if stub is None else bool(stub))
@@ -318,12 +322,34 @@ def _raw_size(repo: Repository, need: dict) -> int:
     return total
 
 
+def record_fields(manifests: dict) -> dict:
+    """``{seq: moved fields}`` of the records ``manifests`` (``{seq: Manifest}``): what a thin
+    bundle log leaves out of each and the bundle's fields entry holds (docs/format.md §28;
+    :data:`~snapstore.format.archfields.MOVED`), as the record's JSON has them."""
+    out = {}
+    for s, m in manifests.items():
+        f = {}
+        if m.kind == KIND_CHECKPOINT:
+            f["digest"], f["state"] = m.digest, m.state
+            if m.exact_tag is not None:
+                f["xt"] = m.exact_tag
+        if m.kind != KIND_TOMBSTONE:
+            if m.segs is not None:
+                f["segs"] = encode_segs(m.segs)
+            elif m.segs_text is not None:
+                f["segs"] = m.segs_text
+        out[s] = f
+    return out
+
+
 def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict, storage_class: str,
                   retention: str, month: str, now: datetime, hooks,
-                  deadline: float | None = None) -> tuple[BundleIndex, dict]:
+                  deadline: float | None = None, fields: dict | None = None) -> tuple[BundleIndex, dict]:
     """Build, write, read back and check one bundle; return its (unpublished) index record.
     ``deadline``: seconds from the start of the upload within which the check must be over (else
-    the bundle is deleted and ConflictError raised), None for none."""
+    the bundle is deleted and ConflictError raised), None for none. ``fields``: ``{run key:
+    {seq: moved fields}}`` (:func:`record_fields`) for the bundle's fields entry (§28); None:
+    none (the bundle logs of its runs stay whole)."""
     store = repo.store
     bid = new_pack_id()
     builder = PackBuilder(bid, level=BUNDLE_LEVEL, zstd_params=BUNDLE_ZSTD_PARAMS)
@@ -346,6 +372,12 @@ def _write_bundle(repo: Repository, group: list, chosen: dict, by_run_need: dict
                 raw = repo.read_entry(etype, eid, pid)
                 copied[(etype, eid)] = raw
                 builder.add(etype, eid, raw)
+    if fields is not None:
+        # the records' data-locating fields, in the metadata block the suffix read brings (§28)
+        raw = encode_fields(fields)
+        eid = repo.hasher.content_id(raw)
+        builder.add(T_FIELDS, eid, raw)
+        copied[(T_FIELDS, eid)] = raw
     data, _ = builder.build(data_block_max=BUNDLE_BLOCK)
     key = bundle_key(retention, month, bid)
     checksum = blake3.blake3(data).digest(16)

@@ -16,7 +16,7 @@ from ..errors import IntegrityError, ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.liveness import HIDDEN, LIVE, LogWalk
 from ..format.logseg import parse_logseg_key
-from ..format.manifest import KIND_TOMBSTONE, Manifest, is_void
+from ..format.manifest import KIND_TOMBSTONE, ArchivedManifest, Manifest, is_void
 from ..format.removals import is_removals_key
 from ..repo.log.bulk import choose_logsegs, copies_from_logseg, list_logsegs
 from ..repo.repository import Repository
@@ -66,12 +66,19 @@ class LogEntry:
     def __init__(self, m: Manifest, run_id: str):
         self.kind, self.run_id, self.seq = m.kind, run_id, m.seq
         self.target = {"seq": int(m.target["seq"])} if m.target else None
-        self._state, self._lengths = _pack_state(m.state)
+        # a record of a thin bundle log keeps its state in its bundle (§28): read only if marked
+        if isinstance(m, ArchivedManifest) and not m.loaded:
+            self._state, self._lengths = m, None
+        else:
+            self._state, self._lengths = _pack_state(m.state)
         self.session_state_ref, self.session_state_tree = m.session_state_ref, m.session_state_tree
 
     @property
     def state(self) -> tuple | None:
-        """The record's ``state`` as a tuple of strings (as :class:`Manifest` has it), or None."""
+        """The record's ``state`` as a tuple of strings (as :class:`Manifest` has it), or None; for
+        a record of a thin bundle log, read from its bundle on first use."""
+        if isinstance(self._state, ArchivedManifest):
+            self._state, self._lengths = _pack_state(self._state.state)
         if self._lengths is None:
             return self._state
         h = self._state.hex()

@@ -510,7 +510,7 @@ class Verifier:
             for linfo in linfos:
                 lk = linfo.key
                 try:
-                    recs = read_copies(store, lk)
+                    recs = read_copies(store, lk, self.repo)
                 except ObjectNotFound:
                     continue
                 except SnapstoreError as e:

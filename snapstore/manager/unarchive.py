@@ -30,18 +30,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from . import publish, views
-from ..errors import ConflictError, ObjectNotFound, PreconditionFailed, RunNotFound
+from ..errors import ConflictError, IntegrityError, ObjectNotFound, PreconditionFailed, RunNotFound
 from ..format import keys
 from ..format.bundle import BundleIndex, decode_index, encode_index, index_key
 from ..format.ids import check_run_id, new_pack_id, new_write_id
-from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, Manifest
+from ..format.logseg import logseg_prefix
+from ..format.manifest import KIND_CHECKPOINT, KIND_ROLLBACK, KIND_TOMBSTONE, ArchivedManifest, Manifest
 from ..format.pack import Pack, PackBuilder
 from ..format.segs import Seg
+from ..maintenance.archcat import compact_run_log
 from ..maintenance.archive import call_hook, check_read_back
 from ..maintenance.bundlegc import switch_deadline
 from ..maintenance.forwarding import read_forward_map
 from ..maintenance.mark import Marker, MarkScope, bundle_standins
 from ..maintenance.runs import list_runs, read_all_runs, segments_by_run
+from ..repo.log.stubs import default_compact_log
 
 __all__ = ["UnarchiveReport", "unarchive"]
 
@@ -148,6 +151,15 @@ def _one(mgr, repo, run_id: str, rk: str, log, need: dict, serving: list, rep: U
     back = store.get(key)
     check_read_back(key, Pack.parse(key, back, pid), copied, "pack")
     call_hook(hooks, "after_readback", run=run_id, key=key)
+    if any(isinstance(m, ArchivedManifest) for m in log.manifests.values()):
+        # its records' data-locating fields are in the bundles (a thin bundle log, §28, §31): its
+        # whole log goes back hot first (an archive log of whole records, the pointer dropped),
+        # before the switch lets GC delete those bundles
+        res = compact_run_log(repo, rk, log.manifests, stub=default_compact_log(store))
+        if res.key is None:
+            store.delete_many([key])
+            raise IntegrityError(logseg_prefix(rk), f"run {run_id!r}'s log could not be written back whole "
+                                 f"({res.why}); its pack deleted, nothing switched")
     deadline = switch_deadline(mgr.gc_grace_period)
     if deadline is not None and time.monotonic() - started > deadline:
         store.delete_many([key])

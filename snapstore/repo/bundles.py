@@ -79,6 +79,17 @@ class BundleCatalogue:
             hit = self._replaced.get(pack_id)
         return list(hit) if hit else None
 
+    def key_loaded(self, bundle_id: bytes) -> str | None:
+        """The key of bundle ``bundle_id``, loading the catalogue once if it does not know it yet
+        (None: no index record names it); no class check (:meth:`key` does that on reading)."""
+        with self._lock:
+            ix = self.bundles.get(bundle_id)
+        if ix is None:
+            self.load()
+            with self._lock:
+                ix = self.bundles.get(bundle_id)
+        return None if ix is None else ix.key
+
     def key(self, pack_id: bytes) -> str | None:
         """The key of bundle ``pack_id`` if it is a known bundle, else None (a hot pack).
 

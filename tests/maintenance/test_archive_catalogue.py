@@ -154,7 +154,7 @@ def test_archive_logs_of_the_version_before_are_read(tmp_path, monkeypatch):
     from snapstore.maintenance import archive as archive_mod
     from snapstore.maintenance.archcat import compact_run_log
 
-    def old_way(repo, bid, runs, hook=None, stub=True):
+    def old_way(repo, bid, runs, hook=None, stub=True, fields=None):  # (the version before wrote no thin logs)
         return {rk: compact_run_log(repo, rk, listed) for rk, listed in runs.items()}
     root = tmp_path / "r"
     m = CheckpointManager(LocalStore(root))
@@ -214,8 +214,9 @@ def test_archiving_a_run_on_s3_costs_requests_independent_of_its_length(store_fa
 
 def test_bundle_log_parts_and_their_gc(tmp_path, monkeypatch):
     """With parts of one run each (``PART_RAW`` 1 byte), every run points at its own part; reads
-    and verify are as before; a deleted run's part goes at GC once its bundle serves nothing
-    (the index record names the bundle while it lives), the others stay while their pointers do."""
+    and verify are as before. Unarchive writes each run's whole log back hot (an archive log; the
+    thin part's records need the bundle, §31) and drops its pointer, so once the bundle serves
+    nothing and a run is deleted, GC deletes every part, and every run reads as before."""
     from snapstore.maintenance import archcat
     monkeypatch.setattr(archcat, "PART_RAW", 1)
     root = tmp_path / "r"
@@ -225,12 +226,119 @@ def test_bundle_log_parts_and_their_gc(tmp_path, monkeypatch):
     f = CheckpointManager(LocalStore(root))
     assert snapshot(f) == before and f.verify(read_data=True).errors == []
     assert f.unarchive(list(before)).runs  # the bundle then serves nothing: its index record goes
+    objs = run_objects(f.store)
+    assert objs["l"] and not any(k.endswith(".b") for k in objs["l"])  # no pointer left
     f = CheckpointManager(LocalStore(root))  # (the unarchiving manager's own head view is stale)
     f.delete("long")
     f.gc(grace_period=0)
     f.gc(grace_period=0)
-    left = sorted(i.key for i in f.store.list("archive/log/"))
-    assert len(left) == len(parts) - 1 and set(left) < set(parts)
+    assert list(f.store.list("archive/log/")) == []
     g = CheckpointManager(LocalStore(root))
     assert {k: v for k, v in snapshot(g).items()} == {k: v for k, v in before.items() if k != "long"}
     assert g.verify(read_data=True).errors == []
+
+
+class _GetLog(LocalStore):
+    """A local directory store that records the key of every GET."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.got = []
+
+    def get(self, key, byte_range=None):
+        self.got.append(key)
+        return super().get(key, byte_range)
+
+
+def test_thin_bundle_logs_keep_data_fields_in_the_bundle(tmp_path):
+    """Bundle logs are thin (version 6): no record in them holds ``messages.digest``,
+    ``messages.state``, ``messages.xt`` or ``segs``; the bundle's one ``l`` entry holds them for
+    every record. A fresh manager's runs/list/summary GET no bundle; reading a checkpoint does
+    (the bundle's suffix: its data and the fields entry), and every checkpoint reads exactly."""
+    from snapstore.format.archfields import MOVED, decode_fields
+    from snapstore.format.logseg import LOG_VERSION_THIN, decode_bundlelog
+    from snapstore.format.pack import T_FIELDS, Pack
+    root = tmp_path / "r"
+    m, before = archived(root)
+    logs = [i.key for i in m.store.list("archive/log/")]
+    assert logs
+    thin = 0
+    for k in logs:
+        data = m.store.get(k)
+        assert data[4] == LOG_VERSION_THIN
+        for rk, copies in decode_bundlelog(k, data).items():
+            for c in copies:
+                assert c.fill is not None  # every record of these runs is thin
+                thin += 1
+                assert not any(f'"{n}"'.encode() in c.data for n in MOVED)
+    (bkey,) = [i.key for i in m.store.list("archive/data/")]
+    bundle = Pack.parse(bkey, m.store.get(bkey), bytes.fromhex(bkey.rsplit("/", 1)[1]))
+    (fe,) = [e for e in bundle.entries.values() if e.type == T_FIELDS]
+    fields = decode_fields(bkey, bundle.entry_bytes(fe))
+    assert sum(len(v) for v in fields.values()) == thin
+    assert all("digest" in f and "state" in f for recs in fields.values() for f in recs.values() if f and "xt" in f)
+    store = _GetLog(root)
+    f = CheckpointManager(store)
+    for run, (listed, _latest, _cps) in before.items():
+        assert [(s.id, s.step, s.status) for s in f.list(run)] == listed
+        f.summary(run, listed[-1][0])
+    assert set(f.runs()) == set(before)
+    assert not [k for k in store.got if k.startswith("archive/data/")]
+    assert snapshot(f) == before
+    assert [k for k in store.got if k.startswith("archive/data/")]
+
+
+def test_bundle_logs_of_version_5_are_still_read(tmp_path, monkeypatch):
+    """Bundle logs of whole records (version 5, the version before) still read, verify, GC and
+    unarchive as before, beside bundles that have a fields entry."""
+    from snapstore.format.logseg import LOG_VERSION_BUNDLE
+    from snapstore.maintenance import archcat
+    from snapstore.maintenance import archive as archive_mod
+    real = archcat.compact_bundle_logs
+    monkeypatch.setattr(archive_mod, "compact_bundle_logs",
+                        lambda repo, bid, runs, hook=None, stub=True, fields=None: real(repo, bid, runs, hook, stub))
+    root = tmp_path / "r"
+    m, before = archived(root)
+    monkeypatch.undo()
+    logs = [i.key for i in m.store.list("archive/log/")]
+    assert logs and all(m.store.get(k)[4] == LOG_VERSION_BUNDLE for k in logs)
+    f = CheckpointManager(LocalStore(root))
+    assert snapshot(f) == before and f.verify(read_data=True).errors == []
+    assert f.unarchive(list(before)).runs
+    for _ in range(2):
+        CheckpointManager(LocalStore(root)).gc(grace_period=0)
+    g = CheckpointManager(LocalStore(root))
+    assert snapshot(g) == before and g.verify(read_data=True).errors == []
+
+
+def test_a_thin_record_without_valid_fields_is_an_integrity_error():
+    """A thin record whose bundle gives no valid moved fields raises IntegrityError when one is
+    used (never a record with made-up fields); its other fields read without them. A fields
+    entry of another shape is IntegrityError too."""
+    from snapstore.format.archfields import decode_fields, encode_fields, full_body, thin_body
+    from snapstore.format.manifest import Manifest
+    from datetime import datetime, timezone
+    from snapstore.format.segs import Seg
+    rec = Manifest(kind="checkpoint", run_id="r", seq=3, write_id="ab" * 8, created=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                   checkpoint_id="c3", parent_id="c2", count=2, size=40, digest="d" * 32, state=["e" * 32, "f" * 16],
+                   exact=0, exact_tag="0" * 16, arrays=1, segs=[Seg(b"\x01" * 8, 0)])
+    data = rec.to_bytes()
+    from snapstore.format.manifest import open_manifest
+    v, body = open_manifest("runs/r/m/x", data)
+    thin, moved = thin_body(body)
+    assert set(moved) == {"digest", "state", "xt", "segs"} and b"digest" not in thin
+    rec = Manifest.from_body("runs/r/m/x", v, body, run_id="r")
+    assert Manifest.from_body("runs/r/m/x", v, full_body(thin, moved), run_id="r") == rec
+    ok = Manifest.from_body("runs/r/m/x", v, thin, run_id="r", fill=lambda: ("bundle", moved), where=("log", "r", 3))
+    assert ok == rec and ok.state == rec.state and ok.segs == rec.segs
+    for bad in ({}, {"digest": 5, "state": None}, {"digest": "d", "state": ["nothex"]}, "x"):
+        m = Manifest.from_body("runs/r/m/x", v, thin, run_id="r", fill=lambda bad=bad: ("bundle", bad), where=("log", "r", 3))
+        assert m.checkpoint_id == "c3" and m.fields == rec.fields  # listed without the bundle
+        with pytest.raises(IntegrityError, match="bundle"):
+            m.state
+    with pytest.raises(IntegrityError):
+        Manifest.from_body("runs/r/m/x", v, body, run_id="r", fill=lambda: ("bundle", moved))  # a thin record holding a moved field
+    assert decode_fields("b", encode_fields({"r": {3: moved}})) == {"r": {3: moved}}
+    for raw in (b"{}", b'{"runs": {"r": {"x": {}}}}', b'{"runs": {"r": {"3": {"other": 1}}}}', b"[1"):
+        with pytest.raises(IntegrityError):
+            decode_fields("b", raw)

@@ -120,7 +120,7 @@ def copies_from_logseg(repo: Repository, run_key: str, key: str, cover: set,
         ``({seq: Manifest}, positions of ``cover`` still to read)``.
     """
     try:
-        recs = read_copies(repo.store, key)
+        recs = read_copies(repo.store, key, repo)
     except SnapstoreError:
         return {}, set(cover)
     got: dict[int, Manifest] = {}

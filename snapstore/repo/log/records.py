@@ -91,7 +91,7 @@ class LogRecords:
         why, unreadable = "no log segment covers its position", None
         for _, lk in sorted(cover, reverse=True):
             try:
-                recs = read_copies(self.store, lk)
+                recs = read_copies(self.store, lk, self)
             except SnapstoreError as e:
                 why, unreadable = f"log segment {lk} is unreadable ({e})", (lk, str(e))
                 continue
