@@ -5,17 +5,20 @@ form 3").
 Pure functions; no I/O. A form-3 repository seals exactly as form 2 (:mod:`sealed2`) except for
 objects under ``packs/`` whose plaintext fits one segment, in two layouts::
 
-    elided3  (a ``packs/`` key, a plaintext P of 21 to 65,552 bytes whose checksum holds):
-             N (12) | GCM(g, N, P without its checksum, aad3(1)) | key id (4)        len(P) + 16
+    elided3  (a ``packs/<h2>/<h>`` key, a plaintext P of 34 to 65,565 bytes that begins with
+             "SNPK" | u8 1 | the pack id the key names, and ends in its checksum, which holds):
+             N (12) | GCM(g, N, X = P[13 : len(P) - 16], aad3(1)) | key id (4)           len(P) + 3
     small3   (any other ``packs/`` plaintext of at most 65,536 bytes):
-             N (12) | GCM(g, N, P, aad3(0)) | key id (4)                             len(P) + 32
+             N (12) | GCM(g, N, X = P, aad3(0)) | key id (4)                             len(P) + 32
 
     g        = blake3("snapstore sealed objects gcm", key=M)        one AES-256-GCM key per data key
     s        = blake3("snapstore synthetic nonces", key=M)          the nonce key, never an AEAD key
     N        = blake3(aad3(e) | X, key=s)[:12]                      X: the bytes encrypted
     aad3(e)  = "SNE3" | u8 e | key id (4) | u64 BE len(P) | repo id (8) | utf-8 key
 
-Larger ``packs/`` objects and every other key are form 2's (GCM-SIV: nonces from the key). The
+An elided3 pack leaves out its 13-byte head (the magic, the version and the pack id, which its
+key names) and its checksum: the reader puts all three back. Larger ``packs/`` objects and every
+other key are form 2's (GCM-SIV: nonces from the key). The
 nonce is a PRF of everything the sealing takes (the authenticated data, hence the key, and the
 plaintext), so one ``(g, N)`` pair encrypts two different plaintexts only if two different inputs
 of a 96-bit PRF collide: whatever the key is (a pack id drawn twice, a create-only PUT refused
@@ -40,8 +43,15 @@ SMALL_MAX = sealed2.SEGMENT + TAG + NONCE + KEY_ID
 least 65,581 bytes, so a suffix read of ``SMALL_MAX + 1`` bytes tells them apart."""
 SMALL_MIN = NONCE + TAG + KEY_ID
 """The smallest stored size of a small3 object (an empty plaintext: 32)."""
-ELIDED_MIN = elide.MIN_ELIDABLE + NONCE + KEY_ID
-"""The smallest stored size of an elided3 object (a 21-byte plaintext: 37)."""
+HEAD = 13
+"""Bytes of a pack's head left out of an elided3 object: "SNPK", the version (1), the pack id."""
+PACK_HEAD = b"SNPK\x01"
+ELIDED_MIN = SMALL_MIN + 5
+"""The smallest stored size of an elided3 object (37: 5 bytes of ``X``, a 34-byte pack), so that
+small3 objects of 0 to 4 bytes (stubs, voids) keep sizes of their own."""
+ELIDED_PLAIN_MAX = sealed2.SEGMENT + HEAD + elide.CHECKSUM
+"""The largest plaintext elided3 (65,565 bytes: ``X`` of one segment)."""
+_OVER = NONCE + TAG + KEY_ID - HEAD - elide.CHECKSUM  # an elided3 object's stored bytes over len(P): 3
 ELIDED, SMALL = "elided3", "small3"
 
 
@@ -63,7 +73,17 @@ def is_gcm_key(key: str) -> bool:
 
 def stored_size(plain_len: int, layout: str) -> int:
     """Stored bytes of a form-3 GCM object of ``plain_len`` plaintext bytes in ``layout``."""
-    return plain_len + (NONCE + KEY_ID if layout == ELIDED else NONCE + TAG + KEY_ID)
+    return plain_len + (_OVER if layout == ELIDED else SMALL_MIN)
+
+
+def pack_id_of(key: str) -> bytes | None:
+    """The 8-byte pack id a ``packs/<h[0:2]>/<h>`` key names, or None for any other key."""
+    if len(key) != 25 or not key.startswith(PREFIX) or key[8] != "/" or key[6:8] != key[9:11]:
+        return None
+    try:
+        return bytes.fromhex(key[9:])
+    except ValueError:
+        return None
 
 
 def layout_of(key: str, stored_len: int) -> tuple[str, int] | None:
@@ -77,8 +97,8 @@ def layout_of(key: str, stored_len: int) -> tuple[str, int] | None:
     if stored_len > SMALL_MAX:
         lay = sealed2.layout_of(key, stored_len)
         return lay if lay is not None and lay[0] == sealed2.LARGE else None
-    if stored_len >= ELIDED_MIN:
-        return ELIDED, stored_len - NONCE - KEY_ID
+    if stored_len >= ELIDED_MIN and pack_id_of(key) is not None:
+        return ELIDED, stored_len - _OVER
     if stored_len >= SMALL_MIN:
         return SMALL, stored_len - SMALL_MIN
     return None
@@ -114,15 +134,17 @@ class Keyed:
         if not key.startswith(PREFIX):
             return None
         n = len(plain)
-        if n > sealed2.SEGMENT + elide.CHECKSUM:
+        if n > ELIDED_PLAIN_MAX:
             return None
-        short = elide.elide(plain)
-        if short is None:
-            if n > sealed2.SEGMENT:
-                return None
-            short, e = plain, 0
+        pid = pack_id_of(key)
+        mv = memoryview(plain)
+        if pid is not None and n >= ELIDED_MIN - _OVER and mv[:HEAD] == PACK_HEAD + pid \
+                and blake3.blake3(mv[:n - elide.CHECKSUM]).digest(elide.CHECKSUM) == mv[n - elide.CHECKSUM:]:
+            short, e = mv[HEAD:n - elide.CHECKSUM], 1
+        elif n > sealed2.SEGMENT:
+            return None
         else:
-            e = 1
+            short, e = plain, 0
         a = b"".join((self._a[e], n.to_bytes(8, "big"), self.repo_id, key.encode()))
         h = blake3.blake3(a, key=self.nonce_key)
         h.update(short)
@@ -142,15 +164,19 @@ class Keyed:
         """
         mv = memoryview(data)
         nc = mv[:NONCE]
-        body = mv[NONCE:len(data) - KEY_ID]
-        n = len(body)  # the ciphertext: len(P) if elided, len(P) + 16 if small
+        size = len(data)
+        body = mv[NONCE:size - KEY_ID]
         tail = self.repo_id + key.encode()
-        if len(data) >= ELIDED_MIN:
-            try:
-                return elide.restore(self.aead.decrypt(nc, body, b"".join((self._a[1], n.to_bytes(8, "big"), tail))))
-            except _invalid_tag():  # a small3 object stored at an elided size
-                pass
-        return self.aead.decrypt(nc, body, b"".join((self._a[0], (n - TAG).to_bytes(8, "big"), tail)))
+        if size >= ELIDED_MIN:
+            pid = pack_id_of(key)
+            if pid is not None:
+                try:
+                    x = self.aead.decrypt(nc, body, b"".join((self._a[1], (size - _OVER).to_bytes(8, "big"), tail)))
+                except _invalid_tag():  # a small3 object stored at an elided size
+                    pass
+                else:  # the head and the checksum put back (the pack parser skips checking it again)
+                    return elide.restore(b"".join((PACK_HEAD, pid, x)))
+        return self.aead.decrypt(nc, body, b"".join((self._a[0], (size - SMALL_MIN).to_bytes(8, "big"), tail)))
 
 
 _invalid_tag_class = None

@@ -36,9 +36,10 @@ def new_repo(inner) -> SealedStore:
     return store
 
 
-def pack_plain(n: int) -> bytes:
-    """A pack-shaped plaintext of ``n`` bytes (at least 21) whose checksum holds."""
-    head = b"SNPK" + os.urandom(n - 20)
+def pack_plain(n: int, key: str = PACK) -> bytes:
+    """A pack-shaped plaintext of ``n`` bytes (at least 29) for ``key``: "SNPK", version 1, the pack
+    id ``key`` names, random bytes, its checksum (which holds)."""
+    head = b"SNPK\x01" + bytes.fromhex(key[-16:]) + os.urandom(n - 29)
     return head + blake3.blake3(head).digest(16)
 
 
@@ -66,7 +67,8 @@ def test_new_repositories_are_form_3_packs_gcm_the_rest_form_2(tmp_path):
         assert len(plain) == info.size == fresh.head(info.key).size, info.key
         if info.key.startswith("packs/"):
             packs += 1
-            assert elide.elide(plain) is not None and len(stored) == len(plain) + 16, info.key  # nonce 12 + key id 4
+            # nonce 12 + tag 16 + key id 4, less the checksum 16 and the head 13 (magic, version, pack id)
+            assert elide.elide(plain) is not None and len(stored) == len(plain) + 3, info.key
             assert stored[-4:] == bytes.fromhex(fresh.key_id)
         elif len(plain) >= elide.MIN_ELIDABLE:
             assert len(stored) == len(plain) + 4, info.key  # form 2, elided
@@ -79,13 +81,13 @@ def test_new_repositories_are_form_3_packs_gcm_the_rest_form_2(tmp_path):
     assert not rep.errors, rep.errors
 
 
-@pytest.mark.parametrize("n", [21, 300, 40_000, S, S + 16])
+@pytest.mark.parametrize("n", [34, 300, 40_000, S, S + 29])
 def test_elided_packs_round_trip_with_ranges_and_suffixes(tmp_path, n):
     store = new_repo(LocalStore(tmp_path / "r", fsync=False))
     plain = pack_plain(n)
     store.put(PACK, plain)
     raw = store.inner.get(PACK)
-    assert len(raw) == n + 16 and sealed3.layout_of(PACK, len(raw)) == (sealed3.ELIDED, n)
+    assert len(raw) == n + 3 and sealed3.layout_of(PACK, len(raw)) == (sealed3.ELIDED, n)
     fresh = opened(store.inner)
     got = fresh.get(PACK)
     assert got == plain and isinstance(got, elide.RestoredPack)  # its checksum put back by the reader
@@ -101,13 +103,19 @@ def test_a_pack_whose_checksum_does_not_hold_is_kept_whole_and_large_packs_are_f
     bad[-1] ^= 1
     store.put(PACK, bytes(bad))
     assert len(store.inner.get(PACK)) == 500 + 32 and opened(store.inner).get(PACK) == bytes(bad)
-    assert store.head(PACK).size == 500 + 16  # (listed at the elided size its stored size has, §27)
+    assert store.head(PACK).size == 500 + 29  # (listed at the elided size its stored size has, §27)
+    other_id = pack_plain(500, "packs/cd/cd00000000000001")  # a pack whose head names another id: whole
+    store.put_if_match(PACK, other_id, store.head(PACK).etag)
+    assert len(store.inner.get(PACK)) == 500 + 32 and opened(store.inner).get(PACK) == other_id
+    odd = "packs/ab/not-a-pack-id"  # a key naming no pack id: never elided3, listed exactly
+    store.put(odd, pack_plain(500))
+    assert len(store.inner.get(odd)) == 532 and store.head(odd).size == 500 and opened(store.inner).get(odd)
     for n in (0, 4):  # below every elided size: small3
         k = f"packs/ab/ab0000000000000{n}"
         store.put(k, os.urandom(n))
         assert len(store.inner.get(k)) == n + 32 and store.head(k).size == n
         assert opened(store.inner).get(k) == store.get(k)
-    big = pack_plain(3 * S + 5)  # more than one segment: form 2's large layout (GCM-SIV segments)
+    big = pack_plain(3 * S + 5, "packs/ab/ab00000000000009")  # more than one segment: form 2's large layout (GCM-SIV segments)
     k = "packs/ab/ab00000000000009"
     store.put(k, big)
     raw = store.inner.get(k)
@@ -119,13 +127,13 @@ def test_a_pack_whose_checksum_does_not_hold_is_kept_whole_and_large_packs_are_f
 
 def test_layouts_are_told_apart_by_key_and_size():
     seen = {}
-    for n in list(range(0, 40)) + [S - 1, S, S + 1, S + 16, S + 17, 2 * S, 5 * S + 3]:
+    for n in list(range(0, 50)) + [S - 1, S, S + 1, S + 16, S + 17, S + 29, S + 30, 2 * S, 5 * S + 3]:
         for layout in (sealed3.ELIDED, sealed3.SMALL, sealed2.LARGE):
-            if layout == sealed3.ELIDED and not 21 <= n <= S + 16:
+            if layout == sealed3.ELIDED and not 34 <= n <= S + 29:
                 continue
             if layout == sealed3.SMALL and n > 4:
                 continue
-            if layout == sealed2.LARGE and n <= S + 16:
+            if layout == sealed2.LARGE and n <= S:
                 continue
             size = sealed3.stored_size(n, layout) if layout != sealed2.LARGE else sealed2.stored_size(n, layout)
             assert sealed3.layout_of(PACK, size) == (layout, n), (n, layout)
