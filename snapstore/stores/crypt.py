@@ -2,10 +2,12 @@
 (docs/format.md §27).
 
 Every object except ``config`` is stored sealed, bound to the repository id, the object's key and
-the data key's id: in form 2 (:mod:`snapstore.format.sealed2`: AES-256-GCM-SIV, nonces derived
-from the key, the object's own checksum left out) in a repository whose config names
-``aes-256-gcm-siv`` (every one created now), else in form 1 (:mod:`snapstore.format.sealed`:
-AES-256-GCM in 64 KiB segments under a per-object salt); form-1 objects read in either. What the
+the data key's id: in form 3 (:mod:`snapstore.format.sealed3`: packs of one segment AES-256-GCM
+under a synthetic nonce, everything else as form 2) in a repository whose config names
+``aes-256-gcm-siv+gcm`` (every one created now); in form 2 (:mod:`snapstore.format.sealed2`:
+AES-256-GCM-SIV, nonces derived from the key, the object's own checksum left out) in one whose
+config names ``aes-256-gcm-siv``; else in form 1 (:mod:`snapstore.format.sealed`: AES-256-GCM in
+64 KiB segments under a per-object salt); form-1 objects read in every one. What the
 layers above read and write is the plaintext, so they work unchanged. LIST, HEAD and PUT report
 plaintext sizes (0-byte stubs and 1-byte void records keep their meaning, §14, §15); an object
 whose stored size no sealed object has is reported with :data:`UNSEALED_SIZE` added, so that no
