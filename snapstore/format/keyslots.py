@@ -23,6 +23,9 @@ CIPHER = "aes-256-gcm"
 CIPHER_SIV = "aes-256-gcm-siv"
 """The cipher of a repository created since form 2 (snapstore.format.sealed2): its objects are
 AES-256-GCM-SIV sealed; the config's MAC binds it."""
+CIPHER_3 = "aes-256-gcm-siv+gcm"
+"""The cipher of a repository created since form 3 (snapstore.format.sealed3): form 2, except
+packs of one segment, AES-256-GCM sealed under a synthetic nonce; the config's MAC binds it."""
 SCRYPT_N = 1 << 15
 """Default scrypt cost (2^15, r 8, p 1: 32 MiB and about 0.1 s per unlock)."""
 SCRYPT_R, SCRYPT_P = 8, 1
@@ -104,7 +107,7 @@ def new_section(passphrase: str, repo_id: str, n: int = SCRYPT_N) -> tuple[dict,
         ``(section dict, data key (32 bytes))``. Raises: EncryptionError (see :func:`make_slot`).
     """
     data_key, key_id = os.urandom(32), os.urandom(4).hex()
-    return ({"version": SECTION_VERSION, "cipher": CIPHER_SIV, "segment": 65536, "key_id": key_id,
+    return ({"version": SECTION_VERSION, "cipher": CIPHER_3, "segment": 65536, "key_id": key_id,
              "slots": [make_slot(data_key, passphrase, repo_id, key_id, n)]}, data_key)
 
 
@@ -118,7 +121,7 @@ def check_section(d) -> dict:
         raise IntegrityError("config", f"malformed encryption section: {why}")
     from . import keyring
     if not isinstance(d, dict) or d.get("version") not in (SECTION_VERSION, keyring.ROTATED_VERSION) \
-            or d.get("cipher") not in (CIPHER, CIPHER_SIV) or d.get("segment") != 65536:
+            or d.get("cipher") not in (CIPHER, CIPHER_SIV, CIPHER_3) or d.get("segment") != 65536:
         bad("unknown version, cipher or segment size")
     if d["version"] == keyring.ROTATED_VERSION:
         keyring.check(d)  # a rotated key: the retired keys and the content key (format.md §27 "Rotation")

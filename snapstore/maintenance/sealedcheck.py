@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..errors import IntegrityError, ObjectNotFound
-from ..format import keys, sealed, sealed2
+from ..format import keys, keyslots, sealed, sealed2, sealed3
 from ..format.config import RepoConfig
 from .verify import Problem, VerifyReport
 
@@ -54,11 +54,12 @@ def _known_key(key: str) -> bool:
     return kind != "run"
 
 
-def _check_form2(rep: VerifyReport, info, tail: bytes, key_id: bytes) -> None:
-    """Add a ``corrupt-sealed`` error to ``rep`` unless the object ``info`` of a form-2 repository,
-    whose last bytes are ``tail``, ends in the key id ``key_id`` (4 bytes) and, when large, in the
-    plaintext length its size says (§27 "Sealed objects, form 2")."""
-    layout, plain_len = sealed2.layout_of(info.key, info.size)
+def _check_form2(rep: VerifyReport, info, tail: bytes, key_id: bytes, layouts=sealed2) -> None:
+    """Add a ``corrupt-sealed`` error to ``rep`` unless the object ``info`` of a form-2 (or, with
+    ``layouts`` :mod:`sealed3`, form-3) repository, whose last bytes are ``tail``, ends in the key
+    id ``key_id`` (4 bytes) and, when large, in the plaintext length its size says (§27 "Sealed
+    objects, form 2", "form 3")."""
+    layout, plain_len = layouts.layout_of(info.key, info.size)
     if tail[-sealed2.KEY_ID:] != key_id:
         rep.errors.append(Problem("corrupt-sealed", info.key, f"its last bytes name key id {tail[-4:].hex()}, not the "
                                   f"repository's {key_id.hex()} (a plaintext object, or another key)"))
@@ -86,10 +87,12 @@ def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int],
     """
     rep = VerifyReport()
     key_id = bytes.fromhex(cfg.encryption["key_id"])
-    form2 = cfg.encryption.get("cipher") == sealed2.CIPHER
+    cipher = cfg.encryption.get("cipher")
+    form2 = cipher in (sealed2.CIPHER, keyslots.CIPHER_3)
+    layouts = sealed3 if cipher == keyslots.CIPHER_3 else sealed2
 
     def sized_ok(info) -> bool:
-        return (sealed2.layout_of(info.key, info.size) if form2 else sealed.plain_size(info.size)) is not None
+        return (layouts.layout_of(info.key, info.size) if form2 else sealed.plain_size(info.size)) is not None
     objects = [i for i in store.list("") if i.key != keys.CONFIG]
     runs: dict[str, dict] = {}  # run key -> {"seqs": set, "removed_hi": int}
     for info in objects:
@@ -123,7 +126,7 @@ def verify_structure(store, cfg: RepoConfig, progress: Callable[[str, int, int],
             if progress is not None and (done % 256 == 0 or done == len(sized)):
                 progress("trailers", done, len(sized))
             if form2:
-                _check_form2(rep, info, tail, key_id)
+                _check_form2(rep, info, tail, key_id, layouts)
                 continue
             parsed = sealed.parse_trailer(tail)
             if parsed is None:

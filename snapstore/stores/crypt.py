@@ -2,10 +2,12 @@
 (docs/format.md §27).
 
 Every object except ``config`` is stored sealed, bound to the repository id, the object's key and
-the data key's id: in form 2 (:mod:`snapstore.format.sealed2`: AES-256-GCM-SIV, nonces derived
-from the key, the object's own checksum left out) in a repository whose config names
-``aes-256-gcm-siv`` (every one created now), else in form 1 (:mod:`snapstore.format.sealed`:
-AES-256-GCM in 64 KiB segments under a per-object salt); form-1 objects read in either. What the
+the data key's id: in form 3 (:mod:`snapstore.format.sealed3`: packs of one segment AES-256-GCM
+under a synthetic nonce, everything else as form 2) in a repository whose config names
+``aes-256-gcm-siv+gcm`` (every one created now); in form 2 (:mod:`snapstore.format.sealed2`:
+AES-256-GCM-SIV, nonces derived from the key, the object's own checksum left out) in one whose
+config names ``aes-256-gcm-siv``; else in form 1 (:mod:`snapstore.format.sealed`: AES-256-GCM in
+64 KiB segments under a per-object salt); form-1 objects read in every one. What the
 layers above read and write is the plaintext, so they work unchanged. LIST, HEAD and PUT report
 plaintext sizes (0-byte stubs and 1-byte void records keep their meaning, §14, §15); an object
 whose stored size no sealed object has is reported with :data:`UNSEALED_SIZE` added, so that no
@@ -24,7 +26,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from ..errors import EncryptionError, IntegrityError, KeyRequired
-from ..format import keyring, keyslots, kmsslots, sealed, sealed2
+from ..format import keyring, keyslots, kmsslots, sealed, sealed2, sealed3
 from .base import ObjectInfo, check_range, store_capabilities
 
 CONFIG = "config"
@@ -76,10 +78,13 @@ def _info(info: ObjectInfo, size: int) -> ObjectInfo:
 
 def plain_listed_size(key: str, stored: int, form: int = 1) -> int:
     """The size LIST and HEAD report for an object of ``stored`` bytes under ``key`` in a
-    repository sealing in ``form`` (1 or 2: :mod:`~snapstore.format.sealed`,
-    :mod:`~snapstore.format.sealed2`)."""
+    repository sealing in ``form`` (1, 2 or 3: :mod:`~snapstore.format.sealed`,
+    :mod:`~snapstore.format.sealed2`, :mod:`~snapstore.format.sealed3`)."""
     if key == CONFIG:
         return stored
+    if form == 3:
+        lay = sealed3.layout_of(key, stored)
+        return UNSEALED_SIZE + stored if lay is None else lay[1]
     if form == 2:
         lay = sealed2.layout_of(key, stored)
         return UNSEALED_SIZE + stored if lay is None else lay[1]
@@ -88,9 +93,11 @@ def plain_listed_size(key: str, stored: int, form: int = 1) -> int:
 
 
 def repository_form(section: dict) -> int:
-    """The sealed form (1 or 2) new objects of the repository with ``section`` (its config's
-    ``encryption``) are written in: 2 when its cipher is AES-256-GCM-SIV."""
-    return 2 if section.get("cipher") == sealed2.CIPHER else 1
+    """The sealed form (1, 2 or 3) new objects of the repository with ``section`` (its config's
+    ``encryption``) are written in: 3 when its cipher is :data:`keyslots.CIPHER_3` (every
+    repository created now), 2 when it is AES-256-GCM-SIV, else 1."""
+    cipher = section.get("cipher")
+    return 3 if cipher == keyslots.CIPHER_3 else 2 if cipher == sealed2.CIPHER else 1
 
 
 
@@ -158,6 +165,7 @@ class SealedStore:
         self._keys = None  # (repo id bytes, key id bytes, object master, content key, data key, section)
         self._masters: dict[bytes, bytes] = {}  # key id -> object master: the current key and retired ones
         self._keyeds: dict[bytes, sealed2.Keyed] = {}  # key id -> its form-2 material (made with _keys)
+        self._keyeds3: dict[bytes, sealed3.Keyed] = {}  # key id -> its form-3 packs' material (form 3 only)
         self._form = 1
         self._config_bytes: bytes | None = None  # the config read to unlock, served once to the next get
         self._unlocked_from: bytes | None = None  # the config the keys came from
@@ -205,6 +213,8 @@ class SealedStore:
         rid = bytes.fromhex(repo_id)
         self._keyeds = {i: sealed2.Keyed(_AESGCMSIV()(sealed2.object_key(m)), i, rid) for i, m in masters.items()}
         self._form = repository_form(section)
+        self._keyeds3 = {} if self._form != 3 else {
+            i: sealed3.Keyed(_AESGCM()(sealed3.gcm_key(m)), sealed3.nonce_key(m), i, rid) for i, m in masters.items()}
         self._keys = (bytes.fromhex(repo_id), bytes.fromhex(section["key_id"]), master, content, data_key, section)
 
     def _ensure(self):
@@ -238,7 +248,7 @@ class SealedStore:
             section, data_key = keyslots.new_section(self.passphrase, cfg.repo_id, self.scrypt_n)
         else:  # a repository a KMS key opens, no passphrase
             data_key, key_id = os.urandom(32), os.urandom(4).hex()
-            section = {"version": keyslots.SECTION_VERSION, "cipher": sealed2.CIPHER, "segment": sealed.SEGMENT,
+            section = {"version": keyslots.SECTION_VERSION, "cipher": keyslots.CIPHER_3, "segment": sealed.SEGMENT,
                        "key_id": key_id, "slots": [self.new_slot(data_key, cfg.repo_id, key_id)]}
         cfg.encryption = section
         cfg.key = keyslots.content_key(data_key)
@@ -261,20 +271,20 @@ class SealedStore:
         parsed = sealed.parse_trailer(trailer[-sealed.TRAILER:])
         if parsed is not None and (self._form == 1 or parsed[0] in self._masters):
             return parsed[0].hex()
-        if self._form == 2 and len(trailer) >= sealed2.TAG + sealed2.KEY_ID:
+        if self._form >= 2 and len(trailer) >= sealed2.TAG + sealed2.KEY_ID:
             return trailer[-sealed2.KEY_ID:].hex()
         return None
 
     @property
     def form(self) -> int:
-        """The sealed form (1 or 2) this store writes objects in (docs/format.md §27); 2 while the
-        location has no config yet (a repository created now seals in form 2)."""
+        """The sealed form (1, 2 or 3) this store writes objects in (docs/format.md §27); 3 while
+        the location has no config yet (a repository created now seals in form 3)."""
         if self._keys is None:
             from ..errors import ObjectNotFound
             try:
                 self._ensure()
             except ObjectNotFound:
-                return 2
+                return 3
         return self._form
 
     def data_key(self) -> bytes:
@@ -294,7 +304,11 @@ class SealedStore:
 
     def _seal(self, key: str, data: bytes) -> bytes:
         repo_id, key_id, _, _, _, _ = self._ensure()
-        if self._form == 2:
+        if self._form == 3:
+            out = self._keyeds3[key_id].seal(key, bytes(data))
+            if out is not None:
+                return out
+        if self._form >= 2:
             return sealed2.seal(self._siv(key_id), key_id, repo_id, key, bytes(data))
         salt = os.urandom(16)
         return sealed.seal(self._aead(salt), key_id, salt, repo_id, key, bytes(data))
@@ -359,7 +373,7 @@ class SealedStore:
             ObjectNotFound: no such key. IntegrityError: it is not a sealed object of this
                 repository under this key (plaintext, moved, swapped, altered, truncated).
         """
-        if self._form == 2 and key != CONFIG:  # (form 2: unlocked already) the common reads, in few calls
+        if self._form >= 2 and key != CONFIG:  # (form 2 or 3: unlocked already) the common reads, in few calls
             if byte_range is None:
                 return self._open2(key, self.inner.get(key))
             if type(byte_range) is tuple and len(byte_range) == 2 and byte_range[1] is None \
@@ -374,7 +388,7 @@ class SealedStore:
             return data
         self._ensure()
         rng = check_range(key, byte_range)
-        if self._form == 2:
+        if self._form >= 2:
             return self._get2(key, rng)
         if rng is None:
             data = self.inner.get(key)
@@ -397,7 +411,8 @@ class SealedStore:
                 raise
             return self._range(key, fresh, start, end)
 
-    # -- form 2 (sealed2): small and elided objects are read whole, large ones in segments -------
+    # -- forms 2 and 3 (sealed2, sealed3): objects of one segment are read whole, large ones in
+    # segments (form 3's large objects are form 2's)
     def _v1_in(self, tail: bytes) -> bytes | None:
         """The form-1 trailer ending ``tail`` when it is one of a key this repository has (an
         object sealed in form 1, read in a repository that writes form 2), else None."""
@@ -413,7 +428,16 @@ class SealedStore:
         return siv
 
     def _open2(self, key: str, data: bytes) -> bytes:
-        """The plaintext of the whole stored object ``data`` under ``key`` (form 2, or form 1)."""
+        """The plaintext of the whole stored object ``data`` under ``key`` (form 2 or 3, or form 1)."""
+        if self._keyeds3 and sealed3.SMALL_MIN <= len(data) <= sealed3.SMALL_MAX and key.startswith(sealed3.PREFIX) \
+                and data[-_V1_TRAILER:-_V1_MAGIC_END] != _V1_MAGIC:
+            kd3 = self._keyeds3.get(data[-_KEY_ID:])  # form 3: a pack of one segment, AES-256-GCM
+            if kd3 is not None:
+                try:
+                    return kd3.open_stored(key, data)
+                except (_InvalidTag(), ValueError) as e:
+                    raise self._fail(key, "does not authenticate" if isinstance(e, _InvalidTag()) else str(e)) from None
+            return self._open2_any(key, data)
         if _SMALL_MIN <= len(data) <= _SMALL_MAX and data[-_V1_TRAILER:-_V1_MAGIC_END] != _V1_MAGIC:
             # the common case, an elided or small object (no form-1 trailer to try): the key's
             # material derived once (sealed2.Keyed), no copy of the stored bytes
@@ -434,12 +458,17 @@ class SealedStore:
                 return self._open(key, t, 0, data[:-sealed.TRAILER])
             except IntegrityError:
                 pass  # (a form-2 object whose last 33 bytes happen to look like a trailer)
-        lay = sealed2.layout_of(key, len(data))
+        lay = (sealed3 if self._form == 3 else sealed2).layout_of(key, len(data))
         if lay is None:
             raise self._fail(key, f"{len(data)} stored bytes: no sealed object has this size (plaintext, or foreign)")
         layout, plain_len = lay
         key_id = data[-sealed2.KEY_ID:]
         siv = self._siv_for(key, key_id)
+        if layout in (sealed3.ELIDED, sealed3.SMALL):
+            try:
+                return self._keyeds3[key_id].open_stored(key, data)
+            except (InvalidTag, ValueError) as e:
+                raise self._fail(key, "does not authenticate" if isinstance(e, InvalidTag) else str(e)) from None
         repo_id = self._ensure()[0]
         try:
             if layout == sealed2.LARGE:
@@ -474,12 +503,12 @@ class SealedStore:
                 return self._range2(key, known, start, end)
             except IntegrityError:
                 self._forget(key)  # a remembered layout of a replaced object: look again
-        probe = self.inner.get(key, (-(sealed2.SMALL_MAX + 1), None))
+        probe = self.inner.get(key, (-(sealed3.SMALL_MAX + 1), None))  # (form 2's largest whole object is smaller)
         t = self._v1_in(probe)
-        if t is not None and sealed.sealed_size(sealed.parse_trailer(t)[2]) > sealed2.SMALL_MAX:
+        if t is not None and sealed.sealed_size(sealed.parse_trailer(t)[2]) > sealed3.SMALL_MAX:
             self._remember(key, t)
             return self._range(key, t, start, end)
-        if len(probe) <= sealed2.SMALL_MAX:  # the whole object
+        if len(probe) <= sealed3.SMALL_MAX:  # the whole object
             plain = self._open2(key, probe)
             return plain[start:end]
         known = self._large_tail(key, probe)

@@ -1,6 +1,7 @@
 """Sealed objects of form 2 (docs/format.md §27 "Sealed objects, form 2"): checksums left out and
 put back, exact listed sizes, nonces derived from the key, form-1 objects and form-1 repositories
-still read (and written), and everything that does not authenticate refused."""
+still read (and written), and everything that does not authenticate refused. (Repositories are
+created in form 3 since; ``new_repo`` here turns each into a form-2 one, as created before.)"""
 
 from __future__ import annotations
 
@@ -25,19 +26,26 @@ def opened(inner) -> SealedStore:
 
 
 def new_repo(inner) -> SealedStore:
+    """A new form-2 repository at ``inner`` (as created before form 3), opened."""
+    Repository.init(opened(inner))
+    as_form(inner, keyslots.CIPHER_SIV)
+    return opened(inner)
+
+
+def as_form(inner, cipher: str) -> None:
+    """Make the repository at ``inner`` (empty but for its config) one whose config names
+    ``cipher``, its MAC recomputed as that version computed it."""
     store = opened(inner)
-    Repository.init(store)
-    return store
+    cfg = RepoConfig.from_bytes("config", inner.get("config"))
+    cfg.encryption["cipher"] = cipher
+    cfg.encryption["mac"] = keyslots.config_mac(store.data_key(), cfg)
+    inner.put_if_match("config", cfg.to_bytes(), inner.head("config").etag)
 
 
 def as_form1(inner) -> None:
     """Make the repository at ``inner`` one created before form 2 (cipher AES-256-GCM, its MAC
     recomputed as that version computed it)."""
-    store = opened(inner)
-    cfg = RepoConfig.from_bytes("config", inner.get("config"))
-    cfg.encryption["cipher"] = keyslots.CIPHER
-    cfg.encryption["mac"] = keyslots.config_mac(store.data_key(), cfg)
-    inner.put_if_match("config", cfg.to_bytes(), inner.head("config").etag)
+    as_form(inner, keyslots.CIPHER)
 
 
 def saved_repo(tmp_path, name="r"):
