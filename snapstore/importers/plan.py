@@ -191,13 +191,11 @@ def import_partition(plan: ImportPlan, index: int) -> dict:
         StoreError: the store failed (the partition is retried; what was saved stays).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = plan.result_path(index)
-    if os.path.exists(out):
-        s = json.loads((pq.read_schema(out).metadata or {}).get(b"summary", b"{}"))
-        s["resumed"] = True
-        return s
+    done = P.finished_summary(out)
+    if done is not None:
+        return done
     t0 = time.monotonic()
     rows = []  # (file, format, run, checkpoints, saved, skipped, error)
     logical = 0
@@ -229,10 +227,7 @@ def import_partition(plan: ImportPlan, index: int) -> dict:
                       "run": pa.array(cols[2], pa.string()), "checkpoints": pa.array(cols[3], pa.int64()),
                       "saved": pa.array(cols[4], pa.int64()), "skipped": pa.array(cols[5], pa.int64()),
                       "error": pa.array(cols[6], pa.string())})
-    table = table.replace_schema_metadata({"summary": json.dumps(summary)})
-    tmp = out + f".tmp{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    P.write_result(table, summary, out)
     return summary
 
 

@@ -74,13 +74,11 @@ def archive_partition(plan: dict, index: int) -> dict:
         planning: RunNotFound).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = _result_path(plan["job_dir"], index)
-    if os.path.exists(out):
-        s = json.loads((pq.read_schema(out).metadata or {}).get(b"summary", b"{}"))
-        s["resumed"] = True
-        return s
+    done = P.finished_summary(out)
+    if done is not None:
+        return done
     t0 = time.monotonic()
     o = plan["options"]
     repo = P.open_url(plan["url"], plan.get("store_options") or {})
@@ -101,10 +99,7 @@ def archive_partition(plan: dict, index: int) -> dict:
     cols = list(zip(*rows)) if rows else [()] * 4
     table = pa.table({"run": pa.array(cols[0], pa.string()), "status": pa.array(cols[1], pa.string()),
                       "why": pa.array(cols[2], pa.string()), "bundle": pa.array(cols[3], pa.string())})
-    table = table.replace_schema_metadata({"summary": json.dumps(summary)})
-    tmp = out + f".tmp{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    P.write_result(table, summary, out)
     return summary
 
 

@@ -283,14 +283,11 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
         IntegrityError / ObjectNotFound: a live checkpoint of the partition is unreadable.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = plan.result_path(index)
-    if os.path.exists(out):
-        meta = pq.read_schema(out).metadata or {}
-        s = json.loads(meta.get(b"summary", b"{}"))
-        s["resumed"] = True
-        return s
+    done = finished_summary(out)
+    if done is not None:
+        return done
     part = plan.partitions[index]
     t0 = time.monotonic()
     repo = open_plan(plan)
@@ -310,11 +307,32 @@ def mark_partition(plan: MarkPlan, index: int) -> dict:
                "peak_rss_kb": peak_rss_kb()}
     table = pa.table({"pack": pa.array([p.hex() for p in packs], pa.string()),
                       "size": pa.array([g.packs[p].size if p in g.packs else -1 for p in packs], pa.int64())})
+    write_result(table, summary, out)
+    return summary
+
+
+def finished_summary(out: str) -> dict | None:
+    """The summary of the partition result file ``out`` (its schema metadata ``summary``) with
+    ``resumed`` set, if the file exists: the partition is done and is not run again; else None."""
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(out):
+        return None
+    s = json.loads((pq.read_schema(out).metadata or {}).get(b"summary", b"{}"))
+    s["resumed"] = True
+    return s
+
+
+def write_result(table, summary: dict, out: str) -> None:
+    """Write the pyarrow ``table`` to the Parquet file ``out`` with ``summary`` (JSON) as its schema
+    metadata ``summary``: to a temporary name first, then renamed, so a reader (or a resumed job)
+    sees the whole file or none."""
+    import pyarrow.parquet as pq
+
     table = table.replace_schema_metadata({"summary": json.dumps(summary)})
     tmp = out + f".tmp{os.getpid()}"
     pq.write_table(table, tmp)
     os.replace(tmp, out)
-    return summary
 
 
 def peak_rss_kb() -> int:

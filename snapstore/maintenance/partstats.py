@@ -62,13 +62,11 @@ def stats_partition(plan: P.MarkPlan, index: int) -> dict:
         StoreError: the store failed. IntegrityError: a run's log is unreadable (as for ``stats``).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = _result_path(plan, index)
-    if os.path.exists(out):
-        s = json.loads((pq.read_schema(out).metadata or {}).get(b"summary", b"{}"))
-        s["resumed"] = True
-        return s
+    done = P.finished_summary(out)
+    if done is not None:
+        return done
     t0 = time.monotonic()
     repo = P.open_plan(plan)
     try:
@@ -86,10 +84,7 @@ def stats_partition(plan: P.MarkPlan, index: int) -> dict:
                       "checkpoints": pa.array([v[0] for _, v in rows], pa.int64()),
                       "message_bytes": pa.array([v[1] for _, v in rows], pa.int64()),
                       "session_state_bytes": pa.array([v[2] for _, v in rows], pa.int64())})
-    table = table.replace_schema_metadata({"summary": json.dumps(summary)})
-    tmp = out + f".tmp{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    P.write_result(table, summary, out)
     return summary
 
 

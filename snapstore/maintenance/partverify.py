@@ -197,13 +197,11 @@ def verify_partition(plan: P.MarkPlan, index: int, read_data: bool = False, acce
         StoreError: the store failed (what the repository holds is reported, not raised).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = _result_path(plan, index)
-    if os.path.exists(out):
-        s = json.loads((pq.read_schema(out).metadata or {}).get(b"summary", b"{}"))
-        s["resumed"] = True
-        return s
+    done = P.finished_summary(out)
+    if done is not None:
+        return done
     t0 = time.monotonic()
     repo = P.open_plan(plan)
     try:
@@ -221,10 +219,7 @@ def verify_partition(plan: P.MarkPlan, index: int, read_data: bool = False, acce
                       "code": pa.array(cols[2], pa.string()), "key": pa.array(cols[3], pa.string()),
                       "message": pa.array(cols[4], pa.string()),
                       "extra": pa.array([json.dumps(x) for x in cols[5]], pa.string())})
-    table = table.replace_schema_metadata({"summary": json.dumps(summary)})
-    tmp = out + f".tmp{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    P.write_result(table, summary, out)
     return summary
 
 
