@@ -126,7 +126,7 @@ class Keyed:
         if layout == ELIDED:
             try:
                 return elide.restore(self.aead.decrypt(nc, body, self._a[1] + plain_len.to_bytes(8, "big") + tail))
-            except _invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
+            except invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
                 return self.aead.decrypt(nc, body, self._a[0] + (len(body) - TAG).to_bytes(8, "big") + tail)
         return self.aead.decrypt(nc, body, self._a[0] + plain_len.to_bytes(8, "big") + tail)
 
@@ -149,21 +149,22 @@ class Keyed:
             try:
                 return elide.restore(self.aead.decrypt(nc, body, b"".join((self._a[1], n.to_bytes(8, "big"),
                                                                            self.repo_id, kb))))
-            except _invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
+            except invalid_tag():  # a small object stored at an elided size (a plaintext without a checksum)
                 pass
         return self.aead.decrypt(nc, body, b"".join((self._a[0], (n - TAG).to_bytes(8, "big"), self.repo_id, kb)))
 
 
-_invalid_tag_class = None
+_INVALID_TAG = None
 
 
-def _invalid_tag():
-    """``cryptography``'s InvalidTag, imported on first use."""
-    global _invalid_tag_class
-    if _invalid_tag_class is None:
+def invalid_tag():
+    """``cryptography``'s InvalidTag exception class, imported on first use (the form-3 reader
+    catches it too)."""
+    global _INVALID_TAG
+    if _INVALID_TAG is None:
         from cryptography.exceptions import InvalidTag
-        _invalid_tag_class = InvalidTag
-    return _invalid_tag_class
+        _INVALID_TAG = InvalidTag
+    return _INVALID_TAG
 
 
 def seal(aead, key_id: bytes, repo_id: bytes, key: str, plain: bytes) -> bytes:

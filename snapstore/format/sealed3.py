@@ -172,20 +172,8 @@ class Keyed:
             if pid is not None:
                 try:
                     x = self.aead.decrypt(nc, body, b"".join((self._a[1], (size - _OVER).to_bytes(8, "big"), tail)))
-                except _invalid_tag():  # a small3 object stored at an elided size
+                except sealed2.invalid_tag():  # a small3 object stored at an elided size
                     pass
                 else:  # the head and the checksum put back (the pack parser skips checking it again)
                     return elide.restore(b"".join((PACK_HEAD, pid, x)))
         return self.aead.decrypt(nc, body, b"".join((self._a[0], (size - SMALL_MIN).to_bytes(8, "big"), tail)))
-
-
-_invalid_tag_class = None
-
-
-def _invalid_tag():
-    """``cryptography``'s InvalidTag, imported on first use."""
-    global _invalid_tag_class
-    if _invalid_tag_class is None:
-        from cryptography.exceptions import InvalidTag
-        _invalid_tag_class = InvalidTag
-    return _invalid_tag_class
