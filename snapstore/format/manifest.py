@@ -505,20 +505,12 @@ def _lazy(name: str) -> property:
     base = Manifest.__dict__[name]  # the slot of Manifest
 
     def get(self):
-        try:
-            fill = self._fill
-        except AttributeError:
-            fill = None
-        if fill is not None:
+        if getattr(self, "_fill", None) is not None:  # not yet read from the bundle
             self._load()
         return base.__get__(self)
 
     def put(self, value):
-        try:
-            fill = self._fill
-        except AttributeError:
-            fill = None
-        if fill is not None:
+        if getattr(self, "_fill", None) is not None:
             self._load()
         base.__set__(self, value)
     return property(get, put, doc=f"``{name}`` (read from the record's bundle when first used)")
