@@ -98,6 +98,11 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
     """Pending-writes objects folded into saved records that are deleted together, in one batch
     (one commit), per run; the rest on :meth:`close` (docs/langgraph-layout.md §4a)."""
 
+    CP_OBJECTS = 2
+    """Checkpoints put as pending-checkpoint objects beside one record at most (LangGraph's
+    input checkpoint and the one after ``__start__``, docs/langgraph-layout.md §4b); 0 puts
+    every checkpoint as a record."""
+
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
         if isinstance(serde, str):
             from ..serde import serde_named

@@ -13,7 +13,7 @@ from ...errors import CheckpointNotFound, ConflictError, InvalidInputError, RunN
 from ...format.ids import seq_hint
 from ...manager.facade import EMPTY_RUN
 from .ids import ns_run_id_for, run_id_for
-from . import sidewrites
+from . import checkpoints, sidewrites
 from .layout import Head
 from .registry import register, runs
 from .state import SaverState
@@ -75,6 +75,7 @@ def delete_for_runs(s: SaverState, run_ids: Sequence[str]) -> None:
     for run, _t, _ns in runs(s):
         with s.rlock(run):
             def once():
+                checkpoints.materialize(s, run)  # pending-checkpoint objects into a record (§4b)
                 ix = s.index(run)
                 doomed = []
                 for cid, rec in ix.cps.items():
@@ -173,12 +174,13 @@ def _has_outcomes(s: SaverState, run: str, ix) -> bool:
         return False
     items, st = s.record(run, head.sid, head.seq)
     got = sidewrites.window(s, run, Head(head.sid, items, st, head.md, head.seq, parent=ix.head_parent))
-    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r in got)
+    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r, _cp in got)
 
 
 def prune_run(s: SaverState, run: str) -> None:
     """``prune(strategy="keep_latest")`` of one run, against the head it lists: keeps the latest
     checkpoint, its writes and the DeltaChannel chain it rebuilds from."""
+    checkpoints.materialize(s, run)  # pending-checkpoint objects into a record (layout §4b)
     ix = s.index(run)
     latest = ix.latest()
     if latest is None:
