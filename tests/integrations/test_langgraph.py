@@ -329,9 +329,10 @@ def test_a_thread_written_the_earlier_way_reads_and_continues(tmp_path, monkeypa
         for i in range(3, 5):
             out = g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
         run = run_id_for("old")
-        kinds = [next(x[1] for x in saver.manager.get(run, r.id).session_state["layout"] if x[0] == "__start__")
-                 for r in reversed(saver.manager.list(run))
-                 if r.metadata.get("lg") == "C" and r.metadata["md"].get("source") == "input"]
+        # input checkpoints in records of their own, or carried by the next record (§4b)
+        ix = saver.state.index(run)
+        kinds = [next(x[1] for x in saver.state.cp_record(run, ix.cps[c])[1]["layout"] if x[0] == "__start__")
+                 for c in sorted(ix.cps) if ix.cps[c].md["md"].get("source") == "input"]
         assert kinds == ["b", "b", "b", "d", "d"]
         from snapstore.format import keys
         versions = {saver.manager.store.get(keys.manifest_key(saver.manager.repo.run_key(run), seq))[4]
