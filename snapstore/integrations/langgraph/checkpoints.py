@@ -260,6 +260,7 @@ def materialize(s: SaverState, run: str, head: Head | None = None) -> None:
     vcid, vitems, vst, vf, _oc = head.cps[-1]
     cp = decode_checkpoint(s.codec, vitems, vst, vcid, run)
     put_checkpoint(s, run, cp, s.codec.md_from(vf), vf.get("parent"), objects=False)
+    sidewrites.flush_deletes(s)  # the objects it folded go now (a record deleted next would bring them back)
 
 
 def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, parent: str | None,

@@ -82,9 +82,33 @@ def delete_for_runs(s: SaverState, run_ids: Sequence[str]) -> None:
                     if s.codec.md_from(rec.md).get("run_id") in wanted:
                         doomed.extend(r.sid for r in ix.all_of(cid))
                 if doomed:
+                    _drop_folded(s, run, doomed)
                     s.forget(run)
                     s.manager.delete_many(run, doomed, expect_head=ix.head)
             retry_moved(s, run, once)
+
+
+def _drop_folded(s: SaverState, run: str, doomed: list) -> None:
+    """Delete the pending objects (layout §4a, §4b) that the records ``doomed`` folded (their
+    state's ``fo``), beside the records of their window (a record's parent and grandparent):
+    once a record is deleted nothing names them, and a pending-checkpoint object left beside
+    the record that becomes the newest would bring a deleted checkpoint back."""
+    sidewrites.flush_deletes(s)
+    listed = s.manager.list(run)
+    parent = {c.id: c.parent_id for c in listed}
+    seq = {c.id: c.seq for c in listed}
+    pairs = []
+    for sid in doomed:
+        if sid not in seq:
+            continue
+        _items, st = s.record(run, sid, seq[sid])
+        calls = (st.get("fo") or ()) if isinstance(st, dict) else ()
+        p = parent.get(sid)
+        for anchor in (p, parent.get(p) if p else None):
+            if anchor:
+                pairs.extend((anchor, c) for c in calls)
+    if pairs:
+        s.manager.delete_outcomes(run, pairs)
 
 
 def copy_thread(s: SaverState, source_thread_id: str, target_thread_id: str) -> None:
