@@ -198,7 +198,7 @@ def test_sigkill_between_the_puts_of_a_turn_keeps_every_acknowledged_one(tmp_pat
     for _round in range(4):
         p = subprocess.Popen([sys.executable, "-c", CHILD, root, str(start)], stdout=subprocess.PIPE, text=True,
                              env=env)
-        time.sleep(rng.uniform(1.0, 2.5))
+        time.sleep(rng.uniform(1.5, 3.0))
         p.kill()
         out, _ = p.communicate()
         for line in out.splitlines():
@@ -215,8 +215,10 @@ def test_sigkill_between_the_puts_of_a_turn_keeps_every_acknowledged_one(tmp_pat
                 assert (f"task-{i}", "x", i) in t.pending_writes, i
                 assert (f"task-{i}", "x", i) in listed[cid].pending_writes, i
         latest = fresh.get_tuple({"configurable": {"thread_id": "t"}})
-        start = latest.checkpoint["channel_values"]["n"] + 1
-        start += (-start) % 3  # the next turn starts with an input checkpoint
+        assert (latest is None) == (not acked_put)
+        if latest is not None:  # (a child killed while still importing put nothing)
+            start = latest.checkpoint["channel_values"]["n"] + 1
+            start += (-start) % 3  # the next turn starts with an input checkpoint
         fresh.close()
         assert CheckpointManager(root).verify().ok
     assert len(acked_put) >= 6
