@@ -190,11 +190,15 @@ def _field(s: SaverState, run: str, head: Head, cid: str, parent: str | None, md
     if state.get("cx"):
         # checkpoints it carries (layout §4b): listing finds them from the field; it needs
         # what each of them needs
-        field_md["cx"] = {c[0]: c[3] for c in head.cps if c[0] in state["cx"]}
-        for f in field_md["cx"].values():
-            n = f.get(NEEDS_KEY)
-            if isinstance(n, dict) and isinstance(n.get("from"), int):
-                need = n["from"] if need is None else min(need, n["from"])
+        # (each carried field without "lg", "id" and NEEDS_KEY: a reader puts back "C", the
+        # key and this record's NEEDS_KEY, which is at most each carried one's)
+        field_md["cx"] = {}
+        for c in head.cps:
+            if c[0] in state["cx"]:
+                n = c[3].get(NEEDS_KEY)
+                if isinstance(n, dict) and isinstance(n.get("from"), int):
+                    need = n["from"] if need is None else min(need, n["from"])
+                field_md["cx"][c[0]] = {k: v for k, v in c[3].items() if k not in ("lg", "id", NEEDS_KEY)}
     if need is not None:
         field_md[NEEDS_KEY] = {"from": need, "by": DELTA_CHAIN}
     return field_md

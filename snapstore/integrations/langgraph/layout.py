@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import IntegrityError, SnapstoreError
+from ...manager.retention import NEEDS_KEY
 from .deps import Checkpoint, DeltaChannelHistory, writes_sort_key
 from .values import ValueCodec
 
@@ -104,7 +105,8 @@ class RunIndex:
                     # before the record's own checkpoint, so an id it also holds is its own
                     for k, f in cx.items():
                         if isinstance(f, dict):
-                            ix.cps.setdefault(k, Rec(s.id, s.seq, {**f, "cxc": 1}))
+                            need = {NEEDS_KEY: md[NEEDS_KEY]} if NEEDS_KEY in md else {}
+                            ix.cps.setdefault(k, Rec(s.id, s.seq, {**f, "lg": "C", "id": k, **need, "cxc": 1}))
                 fw = md.get("fw") if md.get("lg") == "C" else None
                 if isinstance(fw, dict):
                     # writes of other checkpoints it carries, folded from pending-writes
