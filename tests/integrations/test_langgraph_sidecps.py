@@ -215,7 +215,7 @@ def test_sigkill_between_the_puts_of_a_turn_keeps_every_acknowledged_one(tmp_pat
                 assert (f"task-{i}", "x", i) in t.pending_writes, i
                 assert (f"task-{i}", "x", i) in listed[cid].pending_writes, i
         latest = fresh.get_tuple({"configurable": {"thread_id": "t"}})
-        assert (latest is None) == (not acked_put)
+        assert latest is not None or not acked_put  # (a put may be stored, killed before it said so)
         if latest is not None:  # (a child killed while still importing put nothing)
             start = latest.checkpoint["channel_values"]["n"] + 1
             start += (-start) % 3  # the next turn starts with an input checkpoint

@@ -221,7 +221,7 @@ def _put_object(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, paren
         items, state, chs = encode_checkpoint(s, run, checkpoint, md, parent, head, fold=False)
         field_md = _field(s, run, head, cid, parent, md, state, chs)
         base = head.base or head
-        sp = spans_of(base.items, items)
+        sp = spans_of(base.items, items, base.item_index())
         call = secrets.token_hex(8)
         try:
             s.manager.record_outcome(run, base.id, call, sidewrites.cp_payload(field_md, state, sp, time.time_ns()))
@@ -239,13 +239,15 @@ def _put_object(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, paren
     raise ConflictError(f"put: run {run!r} kept moving ({s.save_attempts} attempts)")
 
 
-def _seal(s: SaverState, run: str, md: dict) -> None:
-    """Before a record of another LangGraph run than the pending-checkpoint objects beside the
-    newest record (layout §4b), :func:`materialize` them, so that no record carries
-    checkpoints of two runs."""
-    head = sidewrites.current(s, run)
-    if head.cps and not all(_same_run(s.codec.md_from(c[3]), md) for c in head.cps):
-        materialize(s, run, head)
+class _OtherRun(Exception):
+    """Raised by a record's build when the pending-checkpoint objects folded into the newest
+    record (``head``) are of another LangGraph run than the checkpoint being put (layout §4b):
+    they are put in a record of their own first (:func:`materialize`), so that no record
+    carries checkpoints of two runs."""
+
+    def __init__(self, head: Head):
+        super().__init__("pending checkpoints of another LangGraph run")
+        self.head = head
 
 
 def materialize(s: SaverState, run: str, head: Head | None = None) -> None:
@@ -273,12 +275,12 @@ def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, pa
     newest record, built on the one there now. The caller holds the run's lock. Raises what
     :func:`~.save.put_record` raises."""
     cid = checkpoint["id"]
-    if objects:
-        if _put_object(s, run, checkpoint, md, parent):
-            return
-        _seal(s, run, md)
+    if objects and _put_object(s, run, checkpoint, md, parent):
+        return
 
     def build(head: Head):
+        if head.cps and any(not _same_run(s.codec.md_from(c[3]), md) for c in head.cps):
+            raise _OtherRun(head)
         items, state, chs = encode_checkpoint(s, run, checkpoint, md, parent, head)
         field_md = _field(s, run, head, cid, parent, md, state, chs)
         # LangGraph numbers the input checkpoint -1; snapstore's step is a non-negative int (the
@@ -286,7 +288,14 @@ def put_checkpoint(s: SaverState, run: str, checkpoint: Checkpoint, md: dict, pa
         step = md.get("step") if isinstance(md.get("step"), int) and md.get("step") >= 0 else None
         return items, state, field_md, step
 
-    _sid, base = put_record(s, run, build, head_of=lambda: sidewrites.current(s, run))
+    for _attempt in range(s.save_attempts):
+        try:
+            _sid, base = put_record(s, run, build, head_of=lambda: sidewrites.current(s, run))
+            break
+        except _OtherRun as e:
+            materialize(s, run, e.head)  # (its run's checkpoints go in a record of their own)
+    else:
+        raise ConflictError(f"put: run {run!r} kept moving ({s.save_attempts} attempts)")
     s.note_put(run, cid)
     if base.fo:
         sidewrites.delete_folded(s, run, base.fo)  # carried by the record saved: not needed beside it

@@ -47,6 +47,14 @@ class Head:
     folded: dict = field(default_factory=dict)  # LangGraph id -> write rows that came from those objects
     cps: tuple = ()                # checkpoints folded in from pending-checkpoint objects (§4b), oldest first:
                                    # (LangGraph id, items, state, field, (anchor record id, call id))
+    ident: dict | None = None      # {id(item): position} of items (a record's own), made once: spans_of
+
+    def item_index(self) -> dict:
+        """``{id(item): position}`` of this record's items, made on first use (the items of a
+        stored record never change)."""
+        if self.ident is None:
+            self.ident = {id(x): i for i, x in enumerate(self.items or ())}
+        return self.ident
 
 
 @dataclass
