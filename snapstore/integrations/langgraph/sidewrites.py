@@ -96,17 +96,18 @@ def rows_of(p: Any) -> tuple[str, list, int] | None:
     return cid, out, t
 
 
-def window(s: SaverState, run: str, base: Head) -> list:
+def window(s: SaverState, run: str, base: Head, known=()) -> list:
     """The pending objects of the window of record ``base``: beside it and beside its parent
     record, less those ``base`` folded (its state's ``fo``), as ``(time, anchor record id,
     call id, checkpoint id, rows, cp)``, oldest first: ``rows`` the writes of a pending-writes
     object (§4a; ``cp`` None), ``cp`` the payload of a pending-checkpoint object (§4b; ``rows``
-    None).
+    None). ``known``: call ids also left out (the caller holds them folded already).
 
     Raises:
         IntegrityError: an object is malformed.
     """
     skip = set(base.st.get("fo") or ()) if isinstance(base.st, dict) else set()
+    skip.update(known)
     got = []
     anchors = [(a, seq_hint(a) if seq is None else seq) for a, seq in ((base.parent, None), (base.id, base.seq))
                if a is not None]
@@ -191,6 +192,8 @@ def current(s: SaverState, run: str, fresh: bool = False) -> Head:
     if not is_v2(h):
         return h
     base = h.base or h
+    if h.fo and not window(s, run, base, known={c for _a, c in h.fo}):
+        return h  # nothing beside it that the held one has not folded: no GET
     got = window(s, run, base)
     if sorted((a, c) for _t, a, c, _cid, _r, _cp in got) == sorted(h.fo):
         return h
