@@ -22,7 +22,7 @@ from ..errors import CheckpointNotFound, ConflictError, IntegrityError, ObjectNo
 from ..format import outcomes as fo
 from ..format.ids import check_checkpoint_id, check_run_id, seq_hint
 from ..format.manifest import KIND_TOMBSTONE
-from ..stores.base import max_concurrency
+from ..stores.base import max_concurrency, store_capabilities
 
 __all__ = ["record_outcome", "read_outcomes", "delete_outcomes", "outcomes_beside"]
 
@@ -201,7 +201,9 @@ def outcomes_beside(mgr, run_id: str, checkpoints, skip=()) -> dict:
         except ObjectNotFound:
             return None  # deleted between LIST and GET
 
-    if len(infos) <= 2:  # the usual one or two: a pool costs more than it saves
+    if len(infos) <= 2 or store_capabilities(store).inline_reads:
+        # the usual one or two, or reads that cost no round trip (a local directory, a SQLite
+        # file): a pool (threads started per call) costs more than it saves
         got = [one(i) for i in infos]
     else:
         with ThreadPoolExecutor(min(len(infos), max_concurrency(store))) as ex:

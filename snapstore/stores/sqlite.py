@@ -65,6 +65,7 @@ import os
 import sqlite3
 import stat
 import threading
+import weakref
 import time
 from typing import Callable, Iterable, Iterator
 from urllib.parse import parse_qsl
@@ -287,6 +288,16 @@ class SqliteStore:
             if not os.path.exists(self.path):
                 return None
             self._known = True
+        me = threading.current_thread()
+        with sh.readers_lock:
+            # a reader of a thread that ended goes to this one (threads come and go: LangGraph's
+            # executors, parallel GETs), so connections stay as many as live threads at once
+            for c in sh.readers:
+                owner = sh.owners.get(id(c))
+                if owner is not None and (owner() is None or not owner().is_alive()):
+                    sh.owners[id(c)] = weakref.ref(me)
+                    sh.tls.conn = c
+                    return c
         uri = "file:" + _quote(self.path) + "?mode=ro"
         try:
             # (connect's timeout is SQLite's busy_timeout: no PRAGMA needed, one statement less)
@@ -299,6 +310,7 @@ class SqliteStore:
                 conn.close()
                 raise StoreError(f"the SQLite store {self.path} is closed")
             sh.readers.append(conn)
+            sh.owners[id(conn)] = weakref.ref(me)
         sh.tls.conn = conn
         return conn
 

@@ -49,6 +49,7 @@ class Shared:
         self.lock_fd: int | None = None
         self.tls = threading.local()
         self.readers: list[sqlite3.Connection] = []
+        self.owners: dict = {}  # id(reader connection) -> weakref of the thread using it
         self.readers_lock = threading.Lock()
         self.closed = False
 
@@ -65,6 +66,7 @@ class Shared:
                     except sqlite3.Error:
                         pass
                 self.readers.clear()
+                self.owners.clear()
             if self.writer is not None:
                 try:
                     if self.lock_fd is not None:

@@ -263,14 +263,15 @@ def test_graph_input_is_stored_as_message_items(tmp_path):
     assert len(inputs) == 3
     with SnapstoreSaver(repo) as saver2:
         run = run_id_for("gi")
-        recs = [r for r in saver2.manager.list(run) if r.metadata.get("lg") == "C"
-                and r.metadata.get("md", {}).get("source") == "input"]
+        # the input checkpoints, in records of their own or carried by the next record (§4b)
+        recs = [r for r in saver2.state.index(run).cps.values() if r.md.get("md", {}).get("source") == "input"]
         assert len(recs) == 3
+        assert any(r.md.get("cxc") for r in recs)  # folded into the record after them
         for r in recs:
-            cp = saver2.manager.get(run, r.id)
-            row = next(x for x in cp.session_state["layout"] if x[0] == "__start__")
+            items, st = saver2.state.cp_record(run, r)
+            row = next(x for x in st["layout"] if x[0] == "__start__")
             assert row[1] == "d"
-            its = cp.messages[row[2]:row[2] + row[3]]
+            its = items[row[2]:row[2] + row[3]]
             assert its[0] == {"lgd": [["messages", "m", 1]]} and its[1]["type"] == "human"
             assert not any("serde" in i for i in its)
         for h in inputs:
@@ -328,9 +329,10 @@ def test_a_thread_written_the_earlier_way_reads_and_continues(tmp_path, monkeypa
         for i in range(3, 5):
             out = g.invoke({"messages": [HumanMessage(content=f"q{i}")]}, cfg)
         run = run_id_for("old")
-        kinds = [next(x[1] for x in saver.manager.get(run, r.id).session_state["layout"] if x[0] == "__start__")
-                 for r in reversed(saver.manager.list(run))
-                 if r.metadata.get("lg") == "C" and r.metadata["md"].get("source") == "input"]
+        # input checkpoints in records of their own, or carried by the next record (§4b)
+        ix = saver.state.index(run)
+        kinds = [next(x[1] for x in saver.state.cp_record(run, ix.cps[c])[1]["layout"] if x[0] == "__start__")
+                 for c in sorted(ix.cps) if ix.cps[c].md["md"].get("source") == "input"]
         assert kinds == ["b", "b", "b", "d", "d"]
         from snapstore.format import keys
         versions = {saver.manager.store.get(keys.manifest_key(saver.manager.repo.run_key(run), seq))[4]

@@ -444,3 +444,30 @@ def test_a_plain_db_path_takes_options_and_names_a_file_in_the_way(tmp_path, mon
     with pytest.raises(RepositoryNotFound, match="interrupted"):
         CheckpointManager(half).stats()
     half.close()
+
+
+def test_readers_of_ended_threads_are_reused(tmp_path):
+    """A reading connection belongs to a thread only while it lives: 200 short-lived threads
+    reading one after another (LangGraph's executors, parallel GETs) leave at most a few
+    connections open, not one per thread (each held 3 descriptors: a long LangGraph run on a
+    SQLite store ran out of them)."""
+    store = SqliteStore(str(tmp_path / "s.db"))
+    store.put("k", b"v")
+
+    def read():
+        assert store.get("k") == b"v"
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(200):
+        t = threading.Thread(target=read)
+        t.start()
+        t.join()
+    after = len(os.listdir("/proc/self/fd"))
+    assert after - before <= 6, f"{after - before} descriptors more after 200 threads read"
+    # several threads at once still get a connection each, and all read
+    ts = [threading.Thread(target=read) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    store.close()

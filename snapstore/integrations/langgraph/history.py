@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ...errors import IntegrityError, SnapstoreError
 from .deps import DeltaChannelHistory
-from .layout import Head, RunIndex, covers, decode_checkpoint, dedup, head_view, parse_hist
+from .layout import Head, Rec, RunIndex, covers, decode_checkpoint, dedup, head_view, parse_hist
 from . import sidewrites
 from .state import SaverState
 from .writes import own_rows, writes_of
@@ -79,12 +79,18 @@ def delta_channel_history(s: SaverState, run: str, cid: str | None,
         got = hist_from_head(s, run, h, cid, channels)
         if got is not None:
             return got
+        if cid is None and h.cps:
+            # the latest is a pending-checkpoint object (§4b), not the newest record's own
+            hv = head_view(h)
+            cid = hv[0] if hv is not None else h.cps[-1][0]
     limit = 64
     while True:
         # the newest records of the run, more of them until the walk ends inside the window
         # (a DeltaChannel snapshot is at most snapshot_frequency updates back)
         ix = s.index(run, limit)
         exhausted = ix.listed < limit
+        for vcid, items, st, field_md, _oc in h.cps:  # pending-checkpoint objects (§4b)
+            ix.cps[vcid] = Rec(h.id, h.seq, field_md, view=(items, st))
         out = delta_walk(s, run, ix, cid, channels, exhausted, h.folded)
         if out is not None:
             return out
@@ -135,7 +141,7 @@ def delta_walk(s: SaverState, run: str, ix: RunIndex, cid: str | None, channels:
         block: dict = {}
         # the writes its record carries (stored before it was put): the writes records that
         # held them may be gone (retention keeps a delta chain from the ancestor's record on)
-        own = (remaining & set(a.md.get("wch") or ())) and own_rows(run, a, *s.record(run, a.sid, a.seq))
+        own = (remaining & set(a.md.get("wch") or ())) and own_rows(run, a, *s.cp_record(run, a))
         more = [r for r in extra.get(cur, ()) if r[2] in remaining]
         if wrecs or own or more:
             for w in writes_of(s, run, ix.writes.get(cur, []), list(own or ()) + more):
@@ -144,7 +150,7 @@ def delta_walk(s: SaverState, run: str, ix: RunIndex, cid: str | None, channels:
         blocks.append(block)
         here = remaining & set(a.md.get("chs") or ())
         if here:
-            values = decode_checkpoint(s.codec, *s.record(run, a.sid, a.seq), cur, run)["channel_values"]
+            values = decode_checkpoint(s.codec, *s.cp_record(run, a), cur, run)["channel_values"]
             for ch in here:
                 seeds[ch] = values[ch]
             remaining -= here

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import IntegrityError, SnapstoreError
+from ...manager.retention import NEEDS_KEY
 from .deps import Checkpoint, DeltaChannelHistory, writes_sort_key
 from .values import ValueCodec
 
@@ -44,6 +45,16 @@ class Head:
     base: "Head | None" = None     # set on a head with pending-writes objects folded in (§4a): the record itself
     fo: tuple = ()                 # (anchor record id, call id) of each pending-writes object folded in
     folded: dict = field(default_factory=dict)  # LangGraph id -> write rows that came from those objects
+    cps: tuple = ()                # checkpoints folded in from pending-checkpoint objects (§4b), oldest first:
+                                   # (LangGraph id, items, state, field, (anchor record id, call id))
+    ident: dict | None = None      # {id(item): position} of items (a record's own), made once: spans_of
+
+    def item_index(self) -> dict:
+        """``{id(item): position}`` of this record's items, made on first use (the items of a
+        stored record never change)."""
+        if self.ident is None:
+            self.ident = {id(x): i for i, x in enumerate(self.items or ())}
+        return self.ident
 
 
 @dataclass
@@ -53,6 +64,7 @@ class Rec:
     sid: str        # snapstore checkpoint id
     seq: int
     md: dict        # the snapstore metadata field (the "lg" dict)
+    view: tuple | None = None  # (items, state) of a checkpoint not in a record of its own (§4b)
 
     @property
     def kind(self) -> str | None:
@@ -95,6 +107,14 @@ class RunIndex:
             ix.recs.append(r)
             if r.kind == "c":
                 ix.cps.setdefault(md["id"], r)
+                cx = md.get("cx") if md.get("lg") == "C" else None
+                if isinstance(cx, dict):
+                    # checkpoints it carries, folded from pending-checkpoint objects (§4b); put
+                    # before the record's own checkpoint, so an id it also holds is its own
+                    for k, f in cx.items():
+                        if isinstance(f, dict):
+                            need = {NEEDS_KEY: md[NEEDS_KEY]} if NEEDS_KEY in md else {}
+                            ix.cps.setdefault(k, Rec(s.id, s.seq, {**f, "lg": "C", "id": k, **need, "cxc": 1}))
                 fw = md.get("fw") if md.get("lg") == "C" else None
                 if isinstance(fw, dict):
                     # writes of other checkpoints it carries, folded from pending-writes
@@ -115,8 +135,53 @@ class RunIndex:
 
     def all_of(self, checkpoint_id: str) -> list:
         """Every record of LangGraph checkpoint ``checkpoint_id``: each put of it and its writes."""
-        return [r for r in self.recs if (r.kind == "c" and r.md.get("id") == checkpoint_id)
+        return [r for r in self.recs if (r.kind == "c" and (r.md.get("id") == checkpoint_id
+                                                            or checkpoint_id in (r.md.get("cx") or ())))
                 or (r.kind == "w" and r.md.get("for") == checkpoint_id)]
+
+
+def spans_of(base: list, items: list, index: dict | None = None) -> list:
+    """``items`` as references into ``base`` (§4b): a list whose elements are ``[start, count]``
+    (``base[start:start + count]``) or an item itself (a JSON object: items are objects), in order.
+    Items are matched by identity (the same Python object; ``index``: ``{id(item): position}``
+    of ``base``, built when not given), which is what a record built on ``base`` shares with it."""
+    if index is None:
+        index = {id(x): i for i, x in enumerate(base)}
+    out: list = []
+    for it in items:
+        j = index.get(id(it))
+        if j is None or base[j] is not it:
+            out.append(it)
+        elif out and isinstance(out[-1], list) and out[-1][0] + out[-1][1] == j:
+            out[-1][1] += 1
+        else:
+            out.append([j, 1])
+    return out
+
+
+def unspan(base: list, sp: list) -> list:
+    """The items :func:`spans_of` described, given ``base``. Raises ValueError when a span
+    falls outside ``base`` or an element is neither a span nor an object."""
+    out: list = []
+    for e in sp:
+        if isinstance(e, dict):
+            out.append(e)
+        elif isinstance(e, list) and len(e) == 2 and all(type(x) is int and x >= 0 for x in e):
+            part = base[e[0]:e[0] + e[1]]
+            if len(part) != e[1]:
+                raise ValueError(f"span {e} outside the {len(base)} items it refers to")
+            out.extend(part)
+        else:
+            raise ValueError(f"not an item or a span: {e!r}")
+    return out
+
+
+def carried_view(items: list, st: Any, checkpoint_id: str) -> tuple[list, dict]:
+    """``(items, state)`` of checkpoint ``checkpoint_id`` as a record carrying it (state
+    ``cx``, §4b) holds it, from that record's ``items`` and state ``st``. Raises KeyError,
+    TypeError or ValueError when the record does not carry it validly."""
+    cx = st["cx"][checkpoint_id]
+    return unspan(items, cx["sp"]), cx["st"]
 
 
 def append_rows(items: list, rows: list) -> list:

@@ -45,7 +45,7 @@ def record_of(s: SaverState, run: str, head: Head, checkpoint_id: str) -> dict |
     a = s.index(run).cps.get(checkpoint_id)
     if a is None:
         return None
-    _items, ast = s.record(run, a.sid, a.seq)
+    _items, ast = s.cp_record(run, a)
     n = a.md.get(NEEDS_KEY)
     x = not (isinstance(ast, dict) and ast.get("v") == 2 and ast.get("k") == 1 and not ast.get("x")
              and (not ast.get("w") or "wch" in a.md))

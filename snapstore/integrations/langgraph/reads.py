@@ -24,7 +24,7 @@ def tuple_of(s: SaverState, run: str, thread_id: str, ns: str, rec: Rec, wrecs: 
         IntegrityError: a record is not a valid LangGraph record.
         CheckpointNotFound: a record was deleted meanwhile.
     """
-    items, st = s.record(run, rec.sid, rec.seq, reader)
+    items, st = s.cp_record(run, rec, reader)
     own = own_rows(run, rec, items, st)
     parent = rec.md.get("parent")
     return CheckpointTuple(
@@ -78,6 +78,10 @@ def get_tuple(s: SaverState, run: str, thread_id: str, ns: str, cid: str | None)
         tup = latest_from_head(s, run, thread_id, ns, h)
         if tup is not None and (cid is None or cid == tup.config["configurable"]["checkpoint_id"]):
             return tup
+        for vcid, items, st, field_md, _oc in h.cps:
+            if vcid == cid:  # a pending-checkpoint object beside the newest record (§4b)
+                rec = Rec(h.id, h.seq, field_md, view=(items, st))
+                return tuple_of(s, run, thread_id, ns, rec, [], extra=(h.folded or {}).get(cid, ()))
         ix, target = s.window(run, cid)
         if target is None:
             return None
@@ -104,7 +108,8 @@ def list_tuples(s: SaverState, runs: list, only: str | None, filter: dict[str, A
     for run, thread_id, ns in runs:
         rd = s.manager.read_run(run)  # one listing; each record's data without its manifest GET
         ix = RunIndex.of(rd.summaries)
-        extra = sidewrites.extra_rows(s, run, ix.head, ix.head_parent) if ix.cps else {}
+        extra, virt = sidewrites.extra_rows(s, run, ix.head, ix.head_parent, reader=rd) if ix.recs else ({}, {})
+        ix.cps.update(virt)  # pending-checkpoint objects (§4b): newer than any record of their id
         for cid, rec in ix.cps.items():
             if only and cid != only:
                 continue

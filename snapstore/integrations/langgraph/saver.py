@@ -44,8 +44,10 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
 
     Sync and async methods (the async ones run the sync ones in a worker thread). Requests: a
     ``put`` is one snapstore save (2 PUTs: pack, manifest) plus one LIST of the run's writes
-    area (a GET per pending-writes object folded in; one batch delete per ``DELETE_BATCH``
-    objects folded); a ``put_writes`` is one
+    area (a GET per pending object folded in; one batch delete per ``DELETE_BATCH``
+    objects folded), or, for LangGraph's input checkpoint and the one right after it, one PUT
+    of a pending-checkpoint object and a LIST (limit 1) of the head (docs/langgraph-layout.md
+    §4b); a ``put_writes`` is one
     PUT of a pending-writes object (docs/langgraph-layout.md §4a) and one LIST (limit 1) of
     the run's head (a writes record, one save, on an empty run);
     ``get_tuple`` of the latest checkpoint (and its DeltaChannel history) reads the run's newest
@@ -97,6 +99,11 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
     DELETE_BATCH = 16
     """Pending-writes objects folded into saved records that are deleted together, in one batch
     (one commit), per run; the rest on :meth:`close` (docs/langgraph-layout.md §4a)."""
+
+    CP_OBJECTS = 2
+    """Checkpoints put as pending-checkpoint objects beside one record at most (LangGraph's
+    input checkpoint and the one after ``__start__``, docs/langgraph-layout.md §4b); 0 puts
+    every checkpoint as a record."""
 
     def __init__(self, location: Any = None, *, serde: SerializerProtocol | str | None = None, **manager_options):
         if isinstance(serde, str):
@@ -209,8 +216,13 @@ class SnapstoreSaver(AsyncMethods, BaseCheckpointSaver[str]):
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store ``checkpoint`` (its full ``channel_values``) as a child of ``config``'s checkpoint.
 
-        One snapstore save (a pack and a manifest: 2 PUTs). A checkpoint id put again replaces
-        the earlier put of it (the newest record of an id is the checkpoint).
+        LangGraph's input checkpoint (metadata ``source`` ``"input"``) and the checkpoint put
+        right after it on it are pending-checkpoint objects (docs/langgraph-layout.md §4b: one
+        LIST of the run's writes area, 1 PUT, then a LIST (limit 1) of the head to confirm it
+        did not move), carried by the next record; any other put is one snapstore save (a pack
+        and a manifest: 2 PUTs) plus that LIST and a GET per pending object it folds. A
+        checkpoint id put again replaces the earlier put of it (the newest of an id is the
+        checkpoint).
 
         Returns:
             ``{"configurable": {"thread_id", "checkpoint_ns", "checkpoint_id"}}`` of the stored one.

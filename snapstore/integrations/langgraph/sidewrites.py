@@ -26,12 +26,39 @@ from typing import Any, Sequence
 
 from ...errors import CheckpointNotFound, ConflictError, IntegrityError, SnapstoreError
 from ...format.ids import seq_hint
-from .layout import Head, covers
+from .layout import Head, Rec, covers, unspan
 from .state import SaverState
 from . import writes as _writes
 
 MARK = "lgpw"
 """The key marking a tool outcome's result as a pending-writes object of this layout."""
+
+CP_MARK = "lgpc"
+"""The key marking a tool outcome's result as a pending-checkpoint object (layout §4b)."""
+
+
+def cp_payload(field_md: dict, st: dict, sp: list, t: int) -> dict:
+    """The result JSON of one pending-checkpoint object (layout §4b): the checkpoint record's
+    field ``field_md`` and state ``st`` as a record built on the run's newest record (folded)
+    would hold them, its items as ``sp`` (:func:`~.layout.spans_of` into the anchor record's
+    items), stored at time ``t`` (ns)."""
+    return {CP_MARK: 1, "t": t, "f": field_md, "st": st, "sp": sp}
+
+
+def cp_of(p: Any) -> tuple[str, dict, int] | None:
+    """``(checkpoint id, payload, time)`` of a pending-checkpoint object's result, None for an
+    outcome that is not one.
+
+    Raises:
+        ValueError: it is marked as one but malformed.
+    """
+    if not isinstance(p, dict) or p.get(CP_MARK) != 1:
+        return None
+    f, st, sp, t = p["f"], p["st"], p["sp"], p["t"]
+    if not (isinstance(f, dict) and f.get("lg") == "C" and isinstance(f.get("id"), str) and isinstance(st, dict)
+            and st.get("v") == 2 and isinstance(sp, list) and isinstance(t, int)):
+        raise ValueError("a pending-checkpoint object needs f (a checkpoint field), st (a v2 state), sp and t")
+    return f["id"], p, t
 
 
 def is_v2(h: Head) -> bool:
@@ -69,15 +96,18 @@ def rows_of(p: Any) -> tuple[str, list, int] | None:
     return cid, out, t
 
 
-def window(s: SaverState, run: str, base: Head) -> list:
-    """The pending-writes objects of the window of record ``base``: beside it and beside its
-    parent record, less those ``base`` folded (its state's ``fo``), as ``(time, anchor record id,
-    call id, checkpoint id, rows)``, oldest first.
+def window(s: SaverState, run: str, base: Head, known=()) -> list:
+    """The pending objects of the window of record ``base``: beside it and beside its parent
+    record, less those ``base`` folded (its state's ``fo``), as ``(time, anchor record id,
+    call id, checkpoint id, rows, cp)``, oldest first: ``rows`` the writes of a pending-writes
+    object (§4a; ``cp`` None), ``cp`` the payload of a pending-checkpoint object (§4b; ``rows``
+    None). ``known``: call ids also left out (the caller holds them folded already).
 
     Raises:
         IntegrityError: an object is malformed.
     """
     skip = set(base.st.get("fo") or ()) if isinstance(base.st, dict) else set()
+    skip.update(known)
     got = []
     anchors = [(a, seq_hint(a) if seq is None else seq) for a, seq in ((base.parent, None), (base.id, base.seq))
                if a is not None]
@@ -90,11 +120,15 @@ def window(s: SaverState, run: str, base: Head) -> list:
                 continue
             try:
                 got_ = rows_of(res)
+                cp = cp_of(res) if got_ is None else None
             except (KeyError, TypeError, ValueError) as e:
-                raise IntegrityError(f"run {run!r} pending writes {call!r} beside record {anchor!r}",
-                                     f"not a valid LangGraph pending-writes object: {type(e).__name__}: {e}") from e
+                raise IntegrityError(f"run {run!r} pending object {call!r} beside record {anchor!r}",
+                                     f"not a valid LangGraph pending-writes or pending-checkpoint object: "
+                                     f"{type(e).__name__}: {e}") from e
             if got_ is not None:
-                got.append((got_[2], anchor, call, got_[0], got_[1]))
+                got.append((got_[2], anchor, call, got_[0], got_[1], None))
+            elif cp is not None:
+                got.append((cp[2], anchor, call, cp[0], None, cp[1]))
     got.sort(key=lambda g: (g[0], g[2]))
     return got
 
@@ -114,7 +148,39 @@ def fold_one(s: SaverState, run: str, v: Head, anchor: str, call: str, cid: str,
     else:
         items, st, md = v.items, v.st, v.md
     return Head(base.id, items, st, md, base.seq, read_at=v.read_at, parent=base.parent, base=base,
-                fo=v.fo + ((anchor, call),), folded=folded)
+                fo=v.fo + ((anchor, call),), folded=folded, cps=v.cps)
+
+
+def fold_cp(v: Head, anchor: str, call: str, items: list, st: dict, field_md: dict) -> Head:
+    """``v`` with one pending-checkpoint object folded in (layout §4b): the checkpoint record it
+    describes (``items``, state ``st``, field ``field_md``) as the newest record, on the same
+    stored record, remembered in ``cps`` (a later one of the same id replaces it)."""
+    base = v.base or v
+    cid = field_md["id"]
+    cps = tuple(c for c in v.cps if c[0] != cid) + ((cid, items, st, field_md, (anchor, call)),)
+    return Head(base.id, items, st, field_md, base.seq, read_at=v.read_at, parent=base.parent, base=base,
+                fo=v.fo + ((anchor, call),), folded=dict(v.folded), cps=cps)
+
+
+def anchor_items(s: SaverState, run: str, base: Head, anchor: str) -> list:
+    """The items of record ``anchor`` (the newest record ``base`` or its parent), which a
+    pending-checkpoint object beside it refers to."""
+    if anchor == base.id:
+        return base.items
+    return s.record(run, anchor, seq_hint(anchor))[0]
+
+
+def cp_items(s: SaverState, run: str, base: Head, anchor: str, call: str, cp: dict) -> list:
+    """The items of the pending-checkpoint object ``call`` beside ``anchor`` (payload ``cp``).
+
+    Raises:
+        IntegrityError: its spans do not fit the anchor's items.
+    """
+    try:
+        return unspan(anchor_items(s, run, base, anchor), cp["sp"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise IntegrityError(f"run {run!r} pending checkpoint {call!r} beside record {anchor!r}",
+                             f"not a valid LangGraph pending-checkpoint object: {type(e).__name__}: {e}") from e
 
 
 def current(s: SaverState, run: str, fresh: bool = False) -> Head:
@@ -126,12 +192,17 @@ def current(s: SaverState, run: str, fresh: bool = False) -> Head:
     if not is_v2(h):
         return h
     base = h.base or h
+    if h.fo and not window(s, run, base, known={c for _a, c in h.fo}):
+        return h  # nothing beside it that the held one has not folded: no GET
     got = window(s, run, base)
-    if sorted((a, c) for _t, a, c, _cid, _r in got) == sorted(h.fo):
+    if sorted((a, c) for _t, a, c, _cid, _r, _cp in got) == sorted(h.fo):
         return h
     v = Head(base.id, base.items, base.st, base.md, base.seq, read_at=h.read_at, parent=base.parent)
-    for _t, anchor, call, cid, rows_ in got:
-        v = fold_one(s, run, v, anchor, call, cid, rows_)
+    for _t, anchor, call, cid, rows_, cp in got:
+        if cp is not None:
+            v = fold_cp(v, anchor, call, cp_items(s, run, base, anchor, call, cp), cp["st"], cp["f"])
+        else:
+            v = fold_one(s, run, v, anchor, call, cid, rows_)
     if v.fo:
         v.base = base
     else:
@@ -140,17 +211,27 @@ def current(s: SaverState, run: str, fresh: bool = False) -> Head:
     return v
 
 
-def extra_rows(s: SaverState, run: str, head_id: str | None, parent_id: str | None) -> dict:
-    """Write rows per checkpoint id from the pending-writes objects beside record ``head_id``
-    and its parent ``parent_id`` (for readers that list the run: ``list``, a checkpoint by id;
-    rows folded already are dropped by the readers' deduplication)."""
+def extra_rows(s: SaverState, run: str, head_id: str | None, parent_id: str | None,
+               head_seq: int | None = None, reader=None) -> tuple[dict, dict]:
+    """What the pending objects beside record ``head_id`` and its parent ``parent_id`` add for
+    readers that list the run (``list``, a checkpoint by id): ``(write rows per checkpoint id,
+    {checkpoint id: Rec}`` of the pending-checkpoint objects (``Rec.view`` holding their items
+    and state; a later object of an id replaces an earlier one)``)``. Objects the newest record
+    folded are left out (its ``fo``); rows folded already are dropped by the readers'
+    deduplication anyway."""
     if head_id is None:
-        return {}
-    h = Head(head_id, [], {}, {}, None, parent=parent_id)
+        return {}, {}
+    items, st = s.record(run, head_id, seq_hint(head_id) if head_seq is None else head_seq, reader)
+    h = Head(head_id, items, st, {}, head_seq, parent=parent_id)
     out: dict = {}
-    for _t, _a, _c, cid, rows_ in window(s, run, h):
-        out.setdefault(cid, []).extend(rows_)
-    return out
+    cps: dict = {}
+    for _t, anchor, call, cid, rows_, cp in window(s, run, h):
+        if cp is not None:
+            cps[cid] = Rec(anchor, seq_hint(anchor), cp["f"],
+                           view=(cp_items(s, run, h, anchor, call, cp), cp["st"]))
+        else:
+            out.setdefault(cid, []).extend(rows_)
+    return out, cps
 
 
 def delete_folded(s: SaverState, run: str, fo: Sequence, flush: bool = False) -> None:

@@ -14,7 +14,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from .layout import Head, Rec, RunIndex
+from ...errors import IntegrityError
+from .layout import Head, Rec, RunIndex, carried_view
 from .values import ValueCodec
 
 
@@ -47,6 +48,7 @@ class SaverState:
         self.head_fresh_s: float = limits.HEAD_FRESH_S
         self.run_cache: int = getattr(limits, "RUN_CACHE", 1024)
         self.delete_batch: int = getattr(limits, "DELETE_BATCH", 16)
+        self.cp_objects: int = getattr(limits, "CP_OBJECTS", 2)
         self.doomed: dict[str, list] = {}       # run -> folded pending-writes objects to delete (§4a)
         self.lock = threading.Lock()
         self._run_locks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -138,6 +140,26 @@ class SaverState:
         got = (cp.messages, cp.session_state)
         self.remember(run, sid, seq, *got)
         return got
+
+    def cp_record(self, run: str, rec: Rec, reader=None) -> tuple[list, Any]:
+        """``(items, state)`` of checkpoint record ``rec`` as :func:`~.layout.decode_checkpoint`
+        reads it: a record's own, the part of a record carrying it (``cxc``, layout §4b), or
+        what a pending-checkpoint object holds (``rec.view``).
+
+        Raises:
+            IntegrityError: a carrying record does not hold it validly.
+        """
+        if rec.view is not None:
+            return rec.view
+        items, st = self.record(run, rec.sid, rec.seq, reader)
+        if not rec.md.get("cxc"):
+            return items, st
+        try:
+            return carried_view(items, st, rec.md["id"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise IntegrityError(f"run {run!r} record {rec.sid!r} (log position {rec.seq})",
+                                 f"does not carry checkpoint {rec.md.get('id')!r} validly: "
+                                 f"{type(e).__name__}: {e}") from e
 
     def index(self, run: str, limit: int | None = None) -> RunIndex:
         """The run's records (its newest ``limit``, or all) as a :class:`~.layout.RunIndex`."""

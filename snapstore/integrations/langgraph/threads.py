@@ -13,7 +13,7 @@ from ...errors import CheckpointNotFound, ConflictError, InvalidInputError, RunN
 from ...format.ids import seq_hint
 from ...manager.facade import EMPTY_RUN
 from .ids import ns_run_id_for, run_id_for
-from . import sidewrites
+from . import checkpoints, sidewrites
 from .layout import Head
 from .registry import register, runs
 from .state import SaverState
@@ -75,15 +75,40 @@ def delete_for_runs(s: SaverState, run_ids: Sequence[str]) -> None:
     for run, _t, _ns in runs(s):
         with s.rlock(run):
             def once():
+                checkpoints.materialize(s, run)  # pending-checkpoint objects into a record (§4b)
                 ix = s.index(run)
                 doomed = []
                 for cid, rec in ix.cps.items():
                     if s.codec.md_from(rec.md).get("run_id") in wanted:
                         doomed.extend(r.sid for r in ix.all_of(cid))
                 if doomed:
+                    _drop_folded(s, run, doomed)
                     s.forget(run)
                     s.manager.delete_many(run, doomed, expect_head=ix.head)
             retry_moved(s, run, once)
+
+
+def _drop_folded(s: SaverState, run: str, doomed: list) -> None:
+    """Delete the pending objects (layout §4a, §4b) that the records ``doomed`` folded (their
+    state's ``fo``), beside the records of their window (a record's parent and grandparent):
+    once a record is deleted nothing names them, and a pending-checkpoint object left beside
+    the record that becomes the newest would bring a deleted checkpoint back."""
+    sidewrites.flush_deletes(s)
+    listed = s.manager.list(run)
+    parent = {c.id: c.parent_id for c in listed}
+    seq = {c.id: c.seq for c in listed}
+    pairs = []
+    for sid in doomed:
+        if sid not in seq:
+            continue
+        _items, st = s.record(run, sid, seq[sid])
+        calls = (st.get("fo") or ()) if isinstance(st, dict) else ()
+        p = parent.get(sid)
+        for anchor in (p, parent.get(p) if p else None):
+            if anchor:
+                pairs.extend((anchor, c) for c in calls)
+    if pairs:
+        s.manager.delete_outcomes(run, pairs)
 
 
 def copy_thread(s: SaverState, source_thread_id: str, target_thread_id: str) -> None:
@@ -173,12 +198,13 @@ def _has_outcomes(s: SaverState, run: str, ix) -> bool:
         return False
     items, st = s.record(run, head.sid, head.seq)
     got = sidewrites.window(s, run, Head(head.sid, items, st, head.md, head.seq, parent=ix.head_parent))
-    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r in got)
+    return any(anchor == ix.head_parent for _t, anchor, _c, _cid, _r, _cp in got)
 
 
 def prune_run(s: SaverState, run: str) -> None:
     """``prune(strategy="keep_latest")`` of one run, against the head it lists: keeps the latest
     checkpoint, its writes and the DeltaChannel chain it rebuilds from."""
+    checkpoints.materialize(s, run)  # pending-checkpoint objects into a record (layout §4b)
     ix = s.index(run)
     latest = ix.latest()
     if latest is None:

@@ -97,7 +97,7 @@ def own_rows(run: str, rec: Rec, items: list, st) -> list:
 def complete(s: SaverState, run: str, rec: Rec) -> bool:
     """True if checkpoint record ``rec`` carries every write stored for its checkpoint before
     it (so the records after it hold the rest): a format-2 record not marked ``"x"``."""
-    _items, st = s.record(run, rec.sid, rec.seq)
+    _items, st = s.cp_record(run, rec)
     return (rec.md.get("lg") == "C" and isinstance(st, dict) and st.get("v") == 2 and st.get("k") == 1
             and not st.get("x"))
 
