@@ -20,7 +20,9 @@ reached the proxy and its response was sent); per delay, the medians.
 and that thread's CPU (``time.thread_time``), and every pack decode (``Pack.parse`` and
 ``parse_tail`` as the pack cache calls them): wall interval and CPU. Printed: the spread of the GETs'
 starts and sends in the client, their CPU (median per GET and total), the decode CPU spent before
-the wave's last send (decoding that could hold back a start), and how long after each send the proxy
+the wave's last send (decoding that could hold back a start), the CPU the whole child process spent
+from the wave's first GET start to its last send against the wall time between them (less CPU
+than wall: its threads waited to run), and how long after each send the proxy
 had the request's head (the proxy shares a process, and the 2 cores, with moto).
 
 ``--against TREE``: children alternate (ABBA) between this checkout's snapstore and ``TREE``'s
@@ -54,17 +56,22 @@ def probe_child(spec: dict) -> dict:
     lock = threading.Lock()
     gets: list = []
     decodes: list = []
+    marks: dict = {}  # first_enter, last_send: (clock, this process's CPU time)
     local = threading.local()
     make = s3client.make_client
 
-    def enter(**_):
+    def enter(params=None, **_):
         local.t = (lat.clock(), time.thread_time())
+        if "packs/" in str((params or {}).get("Key", "")):
+            with lock:
+                marks.setdefault("first_enter", (local.t[0], time.process_time()))
 
     def send(request=None, **_):
         if "/packs/" in str(getattr(request, "url", "")):
             t, c = local.t
             with lock:
                 gets.append((t, lat.clock(), time.thread_time() - c))
+                marks["last_send"] = (gets[-1][1], time.process_time())
 
     def make_client(settings):
         client = make(settings)
@@ -96,7 +103,7 @@ def probe_child(spec: dict) -> dict:
     cp = mgr.latest(spec["run"])
     t1 = lat.clock()
     return {"t0": t0, "t1": t1, "count": len(cp.messages),
-            "gets": gets, "decodes": decodes}
+            "gets": gets, "decodes": decodes, "marks": marks}
 
 
 def probe_report(out: dict, proxy_starts: list) -> dict:
@@ -110,8 +117,10 @@ def probe_report(out: dict, proxy_starts: list) -> dict:
     first, last = gets[0][1], gets[-1][1]
     during = [d for d in out["decodes"] if d[0] < last]
     enters = sorted(g[0] for g in gets)
+    (w0, c0), (w1, c1) = out["marks"]["first_enter"], out["marks"]["last_send"]
     return {"gets": len(gets), "enter_spread_ms": 1000 * (enters[-1] - enters[0]), "cpu_per_start_ms": 1000 * statistics.median(g[2] for g in gets),
             "cpu_starts_ms": 1000 * sum(g[2] for g in gets), "send_spread_ms": 1000 * (last - first),
+            "process_cpu_first_enter_to_last_send_ms": 1000 * (c1 - c0), "wall_first_enter_to_last_send_ms": 1000 * (w1 - w0),
             "decodes": len(out["decodes"]), "decodes_before_last_send": len(during),
             "decode_cpu_before_last_send_ms": 1000 * sum(d[2] for d in during),
             "decode_cpu_ms": 1000 * sum(d[2] for d in out["decodes"]),
