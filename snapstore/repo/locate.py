@@ -23,7 +23,7 @@ from ..format.bundle import DATA as BUNDLE_DATA
 from ..format.forward import decode_forward, decode_forward_cache, decode_forward_shard
 from ..format.pack import Pack
 from ..stores.base import ObjectStore, store_capabilities
-from .packcache import PackCache
+from .packcache import PackCache, WaveGate
 
 
 class SegmentIndex:
@@ -420,19 +420,24 @@ class Locator:
 
         hints = self.forwarding.hints(load=False)
 
-        def one(p, depth=0):
+        gate = None  # the parallel wave's decodes wait for its starts (PackCache.WaveGate)
+
+        def one(p, depth=0, token=None):
             # retired by GC (as of the last GC's hints, or found missing): fetch where its entries
             # went instead, in this same parallel wave (each target once)
             to = hints.get(p) if depth < 4 and p not in no_forward else None
             if not to:
                 try:
-                    self.cache.get_pack(p, ranged=True, tail=tail)
+                    self.cache.get_pack(p, ranged=True, tail=tail,
+                                        gate=(gate, token) if token is not None else None)
                     if got is not None:
                         got.add(p)
                     return
                 except ObjectNotFound:
                     if p in no_forward:
                         return
+                    if token is not None:
+                        gate.sent(token)  # its lookups are not what the wave's decodes wait for
                     to = self.forwarding.forward(p)
                 except IntegrityError:
                     # corrupt: a retired pack's entries are also where its forwarding record
@@ -440,6 +445,8 @@ class Locator:
                     # else reports the damaged pack
                     if p in no_forward:
                         return
+                    if token is not None:
+                        gate.sent(token)
                     try:
                         to = self.forwarding.forward(p)
                     except SnapstoreError:
@@ -449,14 +456,22 @@ class Locator:
                     if t in claimed:
                         continue
                     claimed.add(t)
-                one(t, depth + 1)
+                one(t, depth + 1, token)  # a hinted target's GET is the task's first
         if len(todo) <= 1 or (inline_ok and store_capabilities(self.store).inline_reads):
             # a store that reads several objects in one go (SQLite: one statement) reads them so
             self.cache.prime([p for p in todo if not hints.get(p)], tail)
             for p in todo:
                 one(p)
             return
-        list(self.cache.pool.map(one, todo))
+        gate = WaveGate()
+
+        def task(p):
+            token = gate.running()
+            try:
+                one(p, token=token)
+            finally:
+                gate.sent(token)  # ended without a GET (cached, hinted elsewhere) or after it
+        list(self.cache.pool.map(task, todo))
 
     HINTS_MAX_AGE = 60.0
     """Seconds after which a failed forwarding hint makes the reader load ``gc/fwd-cache`` again."""

@@ -46,6 +46,50 @@ def pack_cost(pack: Pack) -> int:
     return comp + sum(b.rawlen for b in pack.blocks) + ENTRY_COST * len(pack.entries) + PACK_COST
 
 
+class WaveGate:
+    """Holds a parallel wave's decoding back while its GETs are still starting.
+
+    Decoding a pack costs CPU under the GIL (about 2 ms for a tier pack read from a 1 MiB suffix),
+    so a response decoded while other threads of the same wave are still building and signing
+    their requests delays their sends: on a long run the wave's GETs then start over more than one
+    round trip (``benchmarks/wave_spread.py --probe``: at 10,000 saves and 20 ms, 71-79 ms of
+    decoding before the last send). A task of the wave calls :meth:`running` when a thread begins
+    it, :meth:`sent` with its token just before its first GET or when it ends without one, and
+    :meth:`wait` once its bytes are in, before decoding them: the wait returns when no running
+    task of the wave is still before its GET. Tasks not yet running (queued behind other work in
+    the shared pool) are not waited for, so a wait never depends on a task whose thread it could
+    be holding; and a task before its GET waits for nothing of the wave's. Thread-safe.
+    """
+
+    WAIT_MAX = 1.0
+    """Seconds a decode waits at most (a safety bound; the starts take milliseconds)."""
+
+    def __init__(self):
+        self._cv = threading.Condition(threading.Lock())
+        self._before = 0  # running tasks that have not reached their GET
+
+    def running(self) -> list:
+        """A task of the wave begins; returns its token for :meth:`sent`."""
+        with self._cv:
+            self._before += 1
+        return [False]
+
+    def sent(self, token: list) -> None:
+        """The task holding ``token`` is about to send its GET, or ends without one (idempotent)."""
+        if token[0]:
+            return
+        token[0] = True
+        with self._cv:
+            self._before -= 1
+            if self._before <= 0:
+                self._cv.notify_all()
+
+    def wait(self) -> None:
+        """Block until every running task of the wave has reached its GET (at most :attr:`WAIT_MAX`)."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._before <= 0, self.WAIT_MAX)
+
+
 class PackCache:
     """Parsed packs in memory (LRU by bytes), the repository's lock and thread pool.
 
@@ -263,7 +307,8 @@ class PackCache:
             need += int(m.session_state_ref[2])
         return max(self.RANGE_TAIL_MIN, need + 2048 * (m.count or 0) + (64 << 10))
 
-    def get_pack(self, pack_id: bytes, ranged: bool = False, tail: int | None = None) -> Pack:
+    def get_pack(self, pack_id: bytes, ranged: bool = False, tail: int | None = None,
+                 gate: "tuple[WaveGate, list] | None" = None) -> Pack:
         """Return the parsed pack (cached): whole and checksum-verified, or with ``ranged=True`` (a
         restore) possibly a :class:`~snapstore.format.pack.RangedPack`: a pack longer than
         :attr:`RANGE_TAIL` is read from one suffix-range GET (its header and its last blocks), its
@@ -272,7 +317,10 @@ class PackCache:
         than a store returns whole (:data:`~snapstore.stores.base.PACK_WHOLE_READ_MAX`: the store
         raises ObjectTooLarge before reading it) is read in byte ranges instead, every byte once
         into its checksum (:func:`~snapstore.format.pack.parse_in_ranges`), its blocks fetched as
-        needed. ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`).
+        needed. ``tail``: the suffix to ask for (bytes; default :attr:`RANGE_TAIL`). ``gate``: ``(a
+        WaveGate, the task's token)`` of the parallel wave this read belongs to: the token is
+        passed just before the GET, and the bytes are decoded only once the wave's running tasks
+        have all reached theirs (:class:`WaveGate`).
 
         A pack that fails to parse is read a second time (a transfer error is not damage); if it
         fails again it is remembered as corrupt (:meth:`corrupt_packs`), and later calls raise the
@@ -298,7 +346,7 @@ class PackCache:
         tail = max(1 << 10, tail or self.RANGE_TAIL)
         for attempt in range(2):
             try:
-                p = self.attach(self._read(pack_id, key, ranged, tail))
+                p = self.attach(self._read(pack_id, key, ranged, tail, gate))
                 break
             except IntegrityError as e:
                 if attempt == 1:
@@ -339,14 +387,18 @@ class PackCache:
                 continue
             self.put(p)
 
-    def _read(self, pack_id: bytes, key: str, ranged: bool, tail: int) -> Pack:
-        """One read and parse of pack ``pack_id`` (see :meth:`get_pack`). Raises ObjectNotFound
-        (and remembers the pack as gone) or IntegrityError."""
+    def _read(self, pack_id: bytes, key: str, ranged: bool, tail: int, gate=None) -> Pack:
+        """One read and parse of pack ``pack_id`` (see :meth:`get_pack`; ``gate`` as there).
+        Raises ObjectNotFound (and remembers the pack as gone) or IntegrityError."""
         store = self.store
         fetch = lambda a, b: store.get(key, (a, b))  # noqa: E731
         big = None
+        if gate is not None:
+            gate[0].sent(gate[1])
         try:
             data = store.get(key, (-tail, None)) if ranged else store.get(key)
+            if gate is not None:
+                gate[0].wait()
         except ObjectTooLarge as e:  # too large to read whole: in byte ranges, checksum streamed
             data, big = b"", e.size
         except ObjectNotFound:
