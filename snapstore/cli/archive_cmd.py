@@ -107,7 +107,7 @@ def _partitioned_archive(ctx, plan_dir, runs, when, idle, storage_class, retenti
     from datetime import timezone
     from types import SimpleNamespace
 
-    from ..errors import SnapstoreError
+    from ..errors import InvalidInputError, SnapstoreError
     from ..maintenance.partarchive import partitioned_archive
     from .output import Progress, plan_progress
 
@@ -125,8 +125,8 @@ def _partitioned_archive(ctx, plan_dir, runs, when, idle, storage_class, retenti
                                   partitions=partitions,
                                   executor=executor, scheduler=scheduler,
                                   progress=plan_progress(progress, "archive --plan"))
-    except SnapstoreError as e:
-        raise CommandError(str(e)) from e
+    except SnapstoreError as e:  # a job directory of another repository, a bad --scheduler: exit 2
+        raise CommandError(str(e), 2 if isinstance(e, InvalidInputError) else 1) from e
     finally:
         progress.clear()
     write(f"archive --plan: {got['partitions_done']}/{got['partitions']} partitions ({executor}, {got['resumed']} "

@@ -299,11 +299,14 @@ def _partitioned_import(ctx, plan_dir, files, run_prefix, fmt, messages_path, al
                         executor, scheduler, partitions) -> None:
     """``import --plan DIR FILE...``: :func:`snapstore.importers.plan.partitioned_import`, the
     repository created first when there is none."""
-    from ..importers.plan import partitioned_import
+    from ..importers.plan import name_files, partitioned_import
+    from ..maintenance.partitions import absolute_url, check_job_owner
 
     if os.path.exists(plan_dir) and not os.path.isdir(plan_dir):
         raise CommandError(f"--plan {plan_dir}: not a directory (give a directory for the job's files)", 2)
     t0 = time.monotonic()
+    name_files(list(files), run_prefix)  # bad file lists are refused before a repository is created
+    check_job_owner(os.path.abspath(plan_dir), absolute_url(state_of(ctx).location))
     _open_or_init(ctx, allow_nonempty, quiet)
     progress = Progress(not quiet and not as_json)
     try:

@@ -340,8 +340,8 @@ def _partitioned_gc(ctx, plan_dir, executor, scheduler, partitions, dry_run, as_
             g = 3600.0 if grace_period is None else grace_period.total_seconds()
             rep = partitioned_gc(location, plan_dir, partitions, executor, scheduler, grace_period=g,
                                  inventory=inventory, progress=show)
-    except SnapstoreError as e:
-        raise CommandError(str(e)) from e
+    except SnapstoreError as e:  # a job directory of another repository, a bad --scheduler: exit 2
+        raise CommandError(str(e), 2 if isinstance(e, InvalidInputError) else 1) from e
     finally:
         progress.clear()
     d = {k: v for k, v in rep.items() if k not in ("live", "candidate_ids")}
@@ -484,8 +484,8 @@ def _partitioned_stats(ctx, plan_dir, executor, scheduler, partitions, prices, k
     try:
         got = partitioned_stats(state_of(ctx).location, plan_dir, partitions, executor, scheduler, prices=prices or None,
                                 progress=plan_progress(progress, "stats --plan"), **kw)
-    except SnapstoreError as e:
-        raise CommandError(str(e)) from e
+    except SnapstoreError as e:  # a job directory of another repository, a bad --scheduler: exit 2
+        raise CommandError(str(e), 2 if isinstance(e, InvalidInputError) else 1) from e
     finally:
         progress.clear()
     return got["report"], {"partitions": got["partitions"], "partitions_done": got["partitions_done"],

@@ -35,7 +35,7 @@ from ..maintenance import partitions as P
 from . import default_run_id
 from .replay import ImportResult, load_for_import, replay
 
-__all__ = ["ImportFile", "ImportPlan", "plan_import", "import_partition", "partitioned_import", "PLAN_FILE",
+__all__ = ["ImportFile", "ImportPlan", "name_files", "plan_import", "import_partition", "partitioned_import", "PLAN_FILE",
            "DONE_FILE"]
 
 PLAN_FILE = "import-plan.json"
@@ -100,6 +100,43 @@ def _groups(sizes: list, partitions: int) -> tuple:
     return tuple(tuple(range(edges[i], edges[i + 1])) for i in range(n))
 
 
+def name_files(files: list, run_prefix: str | None = None) -> tuple:
+    """Check the files of a partitioned import and name each one's runs, before anything is written.
+
+    Args:
+        files: paths of trajectory files (JSON / JSON Lines), each given once.
+        run_prefix: None (each file's runs under :func:`~snapstore.importers.default_run_id` of
+            the file), or a prefix: ``PREFIX/<default run id>``.
+    Returns:
+        One :class:`ImportFile` per file (absolute path, size in bytes, run-id prefix), in order.
+    Raises:
+        InvalidInputError: no files, an empty ``run_prefix``, a file missing or given twice, or two
+            files that would be imported under the same run id.
+    """
+    if not files:
+        raise InvalidInputError("no files to import")
+    if run_prefix == "":
+        raise InvalidInputError("run id must not be empty")
+    paths = [os.path.abspath(f) for f in files]
+    items = []
+    seen: dict = {}
+    owners: dict = {}
+    for given, p in zip(files, paths):
+        if p in seen:
+            raise InvalidInputError(f"{given}: given twice")
+        seen[p] = given
+        if not os.path.isfile(p):
+            raise InvalidInputError(f"{given}: no such file")
+        rid = default_run_id(p)
+        prefix = rid if run_prefix is None else f"{run_prefix}/{rid}"
+        if prefix in owners:
+            raise InvalidInputError(f"{owners[prefix]} and {given} would both be imported as run {prefix!r} "
+                                    "(rename one, or import them with different --run prefixes)")
+        owners[prefix] = given
+        items.append(ImportFile(p, os.path.getsize(p), prefix))
+    return tuple(items)
+
+
 def plan_import(url: str, job_dir: str, files: list, partitions: int = 8, run_prefix: str | None = None,
                 format: str | None = None, messages_path: str | None = None,
                 store_options: dict | None = None) -> ImportPlan:
@@ -123,27 +160,7 @@ def plan_import(url: str, job_dir: str, files: list, partitions: int = 8, run_pr
     """
     if partitions < 1:
         raise InvalidInputError(f"partitions must be >= 1, got {partitions}")
-    if not files:
-        raise InvalidInputError("no files to import")
-    if run_prefix == "":
-        raise InvalidInputError("run id must not be empty")
-    paths = [os.path.abspath(f) for f in files]
-    seen: dict = {}
-    owners: dict = {}
-    items = []
-    for given, p in zip(files, paths):
-        if p in seen:
-            raise InvalidInputError(f"{given}: given twice")
-        seen[p] = given
-        if not os.path.isfile(p):
-            raise InvalidInputError(f"{given}: no such file")
-        rid = default_run_id(p)
-        prefix = rid if run_prefix is None else f"{run_prefix}/{rid}"
-        if prefix in owners:
-            raise InvalidInputError(f"{owners[prefix]} and {given} would both be imported as run {prefix!r} "
-                                    "(rename one, or import them with different --run prefixes)")
-        owners[prefix] = given
-        items.append(ImportFile(p, os.path.getsize(p), prefix))
+    items = name_files(files, run_prefix)
     os.makedirs(job_dir, exist_ok=True)
     path = os.path.join(job_dir, PLAN_FILE)
     if os.path.exists(path):
@@ -271,6 +288,7 @@ def partitioned_import(url: str, job_dir: str, files: list, partitions: int = 8,
     P.check_executor(executor, scheduler)
     url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
+    P.check_job_owner(job_dir, url)  # another repository's job (finished or not) is refused
     if os.path.exists(os.path.join(job_dir, DONE_FILE)):
         _clear(job_dir)  # a finished job: a re-run imports anew (saving only what is missing)
     plan = plan_import(url, job_dir, files, partitions, run_prefix, format, messages_path, store_options)

@@ -146,6 +146,7 @@ def partitioned_archive(url: str, job_dir: str, run_ids: list | None = None, fin
     P.check_executor(executor, scheduler)
     url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
+    P.check_job_owner(job_dir, url)  # another repository's job (finished or not) is refused
     if os.path.exists(os.path.join(job_dir, DONE_FILE)):
         _clear(job_dir)  # a finished job: a re-run chooses the runs anew
     path = os.path.join(job_dir, PLAN_FILE)

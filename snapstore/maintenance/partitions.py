@@ -43,7 +43,8 @@ from .gcreport import GCOptions
 from .runs import list_runs
 
 __all__ = ["Partition", "MarkPlan", "plan_mark", "owned_range", "mark_partition", "reduce_mark", "run_local", "run_dask",
-           "partitioned_mark", "peak_rss_kb", "open_url", "open_plan", "absolute_url", "store_requests"]
+           "partitioned_mark", "peak_rss_kb", "open_url", "open_plan", "absolute_url", "store_requests",
+           "check_job_owner", "check_job_dir"]
 
 PLAN_FILE = "plan.json"
 CANDIDATES_FILE = "candidates.parquet"
@@ -130,13 +131,46 @@ def absolute_url(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
+def check_job_owner(job_dir: str, url: str) -> None:
+    """Refuse ``job_dir`` if any job plan in it (``plan.json`` of mark, sweep, verify and stats,
+    ``archive-plan.json``, ``import-plan.json``; finished or not) is for another repository.
+
+    Every partitioned job calls this before it clears a finished job's files, so that a job
+    directory given for the wrong repository is refused, never silently replaced.
+
+    Args:
+        job_dir: the job directory (need not exist).
+        url: the absolute repository URL of the job about to run.
+    Raises:
+        InvalidInputError: a plan there names another repository URL, or is unreadable.
+    """
+    try:
+        names = sorted(os.listdir(job_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if name != PLAN_FILE and not name.endswith("-" + PLAN_FILE):
+            continue
+        path = os.path.join(job_dir, name)
+        try:
+            with open(path) as f:
+                theirs = json.load(f)["url"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InvalidInputError(f"{path} is not a readable job plan ({e}); give an empty job directory") from None
+        if theirs != url:
+            raise InvalidInputError(f"the job directory {job_dir} holds a job for another repository ({theirs}), "
+                                    f"not {url}; give each repository its own job directory")
+
+
 def check_job_dir(job_dir: str, url: str, inventory: str | None = None) -> dict | None:
     """The plan ``job_dir`` holds (its ``plan.json`` as a dict), or None if it holds none.
 
     Raises:
-        InvalidInputError: the plan there is for another repository URL or another inventory
-            (a job directory serves one repository: give each job its own), or unreadable.
+        InvalidInputError: a plan there (of any job: :func:`check_job_owner`) is for another
+            repository URL, the mark plan for another inventory (a job directory serves one
+            repository: give each job its own), or a plan is unreadable.
     """
+    check_job_owner(job_dir, url)
     path = os.path.join(job_dir, PLAN_FILE)
     if not os.path.exists(path):
         return None
@@ -556,6 +590,7 @@ def partitioned_mark(url: str, job_dir: str, partitions: int = 8, executor: str 
     require_pyarrow()
     check_executor(executor, scheduler)
     url, job_dir = absolute_url(url), os.path.abspath(job_dir)
+    check_job_owner(job_dir, url)
     if os.path.exists(os.path.join(job_dir, CANDIDATES_FILE)):
         _clear_finished(job_dir)  # a finished job: a re-run marks the repository as it is now
     plan = plan_mark(url, job_dir, partitions, store_options, inventory)

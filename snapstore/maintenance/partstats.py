@@ -153,6 +153,7 @@ def partitioned_stats(url: str, job_dir: str, partitions: int = 8, executor: str
     P.check_executor(executor, scheduler)
     url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
+    P.check_job_owner(job_dir, url)  # another repository's job (finished or not) is refused
     if os.path.exists(os.path.join(job_dir, DONE_FILE)):
         _clear(job_dir)  # a finished job: a re-run counts the repository as it is now
     plan = P.plan_mark(url, job_dir, partitions, store_options)

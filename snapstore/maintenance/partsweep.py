@@ -196,6 +196,7 @@ def partitioned_gc(url: str, job_dir: str, partitions: int = 8, executor: str = 
     P.check_executor(executor, scheduler)
     url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
+    P.check_job_owner(job_dir, url)  # another repository's job (finished or not) is refused
     if os.path.exists(os.path.join(job_dir, DONE_FILE)) or (
             os.path.exists(os.path.join(job_dir, P.CANDIDATES_FILE))
             and not os.path.exists(os.path.join(job_dir, SWEEP_FILE))):

@@ -369,7 +369,7 @@ def partitioned_verify(url: str, job_dir: str, partitions: int = 8, executor: st
     P.check_executor(executor, scheduler)
     url, job_dir = P.absolute_url(url), os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
-    P.check_job_dir(job_dir, url)  # another repository's job (finished or not) is refused, as gc --plan does
+    P.check_job_owner(job_dir, url)  # another repository's job (finished or not) is refused
     if os.path.exists(os.path.join(job_dir, DONE_FILE)):
         _clear(job_dir)  # a finished job: a re-run verifies the repository as it is now
     plan = P.plan_mark(url, job_dir, partitions, store_options)
