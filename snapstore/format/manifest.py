@@ -568,12 +568,25 @@ class ArchivedManifest(Manifest):
                                       f"malformed: {e}") from None
         self._fill = None
 
+    def equal_unloaded(self, other: "Manifest") -> bool:
+        """True if ``other`` equals this record in every field but the moved ones (``digest``,
+        ``state``, ``exact_tag``, ``segs``/``segs_text``), which are not read: what can be checked
+        of an archived record without reading its bundle (``verify`` of a cold bundle compares a
+        run's log segment copies so; ``verify --read-data`` reads the moved fields).
+
+        Args:
+            other: any :class:`Manifest` (its moved fields are not read either).
+        Returns:
+            bool.
+        """
+        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS if n not in _LAZY)
+
     def __eq__(self, other):
         if not isinstance(other, Manifest):
             return NotImplemented
         if (isinstance(other, ArchivedManifest) and not self.loaded and not other.loaded
                 and self._where is not None and self._where == other._where):
-            return all(getattr(self, n) == getattr(other, n) for n in _FIELDS if n not in _LAZY)
+            return self.equal_unloaded(other)
         return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
 
     __hash__ = None

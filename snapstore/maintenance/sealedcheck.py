@@ -26,9 +26,9 @@ from .verify import Problem, VerifyReport
 TRAILER_READS = 16
 """Trailer reads (33-byte ranged GETs) in flight at once."""
 
-KNOWN_OTHER = ("archive/data/", "archive/index/")
+KNOWN_OTHER = ("archive/data/", "archive/index/", "archive/log/")
 """Prefixes of keys :func:`~snapstore.format.keys.parse_key` calls ``other`` that are part of the
-layout (archive bundles and their index records, §28)."""
+layout (archive bundles, their index records and the thin bundle logs, §28)."""
 
 
 def encrypted_config(store) -> RepoConfig | None:

@@ -214,7 +214,8 @@ def test_deep_archive_listing_gc_verify_never_read_the_bundle(store_factory):
     f = CheckpointManager(store)
     assert sorted(f.runs()) == sorted(before)
     assert [(s.id, s.step, s.status) for s in f.list("long")] == before["long"][0]
-    assert not f.verify().errors
+    v = f.verify()  # a trial saw corrupt-logseg warnings here: thin copies compared by reading the bundle
+    assert not v.errors and not v.warnings, [(w.code, w.key, w.message) for w in v.warnings]
     vr = f.verify(read_data=True)  # the unrestored bundle is not read: a warning, no GET
     assert not vr.errors and "bundle-not-read" in {w.code for w in vr.warnings}
     gone = f.prune(keep_last=2, run_id="small-0")  # retention decides from hot objects

@@ -13,6 +13,7 @@ import pytest
 from snapstore import CheckpointManager
 from snapstore.format import sealed2
 from snapstore.errors import IntegrityError, ObjectNotFound
+from snapstore.maintenance.sealedcheck import encrypted_config, verify_structure
 from tests.helpers.sealed_fixtures import put_raw, sealed_store
 
 MARKER = "TAPIR-CANARY-9313"
@@ -52,6 +53,10 @@ def test_archive_gc_read_verify_encrypted(kind, store_factory):
     assert snapshot(fresh) == before  # read from the sealed bundles
     v = fresh.verify(read_data=True)
     assert v.ok and not v.errors, v.errors
+    # without the key: the structure, every archive key known (a trial saw unknown-key on archive/log/)
+    assert [i.key for i in inner.list("archive/log/")]
+    vs = verify_structure(inner, encrypted_config(inner))
+    assert not vs.errors and {w.code for w in vs.warnings} == {"not-decrypted"}, vs.warnings
     bundle = rep.bundles[0]
     raw = {i.key: inner.get(i.key) for i in inner.list("")}
     assert not [k for k, d in raw.items() if MARKER.encode() in d]
