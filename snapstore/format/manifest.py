@@ -496,6 +496,20 @@ class Manifest:
             raise IntegrityError(key, f"malformed manifest: {e}") from None
         return m
 
+    def equal_unloaded(self, other: "Manifest") -> bool:
+        """True if ``other`` equals this record in every field but the ones an archived record
+        (:class:`ArchivedManifest`) moves to its bundle (``digest``,
+        ``state``, ``exact_tag``, ``segs``/``segs_text``), which are not read: what can be checked
+        of an archived record without reading its bundle (``verify`` of a cold bundle compares a
+        run's log segment copies so; ``verify --read-data`` reads the moved fields).
+
+        Args:
+            other: any :class:`Manifest` (its moved fields are not read either).
+        Returns:
+            bool.
+        """
+        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS if n not in _LAZY)
+
 
 _LAZY = ("digest", "state", "exact_tag", "segs", "segs_text")
 """The fields of an :class:`ArchivedManifest` read from its bundle when first used."""
@@ -567,19 +581,6 @@ class ArchivedManifest(Manifest):
             raise IntegrityError(key, f"the moved fields of run {self.run_id!r} position {self.seq} are "
                                       f"malformed: {e}") from None
         self._fill = None
-
-    def equal_unloaded(self, other: "Manifest") -> bool:
-        """True if ``other`` equals this record in every field but the moved ones (``digest``,
-        ``state``, ``exact_tag``, ``segs``/``segs_text``), which are not read: what can be checked
-        of an archived record without reading its bundle (``verify`` of a cold bundle compares a
-        run's log segment copies so; ``verify --read-data`` reads the moved fields).
-
-        Args:
-            other: any :class:`Manifest` (its moved fields are not read either).
-        Returns:
-            bool.
-        """
-        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS if n not in _LAZY)
 
     def __eq__(self, other):
         if not isinstance(other, Manifest):

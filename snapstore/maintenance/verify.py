@@ -525,12 +525,12 @@ class Verifier:
                         m = log.manifests[seq]
                         try:
                             copy = c.manifest(lk)
-                            thin = next((x for x in (copy, m) if isinstance(x, ArchivedManifest) and not x.loaded),
-                                        None)
                             # an archived record's moved fields are in its bundle, which verify does
                             # not read (it may be cold): the rest is compared (--read-data: the bundle)
-                            same = thin.equal_unloaded(m if thin is copy else copy) if thin is not None \
-                                else copy == m  # every field, not only the write id
+                            if any(isinstance(x, ArchivedManifest) and not x.loaded for x in (copy, m)):
+                                same = copy.equal_unloaded(m)
+                            else:
+                                same = copy == m  # every field, not only the write id
                         except SnapstoreError:
                             same = False
                         if not same:
