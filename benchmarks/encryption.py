@@ -145,9 +145,10 @@ def restore_side(side: str, path: Path, convs: list, fsync: bool) -> tuple[float
     return took, unlock
 
 
-def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") -> dict | None:
+def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall", save_trials: int = 1) -> dict | None:
     """Both sides on every shared file (at most ``limit`` files), timed with ``clock`` ("wall" or
-    "cpu": :data:`CLOCKS`); None without the shared data."""
+    "cpu": :data:`CLOCKS`), every file saved ``save_trials`` times a side (ABBA, a fresh repository
+    each time: a file's save p50 is the median of its trials' p50s); None without the shared data."""
     global CLOCK
     CLOCK = CLOCKS[clock]
     from snapstore.importers import load_trajectory
@@ -157,7 +158,7 @@ def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") ->
         return None
     files = [p for p in sorted(d.iterdir()) if p.is_file() and p.suffix != ".md"][:limit]
     load = os.getloadavg()
-    out = {"files": {}, "fsync": fsync, "trials": trials, "clock": clock}
+    out = {"files": {}, "fsync": fsync, "trials": trials, "save_trials": save_trials, "clock": clock}
     pooled = {"plain": [], "encrypted": []}
     with tempfile.TemporaryDirectory(prefix="snapstore-enc-bench-") as tmp:
         for n, f in enumerate(files):
@@ -166,14 +167,23 @@ def measure(limit: int | None, trials: int, fsync: bool, clock: str = "wall") ->
             row = {"checkpoints": sum(len(c.checkpoints) for c in convs)}
             order = ("plain", "encrypted") if n % 2 == 0 else ("encrypted", "plain")
             paths = {side: Path(tmp) / f"{side}-{n}" for side in order}
-            saves = {side: save_side(side, paths[side], convs, fsync) for side in order}
+            saves, trial_p50 = {side: [] for side in order}, {side: [] for side in order}
+            for t in range(save_trials):  # ABBA too; every trial a fresh repository, the last one kept
+                for side in (order if t % 2 == 0 else order[::-1]):
+                    if paths[side].exists():
+                        shutil.rmtree(paths[side])
+                    gc.collect()
+                    took = save_side(side, paths[side], convs, fsync)
+                    saves[side] += took
+                    trial_p50[side].append(_lib.median(took))
             trials_of = {side: [] for side in order}
             for t in range(trials):  # the sides alternate (ABBA), so that load beside hits both alike
                 for side in (order if t % 2 == 0 else order[::-1]):  # (restore_side collects garbage first)
                     trials_of[side].append(restore_side(side, paths[side], convs, fsync))
             for side in order:
                 pooled[side] += saves[side]
-                row[side] = {"save_p50_ms": 1e3 * _lib.median(saves[side]),
+                row[side] = {"save_p50_ms": 1e3 * _lib.median(trial_p50[side]),
+                             "save_p50_trials_ms": [round(1e3 * x, 4) for x in trial_p50[side]],
                              "restore_ms": 1e3 * _lib.median(t for t, _ in trials_of[side]),
                              "unlock_ms": 1e3 * _lib.median(u for _, u in trials_of[side]) if side == "encrypted" else None,
                              **object_sizes(paths[side])}
@@ -241,7 +251,7 @@ def report(r: dict) -> str:
                for n, f in r["files"].items() if "FAIL" in f["verdicts"].values()]
     lines.append(f"verdict: {'PASS' if 'FAIL' not in t['verdicts'].values() else 'FAIL'} in total; files failing a "
                  f"target: {'; '.join(failing) if failing else 'none'} (trials {r['trials']}, load average "
-                 f"{r.get('load', 'n/a')})")
+                 f"{r.get('load', 'n/a')}, save trials {r.get('save_trials', 1)})")
     lines.append(f"all saves: p50 {po['plain']['save_p50_ms']:.2f} ms plain, {po['encrypted']['save_p50_ms']:.2f} ms "
                  f"encrypted; p95 {po['plain']['save_p95_ms']:.2f} / {po['encrypted']['save_p95_ms']:.2f} ms "
                  f"({po['plain']['saves']} saves each; fsync {'on' if r['fsync'] else 'off'})")
@@ -264,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="at most this many shared files")
     ap.add_argument("--trials", type=int, default=3, help="restores per file and side (median)")
+    ap.add_argument("--save-trials", type=int, default=1,
+                    help="saves of every file per side (ABBA; a file's save p50: the median of the trials' p50s)")
     ap.add_argument("--fsync", action="store_true", help="fsync directory writes")
     ap.add_argument("--json", default=None, help="write the result here")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="time with wall or this process's CPU time")
     a = ap.parse_args(argv)
     try:
-        r = measure(a.limit, a.trials, a.fsync, a.clock)
+        r = measure(a.limit, a.trials, a.fsync, a.clock, a.save_trials)
     except AssertionError as e:
         print(f"FAILED: {e}")
         return 1
