@@ -4,12 +4,13 @@ bundles restored (:mod:`snapstore.maintenance.restore`)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import click
 
 from ..format.bundle import STORAGE_CLASSES
-from .params import DURATION
+from .params import DURATION, SIZE
 from .output import CommandError, emit_json, human_size, kv_text, plural, write
 from .state import state_of
 
@@ -39,6 +40,12 @@ __all__ = ["COMMANDS", "archive_cmd", "restore_cmd"]
 @click.option("--keep-weekly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
 @click.option("--keep-monthly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
 @click.option("--keep-yearly", type=click.IntRange(min=0), metavar="N", help="Policy rule, as prune's.")
+@click.option("-n", "--dry-run", is_flag=True,
+              help="Show what would be archived (runs, checkpoints, bundles with their raw bytes, the storage "
+                   "class and keys) and write nothing: the same selection as a real run.")
+@click.option("--bundle-min", type=SIZE, metavar="SIZE",
+              help="A run needing at least this many raw bytes (uncompressed, after dedup) gets a bundle of its "
+                   "own; smaller runs are grouped. [default: 16MiB]")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--plan", "plan_dir", metavar="DIR",
               help="Archive as partitions: the runs chosen here, cut into partitions that each write their runs' "
@@ -51,7 +58,7 @@ __all__ = ["COMMANDS", "archive_cmd", "restore_cmd"]
               help="With --plan: number of partitions (at most one per run). [default: 8]")
 @click.pass_context
 def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expire_after, as_json, idle, plan_dir,
-                executor, scheduler, partitions, **rules):
+                executor, scheduler, partitions, dry_run, bundle_min, **rules):
     """Archive runs (all runs without RUN) into bundles: one per large run, small runs grouped.
 
     Each bundle is written, read back and checked, then switched in by a small hot index record;
@@ -70,14 +77,23 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
         except ValueError as e:
             raise CommandError(f"--finished-before: not an ISO-8601 UTC time: {finished_before!r} ({e})", 2) from e
     keep = {k: v for k, v in rules.items() if v is not None} or None
+    if bundle_min is not None and bundle_min < 1:
+        raise CommandError("--bundle-min: give a size of at least 1 byte (e.g. 16MiB)", 2)
+    if dry_run:
+        if plan_dir is not None:
+            raise CommandError("--dry-run shows a one-process archive; drop --plan (the runs chosen are the same)", 2)
+        _dry_run(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep, bundle_min, as_json)
+        return
     if plan_dir is not None:
+        if bundle_min is not None:
+            raise CommandError("--bundle-min applies to a one-process archive: drop --plan or --bundle-min", 2)
         if keep:
             raise CommandError("--plan archives every live checkpoint: prune first ('snapstore prune'), then "
                                "archive --plan (it takes no --keep-*)", 2)
         rep = _partitioned_archive(ctx, plan_dir, list(runs) or None, when, idle, storage_class, retention_class,
                                    expire_after, executor or "local", scheduler, partitions or 8, as_json)
     else:
-        rep = _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep)
+        rep = _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep, bundle_min)
     if as_json:
         emit_json({"runs": rep.runs, "skipped": rep.skipped, "bundles": rep.bundles, "checkpoints": rep.checkpoints,
                    "pruned": rep.pruned,
@@ -85,18 +101,29 @@ def archive_cmd(ctx, runs, finished_before, storage_class, retention_class, expi
                    "storage_class": rep.storage_class,
                    **({"partitioned": rep.partitioned} if hasattr(rep, "partitioned") else {})})
         return
-    lines = [("archived", f"{plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}"),
+    lines = [("archived", f"{plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}; "
+                          f"{plural(len(rep.skipped), 'run')} skipped"),
              ("bundles", f"{len(rep.bundles)} in {rep.storage_class}" + "".join(f"\n  {b}" for b in rep.bundles)),
              ("hot packs replaced", human_size(rep.bytes_before)),
              ("bundle bytes", human_size(rep.bytes_after)),
              ("hot index bytes", human_size(rep.index_bytes))]
     if keep:
         lines.insert(1, ("pruned first", plural(len(rep.pruned), "checkpoint") + " the policy does not keep"))
-    for run, why in sorted(rep.skipped.items()):
-        lines.append(("skipped", f"{run}: {why}"))
+    lines += skipped_lines(rep.skipped)
     if rep.runs:
         lines.append(("next", "the hot copy is reclaimed by 'snapstore gc' (after its grace period)"))
     write(kv_text(lines))
+
+
+def skipped_lines(skipped: dict) -> list[tuple[str, str]]:
+    """One ``("skipped", "RUN (reason)")`` row per run ``skipped`` (``{run id: why}``) names, in
+    run-id order: archive's and its dry run's rows for the runs they leave out."""
+    return [("skipped", f"{_run_text(run)} ({why})") for run, why in sorted(skipped.items())]
+
+
+def _run_text(run: str) -> str:
+    """A run id as ``snapstore runs`` prints it: as it is when printable, else quoted (JSON)."""
+    return run if run.isprintable() and not run.startswith('"') else json.dumps(run, ensure_ascii=False)
 
 
 def _partitioned_archive(ctx, plan_dir, runs, when, idle, storage_class, retention_class, expire_after, executor,
@@ -138,13 +165,41 @@ def _partitioned_archive(ctx, plan_dir, runs, when, idle, storage_class, retenti
                                "partitions", "partitions_done", "resumed", "requests")})
 
 
-def _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep):
+def _dry_run(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep, bundle_min, as_json):
+    """``archive --dry-run``: :meth:`CheckpointManager.archive` with ``dry_run``, printed."""
+    rep = state_of(ctx).manager().archive(
+        list(runs) or None, when, storage_class, retention_class=retention_class, expire_after_days=expire_after,
+        idle=idle.total_seconds() if idle is not None else None, keep=keep, dry_run=True, bundle_min=bundle_min)
+    if as_json:
+        emit_json({"dry_run": True, "runs": rep.runs, "skipped": rep.skipped, "checkpoints": rep.checkpoints,
+                   "pruned": rep.pruned, "bundles": rep.bundles, "raw_bytes": rep.raw_bytes,
+                   "hot_bytes": rep.hot_bytes, "storage_class": rep.storage_class, "bundle_min": rep.bundle_min})
+        return
+    lines = [("would archive", f"{plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}; "
+                               f"{plural(len(rep.skipped), 'run')} skipped")]
+    if keep:
+        lines.append(("would prune first", plural(len(rep.pruned), "checkpoint") + " the policy does not keep "
+                                           "(the sizes below count them)"))
+    lines.append(("bundles", f"{len(rep.bundles)} in {rep.storage_class} (a run needing at least "
+                             f"{human_size(rep.bundle_min)} raw gets its own)"
+                  + "".join(f"\n  {b['key']}: {', '.join(_run_text(r) for r in b['runs'])} "
+                            f"({plural(b['checkpoints'], 'checkpoint')}, {human_size(b['raw_bytes'])} raw)"
+                            for b in rep.bundles)))
+    lines += [("bundle bytes", f"about {human_size(min(rep.raw_bytes, rep.hot_bytes))} or less (estimated: the "
+                               f"{human_size(rep.raw_bytes)} raw copied in, at zstd -19, take at most what the hot "
+                               "packs replaced hold)"),
+              ("hot packs replaced", human_size(rep.hot_bytes))]
+    lines += skipped_lines(rep.skipped)
+    write("dry run: nothing was written\n" + kv_text(lines))
+
+
+def _archive(ctx, runs, when, storage_class, retention_class, expire_after, idle, keep, bundle_min=None):
     """One-process ``archive``: :meth:`CheckpointManager.archive`; returns its report."""
     mgr = state_of(ctx).manager()
     try:
         return mgr.archive(list(runs) or None, when, storage_class, retention_class=retention_class,
                           expire_after_days=expire_after, idle=idle.total_seconds() if idle is not None else None,
-                          keep=keep)
+                          keep=keep, bundle_min=bundle_min)
     except KeyboardInterrupt:
         write("interrupted: nothing is lost (a run is switched to its bundle only once the bundle is checked; "
               "the rest read as before); run the same command again to finish\n", err=True)

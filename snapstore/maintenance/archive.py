@@ -120,7 +120,7 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             storage_class: str = "GLACIER_IR", retention_class: str = "default",
             expire_after_days: int | None = None, hooks: dict | None = None,
             progress: Callable[[str, int, int], None] | None = None, grace_period: float = 3600.0,
-            stub: bool | None = None) -> ArchiveReport:
+            stub: bool | None = None, bundle_min: int | None = None) -> ArchiveReport:
     """Archive runs into bundles (module docstring; docs/format.md §28).
 
     Args:
@@ -144,10 +144,12 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             written (:func:`~snapstore.maintenance.archcat.compact_bundle_logs`); None: the store's
             default for writers (:func:`~snapstore.repo.log.stubs.default_compact_log`: a local
             directory yes, S3 no, where each stub would be a PUT).
+        bundle_min: raw bytes at which a run gets a bundle of its own (:func:`plan_archive`);
+            None: :data:`BUNDLE_MIN`.
     Returns:
         An :class:`ArchiveReport`.
     Raises:
-        InvalidInputError: a bad storage class, retention class or day count.
+        InvalidInputError: a bad storage class, retention class, day count or ``bundle_min``.
         RunNotFound: a run named in ``run_ids`` has no record.
         IntegrityError / ObjectNotFound: a live checkpoint is unreadable, or the bundle read back
             differs from what was written (nothing is switched then).
@@ -155,62 +157,20 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             was deleted; nothing switched for its runs: archive again).
         StoreError: the store failed.
     """
-    check_storage_class(storage_class)
     if not isinstance(grace_period, (int, float)) or grace_period < 0:
         raise InvalidInputError("grace_period must be a non-negative number of seconds")
-    check_retention_class(retention_class)
-    if expire_after_days is not None and (not isinstance(expire_after_days, int) or expire_after_days < 0):
-        raise InvalidInputError("expire_after_days must be a non-negative integer or None")
+    _check_options(storage_class, retention_class, expire_after_days)
     if finished_before is not None and finished_before.tzinfo is None:
         finished_before = finished_before.replace(tzinfo=timezone.utc)
     rep = ArchiveReport(storage_class=storage_class)
     store = repo.store
-    chosen, rep.skipped = _select(repo, run_ids, finished_before)
-    if not chosen:
+    plan = plan_archive(repo, run_ids, finished_before, expire_after_days, bundle_min)
+    rep.skipped = plan.skipped
+    if not plan.chosen:
         return rep
-    # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
-    fmap = read_forward_map(repo)
-    segs = segments_by_run(chosen)
-    # a run archived before and continued since still names hot packs GC took: the bundles that
-    # replace them stand in for them, as in GC's mark (docs/format.md §28)
-    bundles = repo.bundles.load()
-    present = {pid for pid in (keys.pack_id_from_key(i.key) for i in store.list(keys.PACKS)) if pid is not None}
-    fwd = bundle_standins(fmap.to, bundles, present)
-    present |= set(bundles)
-    by_run_need: dict = {}
-    for rk, log in chosen.items():
-        marker = Marker(repo, MarkScope(dict(fwd), present, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
-        reach = marker.run(log.live)
-        need = {pid: set(v) for pid, v in reach.packs.items()}
-        # every pack a reader of these checkpoints may start from (docs/format.md §28): the homes,
-        # the packs hints name (also those whose entries a segment holds), forwarding's, the segments
-        touched = (set(need) | set(reach.hinted) | set(reach.seg_hinted) | set(reach.fwd_used)
-                   | {sg.pack for sg in segs.get(log.live[0].run_id, [])})
-        by_run_need[rk] = (need, touched)
+    chosen, by_run_need, groups, month, now = plan.chosen, plan.need, plan.groups, plan.month, plan.now
     call_hook(hooks, "after_mark", runs=list(chosen))
-    # group: a large run alone, small runs together
-    groups: list[list[str]] = []
-    small: list[str] = []
-    small_raw = 0
-    for rk in sorted(chosen, key=lambda r: chosen[r].live[0].run_id):
-        raw = _raw_size(repo, by_run_need[rk][0])
-        if raw >= BUNDLE_MIN:
-            groups.append([rk])
-            continue
-        small.append(rk)
-        small_raw += raw
-        if small_raw >= BUNDLE_MAX_RAW:
-            groups.append(small)
-            small, small_raw = [], 0
-    if small:
-        groups.append(small)
-    now = datetime.now(timezone.utc)
-    month = "never" if expire_after_days is None else (now + timedelta(days=expire_after_days)).strftime("%Y-%m")
-    listed_sizes = {}
-    for info in store.list(keys.PACKS):
-        pid = keys.pack_id_from_key(info.key)
-        if pid is not None:
-            listed_sizes[pid] = info.size
+    listed_sizes = plan.listed_sizes
     for gi, group in enumerate(groups):
         fields = {rk: record_fields(chosen[rk].manifests) for rk in group}
         ix, _copied = _write_bundle(repo, group, chosen, by_run_need, storage_class, retention_class, month,
@@ -238,6 +198,179 @@ def archive(repo: Repository, run_ids: list | None = None, finished_before: date
             progress("archive", gi + 1, len(groups))
     repo.bundles.load()
     return rep
+
+
+def _check_options(storage_class: str, retention_class: str, expire_after_days) -> None:
+    """Raise InvalidInputError for a bad storage class, retention class or day count."""
+    check_storage_class(storage_class)
+    check_retention_class(retention_class)
+    if expire_after_days is not None and (isinstance(expire_after_days, bool) or not isinstance(expire_after_days, int)
+                                          or expire_after_days < 0):
+        raise InvalidInputError("expire_after_days must be a non-negative integer or None")
+
+
+@dataclass
+class ArchiveDryRun:
+    """What :func:`archive` would do now (:func:`archive_dry_run`); nothing was written.
+
+    Attributes:
+        runs: ids of the runs it would archive.
+        skipped: run id -> why it would not be archived (as :attr:`ArchiveReport.skipped`).
+        checkpoints: live checkpoints the bundles would serve.
+        storage_class: the class the bundles would be written with.
+        bundles: one dict per bundle it would write, in order: ``{"runs": [run ids], "checkpoints":
+            int, "raw_bytes": int (uncompressed bytes copied in, after dedup: the bundle is that
+            compressed at zstd -19, and smaller still when runs share content), "hot_bytes": int
+            (listed bytes of the hot packs it replaces), "key": str (``archive/data/<retention
+            class>/<month>/<id>``, the id drawn when the bundle is written, shown as ``<id>``)}``.
+        raw_bytes / hot_bytes: their sums.
+        bundle_min: the grouping threshold (raw bytes at which a run gets a bundle of its own).
+        pruned: ids of the checkpoints a ``keep`` policy would prune first
+            (:meth:`CheckpointManager.archive` with ``dry_run``); the bundle figures count every
+            live checkpoint then, an upper bound.
+    """
+
+    runs: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)
+    checkpoints: int = 0
+    storage_class: str = ""
+    bundles: list = field(default_factory=list)
+    raw_bytes: int = 0
+    hot_bytes: int = 0
+    bundle_min: int = 0
+    pruned: list = field(default_factory=list)
+
+
+def archive_dry_run(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
+                    storage_class: str = "GLACIER_IR", retention_class: str = "default",
+                    expire_after_days: int | None = None, bundle_min: int | None = None) -> ArchiveDryRun:
+    """What :func:`archive` with these arguments would archive, writing nothing: the same
+    selection, mark and grouping (:func:`plan_archive`), no bundle built.
+
+    Args:
+        As :func:`archive`.
+    Returns:
+        An :class:`ArchiveDryRun`.
+    Raises:
+        InvalidInputError / RunNotFound / IntegrityError: as :func:`archive`, before it writes.
+    """
+    _check_options(storage_class, retention_class, expire_after_days)
+    plan = plan_archive(repo, run_ids, finished_before, expire_after_days, bundle_min)
+    out = ArchiveDryRun(skipped=plan.skipped, storage_class=storage_class, bundle_min=plan.bundle_min)
+    for group in plan.groups:
+        n = sum(len(plan.chosen[rk].live) for rk in group)
+        raw, hot = sum(plan.raw[rk] for rk in group), plan.hot_bytes(group)
+        out.bundles.append({"runs": [plan.run_id(rk) for rk in group], "checkpoints": n, "raw_bytes": raw,
+                            "hot_bytes": hot, "key": bundle_key(retention_class, plan.month, b"").rstrip("/") + "/<id>"})
+        out.runs += [plan.run_id(rk) for rk in group]
+        out.checkpoints += n
+        out.raw_bytes += raw
+        out.hot_bytes += hot
+    return out
+
+
+@dataclass
+class ArchivePlan:
+    """What :func:`archive` would do now (:func:`plan_archive`), before it writes anything.
+
+    Attributes:
+        chosen: run key -> the run's log (:class:`~snapstore.maintenance.runs.RunLog`), the runs to archive.
+        skipped: run id -> why it is not archived.
+        need: run key -> ``(needed entries by pack id, every pack id a reader may start from)``.
+        groups: the bundles to write: each a list of run keys (one large run alone, small runs together).
+        raw: run key -> raw bytes its live checkpoints need (what is compared with ``bundle_min``).
+        listed_sizes: pack id -> listed bytes of the hot packs.
+        month: the key's month segment (``YYYY-MM`` of the expiry, or ``never``).
+        now: the time the plan was made (UTC), the bundles' creation time.
+        bundle_min: the grouping threshold used (bytes).
+    """
+
+    chosen: dict
+    skipped: dict
+    need: dict = field(default_factory=dict)
+    groups: list = field(default_factory=list)
+    raw: dict = field(default_factory=dict)
+    listed_sizes: dict = field(default_factory=dict)
+    month: str = "never"
+    now: datetime | None = None
+    bundle_min: int = BUNDLE_MIN
+
+    def run_id(self, rk: str) -> str:
+        """The id of the chosen run whose key is ``rk``."""
+        return self.chosen[rk].live[0].run_id
+
+    def hot_bytes(self, group: list) -> int:
+        """Listed bytes of the hot packs the bundle of ``group`` (run keys) replaces."""
+        touched = set().union(*(self.need[rk][1] for rk in group)) if group else set()
+        return sum(self.listed_sizes.get(p, 0) for p in touched)
+
+
+def plan_archive(repo: Repository, run_ids: list | None = None, finished_before: datetime | None = None,
+                 expire_after_days: int | None = None, bundle_min: int | None = None) -> ArchivePlan:
+    """Choose the runs :func:`archive` archives, mark what their live checkpoints need and group
+    them into bundles, writing nothing (the first step of :func:`archive`, and its dry run's whole).
+
+    Args:
+        repo / run_ids / finished_before / expire_after_days: as :func:`archive`.
+        bundle_min: raw bytes (uncompressed, after dedup: the entries the run's live checkpoints
+            need) at which a run gets a bundle of its own; None: :data:`BUNDLE_MIN` (16 MiB).
+    Returns:
+        An :class:`ArchivePlan` (``groups`` empty when no run is chosen).
+    Raises:
+        InvalidInputError: a bad ``bundle_min``. RunNotFound / IntegrityError: as :func:`select_runs`.
+    """
+    if bundle_min is None:
+        bundle_min = BUNDLE_MIN
+    if isinstance(bundle_min, bool) or not isinstance(bundle_min, int) or bundle_min < 1:
+        raise InvalidInputError(f"bundle_min must be a positive number of bytes, not {bundle_min!r}")
+    if finished_before is not None and finished_before.tzinfo is None:
+        finished_before = finished_before.replace(tzinfo=timezone.utc)
+    store = repo.store
+    chosen, skipped = _select(repo, run_ids, finished_before)
+    plan = ArchivePlan(chosen, skipped, bundle_min=bundle_min)
+    if not chosen:
+        return plan
+    # what the chosen runs' live checkpoints need, per pack (the marker GC uses)
+    fmap = read_forward_map(repo)
+    segs = segments_by_run(chosen)
+    # a run archived before and continued since still names hot packs GC took: the bundles that
+    # replace them stand in for them, as in GC's mark (docs/format.md §28)
+    bundles = repo.bundles.load()
+    for info in store.list(keys.PACKS):
+        pid = keys.pack_id_from_key(info.key)
+        if pid is not None:
+            plan.listed_sizes[pid] = info.size
+    present = set(plan.listed_sizes)
+    fwd = bundle_standins(fmap.to, bundles, present)
+    present |= set(bundles)
+    for rk, log in chosen.items():
+        marker = Marker(repo, MarkScope(dict(fwd), present, {log.live[0].run_id: segs.get(log.live[0].run_id, [])}))
+        reach = marker.run(log.live)
+        need = {pid: set(v) for pid, v in reach.packs.items()}
+        # every pack a reader of these checkpoints may start from (docs/format.md §28): the homes,
+        # the packs hints name (also those whose entries a segment holds), forwarding's, the segments
+        touched = (set(need) | set(reach.hinted) | set(reach.seg_hinted) | set(reach.fwd_used)
+                   | {sg.pack for sg in segs.get(log.live[0].run_id, [])})
+        plan.need[rk] = (need, touched)
+    # group: a large run alone, small runs together
+    small: list[str] = []
+    small_raw = 0
+    for rk in sorted(chosen, key=lambda r: chosen[r].live[0].run_id):
+        raw = plan.raw[rk] = _raw_size(repo, plan.need[rk][0])
+        if raw >= bundle_min:
+            plan.groups.append([rk])
+            continue
+        small.append(rk)
+        small_raw += raw
+        if small_raw >= BUNDLE_MAX_RAW:
+            plan.groups.append(small)
+            small, small_raw = [], 0
+    if small:
+        plan.groups.append(small)
+    plan.now = datetime.now(timezone.utc)
+    plan.month = ("never" if expire_after_days is None
+                  else (plan.now + timedelta(days=expire_after_days)).strftime("%Y-%m"))
+    return plan
 
 
 def select_runs(repo: Repository, run_ids: list | None = None,

@@ -620,7 +620,8 @@ class CheckpointManager:
 
     def archive(self, run_ids=None, finished_before=None, storage_class: str = "GLACIER_IR", *,
                 retention_class: str = "default", expire_after_days: int | None = None, hooks: dict | None = None,
-                progress=None, idle=None, keep: dict | None = None):
+                progress=None, idle=None, keep: dict | None = None, dry_run: bool = False,
+                bundle_min: int | None = None):
         """Archive runs into immutable, hard-compressed bundles (docs/format.md §28).
 
         Copies every entry the runs' live checkpoints need into one bundle per large run (small
@@ -643,8 +644,13 @@ class CheckpointManager:
                 ``{"keep_last": 5, "keep_daily": 7}``): the runs selected are first pruned to the
                 checkpoints it keeps (the others are deleted, as ``prune`` deletes them, and
                 listed in the report's ``pruned``), then archived; None: every live checkpoint.
+            dry_run: write nothing; return what would be archived (the same selection, mark and
+                grouping; with ``keep``, the checkpoints it would prune, nothing pruned).
+            bundle_min: raw bytes (uncompressed, after dedup) at which a run gets a bundle of its
+                own; None: 16 MiB (:data:`snapstore.maintenance.archive.BUNDLE_MIN`).
         Returns:
-            :class:`snapstore.maintenance.archive.ArchiveReport` (runs, bundles, bytes before/after).
+            :class:`snapstore.maintenance.archive.ArchiveReport` (runs, bundles, bytes before/after);
+            with ``dry_run`` a :class:`snapstore.maintenance.archive.ArchiveDryRun`.
         Raises:
             InvalidInputError: a bad storage class, retention class, day count, idle time or policy.
             ConflictError: pruning moved a head this caller saw move meanwhile (see :meth:`prune`).
@@ -653,7 +659,7 @@ class CheckpointManager:
         """
         from datetime import datetime, timedelta, timezone
 
-        from ..maintenance.archive import ArchiveReport, archive, select_runs
+        from ..maintenance.archive import ArchiveReport, archive, archive_dry_run, select_runs
         from .retention import Policy
         if isinstance(run_ids, str):
             run_ids = [run_ids]
@@ -670,14 +676,22 @@ class CheckpointManager:
             Policy.make(**keep)  # a bad rule fails before anything is deleted
             repo = self.state.repository(False)
             chosen, skipped = select_runs(repo, run_ids, finished_before)
-            if not chosen:
+            if not chosen and not dry_run:
                 return ArchiveReport(skipped=skipped, storage_class=storage_class)
             for r in chosen:
-                pruned += [s.id for s in self.prune(run_id=r, **keep)]
+                pruned += [s.id for s in self.prune(run_id=r, dry_run=dry_run, **keep)]
             run_ids = chosen
+        if dry_run:
+            got = archive_dry_run(self.state.repository(False), run_ids, finished_before, storage_class,
+                                  retention_class, expire_after_days, bundle_min)
+            if keep is not None:
+                got.checkpoints -= len(pruned)
+            got.pruned = pruned
+            got.skipped.update(skipped)
+            return got
         rep = archive(self.state.repository(False), run_ids, finished_before, storage_class,
                       retention_class, expire_after_days, hooks, progress, grace_period=self.gc_grace_period,
-                      stub=self.compact_log)
+                      stub=self.compact_log, bundle_min=bundle_min)
         rep.pruned = pruned
         rep.skipped.update(skipped)  # runs the selection left out (before the prune)
         return rep

@@ -1,0 +1,78 @@
+"""Rough edges of ``snapstore archive`` and its neighbours a new user found (trial 12), through the
+real command line: a line per skipped run, ``archive --dry-run`` choosing what the real run
+chooses and writing nothing, plain ``verify`` saying it read no bundle, ``stats --cost`` sizes
+that do not round to zero, a large run in a bundle of its own, ``gc``'s summary naming what each
+number counts, ``prune --keep-last 0`` refused with what to use instead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from snapstore import CheckpointManager
+from tests.cli.test_cli import EXAMPLE, one_line_error, run
+
+
+def _listing(root: Path) -> list[tuple[str, str]]:
+    """Every file under ``root`` with the digest of its bytes, in path order."""
+    return sorted((str(p.relative_to(root)), hashlib.sha256(p.read_bytes()).hexdigest())
+                  for p in root.rglob("*") if p.is_file())
+
+
+def _repo_with_runs(tmp_path) -> str:
+    repo = str(tmp_path / "repo")
+    run(repo, "import", str(EXAMPLE), "--run", "demo")
+    mgr = CheckpointManager(repo)
+    for i in range(3):
+        mgr.save(f"small-{i}", [{"role": "user", "content": f"small run {i} " * 20}])
+    return repo
+
+
+def test_archive_prints_a_line_per_skipped_run_and_counts_them(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    run(repo, "archive", "small-0")
+    out = run(repo, "archive", "--finished-before", "2000-01-01").stdout
+    lines = out.splitlines()
+    assert lines[0].split(":", 1)[1].strip() == "0 runs, 0 checkpoints; 4 runs skipped", out
+    skipped = [x.split(":", 1)[1].strip() for x in lines if x.startswith("skipped:")]
+    assert len(skipped) == 4 and skipped[0] == "demo (still active: its newest checkpoint (" + \
+        skipped[0].split("(", 2)[2], out
+    assert "small-0 (already archived)" in skipped, out
+    out = run(repo, "archive").stdout
+    assert "3 runs, " in out.splitlines()[0] and "; 1 run skipped" in out.splitlines()[0], out
+    assert [x for x in out.splitlines() if x.startswith("skipped:")] == \
+        ["skipped:             small-0 (already archived)"], out
+
+
+def test_archive_dry_run_selects_what_the_real_run_archives_and_writes_nothing(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    run(repo, "archive", "small-1")
+    before = _listing(tmp_path / "repo")
+    dry = json.loads(run(repo, "archive", "-n", "--storage-class", "STANDARD_IA", "--expire-after", "400",
+                         "--json").stdout)
+    text = run(repo, "archive", "--dry-run", "--storage-class", "STANDARD_IA", "--expire-after", "400").stdout
+    assert _listing(tmp_path / "repo") == before  # byte-identical: nothing written, nothing removed
+    assert text.startswith("dry run: nothing was written\n") and "skipped:" in text and "small-1" in text
+    assert dry["dry_run"] is True and dry["storage_class"] == "STANDARD_IA" and dry["skipped"] == {
+        "small-1": "already archived"}
+    assert all(b["key"].startswith("archive/data/default/") and b["key"].endswith("/<id>") for b in dry["bundles"])
+    assert dry["raw_bytes"] > 0 and dry["hot_bytes"] > 0 and len(dry["bundles"]) == 1
+    real = json.loads(run(repo, "archive", "--storage-class", "STANDARD_IA", "--expire-after", "400",
+                          "--json").stdout)
+    assert sorted(real["runs"]) == sorted(dry["runs"]) == ["demo", "small-0", "small-2"]
+    assert real["skipped"] == dry["skipped"] and real["checkpoints"] == dry["checkpoints"]
+    assert len(real["bundles"]) == len(dry["bundles"])
+    assert [k.rsplit("/", 1)[0] for k in real["bundles"]] == [k["key"].rsplit("/", 1)[0] for k in dry["bundles"]]
+    assert real["bytes_before"] == dry["hot_bytes"]
+
+
+def test_archive_dry_run_with_a_policy_prunes_nothing(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    n = len(json.loads(run(repo, "list", "demo", "--json").stdout))
+    before = _listing(tmp_path / "repo")
+    dry = json.loads(run(repo, "archive", "demo", "-n", "--keep-last", "1", "--json").stdout)
+    assert _listing(tmp_path / "repo") == before
+    assert len(dry["pruned"]) == n - 1 and dry["checkpoints"] == 1 and dry["runs"] == ["demo"]
+    assert len(json.loads(run(repo, "list", "demo", "--json").stdout)) == n
