@@ -630,7 +630,7 @@ def bill_text(b: dict) -> str:
         ("early deletion", f"{usd(b['early_deletion_owed'])} owed if everything were deleted now (minimum durations)"),
         ("transition", f"{usd(t['usd'])} for the {plural(t['requests'], 'PUT')} that wrote the bundles in their class"),
         ("restore once", f"{usd(r['usd'])} to read every bundle once ({plural(r['requests'], 'restore request')} "
-                         f"at the {r['tier']} tier, {r['gb']:.4f} GB retrieved)")])
+                         f"at the {r['tier']} tier, {human_size(round(r['gb'] * 2 ** 30))} retrieved)")])
 
 
 _VERIFY_CODES = (("corrupt", 1), ("missing", 2))
@@ -767,6 +767,7 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
     code = min((_problem_exit_code(p.code) for p in errors), default=PARTIAL_EXIT if partial else 0)
     if as_json:
         out = {"ok": not errors, "complete": not partial, "exit_code": code, "checked": checked,
+               "bundles_not_read": int(getattr(report, "bundles_not_read", 0)),
                "errors": [_problem_dict(p) for p in errors], "warnings": [_problem_dict(p) for p in warnings]}
         if job is not None:
             out["partitioned"] = job
@@ -783,6 +784,15 @@ def verify_cmd(ctx, read_data, as_json, quiet, accept_missing, plan_dir, executo
         else:
             lines += _error_lines(warnings, "warning")
         what = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in checked.items()) or "nothing"
+        unread = int(getattr(report, "bundles_not_read", 0))
+        if unread and not read_data:
+            lines.append(f"note: {plural(unread, 'archive bundle')} not read (only {'its' if unread == 1 else 'their'} "
+                         "size checked against the index record); 'snapstore verify --read-data' reads and checks "
+                         f"{'it' if unread == 1 else 'them'}\n")
+        elif unread:
+            lines.append(f"note: {plural(unread, 'archive bundle')} in GLACIER/DEEP_ARCHIVE not read (not restored); "
+                         "'snapstore restore RUN...' then 'snapstore verify --read-data' checks "
+                         f"{'it' if unread == 1 else 'them'}\n")
         status = "FAILED" if errors else "PARTIAL" if partial else "OK"
         lines.append(f"{status}: checked {what}; {len(errors)} error(s), {len(warnings)} warning(s)\n")
         write("".join(lines))

@@ -276,13 +276,17 @@ def kv_text(pairs: list[tuple[str, str]], width: int | None = None) -> str:
 
 
 def usd(x: float) -> str:
-    """US dollars with two significant digits below one cent: ``$1.50``, ``$0.00022``, ``$0``."""
+    """US dollars with two significant digits below one cent: ``$1.50``, ``$0.00022``, ``$0``
+    (only for 0 itself); below a billionth of a dollar in scientific notation (``$3.2e-12``), so
+    that a small cost never prints as zero."""
     x = float(x)
     if x == 0:
         return "$0"
     if abs(x) >= 0.01:
         return f"${x:,.2f}"
-    decimals = min(12, 1 - math.floor(math.log10(abs(x))))
+    decimals = 1 - math.floor(math.log10(abs(x)))
+    if decimals > 10:
+        return f"${x:.1e}"
     return f"${x:.{decimals}f}"
 
 

@@ -61,11 +61,15 @@ class VerifyReport:
             entries all have an intact copy elsewhere (``corrupt-unneeded-pack``: readers read the
             copy; GC deletes the pack). Damage where a live entry has no other copy is an error.
         checked: counts of what was examined.
+        bundles_not_read: indexed archive bundles whose data was not read: without ``read_data``
+            every bundle (only its listed size is compared with its index record); with it, those
+            in ``GLACIER``/``DEEP_ARCHIVE`` not restored (each also a ``bundle-not-read`` warning).
     """
 
     errors: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     checked: dict = field(default_factory=dict)
+    bundles_not_read: int = 0
 
     @property
     def ok(self) -> bool:
@@ -692,9 +696,11 @@ class Verifier:
                 self.error("corrupt-bundle", ix.key, f"{info.size} bytes, its index records {ix.size}")
                 continue
             if not self.read_data:
+                self.rep.bundles_not_read += 1
                 continue
             state = getattr(self.repo.store, "restore_state", None)
             if ix.storage_class in COLD_CLASSES and state is not None and state(ix.key) != "restored":
+                self.rep.bundles_not_read += 1
                 self.warn("bundle-not-read", ix.key, f"in {ix.storage_class} and not restored: not read "
                           "('snapstore restore' it to check its data)")
                 continue

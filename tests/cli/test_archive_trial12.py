@@ -76,3 +76,37 @@ def test_archive_dry_run_with_a_policy_prunes_nothing(tmp_path):
     assert _listing(tmp_path / "repo") == before
     assert len(dry["pruned"]) == n - 1 and dry["checkpoints"] == 1 and dry["runs"] == ["demo"]
     assert len(json.loads(run(repo, "list", "demo", "--json").stdout)) == n
+
+
+def test_plain_verify_says_it_read_no_bundle_and_what_does(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    assert "bundle" not in run(repo, "verify").stdout  # nothing archived: no note
+    run(repo, "archive", "demo")
+    run(repo, "archive", "--bundle-min", "1")  # the three small runs, a bundle each
+    out = run(repo, "verify").stdout
+    notes = [x for x in out.splitlines() if x.startswith("note:")]
+    assert notes == ["note: 4 archive bundles not read (only their size checked against the index record); "
+                     "'snapstore verify --read-data' reads and checks them"], out
+    assert out.splitlines()[-1].startswith("OK: ")
+    assert json.loads(run(repo, "verify", "--json").stdout)["bundles_not_read"] == 4
+    deep = run(repo, "verify", "--read-data")
+    assert "note:" not in deep.stdout and json.loads(run(repo, "verify", "--read-data", "--json").stdout)[
+        "bundles_not_read"] == 0
+
+
+def test_stats_cost_of_a_small_repository_shows_its_sizes_and_costs(tmp_path):
+    repo = str(tmp_path / "repo")
+    CheckpointManager(repo).save("t", [{"role": "user", "content": "hi"}])
+    run(repo, "archive", "t")
+    out = run(repo, "stats", "--cost").stdout
+    line = next(x for x in out.splitlines() if x.startswith("restore once:"))
+    assert "0.0000 GB" not in out and " B retrieved)" in line, line
+    size = int(line.rsplit("standard tier, ", 1)[1].split(" B retrieved")[0])
+    assert size == json.loads(run(repo, "stats", "--cost", "--json").stdout)["bill"]["classes"]["GLACIER_IR"]["bytes"]
+    assert "$0 " not in out.replace("DELETE $0 per", "")  # no cost printed as zero: each is above it
+
+
+def test_usd_never_rounds_a_cost_to_zero():
+    from snapstore.cli.output import usd
+    assert usd(0) == "$0" and usd(1.5) == "$1.50" and usd(0.00022) == "$0.00022"
+    assert usd(3.2e-12) == "$3.2e-12" and usd(2.7e-8) == "$0.000000027"
