@@ -226,7 +226,19 @@ def gc_lines(rep) -> list[tuple[str, str]]:
     known = dict(_GC_CATEGORIES)
     what = ", ".join(plural(deleted[k], known[k]) for k, _ in _GC_CATEGORIES if k in deleted)
     what = ", ".join(x for x in [what] + [f"{v} {k}" for k, v in deleted.items() if k not in known] if x)
-    rows = [("live", f"{plural(rep.live_checkpoints, 'checkpoint')} using {plural(rep.live_packs, 'pack')}")]
+    waiting = (int(rep.pending_candidates) + int(rep.pending_objects) + int(rep.pending_bundles)
+               + int(rep.leftovers_pending))
+    grace = human_duration(rep.grace_period)
+    # the three counts a user asks for first, each saying what it counts (the rows below detail them)
+    rows = [("summary", f"{n_deleted} {'object' if n_deleted == 1 else 'objects'} "
+                        f"{'would be deleted' if dry else 'deleted'} now; {rep.live_packs} "
+                        f"{'pack' if rep.live_packs == 1 else 'packs'} kept (live checkpoints use them); "
+                        + (f"{waiting} {'object' if waiting == 1 else 'objects'} no longer needed but kept until "
+                           f"the grace period ({grace}) has passed (a later gc deletes them)" if waiting else
+                           f"nothing waiting for the grace period ({grace})")),
+            ("live", f"{plural(rep.live_checkpoints, 'checkpoint')} using {plural(rep.live_packs, 'hot pack')}"
+                     + (" (and the archive bundles serving them)" if rep.live_checkpoints and not rep.live_packs
+                        else ""))]
     if n_deleted:
         rows.append((f"{would}delete" if dry else "deleted",
                      f"{plural(n_deleted, 'object')}, {human_size(rep.deleted_bytes)} ({what})"))
@@ -261,8 +273,8 @@ def gc_lines(rep) -> list[tuple[str, str]]:
         rows.append((f"{would}reclaim" if dry else "reclaimed",
                      f"nothing: {human_size(-b)} ({-b} bytes) more stored; {objs}"))
     if rep.pending_candidates:
-        rows.append(("pending", f"{plural(rep.pending_candidates, 'unreferenced pack')} "
-                                f"{'wait' if rep.pending_candidates != 1 else 'waits'} for the grace period "
+        rows.append(("pending", f"{plural(rep.pending_candidates, 'unreferenced pack')} not deleted yet: "
+                                f"{'they wait' if rep.pending_candidates != 1 else 'it waits'} for the grace period "
                                 f"({human_duration(rep.grace_period)}); a gc run after it has passed deletes "
                                 f"{'them' if rep.pending_candidates != 1 else 'it'}"))
     refetched = rep.refetched_packs

@@ -110,3 +110,39 @@ def test_usd_never_rounds_a_cost_to_zero():
     from snapstore.cli.output import usd
     assert usd(0) == "$0" and usd(1.5) == "$1.50" and usd(0.00022) == "$0.00022"
     assert usd(3.2e-12) == "$3.2e-12" and usd(2.7e-8) == "$0.000000027"
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _summary(out: str) -> str:
+    return next(x for x in out.splitlines() if x.startswith("summary:")).split(":", 1)[1].strip()
+
+
+def test_gc_summary_says_what_each_count_counts(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    run(repo, "archive", "small-0")
+    first = run(repo, "gc")
+    d = json.loads(run(repo, "gc", "--json").stdout)
+    assert d["pending_candidates"] >= 1
+    waiting = d["pending_candidates"] + d["pending_objects"] + d["pending_bundles"]
+    want = (f"0 objects deleted now; {_n(d['live_packs'], 'pack')} kept (live checkpoints use them); "
+            f"{_n(waiting, 'object')} no longer needed but kept until the grace period (1h) has passed "
+            "(a later gc deletes them)")
+    assert _summary(first.stdout) == want, first.stdout
+    dry = run(repo, "gc", "-n", "--grace-period", "0").stdout
+    assert _summary(dry).startswith(f"{_n(d['pending_candidates'], 'object')} would be deleted now; "), dry
+    out = run(repo, "gc", "--grace-period", "0").stdout
+    assert _summary(out).startswith(f"{_n(d['pending_candidates'], 'object')} deleted now; ") and \
+        _summary(out).endswith("; nothing waiting for the grace period (0s)"), out
+
+
+def test_prune_keep_last_0_is_refused_naming_delete(tmp_path):
+    repo = _repo_with_runs(tmp_path)
+    n = len(json.loads(run(repo, "list", "demo", "--json").stdout))
+    for dry in ((), ("-n",)):
+        r = run(repo, "prune", "--keep-last", "0", *dry, ok=False)
+        one_line_error(r, code=2, contains="keeps no checkpoint")
+        assert "snapstore delete RUN --yes" in r.stderr and "at least 1" in r.stderr, r.stderr
+    assert len(json.loads(run(repo, "list", "demo", "--json").stdout)) == n

@@ -655,13 +655,15 @@ def test_gc_options_and_output_contract(repo, monkeypatch):
     r = run(repo, "gc")
     assert calls[-1] == {"grace_period": None, "dry_run": False} and r.stderr == ""
     rows = dict((k, v.strip()) for k, v in (l.split(":", 1) for l in r.stdout.splitlines()))
-    assert rows["live"] == "10 checkpoints using 12 packs"
+    assert rows["summary"] == ("2 objects deleted now; 12 packs kept (live checkpoints use them); 5 objects no "
+                               "longer needed but kept until the grace period (1h) has passed (a later gc deletes them)")
+    assert rows["live"] == "10 checkpoints using 12 hot packs"
     assert rows["deleted"] == "2 objects, 2.9 KiB (2 manifests)"
     assert rows["repacked"] == "5 packs (4.0 KiB) into 1 new pack (4.8 KiB)"
     assert rows["forwarding"] == "5 records added, 2 records redirected (4 map shards written)"
     assert rows["reclaimed"].startswith("none yet: 2.0 KiB (2000 bytes) more stored until the repacked packs")
     assert rows["reclaimed"].endswith("; 1 object more (new packs, forwarding-map shards and gc state)")
-    assert rows["pending"].startswith("5 unreferenced packs wait for the grace period (1h)")
+    assert rows["pending"].startswith("5 unreferenced packs not deleted yet: they wait for the grace period (1h)")
 
     d = json.loads(run(repo, "gc", "--grace-period", "1h30m", "--max-unused", "0.5", "--dry-run", "--json").stdout)
     assert calls[-1] == {"grace_period": 5400.0, "dry_run": True, "max_unused": 0.5}
