@@ -30,6 +30,12 @@ wrong WAL position and corrupt the database. This store never lets that happen (
 * readers use read-only connections (one per thread), which can neither write nor checkpoint,
   and they are closed before the writer when the store closes.
 
+Closing: the last store of a file in a process (or, at exit, :mod:`atexit`) closes its connections;
+when they were the file's last, SQLite checkpoints the WAL and removes ``-wal`` and ``-shm``. After
+reads only, a writing connection is opened and closed under the flock for that (read-only ones
+cannot checkpoint), skipped when another process holds the flock
+(:meth:`snapstore.stores.sqlitelock.Shared.close`).
+
 No ``database is locked`` reaches a caller: writers queue on the ``flock`` (polled up to
 ``lock_timeout`` seconds, default 120) and SQLite's ``busy_timeout`` covers readers; a bounded retry
 loop covers what is left, and only after that bound a :class:`~snapstore.errors.StoreError` naming

@@ -16,6 +16,7 @@ A forked child forgets its parent's entries (its stores open their own connectio
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import sqlite3
@@ -60,6 +61,7 @@ class Shared:
         with self.lock:
             self.closed = True
             with self.readers_lock:
+                had_readers = bool(self.readers)
                 for c in self.readers:
                     try:
                         c.close()
@@ -75,9 +77,39 @@ class Shared:
                 except (sqlite3.Error, OSError):
                     pass
                 self.writer = None
+            elif had_readers:
+                self._checkpoint_after_readers()
             if self.lock_fd is not None:
                 os.close(self.lock_fd)
                 self.lock_fd = None
+
+    def _checkpoint_after_readers(self) -> None:
+        """After read-only connections only (a process that read and never wrote): they cannot
+        checkpoint nor remove the ``-wal``/``-shm`` files they made, so briefly open a writing
+        connection under the flock, read one row, and close it: when it is the file's last
+        connection (no other process has it open) SQLite checkpoints and deletes both, as the
+        ``sqlite3`` shell does on a clean close; when another process has it open, that one's
+        close does it. Skipped, never waited for, when another process holds the flock (it is
+        writing: its own close cleans up) or the file is gone or read-only."""
+        wal = self.path + "-wal"
+        if not os.path.exists(wal) and not os.path.exists(self.path + "-shm"):
+            return
+        try:
+            if self.lock_fd is None:
+                self.lock_fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)  # never creates the file
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # gone, read-only, or another process is writing (BlockingIOError)
+            return
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+            try:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL
+            finally:
+                conn.close()  # the last connection: checkpoint, then -wal and -shm removed
+        except sqlite3.Error:
+            pass  # left as it was: the next writer's close checkpoints
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
 
 _REGISTRY: dict[str, Shared] = {}
@@ -92,6 +124,23 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _close_all_at_exit() -> None:
+    """At interpreter exit, close this process's connections of every file still open (a store
+    its caller never closed): the writer's close, or :meth:`Shared._checkpoint_after_readers`,
+    checkpoints and removes the ``-wal``/``-shm`` files when no other process has the file open."""
+    with _REGISTRY_LOCK:
+        held = [sh for sh in _REGISTRY.values() if sh.pid == os.getpid()]
+        _REGISTRY.clear()
+    for sh in held:
+        try:
+            sh.close()
+        except Exception:  # noqa: BLE001 - at exit: leave the file as it is, SQLite recovers it
+            pass
+
+
+atexit.register(_close_all_at_exit)
 
 
 def acquire(path: str) -> Shared:
