@@ -114,6 +114,9 @@ def install_handlers(app) -> None:
         extra = {}
         if isinstance(exc, HeadMismatch):
             extra["head"] = exc.head
+        run_id = getattr(exc, "run_id", None)  # set by the run-scoped routes (routes.run_scoped)
+        if isinstance(exc, (E.RunNotFound, E.CheckpointNotFound)) and isinstance(run_id, str):
+            extra["runId"] = run_id
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return error_response(status, code, str(exc) or type(exc).__name__, **extra)

@@ -52,6 +52,8 @@ class ErrorBody(BaseModel):
     message: str
     status: int = Field(description="the HTTP status")
     head: str | None = Field(None, description="head_mismatch only: the run's actual head (null: none)")
+    runId: str | None = Field(None, description="run_not_found and checkpoint_not_found of a run-scoped "
+                                                "request: the run id asked for")
     details: list[dict[str, Any]] | None = Field(None, description="invalid_request only: what was wrong where")
 
 

@@ -5,12 +5,14 @@ checkpoint and repository routes behind the bearer token, the page and ``/health
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from importlib import resources
 
 from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from .. import __version__
+from ..errors import CheckpointNotFound, RunNotFound
 from .errors import ApiError
 from .metrics import Metrics
 from .middleware import path_param
@@ -46,6 +48,25 @@ def _ids(*pairs) -> list[str]:
     return [path_param(v, what) for v, what in pairs]
 
 
+@contextmanager
+def run_scoped(service: Service, run_id: str):
+    """Around a request about run ``run_id``: a CheckpointNotFound of a run that has no live
+    checkpoint at all becomes RunNotFound (``run_not_found``, 404), and both carry ``run_id``
+    (the error body's ``runId``), so that every run-scoped endpoint names an unknown run alike."""
+    try:
+        yield
+    except RunNotFound as e:
+        e.run_id = run_id
+        raise
+    except CheckpointNotFound as e:
+        if service.head(run_id) is None:
+            err = RunNotFound(f"run {run_id!r} not found")
+            err.run_id = run_id
+            raise err from None
+        e.run_id = run_id
+        raise
+
+
 def checkpoint_routes(service: Service) -> APIRouter:
     """The routes of agents, runs and checkpoints (``/agents/...``, ``/runs...``) over ``service``.
 
@@ -67,7 +88,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
                           limit: int = Query(50, ge=1, le=Service.LIST_MAX),
                           cursor: str | None = cursor_q):
         (name,) = _ids((name, "agent name"))
-        page = service.checkpoints(run_id, limit, cursor, agent_id=name)
+        with run_scoped(service, run_id):
+            page = service.checkpoints(run_id, limit, cursor, agent_id=name)
         return CheckpointPage(runId=run_id, checkpoints=[summary_out(s) for s in page.items],
                               nextCursor=page.next_cursor)
 
@@ -76,7 +98,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
               summary="Roll a run back to one of the agent's checkpoints (later checkpoints deleted)")
     def agent_rollback(name: str, checkpointId: str, run_id: str = run_q, expect_head: str | None = expect_q):
         name, cid = _ids((name, "agent name"), (checkpointId, "checkpoint id"))
-        return summary_out(service.rollback(run_id, cid, expect_head=expect_head, agent_id=name))
+        with run_scoped(service, run_id):
+            return summary_out(service.rollback(run_id, cid, expect_head=expect_head, agent_id=name))
 
     # ---- runs and checkpoints -------------------------------------------------------------
     @api.get("/runs", response_model=RunPage, responses=_errors(401, 422, 500, 503), tags=["runs"],
@@ -91,7 +114,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
                 summary="Delete a run (a later save to the same id starts a new run)")
     def delete_run(runId: str, expect_head: str | None = expect_q):
         (rid,) = _ids((runId, "run id"))
-        service.delete(rid, None, expect_head=expect_head)
+        with run_scoped(service, rid):
+            service.delete(rid, None, expect_head=expect_head)
         return DeleteResponse(runId=rid, checkpointId=None)
 
     @api.get("/runs/{runId}/checkpoints", response_model=CheckpointPage, responses=_errors(*_COMMON),
@@ -99,7 +123,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
     def list_checkpoints(runId: str, limit: int = Query(50, ge=1, le=Service.LIST_MAX),
                          cursor: str | None = cursor_q):
         (rid,) = _ids((runId, "run id"))
-        page = service.checkpoints(rid, limit, cursor)
+        with run_scoped(service, rid):
+            page = service.checkpoints(rid, limit, cursor)
         return CheckpointPage(runId=rid, checkpoints=[summary_out(s) for s in page.items], nextCursor=page.next_cursor)
 
     @api.post("/runs/{runId}/checkpoints", response_model=CheckpointOut, status_code=201,
@@ -117,7 +142,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
              tags=["checkpoints"], summary="One checkpoint's metadata")
     def get_checkpoint(runId: str, checkpointId: str):
         rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
-        return summary_out(service.summary(rid, cid))
+        with run_scoped(service, rid):
+            return summary_out(service.summary(rid, cid))
 
     @api.get("/runs/{runId}/checkpoints/{checkpointId}/messages", response_model=None,
              responses={200: {"model": MessagesResponse, "description": "the messages (streamed)"},
@@ -126,7 +152,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
     def get_messages(runId: str, checkpointId: str, offset: int = Query(0, ge=0, le=1 << 40),
                      limit: int | None = Query(None, ge=1, le=1 << 40, description="at most this many messages")):
         rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
-        cp = service.checkpoint(rid, cid)
+        with run_scoped(service, rid):
+            cp = service.checkpoint(rid, cid)
         msgs = cp.messages
         end = len(msgs) if limit is None else min(len(msgs), offset + limit)
 
@@ -150,7 +177,8 @@ def checkpoint_routes(service: Service) -> APIRouter:
                 responses=_errors(*_COMMON, 409), tags=["checkpoints"], summary="Delete one checkpoint")
     def delete_checkpoint(runId: str, checkpointId: str, expect_head: str | None = expect_q):
         rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
-        service.delete(rid, cid, expect_head=expect_head)
+        with run_scoped(service, rid):
+            service.delete(rid, cid, expect_head=expect_head)
         return DeleteResponse(runId=rid, checkpointId=cid)
 
     @api.post("/runs/{runId}/checkpoints/{checkpointId}/rollback", response_model=CheckpointOut,
@@ -158,20 +186,23 @@ def checkpoint_routes(service: Service) -> APIRouter:
               summary="Make this checkpoint the head again (later checkpoints deleted)")
     def rollback(runId: str, checkpointId: str, expect_head: str | None = expect_q):
         rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
-        return summary_out(service.rollback(rid, cid, expect_head=expect_head))
+        with run_scoped(service, rid):
+            return summary_out(service.rollback(rid, cid, expect_head=expect_head))
 
     @api.post("/runs/{runId}/checkpoints/{checkpointId}/fork", response_model=CheckpointOut, status_code=201,
               responses=_errors(*_COMMON, 409, 413), tags=["checkpoints"],
               summary="Start a new run at this checkpoint")
     def fork(runId: str, checkpointId: str, body: ForkRequest):
         rid, cid = _ids((runId, "run id"), (checkpointId, "checkpoint id"))
-        return summary_out(service.fork(rid, cid, body.newRunId))
+        with run_scoped(service, rid):
+            return summary_out(service.fork(rid, cid, body.newRunId))
 
     @api.get("/runs/{runId}/diff", response_model=DiffResponse, responses=_errors(*_COMMON), tags=["checkpoints"],
              summary="How one checkpoint's messages differ from another's")
     def diff(runId: str, from_id: str = Query(alias="from", min_length=1), to_id: str = Query(alias="to", min_length=1)):
         (rid,) = _ids((runId, "run id"))
-        d = service.diff(rid, from_id, to_id)
+        with run_scoped(service, rid):
+            d = service.diff(rid, from_id, to_id)
         return {"runId": rid, "fromCheckpoint": summary_out(d["from"]).model_dump(),
                 "toCheckpoint": summary_out(d["to"]).model_dump(), "ops": d["ops"]}
 
@@ -191,10 +222,16 @@ def repository_routes(service: Service, metrics: Metrics) -> APIRouter:
               summary="Apply a retention policy (deletes checkpoints; gc reclaims the space)")
     def prune(body: PruneRequest):
         needed: list = []
-        gone = service.prune(run_id=body.runId, dry_run=body.dryRun, needed=needed, keep_last=body.keepLast,
-                             older_than=body.olderThan, keep_within=body.keepWithin, keep_hourly=body.keepHourly,
-                             keep_daily=body.keepDaily, keep_weekly=body.keepWeekly, keep_monthly=body.keepMonthly,
-                             keep_yearly=body.keepYearly)
+        def run_prune():
+            return service.prune(run_id=body.runId, dry_run=body.dryRun, needed=needed, keep_last=body.keepLast,
+                                 older_than=body.olderThan, keep_within=body.keepWithin, keep_hourly=body.keepHourly,
+                                 keep_daily=body.keepDaily, keep_weekly=body.keepWeekly, keep_monthly=body.keepMonthly,
+                                 keep_yearly=body.keepYearly)
+        if body.runId is None:
+            gone = run_prune()
+        else:
+            with run_scoped(service, body.runId):
+                gone = run_prune()
         return PruneResponse(dryRun=body.dryRun, deleted=[summary_out(s) for s in gone],
                              keptAsNeeded=[KeptCheckpoint(checkpoint=summary_out(d.checkpoint), reasons=d.reasons)
                                            for d in needed])
