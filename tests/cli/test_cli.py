@@ -845,7 +845,7 @@ def test_n_means_dry_run_in_every_command():
             if "-n" in getattr(param, "opts", []) + getattr(param, "secondary_opts", []):
                 assert param.name == "dry_run", (name, param.name)
                 seen.append(name)
-    assert sorted(seen) == ["gc", "import", "prune"]
+    assert sorted(seen) == ["archive", "gc", "import", "prune"]
 
 
 def test_list_limit_has_no_short_n(repo):
