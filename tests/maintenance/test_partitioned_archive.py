@@ -120,4 +120,4 @@ def test_cli_archive_plan(tmp_path):
     assert sorted(d["runs"]) == ["long", "small-0", "small-1"] and d["partitioned"]["partitions_done"] == 2
     assert "archive --plan: 2/2 partitions (local, 0 resumed)" in r.stderr
     r = runner.invoke(cli, ["--repo", root, "archive", "--plan", str(tmp_path / "job2")])
-    assert r.exit_code == 0 and "archived:" in r.stdout and "small-0: already archived" in r.stdout
+    assert r.exit_code == 0 and "archived:" in r.stdout and "small-0 (already archived)" in r.stdout
