@@ -131,6 +131,12 @@ def test_damaged_and_truncated_bundles_import_nothing(shared_dir, tmp_path):
     assert "block" in _err(tmp_path / "flip.snap") and "checksum" in _err(tmp_path / "flip.snap")
     assert "truncated" in _err(tmp_path / "cut.snap")
     assert "not a snapstore bundle" in _err(tmp_path / "other.snap")
+    (tmp_path / "short.txt").write_bytes(b"hello\n")  # shorter than a header: not "truncated"
+    assert "not a snapstore bundle" in _err(tmp_path / "short.txt")
+    (tmp_path / "empty.snap").write_bytes(b"")
+    assert "an empty file, not a snapstore bundle" in _err(tmp_path / "empty.snap")
+    (tmp_path / "cut.snap").write_bytes(b"SNAPBNDL\x01")
+    assert "truncated" in _err(tmp_path / "cut.snap")
 
 
 def _err(path) -> str:
