@@ -500,6 +500,12 @@ def test_fork_of_a_cold_archived_run_writes_nothing_and_leaves_gc_and_verify_wor
     assert not CheckpointManager(store).verify().errors
     CheckpointManager(store).gc(grace_period=0)
     assert CheckpointManager(store).latest("long-retry").messages == fk.messages
+    for run in before:  # the bundle serves no live checkpoint now, but the fork reads it
+        f.delete(run)
+    for _ in range(2):
+        rep = CheckpointManager(store).gc(grace_period=0)
+    assert rep.deleted.get("bundles", 0) == 0 and len(rep.read_bundles) == 1, rep  # kept, and said why
+    assert CheckpointManager(store).latest("long-retry").messages == fk.messages
 
 
 def test_a_hot_fork_of_a_run_archived_cold_stays_hot_and_gc_and_verify_work(store_factory):
