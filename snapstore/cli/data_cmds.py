@@ -19,6 +19,7 @@ from ..errors import ColdObjectError, InvalidInputError, RepositoryError, RunNot
 from ..importers import FORMATS, rebuild_record
 from ..importers.replay import IMPORT_STATE_KEY, ImportResult, load_for_import, other_fields, replay
 from ..manager.facade import CheckpointManager
+from ..manager.outfile import output_file, output_target
 from ..stores.probe import find_foreign_content
 from .output import (CommandError, restore_command, Progress, current_activity, emit_json, human_size, is_s3, iso_time, json_bytes,
                      kv_text, plan_progress, plural, prices_text, request_cost, short, stdin_interactive, summary_json,
@@ -550,20 +551,21 @@ def export_cmd(ctx, runs, checkpoint, output, record, bundle, all_runs):
             pass
         write(data + (b"\n" if tty and not data.endswith(b"\n") else b""))
         return
-    tmp = f"{output}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
+    try:  # a regular file written beside and renamed; a FIFO or device written in place; a link through
+        where = output_target(output)
+        with output_file(output) as f:
             f.write(data)
-        os.replace(tmp, output)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):  # name the file asked for, not the temporary one
-            raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
-        raise
-    write(f"wrote {what} of {run} checkpoint {cp.id} to {output}\n", err=True)
+    except OSError as e:  # name the file asked for, not the temporary one
+        raise CommandError(f"cannot write {output}: {e.strerror or e}", 1) from None
+    write(f"wrote {what} of {run} checkpoint {cp.id} to {output}{_replaced(where)}\n", err=True)
+
+
+def _replaced(where) -> str:
+    """What the export's closing line adds about the file it wrote over."""
+    if where.replaced:
+        return " (replaced the file that was there)" if where.target == where.path else \
+            f" (through the link: replaced {where.target})"
+    return ""
 
 
 def _export_bundle(ctx, runs, checkpoint, output, record) -> None:
@@ -575,6 +577,7 @@ def _export_bundle(ctx, runs, checkpoint, output, record) -> None:
     mgr = state_of(ctx).manager()
     progress = Progress(True)
     try:
+        where = output_target(output)
         rep = mgr.export_bundle(list(runs), output, progress=lambda run, done, total: progress.update(
             f"export --bundle: run {run}, checkpoint {done}/{total}"))
     except OSError as e:
@@ -583,7 +586,8 @@ def _export_bundle(ctx, runs, checkpoint, output, record) -> None:
         progress.clear()
     write(f"wrote {plural(len(rep.runs), 'run')}, {plural(rep.checkpoints, 'checkpoint')}"
           + (f", {plural(rep.outcomes, 'tool outcome')}" if rep.outcomes else "")
-          + f" to {output} ({human_size(rep.bytes)}; {human_size(rep.raw_bytes)} before compression)\n", err=True)
+          + f" to {output} ({human_size(rep.bytes)}; {human_size(rep.raw_bytes)} before compression)"
+          + _replaced(where) + "\n", err=True)
 
 
 @click.command("diff")

@@ -131,7 +131,14 @@ def read_items(f, name: str):
         pos += n
         return b
 
-    head = take(13, "the header")
+    start = f.read(13)
+    if not start:
+        raise IntegrityError(name, "an empty file, not a snapstore bundle")
+    if start[:8] != MAGIC[:len(start)]:  # (a short text file is not a truncated bundle)
+        raise IntegrityError(name, "not a snapstore bundle (no SNAPBNDL magic at its start)")
+    if len(start) < 13:
+        raise IntegrityError(name, f"truncated: the header at byte 0 needs 13 bytes, the file has {len(start)}")
+    head, pos = start, 13
     if head[:8] != MAGIC:
         raise IntegrityError(name, "not a snapstore bundle (no SNAPBNDL magic at its start)")
     if head[8] != VERSION:

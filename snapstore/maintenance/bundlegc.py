@@ -110,6 +110,8 @@ class BundleSweep:
         pending: dead bundles waiting for the grace period.
         held: :class:`Held` bundles (minimum duration).
         partly_dead: keys of live bundles some of whose served checkpoints are gone (kept whole).
+        read: keys of bundles serving no live checkpoint, kept because a run that is not
+            archived reads from them (mark reached them: a fork of an archived checkpoint).
         fee: early-deletion fee (USD) of what ``force`` deletes now.
     """
 
@@ -118,6 +120,7 @@ class BundleSweep:
     pending: int = 0
     held: list = field(default_factory=list)
     partly_dead: list = field(default_factory=list)
+    read: list = field(default_factory=list)
     fee: float = 0.0
 
 
@@ -162,7 +165,9 @@ def plan_bundles(g, matured: set, pending: set, force: bool = False) -> BundleSw
         if ix is not None:
             served = {rk: set(v["seqs"]) & live_seqs.get(rk, set()) for rk, v in ix.runs.items()}
             if any(served.values()) or bid in reached:
-                if any(set(v["seqs"]) - served[rk] for rk, v in ix.runs.items()):
+                if not any(served.values()):
+                    out.read.append(ix.key)
+                elif any(set(v["seqs"]) - served[rk] for rk, v in ix.runs.items()):
                     out.partly_dead.append(ix.key)
                 continue
         info = objs.get(bid)
@@ -226,3 +231,4 @@ def execute_bundles(g, sweep: BundleSweep, apply: bool) -> None:
     rep.early_deletion_fee = sweep.fee
     rep.held_fee = sum(h.fee for h in sweep.held)
     rep.partly_dead_bundles = list(sweep.partly_dead)
+    rep.read_bundles = list(sweep.read)

@@ -103,6 +103,8 @@ class GCReport:
         early_deletion_fee: the fee (USD) of the bundles deleted early by ``force``.
         partly_dead_bundles: keys of live bundles some of whose served checkpoints are gone:
             kept whole (never rewritten, §28).
+        read_bundles: keys of bundles that serve no live checkpoint but are kept because runs
+            that are not archived read from them (forks of archived checkpoints, §28).
         elapsed: seconds.
     """
 
@@ -139,6 +141,7 @@ class GCReport:
     held_fee: float = 0.0
     early_deletion_fee: float = 0.0
     partly_dead_bundles: list = field(default_factory=list)
+    read_bundles: list = field(default_factory=list)
     elapsed: float = 0.0
 
     @property
@@ -170,6 +173,7 @@ class GCReport:
                 "pending_bundles": self.pending_bundles, "held_bundles": list(self.held_bundles),
                 "held_fee": self.held_fee, "early_deletion_fee": self.early_deletion_fee,
                 "partly_dead_bundles": list(self.partly_dead_bundles),
+                "read_bundles": list(self.read_bundles),
                 "elapsed": round(self.elapsed, 3)}
 
 

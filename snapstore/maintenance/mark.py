@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..errors import IntegrityError, NotFoundError, SnapstoreError
+from ..errors import ColdObjectError, IntegrityError, NotFoundError, SnapstoreError
 from ..format import keys
 from ..format.manifest import KIND_CHECKPOINT
 from ..format.pack import T_CHUNK, T_NODE, T_PIECES, T_STATE, T_UPPER, T_VALUE
@@ -77,6 +77,7 @@ class Reach:
     seg_home: dict | None = None  # (type, id) -> segment pack, for the run being marked (format 2)
     fresh_segs: set = field(default_factory=set)  # segments of newest records read again during mark
     seg_standins: set = field(default_factory=set)  # packs standing in for segments GC rewrote
+    cold: set = field(default_factory=set)  # cold archive bundles (not restored) live checkpoints read, not read here
     usage: dict = field(default_factory=dict)  # pack -> (live raw bytes, raw bytes, needed entries) when last cached
     waves: int = 0  # parallel waves of segment fetches made while marking (format 2)
 
@@ -144,6 +145,11 @@ class Reach:
             try:
                 if (etype, eid) in repo.get_pack(new).entries:
                     return new
+            except ColdObjectError:
+                # an archive bundle in GLACIER/DEEP_ARCHIVE, not restored, standing in for a pack
+                # GC took: the entry is in it (docs/format.md §28, "Cold bundles in a mark")
+                self.cold.add(new)
+                return new
             except (NotFoundError, IntegrityError):
                 continue  # gone, or damaged (readers skip it too)
         if self.present is None or pack in self.present:
@@ -314,6 +320,8 @@ class Marker:
                 reach.need(repo, r.pack, T_PIECES, r.id)
                 try:
                     pieces = decode_pieces(repo.read_entry(T_PIECES, r.id, r.pack))
+                except ColdObjectError:
+                    return  # in a cold bundle, which holds every entry below it (§28)
                 except (SnapstoreError, ValueError) as e:
                     self.fail(_code_of(e), keys.pack_key(r.pack), e)
                     return
@@ -333,6 +341,8 @@ class Marker:
         reach.nodes_seen.add(r.id)
         try:
             lv, items = repo.read_node(r.id, r.pack)
+        except ColdObjectError:
+            return  # in a cold bundle, which holds every entry below it (§28)
         except SnapstoreError as e:
             self.fail(_code_of(e), keys.pack_key(r.pack), e)
             return
@@ -351,6 +361,8 @@ class Marker:
             i += 1
             try:
                 pack = repo.get_pack(pid)
+            except ColdObjectError:
+                continue  # a cold bundle holds its blocks' dictionaries itself (§28)
             except SnapstoreError as e:
                 self.fail(_code_of(e), keys.pack_key(pid), e)
                 continue
@@ -375,6 +387,8 @@ class Marker:
                     for r in repo.refs_range(spine, b.dict.start, b.dict.end,
                                              on_node=lambda r: reach.need(repo, r.pack, T_NODE, r.id)):
                         self.visit_ref(r, 0)
+                except ColdObjectError:
+                    continue  # the dictionary's state is in a cold bundle, with all below it
                 except SnapstoreError as e:
                     self.fail(_code_of(e), pack.key, e)
                     continue
@@ -389,6 +403,8 @@ class Marker:
         reach.need(repo, tree.pack, T_VALUE, tree.spine)
         try:
             spine = repo.read_state(tree.spine, tree.pack, T_VALUE)
+        except ColdObjectError:
+            return  # in a cold bundle, which holds every entry below it (§28)
         except SnapstoreError as e:
             self.fail(_code_of(e), keys.pack_key(tree.pack), e)
             return
@@ -417,13 +433,18 @@ class Marker:
         reach.need(repo, spack, T_STATE, sid)
         try:
             spine = repo.read_state(sid, spack)
+        except ColdObjectError:
+            return  # in a cold bundle, which holds every entry below it (§28)
         except SnapstoreError as e:
             self.fail(_code_of(e), keys.pack_key(spack), e)
             return
         if spine.upper:
             reach.need(repo, spine.upper[1], T_UPPER, spine.upper[0])
-        repo.prefetch(repo.packs_to_fetch((T_NODE if level else (T_PIECES if r.flags & FLAG_PIECES else T_CHUNK), r.id, r.pack)
-                                      for level, r in spine.top_down()))
+        try:
+            repo.prefetch(repo.packs_to_fetch((T_NODE if level else (T_PIECES if r.flags & FLAG_PIECES else T_CHUNK), r.id, r.pack)
+                                          for level, r in spine.top_down()))
+        except ColdObjectError:
+            pass  # (a prefetch only: each read below meets the cold bundle on its own)
         for level, r in spine.top_down():
             self.visit_ref(r, level)
 
@@ -473,6 +494,7 @@ class Marker:
             j += 1
         with repo.lock:
             todo = [p for p in dict.fromkeys(todo) if p not in repo.cache]
+        todo = [p for p in todo if not self._cold(p)]
         if todo:
             repo.prefetch(todo, no_forward=set(todo))
             reach.waves += 1
@@ -483,6 +505,15 @@ class Marker:
         self.reach.fresh_segs.update(sg.pack for sg in segs)
         return segs
 
+    def _cold(self, pack_id: bytes) -> bool:
+        """True if ``pack_id`` is an archive bundle in a class that needs a restore
+        (``GLACIER``/``DEEP_ARCHIVE``) and is not restored: a mark never reads it."""
+        try:
+            self.repo.bundles.key(pack_id)
+        except ColdObjectError:
+            return True
+        return False
+
     def hold_segments(self, run_id: str, segs: list, fresh: bool) -> tuple[list, list, bool]:
         """Fetch the packs holding run ``run_id``'s segments ``segs``; while one is gone from the
         store (merged and deleted by the run's writer since the log was read) and
@@ -492,6 +523,12 @@ class Marker:
         held = []
         for _ in range(8):
             held = self.seg_packs(segs, fresh) if segs else []
+            cold = [p for p in held if self._cold(p)]
+            if cold:  # a cold bundle standing in for segments: kept, never read (§28)
+                held = [p for p in held if p not in cold]
+                self.reach.cold.update(cold)
+                for p in cold:
+                    self.reach.packs[p]  # (a defaultdict: the bundle is reached, so GC keeps it)
             if held:
                 repo.prefetch_segments([Seg(p, 1) for p in held])
             # gone = not in the store (a damaged segment is not gone: its entries are read from

@@ -721,8 +721,9 @@ class CheckpointManager:
         """Write runs to a portable bundle file (docs/format.md §30): every live checkpoint of each
         run (id, log position, parent, fork origin, creation time, summary fields, messages,
         session state, tool outcomes), readable by :meth:`import_bundle` of any repository on any
-        backend. The file is written beside ``path`` and renamed into place when complete; it
-        holds plaintext, also from an encrypted repository.
+        backend. The file is written beside ``path`` and renamed into place when complete (a
+        symbolic link is written through; a FIFO or device is written in place, never replaced:
+        :mod:`snapstore.manager.outfile`); it holds plaintext, also from an encrypted repository.
 
         Args:
             run_ids: run ids (a list; one string is one id), written in this order.
@@ -738,19 +739,9 @@ class CheckpointManager:
         from .portable import export_bundle
         if isinstance(run_ids, str):
             run_ids = [run_ids]
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                rep = export_bundle(self, list(run_ids), f, progress)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        from .outfile import output_file
+        with output_file(path, fsync=True) as f:  # beside and renamed; a FIFO or device in place
+            rep = export_bundle(self, list(run_ids), f, progress)
         return rep
 
     def import_bundle(self, path: str, *, existing: str = "fail", progress=None):

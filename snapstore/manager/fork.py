@@ -90,8 +90,6 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str, at: RecordAt | N
             newest = mgr.repo.head(nrk)
             if newest is not None and history.resolve(mgr.repo, nrk, newest) is not None:
                 raise ConflictError(f"run {new_run_id!r} already exists")
-            if mgr.gc_grace_period > 0 and mgr.state.clock() - read_at > mgr.gc_grace_period / 2:
-                continue  # too slow to rely on what was read: read the source again
             seq = at.seq if at is not None else 0 if newest is None else newest.seq + 1
             arrays = _arrays_flag(mgr, head, src, segs)
             m = Manifest(kind=KIND_CHECKPOINT, run_id=new_run_id, seq=seq, write_id=new_write_id(),
@@ -105,6 +103,12 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str, at: RecordAt | N
                          exact_tag=(mgr.repo.hasher.exact_tag(src.digest, src.exact, arrays)
                                     if src.exact is not None else None),
                          origin={"run": run_id, "id": checkpoint_id}, segs=segs)
+            # read before anything of the new run is written: a checkpoint whose data is in an
+            # archive bundle that needs a restore (ColdObjectError) or that is damaged refuses the
+            # fork here, and no half-made run is left behind (the same read a fork returns)
+            msgs, ls = mgr.repo.load_with_state(m)
+            if mgr.gc_grace_period > 0 and mgr.state.clock() - read_at > mgr.gc_grace_period / 2:
+                continue  # too slow to rely on what was read: read the source again
             mgr.repo.write_index(nrk, m.checkpoint_id, seq, m.write_id)
             try:
                 data = mgr.repo.publish(nrk, m, revives=True)
@@ -113,7 +117,6 @@ def fork(mgr, run_id: str, checkpoint_id: str, new_run_id: str, at: RecordAt | N
             publish.after_publish(mgr, nrk, None, seq, data)
             mgr.state.views.pop(new_run_id, None)
             v = views.load_view(mgr, new_run_id)
-            msgs, ls = mgr.repo.load_with_state(m, v.head_segs)
             v.list_state = ls
             views.saw(mgr, new_run_id, m.checkpoint_id, seq, m.write_id)
             return make_checkpoint(mgr.repo, m, msgs)

@@ -450,8 +450,11 @@ def import_bundle(mgr, path: str, existing: str = "fail", progress=None, checked
             done += 1
             if done <= (plan[run] or 0):
                 pass  # already there (resume)
-            elif not (done == 1 and _fork(mgr, run, h, msgs, x.state)):
-                _save(mgr, run, h, msgs, x.state, firsts[run][:done - 1])
+            else:
+                # a run's first checkpoint that is a fork is made a fork again (by reference to its
+                # origin's data); it is counted, and its tool outcomes recorded, like a save
+                if not (done == 1 and _fork(mgr, run, h, msgs, x.state)):
+                    _save(mgr, run, h, msgs, x.state, firsts[run][:done - 1])
                 for call, result in x.outcomes:
                     mgr.record_outcome(run, h["id"], call, result)
                 rep.checkpoints += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..errors import IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
+from ..errors import ColdObjectError, IntegrityError, NotFoundError, ObjectNotFound, SnapstoreError
 from ..format import keys
 from ..format.bundle import DATA as BUNDLE_DATA
 from ..format.forward import decode_forward, decode_forward_cache, decode_forward_shard
@@ -432,6 +432,10 @@ class Locator:
                                         gate=(gate, token) if token is not None else None)
                     if got is not None:
                         got.add(p)
+                    return
+                except ColdObjectError:
+                    # an archive bundle that needs a restore (docs/format.md §28): a prefetch
+                    # skips it; only a read of an entry nothing hot holds meets the error
                     return
                 except ObjectNotFound:
                     if p in no_forward:

@@ -589,10 +589,14 @@ class SealedStore:
     def write_batch(self, puts, deletes: Iterable[str] = (), deletes_unless: str | None = None) -> list:
         """The inner store's atomic batch (:mod:`snapstore.stores.batch`) with every put sealed.
 
-        An ``if_exists="same"`` put compares plaintexts (two sealings of one plaintext differ):
-        the existing object is read first; holding ``data`` it counts as written (its info is
-        returned), holding other bytes the batch is refused (``BatchRefused``, ``same=False``).
-        Only on a store whose capabilities declare ``atomic_batch``.
+        An ``if_exists="same"`` put compares plaintexts. In forms 2 and 3 sealing is deterministic
+        (one plaintext under one key and data key always seals to the same bytes: §27's nonces
+        are derived, never drawn), so the sealed put goes to the inner store as ``"same"``, which
+        compares stored bytes without a read; only when it finds other bytes there (an object
+        sealed under another data key, before a rotation) is the batch tried again the way form 1
+        always does it: the existing object read first, holding ``data`` it counts as written
+        (its info is returned), holding other bytes the batch is refused (``BatchRefused``,
+        ``same=False``). Only on a store whose capabilities declare ``atomic_batch``.
 
         Returns:
             Per put, its ObjectInfo (plaintext size) or None for a skipped put.
@@ -603,6 +607,20 @@ class SealedStore:
         from .batch import BatchPut, BatchRefused, check_batch
 
         puts, deletes = check_batch(puts, deletes)
+        if self._ensure() and self._form >= 2 and any(p.if_exists == "same" for p in puts):
+            inner_puts = [p if p.key == CONFIG else BatchPut(p.key, self._seal(p.key, p.data), p.etag, p.if_exists)
+                          for p in puts]
+            for k in [p.key for p in puts] + list(deletes):
+                self._forget(k)
+            try:
+                got = self.inner.write_batch(inner_puts, deletes, deletes_unless)
+            except BatchRefused as e:
+                if e.same is not False:
+                    raise
+                # (the batch wrote nothing: the object holds other sealed bytes; compare plaintexts)
+            else:
+                return [None if info is None else _info(info, len(p.data) if p.key != CONFIG else info.size)
+                        for p, info in zip(puts, got)]
         inner_puts, known = [], {}
         for p in puts:
             if p.key == CONFIG:

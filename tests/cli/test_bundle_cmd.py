@@ -119,3 +119,44 @@ def test_bundle_progress_off_a_terminal_is_one_line_per_phase(tmp_path, monkeypa
     lines = [line for line in r.stderr.splitlines() if line.startswith("import --bundle:")]
     assert len(lines) == 1, r.stderr
     assert json.loads(run(dst, "runs", "--json").stdout) == ["r0", "r1", "r2", "r3"]
+
+
+def test_export_output_links_fifos_and_existing_files(tmp_path):
+    """A trial's ``export --bundle RUN -o /dev/full`` said it wrote the bundle and left /dev/full a
+    regular file; a FIFO and a symbolic link were replaced too. Now a link is written through (it
+    stays a link), a FIFO is written in place (it stays a FIFO, its reader gets the bytes), a file
+    that fails to take the bytes is one error line, and replacing an existing file is said."""
+    import os
+    import threading
+
+    repo = str(tmp_path / "r")
+    run(repo, "import", str(EXAMPLE), "--run", "demo")
+    first = tmp_path / "a.snap"
+    r = run(repo, "export", "--bundle", "demo", "-o", str(first))
+    assert "replaced" not in r.stderr
+    r = run(repo, "export", "--bundle", "demo", "-o", str(first))
+    assert "replaced the file that was there" in r.stderr
+    link = tmp_path / "link.snap"
+    os.symlink(first, link)
+    r = run(repo, "export", "--bundle", "demo", "-o", str(link))
+    assert link.is_symlink() and os.readlink(link) == str(first) and f"replaced {first}" in r.stderr
+    for args in (("export", "--bundle", "demo"), ("export", "demo")):
+        fifo = tmp_path / f"pipe-{len(args)}"
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+        reader.start()
+        run(repo, *args, "-o", str(fifo))
+        reader.join(10)
+        assert os.path.exists(fifo) and not os.path.isfile(fifo), "the FIFO was replaced by a file"
+        if "--bundle" in args:  # (a bundle records when it was made: a whole one, not the same bytes)
+            assert got and got[0][:8] == b"SNAPBNDL" and got[0].endswith(b"SNAPBEND")
+            assert abs(len(got[0]) - first.stat().st_size) < 64
+        else:
+            assert got and got[0] == run(repo, "export", "demo").stdout_bytes
+    if os.path.exists("/dev/full"):
+        before = os.stat("/dev/full")
+        r = run(repo, "export", "--bundle", "demo", "-o", "/dev/full", ok=False)
+        after = os.stat("/dev/full")
+        assert (after.st_mode, after.st_rdev) == (before.st_mode, before.st_rdev)  # still the device
+        one_line_error(r, 1, "cannot write /dev/full")

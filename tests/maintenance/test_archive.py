@@ -471,3 +471,65 @@ def test_archive_again_after_a_save_on_top_and_gc(tmp_path):
         CheckpointManager(LocalStore(root)).gc(grace_period=0)
     m3 = CheckpointManager(LocalStore(root))
     assert snapshot(m3) == before and m3.verify(read_data=True).errors == []
+
+
+def test_fork_of_a_cold_archived_run_writes_nothing_and_leaves_gc_and_verify_working(store_factory):
+    """A trial forked a run whose bundle is in DEEP_ARCHIVE, not restored: the fork printed
+    ColdObjectError but its run was created, and from then on gc and verify of the whole
+    repository failed on it. Now the fork is refused before anything of the new run is written;
+    after a restore the same fork goes through, and gc and verify keep working (a mark never
+    reads a cold bundle: docs/format.md §28)."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    m.archive(storage_class="DEEP_ARCHIVE")
+    m.gc(grace_period=0)
+    m.gc(grace_period=0)
+    src = before["long"][0][5][0]
+    f = CheckpointManager(store)
+    with pytest.raises(ColdObjectError, match="snapstore restore"):
+        f.fork("long", src, "long-retry")
+    assert "long-retry" not in f.runs() and "long-retry" not in CheckpointManager(store).runs()
+    v = CheckpointManager(store).verify()
+    assert not v.errors, [(e.code, e.key, e.message) for e in v.errors]
+    CheckpointManager(store).gc(grace_period=0)
+    f.restore(["long"], days=1, wait=True, poll_s=0.1, timeout_s=10)
+    fk = f.fork("long", src, "long-retry")  # readable now: the same fork goes through, by reference
+    assert fk.messages == before["long"][2][5][1]
+    assert not CheckpointManager(store).verify().errors
+    CheckpointManager(store).gc(grace_period=0)
+    assert CheckpointManager(store).latest("long-retry").messages == fk.messages
+    for run in before:  # the bundle serves no live checkpoint now, but the fork reads it
+        f.delete(run)
+    for _ in range(2):
+        rep = CheckpointManager(store).gc(grace_period=0)
+    assert rep.deleted.get("bundles", 0) == 0 and len(rep.read_bundles) == 1, rep  # kept, and said why
+    assert CheckpointManager(store).latest("long-retry").messages == fk.messages
+
+
+def test_a_hot_fork_of_a_run_archived_cold_stays_hot_and_gc_and_verify_work(store_factory):
+    """A fork made (and continued) before its source run was archived into DEEP_ARCHIVE: GC keeps
+    the hot packs the fork reads, never reads the cold bundle (it stood in for the source's packs
+    and broke every GC and verify after the first), and the fork reads without a restore."""
+    store = store_factory("s3-http")
+    m = CheckpointManager(store)
+    fill(m)
+    before = snapshot(m)
+    src = before["long"][0][5][0]
+    fk = m.fork("long", src, "long-retry")
+    m.save("long-retry", fk.messages + [{"role": "user", "content": "again"}], step=99)
+
+    def fork_run(mgr):
+        return [(c.id, c.messages, c.session_state, c.step) for c in
+                (mgr.get("long-retry", s.id) for s in mgr.list("long-retry"))], mgr.latest("long-retry").id
+
+    want = fork_run(CheckpointManager(store))
+    m.archive(["long"], storage_class="DEEP_ARCHIVE")
+    for _ in range(3):
+        CheckpointManager(store).gc(grace_period=0)
+        assert fork_run(CheckpointManager(store)) == want
+    v = CheckpointManager(store).verify()
+    assert not v.errors, [(e.code, e.key, e.message) for e in v.errors]
+    with pytest.raises(ColdObjectError, match="snapstore restore long"):
+        CheckpointManager(store).latest("long")

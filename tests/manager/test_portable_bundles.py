@@ -131,6 +131,12 @@ def test_damaged_and_truncated_bundles_import_nothing(shared_dir, tmp_path):
     assert "block" in _err(tmp_path / "flip.snap") and "checksum" in _err(tmp_path / "flip.snap")
     assert "truncated" in _err(tmp_path / "cut.snap")
     assert "not a snapstore bundle" in _err(tmp_path / "other.snap")
+    (tmp_path / "short.txt").write_bytes(b"hello\n")  # shorter than a header: not "truncated"
+    assert "not a snapstore bundle" in _err(tmp_path / "short.txt")
+    (tmp_path / "empty.snap").write_bytes(b"")
+    assert "an empty file, not a snapstore bundle" in _err(tmp_path / "empty.snap")
+    (tmp_path / "cut.snap").write_bytes(b"SNAPBNDL\x01")
+    assert "truncated" in _err(tmp_path / "cut.snap")
 
 
 def _err(path) -> str:
@@ -233,7 +239,8 @@ def test_an_imported_fork_references_its_source(tmp_path):
     for i in range(12):
         msgs = msgs + [{"role": "user", "content": f"turn {i}: " + "".join(f"{i}-{k} " for k in range(600))}]
         src.save("a", msgs, step=i, session_state={"i": i})
-    src.fork("a", src.list("a")[3].id, "b")
+    fk = src.fork("a", src.list("a")[3].id, "b")
+    src.record_outcome("b", fk.id, "call-1", {"ok": True})  # on the fork's first
     src.save("b", src.latest("b").messages + [{"role": "user", "content": "fork goes on"}])
     before = snapshot(src)
     both, only_a, only_b = tmp_path / "both.snap", tmp_path / "a.snap", tmp_path / "b.snap"
@@ -247,10 +254,12 @@ def test_an_imported_fork_references_its_source(tmp_path):
     for how in ("same bundle", "source already there"):
         dst = CheckpointManager(str(tmp_path / how.replace(" ", "-")))
         if how == "same bundle":
-            dst.import_bundle(str(both))
+            reps = [dst.import_bundle(str(both))]
         else:
-            dst.import_bundle(str(only_a))
-            dst.import_bundle(str(only_b))
+            reps = [dst.import_bundle(str(only_a)), dst.import_bundle(str(only_b))]
+        # the fork's first checkpoint is counted (a trial's import said 16 of 17) and keeps its outcome
+        assert sum(r.checkpoints for r in reps) == sum(len(v[0]) for v in before.values())
+        assert sum(r.outcomes for r in reps) == 1
         got = _pack_bytes(dst.store) - a_bytes
         # not the whole list again (about a_bytes); the fork's own save is small, and packs of one
         # import laid out otherwise than "a" alone compress a few dozen bytes either way (seen -27)

@@ -186,6 +186,36 @@ def test_atomic_batch_sealed_and_same_compares_plaintext(tmp_path):
         inner.close()
 
 
+def test_atomic_batch_same_reads_nothing_and_survives_rotation(tmp_path):
+    """Forms 2 and 3 seal deterministically: an ``if_exists="same"`` put (a save's pack) is sealed
+    and compared by the inner store, with no GET; after a key rotation the same plaintext seals to
+    other bytes, and the retry still counts as written (the plaintexts compared), while other
+    bytes are still refused."""
+    from snapstore.maintenance import keyslots
+    from snapstore.stores.batch import BatchPut, BatchRefused
+
+    inner = LocalStore(tmp_path / "d", fsync=False)
+    store = sealed_repo(inner)
+    small, large = "packs/ee/eeeeeeeeeeeeeeee", "packs/dd/dddddddddddddddd"
+    big = os.urandom(200 << 10)  # form 2's segmented layout (over one 64 KiB segment)
+    gets = inner.stats.counts["GET"]
+    got = store.write_batch([BatchPut(small, b"pack", if_exists="same"), BatchPut(large, big, if_exists="same")])
+    assert [i.size for i in got] == [4, len(big)]
+    again = store.write_batch([BatchPut(small, b"pack", if_exists="same"), BatchPut(large, big, if_exists="same")])
+    assert [i.size for i in again] == [4, len(big)]
+    assert inner.stats.counts["GET"] == gets  # neither the first write nor the retry read anything
+    stored = inner.get(small)
+    keyslots.rotate_key(store, scrypt_n=1024)
+    fresh = SealedStore(inner, "pw")
+    retry = fresh.write_batch([BatchPut(small, b"pack", if_exists="same")])  # sealed under the new key: other bytes
+    assert retry[0].size == 4 and inner.get(small) == stored  # counted as written, the object left as it was
+    with pytest.raises(BatchRefused) as e:
+        fresh.write_batch([BatchPut(small, b"other", if_exists="same")])
+    assert e.value.same is False
+    assert fresh.get(small) == b"pack" and fresh.get(large) == big
+    inner.close()
+
+
 @pytest.mark.parametrize("setting", ["removals", "level", "repo_id"])
 def test_config_settings_changed_outside_are_refused(setting):
     from snapstore.format.config import RepoConfig
